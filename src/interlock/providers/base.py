@@ -1,0 +1,71 @@
+"""The provider contract every model backend implements.
+
+A provider receives a fully assembled prompt and returns the complete text plus accounting.
+It never sees run state: retries across attempts, fallbacks and budgets are decided by the
+engine; a provider only retries transport-level failures inside one attempt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+TokenCallback = Callable[[str], None]
+"""Called with each streamed text fragment, in order, as progress (never as the output)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelRequest:
+    """One model call, exactly as it will be sent."""
+
+    alias: str  # the name used in the workflow file, e.g. "sonnet"
+    model: str  # the provider's model id the alias resolved to
+    system: str
+    prompt: str
+    timeout: float  # seconds for the whole call
+    idempotency_key: str  # derived from run, task and attempt
+    max_output_tokens: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelResult:
+    """What a call produced and what it cost."""
+
+    text: str
+    provider: str
+    model: str
+    input_tokens: int
+    output_tokens: int
+    latency_s: float
+    cost_usd: float
+    finish_reason: str
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+class ProviderError(Exception):
+    """A call failed. `retryable` tells the engine whether another attempt may succeed."""
+
+    def __init__(self, message: str, *, retryable: bool, status: int | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.status = status
+
+
+class ProviderTimeout(ProviderError):
+    """The provider did not answer within the request's timeout."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=True)
+
+
+class Provider(Protocol):
+    """A model backend. Implementations must be safe to call concurrently."""
+
+    name: str
+
+    async def complete(
+        self, request: ModelRequest, on_token: TokenCallback | None = None
+    ) -> ModelResult:
+        """Run one call to completion; stream fragments to `on_token` when given."""
+        ...

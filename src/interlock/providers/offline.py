@@ -1,0 +1,53 @@
+"""The offline provider: a deterministic stand-in that needs no network and no key.
+
+Its documents are clearly labelled as generated offline so nobody mistakes them for model
+output. It is used only when no real provider is configured for an alias, and the run
+records a warning when it is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+from interlock.providers.base import ModelRequest, ModelResult, TokenCallback
+
+LABEL = "[interlock offline provider: deterministic placeholder text, no model was called]"
+
+
+class OfflineProvider:
+    """Writes a deterministic document derived from the prompt."""
+
+    name = "offline"
+
+    async def complete(
+        self, request: ModelRequest, on_token: TokenCallback | None = None
+    ) -> ModelResult:
+        started = time.perf_counter()
+        text = render_offline(request)
+        if on_token is not None:
+            for line in text.splitlines(keepends=True):
+                on_token(line)
+        words_in = len(request.system.split()) + len(request.prompt.split())
+        return ModelResult(
+            text=text,
+            provider=self.name,
+            model=request.model,
+            input_tokens=words_in,
+            output_tokens=len(text.split()),
+            latency_s=time.perf_counter() - started,
+            cost_usd=0.0,
+            finish_reason="stop",
+        )
+
+
+def render_offline(request: ModelRequest) -> str:
+    """The document the offline provider returns for `request` (pure, deterministic)."""
+    digest = hashlib.sha256(f"{request.system}\n{request.prompt}".encode()).hexdigest()[:12]
+    first_line = next((ln for ln in request.prompt.splitlines() if ln.strip()), "")
+    return (
+        f"{LABEL}\n\n"
+        f"# {request.alias}: {first_line[:120]}\n\n"
+        f"Prompt digest: {digest}\n"
+        f"Prompt size: {len(request.prompt)} characters\n"
+    )
