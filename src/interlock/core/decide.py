@@ -1,0 +1,390 @@
+"""The decision table: given a pinned pipeline, a run's state and the time, what happens next.
+
+`decide` is pure: no I/O, no clock (time is an argument), no randomness (backoff jitter is
+derived from the run, the task and the attempt). Rules are tried in the order of `TABLE`; the
+first that applies returns its decisions, each naming the rule and saying why in words.
+`settle` applies decisions and asks again until the table says "wait".
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from interlock.core import events as ev
+from interlock.core.expressions import ExpressionError, evaluate
+from interlock.core.state import RunState, RunStatus, TaskState, TaskStatus, apply, task_id_for
+from interlock.core.workflow import Backoff, Phase, Pipeline, Worker
+
+
+class RuleName(StrEnum):
+    """Why a decision was made; stored with each decided event."""
+
+    START = "start"  # a new run starts its first phase
+    ARCHIVE = "archive"  # a delivered run is archived
+    TIMEOUT = "timeout"  # a task ran past timeout + grace
+    RETRY = "retry"  # a failed or timed-out attempt gets another, after backoff
+    FALLBACK = "fallback"  # the model failed for good: try the next fallback model
+    GIVE_UP = "give_up"  # no attempts left: the run fails
+    BUDGET = "budget"  # the run reached its cost or token budget
+    RETRY_DUE = "retry_due"  # a scheduled retry's backoff has passed: dispatch it
+    DISPATCH = "dispatch"  # start a phase's tasks (in order, within its concurrency cap)
+    PHASE_DONE = "phase_done"  # every task of the phase completed
+    PAUSE = "pause"  # the phase has pause_after: wait for a person
+    LOOP_BOUND = "loop_bound"  # a rule's max_visits was reached: skip it and warn
+    BRANCH = "branch"  # go to the phase chosen by `next` (or the following one)
+    BRANCH_ERROR = "branch_error"  # a condition or fan-out list could not be evaluated
+    DELIVER = "deliver"  # the final phase completed: its output is the result
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """An event the engine decided to record, the rule that chose it, and why."""
+
+    rule: RuleName
+    event: ev.Event
+    why: str
+
+
+Evaluator = Callable[[str, dict[str, Any]], bool]
+"""How conditions are evaluated; `check` passes one that explores every outcome."""
+
+
+def decide(
+    pipeline: Pipeline, state: RunState, now: float, *, evaluator: Evaluator = evaluate
+) -> list[Decision]:
+    """The decisions for this instant; an empty list means wait (see `next_wake`)."""
+    if state.status.ended:
+        if state.status is RunStatus.DELIVERED and not state.archived:
+            return [Decision(RuleName.ARCHIVE, ev.Archived(at=now), "the result was delivered")]
+        return []
+    if state.current is None:
+        first = pipeline.phases[0]
+        return [_start_phase(first, 1, None, now, RuleName.START, "the run was created")]
+    for rule in (_timeouts, _failures, _budget, _retries_due, _dispatch):
+        decisions = rule(pipeline, state, now)
+        if decisions:
+            return decisions
+    return _phase_end(pipeline, state, now, evaluator)
+
+
+def settle(
+    pipeline: Pipeline, state: RunState, now: float, *, evaluator: Evaluator = evaluate
+) -> list[Decision]:
+    """Apply decisions to `state` until the table says wait; returns all of them in order."""
+    made: list[Decision] = []
+    for _ in range(100_000):  # a bound that no sound pipeline reaches in one instant
+        decisions = decide(pipeline, state, now, evaluator=evaluator)
+        if not decisions:
+            return made
+        for decision in decisions:
+            apply(state, decision.event)
+        made += decisions
+    raise RuntimeError("the engine did not settle: this is a bug, please report it")
+
+
+def next_wake(pipeline: Pipeline, state: RunState) -> float | None:
+    """The earliest time the table would act without a new observation (None: never)."""
+    times = [_deadline(pipeline, t) for t in state.tasks.values() if t.status.in_flight]
+    times += [
+        t.not_before
+        for t in state.tasks.values()
+        if t.status is TaskStatus.RETRY_WAIT and t.not_before is not None
+    ]
+    return min(times) if times else None
+
+
+def _deadline(pipeline: Pipeline, task: TaskState) -> float:
+    worker = pipeline.worker(task.role)
+    return (task.started_at or task.dispatched_at) + worker.timeout + worker.grace
+
+
+def _timeouts(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]:
+    return [
+        Decision(
+            RuleName.TIMEOUT,
+            ev.TaskTimedOut(
+                at=now,
+                task_id=t.task_id,
+                attempt=t.attempt,
+                detail="no result "
+                f"within timeout + grace ({_deadline(pipeline, t) - t.dispatched_at:g}s)",
+            ),
+            f"task {t.task_id} attempt {t.attempt} passed its deadline",
+        )
+        for t in state.tasks.values()
+        if t.status.in_flight and now >= _deadline(pipeline, t)
+    ]
+
+
+def _failures(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]:
+    decisions = []
+    for task in state.tasks.values():
+        if task.status not in (TaskStatus.FAILED, TaskStatus.TIMED_OUT):
+            continue
+        worker = pipeline.worker(task.role)
+        attempt = task.attempt + 1
+        per_model = worker.retries + 1
+        switching = not task.retryable or task.attempt % per_model == 0
+        if not task.retryable:
+            attempt = ((task.attempt - 1) // per_model + 1) * per_model + 1
+        if attempt > worker.max_attempts:
+            reason = f"task {task.task_id} failed after {task.attempt} attempt(s): {task.error}"
+            return [
+                Decision(
+                    RuleName.GIVE_UP,
+                    ev.RunFailed(at=now, reason=reason, task_id=task.task_id),
+                    reason,
+                )
+            ]
+        model = worker.model_for_attempt(attempt)
+        if switching and worker.model is not None:
+            rule, delay = RuleName.FALLBACK, 0.0
+            why = f"model {task.model!r} failed for good ({task.error}); trying {model!r}"
+        else:
+            rule, delay = RuleName.RETRY, backoff_delay(worker.backoff, state.run_id, task, attempt)
+            why = (
+                f"attempt {task.attempt} {task.status.value} ({task.error}); retry in {delay:.2f}s"
+            )
+        event = ev.RetryScheduled(
+            at=now, task_id=task.task_id, attempt=attempt, not_before=now + delay, model=model
+        )
+        decisions.append(Decision(rule, event, why))
+    return decisions
+
+
+def backoff_delay(backoff: Backoff, run_id: str, task: TaskState, attempt: int) -> float:
+    """Capped exponential backoff with jitter seeded by run, task and attempt.
+
+    Seeding (instead of `random`) keeps `decide` pure: replaying the history gives the same
+    delay, while different runs and tasks still spread out their retries.
+    """
+    base = min(backoff.max, backoff.initial * backoff.multiplier ** max(0, attempt - 2))
+    digest = hashlib.sha256(f"{run_id}/{task.task_id}/{attempt}".encode()).digest()
+    unit = int.from_bytes(digest[:8], "big") / 2**64
+    return max(0.0, base * (1 + backoff.jitter * (2 * unit - 1)))
+
+
+def _budget(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]:
+    budget = pipeline.budget
+    if budget is None or state.budget_waived or state.status is not RunStatus.RUNNING:
+        return []
+    over = []
+    if budget.max_cost_usd is not None and state.cost_usd >= budget.max_cost_usd:
+        over.append(f"cost ${state.cost_usd:.4f} reached the budget of ${budget.max_cost_usd:g}")
+    if budget.max_tokens is not None and state.tokens >= budget.max_tokens:
+        over.append(f"{state.tokens} tokens reached the budget of {budget.max_tokens}")
+    if not over:
+        return []
+    why = "; ".join(over)
+    assert state.current is not None
+    event: ev.Event
+    if budget.on_exceed == "pause":
+        event = ev.Paused(
+            at=now, phase=state.current.phase, visit=state.current.visit, reason="budget"
+        )
+    else:
+        event = ev.RunFailed(at=now, reason=f"budget exceeded: {why}")
+    return [Decision(RuleName.BUDGET, event, why)]
+
+
+def _retries_due(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]:
+    if state.status is not RunStatus.RUNNING:
+        return []
+    return [
+        Decision(
+            RuleName.RETRY_DUE,
+            ev.TaskDispatched(
+                at=now,
+                task_id=t.task_id,
+                phase=t.phase,
+                role=t.role,
+                visit=t.visit,
+                item=t.item,
+                attempt=t.attempt,
+                model=t.model,
+            ),
+            f"backoff for attempt {t.attempt} of {t.task_id} has passed",
+        )
+        for t in state.tasks.values()
+        if t.status is TaskStatus.RETRY_WAIT and t.not_before is not None and now >= t.not_before
+    ]
+
+
+def planned_tasks(
+    phase: Phase, visit: int, items: list[Any] | None
+) -> Iterator[tuple[Worker, int | None, str]]:
+    """Every (worker, item, task id) of a phase visit, lane by lane (one lane per item)."""
+    for item in range(len(items)) if items is not None else (None,):
+        for worker in phase.workers:
+            yield worker, item, task_id_for(worker.role, visit, item)
+
+
+def _dispatch(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]:
+    current = state.current
+    if state.status is not RunStatus.RUNNING or current is None or current.completed:
+        return []
+    phase = pipeline.phase(current.phase)
+    cap = phase.for_each.concurrency if phase.for_each else None
+    active = sum(
+        1 for tid in current.task_ids if state.tasks[tid].status is not TaskStatus.COMPLETED
+    )
+    decisions = []
+    lane_blocked: set[int | None] = set()
+    for worker, item, tid in planned_tasks(phase, current.visit, current.items):
+        task = state.tasks.get(tid)
+        if task is not None:
+            if phase.mode == "sequential" and task.status is not TaskStatus.COMPLETED:
+                lane_blocked.add(item)  # the next worker of this lane waits for this one
+            continue
+        if item in lane_blocked or (cap is not None and active >= cap):
+            continue
+        if phase.mode == "sequential":
+            lane_blocked.add(item)
+        active += 1
+        label = f" item {item}" if item is not None else ""
+        event = ev.TaskDispatched(
+            at=now,
+            task_id=tid,
+            phase=phase.id,
+            role=worker.role,
+            visit=current.visit,
+            item=item,
+            attempt=1,
+            model=worker.model_for_attempt(1),
+        )
+        why = f"phase {phase.id!r} visit {current.visit}{label}: {worker.role} is ready"
+        decisions.append(Decision(RuleName.DISPATCH, event, why))
+    return decisions
+
+
+def _phase_end(
+    pipeline: Pipeline, state: RunState, now: float, evaluator: Evaluator
+) -> list[Decision]:
+    current = state.current
+    assert current is not None
+    phase = pipeline.phase(current.phase)
+    if not current.completed:
+        planned = list(planned_tasks(phase, current.visit, current.items))
+        done = all(
+            tid in state.tasks and state.tasks[tid].status is TaskStatus.COMPLETED
+            for _, _, tid in planned
+        )
+        if not done or state.status is not RunStatus.RUNNING:
+            return []
+        event: ev.Event = ev.PhaseCompleted(at=now, phase=phase.id, visit=current.visit)
+        return [Decision(RuleName.PHASE_DONE, event, f"all {len(planned)} task(s) completed")]
+    if state.status is not RunStatus.RUNNING:
+        return []
+    if phase.pause_after and not current.approved:
+        event = ev.Paused(at=now, phase=phase.id, visit=current.visit)
+        return [Decision(RuleName.PAUSE, event, f"phase {phase.id!r} has pause_after")]
+    if phase is pipeline.phases[-1]:
+        final = pipeline.final_worker
+        tid = task_id_for(final.role, current.visit, None)
+        artifact = state.tasks[tid].artifact or final.output_name
+        event = ev.Delivered(at=now, task_id=tid, artifact=artifact)
+        return [Decision(RuleName.DELIVER, event, f"final worker {final.role!r} completed")]
+    return _branch(pipeline, state, phase, now, evaluator)
+
+
+def _branch(
+    pipeline: Pipeline, state: RunState, phase: Phase, now: float, evaluator: Evaluator
+) -> list[Decision]:
+    assert state.current is not None
+    decisions: list[Decision] = []
+    context = expression_context(state)
+    target, chosen, condition = None, None, None
+    for number, rule in enumerate(phase.next, start=1):
+        if rule.if_ is not None:
+            try:
+                holds = evaluator(rule.if_, context)
+            except ExpressionError as exc:
+                reason = f"phase {phase.id!r}, next rule {number}: {exc}"
+                return [
+                    Decision(RuleName.BRANCH_ERROR, ev.RunFailed(at=now, reason=reason), reason)
+                ]
+            if not holds:
+                continue
+        visits = state.visits.get(rule.goto, 0)
+        if rule.max_visits is not None and visits >= rule.max_visits:
+            message = (
+                f"phase {phase.id!r}: rule {number} ({rule.if_ or 'always'}) would go to "
+                f"{rule.goto!r} again, but it already ran {visits} time(s) (max_visits "
+                f"{rule.max_visits}); continuing without it"
+            )
+            decisions.append(
+                Decision(RuleName.LOOP_BOUND, ev.Warned(at=now, message=message), message)
+            )
+            continue
+        target, chosen, condition = rule.goto, number, rule.if_
+        break
+    if target is None:
+        target = pipeline.phases[pipeline.phase_index(phase.id) + 1].id
+    why = f"rule {chosen} ({condition or 'always'})" if chosen else "no rule applied: next in order"
+    decisions.append(
+        Decision(
+            RuleName.BRANCH,
+            ev.BranchTaken(
+                at=now,
+                phase=phase.id,
+                visit=state.current.visit,
+                goto=target,
+                rule=chosen,
+                condition=condition,
+            ),
+            why,
+        )
+    )
+    next_phase = pipeline.phase(target)
+    visit = state.visits.get(target, 0) + 1
+    items, problem = _fan_out_items(next_phase, state)
+    if problem is not None:
+        return [
+            *decisions,
+            Decision(RuleName.BRANCH_ERROR, ev.RunFailed(at=now, reason=problem), problem),
+        ]
+    decisions.append(
+        _start_phase(
+            next_phase, visit, items, now, RuleName.BRANCH, f"entering {target!r} (visit {visit})"
+        )
+    )
+    return decisions
+
+
+def expression_context(state: RunState) -> dict[str, Any]:
+    """What conditions may read: topic, inputs, visit counts and each role's extracted values."""
+    context: dict[str, Any] = {
+        "topic": state.topic,
+        "inputs": dict(state.inputs),
+        "visits": dict(state.visits),
+        "roles": {role: dict(values) for role, values in state.values.items()},
+    }
+    for role, values in state.values.items():
+        if role.isidentifier() and role not in context:
+            context[role] = dict(values)
+    return context
+
+
+def _fan_out_items(phase: Phase, state: RunState) -> tuple[list[Any] | None, str | None]:
+    if phase.for_each is None:
+        return None, None
+    role, _, name = phase.for_each.items.rpartition(".")
+    items = state.values.get(role, {}).get(name)
+    if not isinstance(items, list):
+        return None, f"phase {phase.id!r}: for_each {phase.for_each.items!r} is not a list"
+    if len(items) > phase.for_each.max_items:
+        return None, (
+            f"phase {phase.id!r}: for_each {phase.for_each.items!r} has {len(items)} "
+            f"items, more than max_items {phase.for_each.max_items}"
+        )
+    return list(items), None
+
+
+def _start_phase(
+    phase: Phase, visit: int, items: list[Any] | None, now: float, rule: RuleName, why: str
+) -> Decision:
+    return Decision(rule, ev.PhaseStarted(at=now, phase=phase.id, visit=visit, items=items), why)

@@ -1,0 +1,254 @@
+"""The typed, versioned event records that make up a run's history.
+
+A run has no mutable "current step": its state is the fold of these events
+(`interlock.core.state.fold`). Observations (a task completed, a person approved) and the
+engine's decisions (dispatch, branch, deliver) are both events; a decision's event is stored
+with the rule that produced it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+EVENT_VERSION = 1  # bump with an upgrade function in `from_record` when a field changes meaning
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Event:
+    """Base of all events. `at` is the orchestrator's clock (epoch seconds) when recorded."""
+
+    kind: ClassVar[str] = "event"
+    at: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunCreated(Event):
+    """A run began, pinned to the definition with this content hash."""
+
+    kind: ClassVar[str] = "run_created"
+    run_id: str
+    pipeline: str
+    definition_hash: str
+    topic: str
+    inputs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PhaseStarted(Event):
+    """A phase began its `visit`-th run; `items` are the fan-out items when it has for_each."""
+
+    kind: ClassVar[str] = "phase_started"
+    phase: str
+    visit: int
+    items: list[Any] | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TaskDispatched(Event):
+    """A task attempt was recorded as dispatched; only then may anything start it."""
+
+    kind: ClassVar[str] = "task_dispatched"
+    task_id: str
+    phase: str
+    role: str
+    visit: int
+    item: int | None
+    attempt: int
+    model: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TaskStarted(Event):
+    """A worker began the attempt (`worker` names the process or session running it)."""
+
+    kind: ClassVar[str] = "task_started"
+    task_id: str
+    attempt: int
+    worker: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TaskCompleted(Event):
+    """The attempt's output was committed at `artifact` (relative to the run directory)."""
+
+    kind: ClassVar[str] = "task_completed"
+    task_id: str
+    attempt: int
+    artifact: str
+    sha256: str
+    size: int
+    values: dict[str, Any] = field(default_factory=dict)
+    usage: dict[str, Any] | None = None
+    adopted: bool = False  # found committed on disk after a restart, not reported live
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TaskFailed(Event):
+    """The attempt failed; `retryable` says whether another attempt of the same model may help."""
+
+    kind: ClassVar[str] = "task_failed"
+    task_id: str
+    attempt: int
+    error: str
+    retryable: bool = True
+    usage: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TaskTimedOut(Event):
+    """The attempt ran past its limit (reported by the worker, or seen by the engine)."""
+
+    kind: ClassVar[str] = "task_timed_out"
+    task_id: str
+    attempt: int
+    detail: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RetryScheduled(Event):
+    """Attempt `attempt` of the task will be dispatched at `not_before`."""
+
+    kind: ClassVar[str] = "retry_scheduled"
+    task_id: str
+    attempt: int
+    not_before: float
+    model: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PhaseCompleted(Event):
+    """Every task of the phase's visit completed."""
+
+    kind: ClassVar[str] = "phase_completed"
+    phase: str
+    visit: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BranchTaken(Event):
+    """After `phase`, the run goes to `goto`, chosen by `next` rule `rule` (None: default)."""
+
+    kind: ClassVar[str] = "branch_taken"
+    phase: str
+    visit: int
+    goto: str
+    rule: int | None = None
+    condition: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Warned(Event):
+    """Something a person should know that did not stop the run."""
+
+    kind: ClassVar[str] = "warned"
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Paused(Event):
+    """The run waits for a person's approval."""
+
+    kind: ClassVar[str] = "paused"
+    phase: str
+    visit: int
+    reason: str = "pause_after"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Approved(Event):
+    """A person approved the paused run."""
+
+    kind: ClassVar[str] = "approved"
+    message: str = ""
+    by: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MessageNoted(Event):
+    """A person's message, kept with the run's history."""
+
+    kind: ClassVar[str] = "message_noted"
+    message: str
+    by: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunCancelled(Event):
+    """A person cancelled the run; in-flight tasks are stopped."""
+
+    kind: ClassVar[str] = "run_cancelled"
+    reason: str = ""
+    by: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunFailed(Event):
+    """The run cannot go on."""
+
+    kind: ClassVar[str] = "run_failed"
+    reason: str
+    task_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Delivered(Event):
+    """The final worker's output is the run's result."""
+
+    kind: ClassVar[str] = "delivered"
+    task_id: str
+    artifact: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Archived(Event):
+    """The delivered run's directory moved to the archive."""
+
+    kind: ClassVar[str] = "archived"
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.kind: cls
+    for cls in (
+        RunCreated,
+        PhaseStarted,
+        TaskDispatched,
+        TaskStarted,
+        TaskCompleted,
+        TaskFailed,
+        TaskTimedOut,
+        RetryScheduled,
+        PhaseCompleted,
+        BranchTaken,
+        Warned,
+        Paused,
+        Approved,
+        MessageNoted,
+        RunCancelled,
+        RunFailed,
+        Delivered,
+        Archived,
+    )
+}
+
+_FIELDS = {
+    kind: tuple(f.name for f in dataclasses.fields(cls)) for kind, cls in EVENT_TYPES.items()
+}
+
+
+def to_record(event: Event) -> tuple[str, dict[str, Any]]:
+    """(kind, data) ready for JSON; `data` holds `v`, the record version."""
+    data = {name: getattr(event, name) for name in _FIELDS[event.kind]}
+    data["v"] = EVENT_VERSION
+    return event.kind, data
+
+
+def from_record(kind: str, data: dict[str, Any]) -> Event:
+    """Rebuild an event; unknown fields from a newer writer are an error, not dropped."""
+    try:
+        cls = EVENT_TYPES[kind]
+    except KeyError:
+        raise ValueError(f"unknown event kind {kind!r} (written by a newer interlock?)") from None
+    fields = {k: v for k, v in data.items() if k != "v"}
+    return cls(**fields)

@@ -1,0 +1,127 @@
+"""Pull typed values out of a worker's output text (a JSON field or a regex group).
+
+Output comes from models: it is untrusted data. Values are parsed, typed and size-limited,
+never executed or rendered.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from interlock.core.workflow import Extract
+
+MAX_STRING = 10_000  # characters kept per extracted string; bounds what the ledger stores
+MAX_LIST = 100_000
+
+
+class ExtractionError(ValueError):
+    """A required value is missing from the output or has the wrong type."""
+
+
+def extract_values(spec: Mapping[str, Extract], text: str) -> dict[str, Any]:
+    """Apply every extraction of a worker to its output text."""
+    values: dict[str, Any] = {}
+    parsed: Any = _NOT_PARSED
+    for name, rule in spec.items():
+        if rule.json_path is not None:
+            if parsed is _NOT_PARSED:
+                parsed = _parse_json(text)
+            raw = _walk(parsed, rule.json_path)
+        else:
+            assert rule.regex is not None  # one source is guaranteed by the model
+            raw = _search(rule.regex, text)
+        if raw is None:
+            if rule.required:
+                where = (
+                    f"JSON field {rule.json_path!r}" if rule.json_path else f"regex {rule.regex!r}"
+                )
+                raise ExtractionError(f"value {name!r}: the output has no {where}")
+            values[name] = None
+            continue
+        values[name] = _coerce(name, raw, rule.type)
+    return values
+
+
+_NOT_PARSED = object()
+
+
+def _parse_json(text: str) -> Any:
+    stripped = text.strip()
+    fence = re.search(r"```(?:json)?\s*\n(.*?)```", stripped, re.DOTALL)
+    candidates = [stripped] + ([fence.group(1)] if fence else [])
+    for candidate in candidates:
+        try:
+            return json.loads(candidate)
+        except ValueError:
+            continue
+    start, end = stripped.find("{"), stripped.rfind("}")
+    if 0 <= start < end:
+        try:
+            return json.loads(stripped[start : end + 1])
+        except ValueError:
+            pass
+    return None
+
+
+def _walk(document: Any, path: str) -> Any:
+    node = document
+    for part in path.split("."):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
+
+
+def _search(pattern: str, text: str) -> Any:
+    match = re.search(pattern, text, re.MULTILINE)
+    if match is None:
+        return None
+    return match.group(1) if match.re.groups else match.group(0)
+
+
+def _coerce(name: str, raw: Any, kind: str) -> Any:
+    try:
+        if kind == "number":
+            if isinstance(raw, bool):
+                raise ValueError("a boolean is not a number")
+            number = float(raw)
+            if number != number or number in (float("inf"), float("-inf")):
+                raise ValueError("not a finite number")
+            return number
+        if kind == "bool":
+            if isinstance(raw, bool):
+                return raw
+            lowered = str(raw).strip().lower()
+            if lowered in ("true", "yes", "1"):
+                return True
+            if lowered in ("false", "no", "0"):
+                return False
+            raise ValueError("expected true/false")
+        if kind == "list":
+            if isinstance(raw, str):
+                raw = [line.strip(" -*\t") for line in raw.splitlines() if line.strip(" -*\t")]
+            if not isinstance(raw, list):
+                raise ValueError("expected a list")
+            if len(raw) > MAX_LIST:
+                raise ValueError(f"list longer than {MAX_LIST}")
+            return [_plain(v) for v in raw]
+        return str(raw if not isinstance(raw, (dict, list)) else json.dumps(raw))[:MAX_STRING]
+    except (TypeError, ValueError) as exc:
+        raise ExtractionError(
+            f"value {name!r}: {str(raw)[:80]!r} is not a {kind} ({exc})"
+        ) from None
+
+
+def _plain(value: Any) -> Any:
+    """Keep list items JSON-like and bounded."""
+    if isinstance(value, (int, float, bool)) or value is None:
+        return value
+    if isinstance(value, str):
+        return value[:MAX_STRING]
+    return json.dumps(value)[:MAX_STRING]

@@ -1,0 +1,157 @@
+"""Load a workflow file (YAML or JSON: JSON is valid YAML) into validated pipelines."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from interlock.core.validate import validate_pipeline
+from interlock.core.workflow import Pipeline, WorkflowFile
+from interlock.errors import UsageError, WorkflowError
+
+
+@dataclass(frozen=True, kw_only=True)
+class Definition:
+    """One pipeline as a run pins it: the model, its canonical JSON and the content hash."""
+
+    name: str
+    pipeline: Pipeline
+    canonical: str
+    hash: str
+    source: str = ""
+
+    @classmethod
+    def of(cls, name: str, pipeline: Pipeline, source: str = "") -> Definition:
+        """Pin a pipeline built in code or loaded from a file."""
+        canonical = canonical_json(pipeline)
+        digest = hashlib.sha256(canonical.encode()).hexdigest()
+        return cls(name=name, pipeline=pipeline, canonical=canonical, hash=digest, source=source)
+
+    @classmethod
+    def from_canonical(cls, name: str, canonical: str) -> Definition:
+        """Rebuild a pinned definition from the JSON stored with a run."""
+        pipeline = Pipeline.model_validate(json.loads(canonical))
+        digest = hashlib.sha256(canonical.encode()).hexdigest()
+        return cls(name=name, pipeline=pipeline, canonical=canonical, hash=digest)
+
+
+def canonical_json(pipeline: Pipeline) -> str:
+    """A stable text for hashing: sorted keys, every default spelled out, no whitespace."""
+    data = pipeline.model_dump(mode="json", by_alias=True)
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class Workflow:
+    """A loaded workflow file."""
+
+    source: str
+    definitions: dict[str, Definition]
+
+    def get(self, name: str) -> Definition:
+        """The pipeline `name`, or a UsageError listing the ones that exist."""
+        try:
+            return self.definitions[name]
+        except KeyError:
+            known = ", ".join(sorted(self.definitions)) or "none"
+            raise UsageError(
+                f"{self.source}: no pipeline named {name!r}; pipelines are {known}"
+            ) from None
+
+
+def load_workflow(path: str | Path) -> Workflow:
+    """Read, parse and validate a workflow file.
+
+    Raises:
+        UsageError: the file cannot be read.
+        WorkflowError: the file is not a valid workflow; every problem is listed.
+    """
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(
+            f"{file}: no such workflow file (run 'interlock init' for a starter)"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{file}: cannot read the workflow file: {exc}") from None
+    return parse_workflow(text, str(file))
+
+
+def parse_workflow(text: str, source: str = "<workflow>") -> Workflow:
+    """Parse and validate workflow text; `source` names it in error messages."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise WorkflowError(source, [f"not valid YAML or JSON{where}: {problem}"]) from None
+    return build_workflow(data, source)
+
+
+def build_workflow(data: Any, source: str = "<workflow>") -> Workflow:
+    """Validate already-parsed data (a dict of pipelines)."""
+    if not isinstance(data, dict) or not data:
+        raise WorkflowError(
+            source, ["the top level must map pipeline names to pipelines, e.g. 'research: {...}'"]
+        )
+    try:
+        parsed = WorkflowFile.model_validate(data)
+    except ValidationError as exc:
+        raise WorkflowError(source, [_describe(err, data) for err in exc.errors()]) from None
+    problems: list[str] = []
+    definitions = {}
+    for name, pipeline in parsed.root.items():
+        if not isinstance(name, str) or not name.strip():
+            problems.append(f"pipeline name {name!r} must be a non-empty string")
+            continue
+        problems += validate_pipeline(name, pipeline)
+        definitions[name] = Definition.of(name, pipeline, source)
+    if problems:
+        raise WorkflowError(source, problems)
+    return Workflow(source=source, definitions=definitions)
+
+
+def _describe(error: Any, data: Any) -> str:
+    """Turn a pydantic error location into the file's own words."""
+    loc = list(error["loc"])
+    parts: list[str] = []
+    node = data
+    key: Any = None
+    while loc:
+        key = loc.pop(0)
+        if (isinstance(node, dict) and key in node) or (
+            isinstance(node, list) and isinstance(key, int) and key < len(node)
+        ):
+            child = node[key]
+        else:
+            child = None
+        if not parts:
+            parts.append(f"pipeline {key!r}")
+        elif key in ("phases", "workers", "next") and isinstance(child, list) and loc:
+            index = loc.pop(0)
+            item = child[index] if isinstance(index, int) and index < len(child) else None
+            label = {"phases": "phase", "workers": "worker", "next": "next rule"}[key]
+            ident = (
+                item.get("id" if key == "phases" else "role") if isinstance(item, dict) else None
+            )
+            parts.append(f"{label} {ident!r}" if ident else f"{label} {index + 1}")
+            node = item
+            continue
+        elif isinstance(key, str) and not key.startswith("function-"):
+            parts.append(f"key {key!r}")
+        node = child
+    message = error["msg"]
+    if error["type"] == "extra_forbidden":
+        message = "unknown key (a typo?); remove it or check the spelling"
+    elif error["type"] == "missing":
+        message = "required key is missing"
+    message = message.removeprefix("Value error, ")
+    return f"{', '.join(parts)}: {message}"

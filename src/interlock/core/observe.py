@@ -1,0 +1,57 @@
+"""Turning observations into events: worker results and people's commands.
+
+Both are filtered here, purely, against the run's state. A result for an attempt that is no
+longer current, or for a task that already finished, is dropped; an approval for a run that is
+not paused is refused. This is what makes feeding the same observation twice harmless.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from interlock.core import events as ev
+from interlock.core.state import RunState, RunStatus
+
+TaskResult = ev.TaskStarted | ev.TaskCompleted | ev.TaskFailed | ev.TaskTimedOut
+
+
+def accept_result(state: RunState, result: TaskResult) -> bool:
+    """Whether a worker's report should be recorded (False: stale, duplicate or unknown)."""
+    task = state.tasks.get(result.task_id)
+    if task is None or task.attempt != result.attempt or not task.status.in_flight:
+        return False
+    if isinstance(result, ev.TaskStarted):
+        return task.started_at is None
+    return True
+
+
+class CommandKind(StrEnum):
+    """What a person can ask of a run."""
+
+    APPROVE = "approve"  # continue a paused run
+    CANCEL = "cancel"  # stop the run and its tasks
+    MESSAGE = "message"  # note something in the run's history
+
+
+@dataclass(frozen=True, kw_only=True)
+class Command:
+    """A person's command, as posted to the run's inbox."""
+
+    kind: CommandKind
+    message: str = ""
+    by: str = ""
+
+
+def interpret_command(state: RunState, command: Command, now: float) -> ev.Event | str:
+    """The event a command leads to, or why it is refused (a message for the person)."""
+    run = state.run_id
+    if command.kind is CommandKind.APPROVE:
+        if state.status is not RunStatus.PAUSED:
+            return f"run {run} is not paused (it is {state.status.value}); nothing to approve"
+        return ev.Approved(at=now, message=command.message, by=command.by)
+    if command.kind is CommandKind.CANCEL:
+        if state.status.ended:
+            return f"run {run} already ended ({state.status.value}); nothing to cancel"
+        return ev.RunCancelled(at=now, reason=command.message or "cancelled", by=command.by)
+    return ev.MessageNoted(at=now, message=command.message, by=command.by)

@@ -1,0 +1,266 @@
+"""A run's state, derived by folding its events.
+
+`apply` is the only place state changes, and it only ever reads one event: the same history
+always folds to the same state. The orchestrator keeps a folded state in memory and applies
+new events as it records them, so a tick never re-reads the whole history.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from interlock.core import events as ev
+
+
+class RunStatus(StrEnum):
+    """Where a run stands; persisted as text."""
+
+    RUNNING = "running"  # the engine has work to do or is waiting on tasks
+    PAUSED = "paused"  # waiting for a person's approval
+    DELIVERED = "delivered"  # the final output was delivered (archived later)
+    FAILED = "failed"  # a task ran out of attempts, or a rule could not be applied
+    CANCELLED = "cancelled"  # a person stopped it
+
+    @property
+    def ended(self) -> bool:
+        """True once nothing more will happen to the run."""
+        return self in (RunStatus.DELIVERED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+class TaskStatus(StrEnum):
+    """Where one task stands; persisted as text."""
+
+    DISPATCHED = "dispatched"  # recorded; a worker may not have picked it up yet
+    RUNNING = "running"  # a worker reported it started
+    COMPLETED = "completed"  # output committed; never runs again
+    FAILED = "failed"  # this attempt failed; a retry may be scheduled
+    TIMED_OUT = "timed_out"  # this attempt ran past its limit; a retry may be scheduled
+    RETRY_WAIT = "retry_wait"  # the next attempt is scheduled for `not_before`
+    ABANDONED = "abandoned"  # the run ended while it was in flight
+
+    @property
+    def in_flight(self) -> bool:
+        """Dispatched and not yet finished."""
+        return self in (TaskStatus.DISPATCHED, TaskStatus.RUNNING)
+
+
+@dataclass(slots=True)
+class TaskState:
+    """One task (a worker in one visit of a phase, for one item), across its attempts."""
+
+    task_id: str
+    phase: str
+    role: str
+    visit: int
+    item: int | None
+    attempt: int
+    status: TaskStatus
+    model: str | None
+    dispatched_at: float
+    started_at: float | None = None
+    completed_at: float | None = None
+    not_before: float | None = None
+    worker: str = ""
+    artifact: str | None = None
+    sha256: str | None = None
+    size: int | None = None
+    values: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    retryable: bool = True
+    cost_usd: float = 0.0
+    tokens: int = 0
+
+
+@dataclass(slots=True)
+class PhaseVisit:
+    """The phase the run is in, and how far it got."""
+
+    phase: str
+    visit: int
+    items: list[Any] | None
+    started_at: float
+    task_ids: list[str] = field(default_factory=list)
+    completed: bool = False
+    paused: bool = False
+    approved: bool = False
+
+
+@dataclass(slots=True)
+class RunState:
+    """Everything the engine needs to decide; built only by `fold` / `apply`."""
+
+    run_id: str = ""
+    pipeline: str = ""
+    definition_hash: str = ""
+    topic: str = ""
+    inputs: dict[str, Any] = field(default_factory=dict)
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    status: RunStatus = RunStatus.RUNNING
+    archived: bool = False
+    current: PhaseVisit | None = None
+    visits: dict[str, int] = field(default_factory=dict)
+    tasks: dict[str, TaskState] = field(default_factory=dict)
+    values: dict[str, dict[str, Any]] = field(default_factory=dict)
+    outputs: dict[str, tuple[int, dict[int | None, str]]] = field(default_factory=dict)
+    phase_status: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    approvals: int = 0
+    pause_reason: str | None = None
+    budget_waived: bool = False
+    failure: str | None = None
+    delivered: str | None = None
+    cost_usd: float = 0.0
+    tokens: int = 0
+    events: int = 0
+
+    def in_flight(self) -> list[TaskState]:
+        """Tasks dispatched and not finished, in dispatch order."""
+        return [t for t in self.tasks.values() if t.status.in_flight]
+
+    def copy(self) -> RunState:
+        """An independent copy (for exploring alternatives in `check` and in tests)."""
+        clone = dataclasses.replace(self)
+        clone.tasks = {k: dataclasses.replace(v) for k, v in self.tasks.items()}
+        if self.current is not None:
+            clone.current = dataclasses.replace(self.current, task_ids=list(self.current.task_ids))
+        clone.visits = dict(self.visits)
+        clone.values = dict(self.values)
+        clone.outputs = {k: (v[0], dict(v[1])) for k, v in self.outputs.items()}
+        clone.phase_status = dict(self.phase_status)
+        clone.warnings = list(self.warnings)
+        return clone
+
+
+def task_id_for(role: str, visit: int, item: int | None) -> str:
+    """Stable id of a task: `role@visit`, or `role@visit.item` in a fan-out."""
+    return f"{role}@{visit}" if item is None else f"{role}@{visit}.{item}"
+
+
+def artifact_name(output: str, visit: int, item: int | None) -> str:
+    """The file a task's output is committed to; each visit and item keeps its own file."""
+    stem, dot, ext = output.rpartition(".")
+    if not dot:
+        stem, ext = output, ""
+    suffix = ("" if item is None else f".{item}") + ("" if visit == 1 else f".v{visit}")
+    return f"{stem}{suffix}{dot}{ext}"
+
+
+def fold(history: list[ev.Event]) -> RunState:
+    """The state a history leads to."""
+    state = RunState()
+    for event in history:
+        apply(state, event)
+    return state
+
+
+def apply(state: RunState, event: ev.Event) -> None:
+    """Fold one event into `state` (the only mutation of run state anywhere)."""
+    state.events += 1
+    state.updated_at = event.at
+    if isinstance(event, ev.TaskDispatched):
+        task = state.tasks.get(event.task_id)
+        if task is None:
+            task = TaskState(
+                task_id=event.task_id,
+                phase=event.phase,
+                role=event.role,
+                visit=event.visit,
+                item=event.item,
+                attempt=event.attempt,
+                status=TaskStatus.DISPATCHED,
+                model=event.model,
+                dispatched_at=event.at,
+            )
+            state.tasks[event.task_id] = task
+            if state.current is not None and state.current.phase == event.phase:
+                state.current.task_ids.append(event.task_id)
+        else:
+            task.attempt, task.status, task.model = (
+                event.attempt,
+                TaskStatus.DISPATCHED,
+                event.model,
+            )
+            task.dispatched_at, task.started_at, task.not_before = event.at, None, None
+    elif isinstance(event, (ev.TaskStarted, ev.TaskCompleted, ev.TaskFailed, ev.TaskTimedOut)):
+        _apply_task_result(state, event)
+    elif isinstance(event, ev.RetryScheduled):
+        task = state.tasks[event.task_id]
+        task.status, task.not_before = TaskStatus.RETRY_WAIT, event.not_before
+        task.attempt, task.model = event.attempt, event.model
+    elif isinstance(event, ev.PhaseStarted):
+        state.visits[event.phase] = event.visit
+        state.current = PhaseVisit(
+            phase=event.phase, visit=event.visit, items=event.items, started_at=event.at
+        )
+        state.phase_status[event.phase] = "running"
+    elif isinstance(event, ev.PhaseCompleted):
+        if state.current is not None:
+            state.current.completed = True
+        state.phase_status[event.phase] = "completed"
+    elif isinstance(event, ev.Paused):
+        state.status, state.pause_reason = RunStatus.PAUSED, event.reason
+        if state.current is not None and event.reason == "pause_after":
+            state.current.paused = True
+        if event.reason == "budget":
+            state.budget_waived = True  # approving a budget pause lets the run spend on
+    elif isinstance(event, ev.Approved):
+        state.approvals += 1
+        state.status = RunStatus.RUNNING
+        if state.current is not None and state.pause_reason == "pause_after":
+            state.current.approved = True
+        state.pause_reason = None
+    elif isinstance(event, ev.BranchTaken):
+        pass  # the PhaseStarted that follows carries the new position
+    elif isinstance(event, ev.Warned):
+        state.warnings.append(event.message)
+    elif isinstance(event, ev.RunCreated):
+        state.run_id, state.pipeline, state.topic = event.run_id, event.pipeline, event.topic
+        state.definition_hash, state.inputs = event.definition_hash, dict(event.inputs)
+        state.created_at = event.at
+    elif isinstance(event, ev.Delivered):
+        state.status, state.delivered = RunStatus.DELIVERED, event.artifact
+    elif isinstance(event, ev.Archived):
+        state.archived = True
+    elif isinstance(event, (ev.RunFailed, ev.RunCancelled)):
+        failed = isinstance(event, ev.RunFailed)
+        state.status = RunStatus.FAILED if failed else RunStatus.CANCELLED
+        state.failure = event.reason if failed else (event.reason or "cancelled")
+        for task in state.tasks.values():
+            if task.status.in_flight or task.status == TaskStatus.RETRY_WAIT:
+                task.status = TaskStatus.ABANDONED
+        if state.current is not None and not state.current.completed:
+            state.phase_status[state.current.phase] = "failed" if failed else "cancelled"
+
+
+def _apply_task_result(state: RunState, event: ev.Event) -> None:
+    task = state.tasks[event.task_id]  # type: ignore[attr-defined]
+    if isinstance(event, ev.TaskStarted):
+        task.status, task.started_at, task.worker = TaskStatus.RUNNING, event.at, event.worker
+        return
+    usage = getattr(event, "usage", None)
+    if usage:
+        cost = float(usage.get("cost_usd", 0.0))
+        tokens = int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))
+        task.cost_usd += cost
+        task.tokens += tokens
+        state.cost_usd += cost
+        state.tokens += tokens
+    if isinstance(event, ev.TaskCompleted):
+        task.status, task.completed_at = TaskStatus.COMPLETED, event.at
+        task.artifact, task.sha256, task.size = event.artifact, event.sha256, event.size
+        task.values, task.error = dict(event.values), None
+        state.values[task.role] = task.values
+        latest = state.outputs.get(task.role)
+        if latest is None or latest[0] != task.visit:
+            latest = (task.visit, {})  # reads see the latest visit only
+            state.outputs[task.role] = latest
+        latest[1][task.item] = event.artifact
+    elif isinstance(event, ev.TaskFailed):
+        task.status, task.error, task.retryable = TaskStatus.FAILED, event.error, event.retryable
+    elif isinstance(event, ev.TaskTimedOut):
+        task.status, task.retryable = TaskStatus.TIMED_OUT, True
+        task.error = event.detail or "timed out"

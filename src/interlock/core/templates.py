@@ -1,0 +1,45 @@
+"""Task templates: `{{ topic }}`, `{{ item }}` and inputs, rendered in jinja2's sandbox.
+
+Only the task text from the workflow file is template source. Worker outputs and other model
+text are passed as values, so template syntax inside them is inert data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any
+
+from jinja2 import StrictUndefined, TemplateError, meta
+from jinja2.sandbox import SandboxedEnvironment
+
+TEMPLATE_NAMES = frozenset({"topic", "inputs", "item", "item_index", "visit", "run_id"})
+
+_ENV = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
+
+
+class TemplateProblem(ValueError):
+    """A task template does not parse or reads an unknown name."""
+
+
+def template_names(source: str) -> set[str]:
+    """The top-level names a template reads (raises TemplateProblem on a syntax error)."""
+    try:
+        return set(meta.find_undeclared_variables(_ENV.parse(source)))
+    except TemplateError as exc:
+        raise TemplateProblem(f"template does not parse: {exc}") from None
+
+
+@lru_cache(maxsize=512)
+def _compiled(source: str) -> Any:
+    return _ENV.from_string(source)
+
+
+def render_task(source: str, values: Mapping[str, Any]) -> str:
+    """Render a task; input names are available both bare and under `inputs`."""
+    if "{" not in source:
+        return source  # most tasks are plain text: skip the template machinery
+    try:
+        return str(_compiled(source).render(**values))
+    except TemplateError as exc:
+        raise TemplateProblem(f"task template cannot be rendered: {exc}") from None

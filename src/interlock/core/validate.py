@@ -1,0 +1,248 @@
+"""Checks that span several places of a pipeline: roles, reads, transitions and loops.
+
+Each problem is one line that names the pipeline, phase and worker, the offending key, and what
+is allowed instead, e.g. "phase 'review': goto 'polsh' names no phase; phases are ...".
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from interlock.core.expressions import ROOT_NAMES, ExpressionError, compile_expression
+from interlock.core.templates import TEMPLATE_NAMES, TemplateProblem, template_names
+from interlock.core.workflow import Pipeline, Worker
+
+OPTIONAL_READ = "?"  # a read ending in "?" may be absent (written only on some paths)
+
+
+def read_name(entry: str) -> tuple[str, bool]:
+    """Split a `reads` entry into (file name, optional)."""
+    if entry.endswith(OPTIONAL_READ):
+        return entry[:-1], True
+    return entry, False
+
+
+def _suggest(name: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(name, choices, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def transitions(pipeline: Pipeline, index: int) -> list[tuple[str, bool]]:
+    """Every phase that phase `index` may go to, with whether that edge is bounded."""
+    phase = pipeline.phases[index]
+    edges = [(rule.goto, rule.max_visits is not None) for rule in phase.next]
+    unconditional = any(r.if_ is None and r.max_visits is None for r in phase.next)
+    if not unconditional and index + 1 < len(pipeline.phases):
+        edges.append((pipeline.phases[index + 1].id, False))
+    return edges
+
+
+def validate_pipeline(name: str, pipeline: Pipeline) -> list[str]:
+    """All cross-reference problems of one pipeline (empty when sound)."""
+    problems: list[str] = []
+    where = f"pipeline {name!r}"
+    phase_ids = [p.id for p in pipeline.phases]
+
+    seen_phases: set[str] = set()
+    for phase in pipeline.phases:
+        if phase.id in seen_phases:
+            problems.append(
+                f"{where}: phase id {phase.id!r} is used twice; phase ids must be unique"
+            )
+        seen_phases.add(phase.id)
+
+    roles: dict[str, str] = {}
+    outputs: dict[str, str] = {}
+    for phase in pipeline.phases:
+        for worker in phase.workers:
+            place = f"{where}, phase {phase.id!r}, worker {worker.role!r}"
+            if worker.role in roles:
+                problems.append(
+                    f"{place}: role {worker.role!r} is already used in phase "
+                    f"{roles[worker.role]!r}; roles must be unique in a pipeline"
+                )
+            roles[worker.role] = phase.id
+            if worker.output_name in outputs:
+                problems.append(
+                    f"{place}: output {worker.output_name!r} is also written by "
+                    f"{outputs[worker.output_name]!r}; give one of them another 'output'"
+                )
+            outputs[worker.output_name] = worker.role
+
+    problems += _check_final(where, pipeline)
+    problems += _check_reads(where, pipeline)
+    problems += _check_transitions(where, pipeline, phase_ids, set(roles))
+    problems += _check_templates(where, pipeline)
+    problems += _check_for_each(where, pipeline)
+    problems += _check_loops(where, pipeline)
+    return problems
+
+
+def _check_final(where: str, pipeline: Pipeline) -> list[str]:
+    finals = [(p, w) for p in pipeline.phases for w in p.workers if w.final]
+    last = pipeline.phases[-1]
+    if not finals:
+        return [
+            f"{where}: no worker has 'final: true'; mark the last worker of the last phase "
+            f"({last.workers[-1].role!r} in {last.id!r}) as final"
+        ]
+    problems = []
+    if len(finals) > 1:
+        names = ", ".join(repr(w.role) for _, w in finals)
+        problems.append(f"{where}: several workers are final ({names}); exactly one may be")
+    phase, worker = finals[-1]
+    if phase is not last or worker is not last.workers[-1]:
+        problems.append(
+            f"{where}, phase {phase.id!r}, worker {worker.role!r}: the final worker must be the "
+            f"last worker of the last phase ({last.id!r})"
+        )
+    if last.next:
+        problems.append(f"{where}, phase {last.id!r}: the final phase cannot have 'next' rules")
+    if last.for_each is not None:
+        problems.append(f"{where}, phase {last.id!r}: the final phase cannot use 'for_each'")
+    return problems
+
+
+def _check_reads(where: str, pipeline: Pipeline) -> list[str]:
+    problems = []
+    written: dict[str, int] = {}  # output name -> index of the phase that writes it
+    for index, phase in enumerate(pipeline.phases):
+        for worker in phase.workers:
+            written[worker.output_name] = index
+    available: set[str] = set()
+    for phase in pipeline.phases:
+        in_phase: set[str] = set()
+        for worker in phase.workers:
+            place = f"{where}, phase {phase.id!r}, worker {worker.role!r}"
+            for entry in worker.reads:
+                file, optional = read_name(entry)
+                ok = file in available or (phase.mode == "sequential" and file in in_phase)
+                if ok:
+                    continue
+                if file not in written:
+                    problems.append(
+                        f"{place}: reads {file!r}, which no worker writes"
+                        f"{_suggest(file, sorted(written))}; outputs are "
+                        f"{', '.join(sorted(written))}"
+                    )
+                elif not optional:
+                    problems.append(
+                        f"{place}: reads {file!r}, which is written by phase "
+                        f"{pipeline.phases[written[file]].id!r}, not by an earlier phase; if it "
+                        f"is only there after a loop, mark it optional as '{file}?'"
+                    )
+            in_phase.add(worker.output_name)
+        available |= in_phase
+    return problems
+
+
+def _check_transitions(
+    where: str, pipeline: Pipeline, phase_ids: list[str], roles: set[str]
+) -> list[str]:
+    problems = []
+    for phase in pipeline.phases:
+        for number, rule in enumerate(phase.next, start=1):
+            place = f"{where}, phase {phase.id!r}, next rule {number}"
+            if rule.goto not in phase_ids:
+                problems.append(
+                    f"{place}: goto {rule.goto!r} names no phase{_suggest(rule.goto, phase_ids)}; "
+                    f"phases are {', '.join(phase_ids)}"
+                )
+            if rule.if_ is None:
+                continue
+            try:
+                compiled = compile_expression(rule.if_)
+            except ExpressionError as exc:
+                problems.append(f"{place}: {exc}")
+                continue
+            known = ROOT_NAMES | {r for r in roles if r.isidentifier()}
+            for unknown in sorted(compiled.names - known):
+                problems.append(
+                    f"{place}: expression {rule.if_!r} reads {unknown!r}, which is not a role, "
+                    f"'topic', 'inputs', 'visits' or 'roles'{_suggest(unknown, sorted(known))}"
+                )
+    return problems
+
+
+def _check_templates(where: str, pipeline: Pipeline) -> list[str]:
+    problems = []
+    allowed = TEMPLATE_NAMES | set(pipeline.inputs)
+    for phase in pipeline.phases:
+        for worker in phase.workers:
+            place = f"{where}, phase {phase.id!r}, worker {worker.role!r}"
+            texts = [("task", worker.task)] + [("command", arg) for arg in worker.command or []]
+            for key, text in texts:
+                try:
+                    names = template_names(text)
+                except TemplateProblem as exc:
+                    problems.append(f"{place}: key {key!r}: {exc}")
+                    continue
+                for unknown in sorted(names - allowed):
+                    problems.append(
+                        f"{place}: key {key!r} uses {{{{ {unknown} }}}}, which is not defined; "
+                        f"available: {', '.join(sorted(allowed))} (declare it under 'inputs')"
+                    )
+                if phase.for_each is None and names & {"item", "item_index"}:
+                    problems.append(f"{place}: key {key!r} uses 'item' outside a for_each phase")
+    return problems
+
+
+def _check_for_each(where: str, pipeline: Pipeline) -> list[str]:
+    problems = []
+    for index, phase in enumerate(pipeline.phases):
+        if phase.for_each is None:
+            continue
+        role, _, value = phase.for_each.items.rpartition(".")
+        place = f"{where}, phase {phase.id!r}, for_each"
+        source = _earlier_worker(pipeline, index, role)
+        if source is None:
+            problems.append(f"{place}: items {phase.for_each.items!r}: no earlier worker {role!r}")
+        elif value not in source.extract or source.extract[value].type != "list":
+            problems.append(
+                f"{place}: items {phase.for_each.items!r}: worker {role!r} must extract "
+                f"{value!r} with type 'list'"
+            )
+    return problems
+
+
+def _earlier_worker(pipeline: Pipeline, index: int, role: str) -> Worker | None:
+    for phase in pipeline.phases[:index]:
+        for worker in phase.workers:
+            if worker.role == role:
+                return worker
+    return None
+
+
+def _check_loops(where: str, pipeline: Pipeline) -> list[str]:
+    """A cycle made only of unbounded edges could run forever: reject it."""
+    ids = [p.id for p in pipeline.phases]
+    graph = {
+        ids[i]: [to for to, bounded in transitions(pipeline, i) if not bounded and to in ids]
+        for i in range(len(ids))
+    }
+    state: dict[str, int] = {}  # 0 unseen, 1 on the stack, 2 done
+    stack: list[str] = []
+    for start in ids:
+        cycle = _find_cycle(start, graph, state, stack)
+        if cycle:
+            path = " -> ".join([*cycle, cycle[0]])
+            return [f"{where}: loop {path} has no bound; give one of its rules 'max_visits: N'"]
+    return []
+
+
+def _find_cycle(
+    node: str, graph: dict[str, list[str]], state: dict[str, int], stack: list[str]
+) -> list[str] | None:
+    if state.get(node) == 2:
+        return None
+    if state.get(node) == 1:
+        return stack[stack.index(node) :]
+    state[node] = 1
+    stack.append(node)
+    for succ in graph[node]:
+        found = _find_cycle(succ, graph, state, stack)
+        if found:
+            return found
+    stack.pop()
+    state[node] = 2
+    return None

@@ -1,0 +1,272 @@
+"""Typed models of a workflow file.
+
+A workflow file maps pipeline names to pipelines. These models check the shape of each value
+(types, ranges, unknown keys); `interlock.core.validate` checks what spans several places
+(roles, reads, transitions, loops). Both report problems in the words of the file.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, RootModel, field_validator, model_validator
+
+# A role, phase id or output name becomes part of a path on disk: keep it to one plain segment.
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+MAX_TIMEOUT_S = 7 * 24 * 3600  # a week; anything longer is a typo for minutes or ms
+DEFAULT_GRACE_S = 120.0  # how long past its timeout a task may run before the engine acts
+
+
+def check_safe_name(value: str, what: str) -> str:
+    """Reject names that could escape a directory or hide in a listing."""
+    if not SAFE_NAME.match(value) or ".." in value:
+        raise ValueError(
+            f"{what} {value!r} is not a safe name: use letters, digits, '.', '_' and '-', "
+            "starting with a letter or digit, without '..' or path separators"
+        )
+    return value
+
+
+class _Model(BaseModel):
+    # Unknown keys are almost always typos ("timout"), so they are errors, not ignored.
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class Backoff(_Model):
+    """Delay before retry n is min(max, initial * multiplier**(n-1)), with seeded jitter."""
+
+    initial: Annotated[float, Field(ge=0, le=MAX_TIMEOUT_S)] = 2.0
+    max: Annotated[float, Field(ge=0, le=MAX_TIMEOUT_S)] = 300.0
+    multiplier: Annotated[float, Field(ge=1, le=10)] = 2.0
+    jitter: Annotated[float, Field(ge=0, le=1)] = 0.2  # fraction of the delay
+
+
+class Extract(_Model):
+    """Pull one named value out of a worker's output: a JSON field or a regex group."""
+
+    json_path: str | None = Field(default=None, alias="json")
+    regex: str | None = None
+    type: Literal["number", "string", "bool", "list"] = "string"
+    required: bool = True
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Extract:
+        if (self.json_path is None) == (self.regex is None):
+            raise ValueError("give exactly one of 'json' (a field path) or 'regex'")
+        if self.regex is not None:
+            try:
+                compiled = re.compile(self.regex)
+            except re.error as exc:
+                raise ValueError(f"regex {self.regex!r} does not compile: {exc}") from exc
+            if compiled.groups > 1:
+                raise ValueError("regex may have at most one capture group")
+        return self
+
+
+class Worker(_Model):
+    """One pure executor: a model call, a command or a Python callable."""
+
+    role: str
+    task: str = ""
+    timeout: Annotated[float, Field(gt=0, le=MAX_TIMEOUT_S)] = 600.0
+    grace: Annotated[float, Field(ge=0, le=MAX_TIMEOUT_S)] = DEFAULT_GRACE_S
+    reads: list[str] = Field(default_factory=list)
+    final: bool = False
+    output: str | None = None
+    model: str | None = None
+    command: list[str] | None = None
+    call: str | None = None
+    system: str | None = None
+    retries: Annotated[int, Field(ge=0, le=20)] = 0
+    backoff: Backoff = Backoff()
+    fallback_models: list[str] = Field(default_factory=list)
+    extract: dict[str, Extract] = Field(default_factory=dict)
+    tags: list[str] = Field(default_factory=list)
+
+    @field_validator("role")
+    @classmethod
+    def _safe_role(cls, value: str) -> str:
+        return check_safe_name(value, "role")
+
+    @field_validator("output")
+    @classmethod
+    def _safe_output(cls, value: str | None) -> str | None:
+        return None if value is None else check_safe_name(value, "output")
+
+    @field_validator("command")
+    @classmethod
+    def _argv(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and (not value or not value[0].strip()):
+            raise ValueError("command must be a non-empty argv list, e.g. ['python', 'x.py']")
+        return value
+
+    @field_validator("call")
+    @classmethod
+    def _call_ref(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^[A-Za-z_][\w.]*(:[A-Za-z_]\w*)?$", value):
+            raise ValueError(
+                f"call {value!r} must be 'package.module:function' or a registered name"
+            )
+        return value
+
+    @field_validator("extract")
+    @classmethod
+    def _value_names(cls, value: dict[str, Extract]) -> dict[str, Extract]:
+        for name in value:
+            if not re.match(r"^[A-Za-z_]\w{0,63}$", name):
+                raise ValueError(f"extracted value name {name!r} must be an identifier")
+        return value
+
+    @model_validator(mode="after")
+    def _one_executor(self) -> Worker:
+        given = [k for k in ("model", "command", "call") if getattr(self, k) is not None]
+        if len(given) != 1:
+            found = ", ".join(given) if given else "none"
+            raise ValueError(
+                f"worker {self.role!r} needs exactly one of 'model', 'command' or 'call' "
+                f"(found: {found})"
+            )
+        if self.fallback_models and self.model is None:
+            raise ValueError("'fallback_models' only applies to 'model' workers")
+        return self
+
+    @property
+    def output_name(self) -> str:
+        """The file this worker writes, `<role>.md` unless `output` says otherwise."""
+        return self.output or f"{self.role}.md"
+
+    @property
+    def kind(self) -> Literal["model", "command", "call"]:
+        """How this worker runs."""
+        if self.model is not None:
+            return "model"
+        return "command" if self.command is not None else "call"
+
+    @property
+    def max_attempts(self) -> int:
+        """Attempts in all: (retries + 1) for the model and again for each fallback."""
+        return (self.retries + 1) * (1 + len(self.fallback_models))
+
+    def model_for_attempt(self, attempt: int) -> str | None:
+        """The model alias attempt `attempt` (1-based) uses: own retries first, then fallbacks."""
+        if self.model is None:
+            return None
+        index = (attempt - 1) // (self.retries + 1)
+        return ([self.model, *self.fallback_models])[min(index, len(self.fallback_models))]
+
+
+class Rule(_Model):
+    """A transition: when `if` holds (or always, without it), go to `goto`."""
+
+    if_: str | None = Field(default=None, alias="if")
+    goto: str
+    max_visits: Annotated[int, Field(ge=1, le=1000)] | None = None
+
+
+class ForEach(_Model):
+    """Fan-out: run the phase's workers once per item of an extracted list."""
+
+    items: str  # "<role>.<value>", a list extracted from an earlier worker's output
+    concurrency: Annotated[int, Field(ge=1, le=10_000)] | None = None
+    max_items: Annotated[int, Field(ge=1, le=100_000)] = 1000
+
+    @field_validator("items")
+    @classmethod
+    def _ref(cls, value: str) -> str:
+        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\.[A-Za-z_]\w*$", value):
+            raise ValueError(f"for_each items {value!r} must be '<role>.<extracted value>'")
+        return value
+
+
+class Phase(_Model):
+    """A group of workers run in parallel or one after another."""
+
+    id: str
+    mode: Literal["parallel", "sequential"] = "parallel"
+    workers: Annotated[list[Worker], Field(min_length=1)]
+    pause_after: bool = False
+    next: list[Rule] = Field(default_factory=list)
+    for_each: ForEach | None = None
+
+    @field_validator("id")
+    @classmethod
+    def _safe_id(cls, value: str) -> str:
+        return check_safe_name(value, "phase id")
+
+    @field_validator("for_each", mode="before")
+    @classmethod
+    def _shorthand(cls, value: Any) -> Any:
+        return {"items": value} if isinstance(value, str) else value
+
+
+class InputSpec(_Model):
+    """A declared pipeline parameter."""
+
+    default: str | int | float | bool | None = None
+    required: bool = False
+    description: str = ""
+
+
+class Budget(_Model):
+    """Limits on what one run may spend; reaching one fails or pauses the run."""
+
+    max_cost_usd: Annotated[float, Field(gt=0)] | None = None
+    max_tokens: Annotated[int, Field(gt=0)] | None = None
+    on_exceed: Literal["fail", "pause"] = "fail"
+
+
+class Pipeline(_Model):
+    """A static pipeline definition; a run pins the exact one it started with."""
+
+    description: str = ""
+    inputs: dict[str, InputSpec] = Field(default_factory=dict)
+    phases: Annotated[list[Phase], Field(min_length=1)]
+    budget: Budget | None = None
+    schedule: str | None = None
+    concurrency: Annotated[int, Field(ge=1)] | None = None
+
+    @field_validator("inputs", mode="before")
+    @classmethod
+    def _input_shorthand(cls, value: Any) -> Any:
+        # `inputs: {language: French}` is short for `{language: {default: French}}`.
+        if isinstance(value, dict):
+            return {k: v if isinstance(v, dict) else {"default": v} for k, v in value.items()}
+        return value
+
+    def phase(self, phase_id: str) -> Phase:
+        """The phase named `phase_id` (KeyError if none)."""
+        for phase in self.phases:
+            if phase.id == phase_id:
+                return phase
+        raise KeyError(phase_id)
+
+    def phase_index(self, phase_id: str) -> int:
+        """Position of the phase in file order."""
+        return [p.id for p in self.phases].index(phase_id)
+
+    def worker(self, role: str) -> Worker:
+        """The worker whose role is `role` (KeyError if none)."""
+        for phase in self.phases:
+            for worker in phase.workers:
+                if worker.role == role:
+                    return worker
+        raise KeyError(role)
+
+    def phase_of(self, role: str) -> Phase:
+        """The phase that holds the worker `role`."""
+        for phase in self.phases:
+            if any(w.role == role for w in phase.workers):
+                return phase
+        raise KeyError(role)
+
+    @property
+    def final_worker(self) -> Worker:
+        """The worker whose output is the run's result."""
+        return next(w for p in self.phases for w in p.workers if w.final)
+
+
+class WorkflowFile(RootModel[dict[str, Pipeline]]):
+    """The top level of a workflow file: pipeline name -> pipeline."""
+
+    model_config = ConfigDict(frozen=True)

@@ -1,0 +1,67 @@
+"""The error hierarchy. Each error carries the exit code the CLI uses for it.
+
+Messages name the place (file, pipeline, phase, worker, key) and the fix; the CLI prints the
+message and never a traceback unless `--debug` is given.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Process exit codes, stable across releases so scripts can rely on them."""
+
+    OK = 0  # delivered, or the command did what was asked
+    RUN_FAILED = 1  # the run ended failed (or cancelled)
+    BAD_INPUT = 2  # invalid workflow, unknown run, wrong state for the command
+    PAUSED = 3  # the run is waiting for a person's approval
+    BUSY = 4  # another orchestrator holds the run's lease
+    STORAGE = 5  # the state directory or database cannot be used
+    INTERRUPTED = 130  # Ctrl-C; the run stays resumable
+
+
+class InterlockError(Exception):
+    """Base class: a problem a person can act on."""
+
+    exit_code: ExitCode = ExitCode.BAD_INPUT
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class WorkflowError(InterlockError):
+    """A workflow file is invalid. `problems` holds one line per problem found."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"{source}: invalid workflow ({len(problems)} problem(s))\n{lines}")
+
+
+class UsageError(InterlockError):
+    """A command was given something it cannot use (unknown run, wrong state, bad flag)."""
+
+
+class RunNotFound(UsageError):
+    """No run matches the given id or prefix."""
+
+
+class LeaseHeld(InterlockError):
+    """Another orchestrator is driving the run."""
+
+    exit_code = ExitCode.BUSY
+
+
+class LeaseLost(InterlockError):
+    """This orchestrator's lease expired or was taken over; it must stop writing."""
+
+    exit_code = ExitCode.BUSY
+
+
+class StorageError(InterlockError):
+    """The ledger cannot be opened, read or written."""
+
+    exit_code = ExitCode.STORAGE
