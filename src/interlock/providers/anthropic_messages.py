@@ -1,0 +1,167 @@
+"""Anthropic's Messages API (``POST /v1/messages``), streamed."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from httpx_sse import ServerSentEvent
+
+from interlock.providers.base import ModelRequest, ModelResult, ProviderError, TokenCallback
+from interlock.providers.prompt import estimate_tokens
+from interlock.providers.redaction import Secret
+from interlock.providers.settings import ResolvedModel
+from interlock.providers.transport import HttpEndpoint
+
+# Errors the API reports inside a started stream that a later attempt may not hit.
+_TRANSIENT_STREAM_ERRORS = frozenset({"overloaded_error", "api_error", "rate_limit_error"})
+
+
+@dataclass
+class _Stream:
+    """What has arrived so far on one Messages stream."""
+
+    parts: list[str] = field(default_factory=list)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    stop_reason: str | None = None
+    stopped: bool = False
+
+
+class AnthropicProvider:
+    """Calls ``POST {base_url}/v1/messages`` with ``stream: true``.
+
+    Args:
+        endpoint: The provider's shared endpoint (pool, limiter, retries).
+        resolved: The alias this provider object serves, for its prices and output cap.
+        api_key: Sent as ``x-api-key``.
+        anthropic_version: The ``anthropic-version`` header.
+        default_max_output_tokens: Sent as ``max_tokens`` (required by the API) when neither
+            the request nor the alias sets a cap.
+    """
+
+    def __init__(
+        self,
+        *,
+        endpoint: HttpEndpoint,
+        resolved: ResolvedModel,
+        api_key: Secret | None,
+        anthropic_version: str = "2023-06-01",
+        default_max_output_tokens: int = 8192,
+    ) -> None:
+        self.name = endpoint.name
+        self._endpoint = endpoint
+        self._resolved = resolved
+        self._api_key = api_key
+        self._version = anthropic_version
+        self._default_max = default_max_output_tokens
+
+    def __repr__(self) -> str:
+        return f"AnthropicProvider(name={self.name!r}, alias={self._resolved.alias!r})"
+
+    def _max_tokens(self, request: ModelRequest) -> int:
+        return request.max_output_tokens or self._resolved.max_output_tokens or self._default_max
+
+    def _body(self, request: ModelRequest) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": request.model,
+            "max_tokens": self._max_tokens(request),
+            "messages": [{"role": "user", "content": request.prompt}],
+            "stream": True,
+        }
+        if request.system:
+            body["system"] = request.system
+        return body
+
+    def _headers(self, request: ModelRequest) -> dict[str, str]:
+        headers = {"anthropic-version": self._version, "Idempotency-Key": request.idempotency_key}
+        if self._api_key is not None:
+            headers["x-api-key"] = self._api_key.reveal()
+        return headers
+
+    async def complete(
+        self, request: ModelRequest, on_token: TokenCallback | None = None
+    ) -> ModelResult:
+        """Stream one message; see `interlock.providers.base.Provider`."""
+        started = time.perf_counter()
+        estimate = estimate_tokens(request.system) + estimate_tokens(request.prompt)
+        estimate += self._max_tokens(request)
+
+        async def consume(events: AsyncIterator[ServerSentEvent]) -> _Stream:
+            return await _read_stream(self.name, events, on_token)
+
+        limiter = self._endpoint.limiter
+        async with limiter.slot():
+            stream = await self._endpoint.stream(
+                path="v1/messages",
+                headers=self._headers(request),
+                body=self._body(request),
+                timeout=request.timeout,
+                estimated_tokens=estimate,
+                secret=self._api_key,
+                consume=consume,
+            )
+        limiter.settle(estimate, stream.input_tokens + stream.output_tokens)
+        return ModelResult(
+            text="".join(stream.parts),
+            provider=self.name,
+            model=request.model,
+            input_tokens=stream.input_tokens,
+            output_tokens=stream.output_tokens,
+            latency_s=time.perf_counter() - started,
+            cost_usd=self._resolved.cost_usd(stream.input_tokens, stream.output_tokens),
+            finish_reason=stream.stop_reason or "end_turn",
+        )
+
+
+def _input_tokens(usage: dict[str, Any]) -> int:
+    # Cached prompt tokens are reported apart from input_tokens; they are still input.
+    keys = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    return sum(v for k in keys if isinstance(v := usage.get(k), int))
+
+
+async def _read_stream(
+    name: str, events: AsyncIterator[ServerSentEvent], on_token: TokenCallback | None
+) -> _Stream:
+    """Collect a Messages stream; raise unless ``message_stop`` arrived."""
+    state = _Stream()
+    async for event in events:
+        try:
+            payload = json.loads(event.data) if event.data else {}
+        except ValueError:
+            raise ProviderError(f"{name}: unreadable stream event", retryable=True) from None
+        kind = payload.get("type", event.event)
+        if kind == "message_start":
+            usage = payload.get("message", {}).get("usage", {})
+            state.input_tokens = _input_tokens(usage)
+            state.output_tokens = usage.get("output_tokens", 0)
+        elif kind == "content_block_delta":
+            delta = payload.get("delta", {})
+            if delta.get("type") == "text_delta" and delta.get("text"):
+                state.parts.append(delta["text"])
+                if on_token is not None:
+                    on_token(delta["text"])
+        elif kind == "message_delta":
+            state.stop_reason = payload.get("delta", {}).get("stop_reason") or state.stop_reason
+            usage = payload.get("usage", {})
+            state.output_tokens = usage.get("output_tokens", state.output_tokens)
+            state.input_tokens = _input_tokens(usage) or state.input_tokens
+        elif kind == "message_stop":
+            state.stopped = True
+            break
+        elif kind == "error":
+            error = payload.get("error", {})
+            raise ProviderError(
+                f"{name}: error during the stream: {error.get('message')} ({error.get('type')})",
+                retryable=error.get("type") in _TRANSIENT_STREAM_ERRORS,
+            )
+    if not state.stopped:
+        raise ProviderError(
+            f"{name}: the stream ended before message_stop (truncated); "
+            "the partial output was discarded",
+            retryable=True,
+        )
+    return state

@@ -1,0 +1,235 @@
+"""Loading `interlock.toml`: which provider and model id each alias in a workflow means.
+
+The caller passes candidate paths (a file, or a directory holding ``interlock.toml``); the
+runtime passes the workflow file's directory first, then the state directory. Every
+existing file is read; when two define the same provider or alias, the earlier file wins.
+
+File format::
+
+    secrets_file = "secrets.toml"     # optional, relative to this file; never logged
+
+    [providers.openai]                 # the name is free; `kind` selects the client
+    kind = "openai"                    # openai | anthropic | cli | offline
+    base_url = "https://api.openai.com/v1"
+    api_key_env = "OPENAI_API_KEY"     # keys come only from the environment or secrets_file
+    max_concurrency = 8                # calls in flight at once (default 8)
+    requests_per_minute = 500          # optional client-side rate limits
+    tokens_per_minute = 200000
+    max_attempts = 4                   # HTTP requests per call on 429/5xx (default 4)
+    backoff_cap_s = 20.0               # longest backoff between them
+
+    [providers.claude-code]
+    kind = "cli"
+    command = ["claude", "-p", "{prompt}"]   # no {prompt}: the prompt goes to stdin
+                                             # {system} and {model} are also replaced
+
+    [models.sonnet]
+    provider = "anthropic"
+    model = "claude-sonnet-4-5"
+    input_price_per_mtok = 3.0
+    output_price_per_mtok = 15.0
+    context_tokens = 200000
+    max_output_tokens = 8192           # optional
+
+Providers named ``openai``, ``anthropic``, ``ollama`` and ``offline`` exist without a table
+(with the usual base URLs and key variables); a table of the same name overrides fields.
+
+The secrets file is TOML (``OPENAI_API_KEY = "..."``) or ``KEY=value`` lines; a key is
+looked up under the provider's ``api_key_env`` name, in the environment first.
+
+Environment variables:
+    INTERLOCK_CONFIG: an extra config file, read before the candidates.
+    INTERLOCK_MODELS: aliases without a file, e.g. ``"fast=ollama:llama3.2,big=openai:gpt-4o"``;
+        they override aliases of the same name from files.
+    INTERLOCK_SECRETS_FILE: the secrets file, overriding ``secrets_file``.
+
+With no file and neither INTERLOCK_CONFIG nor INTERLOCK_MODELS, every alias resolves to the
+offline provider with ``offline_fallback=True``. As soon as any configuration exists, an
+unknown alias is an error: offline output is never chosen silently.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from interlock.providers.config_files import (
+    ConfigError,
+    build_models,
+    build_providers,
+    env_models,
+    read_toml,
+    tables,
+)
+from interlock.providers.redaction import Secret
+from interlock.providers.secrets_file import read_secrets_file
+from interlock.providers.settings import ModelEntry, ProviderSettings, ResolvedModel
+
+__all__ = [
+    "CONFIG_NAME",
+    "ConfigError",
+    "MissingKeyError",
+    "ModelConfig",
+    "ResolvedModel",
+    "UnknownModelError",
+]
+
+CONFIG_NAME = "interlock.toml"
+
+
+class UnknownModelError(ConfigError):
+    """A workflow names an alias that the configuration does not define."""
+
+    def __init__(self, message: str, *, alias: str) -> None:
+        super().__init__(message)
+        self.alias = alias
+
+
+class MissingKeyError(ConfigError):
+    """A provider needs an API key that is neither in the environment nor the secrets file."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    """The merged configuration: providers, aliases and where they came from."""
+
+    providers: Mapping[str, ProviderSettings]
+    models: Mapping[str, ModelEntry]
+    searched: tuple[Path, ...] = ()
+    loaded: tuple[Path, ...] = ()
+    env_sources: tuple[str, ...] = ()
+    secrets_file: Path | None = None
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)  # holds keys: no repr
+
+    @classmethod
+    def load(
+        cls, candidates: Sequence[str | Path], *, env: Mapping[str, str] | None = None
+    ) -> ModelConfig:
+        """Read every existing candidate plus the environment.
+
+        Args:
+            candidates: Files, or directories containing ``interlock.toml``, in priority order.
+            env: The environment to use; defaults to ``os.environ``.
+
+        Raises:
+            ConfigError: A file is unreadable or invalid (the message names the file).
+        """
+        environ = dict(os.environ if env is None else env)
+        paths = [Path(c) / CONFIG_NAME if Path(c).is_dir() else Path(c) for c in candidates]
+        env_sources: list[str] = []
+        if environ.get("INTERLOCK_CONFIG"):
+            explicit = Path(environ["INTERLOCK_CONFIG"])
+            if not explicit.is_file():
+                raise ConfigError(f"INTERLOCK_CONFIG points to {explicit}, which is not a file")
+            paths.insert(0, explicit)
+            env_sources.append("INTERLOCK_CONFIG")
+        raw_providers: dict[str, tuple[Path, dict[str, Any]]] = {}
+        raw_models: dict[str, tuple[str, dict[str, Any]]] = {}
+        secrets_file: Path | None = None
+        loaded: list[Path] = []
+        for path in paths:
+            if not path.is_file():
+                continue
+            document = read_toml(path)
+            loaded.append(path)
+            for name, table in tables(document, "providers", path).items():
+                raw_providers.setdefault(name, (path, table))
+            for alias, table in tables(document, "models", path).items():
+                raw_models.setdefault(alias, (str(path), table))
+            if secrets_file is None and isinstance(document.get("secrets_file"), str):
+                secrets_file = path.parent / document["secrets_file"]
+        if environ.get("INTERLOCK_MODELS"):
+            env_sources.append("INTERLOCK_MODELS")
+            for alias, table in env_models(environ["INTERLOCK_MODELS"]).items():
+                raw_models[alias] = ("INTERLOCK_MODELS", table)
+        if environ.get("INTERLOCK_SECRETS_FILE"):
+            secrets_file = Path(environ["INTERLOCK_SECRETS_FILE"])
+        providers = build_providers(raw_providers)
+        models = build_models(raw_models, providers)
+        return cls(
+            providers=providers,
+            models=models,
+            searched=tuple(paths),
+            loaded=tuple(loaded),
+            env_sources=tuple(env_sources),
+            secrets_file=secrets_file,
+            env=environ,
+        )
+
+    @property
+    def configured(self) -> bool:
+        """Whether any configuration file or variable exists at all."""
+        return bool(self.loaded or self.env_sources)
+
+    def resolve(self, alias: str) -> ResolvedModel:
+        """What the alias means: provider, model id, prices, context limit, key source.
+
+        Raises:
+            UnknownModelError: A configuration exists but does not define `alias`.
+        """
+        if not self.configured:
+            return ResolvedModel(alias=alias, provider="offline", kind="offline", model=alias,
+                                 offline_fallback=True)  # fmt: skip
+        entry = self.models.get(alias)
+        if entry is None:
+            raise UnknownModelError(self._unknown_alias_message(alias), alias=alias)
+        settings = self.providers[entry.provider]
+        return ResolvedModel(
+            alias=alias,
+            provider=settings.name,
+            kind=settings.kind,
+            model=entry.model or alias,
+            input_price_per_mtok=entry.input_price_per_mtok,
+            output_price_per_mtok=entry.output_price_per_mtok,
+            context_tokens=entry.context_tokens,
+            max_output_tokens=entry.max_output_tokens,
+            api_key_env=settings.api_key_env,
+            secrets_file=self.secrets_file,
+        )
+
+    def missing_models(self, aliases: Iterable[str]) -> list[str]:
+        """The aliases that `resolve` would reject, in the given order, without duplicates."""
+        if not self.configured:
+            return []
+        return list(dict.fromkeys(a for a in aliases if a not in self.models))
+
+    def provider(self, name: str) -> ProviderSettings:
+        """The settings of a provider by name (declared or built-in)."""
+        return self.providers[name]
+
+    def api_key(self, resolved: ResolvedModel) -> Secret | None:
+        """The key for `resolved`'s provider, from the environment, then the secrets file.
+
+        Raises:
+            MissingKeyError: The provider names a key variable that is set nowhere.
+        """
+        name = resolved.api_key_env
+        if name is None:
+            return None
+        if self.env.get(name):
+            return Secret(self.env[name])
+        if self.secrets_file is not None and self.secrets_file.is_file():
+            value = read_secrets_file(self.secrets_file).get(name)
+            if value:
+                return Secret(value)
+        where = f" or add it to {self.secrets_file}" if self.secrets_file else ""
+        raise MissingKeyError(
+            f"provider {resolved.provider!r} (alias {resolved.alias!r}) needs an API key: "
+            f"set the environment variable {name}{where}"
+        )
+
+    def _unknown_alias_message(self, alias: str) -> str:
+        looked = ", ".join(
+            f"{p} ({'found' if p in self.loaded else 'not found'})" for p in self.searched
+        )
+        sources = "; ".join(filter(None, [looked, ", ".join(self.env_sources)])) or "nothing"
+        known = ", ".join(sorted(self.models)) or "none"
+        return (
+            f"unknown model alias {alias!r}: no [models.{alias}] table. Looked at: {sources}. "
+            f"Known aliases: {known}. Fix: add to interlock.toml\n"
+            f'  [models.{alias}]\n  provider = "<provider name>"\n  model = "<model id>"\n'
+            "or use one of the known aliases in the workflow."
+        )

@@ -1,0 +1,154 @@
+"""Building a `Provider` for a resolved alias, sharing clients and limits per provider.
+
+Every alias served by the same provider name shares one connection pool and one limiter in
+the process, so a fan-out of many tasks over several aliases of one provider still respects
+that provider's concurrency and per-minute limits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass
+
+import httpx
+
+from interlock.providers.anthropic_messages import AnthropicProvider
+from interlock.providers.base import Provider
+from interlock.providers.cli_agent import CliAgentProvider
+from interlock.providers.config import ModelConfig
+from interlock.providers.limits import Clock, ProviderLimiter
+from interlock.providers.offline import OfflineProvider
+from interlock.providers.openai_chat import OpenAIChatProvider
+from interlock.providers.retry import RetryPolicy, SleepFn
+from interlock.providers.settings import ProviderSettings, ResolvedModel
+from interlock.providers.transport import ClientPool, HttpEndpoint
+
+
+@dataclass
+class _Shared:
+    settings: ProviderSettings
+    limiter: ProviderLimiter
+    endpoint: HttpEndpoint | None
+
+
+class ProviderRegistry:
+    """Holds one endpoint and limiter per provider name.
+
+    Args:
+        sleep: Used for backoff and rate-limit waits (tests inject a fast one).
+        clock: Monotonic clock of the rate limiters.
+        rng: Jitter source.
+        transport: An httpx transport for every client (tests may pass a mock transport).
+    """
+
+    def __init__(
+        self,
+        *,
+        sleep: SleepFn = asyncio.sleep,
+        clock: Clock = time.monotonic,
+        rng: random.Random | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._sleep = sleep
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._transport = transport
+        self._shared: dict[str, _Shared] = {}
+
+    def _shared_for(self, settings: ProviderSettings) -> _Shared:
+        shared = self._shared.get(settings.name)
+        if shared is not None and shared.settings == settings:
+            return shared
+        limiter = ProviderLimiter(
+            max_concurrency=settings.max_concurrency,
+            requests_per_minute=settings.requests_per_minute,
+            tokens_per_minute=settings.tokens_per_minute,
+            clock=self._clock,
+            sleep=self._sleep,
+        )
+        endpoint = None
+        if settings.base_url is not None and settings.kind in ("openai", "anthropic"):
+            retry = RetryPolicy(
+                max_attempts=settings.max_attempts,
+                base_delay_s=settings.backoff_base_s,
+                max_delay_s=settings.backoff_cap_s,
+                max_retry_after_s=settings.max_retry_after_s,
+                sleep=self._sleep,
+                rng=self._rng,
+            )
+            endpoint = HttpEndpoint(
+                name=settings.name,
+                base_url=settings.base_url,
+                limiter=limiter,
+                retry=retry,
+                pool=ClientPool(transport=self._transport),
+            )
+        # A changed configuration for the same name replaces the old pool and limiter.
+        shared = _Shared(settings=settings, limiter=limiter, endpoint=endpoint)
+        self._shared[settings.name] = shared
+        return shared
+
+    def build(self, resolved: ResolvedModel, config: ModelConfig) -> Provider:
+        """A provider object for `resolved`, sharing the pool and limits of its provider.
+
+        Raises:
+            MissingKeyError: The provider needs a key that is not available.
+        """
+        if resolved.kind == "offline":
+            return OfflineProvider()
+        settings = config.provider(resolved.provider)
+        shared = self._shared_for(settings)
+        if resolved.kind == "cli":
+            return CliAgentProvider(
+                name=settings.name,
+                command=settings.command,
+                resolved=resolved,
+                limiter=shared.limiter,
+                cwd=settings.cwd,
+                kill_grace_s=settings.kill_grace_s,
+            )
+        assert shared.endpoint is not None  # settings validation requires base_url
+        api_key = config.api_key(resolved)
+        if resolved.kind == "anthropic":
+            return AnthropicProvider(
+                endpoint=shared.endpoint,
+                resolved=resolved,
+                api_key=api_key,
+                anthropic_version=settings.anthropic_version,
+                default_max_output_tokens=settings.default_max_output_tokens,
+            )
+        return OpenAIChatProvider(
+            endpoint=shared.endpoint,
+            resolved=resolved,
+            api_key=api_key,
+            max_tokens_field=settings.max_tokens_field,
+        )
+
+    async def aclose(self) -> None:
+        """Close the HTTP clients opened on the running event loop."""
+        for shared in self._shared.values():
+            if shared.endpoint is not None:
+                await shared.endpoint.pool.aclose()
+
+
+_default_registry = ProviderRegistry()
+
+
+def build_provider(resolved: ResolvedModel, config: ModelConfig) -> Provider:
+    """A provider for `resolved`, reusing the process-wide client and limiter of its provider.
+
+    Args:
+        resolved: From `ModelConfig.resolve(alias)`.
+        config: The configuration `resolved` came from (for provider settings and keys).
+
+    Raises:
+        MissingKeyError: The provider needs a key that is not available.
+    """
+    return _default_registry.build(resolved, config)
+
+
+async def aclose_providers() -> None:
+    """Close the process-wide HTTP clients; call once when a run ends."""
+    await _default_registry.aclose()

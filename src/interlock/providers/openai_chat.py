@@ -1,0 +1,166 @@
+"""OpenAI-compatible chat completions, streamed.
+
+Serves OpenAI itself and the local servers that speak the same API: Ollama
+(``http://localhost:11434/v1``), vLLM, the llama.cpp server, LM Studio. The base URL is
+everything before ``/chat/completions``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from httpx_sse import ServerSentEvent
+
+from interlock.providers.base import ModelRequest, ModelResult, ProviderError, TokenCallback
+from interlock.providers.prompt import estimate_tokens
+from interlock.providers.redaction import Secret
+from interlock.providers.settings import ResolvedModel
+from interlock.providers.transport import HttpEndpoint
+
+
+@dataclass
+class _Stream:
+    """What has arrived so far on one chat-completions stream."""
+
+    parts: list[str] = field(default_factory=list)
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    response_model: str | None = None
+
+
+class OpenAIChatProvider:
+    """Calls ``POST {base_url}/chat/completions`` with ``stream: true``.
+
+    Args:
+        endpoint: The provider's shared endpoint (pool, limiter, retries).
+        resolved: The alias this provider object serves, for its prices and output cap.
+        api_key: Sent as a bearer token; None for local servers that need none.
+        max_tokens_field: ``max_tokens`` or ``max_completion_tokens`` (OpenAI's newer name).
+    """
+
+    def __init__(
+        self,
+        *,
+        endpoint: HttpEndpoint,
+        resolved: ResolvedModel,
+        api_key: Secret | None,
+        max_tokens_field: str = "max_tokens",
+    ) -> None:
+        self.name = endpoint.name
+        self._endpoint = endpoint
+        self._resolved = resolved
+        self._api_key = api_key
+        self._max_tokens_field = max_tokens_field
+
+    def __repr__(self) -> str:
+        return f"OpenAIChatProvider(name={self.name!r}, alias={self._resolved.alias!r})"
+
+    def _body(self, request: ModelRequest) -> dict[str, Any]:
+        messages = [{"role": "user", "content": request.prompt}]
+        if request.system:
+            messages.insert(0, {"role": "system", "content": request.system})
+        body: dict[str, Any] = {
+            "model": request.model,
+            "messages": messages,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        max_tokens = request.max_output_tokens or self._resolved.max_output_tokens
+        if max_tokens:
+            body[self._max_tokens_field] = max_tokens
+        return body
+
+    def _headers(self, request: ModelRequest) -> dict[str, str]:
+        headers = {"Idempotency-Key": request.idempotency_key}
+        if self._api_key is not None:
+            headers["Authorization"] = f"Bearer {self._api_key.reveal()}"
+        return headers
+
+    async def complete(
+        self, request: ModelRequest, on_token: TokenCallback | None = None
+    ) -> ModelResult:
+        """Stream one completion; see `interlock.providers.base.Provider`."""
+        started = time.perf_counter()
+        estimate = estimate_tokens(request.system) + estimate_tokens(request.prompt)
+        estimate += request.max_output_tokens or self._resolved.max_output_tokens or 0
+
+        async def consume(events: AsyncIterator[ServerSentEvent]) -> _Stream:
+            return await _read_stream(self.name, events, on_token)
+
+        limiter = self._endpoint.limiter
+        async with limiter.slot():
+            stream = await self._endpoint.stream(
+                path="chat/completions",
+                headers=self._headers(request),
+                body=self._body(request),
+                timeout=request.timeout,
+                estimated_tokens=estimate,
+                secret=self._api_key,
+                consume=consume,
+            )
+        text = "".join(stream.parts)
+        extra: dict[str, str] = {}
+        usage = stream.usage or {}
+        input_tokens = usage.get("prompt_tokens")
+        output_tokens = usage.get("completion_tokens")
+        if not isinstance(input_tokens, int) or not isinstance(output_tokens, int):
+            # Some compatible servers ignore stream_options; count approximately instead.
+            input_tokens = estimate_tokens(request.system) + estimate_tokens(request.prompt)
+            output_tokens = estimate_tokens(text)
+            extra["usage"] = "estimated"
+        if stream.response_model:
+            extra["response_model"] = stream.response_model
+        limiter.settle(estimate, input_tokens + output_tokens)
+        return ModelResult(
+            text=text,
+            provider=self.name,
+            model=request.model,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            latency_s=time.perf_counter() - started,
+            cost_usd=self._resolved.cost_usd(input_tokens, output_tokens),
+            finish_reason=stream.finish_reason or "stop",
+            extra=extra,
+        )
+
+
+async def _read_stream(
+    name: str, events: AsyncIterator[ServerSentEvent], on_token: TokenCallback | None
+) -> _Stream:
+    """Collect a chat-completions stream; raise unless the model reported finishing."""
+    state = _Stream()
+    async for event in events:
+        if event.data.strip() == "[DONE]":
+            break
+        try:
+            chunk = json.loads(event.data)
+        except ValueError:
+            raise ProviderError(f"{name}: unreadable stream chunk", retryable=True) from None
+        if not isinstance(chunk, dict):
+            continue
+        if "error" in chunk:
+            error = chunk["error"]
+            message = error.get("message") if isinstance(error, dict) else error
+            raise ProviderError(f"{name}: error during the stream: {message}", retryable=True)
+        state.response_model = chunk.get("model") or state.response_model
+        if isinstance(chunk.get("usage"), dict):
+            state.usage = chunk["usage"]
+        for choice in chunk.get("choices") or []:
+            content = (choice.get("delta") or {}).get("content")
+            if content:
+                state.parts.append(content)
+                if on_token is not None:
+                    on_token(content)
+            if choice.get("finish_reason"):
+                state.finish_reason = choice["finish_reason"]
+    if state.finish_reason is None:
+        raise ProviderError(
+            f"{name}: the stream ended before the model finished (truncated); "
+            "the partial output was discarded",
+            retryable=True,
+        )
+    return state

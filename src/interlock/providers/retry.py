@@ -1,0 +1,91 @@
+"""Transport-level retry rules for one model call.
+
+Only failures that say nothing about the prompt are retried here: rate limiting (429),
+server errors (5xx), request timeouts from the server (408), conflicts (409) and dropped
+connections before any output arrived. Anything else goes straight back to the engine,
+which owns attempts, fallbacks and budgets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+
+SleepFn = Callable[[float], Awaitable[None]]
+"""An awaitable sleep; tests inject one that records delays instead of waiting."""
+
+RETRYABLE_STATUSES = frozenset({408, 409, 429})
+
+
+def is_retryable_status(status: int) -> bool:
+    """Whether an HTTP status means the same request may succeed later."""
+    return status in RETRYABLE_STATUSES or status >= 500
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetryPolicy:
+    """How often and how long to wait between transport retries inside one call.
+
+    Attributes:
+        max_attempts: Total HTTP requests per call, including the first.
+        base_delay_s: Backoff before the second request; doubles on each further retry.
+        max_delay_s: Cap of the exponential backoff.
+        max_retry_after_s: A server asking to wait longer than this ends the call with a
+            retryable error instead, so the engine (not a sleeping task) decides what next.
+        sleep: The sleep used between requests.
+        rng: Source of jitter.
+    """
+
+    max_attempts: int = 4
+    base_delay_s: float = 0.5
+    max_delay_s: float = 20.0
+    max_retry_after_s: float = 60.0
+    sleep: SleepFn = asyncio.sleep
+    rng: random.Random = field(default_factory=random.Random, compare=False)
+
+    def backoff(self, retry_number: int) -> float:
+        """Delay before retry number `retry_number` (1 for the first retry), with jitter.
+
+        Half of the capped exponential delay is fixed and half is random, so concurrent
+        callers that failed together spread out without ever retrying immediately.
+        """
+        ceiling = min(self.max_delay_s, self.base_delay_s * 2.0 ** (retry_number - 1))
+        jitter: float = self.rng.uniform(0, ceiling / 2)
+        return ceiling / 2 + jitter
+
+    def delay(self, retry_number: int, retry_after: float | None) -> float:
+        """The wait before the next request: the server's Retry-After when given."""
+        if retry_after is not None:
+            return max(0.0, retry_after)
+        return self.backoff(retry_number)
+
+
+def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date).
+
+    Args:
+        value: The header value, or None when absent.
+        now: The current time, for tests; defaults to the wall clock.
+
+    Returns:
+        Seconds to wait (never negative), or None when the header is absent or unreadable.
+    """
+    if value is None or not value.strip():
+        return None
+    text = value.strip()
+    try:
+        return max(0.0, float(text))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    current = now or datetime.now(UTC)
+    return max(0.0, (when - current).total_seconds())

@@ -1,0 +1,121 @@
+"""The validated shapes of `interlock.toml` entries and of a resolved model alias.
+
+`config.py` documents the file format and does the loading; this module only says what a
+valid `[providers.<name>]` and `[models.<alias>]` table contains.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+ProviderKind = Literal["openai", "anthropic", "cli", "offline"]
+
+BUILTIN_PROVIDERS: dict[str, dict[str, Any]] = {
+    "openai": {
+        "kind": "openai",
+        "base_url": "https://api.openai.com/v1",
+        "api_key_env": "OPENAI_API_KEY",
+        # OpenAI's reasoning models reject the older `max_tokens` field.
+        "max_tokens_field": "max_completion_tokens",
+    },
+    "anthropic": {
+        "kind": "anthropic",
+        "base_url": "https://api.anthropic.com",
+        "api_key_env": "ANTHROPIC_API_KEY",
+    },
+    "ollama": {"kind": "openai", "base_url": "http://localhost:11434/v1"},
+    "offline": {"kind": "offline"},
+}
+"""Providers usable without a `[providers.<name>]` table; a table of the same name overlays
+these defaults field by field."""
+
+
+class ProviderSettings(BaseModel):
+    """One `[providers.<name>]` table (merged over a built-in of the same name)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    kind: ProviderKind
+    base_url: str | None = None
+    api_key_env: str | None = None
+    max_concurrency: int | None = Field(default=8, gt=0)
+    requests_per_minute: float | None = Field(default=None, gt=0)
+    tokens_per_minute: float | None = Field(default=None, gt=0)
+    max_attempts: int = Field(default=4, ge=1)
+    backoff_base_s: float = Field(default=0.5, ge=0)
+    backoff_cap_s: float = Field(default=20.0, ge=0)
+    max_retry_after_s: float = Field(default=60.0, ge=0)
+    # openai kind
+    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
+    # anthropic kind
+    anthropic_version: str = "2023-06-01"
+    default_max_output_tokens: int = Field(default=8192, gt=0)
+    # cli kind
+    command: tuple[str, ...] = ()
+    cwd: str | None = None
+    kill_grace_s: float = Field(default=2.0, ge=0)
+
+    @model_validator(mode="after")
+    def _check_kind_fields(self) -> ProviderSettings:
+        if self.kind in ("openai", "anthropic") and not self.base_url:
+            raise ValueError(f"kind = {self.kind!r} needs base_url")
+        if self.kind == "cli" and not self.command:
+            raise ValueError('kind = "cli" needs command, e.g. ["my-agent", "{prompt}"]')
+        return self
+
+
+class ModelEntry(BaseModel):
+    """One `[models.<alias>]` table."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    provider: str
+    model: str | None = None  # defaults to the alias itself
+    input_price_per_mtok: float = Field(default=0.0, ge=0)
+    output_price_per_mtok: float = Field(default=0.0, ge=0)
+    context_tokens: int | None = Field(default=None, gt=0)
+    max_output_tokens: int | None = Field(default=None, gt=0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResolvedModel:
+    """Everything needed to call the model behind an alias, except the key itself.
+
+    Attributes:
+        alias: The name used in the workflow file.
+        provider: The provider name (a `[providers.<name>]` table or a built-in).
+        kind: Which client serves it: openai, anthropic, cli or offline.
+        model: The provider's model id.
+        input_price_per_mtok: USD per million input tokens.
+        output_price_per_mtok: USD per million output tokens.
+        context_tokens: The model's context window, when known.
+        max_output_tokens: Output cap sent with each call, when configured.
+        api_key_env: Name of the variable holding the key (in the environment or the
+            secrets file); None when the provider needs no key.
+        secrets_file: The secrets file consulted after the environment, if any.
+        offline_fallback: True when no configuration exists and the offline provider was
+            chosen for that reason; the runtime should warn.
+    """
+
+    alias: str
+    provider: str
+    kind: ProviderKind
+    model: str
+    input_price_per_mtok: float = 0.0
+    output_price_per_mtok: float = 0.0
+    context_tokens: int | None = None
+    max_output_tokens: int | None = None
+    api_key_env: str | None = None
+    secrets_file: Path | None = None
+    offline_fallback: bool = False
+
+    def cost_usd(self, input_tokens: int, output_tokens: int) -> float:
+        """The price of a call with these token counts at this alias's rates."""
+        return (
+            input_tokens * self.input_price_per_mtok + output_tokens * self.output_price_per_mtok
+        ) / 1_000_000
