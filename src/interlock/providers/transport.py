@@ -187,7 +187,11 @@ class HttpEndpoint:
             )
         delay = self.retry.delay(attempt, retry_after)
         if time.monotonic() + delay >= deadline:
-            raise failure
+            raise ProviderError(
+                f"{failure} (not retried: waiting {delay:.1f}s would pass the call's timeout)",
+                retryable=True,
+                status=failure.status,
+            )
         logger.warning(
             "%s: %s; retry %d of %d in %.1fs",
             self.name,

@@ -1,0 +1,219 @@
+"""A local HTTP server speaking the OpenAI chat-completions and Anthropic Messages wire formats.
+
+It checks the key and the model like the real services do, streams answers as server-sent
+events, records every request, and can be told to misbehave for the next requests.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Recorded:
+    """One request as the server received it."""
+
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+@dataclass
+class Fault:
+    """How to misbehave on one request (fields combine)."""
+
+    status: int | None = None  # answer with this error status
+    retry_after: str | None = None  # Retry-After header on the error
+    delay: float = 0.0  # wait before answering at all
+    truncate: bool = False  # stream part of the text, then close without finishing
+    stall: float = 0.0  # after the first fragment, wait this long
+    no_usage: bool = False  # never report token usage
+    stream_error: bool = False  # send an error event in the middle of the stream
+
+
+@dataclass
+class FakeState:
+    """Shared between the test and the handler threads."""
+
+    api_key: str
+    models: set[str]
+    reply: list[str]
+    input_tokens: int = 1000
+    output_tokens: int = 500
+    faults: deque[Fault] = field(default_factory=deque)
+    requests: list[Recorded] = field(default_factory=list)
+    in_flight: int = 0
+    max_in_flight: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    stopping: threading.Event = field(default_factory=threading.Event)
+
+
+def _openai_error(status: int, message: str, kind: str, code: str | None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+def _anthropic_error(kind: str, message: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+class Handler(BaseHTTPRequestHandler):
+    """Answers POST /v1/chat/completions and POST /v1/messages."""
+
+    server: FakeServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # keep test output clean
+
+    def do_POST(self) -> None:
+        state = self.server.state
+        raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        body = json.loads(raw or b"{}")
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        with state.lock:
+            state.requests.append(Recorded(self.path, headers, body))
+            fault = state.faults.popleft() if state.faults else Fault()
+            state.in_flight += 1
+            state.max_in_flight = max(state.max_in_flight, state.in_flight)
+        try:
+            if fault.delay:
+                state.stopping.wait(fault.delay)
+            if self.path == "/v1/chat/completions":
+                self._openai(state, headers, body, fault)
+            elif self.path == "/v1/messages":
+                self._anthropic(state, headers, body, fault)
+            else:
+                self._json(404, {"error": "not found"})
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (timeout tests)
+        finally:
+            with state.lock:
+                state.in_flight -= 1
+
+    def _json(self, status: int, payload: dict[str, Any], extra: dict[str, str] | None = None) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for key, value in (extra or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.end_headers()  # HTTP/1.0: the body ends when the connection closes
+
+    def _send(self, data: str, event: str | None = None) -> None:
+        prefix = f"event: {event}\n" if event else ""
+        self.wfile.write(f"{prefix}data: {data}\n\n".encode())
+        self.wfile.flush()
+
+    def _openai(self, state: FakeState, headers: dict[str, str], body: dict[str, Any], fault: Fault) -> None:
+        key = headers.get("authorization", "").removeprefix("Bearer ")
+        if key != state.api_key:
+            # The real service echoes (part of) the key it was given.
+            message = f"Incorrect API key provided: {key}. You can find your API key at https://platform.openai.com/account/api-keys."
+            return self._json(401, _openai_error(401, message, "invalid_request_error", "invalid_api_key"))
+        if fault.status == 429:
+            message = "Rate limit reached for requests per min (RPM): Limit 3, Used 3, Requested 1."
+            extra = {"Retry-After": fault.retry_after} if fault.retry_after else {}
+            return self._json(429, _openai_error(429, message, "requests", "rate_limit_exceeded"), extra)
+        if fault.status is not None:
+            message = "The server had an error while processing your request. Sorry about that!"
+            extra = {"Retry-After": fault.retry_after} if fault.retry_after else {}
+            return self._json(fault.status, _openai_error(fault.status, message, "server_error", None), extra)
+        if body.get("model") not in state.models:
+            message = f"The model `{body.get('model')}` does not exist or you do not have access to it."
+            return self._json(404, _openai_error(404, message, "invalid_request_error", "model_not_found"))
+        self._start_stream()
+        base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": body["model"]}
+        first = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+        self._send(json.dumps({**base, "choices": [first]}))
+        for number, part in enumerate(state.reply):
+            if fault.truncate and number == len(state.reply) // 2:
+                return
+            if fault.stream_error and number == 1:
+                return self._send(json.dumps({"error": {"message": "The server had an error", "type": "server_error"}}))
+            choice = {"index": 0, "delta": {"content": part}, "finish_reason": None}
+            self._send(json.dumps({**base, "choices": [choice]}))
+            if fault.stall and number == 0:
+                state.stopping.wait(fault.stall)
+        self._send(json.dumps({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
+        if (body.get("stream_options") or {}).get("include_usage") and not fault.no_usage:
+            usage = {
+                "prompt_tokens": state.input_tokens,
+                "completion_tokens": state.output_tokens,
+                "total_tokens": state.input_tokens + state.output_tokens,
+            }
+            self._send(json.dumps({**base, "choices": [], "usage": usage}))
+        self._send("[DONE]")
+
+    def _anthropic(self, state: FakeState, headers: dict[str, str], body: dict[str, Any], fault: Fault) -> None:
+        if headers.get("x-api-key") != state.api_key:
+            return self._json(401, _anthropic_error("authentication_error", "invalid x-api-key"))
+        if fault.status == 429:
+            extra = {"Retry-After": fault.retry_after} if fault.retry_after else {}
+            return self._json(429, _anthropic_error("rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit"), extra)
+        if fault.status is not None:
+            kind = "overloaded_error" if fault.status == 529 else "api_error"
+            return self._json(fault.status, _anthropic_error(kind, "Overloaded" if fault.status == 529 else "Internal server error"))
+        if "max_tokens" not in body:
+            return self._json(400, _anthropic_error("invalid_request_error", "max_tokens: Field required"))
+        if body.get("model") not in state.models:
+            return self._json(404, _anthropic_error("not_found_error", f"model: {body.get('model')}"))
+        self._start_stream()
+        message = {
+            "id": "msg_1", "type": "message", "role": "assistant", "content": [], "model": body["model"],
+            "stop_reason": None, "stop_sequence": None,
+            "usage": {"input_tokens": state.input_tokens, "output_tokens": 1},
+        }
+        self._send(json.dumps({"type": "message_start", "message": message}), "message_start")
+        start = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+        self._send(json.dumps(start), "content_block_start")
+        self._send(json.dumps({"type": "ping"}), "ping")
+        for number, part in enumerate(state.reply):
+            if fault.truncate and number == len(state.reply) // 2:
+                return
+            if fault.stream_error and number == 1:
+                return self._send(json.dumps(_anthropic_error("overloaded_error", "Overloaded")), "error")
+            delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": part}}
+            self._send(json.dumps(delta), "content_block_delta")
+        self._send(json.dumps({"type": "content_block_stop", "index": 0}), "content_block_stop")
+        usage = {} if fault.no_usage else {"output_tokens": state.output_tokens}
+        delta_event = {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None}, "usage": usage}
+        self._send(json.dumps(delta_event), "message_delta")
+        self._send(json.dumps({"type": "message_stop"}), "message_stop")
+
+
+class FakeServer(ThreadingHTTPServer):
+    """The server; `state` is what tests configure and inspect."""
+
+    daemon_threads = True
+
+    def __init__(self, state: FakeState) -> None:
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.state = state
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:<port>``."""
+        host, port = self.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def fail_next(self, *faults: Fault) -> None:
+        """Misbehave on the next requests, one fault per request."""
+        with self.state.lock:
+            self.state.faults.extend(faults)
+
+    @property
+    def requests(self) -> list[Recorded]:
+        """Every request received so far."""
+        with self.state.lock:
+            return list(self.state.requests)
