@@ -1,0 +1,90 @@
+"""API keys never appear in exception messages, reprs or logs."""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import traceback
+from pathlib import Path
+
+import pytest
+
+from interlock.providers import ModelConfig, ProviderError, ProviderRegistry, Secret, redact
+
+from .conftest import RecordingSleep
+from .fake_llm_server import Fault, FakeServer
+from .helpers import openai, request, run
+
+CANARY = "sk-canary-5f1e2d3c4b5a69788796a5b4"
+
+
+def _everything_said(error: BaseException) -> str:
+    """The message, repr and formatted traceback of an exception and its causes."""
+    return "".join(traceback.format_exception(error)) + repr(error) + str(error)
+
+
+def test_secret_masks_its_value() -> None:
+    """A Secret's repr and str show a mask, and it refuses to be pickled."""
+    secret = Secret(CANARY)
+    assert CANARY not in repr(secret) and CANARY not in str(secret) and CANARY not in f"{secret}"
+    assert secret.reveal() == CANARY
+    with pytest.raises(TypeError):
+        pickle.dumps(secret)
+
+
+def test_redact_replaces_every_occurrence() -> None:
+    """redact removes each occurrence of each key from a text."""
+    text = f"key {CANARY} and again {CANARY}"
+    assert redact(text, [None, Secret(CANARY)]) == "key [redacted] and again [redacted]"
+
+
+def test_echoed_key_in_a_401_body_is_redacted(
+    server: FakeServer, sleep: RecordingSleep, caplog: pytest.LogCaptureFixture
+) -> None:
+    """When the server echoes a rejected key, neither the error nor the logs contain it."""
+    caplog.set_level(logging.DEBUG)
+    provider = openai(server, sleep, key=CANARY)
+    with pytest.raises(ProviderError) as caught:
+        run(provider, lambda: provider.complete(request()))
+    assert server.requests[0].headers["authorization"] == f"Bearer {CANARY}"  # it was sent
+    assert "Incorrect API key provided: [redacted]" in str(caught.value)
+    assert CANARY not in _everything_said(caught.value)
+    assert CANARY not in caplog.text
+    assert CANARY not in repr(provider)
+
+
+def test_retry_logs_do_not_contain_the_key(
+    server: FakeServer, sleep: RecordingSleep, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Retries are logged without the key, even at debug level for the HTTP library."""
+    caplog.set_level(logging.DEBUG)
+    server.state.api_key = CANARY
+    server.fail_next(Fault(status=429, retry_after="1"), Fault(status=500))
+    provider = openai(server, sleep, key=CANARY)
+    run(provider, lambda: provider.complete(request()))
+    assert "retry 1 of 3" in caplog.text
+    assert CANARY not in caplog.text
+
+
+def test_config_and_resolved_model_reprs_hide_the_key(tmp_path: Path) -> None:
+    """Printing the configuration, a resolved alias or its key shows no key."""
+    (tmp_path / "interlock.toml").write_text(
+        '[models.main]\nprovider = "openai"\nmodel = "gpt-test"\n', encoding="utf-8"
+    )
+    config = ModelConfig.load([tmp_path], env={"OPENAI_API_KEY": CANARY})
+    resolved = config.resolve("main")
+    key = config.api_key(resolved)
+    assert key is not None and key.reveal() == CANARY
+    for shown in (repr(config), str(config), repr(resolved), repr(key)):
+        assert CANARY not in shown
+
+
+def test_built_provider_hides_the_key(tmp_path: Path) -> None:
+    """A provider built from configuration has no key in its repr or attributes' reprs."""
+    (tmp_path / "interlock.toml").write_text(
+        '[models.main]\nprovider = "anthropic"\nmodel = "claude-test"\n', encoding="utf-8"
+    )
+    config = ModelConfig.load([tmp_path], env={"ANTHROPIC_API_KEY": CANARY})
+    provider = ProviderRegistry().build(config.resolve("main"), config)
+    assert CANARY not in repr(provider)
+    assert all(CANARY not in repr(value) for value in vars(provider).values())
