@@ -1,8 +1,9 @@
 """Loading `interlock.toml`: which provider and model id each alias in a workflow means.
 
-The caller passes candidate paths (a file, or a directory holding ``interlock.toml``); the
-runtime passes the workflow file's directory first, then the state directory. Every
-existing file is read; when two define the same provider or alias, the earlier file wins.
+The caller passes candidate paths (a ``.toml`` file, or a directory that may hold an
+``interlock.toml``); the runtime passes the workflow file's directory first, then the state
+directory. Every existing file is read; when two define the same provider or alias, the
+earlier file wins.
 
 File format::
 
@@ -111,14 +112,18 @@ class ModelConfig:
         """Read every existing candidate plus the environment.
 
         Args:
-            candidates: Files, or directories containing ``interlock.toml``, in priority order.
+            candidates: In priority order: ``.toml`` files, or directories that may hold an
+                ``interlock.toml``.
             env: The environment to use; defaults to ``os.environ``.
 
         Raises:
             ConfigError: A file is unreadable or invalid (the message names the file).
         """
         environ = dict(os.environ if env is None else env)
-        paths = [Path(c) / CONFIG_NAME if Path(c).is_dir() else Path(c) for c in candidates]
+        # A directory need not exist yet (a fresh state directory), so decide by the name.
+        paths = [
+            Path(c) if Path(c).suffix == ".toml" else Path(c) / CONFIG_NAME for c in candidates
+        ]
         env_sources: list[str] = []
         if environ.get("INTERLOCK_CONFIG"):
             explicit = Path(environ["INTERLOCK_CONFIG"])
