@@ -1,0 +1,228 @@
+"""The Python API: everything the CLI does, for applications that embed interlock.
+
+from interlock import Interlock
+app = Interlock(home=".interlock")
+run_id = app.start("examples/research.json", "research", topic="FSA architecture")
+state = app.drive(run_id)          # blocks until delivered, failed or paused
+print(state.status, app.final_path(run_id))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from interlock.core.loader import Definition, Workflow, load_workflow
+from interlock.core.observe import CommandKind
+from interlock.core.state import RunState, RunStatus, fold
+from interlock.errors import RunNotFound, UsageError
+from interlock.runtime.home import Home, check_run_id
+from interlock.runtime.models import ModelRunner
+from interlock.runtime.orchestrator import Orchestrator, Settings
+from interlock.runtime.projection import ledger_view, status_view
+from interlock.storage import Store, StoredEvent, open_store
+
+
+class Interlock:
+    """One state directory (or store URL) and the operations on its runs."""
+
+    def __init__(
+        self,
+        home: str | Path | None = None,
+        *,
+        store: str | Store | None = None,
+        synchronous: Literal["FULL", "NORMAL"] = "FULL",
+        settings: Settings | None = None,
+        models: ModelRunner | None = None,
+    ) -> None:
+        self.home = Home.at(home)
+        if isinstance(store, str) or store is None:
+            options: dict[str, Any] = {}
+            if store is None or store.startswith("sqlite:"):
+                options["synchronous"] = synchronous
+            self.store: Store = open_store(store, self.home.root, **options)
+        else:
+            self.store = store
+        self.settings = settings or Settings()
+        self.models = models
+        self._orchestrator: Orchestrator | None = None
+
+    @property
+    def orchestrator(self) -> Orchestrator:
+        """The in-process orchestrator (created on first use)."""
+        if self._orchestrator is None:
+            self._orchestrator = Orchestrator(
+                self.store, self.home, models=self.models, settings=self.settings
+            )
+        return self._orchestrator
+
+    # -- starting and driving -----------------------------------------------------------------
+
+    def start(
+        self,
+        workflow: str | Path | Workflow | Definition,
+        pipeline: str | None = None,
+        *,
+        topic: str,
+        inputs: dict[str, Any] | None = None,
+        run_id: str | None = None,
+    ) -> str:
+        """Record a new run and hold its lease; `drive` carries it out."""
+        definition = self._definition(workflow, pipeline)
+        if run_id is not None:
+            check_run_id(run_id)
+        return self.orchestrator.create_run(definition, topic=topic, inputs=inputs, run_id=run_id)
+
+    def drive(self, *run_ids: str, stop_when_paused: bool = True) -> RunState:
+        """Drive runs (taking their leases if needed) until they end or pause; returns the
+        state of the first."""
+        asyncio.run(self.drive_async(*run_ids, stop_when_paused=stop_when_paused))
+        return self.state(run_ids[0])
+
+    async def drive_async(self, *run_ids: str, stop_when_paused: bool = True) -> None:
+        """The asynchronous form of `drive`."""
+        orchestrator = self.orchestrator
+        for run_id in run_ids:
+            if run_id not in orchestrator.drivers:
+                orchestrator.take(run_id)
+        try:
+            await orchestrator.run_until_settled(stop_when_paused=stop_when_paused)
+        finally:
+            await orchestrator.shutdown()
+
+    def run(
+        self,
+        workflow: str | Path | Workflow | Definition,
+        pipeline: str | None = None,
+        *,
+        topic: str,
+        inputs: dict[str, Any] | None = None,
+    ) -> RunState:
+        """Start a run and drive it until it ends or pauses."""
+        return self.drive(self.start(workflow, pipeline, topic=topic, inputs=inputs))
+
+    def resume(self, run_id: str) -> RunState:
+        """Drive an existing run again (after a crash, an interrupt or an approval)."""
+        return self.drive(self.resolve(run_id))
+
+    # -- people's commands --------------------------------------------------------------------
+
+    def approve(self, run_id: str, message: str = "", by: str | None = None) -> str:
+        """Approve a paused run; its driver records it (exactly once) at the next tick."""
+        run_id = self.resolve(run_id)
+        state = self.state(run_id)
+        if state.status is not RunStatus.PAUSED:
+            raise UsageError(
+                f"run {run_id} is not paused (it is {state.status.value}); nothing to approve"
+            )
+        self._post(run_id, CommandKind.APPROVE, message, by)
+        return run_id
+
+    def cancel(self, run_id: str, reason: str = "", by: str | None = None) -> str:
+        """Ask for a run to be cancelled; in-flight tasks are stopped."""
+        run_id = self.resolve(run_id)
+        state = self.state(run_id)
+        if state.status.ended:
+            raise UsageError(f"run {run_id} already ended ({state.status.value})")
+        self._post(run_id, CommandKind.CANCEL, reason, by)
+        return run_id
+
+    def message(self, run_id: str, text: str, by: str | None = None) -> str:
+        """Add a person's note to the run's history."""
+        run_id = self.resolve(run_id)
+        self._post(run_id, CommandKind.MESSAGE, text, by)
+        return run_id
+
+    def _post(self, run_id: str, kind: CommandKind, message: str, by: str | None) -> None:
+        self.store.post_command(run_id, kind.value, message, by or _user(), time.time())
+        if self._orchestrator is not None:
+            self._orchestrator.wake()
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def resolve(self, prefix: str) -> str:
+        """The run id an unambiguous prefix names."""
+        if not prefix:
+            raise UsageError("give a run id (see 'interlock runs')")
+        matches = self.store.find_runs(prefix)
+        if prefix in matches:
+            return prefix
+        if not matches:
+            raise RunNotFound(f"no run matches {prefix!r} (see 'interlock runs')")
+        if len(matches) > 1:
+            raise UsageError(
+                f"{prefix!r} matches several runs ({', '.join(matches[:5])}); give more of the id"
+            )
+        return matches[0]
+
+    def events(self, run_id: str, since: int = 0) -> list[StoredEvent]:
+        """A run's history from `since` on."""
+        return self.store.events(self.resolve(run_id), since)
+
+    def state(self, run_id: str) -> RunState:
+        """The run's state, folded from its history."""
+        run_id = self.resolve(run_id)
+        return fold([s.event for s in self.store.events(run_id)])
+
+    def status(self, run_id: str) -> dict[str, Any]:
+        """The `status.json` view of a run."""
+        run_id = self.resolve(run_id)
+        record = self.store.get_run(run_id)
+        definition = self.orchestrator.definition(record.pipeline, record.definition_hash)
+        return status_view(definition.pipeline, self.state(run_id), run_id)
+
+    def ledger(self, run_id: str) -> dict[str, Any]:
+        """The dispatch-ledger view of a run."""
+        run_id = self.resolve(run_id)
+        events = self.store.events(run_id)
+        return ledger_view(self.store.get_run(run_id), fold([s.event for s in events]), events)
+
+    def run_dir(self, run_id: str) -> Path:
+        """Where the run's files are (the archive, once archived)."""
+        return self.home.run_dir(self.resolve(run_id))
+
+    def final_path(self, run_id: str) -> Path | None:
+        """`final.md` of a delivered run."""
+        path = self.run_dir(run_id) / "final.md"
+        return path if path.exists() else None
+
+    def watch(self, run_id: str, since: int = 0, poll: float = 0.2) -> Iterator[StoredEvent]:
+        """Yield the run's events as they are recorded, until it ends."""
+        run_id = self.resolve(run_id)
+        while True:
+            batch = self.store.events(run_id, since)
+            yield from batch
+            if batch:
+                since = batch[-1].seq
+            if self.store.get_run(run_id).summary.status in ("delivered", "failed", "cancelled"):
+                if not self.store.events(run_id, since):
+                    return
+            time.sleep(poll)
+
+    def close(self) -> None:
+        """Close the store."""
+        self.store.close()
+
+    def _definition(
+        self, workflow: str | Path | Workflow | Definition, pipeline: str | None
+    ) -> Definition:
+        if isinstance(workflow, Definition):
+            return workflow
+        loaded = workflow if isinstance(workflow, Workflow) else load_workflow(workflow)
+        if pipeline is None:
+            if len(loaded.definitions) != 1:
+                names = ", ".join(sorted(loaded.definitions))
+                raise UsageError(f"{loaded.source}: name the pipeline to run ({names})")
+            pipeline = next(iter(loaded.definitions))
+        return loaded.get(pipeline)
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no user name in some containers: commands still work
+        return "unknown"

@@ -1,0 +1,61 @@
+"""Committing outputs: a file appears at its final path only complete, by an atomic rename."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from pathlib import Path
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename or creation in `path` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Write `data` to `path` through a temporary file and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        if durable:
+            handle.flush()
+            os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    if durable:
+        fsync_dir(path.parent)
+
+
+def digest(path: Path) -> tuple[str, int]:
+    """(sha256 hex, size in bytes) of a file."""
+    sha = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            sha.update(block)
+            size += len(block)
+    return sha.hexdigest(), size
+
+
+def commit(tmp: Path, final: Path, *, durable: bool = True) -> tuple[str, int]:
+    """Move a finished output into place; returns its (sha256, size)."""
+    if durable:
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+    sha, size = digest(tmp)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(tmp, final)
+    if durable:
+        fsync_dir(final.parent)
+    return sha, size
+
+
+def discard(path: Path) -> None:
+    """Remove a temporary output if it exists."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()

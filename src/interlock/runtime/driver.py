@@ -1,0 +1,234 @@
+"""One run as the orchestrator drives it: its folded state, its lease, its running tasks.
+
+The driver turns what happened since the last tick into events (`observe`), asks the engine
+what follows (`settle`), and after the orchestrator committed both, carries the decisions out
+(`act`). Acting is idempotent: it looks at the state, not at the decisions, so a crash between
+"recorded" and "acted" is repaired by acting again on resume.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from interlock.core import events as ev
+from interlock.core.decide import settle
+from interlock.core.extract import ExtractionError, extract_values
+from interlock.core.loader import Definition
+from interlock.core.observe import Command, CommandKind, accept_result, interpret_command
+from interlock.core.state import RunState, TaskState, apply, artifact_name
+from interlock.core.templates import TemplateProblem, render_task
+from interlock.core.validate import read_name
+from interlock.runtime import artifacts
+from interlock.runtime.executors import Outcome, TaskSpec
+from interlock.runtime.projection import status_view
+from interlock.storage.base import CommandRecord, Lease, NewEvent, RunSummary
+
+if TYPE_CHECKING:
+    from interlock.runtime.orchestrator import Orchestrator
+
+log = logging.getLogger("interlock.runtime")
+
+
+@dataclass
+class Report:
+    """A worker's report waiting for the next tick, with its temporary output."""
+
+    event: ev.TaskStarted | ev.TaskCompleted | ev.TaskFailed | ev.TaskTimedOut
+    tmp: Path | None = None
+
+
+@dataclass
+class RunDriver:
+    """The orchestrator's working copy of one run."""
+
+    definition: Definition
+    state: RunState
+    lease: Lease
+    run_dir: Path
+    handles: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    reports: list[Report] = field(default_factory=list)
+    commands: list[CommandRecord] = field(default_factory=list)
+    checked_adoption: bool = False
+    dirty: bool = True
+
+    @property
+    def run_id(self) -> str:
+        """The run's id."""
+        return self.state.run_id
+
+    def observe(self, now: float) -> tuple[list[NewEvent], list[int]]:
+        """Turn reports, files found on disk and commands into events (applied to state)."""
+        observed: list[NewEvent] = []
+        for report in self.reports:
+            event = report.event
+            if not accept_result(self.state, event):
+                if report.tmp is not None:
+                    artifacts.discard(report.tmp)  # a stale or duplicate attempt: drop it
+                continue
+            if isinstance(event, ev.TaskCompleted) and report.tmp is not None:
+                event = self._commit_output(event, report.tmp)
+            apply(self.state, event)
+            observed.append(NewEvent(event=event))
+        self.reports.clear()
+        if not self.checked_adoption:
+            observed += self._adopt(now)
+            self.checked_adoption = True
+        consumed = []
+        for record in self.commands:
+            command = Command(kind=CommandKind(record.kind), message=record.message, by=record.by)
+            outcome = interpret_command(self.state, command, now)
+            if isinstance(outcome, ev.Event):
+                apply(self.state, outcome)
+                observed.append(NewEvent(event=outcome, why=f"{record.kind} from {record.by}"))
+            else:
+                log.info(outcome, extra={"run_id": self.run_id, "action": "command_refused"})
+            consumed.append(record.id)
+        self.commands.clear()
+        return observed, consumed
+
+    def decide(self, now: float) -> list[NewEvent]:
+        """Settle the engine on the current state (decisions are applied to state)."""
+        decisions = settle(self.definition.pipeline, self.state, now)
+        return [NewEvent(event=d.event, rule=d.rule.value, why=d.why) for d in decisions]
+
+    def summary(self) -> RunSummary:
+        """The listing row for the current state."""
+        state = self.state
+        return RunSummary(
+            status=state.status.value, phase=state.current.phase if state.current else None,
+            cost_usd=state.cost_usd, tokens=state.tokens, warnings=len(state.warnings),
+            updated_at=state.updated_at,
+        )  # fmt: skip
+
+    def final_path(self, task: TaskState) -> Path:
+        """Where a task's output is committed."""
+        worker = self.definition.pipeline.worker(task.role)
+        return self.run_dir / artifact_name(worker.output_name, task.visit, task.item)
+
+    def _commit_output(self, event: ev.TaskCompleted, tmp: Path) -> ev.TaskCompleted:
+        task = self.state.tasks[event.task_id]
+        final = self.final_path(task)
+        sha, size = artifacts.commit(tmp, final)
+        return ev.TaskCompleted(
+            at=event.at, task_id=event.task_id, attempt=event.attempt, artifact=final.name,
+            sha256=sha, size=size, values=event.values, usage=event.usage,
+        )  # fmt: skip
+
+    def _adopt(self, now: float) -> list[NewEvent]:
+        """Outputs committed while no orchestrator was recording (it died in between)."""
+        adopted = []
+        for task in self.state.in_flight():
+            final = self.final_path(task)
+            if task.task_id in self.handles or not final.is_file():
+                continue
+            worker = self.definition.pipeline.worker(task.role)
+            try:
+                values = extract_values(worker.extract, final.read_text(encoding="utf-8"))
+            except (ExtractionError, UnicodeDecodeError):
+                continue  # only outputs that passed extraction are ever committed
+            sha, size = artifacts.digest(final)
+            event = ev.TaskCompleted(
+                at=now, task_id=task.task_id, attempt=task.attempt, artifact=final.name,
+                sha256=sha, size=size, values=values, adopted=True,
+            )  # fmt: skip
+            apply(self.state, event)
+            adopted.append(NewEvent(event=event, why="output found committed on disk"))
+        return adopted
+
+    def act(self, orchestrator: Orchestrator) -> None:
+        """Carry out what the state calls for; safe to repeat."""
+        state = self.state
+        if state.status.ended:
+            for handle in self.handles.values():
+                handle.cancel()
+        else:
+            for task in state.in_flight():
+                if task.task_id not in self.handles:
+                    self.handles[task.task_id] = orchestrator.start_task(self, task)
+        if state.delivered is not None:
+            final_md = self.run_dir / "final.md"
+            if not final_md.exists() and (self.run_dir / state.delivered).exists():
+                artifacts.write_atomic(final_md, (self.run_dir / state.delivered).read_bytes())
+        if orchestrator.settings.write_status and self.run_dir.is_dir():
+            self.write_status()
+        if state.archived:
+            self._archive(orchestrator)
+
+    def write_status(self) -> None:
+        """Write `status.json` atomically (a projection: no fsync)."""
+        import json
+
+        view = status_view(self.definition.pipeline, self.state, self.run_dir.name)
+        data = json.dumps(view, indent=2, default=str).encode()
+        artifacts.write_atomic(self.run_dir / "status.json", data, durable=False)
+
+    def _archive(self, orchestrator: Orchestrator) -> None:
+        target = orchestrator.home.archive_dir(self.run_id)
+        if self.run_dir == target or not self.run_dir.exists():
+            return
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            shutil.move(str(self.run_dir), str(target))
+        self.run_dir = target
+
+    def task_spec(self, task: TaskState, tmp: Path) -> TaskSpec | Outcome:
+        """What the worker of `task` receives, or why it cannot run."""
+        pipeline = self.definition.pipeline
+        worker = pipeline.worker(task.role)
+        items = self.state.current.items if self.state.current else None
+        item = items[task.item] if items is not None and task.item is not None else None
+        values: dict[str, Any] = {
+            **self.state.inputs, "topic": self.state.topic, "inputs": self.state.inputs,
+            "item": item, "item_index": task.item, "visit": task.visit, "run_id": self.run_id,
+        }  # fmt: skip
+        try:
+            text = render_task(worker.task, values)
+            command = worker.command
+            if command is not None:
+                command = [render_task(arg, values) for arg in command]
+                worker = worker.model_copy(update={"command": command})
+        except TemplateProblem as exc:
+            return Outcome(ok=False, error=str(exc), retryable=False)
+        reads = self._reads(task)
+        if isinstance(reads, Outcome):
+            return reads
+        key = hashlib.sha256(f"{self.run_id}/{task.task_id}/{task.attempt}".encode()).hexdigest()
+        return TaskSpec(
+            run_id=self.run_id, task_id=task.task_id, attempt=task.attempt, worker=worker,
+            task=text, topic=self.state.topic, inputs=self.state.inputs, item=item,
+            reads=reads, output=tmp, run_dir=self.run_dir, log_dir=self.run_dir / "logs",
+            model=task.model, idempotency_key=key[:32],
+        )  # fmt: skip
+
+    def _reads(self, task: TaskState) -> list[tuple[str, Path]] | Outcome:
+        pipeline = self.definition.pipeline
+        worker = pipeline.worker(task.role)
+        writers = {w.output_name: w.role for p in pipeline.phases for w in p.workers}
+        reads = []
+        for entry in worker.reads:
+            name, optional = read_name(entry)
+            role = writers[name]
+            visit_outputs = self.state.outputs.get(role)
+            files: list[str] = []
+            if visit_outputs is not None:
+                by_item = visit_outputs[1]
+                same_lane = pipeline.phase_of(role).id == task.phase and task.item is not None
+                if same_lane:
+                    files = [by_item[task.item]] if task.item in by_item else []
+                else:
+                    files = [
+                        by_item[k] for k in sorted(by_item, key=lambda k: -1 if k is None else k)
+                    ]
+            if not files and not optional:
+                return Outcome(
+                    ok=False, error=f"input {name!r} has not been written", retryable=False
+                )
+            reads += [(name, self.run_dir / f) for f in files]
+        return reads

@@ -1,0 +1,231 @@
+"""Running one task attempt: a command, a Python callable, or a model call.
+
+An executor gets a `TaskSpec` (the rendered task, the inputs it reads, one temporary output
+path) and returns an `Outcome`. It never touches run state; the orchestrator decides what the
+outcome means and commits the output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import importlib
+import inspect
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from interlock.core.workflow import Worker
+
+ProgressCallback = Callable[[str, str], None]
+"""Called with (task_id, text fragment) as a model streams."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskSpec:
+    """Everything a worker receives for one attempt."""
+
+    run_id: str
+    task_id: str
+    attempt: int
+    worker: Worker
+    task: str  # the rendered task text
+    topic: str
+    inputs: dict[str, Any]
+    item: Any
+    reads: list[tuple[str, Path]]  # (file name, path) of each output it reads
+    output: Path  # temporary path to write; committed by the orchestrator on success
+    run_dir: Path
+    log_dir: Path
+    model: str | None
+    idempotency_key: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    """How an attempt ended."""
+
+    ok: bool
+    error: str = ""
+    retryable: bool = True
+    timed_out: bool = False
+    usage: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskContext:
+    """What a `call:` worker function receives."""
+
+    spec: TaskSpec
+
+    @property
+    def task(self) -> str:
+        """The rendered task text."""
+        return self.spec.task
+
+    @property
+    def topic(self) -> str:
+        """The run's topic."""
+        return self.spec.topic
+
+    @property
+    def inputs(self) -> dict[str, Any]:
+        """The run's inputs."""
+        return self.spec.inputs
+
+    @property
+    def item(self) -> Any:
+        """The fan-out item (None outside for_each)."""
+        return self.spec.item
+
+    @property
+    def output_path(self) -> Path:
+        """Where to write the output (or return it as a string instead)."""
+        return self.spec.output
+
+    def read(self, name: str) -> str:
+        """The text of one of the files the worker `reads` (fan-in: joined in item order)."""
+        parts = [p.read_text(encoding="utf-8") for n, p in self.spec.reads if n == name]
+        if not parts:
+            raise KeyError(f"{name!r} is not among this worker's reads")
+        return "\n\n".join(parts)
+
+
+CallTarget = Callable[[TaskContext], str | None | Awaitable[str | None]]
+_REGISTRY: dict[str, CallTarget] = {}
+
+
+def register(name: str, function: CallTarget) -> None:
+    """Make `function` available to workflow files as `call: <name>`."""
+    _REGISTRY[name] = function
+
+
+def resolve_call(reference: str) -> CallTarget:
+    """A registered name, or `package.module:function`."""
+    if reference in _REGISTRY:
+        return _REGISTRY[reference]
+    module_name, _, attribute = reference.partition(":")
+    if not attribute:
+        known = ", ".join(sorted(_REGISTRY)) or "none"
+        raise LookupError(f"call {reference!r} is not registered (registered: {known})")
+    module = importlib.import_module(module_name)
+    target: CallTarget = getattr(module, attribute)
+    return target
+
+
+def expand_argv(argv: list[str], spec: TaskSpec) -> list[str]:
+    """Fill placeholders; each value stays one argv item (never split, never a shell)."""
+    values = {
+        "{output}": str(spec.output), "{task}": spec.task, "{topic}": spec.topic,
+        "{run_dir}": str(spec.run_dir), "{item}": "" if spec.item is None else str(spec.item),
+    }  # fmt: skip
+    expanded: list[str] = []
+    for arg in argv:
+        if arg == "{inputs}":
+            expanded += [str(path) for _, path in spec.reads]
+            continue
+        for name, path in spec.reads:
+            arg = arg.replace(f"{{input:{name}}}", str(path))
+        for key, value in values.items():
+            arg = arg.replace(key, value)
+        expanded.append(arg)
+    return expanded
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGKILL if the orchestrator dies, so no worker outlives it unseen."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+async def run_command(spec: TaskSpec) -> Outcome:
+    """Run a `command:` worker in its own process group; kill the group on timeout or cancel."""
+    assert spec.worker.command is not None
+    argv = expand_argv(spec.worker.command, spec)
+    env = dict(os.environ)
+    env.update({
+        "INTERLOCK_OUTPUT": str(spec.output), "INTERLOCK_TASK": spec.task,
+        "INTERLOCK_TOPIC": spec.topic, "INTERLOCK_RUN_ID": spec.run_id,
+        "INTERLOCK_TASK_ID": spec.task_id, "INTERLOCK_ATTEMPT": str(spec.attempt),
+        "INTERLOCK_INPUTS": os.pathsep.join(str(p) for _, p in spec.reads),
+        "INTERLOCK_ITEM": "" if spec.item is None else str(spec.item),
+        "INTERLOCK_IDEMPOTENCY_KEY": spec.idempotency_key, "INTERLOCK_RUN_DIR": str(spec.run_dir),
+    })  # fmt: skip
+    spec.log_dir.mkdir(parents=True, exist_ok=True)
+    base = spec.log_dir / f"{spec.task_id}.{spec.attempt}"
+    with open(f"{base}.stdout", "wb") as out, open(f"{base}.stderr", "wb") as err:
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=err, env=env,
+                cwd=spec.run_dir, start_new_session=True,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            )  # fmt: skip
+        except OSError as exc:
+            return Outcome(ok=False, error=f"cannot start {argv[0]!r}: {exc}", retryable=False)
+        try:
+            code = await asyncio.wait_for(process.wait(), spec.worker.timeout)
+        except TimeoutError:
+            await _kill_group(process)
+            return Outcome(
+                ok=False, timed_out=True, error=f"timed out after {spec.worker.timeout:g}s"
+            )
+        except asyncio.CancelledError:
+            await _kill_group(process)
+            raise
+    if code != 0:
+        tail = _tail(Path(f"{base}.stderr"))
+        return Outcome(ok=False, error=f"exited with code {code}: {tail}".rstrip(": "))
+    if not spec.output.exists():
+        stdout = Path(f"{base}.stdout")
+        if stdout.stat().st_size == 0:
+            return Outcome(ok=False, error="exited 0 but wrote no output ($INTERLOCK_OUTPUT)")
+        os.replace(stdout, spec.output)  # a command that prints its output is fine too
+    return Outcome(ok=True)
+
+
+async def _kill_group(process: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(process.wait(), 5)
+
+
+def _tail(path: Path, limit: int = 2000) -> str:
+    try:
+        data = path.read_bytes()[-limit:]
+    except OSError:
+        return ""
+    return data.decode("utf-8", errors="replace").strip()
+
+
+async def run_call(spec: TaskSpec) -> Outcome:
+    """Run a `call:` worker: sync functions in a thread, coroutines on the loop."""
+    assert spec.worker.call is not None
+    try:
+        function = resolve_call(spec.worker.call)
+    except (LookupError, ImportError, AttributeError) as exc:
+        return Outcome(ok=False, error=f"call {spec.worker.call!r}: {exc}", retryable=False)
+    context = TaskContext(spec=spec)
+    try:
+        if inspect.iscoroutinefunction(function):
+            result = await asyncio.wait_for(function(context), spec.worker.timeout)  # type: ignore[arg-type]
+        else:
+            result = await asyncio.wait_for(
+                asyncio.to_thread(function, context), spec.worker.timeout
+            )
+    except TimeoutError:
+        return Outcome(ok=False, timed_out=True, error=f"timed out after {spec.worker.timeout:g}s")
+    except Exception as exc:  # a worker's own failure is data for the ledger, not a crash
+        return Outcome(ok=False, error=f"{type(exc).__name__}: {exc}")
+    if isinstance(result, str):
+        spec.output.parent.mkdir(parents=True, exist_ok=True)
+        spec.output.write_text(result, encoding="utf-8")
+    elif not spec.output.exists():
+        return Outcome(ok=False, error="returned no text and wrote no output")
+    return Outcome(ok=True)

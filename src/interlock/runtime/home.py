@@ -1,0 +1,65 @@
+"""The state directory: where the ledger, run directories and the archive live.
+
+    <home>/ledger.db            the embedded ledger (SQLite)
+    <home>/runs/<run-id>/       outputs, final.md, status.json, logs/ of a live run
+    <home>/archive/<run-id>/    the same, once delivered and archived
+
+Every path handed out is checked to stay inside the state directory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from interlock.errors import UsageError
+
+RUN_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,80}$")
+
+
+def default_home() -> Path:
+    """`$INTERLOCK_HOME`, else `./.interlock`."""
+    return Path(os.environ.get("INTERLOCK_HOME") or ".interlock")
+
+
+def check_run_id(run_id: str) -> str:
+    """Reject run ids that could name a path outside the state directory."""
+    if not RUN_ID.match(run_id):
+        raise UsageError(f"run id {run_id!r} is not valid: lowercase letters, digits and '-' only")
+    return run_id
+
+
+@dataclass(frozen=True)
+class Home:
+    """Paths inside one state directory."""
+
+    root: Path
+
+    @classmethod
+    def at(cls, root: str | Path | None = None) -> Home:
+        """The state directory at `root` (default: `default_home()`), made absolute."""
+        return cls(Path(root or default_home()).absolute())
+
+    def live_dir(self, run_id: str) -> Path:
+        """`runs/<id>` (the directory of a run that is not archived)."""
+        return self.root / "runs" / check_run_id(run_id)
+
+    def archive_dir(self, run_id: str) -> Path:
+        """`archive/<id>`."""
+        return self.root / "archive" / check_run_id(run_id)
+
+    def run_dir(self, run_id: str) -> Path:
+        """Wherever the run's directory is now (archive once moved there)."""
+        archived = self.archive_dir(run_id)
+        return archived if archived.is_dir() else self.live_dir(run_id)
+
+    def inside(self, base: Path, name: str) -> Path:
+        """`base/name`, refusing names that escape `base` (.., absolute, symlinks out)."""
+        if not name or "\x00" in name or name.startswith(("/", "\\")):
+            raise UsageError(f"file name {name!r} is not allowed")
+        target = (base / name).resolve()
+        if not target.is_relative_to(base.resolve()):
+            raise UsageError(f"file name {name!r} points outside the run directory")
+        return target

@@ -1,0 +1,425 @@
+"""The reconcile loop: the single writer of every run it holds the lease of.
+
+Each tick, for every run that has something new (a worker report, a command, a timer):
+observe, fold, decide, then append all runs' events in one transaction (group commit), and
+only then act (dispatch, deliver, archive). Nothing is started before it is recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from interlock.core import events as ev
+from interlock.core.decide import next_wake
+from interlock.core.extract import ExtractionError, extract_values
+from interlock.core.loader import Definition
+from interlock.core.state import RunState, RunStatus, TaskState, fold
+from interlock.errors import LeaseHeld, LeaseLost, StorageError, UsageError
+from interlock.runtime import artifacts
+from interlock.runtime.driver import Report, RunDriver
+from interlock.runtime.executors import Outcome, TaskSpec, run_call, run_command
+from interlock.runtime.home import Home
+from interlock.runtime.models import ModelRunner
+from interlock.storage.base import AppendBatch, NewEvent, Store
+
+log = logging.getLogger("interlock.runtime")
+
+EventListener = Callable[[str, int, NewEvent, RunState], None]
+ProgressListener = Callable[[str, str, str], None]  # run id, task id, text fragment
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """How the loop behaves; the defaults suit one machine."""
+
+    lease_ttl: float = 15.0  # seconds another orchestrator waits after this one dies
+    heartbeat: float = 0.5  # how often commands and the clock are looked at
+    max_concurrency: int = 16  # tasks running at once in this process
+    write_status: bool = True  # keep status.json current after every tick
+
+
+def new_owner() -> str:
+    """This process's identity in leases: host, pid and a nonce."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def holder_is_dead(holder: str) -> bool:
+    """True when a lease holder was a process on this host that no longer exists."""
+    host, _, rest = holder.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return int(pid_text) != os.getpid() and _is_zombie(int(pid_text))
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return False
+
+
+class Orchestrator:
+    """Drives runs: records decisions, then acts on them."""
+
+    def __init__(
+        self,
+        store: Store,
+        home: Home,
+        *,
+        models: ModelRunner | None = None,
+        settings: Settings | None = None,
+        clock: Callable[[], float] = time.time,
+        owner: str | None = None,
+    ) -> None:
+        self.store = store
+        self.home = home
+        self.models = models or ModelRunner()
+        self.settings = settings or Settings()
+        self.clock = clock
+        self.owner = owner or new_owner()
+        self.drivers: dict[str, RunDriver] = {}
+        self.listeners: list[EventListener] = []
+        self.progress_listeners: list[ProgressListener] = []
+        self._definitions: dict[str, Definition] = {}
+        self._slots = asyncio.Semaphore(self.settings.max_concurrency)
+        self._wake: asyncio.Event | None = None
+
+    # -- taking runs ----------------------------------------------------------------------
+
+    def create_run(
+        self,
+        definition: Definition,
+        *,
+        topic: str,
+        inputs: dict[str, Any] | None = None,
+        run_id: str | None = None,
+    ) -> str:
+        """Record a new run (pinned to `definition`) and take its lease."""
+        now = self.clock()
+        given = resolve_inputs(definition, inputs or {})
+        run_id = run_id or new_run_id(definition.name, now)
+        self.store.create_run(
+            run_id=run_id, pipeline=definition.name, topic=topic,
+            definition_hash=definition.hash, definition=definition.canonical,
+            source=definition.source, created_at=now,
+        )  # fmt: skip
+        lease = self.store.acquire_lease(run_id, self.owner, self.settings.lease_ttl, now)
+        created = ev.RunCreated(
+            at=now, run_id=run_id, pipeline=definition.name, definition_hash=definition.hash,
+            topic=topic, inputs=given,
+        )  # fmt: skip
+        first = [NewEvent(event=created)]
+        for alias in sorted(model_aliases(definition)):
+            with contextlib.suppress(Exception):
+                if self.models.resolve(alias).offline_fallback:
+                    message = (f"model {alias!r} has no provider configured: using the offline "
+                               "provider (placeholder text). Configure it in interlock.toml.")  # fmt: skip
+                    first.append(NewEvent(event=ev.Warned(at=now, message=message)))
+        state = fold([n.event for n in first])
+        driver = RunDriver(definition=definition, state=state, lease=lease,
+                           run_dir=self.home.live_dir(run_id))  # fmt: skip
+        driver.run_dir.mkdir(parents=True, exist_ok=True)
+        self.store.append(AppendBatch(lease=lease, events=first, summary=driver.summary()), now)
+        self._emit(driver, 1, first)
+        self.drivers[run_id] = driver
+        return run_id
+
+    def take(self, run_id: str, *, wait: bool = False) -> RunDriver:
+        """Take over an existing run: acquire its lease and fold its history."""
+        now = self.clock()
+        try:
+            lease = self.store.acquire_lease(run_id, self.owner, self.settings.lease_ttl, now)
+        except LeaseHeld:
+            holder = self.store.get_run(run_id).lease_owner or ""
+            if not holder_is_dead(holder):
+                raise
+            lease = self.store.acquire_lease(
+                run_id, self.owner, self.settings.lease_ttl, now, take_over_from=holder
+            )
+        record = self.store.get_run(run_id)
+        definition = self.definition(record.pipeline, record.definition_hash)
+        stored = self.store.events(run_id)
+        state = fold([s.event for s in stored])
+        home = self.home
+        run_dir = home.archive_dir(run_id) if state.archived else home.run_dir(run_id)
+        driver = RunDriver(definition=definition, state=state, lease=lease, run_dir=run_dir)
+        driver.run_dir.mkdir(parents=True, exist_ok=True)
+        self.drivers[run_id] = driver
+        return driver
+
+    def definition(self, name: str, definition_hash: str) -> Definition:
+        """A pinned definition, parsed once per process."""
+        if definition_hash not in self._definitions:
+            canonical = self.store.definition(definition_hash)
+            self._definitions[definition_hash] = Definition.from_canonical(name, canonical)
+        return self._definitions[definition_hash]
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    async def run_until_settled(self, *, stop_when_paused: bool = True) -> None:
+        """Drive every taken run until each has ended (or is paused, if asked)."""
+        self._wake = asyncio.Event()
+        try:
+            while self.drivers:
+                now = self.clock()
+                self._poll_commands()
+                self._tick(now)
+                self._renew_leases(now)
+                self._retire(stop_when_paused)
+                if not self.drivers:
+                    break
+                await self._sleep(now)
+        finally:
+            self._wake = None
+
+    async def serve_forever(self, stop: asyncio.Event) -> None:
+        """Drive taken runs, including paused ones, until `stop` is set."""
+        self._wake = asyncio.Event()
+        while not stop.is_set():
+            now = self.clock()
+            self._poll_commands()
+            self._tick(now)
+            self._renew_leases(now)
+            self._retire(stop_when_paused=False)
+            await self._sleep(now)
+
+    def wake(self) -> None:
+        """Ask the loop to look again now (a report or a command arrived)."""
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _sleep(self, now: float) -> None:
+        assert self._wake is not None
+        timeout = self.settings.heartbeat
+        for driver in self.drivers.values():
+            wake_at = next_wake(driver.definition.pipeline, driver.state)
+            if wake_at is not None:
+                timeout = min(timeout, max(0.0, wake_at - now))
+        if not self._wake.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+        self._wake.clear()
+
+    def _poll_commands(self) -> None:
+        if not self.drivers:
+            return
+        for record in self.store.pending_commands(None):
+            driver = self.drivers.get(record.run_id)
+            if driver is not None and all(c.id != record.id for c in driver.commands):
+                driver.commands.append(record)
+                driver.dirty = True
+
+    def _tick(self, now: float) -> None:
+        batches: list[tuple[RunDriver, list[NewEvent], AppendBatch]] = []
+        for driver in self.drivers.values():
+            wake_at = next_wake(driver.definition.pipeline, driver.state)
+            if not (driver.dirty or driver.reports or (wake_at is not None and wake_at <= now)):
+                continue
+            driver.dirty = False
+            observed, consumed = driver.observe(now)
+            new = observed + driver.decide(now)
+            if new or consumed:
+                batch = AppendBatch(lease=driver.lease, events=new, summary=driver.summary(),
+                                    consumed=consumed)  # fmt: skip
+                batches.append((driver, new, batch))
+            else:
+                driver.act(self)
+        if not batches:
+            return
+        try:
+            results = self.store.append_many([b for _, _, b in batches], now)
+        except StorageError as exc:
+            log.error("append failed: %s", exc, extra={"action": "append_failed"})
+            for driver, _, _ in batches:
+                self._reload(driver)
+            return
+        for (driver, new, _), result in zip(batches, results, strict=True):
+            if isinstance(result, Exception):
+                self._drop(driver, result)
+                continue
+            self._emit(driver, result - len(new) + 1, new)
+            driver.act(self)
+
+    def _emit(self, driver: RunDriver, first_seq: int, new: list[NewEvent]) -> None:
+        for offset, item in enumerate(new):
+            for listener in self.listeners:
+                listener(driver.run_id, first_seq + offset, item, driver.state)
+
+    def _reload(self, driver: RunDriver) -> None:
+        """After a failed or ambiguous commit: rebuild from what is really stored."""
+        driver.state = fold([s.event for s in self.store.events(driver.run_id)])
+        driver.checked_adoption = False
+        driver.dirty = True
+
+    def _drop(self, driver: RunDriver, error: Exception) -> None:
+        log.warning("%s", error, extra={"run_id": driver.run_id, "action": "lease_lost"})
+        for handle in driver.handles.values():
+            handle.cancel()
+        self.drivers.pop(driver.run_id, None)
+
+    def _renew_leases(self, now: float) -> None:
+        ttl = self.settings.lease_ttl
+        for driver in list(self.drivers.values()):
+            if driver.lease.expires_at - now < ttl * 2 / 3:
+                try:
+                    driver.lease = self.store.renew_lease(driver.lease, ttl, now)
+                except LeaseLost as exc:
+                    self._drop(driver, exc)
+
+    def _retire(self, stop_when_paused: bool) -> None:
+        for driver in list(self.drivers.values()):
+            state = driver.state
+            finished = state.status.ended and (
+                state.archived or state.status != RunStatus.DELIVERED
+            )
+            paused = stop_when_paused and state.status is RunStatus.PAUSED and not state.in_flight()
+            if (finished or paused) and not driver.dirty and not driver.reports:
+                self.release(driver)
+
+    def release(self, driver: RunDriver) -> None:
+        """Stop driving a run and hand its lease back."""
+        for handle in driver.handles.values():
+            handle.cancel()
+        self.drivers.pop(driver.run_id, None)
+        with contextlib.suppress(StorageError, LeaseLost):
+            self.store.release_lease(driver.lease)
+
+    async def shutdown(self) -> None:
+        """Stop every task (killing process groups) and release every lease."""
+        handles = [h for d in self.drivers.values() for h in d.handles.values()]
+        for driver in list(self.drivers.values()):
+            self.release(driver)
+        for handle in handles:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await handle
+
+    # -- tasks --------------------------------------------------------------------------------
+
+    def start_task(self, driver: RunDriver, task: TaskState) -> asyncio.Task[None]:
+        """Start the recorded attempt of `task`; its report arrives at the next tick."""
+        return asyncio.get_running_loop().create_task(
+            self._run_task(driver, task.task_id, task.attempt), name=task.task_id
+        )
+
+    async def _run_task(self, driver: RunDriver, task_id: str, attempt: int) -> None:
+        tmp = driver.run_dir / ".tmp" / f"{task_id}.{attempt}.part"
+        try:
+            async with self._slots:
+                task = driver.state.tasks[task_id]
+                report = Report(event=ev.TaskStarted(at=self.clock(), task_id=task_id,
+                                                     attempt=attempt, worker=self.owner))  # fmt: skip
+                self._report(driver, report)
+                tmp.parent.mkdir(parents=True, exist_ok=True)
+                artifacts.discard(tmp)
+                spec = driver.task_spec(task, tmp)
+                outcome = spec if isinstance(spec, Outcome) else await self._execute(driver, spec)
+                self._report(driver, self._outcome_report(driver, task, attempt, outcome, tmp))
+        except asyncio.CancelledError:
+            artifacts.discard(tmp)
+            raise
+        except Exception as exc:  # a bug in a worker adapter must not stop the loop
+            log.exception("task %s crashed", task_id, extra={"run_id": driver.run_id})
+            failed = ev.TaskFailed(at=self.clock(), task_id=task_id, attempt=attempt,
+                                   error=f"internal error: {type(exc).__name__}: {exc}")  # fmt: skip
+            self._report(driver, Report(event=failed))
+        finally:
+            if driver.handles.get(task_id) is asyncio.current_task():
+                del driver.handles[task_id]
+
+    async def _execute(self, driver: RunDriver, spec: TaskSpec) -> Outcome:
+        kind = spec.worker.kind
+        if kind == "command":
+            return await run_command(spec)
+        if kind == "call":
+            return await run_call(spec)
+
+        def progress(text: str) -> None:
+            for listener in self.progress_listeners:
+                listener(driver.run_id, spec.task_id, text)
+
+        return await self.models.run(spec, progress if self.progress_listeners else None)
+
+    def _outcome_report(
+        self, driver: RunDriver, task: TaskState, attempt: int, outcome: Outcome, tmp: Path
+    ) -> Report:
+        now = self.clock()
+        if outcome.ok:
+            worker = driver.definition.pipeline.worker(task.role)
+            try:
+                values = extract_values(worker.extract, tmp.read_text(encoding="utf-8"))
+            except (ExtractionError, UnicodeDecodeError) as exc:
+                artifacts.discard(tmp)
+                error = f"output rejected: {exc}"
+                return Report(event=ev.TaskFailed(at=now, task_id=task.task_id, attempt=attempt,
+                                                  error=error, usage=outcome.usage))  # fmt: skip
+            done = ev.TaskCompleted(at=now, task_id=task.task_id, attempt=attempt, artifact="",
+                                    sha256="", size=0, values=values, usage=outcome.usage)  # fmt: skip
+            return Report(event=done, tmp=tmp)
+        artifacts.discard(tmp)
+        if outcome.timed_out:
+            return Report(event=ev.TaskTimedOut(at=now, task_id=task.task_id, attempt=attempt,
+                                                detail=outcome.error))  # fmt: skip
+        return Report(event=ev.TaskFailed(at=now, task_id=task.task_id, attempt=attempt,
+                                          error=outcome.error[-4000:], retryable=outcome.retryable,
+                                          usage=outcome.usage))  # fmt: skip
+
+    def _report(self, driver: RunDriver, report: Report) -> None:
+        driver.reports.append(report)
+        self.wake()
+
+
+def new_run_id(pipeline: str, now: float) -> str:
+    """A sortable, readable id: pipeline, UTC time, and randomness against collisions."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))
+    slug = "".join(c if c.isalnum() else "-" for c in pipeline.lower()).strip("-")[:24] or "run"
+    return f"{slug}-{stamp}-{uuid.uuid4().hex[:6]}"
+
+
+def resolve_inputs(definition: Definition, given: dict[str, Any]) -> dict[str, Any]:
+    """Declared inputs with defaults applied; unknown or missing ones are errors."""
+    declared = definition.pipeline.inputs
+    unknown = sorted(set(given) - set(declared))
+    if unknown:
+        names = ", ".join(sorted(declared)) or "none"
+        raise UsageError(
+            f"pipeline {definition.name!r} has no input {unknown[0]!r}; declared inputs: {names}"
+        )
+    values: dict[str, Any] = {}
+    for name, spec in declared.items():
+        if name in given:
+            values[name] = given[name]
+        elif spec.required and spec.default is None:
+            raise UsageError(
+                f"pipeline {definition.name!r} needs input {name!r}: pass --input {name}=VALUE"
+            )
+        else:
+            values[name] = spec.default
+    return values
+
+
+def model_aliases(definition: Definition) -> set[str]:
+    """Every model alias a pipeline may call, fallbacks included."""
+    return {
+        alias
+        for phase in definition.pipeline.phases
+        for worker in phase.workers
+        for alias in ([worker.model] if worker.model else []) + worker.fallback_models
+    }

@@ -1,0 +1,115 @@
+"""Read-only views derived from a run's state: `status.json` and the dispatch ledger.
+
+Both are projections: they can be rebuilt from the history at any time, so they are written
+atomically but without fsync, and never read back to make a decision.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from interlock.core.state import RunState, TaskStatus
+from interlock.core.workflow import Pipeline
+from interlock.storage.base import RunRecord, StoredEvent
+
+
+def iso(timestamp: float | None) -> str | None:
+    """UTC ISO-8601 with a Z, or None."""
+    if timestamp is None:
+        return None
+    moment = dt.datetime.fromtimestamp(timestamp, dt.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def status_view(pipeline: Pipeline, state: RunState, run_dir_name: str) -> dict[str, Any]:
+    """The run as `status.json` shows it: phases, workers, retries, delivery."""
+    latest: dict[str, Any] = {}
+    for task in state.tasks.values():  # insertion order: later visits overwrite earlier ones
+        latest.setdefault(task.role, {})[task.item] = task
+    phases = []
+    current_index = 0
+    for index, phase in enumerate(pipeline.phases):
+        status = state.phase_status.get(phase.id, "pending")
+        if state.current is not None and state.current.phase == phase.id:
+            current_index = index
+            if state.status.value == "paused" and state.current.completed:
+                status = "paused"
+        workers = {}
+        for worker in phase.workers:
+            tasks = latest.get(worker.role, {})
+            entry: dict[str, Any] = {"status": "pending", "session": ""}
+            if tasks:
+                ordered = [tasks[k] for k in sorted(tasks, key=lambda k: -1 if k is None else k)]
+                last = ordered[-1]
+                entry = {
+                    "status": _worker_status(ordered), "session": last.worker,
+                    "attempt": last.attempt, "visit": last.visit, "model": last.model,
+                    "output": last.artifact, "error": last.error,
+                    "cost_usd": round(sum(t.cost_usd for t in ordered), 6),
+                }  # fmt: skip
+                if len(ordered) > 1 or last.item is not None:
+                    entry["items"] = len(ordered)
+                    entry["items_completed"] = sum(
+                        t.status is TaskStatus.COMPLETED for t in ordered
+                    )
+            workers[worker.role] = entry
+        phases.append({
+            "id": phase.id, "status": status, "visits": state.visits.get(phase.id, 0),
+            "workers": workers,
+        })  # fmt: skip
+    return {
+        "run_id": state.run_id, "pipeline": state.pipeline, "dir": run_dir_name,
+        "topic": state.topic, "inputs": state.inputs, "status": state.status.value,
+        "current_phase": current_index,
+        "retry_count": sum(max(0, t.attempt - 1) for t in state.tasks.values()),
+        "phases": phases, "result_delivered": state.delivered is not None,
+        "final": state.delivered, "archived": state.archived, "warnings": state.warnings,
+        "failure": state.failure, "cost_usd": round(state.cost_usd, 6), "tokens": state.tokens,
+        "created_at": iso(state.created_at), "updated_at": iso(state.updated_at),
+        "events": state.events, "definition_hash": state.definition_hash,
+    }  # fmt: skip
+
+
+def _worker_status(tasks: list[Any]) -> str:
+    statuses = {t.status for t in tasks}
+    if statuses == {TaskStatus.COMPLETED}:
+        return "completed"
+    for status in (TaskStatus.RUNNING, TaskStatus.DISPATCHED, TaskStatus.RETRY_WAIT):
+        if status in statuses:
+            return "running" if status is not TaskStatus.RETRY_WAIT else "retrying"
+    return next(iter(statuses)).value
+
+
+LEDGER_STATUS = {
+    TaskStatus.DISPATCHED: "PENDING", TaskStatus.RUNNING: "IN_PROGRESS",
+    TaskStatus.RETRY_WAIT: "PENDING", TaskStatus.COMPLETED: "COMPLETE",
+    TaskStatus.FAILED: "FAILED", TaskStatus.TIMED_OUT: "FAILED", TaskStatus.ABANDONED: "ABANDONED",
+}  # fmt: skip
+
+
+def ledger_view(run: RunRecord, state: RunState, events: list[StoredEvent]) -> dict[str, Any]:
+    """The dispatch ledger: every task, recorded as dispatched before it started."""
+    first_dispatch: dict[str, float] = {}
+    for stored in events:
+        if stored.kind == "task_dispatched":
+            first_dispatch.setdefault(stored.data["task_id"], stored.at)
+    tasks = [
+        {
+            "task_id": t.task_id,
+            "status": LEDGER_STATUS[t.status],
+            "dispatched_at": iso(first_dispatch.get(t.task_id, t.dispatched_at)),
+            "completed_at": iso(t.completed_at),
+            "output_path": t.artifact,
+            "attempt": t.attempt,
+            "role": t.role,
+            "phase": t.phase,
+        }  # fmt: skip
+        for t in state.tasks.values()
+    ]
+    return {
+        "pipeline_id": run.run_id, "pipeline": run.pipeline,
+        "coordinator_started": iso(run.lease_acquired_at or run.created_at),
+        "last_coordinator_heartbeat": iso(run.lease_renewed_at or state.updated_at),
+        "status": state.status.value, "tasks": tasks,
+    }  # fmt: skip

@@ -1,0 +1,200 @@
+"""The storage contract: what the runtime needs from a ledger, whatever holds it.
+
+Every backend (SQLite, PostgreSQL, in-memory) implements `Store` and passes the same
+conformance suite (`tests/storage/`). Dialect differences stay inside each backend.
+
+Guarantees every backend gives:
+- Events of a run are numbered 1, 2, 3... without gaps; an append is all-or-nothing.
+- Only the holder of a run's current lease may append, checked in the same transaction as the
+  append: a holder whose lease expired or was taken over gets `LeaseLost` and nothing is written.
+- Fencing tokens only grow, so a stale holder can never be confused with the current one.
+- A person's command is consumed in the same transaction as the event it led to, so a crash
+  never records it twice or loses it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from interlock.core.events import Event, from_record, to_record
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NewEvent:
+    """An event to append, with the rule that decided it (None for observations)."""
+
+    event: Event
+    rule: str | None = None
+    why: str | None = None
+
+    def record(self) -> tuple[str, str]:
+        """(kind, JSON data) as stored."""
+        kind, data = to_record(self.event)
+        return kind, json.dumps(data, separators=(",", ":"), default=str)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StoredEvent:
+    """An event as read back, with its place in the run (`seq`) and in the store (`id`)."""
+
+    id: int
+    run_id: str
+    seq: int
+    at: float
+    kind: str
+    data: dict[str, Any]
+    rule: str | None = None
+    why: str | None = None
+
+    @property
+    def event(self) -> Event:
+        """The typed event."""
+        return from_record(self.kind, self.data)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunSummary:
+    """What listings show, kept beside the history and updated with every append."""
+
+    status: str
+    phase: str | None
+    cost_usd: float = 0.0
+    tokens: int = 0
+    warnings: int = 0
+    updated_at: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunRecord:
+    """A run as listed: identity, pinned definition, summary and lease."""
+
+    run_id: str
+    pipeline: str
+    topic: str
+    definition_hash: str
+    created_at: float
+    last_seq: int
+    summary: RunSummary
+    source: str = ""
+    lease_owner: str | None = None
+    lease_expires: float | None = None
+    lease_acquired_at: float | None = None  # when the current driver took the run over
+    lease_renewed_at: float | None = None  # the driver's last heartbeat
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Lease:
+    """The right to append to one run until `expires_at`, identified by a fencing token."""
+
+    run_id: str
+    owner: str
+    token: int
+    expires_at: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CommandRecord:
+    """A person's command waiting in a run's inbox."""
+
+    id: int
+    run_id: str
+    kind: str
+    message: str = ""
+    by: str = ""
+    created_at: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AppendBatch:
+    """One run's part of a group commit."""
+
+    lease: Lease
+    events: Sequence[NewEvent]
+    summary: RunSummary
+    consumed: Sequence[int] = field(default_factory=tuple)
+
+
+class Store(Protocol):
+    """A durable ledger of runs. Methods are synchronous and safe to call from one thread."""
+
+    def create_run(
+        self,
+        *,
+        run_id: str,
+        pipeline: str,
+        topic: str,
+        definition_hash: str,
+        definition: str,
+        source: str,
+        created_at: float,
+    ) -> None:
+        """Register a new run and pin its definition (canonical JSON, stored once per hash)."""
+        ...
+
+    def definition(self, definition_hash: str) -> str:
+        """The canonical JSON of a pinned definition."""
+        ...
+
+    def acquire_lease(
+        self, run_id: str, owner: str, ttl: float, now: float, *, take_over_from: str | None = None
+    ) -> Lease:
+        """Take the run's lease if free, expired, ours, or held by `take_over_from`.
+
+        Raises:
+            LeaseHeld: another owner holds an unexpired lease.
+        """
+        ...
+
+    def renew_lease(self, lease: Lease, ttl: float, now: float) -> Lease:
+        """Extend a lease we still hold (raises LeaseLost otherwise)."""
+        ...
+
+    def release_lease(self, lease: Lease) -> None:
+        """Give the lease up early so another orchestrator need not wait for it to expire."""
+        ...
+
+    def append(self, batch: AppendBatch, now: float) -> int:
+        """Append one run's events atomically; returns the run's last seq."""
+        ...
+
+    def append_many(self, batches: Sequence[AppendBatch], now: float) -> list[int | Exception]:
+        """Group commit: one transaction for many runs; a run whose lease was lost gets its
+        `LeaseLost` in the result list and the others still commit."""
+        ...
+
+    def events(self, run_id: str, since: int = 0, limit: int | None = None) -> list[StoredEvent]:
+        """A run's events with seq > since, in order."""
+        ...
+
+    def all_events(self, after_id: int = 0, limit: int = 1000) -> list[StoredEvent]:
+        """Events of every run with id > after_id, in commit order (for live feeds)."""
+        ...
+
+    def get_run(self, run_id: str) -> RunRecord:
+        """One run (raises RunNotFound)."""
+        ...
+
+    def find_runs(self, prefix: str) -> list[str]:
+        """Ids of runs starting with `prefix` (at most a few, for ambiguity messages)."""
+        ...
+
+    def list_runs(
+        self, *, status: str | None = None, pipeline: str | None = None, limit: int = 100
+    ) -> list[RunRecord]:
+        """Runs, newest first, optionally filtered."""
+        ...
+
+    def post_command(self, run_id: str, kind: str, message: str, by: str, now: float) -> int:
+        """Put a person's command in the run's inbox; returns its id."""
+        ...
+
+    def pending_commands(self, run_id: str | None = None) -> list[CommandRecord]:
+        """Commands not yet consumed, oldest first (of one run, or of all runs)."""
+        ...
+
+    def close(self) -> None:
+        """Release connections."""
+        ...

@@ -1,0 +1,68 @@
+-- name: insert_definition
+INSERT OR IGNORE INTO definitions (hash, body) VALUES (?, ?);
+
+-- name: get_definition
+SELECT body FROM definitions WHERE hash = ?;
+
+-- name: insert_run
+INSERT INTO runs (run_id, pipeline, topic, definition_hash, source, created_at, status, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, 'running', ?);
+
+-- name: get_run
+SELECT run_id, pipeline, topic, definition_hash, source, created_at, last_seq, status, phase,
+       cost_usd, tokens, warnings, updated_at, lease_owner, lease_expires, lease_acquired_at,
+       lease_renewed_at
+FROM runs WHERE run_id = ?;
+
+-- name: get_lease
+SELECT lease_owner, lease_token, lease_expires FROM runs WHERE run_id = ?;
+
+-- name: set_lease
+UPDATE runs SET lease_owner = ?, lease_token = ?, lease_expires = ?, lease_acquired_at = ?,
+       lease_renewed_at = ?
+WHERE run_id = ?;
+
+-- name: renew_lease
+UPDATE runs SET lease_expires = ?, lease_renewed_at = ?
+WHERE run_id = ? AND lease_owner = ? AND lease_token = ? AND lease_expires > ?;
+
+-- name: release_lease
+UPDATE runs SET lease_owner = NULL, lease_expires = NULL
+WHERE run_id = ? AND lease_owner = ? AND lease_token = ?;
+
+-- name: fence
+SELECT last_seq FROM runs
+WHERE run_id = ? AND lease_owner = ? AND lease_token = ? AND lease_expires > ?;
+
+-- name: insert_event
+INSERT INTO events (run_id, seq, at, kind, data, rule, why) VALUES (?, ?, ?, ?, ?, ?, ?);
+
+-- name: update_summary
+UPDATE runs SET last_seq = ?, status = ?, phase = ?, cost_usd = ?, tokens = ?, warnings = ?,
+       updated_at = ?
+WHERE run_id = ?;
+
+-- name: consume_command
+UPDATE commands SET consumed_at = ? WHERE id = ? AND run_id = ? AND consumed_at IS NULL;
+
+-- name: events_since
+SELECT id, run_id, seq, at, kind, data, rule, why FROM events
+WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?;
+
+-- name: all_events_after
+SELECT id, run_id, seq, at, kind, data, rule, why FROM events
+WHERE id > ? ORDER BY id LIMIT ?;
+
+-- name: find_runs
+SELECT run_id FROM runs WHERE run_id >= ? AND run_id < ? ORDER BY run_id LIMIT 10;
+
+-- name: insert_command
+INSERT INTO commands (run_id, kind, message, by, created_at) VALUES (?, ?, ?, ?, ?);
+
+-- name: pending_commands
+SELECT id, run_id, kind, message, by, created_at FROM commands
+WHERE run_id = ? AND consumed_at IS NULL ORDER BY id;
+
+-- name: all_pending_commands
+SELECT id, run_id, kind, message, by, created_at FROM commands
+WHERE consumed_at IS NULL ORDER BY id;

@@ -1,0 +1,309 @@
+"""The embedded ledger: one SQLite file in WAL mode.
+
+Writes take the database lock up front (`BEGIN IMMEDIATE`) so a writer never fails half-way on
+a lock upgrade, and wait up to `busy_timeout` for other writers. `synchronous=FULL` (the
+default) makes an acknowledged commit survive power loss; `NORMAL` survives a process crash but
+may lose the last commits on power loss, and is offered only as an explicit setting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from interlock.errors import LeaseHeld, LeaseLost, RunNotFound, StorageError
+from interlock.storage.base import (
+    AppendBatch,
+    CommandRecord,
+    Lease,
+    RunRecord,
+    RunSummary,
+    StoredEvent,
+)
+from interlock.storage.queries import migrations, queries
+
+APPLICATION_ID = 0x494E544C  # "INTL": marks the file as an interlock ledger
+Q = queries("sqlite")
+
+
+class SQLiteStore:
+    """A `Store` on one SQLite file (thread-safe: one connection behind a lock)."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: Literal["FULL", "NORMAL"] = "FULL",
+        busy_timeout: float = 10.0,
+    ) -> None:
+        self.path = Path(path)
+        self._lock = threading.RLock()
+        try:
+            self._db = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout
+            )
+            self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+            self._check_identity()
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute(f"PRAGMA synchronous = {synchronous}")
+            self._db.execute("PRAGMA foreign_keys = ON")
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            raise self._storage_error(exc) from None
+
+    def _storage_error(self, exc: sqlite3.Error) -> StorageError:
+        text = str(exc)
+        if "not a database" in text or "malformed" in text:
+            fix = "it is corrupted or not a SQLite file; move it away or use another --home"
+        elif "readonly" in text or "unable to open" in text:
+            fix = "the state directory is not writable; fix its permissions or use another --home"
+        elif "locked" in text or "busy" in text:
+            fix = "another process holds the database lock; retry, or check for a stuck process"
+        elif "full" in text:
+            fix = "the disk is full; free space and resume"
+        else:
+            fix = "see the message above"
+        return StorageError(f"{self.path}: ledger error: {text} ({fix})")
+
+    def _check_identity(self) -> None:
+        app_id = self._db.execute("PRAGMA application_id").fetchone()[0]
+        tables = self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        if app_id not in (0, APPLICATION_ID) or (app_id == 0 and tables):
+            raise StorageError(
+                f"{self.path}: this SQLite file is not an interlock ledger (it holds other "
+                "tables); point --home at another directory"
+            )
+
+    def _migrate(self) -> None:
+        with self._write() as db:
+            current = db.execute("PRAGMA user_version").fetchone()[0]
+            scripts = migrations("sqlite")
+            newest = scripts[-1][0] if scripts else 0
+            if current > newest:
+                raise StorageError(
+                    f"{self.path}: ledger schema version {current} is newer than this interlock "
+                    f"supports ({newest}); upgrade interlock"
+                )
+            for version, script in scripts:
+                if version > current:
+                    for statement in script.split(";\n"):
+                        if statement.strip():
+                            db.execute(statement)
+                    db.execute(f"PRAGMA user_version = {version}")
+            db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise self._storage_error(exc) from None
+            try:
+                yield self._db
+            except sqlite3.Error as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.execute("ROLLBACK")
+                raise self._storage_error(exc) from None
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.execute("ROLLBACK")
+                raise
+            try:
+                self._db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.execute("ROLLBACK")
+                raise self._storage_error(exc) from None
+
+    def _read(self, query: str, *args: Any) -> list[Any]:
+        with self._lock:
+            try:
+                return self._db.execute(query, args).fetchall()
+            except sqlite3.Error as exc:
+                raise self._storage_error(exc) from None
+
+    def create_run(
+        self,
+        *,
+        run_id: str,
+        pipeline: str,
+        topic: str,
+        definition_hash: str,
+        definition: str,
+        source: str,
+        created_at: float,
+    ) -> None:
+        """See `Store.create_run`."""
+        with self._write() as db:
+            db.execute(Q["insert_definition"], (definition_hash, definition))
+            db.execute(
+                Q["insert_run"],
+                (run_id, pipeline, topic, definition_hash, source, created_at, created_at),
+            )
+
+    def definition(self, definition_hash: str) -> str:
+        """See `Store.definition`."""
+        rows = self._read(Q["get_definition"], definition_hash)
+        if not rows:
+            raise StorageError(f"{self.path}: definition {definition_hash[:12]} is missing")
+        return str(rows[0][0])
+
+    def acquire_lease(
+        self, run_id: str, owner: str, ttl: float, now: float, *, take_over_from: str | None = None
+    ) -> Lease:
+        """See `Store.acquire_lease`."""
+        with self._write() as db:
+            row = db.execute(Q["get_lease"], (run_id,)).fetchone()
+            if row is None:
+                raise RunNotFound(f"no run {run_id!r}")
+            holder, token, expires = row
+            free = holder is None or expires is None or expires <= now
+            if not (free or holder == owner or holder == take_over_from):
+                raise LeaseHeld(
+                    f"run {run_id} is being driven by {holder} (lease for {expires - now:.0f}s "
+                    "more); wait for it, or stop that process"
+                )
+            lease = Lease(run_id=run_id, owner=owner, token=token + 1, expires_at=now + ttl)
+            db.execute(Q["set_lease"], (owner, lease.token, lease.expires_at, now, now, run_id))
+            return lease
+
+    def renew_lease(self, lease: Lease, ttl: float, now: float) -> Lease:
+        """See `Store.renew_lease`."""
+        with self._write() as db:
+            expires = now + ttl
+            args = (expires, now, lease.run_id, lease.owner, lease.token, now)
+            if db.execute(Q["renew_lease"], args).rowcount != 1:
+                raise LeaseLost(f"run {lease.run_id}: the lease expired or was taken over")
+            return Lease(run_id=lease.run_id, owner=lease.owner, token=lease.token,
+                         expires_at=expires)  # fmt: skip
+
+    def release_lease(self, lease: Lease) -> None:
+        """See `Store.release_lease`."""
+        with self._write() as db:
+            db.execute(Q["release_lease"], (lease.run_id, lease.owner, lease.token))
+
+    def append(self, batch: AppendBatch, now: float) -> int:
+        """See `Store.append`."""
+        result = self.append_many([batch], now)[0]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def append_many(self, batches: Sequence[AppendBatch], now: float) -> list[int | Exception]:
+        """See `Store.append_many`: one transaction, one fsync, for every batch."""
+        results: list[int | Exception] = []
+        with self._write() as db:
+            for batch in batches:
+                results.append(self._append_one(db, batch, now))
+        return results
+
+    def _append_one(
+        self, db: sqlite3.Connection, batch: AppendBatch, now: float
+    ) -> int | Exception:
+        lease = batch.lease
+        row = db.execute(Q["fence"], (lease.run_id, lease.owner, lease.token, now)).fetchone()
+        if row is None:
+            return LeaseLost(f"run {lease.run_id}: the lease expired or was taken over")
+        seq = row[0]
+        rows = []
+        for new in batch.events:
+            seq += 1
+            kind, data = new.record()
+            rows.append((lease.run_id, seq, new.event.at, kind, data, new.rule, new.why))
+        db.executemany(Q["insert_event"], rows)
+        s = batch.summary
+        db.execute(
+            Q["update_summary"],
+            (seq, s.status, s.phase, s.cost_usd, s.tokens, s.warnings, s.updated_at, lease.run_id),
+        )
+        for command_id in batch.consumed:
+            db.execute(Q["consume_command"], (now, command_id, lease.run_id))
+        return int(seq)
+
+    def events(self, run_id: str, since: int = 0, limit: int | None = None) -> list[StoredEvent]:
+        """See `Store.events`."""
+        rows = self._read(Q["events_since"], run_id, since, -1 if limit is None else limit)
+        return [_event(r) for r in rows]
+
+    def all_events(self, after_id: int = 0, limit: int = 1000) -> list[StoredEvent]:
+        """See `Store.all_events`."""
+        return [_event(r) for r in self._read(Q["all_events_after"], after_id, limit)]
+
+    def get_run(self, run_id: str) -> RunRecord:
+        """See `Store.get_run`."""
+        rows = self._read(Q["get_run"], run_id)
+        if not rows:
+            raise RunNotFound(f"no run {run_id!r} (see 'interlock runs')")
+        return _run(rows[0])
+
+    def find_runs(self, prefix: str) -> list[str]:
+        """See `Store.find_runs`."""
+        return [r[0] for r in self._read(Q["find_runs"], prefix, prefix + "\U0010ffff")]
+
+    def list_runs(
+        self, *, status: str | None = None, pipeline: str | None = None, limit: int = 100
+    ) -> list[RunRecord]:
+        """See `Store.list_runs`."""
+        where, args = [], []
+        if status:
+            where.append("status = ?")
+            args.append(status)
+        if pipeline:
+            where.append("pipeline = ?")
+            args.append(pipeline)
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        query = Q["get_run"].replace("WHERE run_id = ?", clause)
+        rows = self._read(f"{query} ORDER BY created_at DESC, run_id DESC LIMIT ?", *args, limit)
+        return [_run(r) for r in rows]
+
+    def post_command(self, run_id: str, kind: str, message: str, by: str, now: float) -> int:
+        """See `Store.post_command`."""
+        self.get_run(run_id)
+        with self._write() as db:
+            cursor = db.execute(Q["insert_command"], (run_id, kind, message, by, now))
+            return int(cursor.lastrowid or 0)
+
+    def pending_commands(self, run_id: str | None = None) -> list[CommandRecord]:
+        """See `Store.pending_commands`."""
+        if run_id is None:
+            rows = self._read(Q["all_pending_commands"])
+        else:
+            rows = self._read(Q["pending_commands"], run_id)
+        return [
+            CommandRecord(id=r[0], run_id=r[1], kind=r[2], message=r[3], by=r[4], created_at=r[5])
+            for r in rows
+        ]
+
+    def integrity_check(self) -> str:
+        """SQLite's own consistency check ('ok' when sound)."""
+        return str(self._read("PRAGMA integrity_check")[0][0])
+
+    def close(self) -> None:
+        """See `Store.close`."""
+        with self._lock:
+            self._db.close()
+
+
+def _event(row: Any) -> StoredEvent:
+    return StoredEvent(
+        id=row[0], run_id=row[1], seq=row[2], at=row[3], kind=row[4], data=json.loads(row[5]),
+        rule=row[6], why=row[7],
+    )  # fmt: skip
+
+
+def _run(row: Any) -> RunRecord:
+    summary = RunSummary(
+        status=row[7], phase=row[8], cost_usd=row[9], tokens=row[10], warnings=row[11],
+        updated_at=row[12],
+    )  # fmt: skip
+    return RunRecord(
+        run_id=row[0], pipeline=row[1], topic=row[2], definition_hash=row[3], source=row[4],
+        created_at=row[5], last_seq=row[6], summary=summary, lease_owner=row[13],
+        lease_expires=row[14], lease_acquired_at=row[15], lease_renewed_at=row[16],
+    )  # fmt: skip

@@ -1,0 +1,205 @@
+"""Test support: an in-memory `Store` that keeps every guarantee of the real ones.
+
+Use it to test code above storage quickly; it passes the same conformance suite as the SQLite
+and PostgreSQL backends.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from dataclasses import replace
+
+from interlock.errors import LeaseHeld, LeaseLost, RunNotFound, StorageError
+from interlock.storage.base import (
+    AppendBatch,
+    CommandRecord,
+    Lease,
+    RunRecord,
+    RunSummary,
+    StoredEvent,
+)
+
+__all__ = ["MemoryStore"]
+
+
+class MemoryStore:
+    """A `Store` held in memory (lost with the process)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._definitions: dict[str, str] = {}
+        self._runs: dict[str, RunRecord] = {}
+        self._leases: dict[str, tuple[str | None, int, float | None]] = {}
+        self._lease_times: dict[str, tuple[float, float]] = {}
+        self._events: list[StoredEvent] = []
+        self._by_run: dict[str, list[StoredEvent]] = {}
+        self._commands: list[tuple[CommandRecord, float | None]] = []
+
+    def create_run(
+        self,
+        *,
+        run_id: str,
+        pipeline: str,
+        topic: str,
+        definition_hash: str,
+        definition: str,
+        source: str,
+        created_at: float,
+    ) -> None:
+        """See `Store.create_run`."""
+        with self._lock:
+            if run_id in self._runs:
+                raise StorageError(f"run {run_id} already exists")
+            self._definitions.setdefault(definition_hash, definition)
+            summary = RunSummary(status="running", phase=None, updated_at=created_at)
+            self._runs[run_id] = RunRecord(
+                run_id=run_id, pipeline=pipeline, topic=topic, definition_hash=definition_hash,
+                created_at=created_at, last_seq=0, summary=summary, source=source,
+            )  # fmt: skip
+            self._leases[run_id] = (None, 0, None)
+            self._by_run[run_id] = []
+
+    def definition(self, definition_hash: str) -> str:
+        """See `Store.definition`."""
+        try:
+            return self._definitions[definition_hash]
+        except KeyError:
+            raise StorageError(f"definition {definition_hash[:12]} is missing") from None
+
+    def acquire_lease(
+        self, run_id: str, owner: str, ttl: float, now: float, *, take_over_from: str | None = None
+    ) -> Lease:
+        """See `Store.acquire_lease`."""
+        with self._lock:
+            if run_id not in self._leases:
+                raise RunNotFound(f"no run {run_id!r}")
+            holder, token, expires = self._leases[run_id]
+            free = holder is None or expires is None or expires <= now
+            if not (free or holder == owner or holder == take_over_from):
+                raise LeaseHeld(f"run {run_id} is being driven by {holder}")
+            lease = Lease(run_id=run_id, owner=owner, token=token + 1, expires_at=now + ttl)
+            self._leases[run_id] = (owner, lease.token, lease.expires_at)
+            self._lease_times[run_id] = (now, now)
+            return lease
+
+    def _holds(self, lease: Lease, now: float) -> bool:
+        holder, token, expires = self._leases.get(lease.run_id, (None, 0, None))
+        return holder == lease.owner and token == lease.token and (expires or 0) > now
+
+    def renew_lease(self, lease: Lease, ttl: float, now: float) -> Lease:
+        """See `Store.renew_lease`."""
+        with self._lock:
+            if not self._holds(lease, now):
+                raise LeaseLost(f"run {lease.run_id}: the lease expired or was taken over")
+            self._leases[lease.run_id] = (lease.owner, lease.token, now + ttl)
+            self._lease_times[lease.run_id] = (self._lease_times[lease.run_id][0], now)
+            return replace(lease, expires_at=now + ttl)
+
+    def release_lease(self, lease: Lease) -> None:
+        """See `Store.release_lease`."""
+        with self._lock:
+            holder, token, _ = self._leases.get(lease.run_id, (None, 0, None))
+            if holder == lease.owner and token == lease.token:
+                self._leases[lease.run_id] = (None, token, None)
+
+    def append(self, batch: AppendBatch, now: float) -> int:
+        """See `Store.append`."""
+        result = self.append_many([batch], now)[0]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def append_many(self, batches: Sequence[AppendBatch], now: float) -> list[int | Exception]:
+        """See `Store.append_many`."""
+        results: list[int | Exception] = []
+        with self._lock:
+            for batch in batches:
+                run_id = batch.lease.run_id
+                if not self._holds(batch.lease, now):
+                    results.append(LeaseLost(f"run {run_id}: the lease expired or was taken over"))
+                    continue
+                run = self._runs[run_id]
+                seq = run.last_seq
+                for new in batch.events:
+                    seq += 1
+                    kind, data = new.event.kind, new.record()[1]
+                    stored = StoredEvent(
+                        id=len(self._events) + 1, run_id=run_id, seq=seq, at=new.event.at,
+                        kind=kind, data=json.loads(data), rule=new.rule, why=new.why,
+                    )  # fmt: skip
+                    self._events.append(stored)
+                    self._by_run[run_id].append(stored)
+                self._runs[run_id] = replace(run, last_seq=seq, summary=batch.summary)
+                consumed = set(batch.consumed)
+                self._commands = [
+                    (c, now if c.id in consumed and at is None else at) for c, at in self._commands
+                ]
+                results.append(seq)
+        return results
+
+    def events(self, run_id: str, since: int = 0, limit: int | None = None) -> list[StoredEvent]:
+        """See `Store.events`."""
+        with self._lock:
+            found = self._by_run.get(run_id, [])[since:]
+            return found if limit is None else found[:limit]
+
+    def all_events(self, after_id: int = 0, limit: int = 1000) -> list[StoredEvent]:
+        """See `Store.all_events`."""
+        with self._lock:
+            return self._events[after_id : after_id + limit]
+
+    def get_run(self, run_id: str) -> RunRecord:
+        """See `Store.get_run`."""
+        with self._lock:
+            try:
+                run = self._runs[run_id]
+            except KeyError:
+                raise RunNotFound(f"no run {run_id!r} (see 'interlock runs')") from None
+            holder, _, expires = self._leases[run_id]
+            acquired, renewed = self._lease_times.get(run_id, (None, None))
+            return replace(
+                run,
+                lease_owner=holder,
+                lease_expires=expires,
+                lease_acquired_at=acquired,
+                lease_renewed_at=renewed,
+            )
+
+    def find_runs(self, prefix: str) -> list[str]:
+        """See `Store.find_runs`."""
+        with self._lock:
+            return sorted(r for r in self._runs if r.startswith(prefix))[:10]
+
+    def list_runs(
+        self, *, status: str | None = None, pipeline: str | None = None, limit: int = 100
+    ) -> list[RunRecord]:
+        """See `Store.list_runs`."""
+        with self._lock:
+            runs = [
+                self.get_run(r.run_id) for r in self._runs.values()
+                if (status is None or r.summary.status == status)
+                and (pipeline is None or r.pipeline == pipeline)
+            ]  # fmt: skip
+            runs.sort(key=lambda r: (r.created_at, r.run_id), reverse=True)
+            return runs[:limit]
+
+    def post_command(self, run_id: str, kind: str, message: str, by: str, now: float) -> int:
+        """See `Store.post_command`."""
+        with self._lock:
+            self.get_run(run_id)
+            command = CommandRecord(
+                id=len(self._commands) + 1, run_id=run_id, kind=kind, message=message, by=by,
+                created_at=now,
+            )  # fmt: skip
+            self._commands.append((command, None))
+            return command.id
+
+    def pending_commands(self, run_id: str | None = None) -> list[CommandRecord]:
+        """See `Store.pending_commands`."""
+        with self._lock:
+            return [c for c, at in self._commands if run_id in (None, c.run_id) and at is None]
+
+    def close(self) -> None:
+        """See `Store.close`."""
