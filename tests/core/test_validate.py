@@ -1,0 +1,497 @@
+"""Every validation problem is reported in the file's own words: pipeline, phase, worker, key."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from interlock.core.loader import build_workflow
+from interlock.errors import WorkflowError
+
+from .driver import worker
+
+
+def problems_of(data: dict[str, Any]) -> list[str]:
+    """The problems a workflow's data is rejected with (fails the test if it is accepted)."""
+    with pytest.raises(WorkflowError) as info:
+        build_workflow(data)
+    assert info.value.problems, "a rejected workflow lists at least one problem"
+    return info.value.problems
+
+
+def one_problem(data: dict[str, Any]) -> str:
+    """The single problem a workflow's data is rejected with."""
+    problems = problems_of(data)
+    assert len(problems) == 1, problems
+    return problems[0]
+
+
+def translate() -> dict[str, Any]:
+    """A sound polish-loop pipeline to break in one place per test."""
+    return {
+        "t": {
+            "phases": [
+                {"id": "translate", "workers": [worker("translator")]},
+                {
+                    "id": "review",
+                    "workers": [
+                        worker(
+                            "reviewer",
+                            reads=["translator.md", "polisher.md?"],
+                            extract={"score": {"regex": r"score: (\d+)", "type": "number"}},
+                        )
+                    ],
+                    "next": [
+                        {"if": "reviewer.score < 8.0", "goto": "polish", "max_visits": 2},
+                        {"goto": "publish"},
+                    ],
+                },
+                {
+                    "id": "polish",
+                    "workers": [worker("polisher", reads=["translator.md", "reviewer.md"])],
+                    "next": [{"goto": "review"}],
+                },
+                {"id": "publish", "workers": [worker("publisher", final=True)]},
+            ]
+        }
+    }
+
+
+def test_the_base_pipeline_is_sound() -> None:
+    """The pipeline the other tests break is itself accepted."""
+    assert list(build_workflow(translate()).definitions) == ["t"]
+
+
+def test_unknown_key_is_a_typo() -> None:
+    """A misspelt worker key is named with its place, never silently ignored."""
+    data = translate()
+    data["t"]["phases"][0]["workers"][0]["timout"] = 30
+    assert one_problem(data) == (
+        "pipeline 't', phase 'translate', worker 'translator', key 'timout': "
+        "unknown key (a typo?); remove it or check the spelling"
+    )
+
+
+def test_unknown_key_on_a_phase_and_a_rule() -> None:
+    """Typos in a phase and in a next rule are both reported, each at its place."""
+    data = translate()
+    data["t"]["phases"][1]["pause_afer"] = True
+    data["t"]["phases"][1]["next"][0]["max_visit"] = 3
+    problems = problems_of(data)
+    assert (
+        "pipeline 't', phase 'review', key 'pause_afer': unknown key" in problems[0] + problems[1]
+    )
+    assert any(
+        p.startswith("pipeline 't', phase 'review', next rule 1, key 'max_visit': unknown key")
+        for p in problems
+    )
+
+
+def test_duplicate_role() -> None:
+    """A role used twice names both phases and says roles must be unique."""
+    data = translate()
+    data["t"]["phases"][2]["workers"][0]["role"] = "translator"
+    data["t"]["phases"][2]["workers"][0]["output"] = "polished.md"
+    assert problems_of(data)[0] == (
+        "pipeline 't', phase 'polish', worker 'translator': role 'translator' is already used "
+        "in phase 'translate'; roles must be unique in a pipeline"
+    )
+
+
+def test_duplicate_output_file() -> None:
+    """Two workers writing the same file are told to rename one output."""
+    data = translate()
+    data["t"]["phases"][2]["workers"][0]["output"] = "translator.md"
+    problem = problems_of(data)[0]
+    assert "worker 'polisher': output 'translator.md' is also written by 'translator'" in problem
+
+
+def test_duplicate_phase_id() -> None:
+    """A phase id used twice is reported."""
+    data = translate()
+    data["t"]["phases"][2]["id"] = "review"
+    data["t"]["phases"][2]["next"] = []
+    data["t"]["phases"][1]["next"] = []
+    assert "phase id 'review' is used twice" in one_problem(data)
+
+
+def test_read_of_a_file_nobody_writes() -> None:
+    """Reading a file no worker writes suggests the closest output and lists them all."""
+    data = translate()
+    data["t"]["phases"][2]["workers"][0]["reads"] = ["translater.md"]
+    assert one_problem(data) == (
+        "pipeline 't', phase 'polish', worker 'polisher': reads 'translater.md', which no worker "
+        "writes (did you mean 'translator.md'?); outputs are polisher.md, publisher.md, "
+        "reviewer.md, translator.md"
+    )
+
+
+def test_read_of_a_file_written_only_later() -> None:
+    """A required read of a file written by a later phase suggests the optional 'name?' form."""
+    data = translate()
+    data["t"]["phases"][1]["workers"][0]["reads"] = ["translator.md", "polisher.md"]
+    assert one_problem(data) == (
+        "pipeline 't', phase 'review', worker 'reviewer': reads 'polisher.md', which is written "
+        "by phase 'polish', not by an earlier phase; if it is only there after a loop, mark it "
+        "optional as 'polisher.md?'"
+    )
+
+
+def test_optional_read_of_an_unknown_file_is_still_an_error() -> None:
+    """The '?' form only excuses order: the file must still be written by some worker."""
+    data = translate()
+    data["t"]["phases"][1]["workers"][0]["reads"] = ["polsher.md?"]
+    assert "reads 'polsher.md', which no worker writes (did you mean 'polisher.md'?)" in (
+        one_problem(data)
+    )
+
+
+def test_read_within_a_phase_depends_on_mode() -> None:
+    """A sequential phase may read an earlier worker of the same phase; a parallel one may not."""
+    phases = [
+        {
+            "id": "a",
+            "mode": "sequential",
+            "workers": [worker("w1"), worker("w2", reads=["w1.md"], final=True)],
+        }
+    ]
+    assert build_workflow({"p": {"phases": phases}})
+    phases[0]["mode"] = "parallel"
+    assert "reads 'w1.md', which is written by phase 'a', not by an earlier phase" in one_problem(
+        {"p": {"phases": phases}}
+    )
+
+
+def test_no_final_worker() -> None:
+    """A pipeline with no final worker is told which worker to mark."""
+    data = translate()
+    del data["t"]["phases"][3]["workers"][0]["final"]
+    assert one_problem(data) == (
+        "pipeline 't': no worker has 'final: true'; mark the last worker of the last phase "
+        "('publisher' in 'publish') as final"
+    )
+
+
+def test_final_worker_not_last() -> None:
+    """A final worker outside the last phase is named and told where the final worker goes."""
+    data = translate()
+    del data["t"]["phases"][3]["workers"][0]["final"]
+    data["t"]["phases"][0]["workers"][0]["final"] = True
+    assert one_problem(data) == (
+        "pipeline 't', phase 'translate', worker 'translator': the final worker must be the "
+        "last worker of the last phase ('publish')"
+    )
+
+
+def test_several_final_workers() -> None:
+    """Two final workers are both named."""
+    data = translate()
+    data["t"]["phases"][0]["workers"][0]["final"] = True
+    problems = problems_of(data)
+    assert (
+        "pipeline 't': several workers are final ('translator', 'publisher'); exactly one may be"
+        in problems
+    )
+
+
+def test_final_phase_cannot_branch() -> None:
+    """The final phase may not have next rules: its output is the result."""
+    data = translate()
+    data["t"]["phases"][3]["next"] = [{"goto": "review", "max_visits": 1}]
+    assert (
+        one_problem(data)
+        == "pipeline 't', phase 'publish': the final phase cannot have 'next' rules"
+    )
+
+
+def test_goto_names_no_phase() -> None:
+    """A goto to a missing phase suggests the closest id and lists every phase."""
+    data = translate()
+    data["t"]["phases"][1]["next"][0]["goto"] = "polsh"
+    assert one_problem(data) == (
+        "pipeline 't', phase 'review', next rule 1: goto 'polsh' names no phase "
+        "(did you mean 'polish'?); phases are translate, review, polish, publish"
+    )
+
+
+def test_loop_without_bound_names_the_cycle() -> None:
+    """A cycle with no max_visits on any rule is rejected and the cycle is spelled out."""
+    data = translate()
+    del data["t"]["phases"][1]["next"][0]["max_visits"]
+    assert one_problem(data) == (
+        "pipeline 't': loop review -> polish -> review has no bound; give one of its rules "
+        "'max_visits: N'"
+    )
+
+
+def test_bound_on_either_edge_of_the_loop_is_enough() -> None:
+    """Bounding the way back instead of the way in also ends the loop."""
+    data = translate()
+    del data["t"]["phases"][1]["next"][0]["max_visits"]
+    data["t"]["phases"][2]["next"][0]["max_visits"] = 3
+    assert build_workflow(data)
+
+
+def test_self_loop_without_bound() -> None:
+    """A phase that goes back to itself with no bound is a loop of one phase."""
+    data = translate()
+    data["t"]["phases"][0]["next"] = [{"if": "true", "goto": "translate"}]
+    assert "loop translate -> translate has no bound" in one_problem(data)
+
+
+@pytest.mark.parametrize("role", ["../x", "a/b", "", "..", "x..y", ".hidden", "a\\b", "a b"])
+def test_unsafe_role_names(role: str) -> None:
+    """Role names that could escape the run directory or hide are refused, at their place."""
+    data = translate()
+    data["t"]["phases"][2]["workers"][0]["role"] = role
+    problems = problems_of(data)
+    assert any(
+        p.startswith("pipeline 't', phase 'polish', worker ")
+        and f"key 'role': role {role!r} is not a safe name" in p
+        for p in problems
+    ), problems
+
+
+@pytest.mark.parametrize("phase_id", ["../up", "a/b", ".."])
+def test_unsafe_phase_ids(phase_id: str) -> None:
+    """Phase ids become directory names too, so they follow the same rule as roles."""
+    data = translate()
+    data["t"]["phases"][0]["id"] = phase_id
+    assert any(f"phase id {phase_id!r} is not a safe name" in p for p in problems_of(data))
+
+
+def test_unsafe_output_name() -> None:
+    """An output file name with a path separator is refused."""
+    data = translate()
+    data["t"]["phases"][0]["workers"][0]["output"] = "../../etc/passwd"
+    assert "key 'output': output '../../etc/passwd' is not a safe name" in one_problem(data)
+
+
+@pytest.mark.parametrize(
+    ("timeout", "expected"),
+    [
+        (-5, "Input should be greater than 0"),
+        (0, "Input should be greater than 0"),
+        (10**9, "Input should be less than or equal to 604800"),
+    ],
+)
+def test_negative_or_absurd_timeouts(timeout: float, expected: str) -> None:
+    """A timeout must be positive and at most a week; the message names worker and key."""
+    data = translate()
+    data["t"]["phases"][0]["workers"][0]["timeout"] = timeout
+    assert one_problem(data) == (
+        f"pipeline 't', phase 'translate', worker 'translator', key 'timeout': {expected}"
+    )
+
+
+def test_negative_grace_and_retries() -> None:
+    """Grace and retries cannot be negative."""
+    data = translate()
+    data["t"]["phases"][0]["workers"][0]["grace"] = -1
+    data["t"]["phases"][0]["workers"][0]["retries"] = -1
+    problems = problems_of(data)
+    assert any("key 'grace': Input should be greater than or equal to 0" in p for p in problems)
+    assert any("key 'retries': Input should be greater than or equal to 0" in p for p in problems)
+
+
+def test_model_and_command_both_given() -> None:
+    """A worker runs one way only: model, command or call."""
+    data = translate()
+    data["t"]["phases"][0]["workers"][0]["command"] = ["python", "x.py"]
+    assert one_problem(data) == (
+        "pipeline 't', phase 'translate', worker 'translator': worker 'translator' needs exactly "
+        "one of 'model', 'command' or 'call' (found: model, command)"
+    )
+
+
+def test_no_executor_given() -> None:
+    """A worker with neither model, command nor call says none was found."""
+    data = translate()
+    del data["t"]["phases"][0]["workers"][0]["model"]
+    assert "(found: none)" in one_problem(data)
+
+
+def test_fallback_models_need_a_model() -> None:
+    """Fallback models only make sense for a model worker."""
+    data = translate()
+    w = data["t"]["phases"][0]["workers"][0]
+    del w["model"]
+    w.update(command=["python", "x.py"], fallback_models=["other"])
+    assert "'fallback_models' only applies to 'model' workers" in one_problem(data)
+
+
+def test_bad_cel_syntax() -> None:
+    """A condition that does not parse is reported with its rule and CEL's pointer."""
+    data = translate()
+    data["t"]["phases"][1]["next"][0]["if"] = "reviewer.score <"
+    problem = one_problem(data)
+    assert problem.startswith(
+        "pipeline 't', phase 'review', next rule 1: expression 'reviewer.score <' does not parse"
+    )
+
+
+def test_unknown_name_in_expression() -> None:
+    """A condition reading an unknown name suggests the closest role."""
+    data = translate()
+    data["t"]["phases"][1]["next"][0]["if"] = "reviewr.score < 8.0"
+    assert one_problem(data) == (
+        "pipeline 't', phase 'review', next rule 1: expression 'reviewr.score < 8.0' reads "
+        "'reviewr', which is not a role, 'topic', 'inputs', 'visits' or 'roles' "
+        "(did you mean 'reviewer'?)"
+    )
+
+
+def test_expression_may_read_roles_visits_inputs_and_topic() -> None:
+    """The documented names are all readable in a condition, including non-identifier roles."""
+    data = translate()
+    data["t"]["phases"][1]["next"][0]["if"] = (
+        "reviewer.score < 8.0 && visits.review < 5 && size(topic) > 0 && "
+        "roles['translator'].size() >= 0 && inputs.size() >= 0"
+    )
+    assert build_workflow(data)
+
+
+def test_unknown_name_in_template() -> None:
+    """A task template reading an undeclared name lists what is available."""
+    data = translate()
+    data["t"]["phases"][0]["workers"][0]["task"] = "Translate {{ topic }} into {{ language }}"
+    assert one_problem(data) == (
+        "pipeline 't', phase 'translate', worker 'translator': key 'task' uses {{ language }}, "
+        "which is not defined; available: inputs, item, item_index, run_id, topic, visit "
+        "(declare it under 'inputs')"
+    )
+    data["t"]["inputs"] = {"language": "French"}
+    assert build_workflow(data)
+
+
+def test_template_syntax_error() -> None:
+    """A task template that does not parse names the worker and the key."""
+    data = translate()
+    data["t"]["phases"][0]["workers"][0]["task"] = "Translate {{ topic"
+    problem = one_problem(data)
+    assert problem.startswith(
+        "pipeline 't', phase 'translate', worker 'translator': key 'task': template does not parse"
+    )
+
+
+def test_template_in_command_arguments() -> None:
+    """Command arguments are templates too, checked like tasks."""
+    data = translate()
+    w = data["t"]["phases"][0]["workers"][0]
+    del w["model"]
+    w["command"] = ["python", "fetch.py", "{{ url }}"]
+    assert "key 'command' uses {{ url }}, which is not defined" in one_problem(data)
+
+
+def test_item_outside_for_each() -> None:
+    """`{{ item }}` is only defined in a for_each phase."""
+    data = translate()
+    data["t"]["phases"][0]["workers"][0]["task"] = "Translate {{ item }}"
+    assert one_problem(data) == (
+        "pipeline 't', phase 'translate', worker 'translator': key 'task' uses 'item' outside "
+        "a for_each phase"
+    )
+
+
+def fan_out(extract_type: str, items: str = "planner.topics") -> dict[str, Any]:
+    """A plan -> write (for_each) -> merge pipeline whose planner extracts `topics`."""
+    return {
+        "f": {
+            "phases": [
+                {
+                    "id": "plan",
+                    "workers": [
+                        worker("planner", extract={"topics": {"json": "t", "type": extract_type}})
+                    ],
+                },
+                {
+                    "id": "write",
+                    "for_each": items,
+                    "workers": [worker("writer", task="Write about {{ item }}")],
+                },
+                {"id": "merge", "workers": [worker("editor", final=True)]},
+            ]
+        }
+    }
+
+
+def test_for_each_over_a_list_is_sound() -> None:
+    """A for_each over a list extracted by an earlier worker is accepted."""
+    assert build_workflow(fan_out("list"))
+
+
+def test_for_each_over_a_non_list_value() -> None:
+    """A for_each over a value extracted as a string says the type must be 'list'."""
+    assert one_problem(fan_out("string")) == (
+        "pipeline 'f', phase 'write', for_each: items 'planner.topics': worker 'planner' must "
+        "extract 'topics' with type 'list'"
+    )
+
+
+def test_for_each_over_an_unknown_value() -> None:
+    """A for_each over a value the worker does not extract is reported the same way."""
+    assert "worker 'planner' must extract 'subjects'" in one_problem(
+        fan_out("list", "planner.subjects")
+    )
+
+
+def test_for_each_over_a_later_worker() -> None:
+    """A for_each may only use a list from an earlier phase."""
+    assert one_problem(fan_out("list", "editor.topics")) == (
+        "pipeline 'f', phase 'write', for_each: items 'editor.topics': no earlier worker 'editor'"
+    )
+
+
+def test_for_each_reference_shape() -> None:
+    """for_each items must look like '<role>.<value>'."""
+    problem = one_problem(fan_out("list", "topics"))
+    assert "phase 'write', key 'for_each'" in problem
+    assert "must be '<role>.<extracted value>'" in problem
+
+
+def test_final_phase_cannot_fan_out() -> None:
+    """The final phase has one result, so it cannot use for_each."""
+    data = fan_out("list")
+    phases = data["f"]["phases"]
+    phases[2]["for_each"] = "planner.topics"
+    assert "pipeline 'f', phase 'merge': the final phase cannot use 'for_each'" in problems_of(data)
+
+
+def test_extract_needs_exactly_one_source() -> None:
+    """An extraction gives either a JSON path or a regex, not both and not neither."""
+    data = translate()
+    spec = data["t"]["phases"][1]["workers"][0]["extract"]["score"]
+    spec["json"] = "score"
+    assert "give exactly one of 'json' (a field path) or 'regex'" in one_problem(data)
+
+
+def test_extract_regex_must_compile() -> None:
+    """A regex that does not compile is reported with Python's reason."""
+    data = translate()
+    data["t"]["phases"][1]["workers"][0]["extract"]["score"]["regex"] = "score: ("
+    assert "regex 'score: (' does not compile" in one_problem(data)
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    """Several independent problems in one file are all listed, not just the first."""
+    data = translate()
+    data["t"]["phases"][1]["next"][0]["goto"] = "polsh"
+    data["t"]["phases"][2]["workers"][0]["reads"] = ["nothing.md"]
+    data["t"]["phases"][0]["workers"][0]["task"] = "{{ nope }}"
+    problems = problems_of(data)
+    assert len(problems) == 3
+    other = copy.deepcopy(translate())
+    other["t"]["phases"][0]["workers"][0]["timout"] = 1
+    other["t"]["phases"][1]["workers"][0]["model"] = None
+    assert len(problems_of(other)) == 2
+
+
+def test_error_message_names_the_file() -> None:
+    """The error's text starts with the file it came from and counts the problems."""
+    data = translate()
+    data["t"]["phases"][1]["next"][0]["goto"] = "polsh"
+    with pytest.raises(WorkflowError) as info:
+        build_workflow(data, "flows/translate.yaml")
+    assert str(info.value).startswith("flows/translate.yaml: invalid workflow (1 problem(s))")
