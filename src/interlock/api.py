@@ -27,6 +27,9 @@ from interlock.runtime.projection import ledger_view, status_view
 from interlock.storage import Store, StoredEvent, open_store
 
 
+ENDED = ("delivered", "failed", "cancelled")
+
+
 class Interlock:
     """One state directory (or store URL) and the operations on its runs."""
 
@@ -198,9 +201,9 @@ class Interlock:
             yield from batch
             if batch:
                 since = batch[-1].seq
-            if self.store.get_run(run_id).summary.status in ("delivered", "failed", "cancelled"):
-                if not self.store.events(run_id, since):
-                    return
+            ended = self.store.get_run(run_id).summary.status in ENDED
+            if ended and not self.store.events(run_id, since):
+                return
             time.sleep(poll)
 
     def close(self) -> None:

@@ -55,9 +55,15 @@ class MemoryStore:
             self._definitions.setdefault(definition_hash, definition)
             summary = RunSummary(status="running", phase=None, updated_at=created_at)
             self._runs[run_id] = RunRecord(
-                run_id=run_id, pipeline=pipeline, topic=topic, definition_hash=definition_hash,
-                created_at=created_at, last_seq=0, summary=summary, source=source,
-            )  # fmt: skip
+                run_id=run_id,
+                pipeline=pipeline,
+                topic=topic,
+                definition_hash=definition_hash,
+                created_at=created_at,
+                last_seq=0,
+                summary=summary,
+                source=source,
+            )
             self._leases[run_id] = (None, 0, None)
             self._by_run[run_id] = []
 
@@ -77,7 +83,7 @@ class MemoryStore:
                 raise RunNotFound(f"no run {run_id!r}")
             holder, token, expires = self._leases[run_id]
             free = holder is None or expires is None or expires <= now
-            if not (free or holder == owner or holder == take_over_from):
+            if not (free or holder in (owner, take_over_from)):
                 raise LeaseHeld(f"run {run_id} is being driven by {holder}")
             lease = Lease(run_id=run_id, owner=owner, token=token + 1, expires_at=now + ttl)
             self._leases[run_id] = (owner, lease.token, lease.expires_at)
@@ -126,9 +132,15 @@ class MemoryStore:
                     seq += 1
                     kind, data = new.event.kind, new.record()[1]
                     stored = StoredEvent(
-                        id=len(self._events) + 1, run_id=run_id, seq=seq, at=new.event.at,
-                        kind=kind, data=json.loads(data), rule=new.rule, why=new.why,
-                    )  # fmt: skip
+                        id=len(self._events) + 1,
+                        run_id=run_id,
+                        seq=seq,
+                        at=new.event.at,
+                        kind=kind,
+                        data=json.loads(data),
+                        rule=new.rule,
+                        why=new.why,
+                    )
                     self._events.append(stored)
                     self._by_run[run_id].append(stored)
                 self._runs[run_id] = replace(run, last_seq=seq, summary=batch.summary)
@@ -178,10 +190,11 @@ class MemoryStore:
         """See `Store.list_runs`."""
         with self._lock:
             runs = [
-                self.get_run(r.run_id) for r in self._runs.values()
+                self.get_run(r.run_id)
+                for r in self._runs.values()
                 if (status is None or r.summary.status == status)
                 and (pipeline is None or r.pipeline == pipeline)
-            ]  # fmt: skip
+            ]
             runs.sort(key=lambda r: (r.created_at, r.run_id), reverse=True)
             return runs[:limit]
 
@@ -190,9 +203,13 @@ class MemoryStore:
         with self._lock:
             self.get_run(run_id)
             command = CommandRecord(
-                id=len(self._commands) + 1, run_id=run_id, kind=kind, message=message, by=by,
+                id=len(self._commands) + 1,
+                run_id=run_id,
+                kind=kind,
+                message=message,
+                by=by,
                 created_at=now,
-            )  # fmt: skip
+            )
             self._commands.append((command, None))
             return command.id
 

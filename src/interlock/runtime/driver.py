@@ -102,10 +102,13 @@ class RunDriver:
         """The listing row for the current state."""
         state = self.state
         return RunSummary(
-            status=state.status.value, phase=state.current.phase if state.current else None,
-            cost_usd=state.cost_usd, tokens=state.tokens, warnings=len(state.warnings),
+            status=state.status.value,
+            phase=state.current.phase if state.current else None,
+            cost_usd=state.cost_usd,
+            tokens=state.tokens,
+            warnings=len(state.warnings),
             updated_at=state.updated_at,
-        )  # fmt: skip
+        )
 
     def final_path(self, task: TaskState) -> Path:
         """Where a task's output is committed."""
@@ -117,9 +120,15 @@ class RunDriver:
         final = self.final_path(task)
         sha, size = artifacts.commit(tmp, final)
         return ev.TaskCompleted(
-            at=event.at, task_id=event.task_id, attempt=event.attempt, artifact=final.name,
-            sha256=sha, size=size, values=event.values, usage=event.usage,
-        )  # fmt: skip
+            at=event.at,
+            task_id=event.task_id,
+            attempt=event.attempt,
+            artifact=final.name,
+            sha256=sha,
+            size=size,
+            values=event.values,
+            usage=event.usage,
+        )
 
     def _adopt(self, now: float) -> list[NewEvent]:
         """Outputs committed while no orchestrator was recording (it died in between)."""
@@ -135,9 +144,15 @@ class RunDriver:
                 continue  # only outputs that passed extraction are ever committed
             sha, size = artifacts.digest(final)
             event = ev.TaskCompleted(
-                at=now, task_id=task.task_id, attempt=task.attempt, artifact=final.name,
-                sha256=sha, size=size, values=values, adopted=True,
-            )  # fmt: skip
+                at=now,
+                task_id=task.task_id,
+                attempt=task.attempt,
+                artifact=final.name,
+                sha256=sha,
+                size=size,
+                values=values,
+                adopted=True,
+            )
             apply(self.state, event)
             adopted.append(NewEvent(event=event, why="output found committed on disk"))
         return adopted
@@ -185,9 +200,14 @@ class RunDriver:
         items = self.state.current.items if self.state.current else None
         item = items[task.item] if items is not None and task.item is not None else None
         values: dict[str, Any] = {
-            **self.state.inputs, "topic": self.state.topic, "inputs": self.state.inputs,
-            "item": item, "item_index": task.item, "visit": task.visit, "run_id": self.run_id,
-        }  # fmt: skip
+            **self.state.inputs,
+            "topic": self.state.topic,
+            "inputs": self.state.inputs,
+            "item": item,
+            "item_index": task.item,
+            "visit": task.visit,
+            "run_id": self.run_id,
+        }
         try:
             text = render_task(worker.task, values)
             command = worker.command
@@ -201,11 +221,21 @@ class RunDriver:
             return reads
         key = hashlib.sha256(f"{self.run_id}/{task.task_id}/{task.attempt}".encode()).hexdigest()
         return TaskSpec(
-            run_id=self.run_id, task_id=task.task_id, attempt=task.attempt, worker=worker,
-            task=text, topic=self.state.topic, inputs=self.state.inputs, item=item,
-            reads=reads, output=tmp, run_dir=self.run_dir, log_dir=self.run_dir / "logs",
-            model=task.model, idempotency_key=key[:32],
-        )  # fmt: skip
+            run_id=self.run_id,
+            task_id=task.task_id,
+            attempt=task.attempt,
+            worker=worker,
+            task=text,
+            topic=self.state.topic,
+            inputs=self.state.inputs,
+            item=item,
+            reads=reads,
+            output=tmp,
+            run_dir=self.run_dir,
+            log_dir=self.run_dir / "logs",
+            model=task.model,
+            idempotency_key=key[:32],
+        )
 
     def _reads(self, task: TaskState) -> list[tuple[str, Path]] | Outcome:
         pipeline = self.definition.pipeline

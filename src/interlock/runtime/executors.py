@@ -97,7 +97,7 @@ class TaskContext:
         return "\n\n".join(parts)
 
 
-CallTarget = Callable[[TaskContext], str | None | Awaitable[str | None]]
+CallTarget = Callable[[TaskContext], str | Awaitable[str | None] | None]
 _REGISTRY: dict[str, CallTarget] = {}
 
 
@@ -122,9 +122,12 @@ def resolve_call(reference: str) -> CallTarget:
 def expand_argv(argv: list[str], spec: TaskSpec) -> list[str]:
     """Fill placeholders; each value stays one argv item (never split, never a shell)."""
     values = {
-        "{output}": str(spec.output), "{task}": spec.task, "{topic}": spec.topic,
-        "{run_dir}": str(spec.run_dir), "{item}": "" if spec.item is None else str(spec.item),
-    }  # fmt: skip
+        "{output}": str(spec.output),
+        "{task}": spec.task,
+        "{topic}": spec.topic,
+        "{run_dir}": str(spec.run_dir),
+        "{item}": "" if spec.item is None else str(spec.item),
+    }
     expanded: list[str] = []
     for arg in argv:
         if arg == "{inputs}":
@@ -149,23 +152,34 @@ async def run_command(spec: TaskSpec) -> Outcome:
     assert spec.worker.command is not None
     argv = expand_argv(spec.worker.command, spec)
     env = dict(os.environ)
-    env.update({
-        "INTERLOCK_OUTPUT": str(spec.output), "INTERLOCK_TASK": spec.task,
-        "INTERLOCK_TOPIC": spec.topic, "INTERLOCK_RUN_ID": spec.run_id,
-        "INTERLOCK_TASK_ID": spec.task_id, "INTERLOCK_ATTEMPT": str(spec.attempt),
-        "INTERLOCK_INPUTS": os.pathsep.join(str(p) for _, p in spec.reads),
-        "INTERLOCK_ITEM": "" if spec.item is None else str(spec.item),
-        "INTERLOCK_IDEMPOTENCY_KEY": spec.idempotency_key, "INTERLOCK_RUN_DIR": str(spec.run_dir),
-    })  # fmt: skip
+    env.update(
+        {
+            "INTERLOCK_OUTPUT": str(spec.output),
+            "INTERLOCK_TASK": spec.task,
+            "INTERLOCK_TOPIC": spec.topic,
+            "INTERLOCK_RUN_ID": spec.run_id,
+            "INTERLOCK_TASK_ID": spec.task_id,
+            "INTERLOCK_ATTEMPT": str(spec.attempt),
+            "INTERLOCK_INPUTS": os.pathsep.join(str(p) for _, p in spec.reads),
+            "INTERLOCK_ITEM": "" if spec.item is None else str(spec.item),
+            "INTERLOCK_IDEMPOTENCY_KEY": spec.idempotency_key,
+            "INTERLOCK_RUN_DIR": str(spec.run_dir),
+        }
+    )
     spec.log_dir.mkdir(parents=True, exist_ok=True)
     base = spec.log_dir / f"{spec.task_id}.{spec.attempt}"
     with open(f"{base}.stdout", "wb") as out, open(f"{base}.stderr", "wb") as err:
         try:
             process = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=err, env=env,
-                cwd=spec.run_dir, start_new_session=True,
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                env=env,
+                cwd=spec.run_dir,
+                start_new_session=True,
                 preexec_fn=_die_with_parent if sys.platform == "linux" else None,
-            )  # fmt: skip
+            )
         except OSError as exc:
             return Outcome(ok=False, error=f"cannot start {argv[0]!r}: {exc}", retryable=False)
         try:
@@ -214,7 +228,7 @@ async def run_call(spec: TaskSpec) -> Outcome:
     context = TaskContext(spec=spec)
     try:
         if inspect.iscoroutinefunction(function):
-            result = await asyncio.wait_for(function(context), spec.worker.timeout)  # type: ignore[arg-type]
+            result = await asyncio.wait_for(function(context), spec.worker.timeout)
         else:
             result = await asyncio.wait_for(
                 asyncio.to_thread(function, context), spec.worker.timeout

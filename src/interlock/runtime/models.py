@@ -48,9 +48,13 @@ class ModelRunner:
             return Outcome(ok=False, error=str(exc), retryable=False)
         system, prompt = assemble(spec)
         request = ModelRequest(
-            alias=alias, model=resolved.model, system=system, prompt=prompt,
-            timeout=spec.worker.timeout, idempotency_key=spec.idempotency_key,
-        )  # fmt: skip
+            alias=alias,
+            model=resolved.model,
+            system=system,
+            prompt=prompt,
+            timeout=spec.worker.timeout,
+            idempotency_key=spec.idempotency_key,
+        )
         try:
             result = await resolved.provider.complete(request, progress)
         except ProviderError as exc:
@@ -58,11 +62,15 @@ class ModelRunner:
         spec.output.parent.mkdir(parents=True, exist_ok=True)
         spec.output.write_text(result.text, encoding="utf-8")
         usage: dict[str, Any] = {
-            "model": result.model, "provider": result.provider, "alias": alias,
-            "input_tokens": result.input_tokens, "output_tokens": result.output_tokens,
-            "latency_s": round(result.latency_s, 4), "cost_usd": result.cost_usd,
+            "model": result.model,
+            "provider": result.provider,
+            "alias": alias,
+            "input_tokens": result.input_tokens,
+            "output_tokens": result.output_tokens,
+            "latency_s": round(result.latency_s, 4),
+            "cost_usd": result.cost_usd,
             "finish_reason": result.finish_reason,
-        }  # fmt: skip
+        }
         return Outcome(ok=True, usage=usage)
 
 

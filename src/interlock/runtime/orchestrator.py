@@ -117,25 +117,36 @@ class Orchestrator:
         given = resolve_inputs(definition, inputs or {})
         run_id = run_id or new_run_id(definition.name, now)
         self.store.create_run(
-            run_id=run_id, pipeline=definition.name, topic=topic,
-            definition_hash=definition.hash, definition=definition.canonical,
-            source=definition.source, created_at=now,
-        )  # fmt: skip
+            run_id=run_id,
+            pipeline=definition.name,
+            topic=topic,
+            definition_hash=definition.hash,
+            definition=definition.canonical,
+            source=definition.source,
+            created_at=now,
+        )
         lease = self.store.acquire_lease(run_id, self.owner, self.settings.lease_ttl, now)
         created = ev.RunCreated(
-            at=now, run_id=run_id, pipeline=definition.name, definition_hash=definition.hash,
-            topic=topic, inputs=given,
-        )  # fmt: skip
+            at=now,
+            run_id=run_id,
+            pipeline=definition.name,
+            definition_hash=definition.hash,
+            topic=topic,
+            inputs=given,
+        )
         first = [NewEvent(event=created)]
         for alias in sorted(model_aliases(definition)):
             with contextlib.suppress(Exception):
                 if self.models.resolve(alias).offline_fallback:
-                    message = (f"model {alias!r} has no provider configured: using the offline "
-                               "provider (placeholder text). Configure it in interlock.toml.")  # fmt: skip
+                    message = (
+                        f"model {alias!r} has no provider configured: using the offline "
+                        "provider (placeholder text). Configure it in interlock.toml."
+                    )
                     first.append(NewEvent(event=ev.Warned(at=now, message=message)))
         state = fold([n.event for n in first])
-        driver = RunDriver(definition=definition, state=state, lease=lease,
-                           run_dir=self.home.live_dir(run_id))  # fmt: skip
+        driver = RunDriver(
+            definition=definition, state=state, lease=lease, run_dir=self.home.live_dir(run_id)
+        )
         driver.run_dir.mkdir(parents=True, exist_ok=True)
         self.store.append(AppendBatch(lease=lease, events=first, summary=driver.summary()), now)
         self._emit(driver, 1, first)
@@ -237,8 +248,9 @@ class Orchestrator:
             observed, consumed = driver.observe(now)
             new = observed + driver.decide(now)
             if new or consumed:
-                batch = AppendBatch(lease=driver.lease, events=new, summary=driver.summary(),
-                                    consumed=consumed)  # fmt: skip
+                batch = AppendBatch(
+                    lease=driver.lease, events=new, summary=driver.summary(), consumed=consumed
+                )
                 batches.append((driver, new, batch))
             else:
                 driver.act(self)
@@ -324,8 +336,11 @@ class Orchestrator:
         try:
             async with self._slots:
                 task = driver.state.tasks[task_id]
-                report = Report(event=ev.TaskStarted(at=self.clock(), task_id=task_id,
-                                                     attempt=attempt, worker=self.owner))  # fmt: skip
+                report = Report(
+                    event=ev.TaskStarted(
+                        at=self.clock(), task_id=task_id, attempt=attempt, worker=self.owner
+                    )
+                )
                 self._report(driver, report)
                 tmp.parent.mkdir(parents=True, exist_ok=True)
                 artifacts.discard(tmp)
@@ -337,8 +352,12 @@ class Orchestrator:
             raise
         except Exception as exc:  # a bug in a worker adapter must not stop the loop
             log.exception("task %s crashed", task_id, extra={"run_id": driver.run_id})
-            failed = ev.TaskFailed(at=self.clock(), task_id=task_id, attempt=attempt,
-                                   error=f"internal error: {type(exc).__name__}: {exc}")  # fmt: skip
+            failed = ev.TaskFailed(
+                at=self.clock(),
+                task_id=task_id,
+                attempt=attempt,
+                error=f"internal error: {type(exc).__name__}: {exc}",
+            )
             self._report(driver, Report(event=failed))
         finally:
             if driver.handles.get(task_id) is asyncio.current_task():
@@ -368,18 +387,43 @@ class Orchestrator:
             except (ExtractionError, UnicodeDecodeError) as exc:
                 artifacts.discard(tmp)
                 error = f"output rejected: {exc}"
-                return Report(event=ev.TaskFailed(at=now, task_id=task.task_id, attempt=attempt,
-                                                  error=error, usage=outcome.usage))  # fmt: skip
-            done = ev.TaskCompleted(at=now, task_id=task.task_id, attempt=attempt, artifact="",
-                                    sha256="", size=0, values=values, usage=outcome.usage)  # fmt: skip
+                return Report(
+                    event=ev.TaskFailed(
+                        at=now,
+                        task_id=task.task_id,
+                        attempt=attempt,
+                        error=error,
+                        usage=outcome.usage,
+                    )
+                )
+            done = ev.TaskCompleted(
+                at=now,
+                task_id=task.task_id,
+                attempt=attempt,
+                artifact="",
+                sha256="",
+                size=0,
+                values=values,
+                usage=outcome.usage,
+            )
             return Report(event=done, tmp=tmp)
         artifacts.discard(tmp)
         if outcome.timed_out:
-            return Report(event=ev.TaskTimedOut(at=now, task_id=task.task_id, attempt=attempt,
-                                                detail=outcome.error))  # fmt: skip
-        return Report(event=ev.TaskFailed(at=now, task_id=task.task_id, attempt=attempt,
-                                          error=outcome.error[-4000:], retryable=outcome.retryable,
-                                          usage=outcome.usage))  # fmt: skip
+            return Report(
+                event=ev.TaskTimedOut(
+                    at=now, task_id=task.task_id, attempt=attempt, detail=outcome.error
+                )
+            )
+        return Report(
+            event=ev.TaskFailed(
+                at=now,
+                task_id=task.task_id,
+                attempt=attempt,
+                error=outcome.error[-4000:],
+                retryable=outcome.retryable,
+                usage=outcome.usage,
+            )
+        )
 
     def _report(self, driver: RunDriver, report: Report) -> None:
         driver.reports.append(report)

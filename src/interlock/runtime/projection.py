@@ -43,32 +43,51 @@ def status_view(pipeline: Pipeline, state: RunState, run_dir_name: str) -> dict[
                 ordered = [tasks[k] for k in sorted(tasks, key=lambda k: -1 if k is None else k)]
                 last = ordered[-1]
                 entry = {
-                    "status": _worker_status(ordered), "session": last.worker,
-                    "attempt": last.attempt, "visit": last.visit, "model": last.model,
-                    "output": last.artifact, "error": last.error,
+                    "status": _worker_status(ordered),
+                    "session": last.worker,
+                    "attempt": last.attempt,
+                    "visit": last.visit,
+                    "model": last.model,
+                    "output": last.artifact,
+                    "error": last.error,
                     "cost_usd": round(sum(t.cost_usd for t in ordered), 6),
-                }  # fmt: skip
+                }
                 if len(ordered) > 1 or last.item is not None:
                     entry["items"] = len(ordered)
                     entry["items_completed"] = sum(
                         t.status is TaskStatus.COMPLETED for t in ordered
                     )
             workers[worker.role] = entry
-        phases.append({
-            "id": phase.id, "status": status, "visits": state.visits.get(phase.id, 0),
-            "workers": workers,
-        })  # fmt: skip
+        phases.append(
+            {
+                "id": phase.id,
+                "status": status,
+                "visits": state.visits.get(phase.id, 0),
+                "workers": workers,
+            }
+        )
     return {
-        "run_id": state.run_id, "pipeline": state.pipeline, "dir": run_dir_name,
-        "topic": state.topic, "inputs": state.inputs, "status": state.status.value,
+        "run_id": state.run_id,
+        "pipeline": state.pipeline,
+        "dir": run_dir_name,
+        "topic": state.topic,
+        "inputs": state.inputs,
+        "status": state.status.value,
         "current_phase": current_index,
         "retry_count": sum(max(0, t.attempt - 1) for t in state.tasks.values()),
-        "phases": phases, "result_delivered": state.delivered is not None,
-        "final": state.delivered, "archived": state.archived, "warnings": state.warnings,
-        "failure": state.failure, "cost_usd": round(state.cost_usd, 6), "tokens": state.tokens,
-        "created_at": iso(state.created_at), "updated_at": iso(state.updated_at),
-        "events": state.events, "definition_hash": state.definition_hash,
-    }  # fmt: skip
+        "phases": phases,
+        "result_delivered": state.delivered is not None,
+        "final": state.delivered,
+        "archived": state.archived,
+        "warnings": state.warnings,
+        "failure": state.failure,
+        "cost_usd": round(state.cost_usd, 6),
+        "tokens": state.tokens,
+        "created_at": iso(state.created_at),
+        "updated_at": iso(state.updated_at),
+        "events": state.events,
+        "definition_hash": state.definition_hash,
+    }
 
 
 def _worker_status(tasks: list[Any]) -> str:
@@ -78,14 +97,18 @@ def _worker_status(tasks: list[Any]) -> str:
     for status in (TaskStatus.RUNNING, TaskStatus.DISPATCHED, TaskStatus.RETRY_WAIT):
         if status in statuses:
             return "running" if status is not TaskStatus.RETRY_WAIT else "retrying"
-    return next(iter(statuses)).value
+    return str(next(iter(statuses)).value)
 
 
 LEDGER_STATUS = {
-    TaskStatus.DISPATCHED: "PENDING", TaskStatus.RUNNING: "IN_PROGRESS",
-    TaskStatus.RETRY_WAIT: "PENDING", TaskStatus.COMPLETED: "COMPLETE",
-    TaskStatus.FAILED: "FAILED", TaskStatus.TIMED_OUT: "FAILED", TaskStatus.ABANDONED: "ABANDONED",
-}  # fmt: skip
+    TaskStatus.DISPATCHED: "PENDING",
+    TaskStatus.RUNNING: "IN_PROGRESS",
+    TaskStatus.RETRY_WAIT: "PENDING",
+    TaskStatus.COMPLETED: "COMPLETE",
+    TaskStatus.FAILED: "FAILED",
+    TaskStatus.TIMED_OUT: "FAILED",
+    TaskStatus.ABANDONED: "ABANDONED",
+}
 
 
 def ledger_view(run: RunRecord, state: RunState, events: list[StoredEvent]) -> dict[str, Any]:
@@ -104,12 +127,14 @@ def ledger_view(run: RunRecord, state: RunState, events: list[StoredEvent]) -> d
             "attempt": t.attempt,
             "role": t.role,
             "phase": t.phase,
-        }  # fmt: skip
+        }
         for t in state.tasks.values()
     ]
     return {
-        "pipeline_id": run.run_id, "pipeline": run.pipeline,
+        "pipeline_id": run.run_id,
+        "pipeline": run.pipeline,
         "coordinator_started": iso(run.lease_acquired_at or run.created_at),
         "last_coordinator_heartbeat": iso(run.lease_renewed_at or state.updated_at),
-        "status": state.status.value, "tasks": tasks,
-    }  # fmt: skip
+        "status": state.status.value,
+        "tasks": tasks,
+    }

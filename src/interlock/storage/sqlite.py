@@ -164,7 +164,7 @@ class SQLiteStore:
                 raise RunNotFound(f"no run {run_id!r}")
             holder, token, expires = row
             free = holder is None or expires is None or expires <= now
-            if not (free or holder == owner or holder == take_over_from):
+            if not (free or holder in (owner, take_over_from)):
                 raise LeaseHeld(
                     f"run {run_id} is being driven by {holder} (lease for {expires - now:.0f}s "
                     "more); wait for it, or stop that process"
@@ -180,8 +180,9 @@ class SQLiteStore:
             args = (expires, now, lease.run_id, lease.owner, lease.token, now)
             if db.execute(Q["renew_lease"], args).rowcount != 1:
                 raise LeaseLost(f"run {lease.run_id}: the lease expired or was taken over")
-            return Lease(run_id=lease.run_id, owner=lease.owner, token=lease.token,
-                         expires_at=expires)  # fmt: skip
+            return Lease(
+                run_id=lease.run_id, owner=lease.owner, token=lease.token, expires_at=expires
+            )
 
     def release_lease(self, lease: Lease) -> None:
         """See `Store.release_lease`."""
@@ -292,18 +293,37 @@ class SQLiteStore:
 
 def _event(row: Any) -> StoredEvent:
     return StoredEvent(
-        id=row[0], run_id=row[1], seq=row[2], at=row[3], kind=row[4], data=json.loads(row[5]),
-        rule=row[6], why=row[7],
-    )  # fmt: skip
+        id=row[0],
+        run_id=row[1],
+        seq=row[2],
+        at=row[3],
+        kind=row[4],
+        data=json.loads(row[5]),
+        rule=row[6],
+        why=row[7],
+    )
 
 
 def _run(row: Any) -> RunRecord:
     summary = RunSummary(
-        status=row[7], phase=row[8], cost_usd=row[9], tokens=row[10], warnings=row[11],
+        status=row[7],
+        phase=row[8],
+        cost_usd=row[9],
+        tokens=row[10],
+        warnings=row[11],
         updated_at=row[12],
-    )  # fmt: skip
+    )
     return RunRecord(
-        run_id=row[0], pipeline=row[1], topic=row[2], definition_hash=row[3], source=row[4],
-        created_at=row[5], last_seq=row[6], summary=summary, lease_owner=row[13],
-        lease_expires=row[14], lease_acquired_at=row[15], lease_renewed_at=row[16],
-    )  # fmt: skip
+        run_id=row[0],
+        pipeline=row[1],
+        topic=row[2],
+        definition_hash=row[3],
+        source=row[4],
+        created_at=row[5],
+        last_seq=row[6],
+        summary=summary,
+        lease_owner=row[13],
+        lease_expires=row[14],
+        lease_acquired_at=row[15],
+        lease_renewed_at=row[16],
+    )
