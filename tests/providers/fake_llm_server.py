@@ -94,7 +94,9 @@ class Handler(BaseHTTPRequestHandler):
             with state.lock:
                 state.in_flight -= 1
 
-    def _json(self, status: int, payload: dict[str, Any], extra: dict[str, str] | None = None) -> None:
+    def _json(
+        self, status: int, payload: dict[str, Any], extra: dict[str, str] | None = None
+    ) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -115,37 +117,60 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(f"{prefix}data: {data}\n\n".encode())
         self.wfile.flush()
 
-    def _openai(self, state: FakeState, headers: dict[str, str], body: dict[str, Any], fault: Fault) -> None:
+    def _openai(
+        self, state: FakeState, headers: dict[str, str], body: dict[str, Any], fault: Fault
+    ) -> None:
         key = headers.get("authorization", "").removeprefix("Bearer ")
         if key != state.api_key:
             # The real service echoes (part of) the key it was given.
             message = f"Incorrect API key provided: {key}. You can find your API key at https://platform.openai.com/account/api-keys."
-            return self._json(401, _openai_error(401, message, "invalid_request_error", "invalid_api_key"))
+            return self._json(
+                401, _openai_error(401, message, "invalid_request_error", "invalid_api_key")
+            )
         if fault.status == 429:
             message = "Rate limit reached for requests per min (RPM): Limit 3, Used 3, Requested 1."
             extra = {"Retry-After": fault.retry_after} if fault.retry_after else {}
-            return self._json(429, _openai_error(429, message, "requests", "rate_limit_exceeded"), extra)
+            return self._json(
+                429, _openai_error(429, message, "requests", "rate_limit_exceeded"), extra
+            )
         if fault.status is not None:
             message = "The server had an error while processing your request. Sorry about that!"
             extra = {"Retry-After": fault.retry_after} if fault.retry_after else {}
-            return self._json(fault.status, _openai_error(fault.status, message, "server_error", None), extra)
+            return self._json(
+                fault.status, _openai_error(fault.status, message, "server_error", None), extra
+            )
         if body.get("model") not in state.models:
-            message = f"The model `{body.get('model')}` does not exist or you do not have access to it."
-            return self._json(404, _openai_error(404, message, "invalid_request_error", "model_not_found"))
+            message = (
+                f"The model `{body.get('model')}` does not exist or you do not have access to it."
+            )
+            return self._json(
+                404, _openai_error(404, message, "invalid_request_error", "model_not_found")
+            )
         self._start_stream()
-        base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": body["model"]}
+        base = {
+            "id": "chatcmpl-1",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": body["model"],
+        }
         first = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
         self._send(json.dumps({**base, "choices": [first]}))
         for number, part in enumerate(state.reply):
             if fault.truncate and number == len(state.reply) // 2:
                 return
             if fault.stream_error and number == 1:
-                return self._send(json.dumps({"error": {"message": "The server had an error", "type": "server_error"}}))
+                return self._send(
+                    json.dumps(
+                        {"error": {"message": "The server had an error", "type": "server_error"}}
+                    )
+                )
             choice = {"index": 0, "delta": {"content": part}, "finish_reason": None}
             self._send(json.dumps({**base, "choices": [choice]}))
             if fault.stall and number == 0:
                 state.stopping.wait(fault.stall)
-        self._send(json.dumps({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
+        self._send(
+            json.dumps({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+        )
         if (body.get("stream_options") or {}).get("include_usage") and not fault.no_usage:
             usage = {
                 "prompt_tokens": state.input_tokens,
@@ -155,39 +180,76 @@ class Handler(BaseHTTPRequestHandler):
             self._send(json.dumps({**base, "choices": [], "usage": usage}))
         self._send("[DONE]")
 
-    def _anthropic(self, state: FakeState, headers: dict[str, str], body: dict[str, Any], fault: Fault) -> None:
+    def _anthropic(
+        self, state: FakeState, headers: dict[str, str], body: dict[str, Any], fault: Fault
+    ) -> None:
         if headers.get("x-api-key") != state.api_key:
             return self._json(401, _anthropic_error("authentication_error", "invalid x-api-key"))
         if fault.status == 429:
             extra = {"Retry-After": fault.retry_after} if fault.retry_after else {}
-            return self._json(429, _anthropic_error("rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit"), extra)
+            return self._json(
+                429,
+                _anthropic_error(
+                    "rate_limit_error",
+                    "Number of request tokens has exceeded your per-minute rate limit",
+                ),
+                extra,
+            )
         if fault.status is not None:
             kind = "overloaded_error" if fault.status == 529 else "api_error"
-            return self._json(fault.status, _anthropic_error(kind, "Overloaded" if fault.status == 529 else "Internal server error"))
+            return self._json(
+                fault.status,
+                _anthropic_error(
+                    kind, "Overloaded" if fault.status == 529 else "Internal server error"
+                ),
+            )
         if "max_tokens" not in body:
-            return self._json(400, _anthropic_error("invalid_request_error", "max_tokens: Field required"))
+            return self._json(
+                400, _anthropic_error("invalid_request_error", "max_tokens: Field required")
+            )
         if body.get("model") not in state.models:
-            return self._json(404, _anthropic_error("not_found_error", f"model: {body.get('model')}"))
+            return self._json(
+                404, _anthropic_error("not_found_error", f"model: {body.get('model')}")
+            )
         self._start_stream()
         message = {
-            "id": "msg_1", "type": "message", "role": "assistant", "content": [], "model": body["model"],
-            "stop_reason": None, "stop_sequence": None,
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "content": [],
+            "model": body["model"],
+            "stop_reason": None,
+            "stop_sequence": None,
             "usage": {"input_tokens": state.input_tokens, "output_tokens": 1},
         }
         self._send(json.dumps({"type": "message_start", "message": message}), "message_start")
-        start = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+        start = {
+            "type": "content_block_start",
+            "index": 0,
+            "content_block": {"type": "text", "text": ""},
+        }
         self._send(json.dumps(start), "content_block_start")
         self._send(json.dumps({"type": "ping"}), "ping")
         for number, part in enumerate(state.reply):
             if fault.truncate and number == len(state.reply) // 2:
                 return
             if fault.stream_error and number == 1:
-                return self._send(json.dumps(_anthropic_error("overloaded_error", "Overloaded")), "error")
-            delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": part}}
+                return self._send(
+                    json.dumps(_anthropic_error("overloaded_error", "Overloaded")), "error"
+                )
+            delta = {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": part},
+            }
             self._send(json.dumps(delta), "content_block_delta")
         self._send(json.dumps({"type": "content_block_stop", "index": 0}), "content_block_stop")
         usage = {} if fault.no_usage else {"output_tokens": state.output_tokens}
-        delta_event = {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None}, "usage": usage}
+        delta_event = {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+            "usage": usage,
+        }
         self._send(json.dumps(delta_event), "message_delta")
         self._send(json.dumps({"type": "message_stop"}), "message_stop")
 

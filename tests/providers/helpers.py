@@ -38,7 +38,9 @@ def request(**overrides: Any) -> ModelRequest:
     return ModelRequest(**fields)
 
 
-def endpoint(server: FakeServer, sleep: SleepFn, *, base: str = "/v1", **retry: Any) -> HttpEndpoint:
+def endpoint(
+    server: FakeServer, sleep: SleepFn, *, base: str = "/v1", **retry: Any
+) -> HttpEndpoint:
     """An endpoint on the fake server with a seeded jitter and a non-waiting sleep."""
     policy = RetryPolicy(sleep=sleep, rng=random.Random(7), **retry)
     return HttpEndpoint(

@@ -7,16 +7,19 @@ import pytest
 from interlock.providers import ProviderError, ProviderTimeout
 
 from .conftest import API_KEY, RecordingSleep
-from .fake_llm_server import Fault, FakeServer
+from .fake_llm_server import FakeServer, Fault
 from .helpers import anthropic, request, run
 
 
-
-def test_streams_text_deltas_and_returns_the_full_text(server: FakeServer, sleep: RecordingSleep) -> None:
+def test_streams_text_deltas_and_returns_the_full_text(
+    server: FakeServer, sleep: RecordingSleep
+) -> None:
     """Each text_delta is forwarded to on_token and the result is returned at message_stop."""
     provider = anthropic(server, sleep)
     fragments: list[str] = []
-    result = run(provider, lambda: provider.complete(request(model="claude-test"), fragments.append))
+    result = run(
+        provider, lambda: provider.complete(request(model="claude-test"), fragments.append)
+    )
     assert fragments == ["Hello", ", ", "world", "."]
     assert result.text == "Hello, world."
     assert result.finish_reason == "end_turn"
@@ -90,7 +93,9 @@ def test_unknown_model_is_a_permanent_error(server: FakeServer, sleep: Recording
     assert not caught.value.retryable and caught.value.status == 404
 
 
-def test_truncated_stream_without_message_stop_fails(server: FakeServer, sleep: RecordingSleep) -> None:
+def test_truncated_stream_without_message_stop_fails(
+    server: FakeServer, sleep: RecordingSleep
+) -> None:
     """A stream that ends before message_stop is a retryable error, never a partial result."""
     server.fail_next(Fault(truncate=True))
     provider = anthropic(server, sleep)
@@ -99,7 +104,9 @@ def test_truncated_stream_without_message_stop_fails(server: FakeServer, sleep: 
     assert caught.value.retryable
 
 
-def test_error_event_in_the_stream_fails_the_call(server: FakeServer, sleep: RecordingSleep) -> None:
+def test_error_event_in_the_stream_fails_the_call(
+    server: FakeServer, sleep: RecordingSleep
+) -> None:
     """An `error` event (overloaded) mid-stream fails the call as retryable."""
     server.fail_next(Fault(stream_error=True))
     provider = anthropic(server, sleep)

@@ -56,7 +56,11 @@ def test_resolves_aliases_with_prices_and_limits(tmp_path: Path) -> None:
     write(tmp_path, FULL)
     config = ModelConfig.load([tmp_path], env={})
     sonnet = config.resolve("sonnet")
-    assert (sonnet.provider, sonnet.kind, sonnet.model) == ("anthropic", "anthropic", "claude-sonnet-4-5")
+    assert (sonnet.provider, sonnet.kind, sonnet.model) == (
+        "anthropic",
+        "anthropic",
+        "claude-sonnet-4-5",
+    )
     assert (sonnet.input_price_per_mtok, sonnet.output_price_per_mtok) == (3.0, 15.0)
     assert sonnet.context_tokens == 200000 and sonnet.api_key_env == "ANTHROPIC_API_KEY"
     assert not sonnet.offline_fallback
@@ -101,7 +105,10 @@ def test_missing_models_lists_unresolved_aliases_once(tmp_path: Path) -> None:
 def test_earlier_candidate_wins(tmp_path: Path) -> None:
     """When two files define the same alias, the one beside the workflow wins."""
     write(tmp_path / "wf", '[models.m]\nprovider = "openai"\nmodel = "first"\n')
-    write(tmp_path / "state", '[models.m]\nprovider = "openai"\nmodel = "second"\n[models.n]\nprovider = "ollama"\n')
+    write(
+        tmp_path / "state",
+        '[models.m]\nprovider = "openai"\nmodel = "second"\n[models.n]\nprovider = "ollama"\n',
+    )
     config = ModelConfig.load([tmp_path / "wf", tmp_path / "state"], env={})
     assert config.resolve("m").model == "first"
     assert config.resolve("n").model == "n"
@@ -127,7 +134,9 @@ def test_env_config_file_is_read_first(tmp_path: Path) -> None:
 
 def test_invalid_entries_name_the_file_and_table(tmp_path: Path) -> None:
     """A wrong field type or unknown field is reported with the file and table names."""
-    path = write(tmp_path, '[providers.x]\nkind = "openai"\nbase_url = "http://h"\nmax_concurency = 3\n')
+    path = write(
+        tmp_path, '[providers.x]\nkind = "openai"\nbase_url = "http://h"\nmax_concurency = 3\n'
+    )
     with pytest.raises(ConfigError, match=r"\[providers\.x\] is invalid: max_concurency") as caught:
         ModelConfig.load([tmp_path], env={})
     assert str(path) in str(caught.value)
@@ -146,7 +155,9 @@ def test_unknown_kind_and_missing_command_are_rejected(tmp_path: Path) -> None:
 def test_model_with_undefined_provider_is_rejected(tmp_path: Path) -> None:
     """An alias pointing at an undefined provider is an error that says how to fix it."""
     write(tmp_path, '[models.m]\nprovider = "mistral"\nmodel = "large"\n')
-    with pytest.raises(ConfigError, match=r"provider 'mistral', which is not defined.*\[providers\.mistral\]"):
+    with pytest.raises(
+        ConfigError, match=r"provider 'mistral', which is not defined.*\[providers\.mistral\]"
+    ):
         ModelConfig.load([tmp_path], env={})
 
 
@@ -186,7 +197,9 @@ def test_key_from_a_toml_secrets_file(tmp_path: Path) -> None:
 
 def test_key_from_an_env_style_secrets_file(tmp_path: Path) -> None:
     """INTERLOCK_SECRETS_FILE may point at KEY=value lines, with export and quotes."""
-    secrets = write(tmp_path, "# keys\nexport ANTHROPIC_API_KEY='sk-ant-abcdefgh'\nOTHER=1\n", ".env")
+    secrets = write(
+        tmp_path, "# keys\nexport ANTHROPIC_API_KEY='sk-ant-abcdefgh'\nOTHER=1\n", ".env"
+    )
     env = {"INTERLOCK_MODELS": "s=anthropic:claude-x", "INTERLOCK_SECRETS_FILE": str(secrets)}
     config = ModelConfig.load([], env=env)
     key = config.api_key(config.resolve("s"))
@@ -197,6 +210,8 @@ def test_missing_key_says_where_to_put_it(tmp_path: Path) -> None:
     """A provider whose key is set nowhere raises MissingKeyError naming the variable."""
     write(tmp_path, FULL)
     config = ModelConfig.load([tmp_path], env={})
-    with pytest.raises(MissingKeyError, match="set the environment variable ANTHROPIC_API_KEY or add it to"):
+    with pytest.raises(
+        MissingKeyError, match="set the environment variable ANTHROPIC_API_KEY or add it to"
+    ):
         config.api_key(config.resolve("sonnet"))
     assert config.api_key(config.resolve("fast")) is None  # a keyless local server

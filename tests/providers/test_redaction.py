@@ -12,7 +12,7 @@ import pytest
 from interlock.providers import ModelConfig, ProviderError, ProviderRegistry, Secret, redact
 
 from .conftest import RecordingSleep
-from .fake_llm_server import Fault, FakeServer
+from .fake_llm_server import FakeServer, Fault
 from .helpers import openai, request, run
 
 CANARY = "sk-canary-5f1e2d3c4b5a69788796a5b4"
