@@ -266,8 +266,7 @@ class FakeServer(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         """``http://127.0.0.1:<port>``."""
-        host, port = self.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://127.0.0.1:{self.server_address[1]}"
 
     def fail_next(self, *faults: Fault) -> None:
         """Misbehave on the next requests, one fault per request."""

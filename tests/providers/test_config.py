@@ -215,3 +215,17 @@ def test_missing_key_says_where_to_put_it(tmp_path: Path) -> None:
     ):
         config.api_key(config.resolve("sonnet"))
     assert config.api_key(config.resolve("fast")) is None  # a keyless local server
+
+
+def test_documented_example_is_a_valid_configuration(tmp_path: Path) -> None:
+    """The example in the config module's docstring loads and resolves as documented."""
+    from interlock.providers import config as config_module
+
+    doc = config_module.__doc__ or ""
+    block = doc.split("File format::\n", 1)[1].split("\nProviders named", 1)[0]
+    example = "\n".join(line.removeprefix("    ") for line in block.splitlines())
+    write(tmp_path, example)
+    config = ModelConfig.load([tmp_path], env={})
+    assert config.resolve("sonnet").model == "claude-sonnet-4-5"
+    assert config.provider("claude-code").kill_grace_s == 2.0
+    assert config.secrets_file == tmp_path / "secrets.toml"

@@ -17,12 +17,24 @@ File format::
     requests_per_minute = 500          # optional client-side rate limits
     tokens_per_minute = 200000
     max_attempts = 4                   # HTTP requests per call on 429/5xx (default 4)
+    backoff_base_s = 0.5               # first backoff, doubled per retry, with jitter
     backoff_cap_s = 20.0               # longest backoff between them
+    max_retry_after_s = 60.0           # a longer Retry-After ends the call (retryable)
+    max_tokens_field = "max_tokens"    # openai kind; OpenAI itself: "max_completion_tokens"
+
+    [providers.anthropic]
+    kind = "anthropic"
+    base_url = "https://api.anthropic.com"   # the client appends /v1/messages
+    api_key_env = "ANTHROPIC_API_KEY"
+    anthropic_version = "2023-06-01"
+    default_max_output_tokens = 8192   # max_tokens when neither request nor alias sets one
 
     [providers.claude-code]
     kind = "cli"
     command = ["claude", "-p", "{prompt}"]   # no {prompt}: the prompt goes to stdin
                                              # {system} and {model} are also replaced
+    cwd = "."                          # optional working directory
+    kill_grace_s = 2.0                 # SIGTERM, then SIGKILL after this, on timeout
 
     [models.sonnet]
     provider = "anthropic"
