@@ -296,7 +296,7 @@ def _branch(
 ) -> list[Decision]:
     assert state.current is not None
     decisions: list[Decision] = []
-    context = expression_context(state)
+    context = expression_context(state, pipeline)
     target, chosen, condition = None, None, None
     for number, rule in enumerate(phase.next, start=1):
         if rule.if_ is not None:
@@ -355,12 +355,16 @@ def _branch(
     return decisions
 
 
-def expression_context(state: RunState) -> dict[str, Any]:
+def expression_context(state: RunState, pipeline: Pipeline | None = None) -> dict[str, Any]:
     """What conditions may read: topic, inputs, visit counts and each role's extracted values."""
+    visits = dict(state.visits)
+    if pipeline is not None:
+        # A phase that has not run yet counts 0 visits, so `visits.fix < 2` works before it ran.
+        visits = {p.id: state.visits.get(p.id, 0) for p in pipeline.phases}
     context: dict[str, Any] = {
         "topic": state.topic,
         "inputs": dict(state.inputs),
-        "visits": dict(state.visits),
+        "visits": visits,
         "roles": {role: dict(values) for role, values in state.values.items()},
     }
     for role, values in state.values.items():
