@@ -69,6 +69,11 @@ def main() -> int:
         "ms_per_step": None,
         "concurrent_runs_per_s": None,
         "error": None,
+        "durability": (
+            "system database on SQLite (rollback journal, synchronous=FULL: SQLite defaults)"
+            if args.backend == "sqlite"
+            else "system database on PostgreSQL (server: synchronous_commit=on, fsync=on)"
+        ),
     }
     hard_timeout(args.timeout, result)
     logging.getLogger("dbos").setLevel(logging.WARNING)

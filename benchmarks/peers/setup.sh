@@ -10,15 +10,16 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ENVS="$(cd "$HERE/.." && pwd)/.envs"
 PYTHON="${PYTHON:-python3}"
 
-# peer -> pinned requirements (space separated)
+# peer -> pinned requirements (space separated). Prefect 3.9 needs a certifi
+# release newer than the index has; Prefect 3.8.8 breaks with FastAPI >= 0.156
+# (its API server passes min_items to Body), hence the FastAPI pin.
 declare -A PINS=(
   [dbos]="dbos==3.4.0 psycopg[binary]==3.3.9"
-  [prefect]="prefect==3.8.8"
+  [prefect]="prefect==3.8.8 fastapi==0.154.0"
   [langgraph]="langgraph==1.2.22 langgraph-checkpoint-sqlite==3.1.2"
   [celery]="celery[redis]==5.7.0"
-  [procrastinate]="procrastinate==3.10.0 psycopg[binary]==3.3.9"
 )
-ALL=(dbos prefect langgraph celery procrastinate)
+ALL=(dbos prefect langgraph celery)
 
 peers=("$@")
 if [ ${#peers[@]} -eq 0 ]; then peers=("${ALL[@]}"); fi
