@@ -18,6 +18,7 @@ class ExitCode(IntEnum):
     PAUSED = 3  # the run is waiting for a person's approval
     BUSY = 4  # another orchestrator holds the run's lease
     STORAGE = 5  # the state directory or database cannot be used
+    INTERNAL = 70  # a bug in interlock itself (EX_SOFTWARE); nothing recorded is lost
     INTERRUPTED = 130  # Ctrl-C; the run stays resumable
 
 

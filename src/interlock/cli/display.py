@@ -1,0 +1,108 @@
+"""Terminal output: a live progress view while a run is driven, and plain tables."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from interlock.core.loader import Definition
+from interlock.core.state import RunState, TaskStatus
+from interlock.runtime.projection import status_view
+from interlock.storage.base import NewEvent
+
+STATUS_STYLE = {
+    "completed": "green", "running": "yellow", "pending": "dim", "retrying": "magenta",
+    "failed": "red", "timed_out": "red", "paused": "cyan", "delivered": "green bold",
+    "cancelled": "red", "abandoned": "dim", "dispatched": "yellow",
+}  # fmt: skip
+
+
+def styled(status: str) -> Text:
+    """A status word in its colour."""
+    return Text(status, style=STATUS_STYLE.get(status, ""))
+
+
+def progress_table(definition: Definition, state: RunState, started: float) -> Group:
+    """Phases and workers with status, attempts and elapsed time."""
+    view = status_view(definition.pipeline, state, state.run_id)
+    title = Text.assemble(
+        (f"{state.pipeline} ", "bold"), (state.run_id, "dim"), "  ",
+        styled(state.status.value), f"  {time.time() - started:5.1f}s",
+    )  # fmt: skip
+    table = Table(title=title, title_justify="left", expand=False, box=None, padding=(0, 2))
+    table.add_column("phase")
+    table.add_column("worker")
+    table.add_column("status")
+    table.add_column("attempt", justify="right")
+    table.add_column("items", justify="right")
+    for phase in view["phases"]:
+        for index, (role, worker) in enumerate(phase["workers"].items()):
+            items = worker.get("items")
+            done = worker.get("items_completed")
+            table.add_row(
+                Text(phase["id"], style="bold") if index == 0 else "", role,
+                styled(worker["status"]), str(worker.get("attempt", "")),
+                f"{done}/{items}" if items else "",
+            )  # fmt: skip
+    footer = []
+    retries = sum(max(0, t.attempt - 1) for t in state.tasks.values())
+    running = sum(t.status is TaskStatus.RUNNING for t in state.tasks.values())
+    footer.append(f"running {running}  retries {retries}  events {state.events}")
+    if state.cost_usd:
+        footer.append(f"cost ${state.cost_usd:.4f}  tokens {state.tokens}")
+    for warning in state.warnings[-3:]:
+        footer.append(f"[yellow]warning:[/] {warning}")
+    return Group(table, *[Text.from_markup(line) for line in footer])
+
+
+class LiveProgress:
+    """Redraws the progress table on every recorded event (or prints lines off a TTY)."""
+
+    def __init__(self, console: Console, definition: Definition) -> None:
+        self.console = console
+        self.definition = definition
+        self.started = time.time()
+        self.live: Live | None = None
+        self.state: RunState | None = None
+
+    def __enter__(self) -> LiveProgress:
+        if self.console.is_terminal:
+            self.live = Live(console=self.console, refresh_per_second=8, transient=False)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.live is not None:
+            if self.state is not None:
+                self.live.update(progress_table(self.definition, self.state, self.started))
+            self.live.__exit__(*exc)
+
+    def on_event(self, run_id: str, seq: int, new: NewEvent, state: RunState) -> None:
+        """Listener for the orchestrator."""
+        self.state = state
+        if self.live is not None:
+            self.live.update(progress_table(self.definition, state, self.started))
+            return
+        data = describe(new)
+        self.console.print(f"{seq:>4} {new.event.kind:<16} {data}", highlight=False)
+
+
+def describe(new: NewEvent) -> str:
+    """One line about an event."""
+    event = new.event
+    fields = {k: v for k, v in vars_of(event).items() if k not in ("at", "values", "usage")}
+    text = " ".join(f"{k}={v}" for k, v in fields.items() if v not in (None, "", [], {}))
+    if new.rule:
+        text += f"  [{new.rule}: {new.why}]"
+    return text
+
+
+def vars_of(event: Any) -> dict[str, Any]:
+    """The fields of a slotted dataclass."""
+    return {f.name: getattr(event, f.name) for f in dataclasses.fields(event)}
