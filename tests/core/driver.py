@@ -100,7 +100,7 @@ class Driver:
         return ev.TaskCompleted(
             at=self.now,
             task_id=task_id,
-            attempt=attempt or task.attempt,
+            attempt=task.attempt if attempt is None else attempt,
             artifact=artifact_name(output, task.visit, task.item),
             sha256="0" * 64,
             size=1,
