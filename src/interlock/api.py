@@ -26,7 +26,6 @@ from interlock.runtime.orchestrator import Orchestrator, Settings
 from interlock.runtime.projection import ledger_view, status_view
 from interlock.storage import Store, StoredEvent, open_store
 
-
 ENDED = ("delivered", "failed", "cancelled")
 
 

@@ -17,10 +17,18 @@ from interlock.runtime.projection import status_view
 from interlock.storage.base import NewEvent
 
 STATUS_STYLE = {
-    "completed": "green", "running": "yellow", "pending": "dim", "retrying": "magenta",
-    "failed": "red", "timed_out": "red", "paused": "cyan", "delivered": "green bold",
-    "cancelled": "red", "abandoned": "dim", "dispatched": "yellow",
-}  # fmt: skip
+    "completed": "green",
+    "running": "yellow",
+    "pending": "dim",
+    "retrying": "magenta",
+    "failed": "red",
+    "timed_out": "red",
+    "paused": "cyan",
+    "delivered": "green bold",
+    "cancelled": "red",
+    "abandoned": "dim",
+    "dispatched": "yellow",
+}
 
 
 def styled(status: str) -> Text:
@@ -32,9 +40,12 @@ def progress_table(definition: Definition, state: RunState, started: float) -> G
     """Phases and workers with status, attempts and elapsed time."""
     view = status_view(definition.pipeline, state, state.run_id)
     title = Text.assemble(
-        (f"{state.pipeline} ", "bold"), (state.run_id, "dim"), "  ",
-        styled(state.status.value), f"  {time.time() - started:5.1f}s",
-    )  # fmt: skip
+        (f"{state.pipeline} ", "bold"),
+        (state.run_id, "dim"),
+        "  ",
+        styled(state.status.value),
+        f"  {time.time() - started:5.1f}s",
+    )
     table = Table(title=title, title_justify="left", expand=False, box=None, padding=(0, 2))
     table.add_column("phase")
     table.add_column("worker")
@@ -46,10 +57,12 @@ def progress_table(definition: Definition, state: RunState, started: float) -> G
             items = worker.get("items")
             done = worker.get("items_completed")
             table.add_row(
-                Text(phase["id"], style="bold") if index == 0 else "", role,
-                styled(worker["status"]), str(worker.get("attempt", "")),
+                Text(phase["id"], style="bold") if index == 0 else "",
+                role,
+                styled(worker["status"]),
+                str(worker.get("attempt", "")),
                 f"{done}/{items}" if items else "",
-            )  # fmt: skip
+            )
     footer = []
     retries = sum(max(0, t.attempt - 1) for t in state.tasks.values())
     running = sum(t.status is TaskStatus.RUNNING for t in state.tasks.values())

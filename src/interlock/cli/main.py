@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import click
 from rich.console import Console
@@ -48,7 +48,7 @@ class Ctx:
     def app(self) -> Interlock:
         """The API object, opened on first use (so `check` and `init` need no state dir)."""
         if self._app is None:
-            sync = "NORMAL" if self.sync == "normal" else "FULL"
+            sync: Literal["FULL", "NORMAL"] = "NORMAL" if self.sync == "normal" else "FULL"
             self._app = Interlock(self.home, store=self.store_url, synchronous=sync)
         return self._app
 
@@ -74,8 +74,10 @@ def handle_errors(function: F) -> F:
         except Exception as exc:
             if debug:
                 raise
-            err.print(f"[red]internal error:[/] {type(exc).__name__}: {exc} (rerun with --debug "
-                      "for details; nothing recorded was lost)")  # fmt: skip
+            err.print(
+                f"[red]internal error:[/] {type(exc).__name__}: {exc} (rerun with --debug "
+                "for details; nothing recorded was lost)"
+            )
             sys.exit(int(ExitCode.INTERNAL))
 
     return wrapper  # type: ignore[return-value]
@@ -259,19 +261,35 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
     """List runs, newest first."""
     records = ctx.app.store.list_runs(status=status, pipeline=pipeline, limit=limit)
     if as_json:
-        rows = [{"run_id": r.run_id, "pipeline": r.pipeline, "topic": r.topic,
-                 "status": r.summary.status, "phase": r.summary.phase,
-                 "cost_usd": r.summary.cost_usd, "tokens": r.summary.tokens,
-                 "created_at": r.created_at, "updated_at": r.summary.updated_at}
-                for r in records]  # fmt: skip
+        rows = [
+            {
+                "run_id": r.run_id,
+                "pipeline": r.pipeline,
+                "topic": r.topic,
+                "status": r.summary.status,
+                "phase": r.summary.phase,
+                "cost_usd": r.summary.cost_usd,
+                "tokens": r.summary.tokens,
+                "created_at": r.created_at,
+                "updated_at": r.summary.updated_at,
+            }
+            for r in records
+        ]
         out.print_json(data=rows)
         return
     table = Table(box=None, padding=(0, 2))
     for column in ("run", "pipeline", "status", "phase", "cost", "started", "topic"):
         table.add_column(column)
     for r in records:
-        table.add_row(r.run_id, r.pipeline, styled(r.summary.status), r.summary.phase or "",
-                      f"${r.summary.cost_usd:.4f}", when(r.created_at), r.topic[:40])  # fmt: skip
+        table.add_row(
+            r.run_id,
+            r.pipeline,
+            styled(r.summary.status),
+            r.summary.phase or "",
+            f"${r.summary.cost_usd:.4f}",
+            when(r.created_at),
+            r.topic[:40],
+        )
     out.print(table if records else "no runs yet: try 'interlock run FILE PIPELINE --topic ...'")
 
 
@@ -286,19 +304,29 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
     if as_json:
         out.print_json(data=view)
         return
-    out.print(f"[bold]{view['pipeline']}[/] {view['run_id']}  ", styled(view["status"]),
-              f"  topic: {view['topic']}")  # fmt: skip
+    out.print(
+        f"[bold]{view['pipeline']}[/] {view['run_id']}  ",
+        styled(view["status"]),
+        f"  topic: {view['topic']}",
+    )
     table = Table(box=None, padding=(0, 2))
     for column in ("phase", "worker", "status", "attempt", "visit", "cost", "output"):
         table.add_column(column)
     for phase in view["phases"]:
         for index, (role, w) in enumerate(phase["workers"].items()):
-            table.add_row(phase["id"] if index == 0 else "", role, styled(w["status"]),
-                          str(w.get("attempt", "")), str(w.get("visit", "")),
-                          f"${w.get('cost_usd', 0):.4f}", w.get("output") or "")  # fmt: skip
+            table.add_row(
+                phase["id"] if index == 0 else "",
+                role,
+                styled(w["status"]),
+                str(w.get("attempt", "")),
+                str(w.get("visit", "")),
+                f"${w.get('cost_usd', 0):.4f}",
+                w.get("output") or "",
+            )
     out.print(table)
-    out.print(f"cost ${view['cost_usd']:.4f}  tokens {view['tokens']}  retries "
-              f"{view['retry_count']}")  # fmt: skip
+    out.print(
+        f"cost ${view['cost_usd']:.4f}  tokens {view['tokens']}  retries {view['retry_count']}"
+    )
     for warning in view["warnings"]:
         out.print(f"[yellow]warning:[/] {warning}")
     if view["failure"]:
@@ -317,8 +345,18 @@ def events(ctx: Ctx, run_id: str, since: int, as_json: bool) -> None:
     """Print a run's history."""
     for stored in ctx.app.events(run_id, since):
         if as_json:
-            click.echo(json.dumps({"seq": stored.seq, "at": stored.at, "kind": stored.kind,
-                                   "data": stored.data, "rule": stored.rule, "why": stored.why}))  # fmt: skip
+            click.echo(
+                json.dumps(
+                    {
+                        "seq": stored.seq,
+                        "at": stored.at,
+                        "kind": stored.kind,
+                        "data": stored.data,
+                        "rule": stored.rule,
+                        "why": stored.why,
+                    }
+                )
+            )
         else:
             line = describe(NewEvent(event=stored.event, rule=stored.rule, why=stored.why))
             out.print(f"{stored.seq:>4} {when(stored.at)} {stored.kind:<16} {line}")
@@ -332,11 +370,14 @@ def explain(ctx: Ctx, run_id: str) -> None:
     """Each decision with the rule that made it and why."""
     for stored in ctx.app.events(run_id):
         if stored.rule:
-            out.print(f"{stored.seq:>4} {when(stored.at)} [bold]{stored.rule:<12}[/] "
-                      f"{stored.kind:<16} {stored.why}")  # fmt: skip
+            out.print(
+                f"{stored.seq:>4} {when(stored.at)} [bold]{stored.rule:<12}[/] "
+                f"{stored.kind:<16} {stored.why}"
+            )
         else:
-            out.print(f"{stored.seq:>4} {when(stored.at)} [dim]{'observed':<12} "
-                      f"{stored.kind:<16}[/]")  # fmt: skip
+            out.print(
+                f"{stored.seq:>4} {when(stored.at)} [dim]{'observed':<12} {stored.kind:<16}[/]"
+            )
 
 
 @cli.command()
@@ -359,8 +400,10 @@ def init(file: str) -> None:
         err.print(f"[red]error:[/] {target} already exists; choose another name")
         sys.exit(int(ExitCode.BAD_INPUT))
     target.write_text(STARTER.read_text())
-    out.print(f"wrote {target}: try 'interlock check {target}' then "
-              f"'interlock run {target} research --topic \"...\"'")  # fmt: skip
+    out.print(
+        f"wrote {target}: try 'interlock check {target}' then "
+        f"'interlock run {target} research --topic \"...\"'"
+    )
 
 
 @cli.command()

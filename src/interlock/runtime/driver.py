@@ -55,6 +55,7 @@ class RunDriver:
     handles: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     reports: list[Report] = field(default_factory=list)
     commands: list[CommandRecord] = field(default_factory=list)
+    source: str = ""  # the workflow file the run was started from (may be gone)
     checked_adoption: bool = False
     dirty: bool = True
 
@@ -234,6 +235,7 @@ class RunDriver:
             run_dir=self.run_dir,
             log_dir=self.run_dir / "logs",
             model=task.model,
+            workflow_dir=Path(self.source).parent.absolute() if self.source else None,
             idempotency_key=key[:32],
         )
 

@@ -44,6 +44,7 @@ class TaskSpec:
     log_dir: Path
     model: str | None
     idempotency_key: str
+    workflow_dir: Path | None = None  # the workflow file's directory, for relative scripts
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,6 +127,8 @@ def expand_argv(argv: list[str], spec: TaskSpec) -> list[str]:
         "{task}": spec.task,
         "{topic}": spec.topic,
         "{run_dir}": str(spec.run_dir),
+        "{workflow_dir}": str(spec.workflow_dir or spec.run_dir),
+        "{python}": sys.executable,
         "{item}": "" if spec.item is None else str(spec.item),
     }
     expanded: list[str] = []

@@ -21,13 +21,11 @@ from typing import Any
 
 from interlock.core import events as ev
 from interlock.core.decide import next_wake
-from interlock.core.extract import ExtractionError, extract_values
 from interlock.core.loader import Definition
 from interlock.core.state import RunState, RunStatus, TaskState, fold
 from interlock.errors import LeaseHeld, LeaseLost, StorageError, UsageError
-from interlock.runtime import artifacts
+from interlock.runtime.dispatch import Dispatcher, LocalDispatcher
 from interlock.runtime.driver import Report, RunDriver
-from interlock.runtime.executors import Outcome, TaskSpec, run_call, run_command
 from interlock.runtime.home import Home
 from interlock.runtime.models import ModelRunner
 from interlock.storage.base import AppendBatch, NewEvent, Store
@@ -88,10 +86,11 @@ class Orchestrator:
         settings: Settings | None = None,
         clock: Callable[[], float] = time.time,
         owner: str | None = None,
+        dispatcher: Dispatcher | None = None,
     ) -> None:
         self.store = store
         self.home = home
-        self.models = models or ModelRunner()
+        self.models = models or ModelRunner(home.root)
         self.settings = settings or Settings()
         self.clock = clock
         self.owner = owner or new_owner()
@@ -99,7 +98,7 @@ class Orchestrator:
         self.listeners: list[EventListener] = []
         self.progress_listeners: list[ProgressListener] = []
         self._definitions: dict[str, Definition] = {}
-        self._slots = asyncio.Semaphore(self.settings.max_concurrency)
+        self.dispatcher: Dispatcher = dispatcher or LocalDispatcher(self.settings.max_concurrency)
         self._wake: asyncio.Event | None = None
 
     # -- taking runs ----------------------------------------------------------------------
@@ -137,7 +136,7 @@ class Orchestrator:
         first = [NewEvent(event=created)]
         for alias in sorted(model_aliases(definition)):
             with contextlib.suppress(Exception):
-                if self.models.resolve(alias).offline_fallback:
+                if self.models.resolve(alias, driver_dir(definition.source)).offline_fallback:
                     message = (
                         f"model {alias!r} has no provider configured: using the offline "
                         "provider (placeholder text). Configure it in interlock.toml."
@@ -145,7 +144,11 @@ class Orchestrator:
                     first.append(NewEvent(event=ev.Warned(at=now, message=message)))
         state = fold([n.event for n in first])
         driver = RunDriver(
-            definition=definition, state=state, lease=lease, run_dir=self.home.live_dir(run_id)
+            definition=definition,
+            state=state,
+            lease=lease,
+            run_dir=self.home.live_dir(run_id),
+            source=definition.source,
         )
         driver.run_dir.mkdir(parents=True, exist_ok=True)
         self.store.append(AppendBatch(lease=lease, events=first, summary=driver.summary()), now)
@@ -171,7 +174,9 @@ class Orchestrator:
         state = fold([s.event for s in stored])
         home = self.home
         run_dir = home.archive_dir(run_id) if state.archived else home.run_dir(run_id)
-        driver = RunDriver(definition=definition, state=state, lease=lease, run_dir=run_dir)
+        driver = RunDriver(
+            definition=definition, state=state, lease=lease, run_dir=run_dir, source=record.source
+        )
         driver.run_dir.mkdir(parents=True, exist_ok=True)
         self.drivers[run_id] = driver
         return driver
@@ -326,108 +331,23 @@ class Orchestrator:
     # -- tasks --------------------------------------------------------------------------------
 
     def start_task(self, driver: RunDriver, task: TaskState) -> asyncio.Task[None]:
-        """Start the recorded attempt of `task`; its report arrives at the next tick."""
-        return asyncio.get_running_loop().create_task(
-            self._run_task(driver, task.task_id, task.attempt), name=task.task_id
-        )
+        """Start the recorded attempt of `task`; its report arrives at a later tick."""
+        return self.dispatcher.start(self, driver, task)
 
-    async def _run_task(self, driver: RunDriver, task_id: str, attempt: int) -> None:
-        tmp = driver.run_dir / ".tmp" / f"{task_id}.{attempt}.part"
-        try:
-            async with self._slots:
-                task = driver.state.tasks[task_id]
-                report = Report(
-                    event=ev.TaskStarted(
-                        at=self.clock(), task_id=task_id, attempt=attempt, worker=self.owner
-                    )
-                )
-                self._report(driver, report)
-                tmp.parent.mkdir(parents=True, exist_ok=True)
-                artifacts.discard(tmp)
-                spec = driver.task_spec(task, tmp)
-                outcome = spec if isinstance(spec, Outcome) else await self._execute(driver, spec)
-                self._report(driver, self._outcome_report(driver, task, attempt, outcome, tmp))
-        except asyncio.CancelledError:
-            artifacts.discard(tmp)
-            raise
-        except Exception as exc:  # a bug in a worker adapter must not stop the loop
-            log.exception("task %s crashed", task_id, extra={"run_id": driver.run_id})
-            failed = ev.TaskFailed(
-                at=self.clock(),
-                task_id=task_id,
-                attempt=attempt,
-                error=f"internal error: {type(exc).__name__}: {exc}",
-            )
-            self._report(driver, Report(event=failed))
-        finally:
-            if driver.handles.get(task_id) is asyncio.current_task():
-                del driver.handles[task_id]
-
-    async def _execute(self, driver: RunDriver, spec: TaskSpec) -> Outcome:
-        kind = spec.worker.kind
-        if kind == "command":
-            return await run_command(spec)
-        if kind == "call":
-            return await run_call(spec)
-
-        def progress(text: str) -> None:
-            for listener in self.progress_listeners:
-                listener(driver.run_id, spec.task_id, text)
-
-        return await self.models.run(spec, progress if self.progress_listeners else None)
-
-    def _outcome_report(
-        self, driver: RunDriver, task: TaskState, attempt: int, outcome: Outcome, tmp: Path
-    ) -> Report:
-        now = self.clock()
-        if outcome.ok:
-            worker = driver.definition.pipeline.worker(task.role)
-            try:
-                values = extract_values(worker.extract, tmp.read_text(encoding="utf-8"))
-            except (ExtractionError, UnicodeDecodeError) as exc:
-                artifacts.discard(tmp)
-                error = f"output rejected: {exc}"
-                return Report(
-                    event=ev.TaskFailed(
-                        at=now,
-                        task_id=task.task_id,
-                        attempt=attempt,
-                        error=error,
-                        usage=outcome.usage,
-                    )
-                )
-            done = ev.TaskCompleted(
-                at=now,
-                task_id=task.task_id,
-                attempt=attempt,
-                artifact="",
-                sha256="",
-                size=0,
-                values=values,
-                usage=outcome.usage,
-            )
-            return Report(event=done, tmp=tmp)
-        artifacts.discard(tmp)
-        if outcome.timed_out:
-            return Report(
-                event=ev.TaskTimedOut(
-                    at=now, task_id=task.task_id, attempt=attempt, detail=outcome.error
-                )
-            )
-        return Report(
-            event=ev.TaskFailed(
-                at=now,
-                task_id=task.task_id,
-                attempt=attempt,
-                error=outcome.error[-4000:],
-                retryable=outcome.retryable,
-                usage=outcome.usage,
-            )
-        )
-
-    def _report(self, driver: RunDriver, report: Report) -> None:
+    def report(self, driver: RunDriver, report: Report) -> None:
+        """Hand a worker's report to the next tick."""
         driver.reports.append(report)
         self.wake()
+
+    def progress(self, run_id: str, task_id: str, text: str) -> None:
+        """Forward a streamed fragment to progress listeners (never recorded)."""
+        for listener in self.progress_listeners:
+            listener(run_id, task_id, text)
+
+
+def driver_dir(source: str) -> Path | None:
+    """The directory of a workflow file, where its `interlock.toml` may sit."""
+    return Path(source).parent.absolute() if source and not source.startswith("<") else None
 
 
 def new_run_id(pipeline: str, now: float) -> str:

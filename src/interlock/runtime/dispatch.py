@@ -1,0 +1,153 @@
+"""Dispatchers: how a recorded task attempt gets run.
+
+The orchestrator only ever calls `Dispatcher.start` for an attempt it has already recorded as
+dispatched, and learns the outcome from a `Report` handed back through
+`Orchestrator.report`. `LocalDispatcher` runs tasks in this process; a queue-backed
+dispatcher hands them to worker processes on other machines through the same two calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from interlock.core import events as ev
+from interlock.core.extract import ExtractionError, extract_values
+from interlock.core.state import TaskState
+from interlock.runtime import artifacts
+from interlock.runtime.driver import Report, RunDriver
+from interlock.runtime.executors import Outcome, TaskSpec, run_call, run_command
+
+if TYPE_CHECKING:
+    from interlock.runtime.orchestrator import Orchestrator
+
+log = logging.getLogger("interlock.runtime")
+
+
+class Dispatcher(Protocol):
+    """Runs recorded attempts and reports how they ended."""
+
+    def start(
+        self, orchestrator: Orchestrator, driver: RunDriver, task: TaskState
+    ) -> asyncio.Task[None]:
+        """Begin the attempt; cancelling the returned task must stop it."""
+        ...
+
+
+class LocalDispatcher:
+    """Runs tasks as asyncio tasks of this process, at most `limit` at once."""
+
+    def __init__(self, limit: int) -> None:
+        self._slots = asyncio.Semaphore(limit)
+
+    def start(
+        self, orchestrator: Orchestrator, driver: RunDriver, task: TaskState
+    ) -> asyncio.Task[None]:
+        """See `Dispatcher.start`."""
+        coroutine = self._run(orchestrator, driver, task.task_id, task.attempt)
+        return asyncio.get_running_loop().create_task(coroutine, name=task.task_id)
+
+    async def _run(
+        self, orchestrator: Orchestrator, driver: RunDriver, task_id: str, attempt: int
+    ) -> None:
+        tmp = driver.run_dir / ".tmp" / f"{task_id}.{attempt}.part"
+        clock = orchestrator.clock
+        try:
+            async with self._slots:
+                task = driver.state.tasks[task_id]
+                started = ev.TaskStarted(
+                    at=clock(), task_id=task_id, attempt=attempt, worker=orchestrator.owner
+                )
+                orchestrator.report(driver, Report(event=started))
+                tmp.parent.mkdir(parents=True, exist_ok=True)
+                artifacts.discard(tmp)
+                spec = driver.task_spec(task, tmp)
+                if isinstance(spec, Outcome):
+                    outcome = spec
+                else:
+                    outcome = await execute(orchestrator, driver.run_id, spec)
+                report = outcome_report(driver, task, attempt, outcome, tmp, clock())
+                orchestrator.report(driver, report)
+        except asyncio.CancelledError:
+            artifacts.discard(tmp)
+            raise
+        except Exception as exc:  # a bug in a worker adapter must not stop the loop
+            log.exception("task %s crashed", task_id, extra={"run_id": driver.run_id})
+            failed = ev.TaskFailed(
+                at=clock(),
+                task_id=task_id,
+                attempt=attempt,
+                error=f"internal error: {type(exc).__name__}: {exc}",
+            )
+            orchestrator.report(driver, Report(event=failed))
+        finally:
+            if driver.handles.get(task_id) is asyncio.current_task():
+                del driver.handles[task_id]
+
+
+async def execute(orchestrator: Orchestrator, run_id: str, spec: TaskSpec) -> Outcome:
+    """Run one attempt with the executor its worker kind calls for."""
+    kind = spec.worker.kind
+    if kind == "command":
+        return await run_command(spec)
+    if kind == "call":
+        return await run_call(spec)
+
+    def progress(text: str) -> None:
+        orchestrator.progress(run_id, spec.task_id, text)
+
+    return await orchestrator.models.run(
+        spec, progress if orchestrator.progress_listeners else None
+    )
+
+
+def outcome_report(
+    driver: RunDriver, task: TaskState, attempt: int, outcome: Outcome, tmp: Path, now: float
+) -> Report:
+    """Turn an executor's outcome into the report the next tick records.
+
+    A successful output is checked by its worker's `extract` rules before it may be committed:
+    an output whose values cannot be extracted fails the attempt and is never adopted.
+    """
+    if outcome.ok:
+        worker = driver.definition.pipeline.worker(task.role)
+        try:
+            values = extract_values(worker.extract, tmp.read_text(encoding="utf-8"))
+        except (ExtractionError, UnicodeDecodeError, FileNotFoundError) as exc:
+            artifacts.discard(tmp)
+            failed = ev.TaskFailed(
+                at=now,
+                task_id=task.task_id,
+                attempt=attempt,
+                error=f"output rejected: {exc}",
+                usage=outcome.usage,
+            )
+            return Report(event=failed)
+        done = ev.TaskCompleted(
+            at=now,
+            task_id=task.task_id,
+            attempt=attempt,
+            artifact="",
+            sha256="",
+            size=0,
+            values=values,
+            usage=outcome.usage,
+        )
+        return Report(event=done, tmp=tmp)
+    artifacts.discard(tmp)
+    if outcome.timed_out:
+        timed_out = ev.TaskTimedOut(
+            at=now, task_id=task.task_id, attempt=attempt, detail=outcome.error
+        )
+        return Report(event=timed_out)
+    failed = ev.TaskFailed(
+        at=now,
+        task_id=task.task_id,
+        attempt=attempt,
+        error=outcome.error[-4000:],
+        retryable=outcome.retryable,
+        usage=outcome.usage,
+    )
+    return Report(event=failed)
