@@ -42,12 +42,17 @@ class OfflineProvider:
 
 
 def render_offline(request: ModelRequest) -> str:
-    """The document the offline provider returns for `request` (pure, deterministic)."""
+    """The document the offline provider returns for `request` (pure, deterministic).
+
+    It echoes what the model was asked (the task and the start of each input) so pipelines
+    downstream have realistic text to work on, framed so it cannot pass for model output.
+    """
     digest = hashlib.sha256(f"{request.system}\n{request.prompt}".encode()).hexdigest()[:12]
-    first_line = next((ln for ln in request.prompt.splitlines() if ln.strip()), "")
+    body = request.prompt.split("\n# Output", 1)[0].strip()
+    excerpt = body if len(body) <= 4000 else body[:4000] + "\n[...]"
     return (
         f"{LABEL}\n\n"
-        f"# {request.alias}: {first_line[:120]}\n\n"
-        f"Prompt digest: {digest}\n"
-        f"Prompt size: {len(request.prompt)} characters\n"
+        f"Alias {request.alias!r}, prompt digest {digest}, {len(request.prompt)} characters.\n\n"
+        f"{excerpt}\n\n"
+        "(end of offline document)\n"
     )
