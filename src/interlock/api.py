@@ -121,6 +121,9 @@ class Interlock:
             raise UsageError(
                 f"run {run_id} is not paused (it is {state.status.value}); nothing to approve"
             )
+        waiting = self.store.pending_commands(run_id)
+        if any(c.kind == CommandKind.APPROVE.value for c in waiting):
+            raise UsageError(f"run {run_id} already has an approval waiting to be recorded")
         self._post(run_id, CommandKind.APPROVE, message, by)
         return run_id
 

@@ -1,0 +1,21 @@
+"""Fixtures shared by every test folder."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def cli_env(tmp_path: Path) -> dict[str, str]:
+    """Environment for running the real CLI with its own state directory and no config."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERLOCK_")}
+    env["INTERLOCK_HOME"] = str(tmp_path / "home")
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env

@@ -1,0 +1,345 @@
+"""The embedded runtime end to end: real files, real subprocesses, the SQLite ledger."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from interlock import Interlock, RunStatus, register
+from interlock.core import events as ev
+from interlock.errors import LeaseHeld, UsageError
+from interlock.runtime.executors import TaskContext
+from interlock.runtime.orchestrator import Settings
+
+from .conftest import WriteWorkflow
+
+ROOT = Path(__file__).resolve().parents[2]
+RESEARCH = ROOT / "examples" / "research.json"
+
+
+def kinds(app: Interlock, run_id: str) -> list[str]:
+    return [e.kind for e in app.events(run_id)]
+
+
+def test_research_example_delivers_offline(app: Interlock) -> None:
+    """The seed research pipeline runs unchanged with the offline provider and is archived."""
+    state = app.run(RESEARCH, "research", topic="FSA architecture")
+    assert state.status is RunStatus.DELIVERED and state.archived
+    run_dir = app.run_dir(state.run_id)
+    assert run_dir.parent.name == "archive"
+    assert (run_dir / "final.md").read_text() == (run_dir / "synthesizer.md").read_text()
+    synthesis = (run_dir / "synthesizer.md").read_text()
+    assert "offline provider" in synthesis and "researcher-a.md" in synthesis
+    assert any("offline provider" in w for w in state.warnings)
+
+
+def test_status_json_has_the_documented_shape(app: Interlock) -> None:
+    """status.json carries the fields people read: phases, workers, retries, delivery."""
+    state = app.run(RESEARCH, "research", topic="shape")
+    view = json.loads((app.run_dir(state.run_id) / "status.json").read_text())
+    for key in ("pipeline", "dir", "topic", "current_phase", "retry_count", "phases",
+                "result_delivered"):  # fmt: skip
+        assert key in view
+    assert view["result_delivered"] is True
+    assert [p["id"] for p in view["phases"]] == ["collect", "synthesis"]
+    worker = view["phases"][0]["workers"]["researcher-a"]
+    assert worker["status"] == "completed" and worker["session"]
+
+
+def test_ledger_view_records_every_task(app: Interlock) -> None:
+    """The dispatch ledger lists each task with dispatch and completion times and output."""
+    state = app.run(RESEARCH, "research", topic="ledger")
+    ledger = app.ledger(state.run_id)
+    assert ledger["pipeline_id"] == state.run_id
+    assert ledger["coordinator_started"] and ledger["last_coordinator_heartbeat"]
+    assert {t["task_id"] for t in ledger["tasks"]} == {
+        "researcher-a@1", "researcher-b@1", "synthesizer@1"
+    }  # fmt: skip
+    for task in ledger["tasks"]:
+        assert task["status"] == "COMPLETE" and task["output_path"]
+        assert task["dispatched_at"] <= task["completed_at"]
+
+
+def test_dispatch_is_recorded_before_start(app: Interlock) -> None:
+    """Every task_started follows the task_dispatched of the same attempt."""
+    state = app.run(RESEARCH, "research", topic="order")
+    dispatched: set[tuple[str, int]] = set()
+    for stored in app.events(state.run_id):
+        event = stored.event
+        if isinstance(event, ev.TaskDispatched):
+            dispatched.add((event.task_id, event.attempt))
+        if isinstance(event, (ev.TaskStarted, ev.TaskCompleted)):
+            assert (event.task_id, event.attempt) in dispatched
+
+
+def test_call_workers_receive_reads(app: Interlock, write_workflow: WriteWorkflow) -> None:
+    """A registered `call:` worker gets the contents of the files it reads."""
+    register("upper", lambda ctx: ctx.read("first.md").upper())
+    register("first", lambda ctx: f"about {ctx.topic}")
+    path = write_workflow("""
+        p:
+          phases:
+            - id: a
+              workers: [{role: first, call: first}]
+            - id: b
+              workers: [{role: second, call: upper, reads: [first.md], final: true}]
+    """)
+    state = app.run(path, topic="cats")
+    assert (app.run_dir(state.run_id) / "final.md").read_text() == "ABOUT CATS"
+
+
+def test_pause_then_approve_delivers(app: Interlock, write_workflow: WriteWorkflow) -> None:
+    """A pause_after phase stops the run until a person approves, exactly once."""
+    register("const", lambda ctx: "text")
+    path = write_workflow("""
+        p:
+          phases:
+            - id: draft
+              pause_after: true
+              workers: [{role: drafter, call: const}]
+            - id: final
+              workers: [{role: editor, call: const, reads: [drafter.md], final: true}]
+    """)
+    state = app.run(path, topic="t")
+    assert state.status is RunStatus.PAUSED
+    app.approve(state.run_id, "looks good")
+    with pytest.raises(UsageError, match="already has an approval waiting"):
+        app.approve(state.run_id)
+    state = app.resume(state.run_id)
+    assert state.status is RunStatus.DELIVERED
+    assert kinds(app, state.run_id).count("approved") == 1
+    with pytest.raises(UsageError, match="not paused"):
+        app.approve(state.run_id)
+
+
+def test_failing_command_records_stderr_and_fails(
+    app: Interlock, write_workflow: WriteWorkflow
+) -> None:
+    """A command that exits non-zero fails with its stderr tail; retries are used up first."""
+    path = write_workflow(f"""
+        p:
+          phases:
+            - id: a
+              workers:
+                - role: w
+                  final: true
+                  retries: 1
+                  backoff: {{initial: 0.01}}
+                  command: ["{sys.executable}", "-c", "import sys; sys.exit('disk on fire')"]
+    """)
+    state = app.run(path, topic="t")
+    assert state.status is RunStatus.FAILED
+    failures = [e.event for e in app.events(state.run_id) if e.kind == "task_failed"]
+    assert len(failures) == 2 and all("disk on fire" in f.error for f in failures)  # type: ignore[attr-defined]
+    assert "disk on fire" in (state.failure or "")
+
+
+HANG = """
+import os, subprocess, sys, time
+marker = sys.argv[1]
+if os.environ["INTERLOCK_ATTEMPT"] == "1":
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", marker])
+    time.sleep(300)
+open(os.environ["INTERLOCK_OUTPUT"], "w").write("done on attempt 2")
+"""
+
+
+def test_hanging_worker_is_killed_and_retried(
+    app: Interlock, write_workflow: WriteWorkflow, tmp_path: Path
+) -> None:
+    """A worker past its timeout has its whole process group killed and is retried."""
+    script = tmp_path / "hang.py"
+    script.write_text(HANG)
+    marker = f"marker-{time.time_ns()}"
+    path = write_workflow(f"""
+        p:
+          phases:
+            - id: a
+              workers:
+                - role: w
+                  final: true
+                  timeout: 1
+                  retries: 1
+                  backoff: {{initial: 0.01}}
+                  command: ["{sys.executable}", "{script}", "{marker}"]
+    """)
+    state = app.run(path, topic="t")
+    assert state.status is RunStatus.DELIVERED
+    assert "task_timed_out" in kinds(app, state.run_id)
+    assert (app.run_dir(state.run_id) / "final.md").read_text() == "done on attempt 2"
+    leftovers = [p for p in psutil.process_iter(["cmdline"]) if marker in (p.info["cmdline"] or [])]
+    assert leftovers == []
+
+
+PARTIAL = """
+import os, signal
+with open(os.environ["INTERLOCK_OUTPUT"], "w") as out:
+    out.write("half of the ")
+    out.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_partial_output_is_never_adopted(
+    app: Interlock, write_workflow: WriteWorkflow, tmp_path: Path
+) -> None:
+    """A worker that dies after writing part of its output leaves nothing at the final path."""
+    script = tmp_path / "partial.py"
+    script.write_text(PARTIAL)
+    path = write_workflow(f"""
+        p:
+          phases:
+            - id: a
+              workers: [{{role: w, final: true, command: ["{sys.executable}", "{script}"]}}]
+    """)
+    state = app.run(path, topic="t")
+    assert state.status is RunStatus.FAILED
+    run_dir = app.run_dir(state.run_id)
+    assert not (run_dir / "w.md").exists()
+    assert "task_completed" not in kinds(app, state.run_id)
+
+
+def test_output_committed_while_down_is_adopted(
+    tmp_path: Path, write_workflow: WriteWorkflow
+) -> None:
+    """An output found at its final path after a restart is adopted, and not run again."""
+    release = threading.Event()
+    calls: list[str] = []
+
+    def slow(ctx: TaskContext) -> str:
+        calls.append(ctx.spec.task_id)
+        release.wait(10)
+        return "from the slow worker"
+
+    register("slow", slow)
+    path = write_workflow("""
+        p:
+          phases:
+            - id: a
+              workers: [{role: w, call: slow, final: true}]
+    """)
+    settings = Settings(heartbeat=0.05, lease_ttl=0.5)
+    first = Interlock(tmp_path / "home", settings=settings)
+    run_id = first.start(path, topic="t")
+
+    async def drive_until_dispatched() -> None:
+        task = asyncio.create_task(first.drive_async(run_id))
+        while not calls:
+            await asyncio.sleep(0.01)
+        task.cancel()  # the orchestrator "dies" with the task in flight
+
+    asyncio.run(drive_until_dispatched())
+    release.set()
+    run_dir = first.run_dir(run_id)
+    (run_dir / "w.md").write_text("committed before the crash")
+    time.sleep(0.6)  # let the dead orchestrator's lease expire
+    second = Interlock(tmp_path / "home", settings=settings)
+    state = second.resume(run_id)
+    assert state.status is RunStatus.DELIVERED
+    completed = [e.event for e in second.events(run_id) if e.kind == "task_completed"]
+    assert len(completed) == 1 and completed[0].adopted  # type: ignore[attr-defined]
+    assert calls == ["w@1"]
+    assert (second.run_dir(run_id) / "final.md").read_text() == "committed before the crash"
+
+
+def test_second_orchestrator_cannot_drive_a_held_run(
+    tmp_path: Path, write_workflow: WriteWorkflow
+) -> None:
+    """While one orchestrator holds a run's lease, another gets LeaseHeld."""
+    register("const", lambda ctx: "x")
+    path = write_workflow("""
+        p:
+          phases:
+            - id: a
+              workers: [{role: w, call: const, final: true}]
+    """)
+    first = Interlock(tmp_path / "home")
+    run_id = first.start(path, topic="t")
+    second = Interlock(tmp_path / "home")
+    with pytest.raises(LeaseHeld, match="being driven by"):
+        second.resume(run_id)
+    assert first.drive(run_id).status is RunStatus.DELIVERED
+
+
+def test_lease_of_a_dead_local_process_is_taken_over(
+    tmp_path: Path, write_workflow: WriteWorkflow
+) -> None:
+    """A lease held by a process of this host that no longer exists does not block resume."""
+    register("const", lambda ctx: "x")
+    path = write_workflow("""
+        p:
+          phases:
+            - id: a
+              workers: [{role: w, call: const, final: true}]
+    """)
+    app = Interlock(tmp_path / "home")
+    run_id = app.start(path, topic="t")
+    app.orchestrator.drivers.clear()  # forget it, as a killed process would
+    dead = psutil.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    import socket
+
+    holder = f"{socket.gethostname()}:{dead.pid}:deadbeef"
+    app.store.acquire_lease(run_id, holder, 60, time.time(), take_over_from=app.orchestrator.owner)
+    assert app.resume(run_id).status is RunStatus.DELIVERED
+
+
+def test_cancel_stops_running_tasks(tmp_path: Path, write_workflow: WriteWorkflow) -> None:
+    """Cancelling a run kills its command workers and ends it cancelled."""
+    marker = f"cancel-{time.time_ns()}"
+    path = write_workflow(f"""
+        p:
+          phases:
+            - id: a
+              workers:
+                - role: w
+                  final: true
+                  command: ["{sys.executable}", "-c", "import time; time.sleep(60)", "{marker}"]
+    """)
+    app = Interlock(tmp_path / "home", settings=Settings(heartbeat=0.05))
+    run_id = app.start(path, topic="t")
+
+    async def scenario() -> None:
+        task = asyncio.create_task(app.drive_async(run_id))
+        for _ in range(200):
+            if any(marker in (p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])):
+                break
+            await asyncio.sleep(0.05)
+        app.cancel(run_id, "changed my mind")
+        await asyncio.wait_for(task, 10)
+
+    asyncio.run(scenario())
+    assert app.state(run_id).status is RunStatus.CANCELLED
+    time.sleep(0.2)
+    assert not [p for p in psutil.process_iter(["cmdline"]) if marker in (p.info["cmdline"] or [])]
+
+
+def test_each_loop_visit_keeps_its_output(app: Interlock) -> None:
+    """The translation example polishes twice and keeps every visit's files."""
+    state = app.run(ROOT / "examples" / "translate.yaml", "translate", topic="Durable workflows")
+    assert state.status is RunStatus.DELIVERED
+    run_dir = app.run_dir(state.run_id)
+    for name in ("reviewer.md", "reviewer.v2.md", "reviewer.v3.md", "polisher.md",
+                 "polisher.v2.md"):  # fmt: skip
+        assert (run_dir / name).is_file(), name
+    scores = [json.loads((run_dir / n).read_text())["score"]
+              for n in ("reviewer.md", "reviewer.v2.md", "reviewer.v3.md")]  # fmt: skip
+    assert scores[0] < scores[1] < 8.0 <= scores[2]
+
+
+def test_fan_out_example_assembles_every_section(app: Interlock) -> None:
+    """The fan-out example writes one section per planned item and assembles them in order."""
+    state = app.run(ROOT / "examples" / "fanout.yaml", "article", topic="Queues",
+                    inputs={"sections": "4"})  # fmt: skip
+    assert state.status is RunStatus.DELIVERED
+    final = (app.run_dir(state.run_id) / "final.md").read_text()
+    assert final.count("## ") == 4
+    writers = [t for t in state.tasks.values() if t.role == "writer"]
+    assert sorted(t.item for t in writers) == [0, 1, 2, 3]  # type: ignore[type-var]
