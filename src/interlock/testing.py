@@ -128,9 +128,9 @@ class MemoryStore:
                     continue
                 run = self._runs[run_id]
                 seq = run.last_seq
-                for new in batch.events:
+                records = [new.record() for new in batch.events]  # a failure writes nothing
+                for new, (kind, data) in zip(batch.events, records, strict=True):
                     seq += 1
-                    kind, data = new.event.kind, new.record()[1]
                     stored = StoredEvent(
                         id=len(self._events) + 1,
                         run_id=run_id,

@@ -1,0 +1,338 @@
+"""The shared ledger: PostgreSQL, for many orchestrators and workers on many machines.
+
+Writes run in READ COMMITTED transactions that lock what they check (`SELECT ... FOR UPDATE`),
+so the lease fence and the append it guards are one atomic step. Appends also take one
+transaction-level advisory lock: event ids are then handed out in commit order, which is what
+lets a live feed read `id > last seen` without ever skipping a late-committing event. Group
+commit keeps that serialisation cheap (one transaction carries every run of a tick).
+
+Every append sends `NOTIFY interlock_events, '<run id>'` (delivered at commit), so other
+processes can wake at once instead of polling hard.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from interlock.errors import LeaseHeld, LeaseLost, RunNotFound, StorageError
+from interlock.storage.base import (
+    AppendBatch,
+    CommandRecord,
+    Lease,
+    RunRecord,
+    RunSummary,
+    StoredEvent,
+)
+from interlock.storage.queries import migrations, queries
+
+log = logging.getLogger("interlock.storage")
+Q = queries("postgres")
+MIGRATION_LOCK = 4849675  # advisory lock key held while the schema is brought up to date
+T = TypeVar("T")
+
+
+class PostgresStore:
+    """A `Store` on a PostgreSQL database (thread-safe: a pool of connections)."""
+
+    def __init__(
+        self, url: str, *, pool_size: int = 4, connect_timeout: float = 10.0, retries: int = 3
+    ) -> None:
+        self.url = url
+        self._retries = retries
+        self._where = _redact(url)
+        self.pool: ConnectionPool[Any] = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=max(1, pool_size),
+            timeout=connect_timeout,
+            # A connection killed by the server (restart, pg_terminate_backend) is found
+            # and replaced before it is handed out, not in the middle of a transaction.
+            check=ConnectionPool.check_connection,
+            kwargs={"autocommit": False, "connect_timeout": int(connect_timeout)},
+            name="interlock-ledger",
+            open=True,
+        )
+        try:
+            self.pool.wait(timeout=connect_timeout)
+            self._migrate()
+        except StorageError:
+            self.close()
+            raise
+        except Exception as exc:  # bad URL, server down, auth: one message naming the place
+            with contextlib.suppress(Exception):
+                self.close()
+            raise StorageError(f"{self._where}: cannot open the ledger: {exc}") from None
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _migrate(self) -> None:
+        with self.pool.connection() as db, db.transaction():
+            db.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS interlock_schema "
+                "(version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+            )
+            row = db.execute("SELECT coalesce(max(version), 0) FROM interlock_schema").fetchone()
+            current = int(row[0]) if row else 0
+            scripts = migrations("postgres")
+            newest = scripts[-1][0] if scripts else 0
+            if current > newest:
+                raise StorageError(
+                    f"{self._where}: ledger schema version {current} is newer than this "
+                    f"interlock supports ({newest}); upgrade interlock"
+                )
+            for version, script in scripts:
+                if version > current:
+                    db.execute(script.encode())
+                    db.execute("INSERT INTO interlock_schema (version) VALUES (%s)", (version,))
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        """One transaction on a pooled connection (committed on success)."""
+        try:
+            with self.pool.connection() as db, db.transaction():
+                yield db
+        except psycopg.Error as exc:
+            raise StorageError(f"{self._where}: ledger error: {exc}") from None
+
+    def retrying(self, action: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """Run an idempotent `action` in a transaction, again on a fresh connection if the
+        connection broke (server restart, terminated backend, network blip)."""
+        for attempt in range(self._retries + 1):
+            try:
+                with self.pool.connection() as db, db.transaction():
+                    return action(db)
+            except psycopg.OperationalError as exc:
+                if attempt == self._retries:
+                    raise StorageError(f"{self._where}: ledger unreachable: {exc}") from None
+                log.warning("ledger connection lost (%s); retrying", exc)
+                time.sleep(min(2.0, 0.1 * 2**attempt))
+            except psycopg.Error as exc:
+                raise StorageError(f"{self._where}: ledger error: {exc}") from None
+        raise AssertionError("unreachable")
+
+    def _read(self, query: str, *args: Any) -> list[Any]:
+        return self.retrying(lambda db: db.execute(query, args).fetchall())
+
+    # -- the Store protocol -----------------------------------------------------------------
+
+    def create_run(
+        self,
+        *,
+        run_id: str,
+        pipeline: str,
+        topic: str,
+        definition_hash: str,
+        definition: str,
+        source: str,
+        created_at: float,
+    ) -> None:
+        """See `Store.create_run`."""
+        with self.transaction() as db:
+            db.execute(Q["insert_definition"], (definition_hash, definition))
+            db.execute(
+                Q["insert_run"],
+                (run_id, pipeline, topic, definition_hash, source, created_at, created_at),
+            )
+
+    def definition(self, definition_hash: str) -> str:
+        """See `Store.definition`."""
+        rows = self._read(Q["get_definition"], definition_hash)
+        if not rows:
+            raise StorageError(f"{self._where}: definition {definition_hash[:12]} is missing")
+        return str(rows[0][0])
+
+    def acquire_lease(
+        self, run_id: str, owner: str, ttl: float, now: float, *, take_over_from: str | None = None
+    ) -> Lease:
+        """See `Store.acquire_lease`. Safe to retry: a repeat by the same owner re-takes it."""
+
+        def acquire(db: psycopg.Connection[Any]) -> Lease:
+            row = db.execute(Q["lock_lease"], (run_id,)).fetchone()
+            if row is None:
+                raise RunNotFound(f"no run {run_id!r}")
+            holder, token, expires = row
+            free = holder is None or expires is None or expires <= now
+            if not (free or holder in (owner, take_over_from)):
+                raise LeaseHeld(
+                    f"run {run_id} is being driven by {holder} (lease for {expires - now:.0f}s "
+                    "more); wait for it, or stop that process"
+                )
+            lease = Lease(run_id=run_id, owner=owner, token=token + 1, expires_at=now + ttl)
+            db.execute(Q["set_lease"], (owner, lease.token, lease.expires_at, now, now, run_id))
+            return lease
+
+        return self.retrying(acquire)
+
+    def renew_lease(self, lease: Lease, ttl: float, now: float) -> Lease:
+        """See `Store.renew_lease`."""
+        expires = now + ttl
+        args = (expires, now, lease.run_id, lease.owner, lease.token, now)
+        if self.retrying(lambda db: db.execute(Q["renew_lease"], args).rowcount) != 1:
+            raise LeaseLost(f"run {lease.run_id}: the lease expired or was taken over")
+        return Lease(run_id=lease.run_id, owner=lease.owner, token=lease.token, expires_at=expires)
+
+    def release_lease(self, lease: Lease) -> None:
+        """See `Store.release_lease`."""
+        args = (lease.run_id, lease.owner, lease.token)
+        self.retrying(lambda db: db.execute(Q["release_lease"], args))
+
+    def append(self, batch: AppendBatch, now: float) -> int:
+        """See `Store.append`."""
+        result = self.append_many([batch], now)[0]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def append_many(self, batches: Sequence[AppendBatch], now: float) -> list[int | Exception]:
+        """See `Store.append_many`. Never retried here: after a broken commit the caller
+        cannot know whether it landed, and re-reads the history instead."""
+        results: list[int | Exception] = []
+        with self.transaction() as db:
+            db.execute(Q["commit_order"])
+            for batch in batches:
+                results.append(self._append_one(db, batch, now))
+        return results
+
+    def _append_one(
+        self, db: psycopg.Connection[Any], batch: AppendBatch, now: float
+    ) -> int | Exception:
+        lease = batch.lease
+        row = db.execute(Q["fence"], (lease.run_id, lease.owner, lease.token, now)).fetchone()
+        if row is None:
+            return LeaseLost(f"run {lease.run_id}: the lease expired or was taken over")
+        seq = int(row[0])
+        rows = []
+        for new in batch.events:
+            seq += 1
+            kind, data = new.record()
+            rows.append((lease.run_id, seq, new.event.at, kind, data, new.rule, new.why))
+        with db.cursor() as cursor:
+            cursor.executemany(Q["insert_event"], rows)
+        s = batch.summary
+        db.execute(
+            Q["update_summary"],
+            (seq, s.status, s.phase, s.cost_usd, s.tokens, s.warnings, s.updated_at, lease.run_id),
+        )
+        for command_id in batch.consumed:
+            db.execute(Q["consume_command"], (now, command_id, lease.run_id))
+        if rows:
+            db.execute(Q["notify_append"], (lease.run_id,))
+        return seq
+
+    def events(self, run_id: str, since: int = 0, limit: int | None = None) -> list[StoredEvent]:
+        """See `Store.events`."""
+        return [_event(r) for r in self._read(Q["events_since"], run_id, since, limit)]
+
+    def all_events(self, after_id: int = 0, limit: int = 1000) -> list[StoredEvent]:
+        """See `Store.all_events`."""
+        return [_event(r) for r in self._read(Q["all_events_after"], after_id, limit)]
+
+    def get_run(self, run_id: str) -> RunRecord:
+        """See `Store.get_run`."""
+        rows = self._read(Q["select_runs"] + " WHERE run_id = %s", run_id)
+        if not rows:
+            raise RunNotFound(f"no run {run_id!r} (see 'interlock runs')")
+        return _run(rows[0])
+
+    def find_runs(self, prefix: str) -> list[str]:
+        """See `Store.find_runs`."""
+        return [r[0] for r in self._read(Q["find_runs"], prefix, prefix + "\U0010ffff")]
+
+    def list_runs(
+        self, *, status: str | None = None, pipeline: str | None = None, limit: int = 100
+    ) -> list[RunRecord]:
+        """See `Store.list_runs`."""
+        where, args = [], []
+        if status:
+            where.append("status = %s")
+            args.append(status)
+        if pipeline:
+            where.append("pipeline = %s")
+            args.append(pipeline)
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        query = f"{Q['select_runs']}{clause} ORDER BY created_at DESC, run_id DESC LIMIT %s"
+        return [_run(r) for r in self._read(query, *args, limit)]
+
+    def post_command(self, run_id: str, kind: str, message: str, by: str, now: float) -> int:
+        """See `Store.post_command`."""
+        self.get_run(run_id)
+        with self.transaction() as db:
+            row = db.execute(Q["insert_command"], (run_id, kind, message, by, now)).fetchone()
+            return int(row[0]) if row else 0
+
+    def pending_commands(self, run_id: str | None = None) -> list[CommandRecord]:
+        """See `Store.pending_commands`."""
+        if run_id is None:
+            rows = self._read(Q["all_pending_commands"])
+        else:
+            rows = self._read(Q["pending_commands"], run_id)
+        return [
+            CommandRecord(id=r[0], run_id=r[1], kind=r[2], message=r[3], by=r[4], created_at=r[5])
+            for r in rows
+        ]
+
+    # -- beyond the protocol: what a fleet of orchestrators needs ---------------------------
+
+    def unowned_runs(self, now: float, limit: int = 10) -> list[str]:
+        """Live runs (running or paused) nobody holds a valid lease on, in random order so
+        that orchestrators looking at once spread over different runs."""
+        return [r[0] for r in self._read(Q["unowned_runs"], now, limit)]
+
+    def close(self) -> None:
+        """See `Store.close`."""
+        self.pool.close()
+
+
+def _redact(url: str) -> str:
+    """The URL without its password, for messages."""
+    scheme, sep, rest = url.partition("://")
+    if "@" in rest:
+        credentials, _, host = rest.rpartition("@")
+        rest = f"{credentials.partition(':')[0]}@{host}"
+    return f"{scheme}{sep}{rest}"
+
+
+def _event(row: Any) -> StoredEvent:
+    return StoredEvent(
+        id=row[0],
+        run_id=row[1],
+        seq=row[2],
+        at=row[3],
+        kind=row[4],
+        data=row[5],
+        rule=row[6],
+        why=row[7],
+    )
+
+
+def _run(row: Any) -> RunRecord:
+    summary = RunSummary(
+        status=row[7],
+        phase=row[8],
+        cost_usd=row[9],
+        tokens=row[10],
+        warnings=row[11],
+        updated_at=row[12],
+    )
+    return RunRecord(
+        run_id=row[0],
+        pipeline=row[1],
+        topic=row[2],
+        definition_hash=row[3],
+        source=row[4],
+        created_at=row[5],
+        last_seq=row[6],
+        summary=summary,
+        lease_owner=row[13],
+        lease_expires=row[14],
+        lease_acquired_at=row[15],
+        lease_renewed_at=row[16],
+    )

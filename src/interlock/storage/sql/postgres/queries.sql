@@ -1,0 +1,81 @@
+-- name: insert_definition
+INSERT INTO definitions (hash, body) VALUES (%s, %s) ON CONFLICT (hash) DO NOTHING;
+
+-- name: get_definition
+SELECT body FROM definitions WHERE hash = %s;
+
+-- name: insert_run
+INSERT INTO runs (run_id, pipeline, topic, definition_hash, source, created_at, status, updated_at)
+VALUES (%s, %s, %s, %s, %s, %s, 'running', %s);
+
+-- name: select_runs
+SELECT run_id, pipeline, topic, definition_hash, source, created_at, last_seq, status, phase,
+       cost_usd, tokens, warnings, updated_at, lease_owner, lease_expires, lease_acquired_at,
+       lease_renewed_at
+FROM runs;
+
+-- name: lock_lease
+SELECT lease_owner, lease_token, lease_expires FROM runs WHERE run_id = %s FOR UPDATE;
+
+-- name: set_lease
+UPDATE runs SET lease_owner = %s, lease_token = %s, lease_expires = %s, lease_acquired_at = %s,
+       lease_renewed_at = %s
+WHERE run_id = %s;
+
+-- name: renew_lease
+UPDATE runs SET lease_expires = %s, lease_renewed_at = %s
+WHERE run_id = %s AND lease_owner = %s AND lease_token = %s AND lease_expires > %s;
+
+-- name: release_lease
+UPDATE runs SET lease_owner = NULL, lease_expires = NULL
+WHERE run_id = %s AND lease_owner = %s AND lease_token = %s;
+
+-- name: fence
+SELECT last_seq FROM runs
+WHERE run_id = %s AND lease_owner = %s AND lease_token = %s AND lease_expires > %s
+FOR UPDATE;
+
+-- name: commit_order
+SELECT pg_advisory_xact_lock(4849676);
+
+-- name: insert_event
+INSERT INTO events (run_id, seq, at, kind, data, rule, why) VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s);
+
+-- name: update_summary
+UPDATE runs SET last_seq = %s, status = %s, phase = %s, cost_usd = %s, tokens = %s,
+       warnings = %s, updated_at = %s
+WHERE run_id = %s;
+
+-- name: consume_command
+UPDATE commands SET consumed_at = %s WHERE id = %s AND run_id = %s AND consumed_at IS NULL;
+
+-- name: notify_append
+SELECT pg_notify('interlock_events', %s);
+
+-- name: events_since
+SELECT id, run_id, seq, at, kind, data, rule, why FROM events
+WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s;
+
+-- name: all_events_after
+SELECT id, run_id, seq, at, kind, data, rule, why FROM events
+WHERE id > %s ORDER BY id LIMIT %s;
+
+-- name: find_runs
+SELECT run_id FROM runs WHERE run_id >= %s AND run_id < %s ORDER BY run_id LIMIT 10;
+
+-- name: insert_command
+INSERT INTO commands (run_id, kind, message, by, created_at) VALUES (%s, %s, %s, %s, %s)
+RETURNING id;
+
+-- name: pending_commands
+SELECT id, run_id, kind, message, by, created_at FROM commands
+WHERE run_id = %s AND consumed_at IS NULL ORDER BY id;
+
+-- name: all_pending_commands
+SELECT id, run_id, kind, message, by, created_at FROM commands
+WHERE consumed_at IS NULL ORDER BY id;
+
+-- name: unowned_runs
+SELECT run_id FROM runs
+WHERE status IN ('running', 'paused') AND (lease_expires IS NULL OR lease_expires <= %s)
+ORDER BY random() LIMIT %s;
