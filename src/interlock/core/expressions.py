@@ -16,6 +16,7 @@ import celpy
 from celpy import celparser
 from celpy.adapter import json_to_cel
 from celpy.evaluation import CELEvalError
+from lark import Tree
 
 ROOT_NAMES = frozenset({"topic", "inputs", "visits", "roles"})
 
@@ -43,8 +44,50 @@ def compile_expression(source: str) -> Compiled:
         tree = _ENV.compile(source)
     except celparser.CELParseError as exc:
         raise ExpressionError(f"expression {source!r} does not parse: {exc}") from None
-    names = frozenset(str(node.children[0]) for node in tree.find_data("ident"))
-    return Compiled(source=source, names=names, program=_ENV.program(tree))
+    return Compiled(source=source, names=_free_names(tree), program=_ENV.program(tree))
+
+
+# Macros bind their first argument as a variable for the rest: in `xs.all(x, x > 0)`, `x` is
+# not a value the expression reads from the run.
+_MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
+
+
+def _free_names(tree: Tree[Any]) -> frozenset[str]:
+    """The top-level names an expression reads, leaving out variables bound by macros."""
+    names: set[str] = set()
+
+    def walk(node: Any, bound: frozenset[str]) -> None:
+        if not isinstance(node, Tree):
+            return
+        if node.data == "ident":
+            name = str(node.children[0])
+            if name not in bound:
+                names.add(name)
+            return
+        if node.data == "member_dot_arg" and len(node.children) == 3:
+            target, method, args = node.children
+            variable = _bare_ident(args.children[0]) if args.children else None
+            if str(method) in _MACROS and variable is not None:
+                walk(target, bound)
+                for arg in args.children[1:]:
+                    walk(arg, bound | {variable})
+                return
+        for child in node.children:
+            walk(child, bound)
+
+    walk(tree, frozenset())
+    return frozenset(names)
+
+
+def _bare_ident(node: Any) -> str | None:
+    """The name when an expression is just one identifier, else None."""
+    while isinstance(node, Tree):
+        if node.data == "ident":
+            return str(node.children[0])
+        if len(node.children) != 1:
+            return None
+        node = node.children[0]
+    return None
 
 
 def evaluate(source: str, context: Mapping[str, Any]) -> bool:

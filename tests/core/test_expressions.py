@@ -1,0 +1,97 @@
+"""Conditions in CEL and task templates: what they read, and that data never becomes code."""
+
+from __future__ import annotations
+
+import pytest
+
+from interlock.core.expressions import ExpressionError, compile_expression, evaluate
+from interlock.core.loader import build_workflow
+from interlock.core.templates import TemplateProblem, render_task, template_names
+
+from .driver import worker
+
+
+@pytest.mark.parametrize(
+    ("source", "names"),
+    [
+        ("reviewer.score < 8.0", {"reviewer"}),
+        ("roles['researcher-a'].ok && visits.review < 3", {"roles", "visits"}),
+        ('w.items.all(x, x != "")', {"w"}),
+        ("w.items.exists(x, x == v)", {"w", "v"}),
+        ("w.items.all(x, w.items.exists(y, y == x))", {"w"}),
+        ('size(w.items.filter(x, x == "a")) == size(w.items.map(y, y))', {"w"}),
+        ('w.items.all(x, x != "") && x', {"w", "x"}),
+    ],
+)
+def test_names_an_expression_reads(source: str, names: set[str]) -> None:
+    """The names read are the free ones: variables bound by a macro are not among them."""
+    assert compile_expression(source).names == names
+
+
+def test_macros_evaluate() -> None:
+    """List macros work on extracted lists without their variables counting as missing."""
+    context = {"w": {"items": ["a", "b"]}}
+    assert evaluate('w.items.exists(x, x == "b")', context)
+    assert not evaluate('w.items.all(x, x == "a")', context)
+
+
+def test_macro_variables_pass_validation() -> None:
+    """A condition using a macro variable is accepted by the workflow checks."""
+    data = {
+        "p": {
+            "phases": [
+                {
+                    "id": "a",
+                    "workers": [worker("w", extract={"items": {"json": "i", "type": "list"}})],
+                    "next": [
+                        {"if": 'w.items.exists(x, x == "redo")', "goto": "a", "max_visits": 2}
+                    ],
+                },
+                {"id": "b", "workers": [worker("z", final=True)]},
+            ]
+        }
+    }
+    assert build_workflow(data)
+
+
+def test_missing_value_is_an_error() -> None:
+    """A condition over a name with no value raises, naming it."""
+    with pytest.raises(ExpressionError, match="reads reviewer, which has no value yet"):
+        evaluate("reviewer.score < 8.0", {})
+
+
+def test_non_boolean_result_is_an_error() -> None:
+    """A condition must give true or false, not a number."""
+    with pytest.raises(ExpressionError, match="not true or false"):
+        evaluate("reviewer.score", {"reviewer": {"score": 6.5}})
+
+
+def test_strings_from_output_are_data() -> None:
+    """A value that looks like an expression is compared as text, never evaluated."""
+    context = {"w": {"verdict": "true || 1 == 1"}}
+    assert not evaluate('w.verdict == "true"', context)
+
+
+def test_template_names_and_rendering() -> None:
+    """A task template names what it reads and renders topic, item and inputs."""
+    source = "Write about {{ item }} for {{ topic }} in {{ inputs.language }}"
+    assert template_names(source) == {"item", "topic", "inputs"}
+    text = render_task(source, {"item": "x", "topic": "t", "inputs": {"language": "French"}})
+    assert text == "Write about x for t in French"
+
+
+def test_template_syntax_in_values_is_inert() -> None:
+    """Template syntax inside a value (model output, a topic) is rendered as plain text."""
+    assert render_task("{{ topic }}", {"topic": "{{ 7 * 7 }}"}) == "{{ 7 * 7 }}"
+
+
+def test_sandbox_refuses_unsafe_attributes() -> None:
+    """A template cannot reach Python internals through attributes."""
+    with pytest.raises(TemplateProblem):
+        render_task("{{ topic.__class__.__mro__[1].__subclasses__() }}", {"topic": "t"})
+
+
+def test_undefined_name_at_render_is_an_error() -> None:
+    """Rendering with a missing value fails loudly instead of printing nothing."""
+    with pytest.raises(TemplateProblem, match="cannot be rendered"):
+        render_task("Hello {{ name }}", {})
