@@ -594,3 +594,25 @@ def test_next_wake_is_the_earliest_deadline_or_retry() -> None:
     assert next_wake(d.pipeline, d.state) == 540
     d.complete("synthesizer@1")
     assert next_wake(d.pipeline, d.state) is None
+
+
+def test_retry_due_while_paused_does_not_wake_the_engine() -> None:
+    """A retry that comes due while the run is paused waits for approval without busy wake-ups."""
+    d = Driver(
+        pipeline_of(
+            {
+                "budget": {"max_cost_usd": 1.0, "on_exceed": "pause"},
+                "phases": [
+                    {"id": "a", "workers": [worker("w1"), worker("w2", retries=1)]},
+                    {"id": "b", "workers": [worker("w3", final=True)]},
+                ],
+            }
+        )
+    )
+    d.start()
+    d.complete("w1@1", cost_usd=2.0)
+    assert [x.rule for x in d.fail("w2@1")] == [R.RETRY]
+    assert d.advance(3600) == []
+    assert next_wake(d.pipeline, d.state) is None
+    assert [x.rule for x in d.approve()] == [R.RETRY_DUE]
+    assert d.in_flight() == ["w2@1"] and d.attempt("w2@1") == 2

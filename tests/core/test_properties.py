@@ -166,6 +166,9 @@ def check_history(driver: Driver) -> None:
     for task in driver.state.tasks.values():
         assert 1 <= task.attempt <= driver.pipeline.worker(task.role).max_attempts
     assert not stuck(driver), "the run is stuck"
+    # After settling, the next wake-up is in the future: a runtime sleeping until then never spins.
+    wake = next_wake(driver.pipeline, driver.state)
+    assert wake is None or wake > driver.now, (wake, driver.now, driver.state.status)
 
 
 def finish(driver: Driver, data: st.DataObject) -> None:

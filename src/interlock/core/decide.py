@@ -89,11 +89,13 @@ def settle(
 def next_wake(pipeline: Pipeline, state: RunState) -> float | None:
     """The earliest time the table would act without a new observation (None: never)."""
     times = [_deadline(pipeline, t) for t in state.tasks.values() if t.status.in_flight]
-    times += [
-        t.not_before
-        for t in state.tasks.values()
-        if t.status is TaskStatus.RETRY_WAIT and t.not_before is not None
-    ]
+    if state.status is RunStatus.RUNNING:
+        # A paused run holds its retries until approval; waking for them would find nothing to do.
+        times += [
+            t.not_before
+            for t in state.tasks.values()
+            if t.status is TaskStatus.RETRY_WAIT and t.not_before is not None
+        ]
     return min(times) if times else None
 
 
