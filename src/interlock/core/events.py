@@ -250,5 +250,19 @@ def from_record(kind: str, data: dict[str, Any]) -> Event:
         cls = EVENT_TYPES[kind]
     except KeyError:
         raise ValueError(f"unknown event kind {kind!r} (written by a newer interlock?)") from None
+    if data.get("v", EVENT_VERSION) > EVENT_VERSION:
+        raise ValueError(
+            f"event {kind!r} is version {data['v']}, newer than this interlock "
+            f"understands ({EVENT_VERSION})"
+        )
     fields = {k: v for k, v in data.items() if k != "v"}
-    return cls(**fields)
+    unknown = sorted(set(fields) - set(_FIELDS[kind]))
+    if unknown:
+        raise ValueError(
+            f"event {kind!r} has unknown field(s) {', '.join(unknown)} "
+            "(written by a newer interlock?)"
+        )
+    try:
+        return cls(**fields)
+    except TypeError as exc:  # a required field is missing
+        raise ValueError(f"event {kind!r} record is incomplete: {exc}") from None
