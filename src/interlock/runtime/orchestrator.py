@@ -28,7 +28,7 @@ from interlock.runtime.dispatch import Dispatcher, LocalDispatcher
 from interlock.runtime.driver import Report, RunDriver
 from interlock.runtime.home import Home
 from interlock.runtime.models import ModelRunner
-from interlock.storage.base import AppendBatch, NewEvent, Store
+from interlock.storage.base import AppendBatch, Lease, NewEvent, RunRecord, RunSummary, Store
 
 log = logging.getLogger("interlock.runtime")
 
@@ -171,6 +171,9 @@ class Orchestrator:
         record = self.store.get_run(run_id)
         definition = self.definition(record.pipeline, record.definition_hash)
         stored = self.store.events(run_id)
+        if not stored:
+            self._abandon_unstarted(record, lease, now)
+            stored = self.store.events(run_id)
         state = fold([s.event for s in stored])
         home = self.home
         run_dir = home.archive_dir(run_id) if state.archived else home.run_dir(run_id)
@@ -180,6 +183,21 @@ class Orchestrator:
         driver.run_dir.mkdir(parents=True, exist_ok=True)
         self.drivers[run_id] = driver
         return driver
+
+    def _abandon_unstarted(self, record: RunRecord, lease: Lease, now: float) -> None:
+        """A run whose creation was cut short (killed between registering it and recording
+        its first event) never started: record that, rather than guess its inputs."""
+        created = ev.RunCreated(
+            at=now,
+            run_id=record.run_id,
+            pipeline=record.pipeline,
+            definition_hash=record.definition_hash,
+            topic=record.topic,
+        )
+        reason = "the run's creation was interrupted before it started; start it again"
+        events = [NewEvent(event=created), NewEvent(event=ev.RunFailed(at=now, reason=reason))]
+        summary = RunSummary(status="failed", phase=None, updated_at=now)
+        self.store.append(AppendBatch(lease=lease, events=events, summary=summary), now)
 
     def definition(self, name: str, definition_hash: str) -> Definition:
         """A pinned definition, parsed once per process."""
