@@ -19,6 +19,7 @@ from interlock.core.state import TaskState
 from interlock.runtime import artifacts
 from interlock.runtime.driver import Report, RunDriver
 from interlock.runtime.executors import Outcome, TaskSpec, run_call, run_command
+from interlock.runtime.faults import crash_point
 
 if TYPE_CHECKING:
     from interlock.runtime.orchestrator import Orchestrator
@@ -61,6 +62,7 @@ class LocalDispatcher:
                     at=clock(), task_id=task_id, attempt=attempt, worker=orchestrator.owner
                 )
                 orchestrator.report(driver, Report(event=started))
+                crash_point("after_dispatch")
                 tmp.parent.mkdir(parents=True, exist_ok=True)
                 artifacts.discard(tmp)
                 spec = driver.task_spec(task, tmp)

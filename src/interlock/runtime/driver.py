@@ -27,6 +27,7 @@ from interlock.core.templates import TemplateProblem, render_task
 from interlock.core.validate import read_name
 from interlock.runtime import artifacts
 from interlock.runtime.executors import Outcome, TaskSpec
+from interlock.runtime.faults import crash_point
 from interlock.runtime.projection import status_view
 from interlock.storage.base import CommandRecord, Lease, NewEvent, RunSummary
 
@@ -119,7 +120,9 @@ class RunDriver:
     def _commit_output(self, event: ev.TaskCompleted, tmp: Path) -> ev.TaskCompleted:
         task = self.state.tasks[event.task_id]
         final = self.final_path(task)
+        crash_point("before_commit_output")
         sha, size = artifacts.commit(tmp, final)
+        crash_point("after_commit_output")
         return ev.TaskCompleted(
             at=event.at,
             task_id=event.task_id,
@@ -167,11 +170,14 @@ class RunDriver:
         else:
             for task in state.in_flight():
                 if task.task_id not in self.handles:
+                    crash_point("before_dispatch")
                     self.handles[task.task_id] = orchestrator.start_task(self, task)
         if state.delivered is not None:
             final_md = self.run_dir / "final.md"
             if not final_md.exists() and (self.run_dir / state.delivered).exists():
+                crash_point("before_deliver")
                 artifacts.write_atomic(final_md, (self.run_dir / state.delivered).read_bytes())
+                crash_point("after_deliver")
         if orchestrator.settings.write_status and self.run_dir.is_dir():
             self.write_status()
         if state.archived:
@@ -191,6 +197,7 @@ class RunDriver:
             return
         target.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
+            crash_point("before_archive")
             shutil.move(str(self.run_dir), str(target))
         self.run_dir = target
 

@@ -26,6 +26,7 @@ from interlock.core.state import RunState, RunStatus, TaskState, fold
 from interlock.errors import LeaseHeld, LeaseLost, StorageError, UsageError
 from interlock.runtime.dispatch import Dispatcher, LocalDispatcher
 from interlock.runtime.driver import Report, RunDriver
+from interlock.runtime.faults import crash_point
 from interlock.runtime.home import Home
 from interlock.runtime.models import ModelRunner
 from interlock.storage.base import AppendBatch, Lease, NewEvent, RunRecord, RunSummary, Store
@@ -280,7 +281,9 @@ class Orchestrator:
         if not batches:
             return
         try:
+            crash_point("before_append")
             results = self.store.append_many([b for _, _, b in batches], now)
+            crash_point("after_append")
         except StorageError as exc:
             log.error("append failed: %s", exc, extra={"action": "append_failed"})
             for driver, _, _ in batches:

@@ -1,0 +1,36 @@
+"""Named crash points, for proving that a kill at any of them loses nothing.
+
+Set `INTERLOCK_CRASH_AT=<name>` (or `<name>:<n>` for its n-th pass) and the process kills
+itself with SIGKILL when it reaches that point. Unarmed, a crash point costs one comparison.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+CRASH_POINTS = (
+    "before_append",  # decisions made, nothing recorded yet
+    "after_append",  # recorded, not yet acted on
+    "before_dispatch",  # a recorded task is about to start
+    "after_dispatch",  # a task started, its start not yet recorded
+    "before_commit_output",  # a worker succeeded, its output not yet at its final path
+    "after_commit_output",  # output renamed into place, completion not yet recorded
+    "before_deliver",  # final.md about to be written
+    "after_deliver",  # final.md written
+    "before_archive",  # the run directory about to move to the archive
+)
+
+_armed = os.environ.get("INTERLOCK_CRASH_AT") or None
+_name, _, _count = (_armed or "").partition(":")
+_remaining = int(_count or "1")
+
+
+def crash_point(name: str) -> None:
+    """Die here, by SIGKILL, if this point is armed (and this is the armed pass)."""
+    global _remaining
+    if _armed is None or name != _name:
+        return
+    _remaining -= 1
+    if _remaining <= 0:
+        os.kill(os.getpid(), signal.SIGKILL)
