@@ -23,6 +23,7 @@ from rich.table import Table
 
 from interlock.api import Interlock
 from interlock.cli.display import LiveProgress, describe, styled
+from interlock.core.explore import explore
 from interlock.core.loader import load_workflow
 from interlock.core.state import RunStatus
 from interlock.errors import ExitCode, InterlockError, LeaseHeld
@@ -413,9 +414,8 @@ def check(file: str) -> None:
     """Validate FILE and explore every path its pipelines can take."""
     workflow = load_workflow(file)
     problems: list[str] = []
-    for name, definition in workflow.definitions.items():
-        report = explore_pipeline(definition.pipeline, name)
-        problems += report
+    for definition in workflow.definitions.values():
+        problems += explore(definition).problems
     if problems:
         err.print(f"{file}: {len(problems)} problem(s)")
         for problem in problems:
@@ -423,14 +423,6 @@ def check(file: str) -> None:
         sys.exit(int(ExitCode.BAD_INPUT))
     names = ", ".join(workflow.definitions)
     out.print(f"{file}: ok ({names})")
-
-
-def explore_pipeline(pipeline: Any, name: str) -> list[str]:
-    """Problems the explorer finds in one pipeline."""
-    from interlock.core.explore import explore
-
-    report = explore(pipeline)
-    return [p if p.startswith("pipeline") else f"pipeline {name!r}: {p}" for p in report.problems]
 
 
 def main() -> None:
