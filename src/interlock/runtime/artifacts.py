@@ -42,16 +42,20 @@ def digest(path: Path) -> tuple[str, int]:
     return sha.hexdigest(), size
 
 
-def commit(tmp: Path, final: Path, *, durable: bool = True) -> tuple[str, int]:
-    """Move a finished output into place; returns its (sha256, size)."""
-    if durable:
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
+def fsync_file(path: Path) -> None:
+    """Make a file's content durable (done by the worker side, before it reports)."""
+    with open(path, "rb+") as handle:
+        os.fsync(handle.fileno())
+
+
+def commit(tmp: Path, final: Path) -> tuple[str, int]:
+    """Move a finished, already fsynced output into place; returns its (sha256, size).
+
+    The rename becomes durable when the caller fsyncs the directory, once for all the outputs
+    committed in one tick, before recording them.
+    """
     sha, size = digest(tmp)
-    final.parent.mkdir(parents=True, exist_ok=True)
     os.replace(tmp, final)
-    if durable:
-        fsync_dir(final.parent)
     return sha, size
 
 

@@ -22,7 +22,7 @@ from interlock.core.decide import settle
 from interlock.core.extract import ExtractionError, extract_values
 from interlock.core.loader import Definition
 from interlock.core.observe import Command, CommandKind, accept_result, interpret_command
-from interlock.core.state import RunState, TaskState, apply, artifact_name
+from interlock.core.state import RunState, RunStatus, TaskState, apply, artifact_name
 from interlock.core.templates import TemplateProblem, render_task
 from interlock.core.validate import read_name
 from interlock.runtime import artifacts
@@ -57,6 +57,7 @@ class RunDriver:
     reports: list[Report] = field(default_factory=list)
     commands: list[CommandRecord] = field(default_factory=list)
     source: str = ""  # the workflow file the run was started from (may be gone)
+    status_written: float = 0.0
     checked_adoption: bool = False
     dirty: bool = True
 
@@ -68,6 +69,7 @@ class RunDriver:
     def observe(self, now: float) -> tuple[list[NewEvent], list[int]]:
         """Turn reports, files found on disk and commands into events (applied to state)."""
         observed: list[NewEvent] = []
+        committed = False
         for report in self.reports:
             event = report.event
             if not accept_result(self.state, event):
@@ -76,9 +78,12 @@ class RunDriver:
                 continue
             if isinstance(event, ev.TaskCompleted) and report.tmp is not None:
                 event = self._commit_output(event, report.tmp)
+                committed = True
             apply(self.state, event)
             observed.append(NewEvent(event=event))
         self.reports.clear()
+        if committed:
+            artifacts.fsync_dir(self.run_dir)  # the renames, durable before they are recorded
         if not self.checked_adoption:
             observed += self._adopt(now)
             self.checked_adoption = True
@@ -179,7 +184,13 @@ class RunDriver:
                 artifacts.write_atomic(final_md, (self.run_dir / state.delivered).read_bytes())
                 crash_point("after_deliver")
         if orchestrator.settings.write_status and self.run_dir.is_dir():
-            self.write_status()
+            # A projection for people: current at every pause and end, otherwise refreshed at
+            # most every `status_interval` so it never dominates a busy orchestrator.
+            now = orchestrator.clock()
+            settled = state.status is not RunStatus.RUNNING
+            if settled or now - self.status_written >= orchestrator.settings.status_interval:
+                self.write_status()
+                self.status_written = now
         if state.archived:
             self._archive(orchestrator)
 

@@ -44,7 +44,8 @@ class Settings:
     lease_ttl: float = 15.0  # seconds another orchestrator waits after this one dies
     heartbeat: float = 0.5  # how often commands and the clock are looked at
     max_concurrency: int = 16  # tasks running at once in this process
-    write_status: bool = True  # keep status.json current after every tick
+    write_status: bool = True  # keep status.json current
+    status_interval: float = 0.2  # seconds between status.json refreshes of a running run
 
 
 def new_owner() -> str:
@@ -333,12 +334,13 @@ class Orchestrator:
                 self.release(driver)
 
     def release(self, driver: RunDriver) -> None:
-        """Stop driving a run and hand its lease back."""
+        """Stop driving a run and hand its lease back (an ended run's lease just expires)."""
         for handle in driver.handles.values():
             handle.cancel()
         self.drivers.pop(driver.run_id, None)
-        with contextlib.suppress(StorageError, LeaseLost):
-            self.store.release_lease(driver.lease)
+        if not driver.state.status.ended:
+            with contextlib.suppress(StorageError, LeaseLost):
+                self.store.release_lease(driver.lease)
 
     async def shutdown(self) -> None:
         """Stop every task (killing process groups) and release every lease."""
@@ -356,9 +358,14 @@ class Orchestrator:
         return self.dispatcher.start(self, driver, task)
 
     def report(self, driver: RunDriver, report: Report) -> None:
-        """Hand a worker's report to the next tick."""
+        """Hand a worker's report to the next tick.
+
+        A start is recorded with the next tick rather than in one of its own: only the dispatch
+        had to be durable before the task began, and a start alone decides nothing.
+        """
         driver.reports.append(report)
-        self.wake()
+        if not isinstance(report.event, ev.TaskStarted):
+            self.wake()
 
     def progress(self, run_id: str, task_id: str, text: str) -> None:
         """Forward a streamed fragment to progress listeners (never recorded)."""
