@@ -16,6 +16,7 @@ from interlock.storage.base import (
     AppendBatch,
     CommandRecord,
     Lease,
+    OutboxItem,
     RunRecord,
     RunSummary,
     StoredEvent,
@@ -36,6 +37,9 @@ class MemoryStore:
         self._events: list[StoredEvent] = []
         self._by_run: dict[str, list[StoredEvent]] = {}
         self._commands: list[tuple[CommandRecord, float | None]] = []
+        self._cursors: dict[str, int] = {}
+        # key -> (item, next_at, claimed_by, claimed_until)
+        self._outbox: dict[str, tuple[OutboxItem, float, str | None, float]] = {}
 
     def create_run(
         self,
@@ -220,3 +224,60 @@ class MemoryStore:
 
     def close(self) -> None:
         """See `Store.close`."""
+
+    def event_cursor(self, name: str) -> int:
+        """See `Store.event_cursor`."""
+        with self._lock:
+            return self._cursors.get(name, 0)
+
+    def outbox_enqueue(
+        self, cursor: str, position: int, items: Sequence[OutboxItem], now: float
+    ) -> None:
+        """See `Store.outbox_enqueue`."""
+        with self._lock:
+            for item in items:
+                if item.key not in self._outbox:
+                    stored = replace(item, created_at=now, attempts=0)
+                    self._outbox[item.key] = (stored, now, None, 0.0)
+            self._cursors[cursor] = max(self._cursors.get(cursor, 0), position)
+
+    def outbox_claim(
+        self, owner: str, now: float, hold: float, limit: int = 20
+    ) -> list[OutboxItem]:
+        """See `Store.outbox_claim`."""
+        with self._lock:
+            claimed: list[OutboxItem] = []
+            for key, (item, next_at, _, until) in sorted(
+                self._outbox.items(), key=lambda kv: (kv[1][0].created_at, kv[0])
+            ):
+                if len(claimed) >= limit:
+                    break
+                if item.delivered_at is None and next_at <= now and until <= now:
+                    item = replace(item, attempts=item.attempts + 1)
+                    self._outbox[key] = (item, next_at, owner, now + hold)
+                    claimed.append(item)
+            return claimed
+
+    def outbox_settle(
+        self,
+        key: str,
+        owner: str,
+        now: float,
+        *,
+        error: str | None = None,
+        retry_at: float | None = None,
+    ) -> None:
+        """See `Store.outbox_settle`."""
+        with self._lock:
+            entry = self._outbox.get(key)
+            if entry is None or entry[2] != owner:
+                return
+            delivered = now if error is None else None
+            item = replace(entry[0], delivered_at=delivered, last_error=error)
+            self._outbox[key] = (item, 1e300 if retry_at is None else retry_at, None, 0.0)
+
+    def outbox_items(self, run_id: str) -> list[OutboxItem]:
+        """See `Store.outbox_items`."""
+        with self._lock:
+            items = [e[0] for e in self._outbox.values() if e[0].run_id == run_id]
+            return sorted(items, key=lambda i: (i.created_at, i.key))

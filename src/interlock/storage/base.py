@@ -117,6 +117,20 @@ class AppendBatch:
     consumed: Sequence[int] = field(default_factory=tuple)
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OutboxItem:
+    """A notification waiting to be sent to one sink; `key` is its idempotency key."""
+
+    key: str
+    sink: str
+    run_id: str
+    payload: dict[str, Any]
+    created_at: float = 0.0
+    attempts: int = 0  # sends tried so far (including the one a claim starts)
+    delivered_at: float | None = None
+    last_error: str | None = None
+
+
 class Store(Protocol):
     """A durable ledger of runs. Methods are synchronous and safe to call from one thread."""
 
@@ -197,4 +211,40 @@ class Store(Protocol):
 
     def close(self) -> None:
         """Release connections."""
+        ...
+
+    def event_cursor(self, name: str) -> int:
+        """Where the named consumer of `all_events` stopped (an event id; 0 when new)."""
+        ...
+
+    def outbox_enqueue(
+        self, cursor: str, position: int, items: Sequence[OutboxItem], now: float
+    ) -> None:
+        """In one transaction: add `items` (a key already present is kept, not replaced) and
+        move the cursor `cursor` to `position` (never backwards), so a consumer that crashes
+        half-way neither loses a notification nor queues one twice."""
+        ...
+
+    def outbox_claim(
+        self, owner: str, now: float, hold: float, limit: int = 20
+    ) -> list[OutboxItem]:
+        """Undelivered items that are due, claimed for `owner` until `now + hold` so that of
+        several senders sharing the store only one sends each; `attempts` counts this one."""
+        ...
+
+    def outbox_settle(
+        self,
+        key: str,
+        owner: str,
+        now: float,
+        *,
+        error: str | None = None,
+        retry_at: float | None = None,
+    ) -> None:
+        """Record how a claimed send went: delivered when `error` is None, else due again at
+        `retry_at` (None: given up, kept with its error for people to see)."""
+        ...
+
+    def outbox_items(self, run_id: str) -> list[OutboxItem]:
+        """A run's notifications, delivered or not, oldest first."""
         ...

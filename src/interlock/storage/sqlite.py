@@ -21,6 +21,7 @@ from interlock.storage.base import (
     AppendBatch,
     CommandRecord,
     Lease,
+    OutboxItem,
     RunRecord,
     RunSummary,
     StoredEvent,
@@ -29,6 +30,7 @@ from interlock.storage.queries import migrations, queries
 
 APPLICATION_ID = 0x494E544C  # "INTL": marks the file as an interlock ledger
 Q = queries("sqlite")
+NEVER = 1e300  # `next_at` of a notification given up on: never due again
 
 
 class SQLiteStore:
@@ -281,6 +283,54 @@ class SQLiteStore:
             for r in rows
         ]
 
+    def event_cursor(self, name: str) -> int:
+        """See `Store.event_cursor`."""
+        rows = self._read(Q["get_cursor"], name)
+        return int(rows[0][0]) if rows else 0
+
+    def outbox_enqueue(
+        self, cursor: str, position: int, items: Sequence[OutboxItem], now: float
+    ) -> None:
+        """See `Store.outbox_enqueue`."""
+        with self._write() as db:
+            for item in items:
+                payload = json.dumps(item.payload, separators=(",", ":"), default=str)
+                db.execute(
+                    Q["insert_outbox"], (item.key, item.sink, item.run_id, payload, now, now)
+                )
+            db.execute(Q["set_cursor"], (cursor, position))
+
+    def outbox_claim(
+        self, owner: str, now: float, hold: float, limit: int = 20
+    ) -> list[OutboxItem]:
+        """See `Store.outbox_claim`."""
+        claimed = []
+        with self._write() as db:
+            for row in db.execute(Q["due_outbox"], (now, now, limit)).fetchall():
+                if db.execute(Q["claim_outbox"], (owner, now + hold, row[0], now)).rowcount:
+                    claimed.append(_outbox(row, attempts=row[5] + 1))
+        return claimed
+
+    def outbox_settle(
+        self,
+        key: str,
+        owner: str,
+        now: float,
+        *,
+        error: str | None = None,
+        retry_at: float | None = None,
+    ) -> None:
+        """See `Store.outbox_settle`."""
+        delivered = now if error is None else None
+        next_at = NEVER if retry_at is None else retry_at
+        with self._write() as db:
+            db.execute(Q["settle_outbox"], (delivered, error, next_at, key, owner))
+
+    def outbox_items(self, run_id: str) -> list[OutboxItem]:
+        """See `Store.outbox_items`."""
+        rows = self._read(Q["list_outbox"], run_id)
+        return [_outbox(r, attempts=r[5], delivered_at=r[6], last_error=r[7]) for r in rows]
+
     def integrity_check(self) -> str:
         """SQLite's own consistency check ('ok' when sound)."""
         return str(self._read("PRAGMA integrity_check")[0][0])
@@ -326,4 +376,15 @@ def _run(row: Any) -> RunRecord:
         lease_expires=row[14],
         lease_acquired_at=row[15],
         lease_renewed_at=row[16],
+    )
+
+
+def _outbox(row: Any, **extra: Any) -> OutboxItem:
+    return OutboxItem(
+        key=row[0],
+        sink=row[1],
+        run_id=row[2],
+        payload=json.loads(row[3]),
+        created_at=row[4],
+        **extra,
     )

@@ -66,3 +66,32 @@ WHERE run_id = ? AND consumed_at IS NULL ORDER BY id;
 -- name: all_pending_commands
 SELECT id, run_id, kind, message, by, created_at FROM commands
 WHERE consumed_at IS NULL ORDER BY id;
+
+-- name: get_cursor
+SELECT position FROM cursors WHERE name = ?;
+
+-- name: set_cursor
+INSERT INTO cursors (name, position) VALUES (?, ?)
+ON CONFLICT (name) DO UPDATE SET position = max(position, excluded.position);
+
+-- name: insert_outbox
+INSERT OR IGNORE INTO outbox (key, sink, run_id, payload, created_at, next_at)
+VALUES (?, ?, ?, ?, ?, ?);
+
+-- name: due_outbox
+SELECT key, sink, run_id, payload, created_at, attempts FROM outbox
+WHERE delivered_at IS NULL AND next_at <= ? AND (claimed_until IS NULL OR claimed_until <= ?)
+ORDER BY created_at, key LIMIT ?;
+
+-- name: claim_outbox
+UPDATE outbox SET claimed_by = ?, claimed_until = ?, attempts = attempts + 1
+WHERE key = ? AND delivered_at IS NULL AND (claimed_until IS NULL OR claimed_until <= ?);
+
+-- name: settle_outbox
+UPDATE outbox SET delivered_at = ?, last_error = ?, next_at = ?, claimed_by = NULL,
+       claimed_until = NULL
+WHERE key = ? AND claimed_by = ?;
+
+-- name: list_outbox
+SELECT key, sink, run_id, payload, created_at, attempts, delivered_at, last_error FROM outbox
+WHERE run_id = ? ORDER BY created_at, key;

@@ -1,0 +1,101 @@
+"""The ASGI app: REST API, streams, dashboard and metrics, with the service's lifetime."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException
+
+from interlock.errors import InterlockError
+from interlock.server import routes, ws
+from interlock.server.auth import Authenticator, RateLimiter
+from interlock.server.config import ServerConfig
+from interlock.server.deps import reader
+from interlock.server.errors import ApiError, body, from_interlock
+from interlock.server.guard import Guard
+from interlock.server.service import Service
+
+STATIC = Path(__file__).with_name("static")
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self' ws: wss:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+)
+
+
+def build_app(config: ServerConfig) -> FastAPI:
+    """An app that runs `config`'s service while it is served."""
+    config.check()
+    service = Service(config)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await service.start()
+        try:
+            yield
+        finally:
+            await service.close()
+
+    app = FastAPI(
+        title="interlock",
+        summary="Runs, their events and outputs; approvals and cancellations.",
+        version="1",
+        lifespan=lifespan,
+        docs_url="/api/docs",
+        redoc_url=None,
+        openapi_url="/api/openapi.json",
+    )
+    auth = Authenticator(config)
+    app.state.service = service
+    app.state.auth = auth
+    app.state.limiter = RateLimiter(config.rate_limit, config.rate_burst)
+    app.include_router(routes.router)
+    app.include_router(ws.router)
+
+    @app.exception_handler(ApiError)
+    async def api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(body(exc.code, exc.message), exc.status, headers=exc.headers)
+
+    @app.exception_handler(InterlockError)
+    async def interlock_error(_: Request, exc: InterlockError) -> JSONResponse:
+        error = from_interlock(exc)
+        return JSONResponse(body(error.code, error.message), error.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        return JSONResponse(body("invalid_request", problems), 422)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return JSONResponse(body(code, str(exc.detail)), exc.status_code)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics(request: Request) -> Response:
+        reader(request)
+        return Response(service.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    @app.get("/", include_in_schema=False)
+    async def index() -> RedirectResponse:
+        return RedirectResponse("/ui/")
+
+    @app.middleware("http")
+    async def headers(request: Request, call_next):  # type: ignore[no-untyped-def]
+        response: Response = await call_next(request)
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        response.headers.setdefault("Referrer-Policy", "no-referrer")
+        if request.url.path.startswith("/ui"):
+            response.headers["Content-Security-Policy"] = CSP
+        return response
+
+    app.mount("/ui", StaticFiles(directory=STATIC, html=True), name="ui")
+    app.add_middleware(Guard, auth=auth, max_body=config.max_body)
+    return app

@@ -1,0 +1,63 @@
+"""What a server is told on the command line: address, workflows, auth, sinks, limits."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from interlock.errors import UsageError
+
+LOOPBACK_NAMES = ("localhost", "localhost.localdomain")
+
+
+def is_loopback(host: str) -> bool:
+    """True when `host` only accepts connections from this machine."""
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(kw_only=True)
+class ServerConfig:
+    """Settings of one `interlock serve` process."""
+
+    home: Path
+    store_url: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8765
+    workflows: list[Path] = field(default_factory=list)
+    auth_secret: str | None = None  # HS256 secret for bearer tokens; None: no auth (loopback)
+    insecure: bool = False  # allow serving off loopback without auth
+    allowed_origins: list[str] = field(default_factory=list)  # beside the server's own
+    webhooks: list[str] = field(default_factory=list)
+    rate_limit: float = 30.0  # mutating requests per minute per token (or client address)
+    rate_burst: int = 10
+    max_body: int = 64 * 1024  # bytes of a request body
+    queue_size: int = 1000  # messages a slow stream client may fall behind before it is dropped
+    schedules: bool = True
+    schedule_catch_up: float = 600.0  # a slot missed by at most this many seconds still runs
+    heartbeat: float = 0.5
+    lease_ttl: float = 15.0
+    otel: bool = False
+
+    def check(self) -> None:
+        """Refuse settings that would expose runs to the network without protection."""
+        if not is_loopback(self.host) and not self.auth_secret and not self.insecure:
+            raise UsageError(
+                f"serving on {self.host} (not loopback) needs auth: set --auth-secret (or "
+                "INTERLOCK_AUTH_SECRET), or pass --insecure to accept anyone who can connect"
+            )
+        if self.auth_secret is not None and len(self.auth_secret) < 16:
+            raise UsageError("the auth secret is too short: use at least 16 characters")
+        for url in self.webhooks:
+            if not url.startswith(("http://", "https://")):
+                raise UsageError(f"webhook {url!r} must be an http:// or https:// URL")
+
+    @property
+    def auth_required(self) -> bool:
+        """Tokens are checked whenever a secret is configured (loopback or not)."""
+        return self.auth_secret is not None

@@ -1,0 +1,46 @@
+"""API errors: one JSON shape, `{"error": {"code", "message"}}`, with the CLI's messages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from interlock.errors import (
+    InterlockError,
+    LeaseHeld,
+    LeaseLost,
+    RunNotFound,
+    StorageError,
+    WorkflowError,
+)
+
+
+class ApiError(Exception):
+    """An error answered with `status` and a stable machine-readable `code`."""
+
+    def __init__(
+        self, status: int, code: str, message: str, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+        self.headers = headers or {}
+
+
+def body(code: str, message: str) -> dict[str, Any]:
+    """The JSON body of an error."""
+    return {"error": {"code": code, "message": message}}
+
+
+def from_interlock(exc: InterlockError) -> ApiError:
+    """The HTTP form of an error the CLI would print (same message)."""
+    if isinstance(exc, RunNotFound):
+        return ApiError(404, "run_not_found", exc.message)
+    if isinstance(exc, WorkflowError):
+        return ApiError(422, "invalid_workflow", exc.message)
+    if isinstance(exc, LeaseHeld | LeaseLost):
+        return ApiError(409, "busy", exc.message)
+    if isinstance(exc, StorageError):
+        return ApiError(503, "storage", exc.message)
+    state_words = ("not paused", "already ended", "nothing to")
+    if any(word in exc.message for word in state_words):
+        return ApiError(409, "wrong_state", exc.message)
+    return ApiError(400, "bad_request", exc.message)

@@ -1,0 +1,100 @@
+"""What a stream client receives for one recorded event: the event, where the run stands,
+how far along it is, and one human sentence about it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from interlock.core.state import RunState, RunStatus
+from interlock.core.workflow import Pipeline
+from interlock.storage.base import StoredEvent
+
+
+def is_final(state: RunState) -> bool:
+    """True once nothing more will be recorded for the run (the orchestrator lets go of it)."""
+    return state.status.ended and (state.archived or state.status is not RunStatus.DELIVERED)
+
+
+def progress(pipeline: Pipeline | None, state: RunState) -> float:
+    """A fraction in [0, 1]: phases completed, plus the share of tasks done in the current one.
+
+    Loops can revisit phases, so this is an estimate that never reaches 1 before delivery.
+    """
+    if state.status is RunStatus.DELIVERED:
+        return 1.0
+    if pipeline is None or not pipeline.phases:
+        return 0.0
+    total = len(pipeline.phases)
+    done: float = sum(1 for p in pipeline.phases if state.phase_status.get(p.id) == "completed")
+    current = state.current
+    if current is not None and not current.completed and current.task_ids:
+        finished = sum(1 for t in current.task_ids if state.tasks[t].status.value == "completed")
+        done += finished / len(current.task_ids)
+    return round(min(0.99, done / total), 4)
+
+
+def describe(stored: StoredEvent) -> str:
+    """One sentence a person reads in a log or a notification."""
+    d = stored.data
+    task = d.get("task_id", "")
+    attempt = f" (attempt {d['attempt']})" if d.get("attempt", 1) > 1 else ""
+    texts: dict[str, str] = {
+        "run_created": f"run of {d.get('pipeline')} created: {d.get('topic', '')}",
+        "phase_started": f"phase {d.get('phase')} started (visit {d.get('visit')})",
+        "task_dispatched": f"{task} dispatched{attempt}",
+        "task_started": f"{task} started{attempt}",
+        "task_completed": f"{task} completed: {d.get('artifact')} ({d.get('size', 0)} bytes)",
+        "task_failed": f"{task} failed{attempt}: {d.get('error', '')}",
+        "task_timed_out": f"{task} timed out{attempt}",
+        "retry_scheduled": f"{task} will be retried (attempt {d.get('attempt')})",
+        "phase_completed": f"phase {d.get('phase')} completed",
+        "branch_taken": f"after {d.get('phase')}, going to {d.get('goto')}",
+        "warned": f"warning: {d.get('message', '')}",
+        "paused": f"paused after {d.get('phase')}: waiting for approval",
+        "approved": f"approved by {d.get('by') or 'someone'}"
+        + (f": {d['message']}" if d.get("message") else ""),
+        "message_noted": f"note from {d.get('by') or 'someone'}: {d.get('message', '')}",
+        "run_cancelled": f"cancelled by {d.get('by') or 'someone'}"
+        + (f": {d['reason']}" if d.get("reason") else ""),
+        "run_failed": f"failed: {d.get('reason', '')}",
+        "delivered": f"delivered {d.get('artifact')}",
+        "archived": "archived",
+    }
+    return texts.get(stored.kind, stored.kind)
+
+
+def event_message(
+    stored: StoredEvent, state: RunState, pipeline: Pipeline | None
+) -> dict[str, Any]:
+    """The stream message for `stored`; `state` is the run's state right after it."""
+    return {
+        "type": "event",
+        "id": stored.id,
+        "run_id": stored.run_id,
+        "seq": stored.seq,
+        "at": stored.at,
+        "kind": stored.kind,
+        "data": stored.data,
+        "rule": stored.rule,
+        "why": stored.why,
+        "state": state.status.value,
+        "phase": state.current.phase if state.current else None,
+        "progress": progress(pipeline, state),
+        "cost_usd": round(state.cost_usd, 6),
+        "message": describe(stored),
+        "final": is_final(state),
+    }
+
+
+def event_record(stored: StoredEvent) -> dict[str, Any]:
+    """An event as the REST API lists it."""
+    return {
+        "id": stored.id,
+        "seq": stored.seq,
+        "at": stored.at,
+        "kind": stored.kind,
+        "data": stored.data,
+        "rule": stored.rule,
+        "why": stored.why,
+        "message": describe(stored),
+    }

@@ -1,0 +1,234 @@
+"""The REST API: runs, their events and outputs, and people's commands."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query
+from fastapi.responses import FileResponse, PlainTextResponse, Response
+from pydantic import BaseModel, Field
+
+from interlock.core.state import RunState
+from interlock.runtime.projection import iso, status_view
+from interlock.server.auth import Principal
+from interlock.server.deps import operator, reader, resolve, service
+from interlock.server.errors import ApiError
+from interlock.server.messages import event_record, progress
+from interlock.server.service import Service
+from interlock.storage.base import RunRecord
+
+router = APIRouter(prefix="/api")
+Svc = Annotated[Service, Depends(service)]
+Reader = Annotated[Principal, Depends(reader)]
+Operator = Annotated[Principal, Depends(operator)]
+
+
+class StartRun(BaseModel):
+    """A run to start from a registered pipeline."""
+
+    pipeline: str = Field(min_length=1, max_length=200)
+    topic: str = Field(min_length=1, max_length=10_000)
+    inputs: dict[str, Any] = Field(default_factory=dict)
+    run_id: str | None = None
+
+
+class Note(BaseModel):
+    """An optional message kept with an approval or a cancellation."""
+
+    message: str = Field(default="", max_length=10_000)
+
+
+def run_row(record: RunRecord) -> dict[str, Any]:
+    """A run as listed."""
+    s = record.summary
+    return {
+        "run_id": record.run_id,
+        "pipeline": record.pipeline,
+        "topic": record.topic,
+        "status": s.status,
+        "phase": s.phase,
+        "cost_usd": round(s.cost_usd, 6),
+        "tokens": s.tokens,
+        "warnings": s.warnings,
+        "events": record.last_seq,
+        "created_at": iso(record.created_at),
+        "updated_at": iso(s.updated_at),
+        "driven_by": record.lease_owner,
+    }
+
+
+def task_rows(state: RunState) -> list[dict[str, Any]]:
+    """Every task with its attempts and timing (for the dashboard's worker table)."""
+    rows = []
+    for t in state.tasks.values():
+        end = t.completed_at or (state.updated_at if t.status.in_flight else None)
+        duration = round(end - t.started_at, 3) if end and t.started_at else None
+        rows.append(
+            {
+                "task_id": t.task_id,
+                "phase": t.phase,
+                "role": t.role,
+                "visit": t.visit,
+                "item": t.item,
+                "attempt": t.attempt,
+                "status": t.status.value,
+                "model": t.model,
+                "dispatched_at": iso(t.dispatched_at),
+                "started_at": iso(t.started_at),
+                "completed_at": iso(t.completed_at),
+                "duration_s": duration,
+                "output": t.artifact,
+                "error": t.error,
+                "cost_usd": round(t.cost_usd, 6),
+                "tokens": t.tokens,
+            }
+        )
+    return rows
+
+
+@router.get("/health")
+async def health() -> dict[str, Any]:
+    """Liveness (no auth: it reveals nothing)."""
+    return {"ok": True}
+
+
+@router.get("/workflows")
+async def workflows(svc: Svc, _: Reader) -> list[dict[str, Any]]:
+    """The pipelines this server can start."""
+    return svc.workflows.describe()
+
+
+@router.get("/runs")
+async def list_runs(
+    svc: Svc,
+    _: Reader,
+    status: str | None = None,
+    pipeline: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> list[dict[str, Any]]:
+    """Runs, newest first."""
+    return [run_row(r) for r in svc.store.list_runs(status=status, pipeline=pipeline, limit=limit)]
+
+
+@router.post("/runs", status_code=201)
+async def start_run(svc: Svc, _: Operator, body: StartRun) -> dict[str, Any]:
+    """Start a run of a registered pipeline; the server drives it."""
+    definition = svc.workflows.get(body.pipeline)
+    if body.run_id is not None:
+        from interlock.runtime.home import check_run_id
+
+        check_run_id(body.run_id)
+    inputs = {
+        k: v if isinstance(v, str | int | float | bool) else str(v) for k, v in body.inputs.items()
+    }
+    run_id = svc.orchestrator.create_run(
+        definition, topic=body.topic, inputs=inputs, run_id=body.run_id
+    )
+    svc.orchestrator.wake()
+    return run_row(svc.store.get_run(run_id))
+
+
+@router.get("/runs/{run_id}")
+async def get_run(svc: Svc, _: Reader, run_id: str) -> dict[str, Any]:
+    """A run's state: phases, workers, tasks, costs, warnings."""
+    run_id = resolve(svc, run_id)
+    record = svc.store.get_run(run_id)
+    state = svc.api.state(run_id)
+    pipeline = svc.orchestrator.definition(record.pipeline, record.definition_hash).pipeline
+    view = status_view(pipeline, state, run_id)
+    view["tasks"] = task_rows(state)
+    view["progress"] = progress(pipeline, state)
+    view["phase"] = state.current.phase if state.current else None
+    view["last_seq"] = record.last_seq
+    view["driven_by"] = record.lease_owner
+    view["pause_reason"] = state.pause_reason
+    return view
+
+
+@router.get("/runs/{run_id}/events")
+async def run_events(
+    svc: Svc,
+    _: Reader,
+    run_id: str,
+    since: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+) -> list[dict[str, Any]]:
+    """A run's history after `since`, each event with the rule and reason that decided it."""
+    return [event_record(s) for s in svc.store.events(resolve(svc, run_id), since, limit)]
+
+
+@router.get("/runs/{run_id}/outputs")
+async def outputs(svc: Svc, _: Reader, run_id: str) -> list[dict[str, Any]]:
+    """The outputs committed so far (and `final.md` once delivered)."""
+    run_id = resolve(svc, run_id)
+    state = svc.api.state(run_id)
+    run_dir = svc.home.run_dir(run_id)
+    found = []
+    for task in state.tasks.values():
+        if task.artifact:
+            found.append({"name": task.artifact, "role": task.role, "size": task.size})
+    if (run_dir / "final.md").is_file():
+        found.append(
+            {"name": "final.md", "role": None, "size": (run_dir / "final.md").stat().st_size}
+        )
+    return found
+
+
+@router.get("/runs/{run_id}/outputs/{name:path}", response_model=None)
+async def output(svc: Svc, _: Reader, run_id: str, name: str, download: bool = False) -> Response:
+    """One output's text (or as a download); only files inside the run's directory."""
+    run_id = resolve(svc, run_id)
+    run_dir = svc.home.run_dir(run_id)
+    path = svc.home.inside(run_dir, name)
+    if not path.is_file():
+        raise ApiError(404, "not_found", f"run {run_id} has no output {name!r}")
+    if download:
+        return FileResponse(path, filename=path.name, media_type="text/plain; charset=utf-8")
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    return PlainTextResponse(text, headers={"X-Content-Type-Options": "nosniff"})
+
+
+@router.post("/runs/{run_id}/approve")
+async def approve(svc: Svc, who: Operator, run_id: str, body: Note | None = None) -> dict[str, Any]:
+    """Approve a paused run, optionally with a message."""
+    run_id = svc.api.approve(resolve(svc, run_id), body.message if body else "", who.subject)
+    svc.orchestrator.wake()
+    return {"run_id": run_id, "accepted": "approve"}
+
+
+@router.post("/runs/{run_id}/cancel")
+async def cancel(svc: Svc, who: Operator, run_id: str, body: Note | None = None) -> dict[str, Any]:
+    """Cancel a run; its in-flight tasks are stopped."""
+    run_id = svc.api.cancel(resolve(svc, run_id), body.message if body else "", who.subject)
+    svc.orchestrator.wake()
+    return {"run_id": run_id, "accepted": "cancel"}
+
+
+@router.post("/runs/{run_id}/resume")
+async def resume(svc: Svc, _: Operator, run_id: str) -> dict[str, Any]:
+    """Drive a run here again (after it was interrupted elsewhere)."""
+    run_id = resolve(svc, run_id)
+    state = svc.api.state(run_id)
+    if state.status.ended:
+        raise ApiError(409, "wrong_state", f"run {run_id} already ended ({state.status.value})")
+    if run_id not in svc.orchestrator.drivers:
+        svc.orchestrator.take(run_id)
+    svc.orchestrator.wake()
+    return {"run_id": run_id, "accepted": "resume"}
+
+
+@router.get("/runs/{run_id}/notifications")
+async def notifications(svc: Svc, _: Reader, run_id: str) -> list[dict[str, Any]]:
+    """Webhook notifications of a run and whether they were delivered."""
+    items = svc.store.outbox_items(resolve(svc, run_id))
+    return [
+        {
+            "sink": i.sink,
+            "kind": i.payload.get("kind"),
+            "idempotency_key": i.payload.get("idempotency_key"),
+            "attempts": i.attempts,
+            "delivered_at": iso(i.delivered_at),
+            "last_error": i.last_error,
+        }
+        for i in items
+    ]

@@ -1,0 +1,42 @@
+"""Serving: bind the socket (so port 0 works and the real address is printed), then run uvicorn
+with the app in this process."""
+
+from __future__ import annotations
+
+import socket
+import sys
+
+from interlock.server.config import ServerConfig
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port (port 0: any free port)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host.strip("[]"), port))
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def url_of(sock: socket.socket, host: str) -> str:
+    """The base URL clients use for the bound socket."""
+    port = sock.getsockname()[1]
+    shown = f"[{host.strip('[]')}]" if ":" in host else host
+    return f"http://{shown}:{port}"
+
+
+def serve(config: ServerConfig, *, log_level: str = "warning") -> None:
+    """Serve until interrupted (SIGINT/SIGTERM stop it gracefully: leases are handed back)."""
+    import uvicorn
+
+    from interlock.server.app import build_app
+
+    app = build_app(config)
+    sock = bind(config.host, config.port)
+    print(f"interlock serving on {url_of(sock, config.host)}/ui/", file=sys.stderr, flush=True)
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level=log_level, lifespan="on", ws_max_size=1 << 20)
+    )
+    server.run(sockets=[sock])

@@ -1,0 +1,154 @@
+"""Everything a server runs beside the HTTP routes: the orchestrator and its local workers, the
+event feed, webhooks, schedules, metrics and traces, started and stopped with the app."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from interlock.api import Interlock
+from interlock.core.state import RunState, fold
+from interlock.core.workflow import Pipeline
+from interlock.errors import InterlockError, LeaseHeld
+from interlock.runtime.orchestrator import Orchestrator, Settings, holder_is_dead
+from interlock.server.config import ServerConfig
+from interlock.server.hub import Hub
+from interlock.server.metrics import Metrics
+from interlock.server.notify import Webhooks, annotator
+from interlock.server.schedule import Scheduler, check_schedule
+from interlock.server.workflows import Workflows
+from interlock.storage.base import StoredEvent
+
+log = logging.getLogger("interlock.server")
+ADOPT_EVERY = 2.0  # seconds between looks for runs nobody drives
+ADOPT_AGE = 2.0  # a run this young may still be getting its first lease from its creator
+
+
+class ServerOrchestrator(Orchestrator):
+    """The orchestrator, with each tick's duration reported (for the tick histogram)."""
+
+    on_tick: Any = None
+
+    def _tick(self, now: float) -> None:
+        started = time.perf_counter()
+        try:
+            super()._tick(now)
+        finally:
+            if self.on_tick is not None:
+                self.on_tick(time.perf_counter() - started)
+
+
+class Service:
+    """One server's runtime, on one state directory (or store)."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.workflows = Workflows(config.workflows)
+        for name, definition in self.workflows.load().items():
+            if definition.pipeline.schedule:
+                check_schedule(name, definition.pipeline.schedule)
+        settings = Settings(lease_ttl=config.lease_ttl, heartbeat=config.heartbeat)
+        self.api = Interlock(config.home, store=config.store_url, settings=settings)
+        self.store = self.api.store
+        self.home = self.api.home
+        self.orchestrator = ServerOrchestrator(self.store, self.home, settings=settings)
+        self.metrics = Metrics(self.store, self.orchestrator)
+        self.orchestrator.on_tick = self.metrics.tick.observe
+        self.hub = Hub(
+            self.store,
+            self.pipeline_of,
+            queue_size=config.queue_size,
+            annotate=annotator(self.home),
+        )
+        self.hub.hooks.append(self.metrics.on_event)
+        self.orchestrator.listeners.append(self.hub.on_event)
+        self.orchestrator.progress_listeners.append(self.hub.on_progress)
+        self.webhooks = Webhooks(self.store, self.home, config.webhooks, self.orchestrator.owner)
+        self.webhooks.on_sent = lambda outcome: self.metrics.notifications.labels(outcome).inc()
+        self.scheduler = Scheduler(
+            self.workflows.load,
+            self.orchestrator,
+            catch_up=config.schedule_catch_up,
+            on_start=lambda _: self.orchestrator.wake(),
+        )
+        self.stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        if config.otel:
+            from interlock.server.tracing import Tracer
+
+            self.hub.hooks.append(Tracer().on_event)
+
+    def pipeline_of(self, state: RunState) -> Pipeline | None:
+        """The pinned pipeline of a run (None before its first event is known)."""
+        if not state.definition_hash:
+            return None
+        try:
+            return self.orchestrator.definition(state.pipeline, state.definition_hash).pipeline
+        except InterlockError:
+            return None
+
+    def state_at(self, stored: StoredEvent) -> RunState:
+        """A run's state right after `stored`."""
+        return fold([s.event for s in self.store.events(stored.run_id, 0, stored.seq)])
+
+    async def start(self) -> None:
+        """Take over every run nobody drives, then start the loops."""
+        self.stop = asyncio.Event()
+        self.hub.start()
+        self.adopt(time.time(), min_age=0.0)
+        tasks = [
+            self.orchestrator.serve_forever(self.stop),
+            self.hub.run(self.stop),
+            self._housekeeping(),
+        ]
+        if self.config.webhooks:
+            self.webhooks.start()
+            tasks.append(self.webhooks.run(self.stop, self.state_at))
+        self._tasks = [asyncio.create_task(t) for t in tasks]
+
+    async def close(self) -> None:
+        """Stop the loops, stop running tasks and hand every lease back."""
+        self.stop.set()
+        self.orchestrator.wake()
+        self.hub.wake()
+        self.webhooks.wake.set()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(task, 10)
+        await self.orchestrator.shutdown()
+        self.store.close()
+
+    def adopt(self, now: float, min_age: float = ADOPT_AGE) -> list[str]:
+        """Take the lease of every running or paused run that no live process holds."""
+        taken = []
+        for status in ("running", "paused"):
+            for record in self.store.list_runs(status=status, limit=10_000):
+                if record.run_id in self.orchestrator.drivers or now - record.created_at < min_age:
+                    continue
+                live = record.lease_owner and (record.lease_expires or 0) > now
+                if live and not holder_is_dead(record.lease_owner or ""):
+                    continue
+                try:
+                    self.orchestrator.take(record.run_id)
+                except LeaseHeld:
+                    continue
+                taken.append(record.run_id)
+        if taken:
+            self.orchestrator.wake()
+        return taken
+
+    async def _housekeeping(self) -> None:
+        """Schedules and adoption of orphaned runs, every couple of seconds."""
+        while not self.stop.is_set():
+            now = time.time()
+            try:
+                if self.config.schedules:
+                    self.scheduler.tick(now)
+                self.adopt(now)
+            except Exception:  # a failed round is retried at the next one
+                log.exception("housekeeping failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), ADOPT_EVERY)

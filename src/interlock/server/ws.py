@@ -1,0 +1,211 @@
+"""Live progress: WebSocket and Server-Sent Events endpoints over the same replay-then-live
+streams. A client resumes with `?since=` (a run's seq, or the global event id for all runs)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request, WebSocket
+from fastapi.responses import StreamingResponse
+from starlette.websockets import WebSocketDisconnect
+
+from interlock.errors import InterlockError
+from interlock.runtime.home import check_run_id
+from interlock.server.auth import WS_PROTOCOL, Authenticator, Principal, token_from_protocols
+from interlock.server.deps import reader, resolve, service
+from interlock.server.errors import ApiError, from_interlock
+from interlock.server.hub import Subscriber
+from interlock.server.service import Service
+from interlock.server.streams import Dropped, all_stream, run_stream
+
+router = APIRouter()
+KEEPALIVE = 15.0  # seconds between SSE comments, so proxies keep idle streams open
+
+
+def resume_hint(message: dict[str, Any], per_run: bool, last: int) -> int:
+    """The cursor after `message`: seq for one run's stream, global id for all runs."""
+    if message.get("type") != "event":
+        return last
+    return int(message["seq"] if per_run else message["id"])
+
+
+def dropped_message(last: int) -> dict[str, Any]:
+    """What a client that fell behind is told before it is disconnected."""
+    return {
+        "type": "dropped",
+        "message": "this client fell too far behind and is disconnected; reconnect with since",
+        "since": last,
+    }
+
+
+async def _open(websocket: WebSocket, svc: Service) -> tuple[bool, Principal | None]:
+    """Check Origin before accepting, then the token; returns (accepted, principal)."""
+    auth: Authenticator = websocket.app.state.auth
+    headers = websocket.headers
+    try:
+        auth.check_origin(headers.get("origin"), headers.get("host"))
+    except ApiError:
+        await websocket.close(code=1008)  # before accept: the handshake is refused (403)
+        return False, None
+    token, offered = token_from_protocols(headers.get("sec-websocket-protocol"))
+    await websocket.accept(subprotocol=WS_PROTOCOL if offered else None)
+    client = websocket.client.host if websocket.client else "?"
+    try:
+        principal = auth.principal(token or websocket.query_params.get("token"), client)
+        auth.require(principal, "read")
+    except ApiError as error:
+        body = {"type": "error", "error": {"code": error.code, "message": error.message}}
+        await websocket.send_json(body)
+        await websocket.close(code=4401 if error.status == 401 else 4403, reason=error.code)
+        return False, None
+    return True, principal
+
+
+async def _serve(
+    websocket: WebSocket,
+    svc: Service,
+    subscriber: Subscriber,
+    stream: AsyncIterator[Any],
+    per_run: bool,
+    since: int,
+) -> None:
+    """Send the stream until it ends, the client leaves, or the client falls behind."""
+    last = since
+    svc.metrics.clients.inc()
+
+    async def pump() -> None:
+        nonlocal last
+        async for message in stream:
+            await websocket.send_text(json.dumps(message, default=str))
+            last = resume_hint(message, per_run, last)
+
+    async def listen() -> None:
+        with contextlib.suppress(WebSocketDisconnect):
+            while True:
+                await websocket.receive_text()  # clients need not send; this sees them leave
+
+    tasks = {
+        asyncio.ensure_future(pump()),
+        asyncio.ensure_future(listen()),
+        asyncio.ensure_future(subscriber.dropped.wait()),
+    }
+    try:
+        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        failed = [t.exception() for t in done if not t.cancelled() and t.exception()]
+        behind = subscriber.dropped.is_set() or any(isinstance(e, Dropped) for e in failed)
+        with contextlib.suppress(Exception):
+            if behind:
+                svc.metrics.dropped.inc()
+                await asyncio.wait_for(websocket.send_json(dropped_message(last)), 1.0)
+                await asyncio.wait_for(websocket.close(code=4008, reason="behind"), 1.0)
+            else:
+                await websocket.close(code=1000)
+    finally:
+        svc.hub.unsubscribe(subscriber)
+        svc.metrics.clients.dec()
+
+
+@router.websocket("/ws/runs/{run_id}")
+async def ws_run(websocket: WebSocket, run_id: str, since: int = 0) -> None:
+    """One message per event of the run (replayed after `since`, then live)."""
+    svc: Service = websocket.app.state.service
+    accepted, _ = await _open(websocket, svc)
+    if not accepted:
+        return
+    try:
+        run_id = svc.api.resolve(check_run_id(run_id))
+    except InterlockError as exc:
+        error = from_interlock(exc)
+        await websocket.send_json(
+            {"type": "error", "error": {"code": error.code, "message": error.message}}
+        )
+        await websocket.close(code=4404)
+        return
+    subscriber = svc.hub.subscribe(run_id)
+    stream = run_stream(svc.hub, subscriber, run_id, max(0, since))
+    await _serve(websocket, svc, subscriber, stream, True, since)
+
+
+@router.websocket("/ws/runs")
+async def ws_all(websocket: WebSocket, since: int | None = None) -> None:
+    """One message per event of every run (after global id `since`, or from now)."""
+    svc: Service = websocket.app.state.service
+    accepted, _ = await _open(websocket, svc)
+    if not accepted:
+        return
+    subscriber = svc.hub.subscribe(None)
+    start = svc.hub.cursor if since is None else since
+    await _serve(websocket, svc, subscriber, all_stream(svc.hub, subscriber, start), False, start)
+
+
+async def _sse(
+    svc: Service, subscriber: Subscriber, stream: AsyncIterator[Any], per_run: bool, since: int
+) -> AsyncIterator[str]:
+    last = since
+    svc.metrics.clients.inc()
+    iterator = aiter(stream)
+    try:
+        while True:
+            try:
+                message = await asyncio.wait_for(anext(iterator), KEEPALIVE)
+            except TimeoutError:
+                yield ": keepalive\n\n"
+                continue
+            except StopAsyncIteration:
+                return
+            except Dropped:
+                svc.metrics.dropped.inc()
+                yield f"event: dropped\ndata: {json.dumps(dropped_message(last))}\n\n"
+                return
+            last = resume_hint(message, per_run, last)
+            ident = f"id: {last}\n" if message.get("type") == "event" else ""
+            yield f"{ident}event: {message['type']}\ndata: {json.dumps(message, default=str)}\n\n"
+    finally:
+        svc.hub.unsubscribe(subscriber)
+        svc.metrics.clients.dec()
+
+
+def _since(request: Request, since: int | None) -> int | None:
+    """`?since=`, else the `Last-Event-ID` an EventSource sends when it reconnects."""
+    header = request.headers.get("last-event-id", "")
+    return since if since is not None else (int(header) if header.isdigit() else None)
+
+
+SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+
+
+@router.get("/api/runs/{run_id}/stream")
+async def sse_run(
+    request: Request,
+    run_id: str,
+    svc: Annotated[Service, Depends(service)],
+    _: Annotated[Principal, Depends(reader)],
+    since: Annotated[int | None, Query(ge=0)] = None,
+) -> StreamingResponse:
+    """Server-Sent Events form of `/ws/runs/{run_id}`."""
+    run_id = resolve(svc, run_id)
+    start = _since(request, since) or 0
+    subscriber = svc.hub.subscribe(run_id)
+    body = _sse(svc, subscriber, run_stream(svc.hub, subscriber, run_id, start), True, start)
+    return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+@router.get("/api/stream")
+async def sse_all(
+    request: Request,
+    svc: Annotated[Service, Depends(service)],
+    _: Annotated[Principal, Depends(reader)],
+    since: Annotated[int | None, Query(ge=0)] = None,
+) -> StreamingResponse:
+    """Server-Sent Events form of `/ws/runs`."""
+    given = _since(request, since)
+    start = svc.hub.cursor if given is None else given
+    subscriber = svc.hub.subscribe(None)
+    body = _sse(svc, subscriber, all_stream(svc.hub, subscriber, start), False, start)
+    return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
