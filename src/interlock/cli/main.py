@@ -425,6 +425,79 @@ def check(file: str) -> None:
     out.print(f"{file}: ok ({names})")
 
 
+@cli.command()
+@click.option("--concurrency", "-c", default=4, show_default=True, help="Tasks run at once.")
+@click.option("--kinds", default="command,model,call", show_default=True, help="Kinds taken.")
+@click.option("--tags", default="", help="Tags this worker offers (comma-separated).")
+@click.option(
+    "--lease-ttl",
+    default=15.0,
+    show_default=True,
+    help="Seconds before a silent worker's tasks are handed out again.",
+)
+@click.option("--grace", default=30.0, show_default=True, help="Seconds to finish on SIGTERM.")
+@click.option("--redis", "redis_url", envvar="INTERLOCK_REDIS", help="Take tasks from Redis.")
+@pass_ctx
+@handle_errors
+def worker(
+    ctx: Ctx,
+    concurrency: int,
+    kinds: str,
+    tags: str,
+    lease_ttl: float,
+    grace: float,
+    redis_url: str | None,
+) -> None:
+    """Run queued tasks of a shared PostgreSQL ledger (--store) until SIGTERM."""
+    from interlock.distributed.cli import run_worker
+
+    run_worker(
+        ctx.store_url,
+        ctx.home,
+        concurrency=concurrency,
+        kinds=tuple(k.strip() for k in kinds.split(",") if k.strip()),
+        tags=tuple(t.strip() for t in tags.split(",") if t.strip()),
+        lease_ttl=lease_ttl,
+        grace=grace,
+        redis_url=redis_url,
+    )
+
+
+@cli.command()
+@click.option("--capacity", default=200, show_default=True, help="Runs driven at most.")
+@click.option("--lease-ttl", default=15.0, show_default=True, help="Run lease (seconds).")
+@click.option("--priority", multiple=True, help="PIPELINE=N: higher goes first.")
+@click.option(
+    "--limit",
+    multiple=True,
+    help="SCOPE=N: at most N tasks at once across all "
+    "workers; SCOPE is pipeline:NAME, kind:KIND or model:ALIAS (-1 removes).",
+)
+@click.option("--redis", "redis_url", envvar="INTERLOCK_REDIS", help="Announce tasks on Redis.")
+@pass_ctx
+@handle_errors
+def orchestrate(
+    ctx: Ctx,
+    capacity: int,
+    lease_ttl: float,
+    priority: tuple[str, ...],
+    limit: tuple[str, ...],
+    redis_url: str | None,
+) -> None:
+    """Drive runs of a shared PostgreSQL ledger that no live orchestrator holds."""
+    from interlock.distributed.cli import run_orchestrate
+
+    run_orchestrate(
+        ctx.store_url,
+        ctx.home,
+        capacity=capacity,
+        lease_ttl=lease_ttl,
+        priorities=priority,
+        limits=limit,
+        redis_url=redis_url,
+    )
+
+
 def main() -> None:
     """Console entry point."""
     logging.captureWarnings(True)

@@ -13,6 +13,7 @@ processes can wake at once instead of polling hard.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -26,6 +27,7 @@ from interlock.storage.base import (
     AppendBatch,
     CommandRecord,
     Lease,
+    OutboxItem,
     RunRecord,
     RunSummary,
     StoredEvent,
@@ -35,6 +37,7 @@ from interlock.storage.queries import migrations, queries
 log = logging.getLogger("interlock.storage")
 Q = queries("postgres")
 MIGRATION_LOCK = 4849675  # advisory lock key held while the schema is brought up to date
+NEVER = 1e300  # `next_at` of a notification given up on: never due again
 T = TypeVar("T")
 
 
@@ -279,6 +282,56 @@ class PostgresStore:
             for r in rows
         ]
 
+    def event_cursor(self, name: str) -> int:
+        """See `Store.event_cursor`."""
+        rows = self._read(Q["get_cursor"], name)
+        return int(rows[0][0]) if rows else 0
+
+    def outbox_enqueue(
+        self, cursor: str, position: int, items: Sequence[OutboxItem], now: float
+    ) -> None:
+        """See `Store.outbox_enqueue` (safe to retry: keys and the cursor are idempotent)."""
+
+        def enqueue(db: psycopg.Connection[Any]) -> None:
+            for item in items:
+                payload = json.dumps(item.payload, separators=(",", ":"), default=str)
+                db.execute(
+                    Q["insert_outbox"], (item.key, item.sink, item.run_id, payload, now, now)
+                )
+            db.execute(Q["set_cursor"], (cursor, position))
+
+        self.retrying(enqueue)
+
+    def outbox_claim(
+        self, owner: str, now: float, hold: float, limit: int = 20
+    ) -> list[OutboxItem]:
+        """See `Store.outbox_claim`: senders skip each other's rows instead of waiting."""
+        args = (owner, now + hold, now, now, limit)
+        with self.transaction() as db:
+            rows = db.execute(Q["claim_outbox"], args).fetchall()
+        rows.sort(key=lambda r: (r[4], r[0]))
+        return [_outbox(r, attempts=r[5]) for r in rows]
+
+    def outbox_settle(
+        self,
+        key: str,
+        owner: str,
+        now: float,
+        *,
+        error: str | None = None,
+        retry_at: float | None = None,
+    ) -> None:
+        """See `Store.outbox_settle`."""
+        delivered = now if error is None else None
+        next_at = NEVER if retry_at is None else retry_at
+        args = (delivered, error, next_at, key, owner)
+        self.retrying(lambda db: db.execute(Q["settle_outbox"], args))
+
+    def outbox_items(self, run_id: str) -> list[OutboxItem]:
+        """See `Store.outbox_items`."""
+        rows = self._read(Q["list_outbox"], run_id)
+        return [_outbox(r, attempts=r[5], delivered_at=r[6], last_error=r[7]) for r in rows]
+
     # -- beyond the protocol: what a fleet of orchestrators needs ---------------------------
 
     def unowned_runs(self, now: float, limit: int = 10) -> list[str]:
@@ -335,4 +388,10 @@ def _run(row: Any) -> RunRecord:
         lease_expires=row[14],
         lease_acquired_at=row[15],
         lease_renewed_at=row[16],
+    )
+
+
+def _outbox(row: Any, **extra: Any) -> OutboxItem:
+    return OutboxItem(
+        key=row[0], sink=row[1], run_id=row[2], payload=row[3], created_at=row[4], **extra
     )

@@ -79,3 +79,33 @@ WHERE consumed_at IS NULL ORDER BY id;
 SELECT run_id FROM runs
 WHERE status IN ('running', 'paused') AND (lease_expires IS NULL OR lease_expires <= %s)
 ORDER BY random() LIMIT %s;
+
+-- name: get_cursor
+SELECT position FROM cursors WHERE name = %s;
+
+-- name: set_cursor
+INSERT INTO cursors (name, position) VALUES (%s, %s)
+ON CONFLICT (name) DO UPDATE SET position = greatest(cursors.position, excluded.position);
+
+-- name: insert_outbox
+INSERT INTO outbox (key, sink, run_id, payload, created_at, next_at)
+VALUES (%s, %s, %s, %s::jsonb, %s, %s)
+ON CONFLICT (key) DO NOTHING;
+
+-- name: claim_outbox
+UPDATE outbox SET claimed_by = %s, claimed_until = %s, attempts = attempts + 1
+WHERE key IN (
+    SELECT key FROM outbox
+    WHERE delivered_at IS NULL AND next_at <= %s AND (claimed_until IS NULL OR claimed_until <= %s)
+    ORDER BY created_at, key LIMIT %s
+    FOR UPDATE SKIP LOCKED)
+RETURNING key, sink, run_id, payload, created_at, attempts;
+
+-- name: settle_outbox
+UPDATE outbox SET delivered_at = %s, last_error = %s, next_at = %s, claimed_by = NULL,
+       claimed_until = NULL
+WHERE key = %s AND claimed_by = %s;
+
+-- name: list_outbox
+SELECT key, sink, run_id, payload, created_at, attempts, delivered_at, last_error FROM outbox
+WHERE run_id = %s ORDER BY created_at, key;

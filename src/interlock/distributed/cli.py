@@ -1,0 +1,143 @@
+"""What `interlock worker` and `interlock orchestrate` run (imported only by those commands)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+from interlock.distributed.orchestrate import Fleet
+from interlock.distributed.queue import TaskQueue
+from interlock.distributed.sources import ClaimSource
+from interlock.distributed.worker import RemoteWorker
+from interlock.errors import UsageError
+from interlock.runtime.home import Home
+from interlock.runtime.models import ModelRunner
+from interlock.runtime.orchestrator import Settings, new_owner
+from interlock.storage.postgres import PostgresStore
+
+log = logging.getLogger("interlock.distributed")
+
+
+def open_shared(url: str | None, pool_size: int) -> PostgresStore:
+    """The PostgreSQL ledger both commands need (a SQLite file cannot be shared)."""
+    if not url or not url.startswith(("postgresql://", "postgres://")):
+        raise UsageError(
+            "workers and fleet orchestrators share a PostgreSQL ledger: "
+            "pass --store postgresql://... (or set INTERLOCK_STORE)"
+        )
+    return PostgresStore(url, pool_size=pool_size)
+
+
+def parse_pairs(pairs: tuple[str, ...], option: str) -> dict[str, int]:
+    """`NAME=N` pairs into a dict."""
+    values = {}
+    for pair in pairs:
+        name, sep, number = pair.rpartition("=")
+        if not sep or not name or not number.lstrip("-").isdigit():
+            raise UsageError(f"{option} {pair!r} is not NAME=NUMBER")
+        values[name] = int(number)
+    return values
+
+
+async def until_signalled(main: asyncio.Task[None], stop: asyncio.Event) -> None:
+    """Set `stop` on SIGTERM or SIGINT, then wait for `main` to wind down."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await main
+
+
+def run_worker(
+    url: str | None,
+    home: str | None,
+    *,
+    concurrency: int,
+    kinds: tuple[str, ...],
+    tags: tuple[str, ...],
+    lease_ttl: float,
+    grace: float,
+    redis_url: str | None,
+) -> None:
+    """Claim and run tasks until SIGTERM/SIGINT; running tasks finish or are handed back."""
+    unknown = set(kinds) - {"command", "model", "call"}
+    if unknown:
+        raise UsageError(f"--kinds {', '.join(sorted(unknown))}: use command, model or call")
+    store = open_shared(url, pool_size=concurrency + 2)
+    name = f"worker:{new_owner()}"
+    source: ClaimSource | None = None
+    if redis_url:
+        from interlock.distributed.redis_streams import RedisStreams, StreamSource
+
+        source = StreamSource(RedisStreams(redis_url), TaskQueue(store), min_idle=lease_ttl)
+    worker = RemoteWorker(
+        store,
+        name=name,
+        concurrency=concurrency,
+        kinds=kinds,
+        tags=tags,
+        lease_ttl=lease_ttl,
+        grace=grace,
+        models=ModelRunner(Home.at(home).root),
+        source=source,
+    )
+    log.info("%s taking %s tasks", name, ",".join(kinds))
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        await until_signalled(asyncio.create_task(worker.run(stop)), stop)
+
+    try:
+        asyncio.run(main())
+    finally:
+        store.close()
+
+
+def run_orchestrate(
+    url: str | None,
+    home: str | None,
+    *,
+    capacity: int,
+    lease_ttl: float,
+    priorities: tuple[str, ...],
+    limits: tuple[str, ...],
+    redis_url: str | None,
+) -> None:
+    """Drive unowned runs of the shared ledger until SIGTERM/SIGINT."""
+    store = open_shared(url, pool_size=6)
+    queue = TaskQueue(store)
+    for scope, limit in parse_pairs(limits, "--limit").items():
+        queue.set_limit(scope, None if limit < 0 else limit)
+    streams = None
+    if redis_url:
+        from interlock.distributed.redis_streams import RedisStreams
+
+        streams = RedisStreams(redis_url)
+    settings = Settings(lease_ttl=lease_ttl, max_concurrency=capacity)
+    fleet = Fleet(
+        store,
+        Home.at(home),
+        capacity=capacity,
+        settings=settings,
+        priorities=parse_pairs(priorities, "--priority"),
+        transport=streams,
+    )
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        if streams is not None:
+            loop = asyncio.get_running_loop()
+            orchestrator = fleet.orchestrator
+
+            def relay(run_id: str, task_id: str, text: str) -> None:
+                loop.call_soon_threadsafe(orchestrator.progress, run_id, task_id, text)
+
+            streams.follow_progress(relay)
+        await until_signalled(asyncio.create_task(fleet.run(stop)), stop)
+
+    Path(Home.at(home).root).mkdir(parents=True, exist_ok=True)
+    try:
+        asyncio.run(main())
+    finally:
+        store.close()

@@ -1,0 +1,202 @@
+"""`QueueDispatcher`: recorded attempts go to the shared queue; remote workers run them.
+
+`start` enqueues the attempt (idempotently: a resumed or taken-over run enqueues the same
+entry again and simply waits on it) and returns an asyncio task that waits for the result,
+puts the output where `LocalDispatcher` would (the run's `.tmp/<task>.<attempt>.part`), and
+reports it through `Orchestrator.report` like any local attempt.
+
+Cancelling that task withdraws the queue entry when the run no longer wants the attempt (the
+run ended, the attempt was superseded). When the orchestrator merely lets go of the run (shut
+down, lease lost) the entry stays: whoever drives the run next waits on the same entry, so a
+remote worker's work is never thrown away by an orchestrator restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from interlock.core import events as ev
+from interlock.core.state import TaskState
+from interlock.distributed.artifacts import ArtifactStore
+from interlock.distributed.payload import scopes, to_payload
+from interlock.distributed.queue import Entry, TaskQueue
+from interlock.distributed.watch import Watcher
+from interlock.runtime import artifacts as files
+from interlock.runtime.dispatch import outcome_report
+from interlock.runtime.driver import Report, RunDriver
+from interlock.runtime.executors import Outcome
+
+if TYPE_CHECKING:
+    from interlock.runtime.orchestrator import Orchestrator
+
+log = logging.getLogger("interlock.distributed")
+
+
+class Transport(Protocol):
+    """Something that announces queued entries to workers besides the database."""
+
+    def announce(self, entry_id: int) -> None:
+        """Tell workers that entry `entry_id` is ready."""
+        ...
+
+
+class QueueDispatcher:
+    """A `Dispatcher` handing attempts to `interlock worker` processes through the queue."""
+
+    def __init__(
+        self,
+        queue: TaskQueue,
+        artifacts: ArtifactStore,
+        *,
+        poll: float = 5.0,
+        priorities: dict[str, int] | None = None,
+        transport: Transport | None = None,
+    ) -> None:
+        self.queue = queue
+        self.artifacts = artifacts
+        self.poll = poll
+        self.priorities = priorities or {}
+        self.transport = transport
+        self.watcher = Watcher(queue, poll=poll)
+
+    def start(
+        self, orchestrator: Orchestrator, driver: RunDriver, task: TaskState
+    ) -> asyncio.Task[None]:
+        """See `Dispatcher.start`."""
+        coroutine = self._run(orchestrator, driver, task.task_id, task.attempt)
+        return asyncio.get_running_loop().create_task(coroutine, name=task.task_id)
+
+    def close(self) -> None:
+        """Stop listening for queue notifications."""
+        self.watcher.close()
+
+    async def _run(
+        self, orchestrator: Orchestrator, driver: RunDriver, task_id: str, attempt: int
+    ) -> None:
+        tmp = driver.run_dir / ".tmp" / f"{task_id}.{attempt}.part"
+        clock = orchestrator.clock
+        entry_id: int | None = None
+        try:
+            task = driver.state.tasks[task_id]
+            tmp.parent.mkdir(parents=True, exist_ok=True)
+            files.discard(tmp)
+            await asyncio.to_thread(self._materialise, driver)
+            spec = driver.task_spec(task, tmp)
+            if isinstance(spec, Outcome):  # it cannot run anywhere: report it here
+                orchestrator.report(
+                    driver, outcome_report(driver, task, attempt, spec, tmp, clock())
+                )
+                return
+            pipeline = driver.definition.name
+            payload = await asyncio.to_thread(to_payload, spec, pipeline, self.artifacts)
+            fields: dict[str, Any] = {
+                "run_id": driver.run_id,
+                "task_id": task_id,
+                "attempt": attempt,
+                "kind": spec.worker.kind,
+                "payload": payload,
+                "tags": spec.worker.tags,
+                "scopes": scopes(pipeline, spec.worker, spec.model),
+                "priority": self.priorities.get(pipeline, 0),
+            }
+            entry_id = await asyncio.to_thread(self._enqueue, fields)
+            entry = await self._wait(orchestrator, driver, task_id, attempt, entry_id, fields)
+            outcome = await asyncio.to_thread(self._outcome, entry, tmp)
+            orchestrator.report(
+                driver, outcome_report(driver, task, attempt, outcome, tmp, clock())
+            )
+        except asyncio.CancelledError:
+            files.discard(tmp)
+            if not _still_wanted(driver, task_id, attempt):
+                with contextlib.suppress(Exception):
+                    self.queue.cancel(driver.run_id, task_id, attempt)
+            raise
+        except Exception as exc:  # a queue or storage failure fails the attempt, not the loop
+            log.exception(
+                "task %s could not be dispatched", task_id, extra={"run_id": driver.run_id}
+            )
+            failed = ev.TaskFailed(
+                at=clock(),
+                task_id=task_id,
+                attempt=attempt,
+                error=f"dispatch error: {type(exc).__name__}: {exc}",
+            )
+            orchestrator.report(driver, Report(event=failed))
+        finally:
+            if entry_id is not None:
+                self.watcher.unwatch(entry_id)
+            if driver.handles.get(task_id) is asyncio.current_task():
+                del driver.handles[task_id]
+
+    def _enqueue(self, fields: dict[str, Any]) -> int:
+        entry_id = self.queue.enqueue(**fields)
+        if self.transport is not None:
+            self.transport.announce(entry_id)
+        return entry_id
+
+    async def _wait(
+        self,
+        orchestrator: Orchestrator,
+        driver: RunDriver,
+        task_id: str,
+        attempt: int,
+        entry_id: int,
+        fields: dict[str, Any],
+    ) -> Entry:
+        """Until the entry is done; reports TaskStarted once a worker holds it."""
+        wake = self.watcher.watch(entry_id)
+        started = False
+        while True:
+            wake.clear()
+            entry = await asyncio.to_thread(self.queue.get, entry_id)
+            if entry.state == "done":
+                return entry
+            if entry.state == "claimed" and not started:
+                started = True
+                event = ev.TaskStarted(
+                    at=orchestrator.clock(),
+                    task_id=task_id,
+                    attempt=attempt,
+                    worker=entry.worker or "",
+                )
+                orchestrator.report(driver, Report(event=event))
+            elif entry.state == "cancelled":
+                # Withdrawn by an orchestrator that let go of the run: we want it again.
+                await asyncio.to_thread(self._enqueue, fields)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), self.poll)
+
+    def _outcome(self, entry: Entry, tmp: Path) -> Outcome:
+        result = entry.result or {"ok": False, "error": "the worker recorded no result"}
+        if result.get("ok") and entry.output_sha:
+            files.write_atomic(tmp, self.artifacts.get(entry.output_sha))  # fsynced, as workers do
+        return Outcome(
+            ok=bool(result.get("ok")),
+            error=str(result.get("error", "")),
+            retryable=bool(result.get("retryable", True)),
+            timed_out=bool(result.get("timed_out", False)),
+            usage=result.get("usage"),
+        )
+
+    def _materialise(self, driver: RunDriver) -> None:
+        """Outputs committed by an orchestrator on another machine: fetch the ones missing
+        here, so this run directory has every file the next attempts read."""
+        for task in driver.state.tasks.values():
+            if task.artifact and task.sha256 and not (driver.run_dir / task.artifact).exists():
+                with contextlib.suppress(KeyError):
+                    data = self.artifacts.get(task.sha256)
+                    files.write_atomic(driver.run_dir / task.artifact, data)
+
+
+def _still_wanted(driver: RunDriver, task_id: str, attempt: int) -> bool:
+    task = driver.state.tasks.get(task_id)
+    return (
+        not driver.state.status.ended
+        and task is not None
+        and task.attempt == attempt
+        and task.status.in_flight
+    )

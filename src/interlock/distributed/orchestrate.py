@@ -1,0 +1,131 @@
+"""`interlock orchestrate`: one of many orchestrators sharing the runs of one database.
+
+Each run is driven by whoever holds its lease. An orchestrator takes live runs whose lease is
+free or expired (new runs, runs whose orchestrator died or stalled), up to its `capacity`,
+a few at a time and in random order so that several orchestrators spread the runs between
+them. A new run's first event wakes every orchestrator through `NOTIFY`; a slow poll
+catches expired leases and anything a dropped connection missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+from typing import Any
+
+from interlock.api import Interlock
+from interlock.distributed.artifacts import PostgresArtifacts
+from interlock.distributed.dispatcher import QueueDispatcher, Transport
+from interlock.distributed.listen import Listener
+from interlock.distributed.queue import TaskQueue
+from interlock.errors import InterlockError
+from interlock.runtime.home import Home
+from interlock.runtime.orchestrator import Orchestrator, Settings
+from interlock.storage.postgres import PostgresStore
+
+log = logging.getLogger("interlock.distributed")
+
+
+class Fleet:
+    """An orchestrator that takes unowned runs and dispatches through the queue."""
+
+    def __init__(
+        self,
+        store: PostgresStore,
+        home: Home,
+        *,
+        capacity: int = 200,
+        settings: Settings | None = None,
+        scan: float = 1.0,
+        priorities: dict[str, int] | None = None,
+        transport: Transport | None = None,
+    ) -> None:
+        self.store = store
+        self.capacity = capacity
+        self.scan = scan
+        self.dispatcher = QueueDispatcher(
+            TaskQueue(store), PostgresArtifacts(store), priorities=priorities, transport=transport
+        )
+        self.orchestrator = Orchestrator(store, home, settings=settings, dispatcher=self.dispatcher)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Take and drive runs until `stop` is set; then hand every lease back."""
+        loop = asyncio.get_running_loop()
+        look = asyncio.Event()
+
+        def notified(_channel: str, _payload: str) -> None:
+            loop.call_soon_threadsafe(look.set)
+
+        listener = Listener(self.store.url, ["interlock_events"], notified).start()
+        driving = loop.create_task(self._drive(stop))
+        try:
+            while not stop.is_set():
+                self._take_some()
+                look.clear()
+                waits = [loop.create_task(look.wait()), loop.create_task(stop.wait())]
+                await asyncio.wait(waits, timeout=self.scan, return_when=asyncio.FIRST_COMPLETED)
+                for waiting in waits:
+                    waiting.cancel()
+                # Let notifications of a burst of new runs gather into one look.
+                await asyncio.sleep(0.05)
+        finally:
+            await driving
+            await self.orchestrator.shutdown()
+            listener.stop()
+            self.dispatcher.close()
+
+    async def _drive(self, stop: asyncio.Event) -> None:
+        """The reconcile loop, restarted if the database stays away longer than its retries."""
+        while not stop.is_set():
+            try:
+                await self.orchestrator.serve_forever(stop)
+            except InterlockError as exc:
+                log.error("orchestrator loop stopped: %s; restarting", exc)
+                await asyncio.sleep(1.0)
+
+    def _take_some(self) -> None:
+        room = self.capacity - len(self.orchestrator.drivers)
+        if room <= 0:
+            return
+        now = self.orchestrator.clock()
+        try:
+            # A few per look: orchestrators looking at once then share a burst of new runs.
+            candidates = self.store.unowned_runs(now, min(room, 8))
+        except InterlockError as exc:
+            log.warning("cannot look for runs: %s", exc)
+            return
+        taken = 0
+        for run_id in candidates:
+            if run_id in self.orchestrator.drivers:
+                continue
+            try:
+                self.orchestrator.take(run_id)
+                taken += 1
+            except InterlockError:  # someone else was quicker, or the database is away
+                continue
+        if taken:
+            log.info("took %d run(s); driving %d", taken, len(self.orchestrator.drivers))
+            self.orchestrator.wake()
+
+
+def submit(
+    store: str,
+    workflow: str | Path,
+    pipeline: str | None = None,
+    *,
+    topic: str,
+    inputs: dict[str, Any] | None = None,
+    home: str | Path | None = None,
+) -> str:
+    """Record a new run and leave it for the fleet (its lease is handed back at once)."""
+    app = Interlock(home, store=store)
+    try:
+        run_id = app.start(workflow, pipeline, topic=topic, inputs=inputs)
+        driver = app.orchestrator.drivers[run_id]
+        with contextlib.suppress(InterlockError):
+            app.orchestrator.release(driver)
+        return run_id
+    finally:
+        app.close()

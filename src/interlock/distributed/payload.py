@@ -1,0 +1,82 @@
+"""What travels with a queued attempt, and how a worker turns it back into a `TaskSpec`.
+
+The payload carries every field of the `TaskSpec` except local paths: the inputs it reads
+travel as content-addressed artifacts (name, file name, SHA-256) and are written into a
+private directory on the worker before the executor starts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from interlock.core.workflow import Worker
+from interlock.distributed.artifacts import ArtifactStore
+from interlock.runtime.executors import TaskSpec
+
+
+def idempotency_key(run_id: str, task_id: str, attempt: int) -> str:
+    """The key handed to side effects: the same for every delivery of one attempt."""
+    return hashlib.sha256(f"{run_id}/{task_id}/{attempt}".encode()).hexdigest()[:32]
+
+
+def scopes(pipeline: str, worker: Worker, model: str | None) -> list[str]:
+    """The limit scopes an attempt counts against."""
+    found = [f"pipeline:{pipeline}", f"kind:{worker.kind}"]
+    if model:
+        found.append(f"model:{model}")
+    return found
+
+
+def to_payload(spec: TaskSpec, pipeline: str, artifacts: ArtifactStore) -> dict[str, Any]:
+    """The queue payload of `spec`; its inputs are uploaded (once each) on the way."""
+    reads = []
+    for name, path in spec.reads:
+        data = path.read_bytes()
+        reads.append([name, path.name, artifacts.put(data)])
+    return {
+        "run_id": spec.run_id,
+        "task_id": spec.task_id,
+        "attempt": spec.attempt,
+        "pipeline": pipeline,
+        "worker": spec.worker.model_dump(mode="json", by_alias=True),
+        "task": spec.task,
+        "topic": spec.topic,
+        "inputs": spec.inputs,
+        "item": spec.item,
+        "reads": reads,
+        "model": spec.model,
+        "idempotency_key": spec.idempotency_key,
+        "workflow_dir": str(spec.workflow_dir) if spec.workflow_dir else None,
+    }
+
+
+def to_spec(payload: dict[str, Any], workdir: Path, artifacts: ArtifactStore) -> TaskSpec:
+    """Rebuild the `TaskSpec` on a worker, with inputs materialised under `workdir`."""
+    inputs_dir = workdir / "inputs"
+    reads: list[tuple[str, Path]] = []
+    for index, (name, file_name, sha) in enumerate(payload["reads"]):
+        # Fan-in reads several files of one name: keep each in its own folder.
+        target = inputs_dir / str(index) / Path(file_name).name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(artifacts.get(sha))
+        reads.append((name, target))
+    workflow_dir = payload.get("workflow_dir")
+    return TaskSpec(
+        run_id=payload["run_id"],
+        task_id=payload["task_id"],
+        attempt=payload["attempt"],
+        worker=Worker.model_validate(payload["worker"]),
+        task=payload["task"],
+        topic=payload["topic"],
+        inputs=payload["inputs"],
+        item=payload["item"],
+        reads=reads,
+        output=workdir / "output.part",
+        run_dir=workdir,
+        log_dir=workdir / "logs",
+        model=payload["model"],
+        idempotency_key=payload["idempotency_key"],
+        workflow_dir=Path(workflow_dir) if workflow_dir and Path(workflow_dir).is_dir() else None,
+    )

@@ -1,0 +1,229 @@
+"""The task queue in PostgreSQL: recorded attempts waiting for, or held by, remote workers.
+
+An entry is one attempt of one task (unique on run, task, attempt), so enqueueing again after
+a restart is harmless. A worker claims an entry with `FOR UPDATE SKIP LOCKED` and holds it
+with a lease it renews; every hand-out increments `delivery`, and a worker's heartbeat and
+result only count while `delivery` still matches (a worker presumed dead cannot overwrite
+the result of the worker the entry was handed to next).
+
+When a hand-out expires the entry is handed out again as a new delivery of the same attempt,
+so an infrastructure failure does not use up the workflow's retry budget. After
+`max_deliveries` hand-outs it is finished as a retryable failure instead, and the engine
+decides about a new attempt as for any other failure.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from interlock.distributed.sql import queue_queries
+from interlock.storage.postgres import PostgresStore
+
+log = logging.getLogger("interlock.distributed")
+Q = queue_queries()
+CHANNEL = "interlock_tasks"  # payload "<entry id>:<state>"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Claim:
+    """An entry handed to one worker; `delivery` fences its heartbeats and result."""
+
+    id: int
+    run_id: str
+    task_id: str
+    attempt: int
+    delivery: int
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Entry:
+    """What the orchestrator side sees of an entry."""
+
+    id: int
+    state: str  # queued, claimed, done, cancelled
+    worker: str | None
+    delivery: int
+    result: dict[str, Any] | None
+    output_sha: str | None
+
+
+class TaskQueue:
+    """Queue operations over the ledger's connection pool (the same database)."""
+
+    def __init__(self, store: PostgresStore, *, max_deliveries: int = 3) -> None:
+        self.store = store
+        self.max_deliveries = max_deliveries
+
+    # -- the orchestrator side ----------------------------------------------------------------
+
+    def enqueue(
+        self,
+        *,
+        run_id: str,
+        task_id: str,
+        attempt: int,
+        kind: str,
+        payload: dict[str, Any],
+        tags: Sequence[str] = (),
+        scopes: Sequence[str] = (),
+        priority: int = 0,
+    ) -> int:
+        """Add the attempt (once; a cancelled entry is queued again); returns its id."""
+        args = {
+            "run_id": run_id,
+            "task_id": task_id,
+            "attempt": attempt,
+            "kind": kind,
+            "tags": list(tags),
+            "scopes": list(scopes),
+            "priority": priority,
+            "payload": Jsonb(payload),
+        }
+
+        def enqueue(db: psycopg.Connection[Any]) -> int:
+            db.execute(Q["enqueue"], args)
+            row = db.execute(Q["entry_by_attempt"], (run_id, task_id, attempt)).fetchone()
+            assert row is not None
+            if row[1] == "queued":
+                db.execute(Q["notify"], (f"{row[0]}:queued",))
+            return int(row[0])
+
+        return self.store.retrying(enqueue)
+
+    def get(self, entry_id: int) -> Entry:
+        """One entry as it stands."""
+        rows = self.store.retrying(lambda db: db.execute(Q["get"], (entry_id,)).fetchall())
+        i, state, worker, delivery, result, sha = rows[0]
+        return Entry(
+            id=i, state=state, worker=worker, delivery=delivery, result=result, output_sha=sha
+        )
+
+    def states(self, ids: Sequence[int]) -> dict[int, tuple[str, int]]:
+        """(state, delivery) of many entries in one query (the safety-net poll)."""
+        rows = self.store.retrying(lambda db: db.execute(Q["states"], (list(ids),)).fetchall())
+        return {int(r[0]): (str(r[1]), int(r[2])) for r in rows}
+
+    def cancel(self, run_id: str, task_id: str, attempt: int) -> bool:
+        """Withdraw an attempt nobody wants any more; a worker running it stops."""
+
+        def cancel(db: psycopg.Connection[Any]) -> bool:
+            row = db.execute(Q["cancel"], (run_id, task_id, attempt)).fetchone()
+            if row is not None:
+                db.execute(Q["notify"], (f"{row[0]}:cancelled",))
+            return row is not None
+
+        return self.store.retrying(cancel)
+
+    def set_limit(self, scope: str, max_running: int | None) -> None:
+        """Cap entries of `scope` (pipeline:x, kind:y, model:z) held at once by all workers."""
+        if max_running is None:
+            self.store.retrying(lambda db: db.execute(Q["drop_limit"], (scope,)))
+        else:
+            self.store.retrying(lambda db: db.execute(Q["set_limit"], (scope, max_running)))
+
+    # -- the worker side ----------------------------------------------------------------------
+
+    def claim(
+        self,
+        worker: str,
+        *,
+        kinds: Sequence[str],
+        tags: Sequence[str],
+        ttl: float,
+        only: int | None = None,
+    ) -> Claim | None:
+        """Take the best queued entry this worker can run (or entry `only`), honouring the
+        concurrency limits; None when there is nothing to take now."""
+
+        def claim(db: psycopg.Connection[Any]) -> Claim | None:
+            args = {"kinds": list(kinds), "tags": list(tags), "only": only}
+            row = db.execute(Q["candidates"], args).fetchone()
+            if row is None:
+                return None
+            entry_id, scopes = row
+            # Claimers of a limited scope queue up on its limit row, then count again: the
+            # count in the candidate query may predate a claim that just committed.
+            for scope, max_running in db.execute(Q["lock_limits"], (scopes,)).fetchall():
+                running = db.execute(Q["running_in_scope"], (scope,)).fetchone()
+                if running is not None and running[0] >= max_running:
+                    return None
+            got = db.execute(Q["claim"], (worker, ttl, entry_id)).fetchone()
+            assert got is not None
+            db.execute(Q["notify"], (f"{entry_id}:claimed",))
+            return Claim(
+                id=got[0],
+                run_id=got[1],
+                task_id=got[2],
+                attempt=got[3],
+                delivery=got[4],
+                payload=got[5],
+            )
+
+        return self.store.retrying(claim)
+
+    def heartbeat(self, claim: Claim, ttl: float) -> bool:
+        """Extend the hand-out; False when it was lost (expired and handed on, or cancelled)."""
+        args = (ttl, claim.id, claim.delivery)
+        return bool(self.store.retrying(lambda db: db.execute(Q["heartbeat"], args).rowcount))
+
+    def finish(self, claim: Claim, result: dict[str, Any], output_sha: str | None) -> bool:
+        """Record the result; False (nothing written) if this hand-out is no longer current."""
+
+        def finish(db: psycopg.Connection[Any]) -> bool:
+            args = (Jsonb(result), output_sha, claim.id, claim.delivery)
+            if db.execute(Q["finish"], args).rowcount != 1:
+                return False
+            db.execute(Q["notify"], (f"{claim.id}:done",))
+            return True
+
+        return self.store.retrying(finish)
+
+    def hand_back(self, claim: Claim) -> None:
+        """Return an entry unfinished (a worker shutting down), for another worker to take."""
+
+        def hand_back(db: psycopg.Connection[Any]) -> None:
+            if db.execute(Q["requeue"], (claim.id, claim.delivery)).rowcount:
+                db.execute(Q["notify"], (f"{claim.id}:queued",))
+
+        self.store.retrying(hand_back)
+
+    def sweep(self) -> int:
+        """Hand out again entries whose worker stopped renewing (give up after
+        `max_deliveries`); returns how many were touched. Any worker may run it."""
+
+        def sweep(db: psycopg.Connection[Any]) -> int:
+            touched = 0
+            for entry_id, delivery in db.execute(Q["expired"]).fetchall():
+                if delivery >= self.max_deliveries:
+                    error = f"lost its worker {delivery} times (worker processes died or hung)"
+                    result = Jsonb({"ok": False, "error": error, "retryable": True})
+                    db.execute(Q["give_up"], (result, entry_id, delivery))
+                    db.execute(Q["notify"], (f"{entry_id}:done",))
+                else:
+                    db.execute(Q["requeue"], (entry_id, delivery))
+                    db.execute(Q["notify"], (f"{entry_id}:queued",))
+                touched += 1
+            if touched:
+                log.info("handed out again %d expired task(s)", touched)
+            return touched
+
+        return self.store.retrying(sweep)
+
+
+def parse_notification(payload: str) -> tuple[int, str] | None:
+    """(entry id, state) of a queue notification."""
+    entry, _, state = payload.partition(":")
+    return (int(entry), state) if entry.isdigit() else None
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON for stream messages."""
+    return json.dumps(value, separators=(",", ":"), default=str)

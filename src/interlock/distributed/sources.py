@@ -1,0 +1,50 @@
+"""Where a worker's next hand-out comes from: the queue table itself, or a stream."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Protocol
+
+from interlock.distributed.queue import Claim, TaskQueue
+
+if TYPE_CHECKING:
+    from interlock.distributed.worker import RemoteWorker
+
+
+class ClaimSource(Protocol):
+    """Hands a worker its next claim and hears when it is through with it."""
+
+    async def next(self, worker: RemoteWorker) -> Claim | None:
+        """The next claim for `worker`, or None when nothing is ready now."""
+        ...
+
+    def done(self, claim: Claim) -> None:
+        """The worker is through with `claim` (finished, stale or handed back)."""
+        ...
+
+    def progress(self, run_id: str, task_id: str, text: str) -> None:
+        """A streamed fragment of a running model attempt."""
+        ...
+
+
+class QueueSource:
+    """Claims straight from the queue table (`FOR UPDATE SKIP LOCKED`)."""
+
+    def __init__(self, queue: TaskQueue) -> None:
+        self.queue = queue
+
+    async def next(self, worker: RemoteWorker) -> Claim | None:
+        """See `ClaimSource.next`."""
+        return await asyncio.to_thread(
+            self.queue.claim,
+            worker.name,
+            kinds=worker.kinds,
+            tags=worker.tags,
+            ttl=worker.lease_ttl,
+        )
+
+    def done(self, claim: Claim) -> None:
+        """See `ClaimSource.done`."""
+
+    def progress(self, run_id: str, task_id: str, text: str) -> None:
+        """See `ClaimSource.progress` (not carried without a stream)."""

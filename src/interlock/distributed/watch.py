@@ -1,0 +1,87 @@
+"""Waking the coroutines that wait on queue entries.
+
+Notifications (`interlock_tasks`) wake a waiter at once; a single batched query every `poll`
+seconds covers notifications lost while the listening connection was down, so hundreds of
+waiting attempts cost one poll query, not hundreds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from interlock.distributed.listen import Listener
+from interlock.distributed.queue import CHANNEL, TaskQueue, parse_notification
+
+
+class Watcher:
+    """asyncio events per queue entry, set when the entry may have changed."""
+
+    def __init__(self, queue: TaskQueue, *, poll: float) -> None:
+        self.queue = queue
+        self.poll = poll
+        self._events: dict[int, asyncio.Event] = {}
+        self._seen: dict[int, tuple[str, int]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._listener: Listener | None = None
+        self._poller: asyncio.Task[None] | None = None
+
+    def watch(self, entry_id: int) -> asyncio.Event:
+        """The event to wait on for `entry_id` (starts listening on first use)."""
+        if self._loop is None or self._loop is not asyncio.get_running_loop():
+            self._start()
+        return self._events.setdefault(entry_id, asyncio.Event())
+
+    def unwatch(self, entry_id: int) -> None:
+        """Stop tracking an entry."""
+        self._events.pop(entry_id, None)
+        self._seen.pop(entry_id, None)
+
+    def _start(self) -> None:
+        self.close()
+        self._loop = asyncio.get_running_loop()
+        self._listener = Listener(self.queue.store.url, [CHANNEL], self._notified).start()
+        self._poller = self._loop.create_task(self._poll(), name="interlock-queue-poll")
+
+    def close(self) -> None:
+        """Stop the listener and the poller."""
+        if self._listener is not None:
+            self._listener.stop()
+            self._listener = None
+        if self._poller is not None:
+            self._poller.cancel()
+            self._poller = None
+
+    def _notified(self, channel: str, payload: str) -> None:
+        """In the listener thread: hand the wake-up to the event loop."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        if not channel:  # reconnected: anything may have changed meanwhile
+            loop.call_soon_threadsafe(self._set_all)
+            return
+        parsed = parse_notification(payload)
+        if parsed is not None:
+            loop.call_soon_threadsafe(self._set, parsed[0])
+
+    def _set(self, entry_id: int) -> None:
+        event = self._events.get(entry_id)
+        if event is not None:
+            event.set()
+
+    def _set_all(self) -> None:
+        for event in self._events.values():
+            event.set()
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll)
+            ids = list(self._events)
+            if not ids:
+                continue
+            with contextlib.suppress(Exception):  # the next round tries again
+                states = await asyncio.to_thread(self.queue.states, ids)
+                for entry_id, state in states.items():
+                    if self._seen.get(entry_id) != state:
+                        self._seen[entry_id] = state
+                        self._set(entry_id)

@@ -1,0 +1,209 @@
+"""`interlock worker`: a process that claims queued attempts and runs them.
+
+For each hand-out the worker asks the ledger whether the attempt is still the task's current
+one before running it and again before recording the result (a superseded attempt is
+finished as stale, which the orchestrator drops). While it runs, a heartbeat renews the
+hand-out; if the hand-out was lost (it expired and went to another worker, or the run
+cancelled it) the execution is stopped and nothing is recorded.
+
+On SIGTERM a worker stops claiming, lets running attempts finish for up to `grace` seconds,
+hands the rest back to the queue, and exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from interlock.core.state import fold
+from interlock.distributed.artifacts import PostgresArtifacts
+from interlock.distributed.listen import Listener
+from interlock.distributed.payload import to_spec
+from interlock.distributed.queue import CHANNEL, Claim, TaskQueue
+from interlock.distributed.sources import ClaimSource, QueueSource
+from interlock.runtime.executors import Outcome, TaskSpec, run_call, run_command
+from interlock.runtime.models import ModelRunner
+from interlock.storage.postgres import PostgresStore
+
+log = logging.getLogger("interlock.distributed")
+KINDS = ("command", "model", "call")
+
+
+class RemoteWorker:
+    """Claims and runs attempts, at most `concurrency` at once."""
+
+    def __init__(
+        self,
+        store: PostgresStore,
+        *,
+        name: str,
+        concurrency: int = 4,
+        kinds: tuple[str, ...] = KINDS,
+        tags: tuple[str, ...] = (),
+        lease_ttl: float = 15.0,
+        poll: float = 2.0,
+        grace: float = 30.0,
+        workdir: Path | None = None,
+        models: ModelRunner | None = None,
+        source: ClaimSource | None = None,
+    ) -> None:
+        self.store = store
+        self.queue = TaskQueue(store)
+        self.artifacts = PostgresArtifacts(store)
+        self.name = name
+        self.concurrency = concurrency
+        self.kinds, self.tags = kinds, tags
+        self.lease_ttl, self.poll, self.grace = lease_ttl, poll, grace
+        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="interlock-worker-"))
+        self.models = models or ModelRunner()
+        self.source = source or QueueSource(self.queue)
+        self.running: dict[int, asyncio.Task[None]] = {}
+        self.finished = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Claim and run until `stop` is set, then shut down gracefully."""
+        loop = asyncio.get_running_loop()
+        wake = asyncio.Event()
+
+        def notified(channel: str, payload: str) -> None:
+            if not channel or payload.endswith(":queued"):
+                loop.call_soon_threadsafe(wake.set)
+
+        listener = Listener(self.store.url, [CHANNEL], notified).start()
+        last_sweep = 0.0
+        try:
+            while not stop.is_set():
+                if time.monotonic() - last_sweep > self.lease_ttl / 3:
+                    last_sweep = time.monotonic()
+                    await self._quietly(asyncio.to_thread(self.queue.sweep))
+                while len(self.running) < self.concurrency and not stop.is_set():
+                    claim = await self._quietly(self.source.next(self))
+                    if claim is None:
+                        break
+                    task = loop.create_task(self._handle(claim, wake), name=claim.task_id)
+                    self.running[claim.id] = task
+                wake.clear()
+                waits = [loop.create_task(wake.wait()), loop.create_task(stop.wait())]
+                await asyncio.wait(waits, timeout=self.poll, return_when=asyncio.FIRST_COMPLETED)
+                for waiting in waits:
+                    waiting.cancel()
+        finally:
+            await self._drain()
+            listener.stop()
+
+    async def _quietly(self, awaitable: Any) -> Any:
+        """Storage trouble (a dropped connection) is logged and retried on the next round."""
+        try:
+            return await awaitable
+        except Exception as exc:
+            log.warning("queue unavailable: %s", exc)
+            await asyncio.sleep(min(self.poll, 1.0))
+            return None
+
+    async def _drain(self) -> None:
+        if not self.running:
+            return
+        log.info("stopping: waiting up to %gs for %d task(s)", self.grace, len(self.running))
+        _, pending = await asyncio.wait(list(self.running.values()), timeout=self.grace)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    def _current(self, claim: Claim) -> bool:
+        """Whether the ledger still wants this attempt of the task."""
+        state = fold([s.event for s in self.store.events(claim.run_id)])
+        task = state.tasks.get(claim.task_id)
+        return task is not None and task.attempt == claim.attempt and task.status.in_flight
+
+    async def _handle(self, claim: Claim, wake: asyncio.Event) -> None:
+        work = self.workdir / f"{claim.id}.{claim.delivery}"
+        lost = asyncio.Event()
+        try:
+            if not await asyncio.to_thread(self._current, claim):
+                await asyncio.to_thread(self._finish_stale, claim)
+                return
+            spec = await asyncio.to_thread(to_spec, claim.payload, work, self.artifacts)
+            execution = asyncio.create_task(self._execute(spec))
+            beat = asyncio.create_task(self._heartbeat(claim, execution, lost))
+            try:
+                outcome = await execution
+            except asyncio.CancelledError:
+                if not lost.is_set():
+                    raise
+                log.warning("task %s: hand-out lost; result dropped", claim.task_id)
+                return
+            finally:
+                beat.cancel()
+            if not await asyncio.to_thread(self._current, claim):
+                await asyncio.to_thread(self._finish_stale, claim)
+                return
+            await asyncio.to_thread(self._finish, claim, spec, outcome)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                self.queue.hand_back(claim)
+            raise
+        except Exception as exc:
+            log.exception("task %s: worker error", claim.task_id)
+            result = {"ok": False, "error": f"worker error: {type(exc).__name__}: {exc}"}
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(self.queue.finish, claim, result, None)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+            self.running.pop(claim.id, None)
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(self.source.done, claim)
+            wake.set()
+
+    async def _execute(self, spec: TaskSpec) -> Outcome:
+        spec.log_dir.mkdir(parents=True, exist_ok=True)
+        kind = spec.worker.kind
+        if kind == "command":
+            return await run_command(spec)
+        if kind == "call":
+            return await run_call(spec)
+
+        def progress(text: str) -> None:
+            self.source.progress(spec.run_id, spec.task_id, text)
+
+        return await self.models.run(spec, progress)
+
+    async def _heartbeat(
+        self, claim: Claim, execution: asyncio.Task[Outcome], lost: asyncio.Event
+    ) -> None:
+        while not execution.done():
+            await asyncio.sleep(self.lease_ttl / 3)
+            try:
+                held = await asyncio.to_thread(self.queue.heartbeat, claim, self.lease_ttl)
+            except Exception as exc:  # keep running; the next beat may get through
+                log.warning("heartbeat failed: %s", exc)
+                continue
+            if not held:
+                lost.set()
+                execution.cancel()
+                return
+
+    def _finish(self, claim: Claim, spec: TaskSpec, outcome: Outcome) -> None:
+        sha = None
+        if outcome.ok and spec.output.is_file():
+            sha = self.artifacts.put(spec.output.read_bytes())
+        result = {
+            "ok": outcome.ok and sha is not None,
+            "error": outcome.error if not outcome.ok else ("" if sha else "wrote no output"),
+            "retryable": outcome.retryable,
+            "timed_out": outcome.timed_out,
+            "usage": outcome.usage,
+        }
+        if self.queue.finish(claim, result, sha):
+            self.finished += 1
+        else:
+            log.warning("task %s: result dropped, the hand-out was superseded", claim.task_id)
+
+    def _finish_stale(self, claim: Claim) -> None:
+        error = "stale: the ledger no longer wants this attempt"
+        self.queue.finish(claim, {"ok": False, "error": error, "stale": True}, None)

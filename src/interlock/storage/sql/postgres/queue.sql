@@ -1,0 +1,95 @@
+-- Task queue statements. Times come from the database clock (`clock_timestamp()`) so that
+-- workers on machines with skewed clocks agree on when a hand-out expires.
+
+-- name: enqueue
+INSERT INTO task_queue (run_id, task_id, attempt, kind, tags, scopes, priority, payload,
+                        created_at)
+VALUES (%(run_id)s, %(task_id)s, %(attempt)s, %(kind)s, %(tags)s, %(scopes)s, %(priority)s,
+        %(payload)s, extract(epoch FROM clock_timestamp()))
+ON CONFLICT (run_id, task_id, attempt) DO UPDATE
+    SET state = 'queued', worker = NULL, lease_expires = NULL, finished_at = NULL
+    WHERE task_queue.state = 'cancelled';
+
+-- name: entry_by_attempt
+SELECT id, state FROM task_queue WHERE run_id = %s AND task_id = %s AND attempt = %s;
+
+-- name: notify
+SELECT pg_notify('interlock_tasks', %s);
+
+-- name: expired
+SELECT id, delivery FROM task_queue
+WHERE state = 'claimed' AND lease_expires < extract(epoch FROM clock_timestamp())
+ORDER BY lease_expires LIMIT 100 FOR UPDATE SKIP LOCKED;
+
+-- name: requeue
+UPDATE task_queue SET state = 'queued', worker = NULL, lease_expires = NULL
+WHERE id = %s AND delivery = %s AND state = 'claimed';
+
+-- name: give_up
+UPDATE task_queue SET state = 'done', worker = NULL, lease_expires = NULL, result = %s,
+       finished_at = extract(epoch FROM clock_timestamp())
+WHERE id = %s AND delivery = %s AND state = 'claimed';
+
+-- name: candidates
+SELECT id, scopes FROM task_queue q
+WHERE state = 'queued' AND kind = ANY(%(kinds)s) AND tags <@ %(tags)s
+  AND (%(only)s::bigint IS NULL OR id = %(only)s::bigint)
+  AND NOT EXISTS (
+      SELECT 1 FROM queue_limits l
+      WHERE l.scope = ANY(q.scopes)
+        AND l.max_running <= (SELECT count(*) FROM task_queue r
+                              WHERE r.state = 'claimed' AND r.scopes @> ARRAY[l.scope]))
+ORDER BY priority DESC, id
+LIMIT 1 FOR UPDATE SKIP LOCKED;
+
+-- name: lock_limits
+SELECT scope, max_running FROM queue_limits WHERE scope = ANY(%s) ORDER BY scope FOR UPDATE;
+
+-- name: running_in_scope
+SELECT count(*) FROM task_queue WHERE state = 'claimed' AND scopes @> ARRAY[%s];
+
+-- name: claim
+UPDATE task_queue SET state = 'claimed', worker = %s, delivery = delivery + 1,
+       lease_expires = extract(epoch FROM clock_timestamp()) + %s,
+       claimed_at = extract(epoch FROM clock_timestamp())
+WHERE id = %s
+RETURNING id, run_id, task_id, attempt, delivery, payload;
+
+-- name: heartbeat
+UPDATE task_queue SET lease_expires = extract(epoch FROM clock_timestamp()) + %s
+WHERE id = %s AND delivery = %s AND state = 'claimed';
+
+-- name: finish
+UPDATE task_queue SET state = 'done', result = %s, output_sha = %s, lease_expires = NULL,
+       finished_at = extract(epoch FROM clock_timestamp())
+WHERE id = %s AND delivery = %s AND state = 'claimed';
+
+-- name: cancel
+UPDATE task_queue SET state = 'cancelled', lease_expires = NULL,
+       finished_at = extract(epoch FROM clock_timestamp())
+WHERE run_id = %s AND task_id = %s AND attempt = %s AND state IN ('queued', 'claimed')
+RETURNING id;
+
+-- name: get
+SELECT id, state, worker, delivery, result, output_sha FROM task_queue WHERE id = %s;
+
+-- name: states
+SELECT id, state, delivery FROM task_queue WHERE id = ANY(%s);
+
+-- name: set_limit
+INSERT INTO queue_limits (scope, max_running) VALUES (%s, %s)
+ON CONFLICT (scope) DO UPDATE SET max_running = excluded.max_running;
+
+-- name: drop_limit
+DELETE FROM queue_limits WHERE scope = %s;
+
+-- name: put_artifact
+INSERT INTO artifacts (sha256, size, body, created_at)
+VALUES (%s, %s, %s, extract(epoch FROM clock_timestamp()))
+ON CONFLICT (sha256) DO NOTHING;
+
+-- name: get_artifact
+SELECT body FROM artifacts WHERE sha256 = %s;
+
+-- name: has_artifacts
+SELECT sha256 FROM artifacts WHERE sha256 = ANY(%s);

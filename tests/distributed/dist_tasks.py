@@ -1,0 +1,37 @@
+"""Call workers of the distributed tests; each execution is logged with its idempotency key."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from interlock.runtime.executors import TaskContext
+
+
+def _log(context: TaskContext) -> None:
+    path = os.environ.get("DIST_TASKS_LOG")
+    if path:
+        line = f"{context.spec.run_id} {context.spec.task_id} {context.spec.idempotency_key}\n"
+        with open(path, "a") as handle:
+            handle.write(line)
+    time.sleep(float(os.environ.get("DIST_TASKS_DELAY", "0")))
+
+
+def plan(context: TaskContext) -> str:
+    """Three items to write about."""
+    _log(context)
+    count = int(os.environ.get("DIST_TASKS_ITEMS", "3"))
+    return json.dumps({"items": [f"{context.topic}-{i}" for i in range(count)]})
+
+
+def write(context: TaskContext) -> str:
+    """A paragraph about one item."""
+    _log(context)
+    return f"About {context.item}.\n"
+
+
+def merge(context: TaskContext) -> str:
+    """All paragraphs, in item order."""
+    _log(context)
+    return context.read("writer.md")
