@@ -1,0 +1,133 @@
+"""The PostgreSQL task queue on its own: idempotence, order, limits, fencing, hand-outs."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from interlock.distributed.queue import TaskQueue
+from interlock.storage.postgres import PostgresStore
+
+ALL = ("command", "model", "call")
+
+
+@pytest.fixture
+def queue(pg_url: str) -> Iterator[TaskQueue]:
+    """A queue on a fresh database."""
+    store = PostgresStore(pg_url, pool_size=10)
+    yield TaskQueue(store, max_deliveries=2)
+    store.close()
+
+
+def put(queue: TaskQueue, task: str, **fields: Any) -> int:
+    """Enqueue attempt 1 of `task` in run r1 (pipeline p, kind call unless given)."""
+    args: dict[str, Any] = {"kind": "call", "scopes": ["pipeline:p", "kind:call"], **fields}
+    return queue.enqueue(run_id="r1", task_id=task, attempt=1, payload={"t": task}, **args)
+
+
+def take(queue: TaskQueue, name: str = "w", ttl: float = 30, **kw: Any) -> Any:
+    """One claim with every kind and no tags unless given."""
+    return queue.claim(name, kinds=kw.pop("kinds", ALL), tags=kw.pop("tags", ()), ttl=ttl, **kw)
+
+
+def test_enqueue_is_idempotent_per_attempt(queue: TaskQueue) -> None:
+    """Enqueueing the same attempt again returns the same entry and adds nothing."""
+    first = put(queue, "a")
+    assert put(queue, "a") == first
+    assert take(queue).payload == {"t": "a"}
+    assert take(queue) is None
+
+
+def test_priority_then_age(queue: TaskQueue) -> None:
+    """Higher priority is handed out first; equal priorities in enqueue order."""
+    put(queue, "low", priority=0)
+    put(queue, "high", priority=5)
+    put(queue, "low2", priority=0)
+    assert [take(queue).task_id for _ in range(3)] == ["high", "low", "low2"]
+
+
+def test_kinds_and_tags_select_workers(queue: TaskQueue) -> None:
+    """A worker only gets kinds it takes and tasks whose tags it offers."""
+    put(queue, "gpu", tags=["gpu"])
+    put(queue, "cmd", kind="command")
+    assert take(queue, kinds=("call",)) is None
+    assert take(queue, kinds=("call",), tags=("gpu", "big")).task_id == "gpu"
+    assert take(queue, kinds=("command",)).task_id == "cmd"
+
+
+def test_limit_holds_across_concurrent_claimers(queue: TaskQueue) -> None:
+    """With `pipeline:p` capped at 2, racing claimers never hold more than 2 at once."""
+    queue.set_limit("pipeline:p", 2)
+    for i in range(10):
+        put(queue, f"t{i}")
+    put(queue, "other", scopes=["pipeline:q"])
+    claims: list[Any] = []
+    lock = threading.Lock()
+
+    def claimer(n: int) -> None:
+        for _ in range(5):
+            got = take(queue, f"w{n}")
+            if got is not None:
+                with lock:
+                    claims.append(got)
+
+    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    capped = [c for c in claims if c.task_id != "other"]
+    assert len(capped) == 2 and "other" in {c.task_id for c in claims}
+    assert take(queue) is None
+    queue.finish(capped[0], {"ok": True}, None)
+    assert take(queue) is not None and take(queue) is None
+    queue.set_limit("pipeline:p", None)
+    assert take(queue) is not None
+
+
+def test_expired_hand_out_goes_to_another_worker_and_fences_the_first(queue: TaskQueue) -> None:
+    """After expiry the entry is a new delivery; the first worker can neither renew nor finish."""
+    put(queue, "a")
+    first = take(queue, "slow", ttl=0.2)
+    time.sleep(0.4)
+    assert queue.sweep() == 1
+    second = take(queue, "fast")
+    assert (second.id, second.delivery) == (first.id, first.delivery + 1)
+    assert not queue.heartbeat(first, 30)
+    assert not queue.finish(first, {"ok": True}, None)
+    assert queue.heartbeat(second, 30) and queue.finish(second, {"ok": True, "n": 2}, None)
+    assert queue.get(first.id).result == {"ok": True, "n": 2}
+
+
+def test_too_many_lost_hand_outs_fail_the_attempt(queue: TaskQueue) -> None:
+    """After `max_deliveries` expired hand-outs the entry ends as a retryable failure."""
+    put(queue, "a")
+    for _ in range(2):
+        take(queue, ttl=0.1)
+        time.sleep(0.2)
+        queue.sweep()
+    entry = queue.get(put(queue, "a"))
+    assert entry.state == "done" and entry.result is not None
+    assert entry.result["ok"] is False and entry.result["retryable"] is True
+
+
+def test_cancel_stops_the_holder_and_enqueue_revives(queue: TaskQueue) -> None:
+    """A cancelled entry fails its holder's heartbeat; enqueueing it again queues it anew."""
+    entry = put(queue, "a")
+    held = take(queue)
+    assert queue.cancel("r1", "a", 1)
+    assert not queue.heartbeat(held, 30) and queue.get(entry).state == "cancelled"
+    assert put(queue, "a") == entry and queue.get(entry).state == "queued"
+    assert take(queue).delivery == 2
+
+
+def test_hand_back_makes_the_entry_claimable_again(queue: TaskQueue) -> None:
+    """A worker shutting down hands its entry back for the next claimer."""
+    put(queue, "a")
+    held = take(queue, "leaving")
+    queue.hand_back(held)
+    assert take(queue, "staying").task_id == "a"
