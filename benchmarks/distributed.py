@@ -1,0 +1,134 @@
+"""Throughput of the distributed runtime: tasks per second for 1, 2 and 4 worker processes.
+
+Each round uses a fresh PostgreSQL database, one `interlock orchestrate` process and N
+`interlock worker` processes, records RUNS runs of a fan-out pipeline (a plan, ITEMS writers,
+a merge: ITEMS + 2 tasks each, trivial `call:` workers so the figure measures the machinery),
+and times from the first submission until every run is delivered.
+
+    python benchmarks/distributed.py [--runs 40] [--items 8] [--workers 1,2,4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+
+from interlock.api import Interlock
+
+ADMIN = os.environ.get("INTERLOCK_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+WORKFLOW = """
+bench:
+  phases:
+    - id: plan
+      workers:
+        - role: planner
+          call: bench_tasks:plan
+          extract:
+            items: {json: items, type: list}
+    - id: write
+      for_each: planner.items
+      workers:
+        - role: writer
+          call: bench_tasks:write
+    - id: merge
+      workers:
+        - role: editor
+          call: bench_tasks:merge
+          reads: [writer.md]
+          final: true
+"""
+
+TASKS = """
+import json, os
+
+def plan(context):
+    count = int(os.environ["BENCH_ITEMS"])
+    return json.dumps({"items": [f"{context.topic}-{i}" for i in range(count)]})
+
+def write(context):
+    return f"About {context.item}.\\n"
+
+def merge(context):
+    return context.read("writer.md")
+"""
+
+
+def admin(statement: str) -> None:
+    with psycopg.connect(ADMIN, autocommit=True) as db:
+        db.execute(statement)
+
+
+def delivered(url: str) -> int:
+    with psycopg.connect(url) as db:
+        row = db.execute("SELECT count(*) FROM runs WHERE status = 'delivered'").fetchone()
+    return int(row[0]) if row else 0
+
+
+def measure(workers: int, runs: int, items: int, root: Path) -> float:
+    """Tasks per second with `workers` worker processes."""
+    name = f"il_bench_{uuid.uuid4().hex[:8]}"
+    admin(f"CREATE DATABASE {name}")
+    url = ADMIN.rsplit("/", 1)[0] + "/" + name
+    work = root / name
+    work.mkdir()
+    (work / "bench.yaml").write_text(WORKFLOW)
+    (work / "bench_tasks.py").write_text(TASKS)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(work),
+        "INTERLOCK_STORE": url,
+        "INTERLOCK_HOME": str(work / "home"),
+        "BENCH_ITEMS": str(items),
+    }
+    app = Interlock(work / "submit", store=url)  # migrates before the processes start
+    command = [sys.executable, "-m", "interlock"]
+    processes = [subprocess.Popen([*command, "orchestrate"], env=env, cwd=work)]
+    processes += [
+        subprocess.Popen([*command, "worker", "--concurrency", "4"], env=env, cwd=work)
+        for _ in range(workers)
+    ]
+    try:
+        time.sleep(2.0)  # let every process connect before the clock starts
+        os.environ["BENCH_ITEMS"] = str(items)
+        started = time.perf_counter()
+        for i in range(runs):
+            run_id = app.start(work / "bench.yaml", topic=f"t{i}")
+            app.orchestrator.release(app.orchestrator.drivers[run_id])
+        while delivered(url) < runs:
+            time.sleep(0.05)
+        elapsed = time.perf_counter() - started
+    finally:
+        app.close()
+        for process in processes:
+            process.send_signal(signal.SIGTERM)
+        for process in processes:
+            process.wait(timeout=30)
+        admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    return runs * (items + 2) / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=40)
+    parser.add_argument("--items", type=int, default=8)
+    parser.add_argument("--workers", default="1,2,4")
+    args = parser.parse_args()
+    print(f"{args.runs} runs x {args.items + 2} tasks, {os.cpu_count()} CPUs")
+    with tempfile.TemporaryDirectory() as root:
+        for count in (int(n) for n in args.workers.split(",")):
+            rate = measure(count, args.runs, args.items, Path(root))
+            print(f"{count} worker process(es): {rate:7.1f} tasks/s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
