@@ -107,6 +107,33 @@ class MemoryStore:
             self._lease_times[lease.run_id] = (self._lease_times[lease.run_id][0], now)
             return replace(lease, expires_at=now + ttl)
 
+    def renew_leases(
+        self, leases: Sequence[Lease], ttl: float, now: float
+    ) -> list[Lease | LeaseLost]:
+        """See `Store.renew_leases`."""
+        renewed: list[Lease | LeaseLost] = []
+        for lease in leases:
+            try:
+                renewed.append(self.renew_lease(lease, ttl, now))
+            except LeaseLost as lost:
+                renewed.append(lost)
+        return renewed
+
+    def _register(self, batch: AppendBatch, now: float) -> None:
+        reg, lease = batch.register, batch.lease
+        assert reg is not None
+        self.create_run(
+            run_id=reg.run_id,
+            pipeline=reg.pipeline,
+            topic=reg.topic,
+            definition_hash=reg.definition_hash,
+            definition=reg.definition,
+            source=reg.source,
+            created_at=reg.created_at,
+        )
+        self._leases[reg.run_id] = (lease.owner, lease.token, lease.expires_at)
+        self._lease_times[reg.run_id] = (now, now)
+
     def release_lease(self, lease: Lease) -> None:
         """See `Store.release_lease`."""
         with self._lock:
@@ -127,6 +154,8 @@ class MemoryStore:
         with self._lock:
             for batch in batches:
                 run_id = batch.lease.run_id
+                if batch.register is not None:
+                    self._register(batch, now)
                 if not self._holds(batch.lease, now):
                     results.append(LeaseLost(f"run {run_id}: the lease expired or was taken over"))
                     continue

@@ -70,7 +70,7 @@ class LocalDispatcher:
                     outcome = spec
                 else:
                     outcome = await execute(orchestrator, driver.run_id, spec)
-                if outcome.ok and tmp.exists():
+                if outcome.ok and not outcome.durable and tmp.exists():
                     await asyncio.to_thread(artifacts.fsync_file, tmp)
                 report = outcome_report(driver, task, attempt, outcome, tmp, clock())
                 orchestrator.report(driver, report)

@@ -56,6 +56,7 @@ class Outcome:
     retryable: bool = True
     timed_out: bool = False
     usage: dict[str, Any] | None = None
+    durable: bool = False  # the output file is already fsynced
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -232,17 +233,28 @@ async def run_call(spec: TaskSpec) -> Outcome:
     try:
         if inspect.iscoroutinefunction(function):
             result = await asyncio.wait_for(function(context), spec.worker.timeout)
-        else:
-            result = await asyncio.wait_for(
-                asyncio.to_thread(function, context), spec.worker.timeout
-            )
+            return _keep(spec, result, durable=False)
+        # The output is written and fsynced in the worker's own thread: one hop, not two.
+        return await asyncio.wait_for(
+            asyncio.to_thread(lambda: _keep(spec, function(context), durable=True)),
+            spec.worker.timeout,
+        )
     except TimeoutError:
         return Outcome(ok=False, timed_out=True, error=f"timed out after {spec.worker.timeout:g}s")
     except Exception as exc:  # a worker's own failure is data for the ledger, not a crash
         return Outcome(ok=False, error=f"{type(exc).__name__}: {exc}")
+
+
+def _keep(spec: TaskSpec, result: object, *, durable: bool) -> Outcome:
+    """Write a returned string as the output (or accept a file the function wrote)."""
     if isinstance(result, str):
         spec.output.parent.mkdir(parents=True, exist_ok=True)
-        spec.output.write_text(result, encoding="utf-8")
-    elif not spec.output.exists():
+        with open(spec.output, "w", encoding="utf-8") as handle:
+            handle.write(result)
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
+        return Outcome(ok=True, durable=durable)
+    if not spec.output.exists():
         return Outcome(ok=False, error="returned no text and wrote no output")
     return Outcome(ok=True)

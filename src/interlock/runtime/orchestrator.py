@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import logging
 import os
 import socket
@@ -29,7 +30,15 @@ from interlock.runtime.driver import Report, RunDriver
 from interlock.runtime.faults import crash_point
 from interlock.runtime.home import Home
 from interlock.runtime.models import ModelRunner
-from interlock.storage.base import AppendBatch, Lease, NewEvent, RunRecord, RunSummary, Store
+from interlock.storage.base import (
+    AppendBatch,
+    Lease,
+    NewEvent,
+    RunRecord,
+    RunRegistration,
+    RunSummary,
+    Store,
+)
 
 log = logging.getLogger("interlock.runtime")
 
@@ -102,6 +111,12 @@ class Orchestrator:
         self._definitions: dict[str, Definition] = {}
         self.dispatcher: Dispatcher = dispatcher or LocalDispatcher(self.settings.max_concurrency)
         self._wake: asyncio.Event | None = None
+        self._dirty: set[str] = set()  # runs with something new since their last tick
+        self._lazy: set[str] = set()  # runs with only task starts to record
+        self._timers: list[tuple[float, str]] = []  # (when, run id): engine deadlines
+        self._wake_at: dict[str, float] = {}
+        self._next_housekeeping = 0.0  # commands and leases are looked at every heartbeat
+        self._warnings: dict[str, list[str]] = {}
 
     # -- taking runs ----------------------------------------------------------------------
 
@@ -113,11 +128,60 @@ class Orchestrator:
         inputs: dict[str, Any] | None = None,
         run_id: str | None = None,
     ) -> str:
-        """Record a new run (pinned to `definition`) and take its lease."""
+        """Record a new run (pinned to `definition`), holding its lease; returns its id.
+
+        The run, its first decisions (its first phase's dispatches) and its lease are written
+        in one transaction: a run exists only with a history.
+        """
+        return self.create_runs([(definition, topic, inputs, run_id)])[0]
+
+    def create_runs(
+        self, specs: list[tuple[Definition, str, dict[str, Any] | None, str | None]]
+    ) -> list[str]:
+        """Create many runs in one transaction: (definition, topic, inputs, run id or None)."""
         now = self.clock()
-        given = resolve_inputs(definition, inputs or {})
-        run_id = run_id or new_run_id(definition.name, now)
-        self.store.create_run(
+        prepared = []
+        for definition, topic, inputs, run_id in specs:
+            given = resolve_inputs(definition, inputs or {})
+            run_id = run_id or new_run_id(definition.name, now)
+            prepared.append(self._prepare(definition, topic, given, run_id, now))
+        results = self.store.append_many([batch for _, _, batch in prepared], now)
+        for (driver, new, _), result in zip(prepared, results, strict=True):
+            if isinstance(result, Exception):
+                raise result
+            self.drivers[driver.run_id] = driver
+            self._emit(driver, 1, new)
+            self._mark(driver)  # acted on (tasks started) by the loop
+        return [driver.run_id for driver, _, _ in prepared]
+
+    def _prepare(
+        self, definition: Definition, topic: str, inputs: dict[str, Any], run_id: str, now: float
+    ) -> tuple[RunDriver, list[NewEvent], AppendBatch]:
+        created = ev.RunCreated(
+            at=now,
+            run_id=run_id,
+            pipeline=definition.name,
+            definition_hash=definition.hash,
+            topic=topic,
+            inputs=inputs,
+        )
+        first = [NewEvent(event=created)]
+        for message in self._model_warnings(definition):
+            first.append(NewEvent(event=ev.Warned(at=now, message=message)))
+        lease = Lease(
+            run_id=run_id, owner=self.owner, token=1, expires_at=now + self.settings.lease_ttl
+        )
+        driver = RunDriver(
+            definition=definition,
+            state=fold([n.event for n in first]),
+            lease=lease,
+            run_dir=self.home.live_dir(run_id),
+            source=definition.source,
+        )
+        driver.checked_adoption = True  # nothing can be on disk for a run not yet created
+        driver.run_dir.mkdir(parents=True, exist_ok=True)
+        new = first + driver.decide(now)
+        registration = RunRegistration(
             run_id=run_id,
             pipeline=definition.name,
             topic=topic,
@@ -126,37 +190,24 @@ class Orchestrator:
             source=definition.source,
             created_at=now,
         )
-        lease = self.store.acquire_lease(run_id, self.owner, self.settings.lease_ttl, now)
-        created = ev.RunCreated(
-            at=now,
-            run_id=run_id,
-            pipeline=definition.name,
-            definition_hash=definition.hash,
-            topic=topic,
-            inputs=given,
+        batch = AppendBatch(
+            lease=lease, events=new, summary=driver.summary(), register=registration
         )
-        first = [NewEvent(event=created)]
-        for alias in sorted(model_aliases(definition)):
-            with contextlib.suppress(Exception):
-                if self.models.resolve(alias, driver_dir(definition.source)).offline_fallback:
-                    message = (
-                        f"model {alias!r} has no provider configured: using the offline "
-                        "provider (placeholder text). Configure it in interlock.toml."
-                    )
-                    first.append(NewEvent(event=ev.Warned(at=now, message=message)))
-        state = fold([n.event for n in first])
-        driver = RunDriver(
-            definition=definition,
-            state=state,
-            lease=lease,
-            run_dir=self.home.live_dir(run_id),
-            source=definition.source,
-        )
-        driver.run_dir.mkdir(parents=True, exist_ok=True)
-        self.store.append(AppendBatch(lease=lease, events=first, summary=driver.summary()), now)
-        self._emit(driver, 1, first)
-        self.drivers[run_id] = driver
-        return run_id
+        return driver, new, batch
+
+    def _model_warnings(self, definition: Definition) -> list[str]:
+        """A warning for each model alias only the offline stand-in answers (once per hash)."""
+        if definition.hash not in self._warnings:
+            messages = []
+            for alias in sorted(model_aliases(definition)):
+                with contextlib.suppress(Exception):
+                    if self.models.resolve(alias, driver_dir(definition.source)).offline_fallback:
+                        messages.append(
+                            f"model {alias!r} has no provider configured: using the offline "
+                            "provider (placeholder text). Configure it in interlock.toml."
+                        )
+            self._warnings[definition.hash] = messages
+        return self._warnings[definition.hash]
 
     def take(self, run_id: str, *, wait: bool = False) -> RunDriver:
         """Take over an existing run: acquire its lease and fold its history."""
@@ -177,18 +228,22 @@ class Orchestrator:
             self._abandon_unstarted(record, lease, now)
             stored = self.store.events(run_id)
         state = fold([s.event for s in stored])
-        home = self.home
-        run_dir = home.archive_dir(run_id) if state.archived else home.run_dir(run_id)
+        live = self.home.live_dir(run_id)
+        # An archived run whose move was cut short still sits in runs/: driving it from there
+        # lets `act` finish the move, instead of creating an empty archive beside it.
+        archived = state.archived and not live.is_dir()
+        run_dir = self.home.archive_dir(run_id) if archived else live
         driver = RunDriver(
             definition=definition, state=state, lease=lease, run_dir=run_dir, source=record.source
         )
         driver.run_dir.mkdir(parents=True, exist_ok=True)
         self.drivers[run_id] = driver
+        self._mark(driver)
         return driver
 
     def _abandon_unstarted(self, record: RunRecord, lease: Lease, now: float) -> None:
-        """A run whose creation was cut short (killed between registering it and recording
-        its first event) never started: record that, rather than guess its inputs."""
+        """A run registered by an older release without its first event never started:
+        record that, rather than guess its inputs."""
         created = ev.RunCreated(
             at=now,
             run_id=record.run_id,
@@ -209,17 +264,19 @@ class Orchestrator:
         return self._definitions[definition_hash]
 
     # -- the loop ---------------------------------------------------------------------------
+    #
+    # Work per iteration is proportional to the runs that have something new (a report, a
+    # command, a due timer), not to the runs held: with thousands of runs waiting on slow
+    # workers, a report for one of them costs one run's tick.
 
     async def run_until_settled(self, *, stop_when_paused: bool = True) -> None:
         """Drive every taken run until each has ended (or is paused, if asked)."""
         self._wake = asyncio.Event()
+        self._next_housekeeping = 0.0  # look at commands and leases right away
         try:
             while self.drivers:
                 now = self.clock()
-                self._poll_commands()
-                self._tick(now)
-                self._renew_leases(now)
-                self._retire(stop_when_paused)
+                self._iterate(now, stop_when_paused)
                 if not self.drivers:
                     break
                 await self._sleep(now)
@@ -229,27 +286,52 @@ class Orchestrator:
     async def serve_forever(self, stop: asyncio.Event) -> None:
         """Drive taken runs, including paused ones, until `stop` is set."""
         self._wake = asyncio.Event()
-        while not stop.is_set():
-            now = self.clock()
+        self._next_housekeeping = 0.0
+        try:
+            while not stop.is_set():
+                now = self.clock()
+                self._iterate(now, stop_when_paused=False)
+                await self._sleep(now)
+        finally:
+            self._wake = None
+
+    def _iterate(self, now: float, stop_when_paused: bool) -> None:
+        if now >= self._next_housekeeping:
+            self._next_housekeeping = now + self.settings.heartbeat
+            self._dirty |= self._lazy
+            self._lazy.clear()
             self._poll_commands()
-            self._tick(now)
             self._renew_leases(now)
-            self._retire(stop_when_paused=False)
-            await self._sleep(now)
+        while self._timers and self._timers[0][0] <= now:
+            _, run_id = heapq.heappop(self._timers)
+            driver = self.drivers.get(run_id)
+            if driver is not None:
+                self._mark(driver)
+        ticked = self._tick(now)
+        self._retire(ticked, stop_when_paused)
 
     def wake(self) -> None:
         """Ask the loop to look again now (a report or a command arrived)."""
         if self._wake is not None:
             self._wake.set()
 
+    def _mark(self, driver: RunDriver) -> None:
+        driver.dirty = True
+        self._dirty.add(driver.run_id)
+
+    def _schedule(self, driver: RunDriver) -> None:
+        """Remember when the engine will next act on its own for this run (a deadline)."""
+        wake_at = next_wake(driver.definition.pipeline, driver.state)
+        if wake_at is not None and self._wake_at.get(driver.run_id) != wake_at:
+            self._wake_at[driver.run_id] = wake_at
+            heapq.heappush(self._timers, (wake_at, driver.run_id))
+
     async def _sleep(self, now: float) -> None:
         assert self._wake is not None
-        timeout = self.settings.heartbeat
-        for driver in self.drivers.values():
-            wake_at = next_wake(driver.definition.pipeline, driver.state)
-            if wake_at is not None:
-                timeout = min(timeout, max(0.0, wake_at - now))
-        if not self._wake.is_set():
+        timeout = max(0.0, self._next_housekeeping - now)
+        if self._timers:
+            timeout = min(timeout, max(0.0, self._timers[0][0] - now))
+        if not self._wake.is_set() and not self._dirty:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
         self._wake.clear()
@@ -257,18 +339,26 @@ class Orchestrator:
     def _poll_commands(self) -> None:
         if not self.drivers:
             return
-        for record in self.store.pending_commands(None):
+        try:
+            pending = self.store.pending_commands(None)
+        except StorageError as exc:  # a locked database: the commands wait for the next look
+            log.warning("cannot read commands: %s", exc, extra={"action": "poll_failed"})
+            return
+        for record in pending:
             driver = self.drivers.get(record.run_id)
             if driver is not None and all(c.id != record.id for c in driver.commands):
                 driver.commands.append(record)
-                driver.dirty = True
+                self._mark(driver)
 
-    def _tick(self, now: float) -> None:
+    def _tick(self, now: float) -> list[RunDriver]:
+        """Observe, decide, append (one transaction for all runs), then act."""
+        if self._dirty:
+            self._dirty |= self._lazy  # starts join a commit that happens anyway
+            self._lazy.clear()
+        dirty = [self.drivers[r] for r in sorted(self._dirty) if r in self.drivers]
+        self._dirty.clear()
         batches: list[tuple[RunDriver, list[NewEvent], AppendBatch]] = []
-        for driver in self.drivers.values():
-            wake_at = next_wake(driver.definition.pipeline, driver.state)
-            if not (driver.dirty or driver.reports or (wake_at is not None and wake_at <= now)):
-                continue
+        for driver in dirty:
             driver.dirty = False
             observed, consumed = driver.observe(now)
             new = observed + driver.decide(now)
@@ -279,8 +369,9 @@ class Orchestrator:
                 batches.append((driver, new, batch))
             else:
                 driver.act(self)
+                self._schedule(driver)
         if not batches:
-            return
+            return dirty
         try:
             crash_point("before_append")
             results = self.store.append_many([b for _, _, b in batches], now)
@@ -289,13 +380,15 @@ class Orchestrator:
             log.error("append failed: %s", exc, extra={"action": "append_failed"})
             for driver, _, _ in batches:
                 self._reload(driver)
-            return
+            return dirty
         for (driver, new, _), result in zip(batches, results, strict=True):
             if isinstance(result, Exception):
                 self._drop(driver, result)
                 continue
             self._emit(driver, result - len(new) + 1, new)
             driver.act(self)
+            self._schedule(driver)
+        return dirty
 
     def _emit(self, driver: RunDriver, first_seq: int, new: list[NewEvent]) -> None:
         for offset, item in enumerate(new):
@@ -306,7 +399,7 @@ class Orchestrator:
         """After a failed or ambiguous commit: rebuild from what is really stored."""
         driver.state = fold([s.event for s in self.store.events(driver.run_id)])
         driver.checked_adoption = False
-        driver.dirty = True
+        self._mark(driver)
 
     def _drop(self, driver: RunDriver, error: Exception) -> None:
         log.warning("%s", error, extra={"run_id": driver.run_id, "action": "lease_lost"})
@@ -315,16 +408,26 @@ class Orchestrator:
         self.drivers.pop(driver.run_id, None)
 
     def _renew_leases(self, now: float) -> None:
+        """Renew, in one transaction, every lease that has used a third of its time."""
         ttl = self.settings.lease_ttl
-        for driver in list(self.drivers.values()):
-            if driver.lease.expires_at - now < ttl * 2 / 3:
-                try:
-                    driver.lease = self.store.renew_lease(driver.lease, ttl, now)
-                except LeaseLost as exc:
-                    self._drop(driver, exc)
+        due = [d for d in self.drivers.values() if d.lease.expires_at - now < ttl * 2 / 3]
+        if not due:
+            return
+        try:
+            renewed = self.store.renew_leases([d.lease for d in due], ttl, now)
+        except StorageError as exc:
+            # A locked database is transient: the leases still hold until they expire, and
+            # appends are fenced, so trying again next heartbeat is safe.
+            log.warning("cannot renew leases: %s", exc, extra={"action": "renew_failed"})
+            return
+        for driver, lease in zip(due, renewed, strict=True):
+            if isinstance(lease, LeaseLost):
+                self._drop(driver, lease)
+            else:
+                driver.lease = lease
 
-    def _retire(self, stop_when_paused: bool) -> None:
-        for driver in list(self.drivers.values()):
+    def _retire(self, ticked: list[RunDriver], stop_when_paused: bool) -> None:
+        for driver in ticked:
             state = driver.state
             finished = state.status.ended and (
                 state.archived or state.status != RunStatus.DELIVERED
@@ -360,11 +463,14 @@ class Orchestrator:
     def report(self, driver: RunDriver, report: Report) -> None:
         """Hand a worker's report to the next tick.
 
-        A start is recorded with the next tick rather than in one of its own: only the dispatch
-        had to be durable before the task began, and a start alone decides nothing.
+        A start rides along with the next tick (at the latest the next heartbeat) rather than
+        having a commit of its own: only the dispatch had to be durable before the task began.
         """
         driver.reports.append(report)
-        if not isinstance(report.event, ev.TaskStarted):
+        if isinstance(report.event, ev.TaskStarted):
+            self._lazy.add(driver.run_id)
+        else:
+            self._mark(driver)
             self.wake()
 
     def progress(self, run_id: str, task_id: str, text: str) -> None:

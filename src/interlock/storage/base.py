@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from interlock.core.events import Event, from_record, to_record
+from interlock.errors import LeaseLost
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -108,13 +109,32 @@ class CommandRecord:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class RunRegistration:
+    """A new run, registered in the same transaction as its first events."""
+
+    run_id: str
+    pipeline: str
+    topic: str
+    definition_hash: str
+    definition: str  # canonical JSON, stored once per hash
+    source: str
+    created_at: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class AppendBatch:
-    """One run's part of a group commit."""
+    """One run's part of a group commit.
+
+    With `register`, the run is created by this very batch: its row, its pinned definition
+    and its lease (held by `lease.owner` with `lease.token`, normally 1) are written in the same
+    transaction as its first events, so a run exists only with a history.
+    """
 
     lease: Lease
     events: Sequence[NewEvent]
     summary: RunSummary
     consumed: Sequence[int] = field(default_factory=tuple)
+    register: RunRegistration | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -164,6 +184,12 @@ class Store(Protocol):
 
     def renew_lease(self, lease: Lease, ttl: float, now: float) -> Lease:
         """Extend a lease we still hold (raises LeaseLost otherwise)."""
+        ...
+
+    def renew_leases(
+        self, leases: Sequence[Lease], ttl: float, now: float
+    ) -> list[Lease | LeaseLost]:
+        """Extend many leases in one transaction; each lost one comes back as LeaseLost."""
         ...
 
     def release_lease(self, lease: Lease) -> None:

@@ -17,6 +17,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import psycopg
@@ -182,6 +183,24 @@ class PostgresStore:
             raise LeaseLost(f"run {lease.run_id}: the lease expired or was taken over")
         return Lease(run_id=lease.run_id, owner=lease.owner, token=lease.token, expires_at=expires)
 
+    def renew_leases(
+        self, leases: Sequence[Lease], ttl: float, now: float
+    ) -> list[Lease | LeaseLost]:
+        """See `Store.renew_leases`."""
+
+        def renew(db: psycopg.Connection[Any]) -> list[Lease | LeaseLost]:
+            renewed: list[Lease | LeaseLost] = []
+            for lease in leases:
+                args = (now + ttl, now, lease.run_id, lease.owner, lease.token, now)
+                if db.execute(Q["renew_lease"], args).rowcount == 1:
+                    renewed.append(replace(lease, expires_at=now + ttl))
+                else:
+                    lost = f"run {lease.run_id}: the lease expired or was taken over"
+                    renewed.append(LeaseLost(lost))
+            return renewed
+
+        return self.retrying(renew)
+
     def release_lease(self, lease: Lease) -> None:
         """See `Store.release_lease`."""
         args = (lease.run_id, lease.owner, lease.token)
@@ -208,6 +227,26 @@ class PostgresStore:
         self, db: psycopg.Connection[Any], batch: AppendBatch, now: float
     ) -> int | Exception:
         lease = batch.lease
+        if batch.register is not None:
+            reg = batch.register
+            db.execute(Q["insert_definition"], (reg.definition_hash, reg.definition))
+            db.execute(
+                Q["insert_run_leased"],
+                (
+                    reg.run_id,
+                    reg.pipeline,
+                    reg.topic,
+                    reg.definition_hash,
+                    reg.source,
+                    reg.created_at,
+                    reg.created_at,
+                    lease.owner,
+                    lease.token,
+                    lease.expires_at,
+                    now,
+                    now,
+                ),
+            )
         row = db.execute(Q["fence"], (lease.run_id, lease.owner, lease.token, now)).fetchone()
         if row is None:
             return LeaseLost(f"run {lease.run_id}: the lease expired or was taken over")

@@ -13,6 +13,7 @@ import json
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -186,6 +187,22 @@ class SQLiteStore:
                 run_id=lease.run_id, owner=lease.owner, token=lease.token, expires_at=expires
             )
 
+    def renew_leases(
+        self, leases: Sequence[Lease], ttl: float, now: float
+    ) -> list[Lease | LeaseLost]:
+        """See `Store.renew_leases`."""
+        renewed: list[Lease | LeaseLost] = []
+        with self._write() as db:
+            for lease in leases:
+                args = (now + ttl, now, lease.run_id, lease.owner, lease.token, now)
+                if db.execute(Q["renew_lease"], args).rowcount == 1:
+                    renewed.append(replace(lease, expires_at=now + ttl))
+                else:
+                    renewed.append(
+                        LeaseLost(f"run {lease.run_id}: the lease expired or was taken over")
+                    )
+        return renewed
+
     def release_lease(self, lease: Lease) -> None:
         """See `Store.release_lease`."""
         with self._write() as db:
@@ -210,6 +227,8 @@ class SQLiteStore:
         self, db: sqlite3.Connection, batch: AppendBatch, now: float
     ) -> int | Exception:
         lease = batch.lease
+        if batch.register is not None:
+            _register(db, batch, now)
         row = db.execute(Q["fence"], (lease.run_id, lease.owner, lease.token, now)).fetchone()
         if row is None:
             return LeaseLost(f"run {lease.run_id}: the lease expired or was taken over")
@@ -339,6 +358,29 @@ class SQLiteStore:
         """See `Store.close`."""
         with self._lock:
             self._db.close()
+
+
+def _register(db: sqlite3.Connection, batch: AppendBatch, now: float) -> None:
+    reg, lease = batch.register, batch.lease
+    assert reg is not None
+    db.execute(Q["insert_definition"], (reg.definition_hash, reg.definition))
+    db.execute(
+        Q["insert_run_leased"],
+        (
+            reg.run_id,
+            reg.pipeline,
+            reg.topic,
+            reg.definition_hash,
+            reg.source,
+            reg.created_at,
+            reg.created_at,
+            lease.owner,
+            lease.token,
+            lease.expires_at,
+            now,
+            now,
+        ),
+    )
 
 
 def _event(row: Any) -> StoredEvent:

@@ -95,3 +95,8 @@ WHERE key = ? AND claimed_by = ?;
 -- name: list_outbox
 SELECT key, sink, run_id, payload, created_at, attempts, delivered_at, last_error FROM outbox
 WHERE run_id = ? ORDER BY created_at, key;
+
+-- name: insert_run_leased
+INSERT INTO runs (run_id, pipeline, topic, definition_hash, source, created_at, status, updated_at,
+                  lease_owner, lease_token, lease_expires, lease_acquired_at, lease_renewed_at)
+VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?);

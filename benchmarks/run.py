@@ -1,0 +1,356 @@
+"""interlock's benchmark suite: orchestration overhead, throughput, scale, recovery, peers.
+
+    python benchmarks/run.py                 # everything (peers need benchmarks/peers/setup.sh)
+    python benchmarks/run.py --only sequential,concurrent --runs 200
+
+Workload "research-3": a first phase with two workers in parallel, a second with one worker
+reading both outputs; workers are no-op Python callables returning a short string, so only
+orchestration is measured; every transition is durably committed (SQLite, synchronous=FULL).
+Prints a table and writes `benchmarks/results/latest.json` (with the machine it ran on).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from interlock import Interlock, parse_workflow, register
+from interlock.core import events as ev
+from interlock.runtime.executors import TaskContext
+from interlock.runtime.orchestrator import Orchestrator, Settings
+from interlock.storage.base import NewEvent
+
+HERE = Path(__file__).resolve().parent
+RESEARCH3 = """
+research-3:
+  phases:
+    - id: collect
+      workers:
+        - {role: a, call: bench_noop}
+        - {role: b, call: bench_noop}
+    - id: synthesis
+      workers:
+        - {role: s, call: bench_noop, reads: [a.md, b.md], final: true}
+"""
+WAITING = RESEARCH3.replace("research-3", "waiting").replace("bench_noop", "bench_wait", 1)
+
+DONE_AT: dict[str, float] = {}  # run/task -> when the worker function returned
+RELEASE = asyncio.Event()
+
+
+def noop(ctx: TaskContext) -> str:
+    DONE_AT[f"{ctx.spec.run_id}/{ctx.spec.task_id}"] = time.perf_counter()
+    return "ok"
+
+
+async def wait_for_signal(ctx: TaskContext) -> str:
+    await RELEASE.wait()
+    return "ok"
+
+
+register("bench_noop", noop)
+register("bench_wait", wait_for_signal)
+DEFINITION = parse_workflow(RESEARCH3).get("research-3")
+WAIT_DEFINITION = parse_workflow(WAITING).get("waiting")
+
+
+def peak_rss_mib() -> float:
+    """Peak resident memory of this process."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def fresh_app(concurrency: int = 64) -> Interlock:
+    home = Path(tempfile.mkdtemp(prefix="interlock-bench-"))
+    return Interlock(home, settings=Settings(max_concurrency=concurrency, heartbeat=0.5))
+
+
+class DispatchLatency:
+    """Time from the last collect worker returning to the synthesis dispatch being durable."""
+
+    def __init__(self) -> None:
+        self.samples: list[float] = []
+
+    def __call__(self, run_id: str, seq: int, new: NewEvent, state: Any) -> None:
+        event = new.event
+        if isinstance(event, ev.TaskDispatched) and event.role == "s":
+            done = max(DONE_AT.pop(f"{run_id}/a@1", 0), DONE_AT.pop(f"{run_id}/b@1", 0))
+            if done:
+                self.samples.append(time.perf_counter() - done)
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def sequential(runs: int) -> dict[str, Any]:
+    """Runs one after another: the overhead interlock adds to every step."""
+    app = fresh_app()
+    latency = DispatchLatency()
+    app.orchestrator.listeners.append(latency)
+
+    async def go() -> float:
+        started = time.perf_counter()
+        for _ in range(runs):
+            app.orchestrator.create_run(DEFINITION, topic="bench")
+            await app.orchestrator.run_until_settled()
+        return time.perf_counter() - started
+
+    elapsed = asyncio.run(go())
+    return {
+        "runs": runs, "seconds": round(elapsed, 3), "runs_per_s": round(runs / elapsed, 1),
+        "ms_per_step": round(elapsed / runs / 3 * 1000, 3),
+        "handoff_p50_ms": round(percentile(latency.samples, 0.5) * 1000, 3),
+        "handoff_p99_ms": round(percentile(latency.samples, 0.99) * 1000, 3),
+    }  # fmt: skip
+
+
+def concurrent(runs: int) -> dict[str, Any]:
+    """Many runs started at once, driven by one orchestrator with group commit."""
+    app = fresh_app(concurrency=256)
+    latency = DispatchLatency()
+    app.orchestrator.listeners.append(latency)
+
+    async def go() -> float:
+        started = time.perf_counter()
+        for _ in range(runs):
+            app.orchestrator.create_run(DEFINITION, topic="bench")
+        await app.orchestrator.run_until_settled()
+        return time.perf_counter() - started
+
+    elapsed = asyncio.run(go())
+    return {
+        "runs": runs, "seconds": round(elapsed, 3), "runs_per_s": round(runs / elapsed, 1),
+        "steps_per_s": round(3 * runs / elapsed, 1),
+        "handoff_p99_ms": round(percentile(latency.samples, 0.99) * 1000, 3),
+        "peak_rss_mib": round(peak_rss_mib(), 1),
+    }  # fmt: skip
+
+
+def tick_cost(orchestrator: Orchestrator, run_id: str, repeat: int = 200) -> float:
+    """Median seconds of one tick of one run that has a new observation each time."""
+    driver = orchestrator.drivers[run_id]
+    samples = []
+    for i in range(repeat):
+        driver.commands.append(_note(run_id, i))
+        driver.dirty = True
+        started = time.perf_counter()
+        orchestrator._tick(time.time())
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples)
+
+
+def _note(run_id: str, i: int) -> Any:
+    from interlock.storage.base import CommandRecord
+
+    return CommandRecord(id=-(i + 1), run_id=run_id, kind="message", message=f"note {i}")
+
+
+def scale(runs: int) -> dict[str, Any]:
+    """Thousands of runs in flight, then completed; tick cost against history length."""
+    app = fresh_app(concurrency=runs * 2)
+    orchestrator = app.orchestrator
+
+    async def go() -> dict[str, Any]:
+        RELEASE.clear()
+        started = time.perf_counter()
+        for _ in range(runs):
+            orchestrator.create_run(WAIT_DEFINITION, topic="scale")
+        driving = asyncio.create_task(orchestrator.run_until_settled())
+        while sum(len(d.handles) for d in orchestrator.drivers.values()) < runs:
+            await asyncio.sleep(0.05)
+        in_flight_s = time.perf_counter() - started
+        rss_in_flight = peak_rss_mib()
+        RELEASE.set()
+        await driving
+        return {"runs": runs, "seconds_to_all_in_flight": round(in_flight_s, 2),
+                "seconds_total": round(time.perf_counter() - started, 2),
+                "peak_rss_mib_in_flight": round(rss_in_flight, 1)}  # fmt: skip
+
+    result = asyncio.run(go())
+    result.update(history_independence())
+    return result
+
+
+def history_independence() -> dict[str, Any]:
+    """A run's tick costs the same with 10 and with 10,000 earlier events."""
+    app = fresh_app()
+    orchestrator = app.orchestrator
+
+    async def go() -> tuple[float, float]:
+        RELEASE.clear()
+        short = orchestrator.create_run(WAIT_DEFINITION, topic="short")
+        long = orchestrator.create_run(WAIT_DEFINITION, topic="long")
+        driving = asyncio.create_task(orchestrator.run_until_settled())
+        await asyncio.sleep(0.2)
+        driver = orchestrator.drivers[long]
+        for i in range(0, 10_000, 500):  # grow the history in large appends
+            from interlock.storage.base import AppendBatch
+
+            notes = [NewEvent(event=ev.MessageNoted(at=time.time(), message=f"n{j}"))
+                     for j in range(i, i + 500)]  # fmt: skip
+            for note in notes:
+                from interlock.core.state import apply
+
+                apply(driver.state, note.event)
+            orchestrator.store.append(AppendBatch(lease=driver.lease, events=notes,
+                                                  summary=driver.summary()), time.time())  # fmt: skip
+        cost_short = tick_cost(orchestrator, short)
+        cost_long = tick_cost(orchestrator, long)
+        RELEASE.set()
+        await driving
+        return cost_short, cost_long
+
+    short, long = asyncio.run(go())
+    return {"tick_ms_10_events": round(short * 1000, 3),
+            "tick_ms_10000_events": round(long * 1000, 3),
+            "tick_ratio_long_over_short": round(long / short, 2)}  # fmt: skip
+
+
+RECOVERY_CHILD = """
+import asyncio, sys, time
+sys.path.insert(0, {here!r})
+import run as bench
+from interlock import Interlock
+from interlock.runtime.orchestrator import Settings
+app = Interlock({home!r}, settings=Settings(max_concurrency=100000))
+async def go():
+    for _ in range({runs}):
+        app.orchestrator.create_run(bench.WAIT_DEFINITION, topic="recovery")
+    task = asyncio.create_task(app.orchestrator.run_until_settled())
+    while sum(len(d.handles) for d in app.orchestrator.drivers.values()) < {runs}:
+        await asyncio.sleep(0.05)
+    print("ready", flush=True)
+    await task
+asyncio.run(go())
+"""
+
+
+def recovery(runs: int) -> dict[str, Any]:
+    """kill -9 with runs in flight, then time until every run is driven again."""
+    home = tempfile.mkdtemp(prefix="interlock-recovery-")
+    child = subprocess.Popen(
+        [sys.executable, "-c", RECOVERY_CHILD.format(here=str(HERE), home=home, runs=runs)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "ready"
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    started = time.perf_counter()
+    app = Interlock(home, settings=Settings(max_concurrency=runs * 2))
+    orchestrator = app.orchestrator
+
+    async def go() -> float:
+        RELEASE.clear()
+        for record in app.store.list_runs(status="running", limit=runs * 2):
+            orchestrator.take(record.run_id)
+        driving = asyncio.create_task(orchestrator.run_until_settled())
+        while sum(len(d.handles) for d in orchestrator.drivers.values()) < runs:
+            await asyncio.sleep(0.01)
+        elapsed = time.perf_counter() - started
+        RELEASE.set()
+        await driving
+        return elapsed
+
+    elapsed = asyncio.run(go())
+    return {"runs": runs, "seconds_until_all_driven": round(elapsed, 3)}
+
+
+def distributed() -> dict[str, Any]:
+    """Tasks/s on PostgreSQL with 1, 2 and 4 worker processes (benchmarks/distributed.py)."""
+    script = HERE / "distributed.py"
+    if not script.exists():
+        return {"error": "benchmarks/distributed.py is missing"}
+    result = subprocess.run([sys.executable, str(script), "--json"], capture_output=True,
+                            text=True, timeout=900, check=False)  # fmt: skip
+    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("{")]
+    if result.returncode != 0 or not lines:
+        return {"error": (result.stderr or result.stdout)[-500:]}
+    return dict(json.loads(lines[-1]))
+
+
+def peers(runs: int, concurrent_runs: int) -> list[dict[str, Any]]:
+    """The same workload on the peers, each in its own environment."""
+    sys.path.insert(0, str(HERE / "peers"))
+    from run_peers import run_all  # type: ignore[import-not-found]
+
+    return list(run_all(runs, concurrent_runs, None))
+
+
+SECTIONS: dict[str, Callable[[argparse.Namespace], Any]] = {
+    "sequential": lambda a: sequential(a.runs),
+    "concurrent": lambda a: concurrent(a.concurrent),
+    "scale": lambda a: scale(a.scale),
+    "recovery": lambda a: recovery(a.recovery),
+    "distributed": lambda a: distributed(),
+    "peers": lambda a: peers(a.runs, min(a.concurrent, 200)),
+}
+
+
+def machine() -> dict[str, Any]:
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), platform.processor())  # fmt: skip
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+            "platform": platform.platform(), "date": time.strftime("%Y-%m-%d")}  # fmt: skip
+
+
+def report(results: dict[str, Any]) -> None:
+    """Print the table and the ratios against the peers."""
+    print(f"\nmachine: {results['machine']['cpu']}, {results['machine']['cores']} cores")
+    for name in ("sequential", "concurrent", "scale", "recovery", "distributed"):
+        if name in results:
+            print(f"\n{name}")
+            for key, value in results[name].items():
+                print(f"  {key:<32} {value}")
+    ours_seq = results.get("sequential", {}).get("runs_per_s")
+    ours_con = results.get("concurrent", {}).get("runs_per_s")
+    if "peers" in results:
+        print(f"\n{'peer':<16}{'backend':<12}{'seq runs/s':>12}{'ratio':>9}{'conc runs/s':>13}"
+              f"{'ratio':>9}  note")  # fmt: skip
+        for row in results["peers"]:
+            seq, con = row.get("sequential_runs_per_s"), row.get("concurrent_runs_per_s")
+            r1 = f"{ours_seq / seq:.1f}x" if seq and ours_seq else "-"
+            r2 = f"{ours_con / con:.1f}x" if con and ours_con else "-"
+            print(f"{row['peer']:<16}{row.get('backend') or '-':<12}{seq or '-':>12}{r1:>9}"
+                  f"{con or '-':>13}{r2:>9}  {row.get('error') or ''}")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--concurrent", type=int, default=1000)
+    parser.add_argument("--scale", type=int, default=10_000)
+    parser.add_argument("--recovery", type=int, default=1000)
+    parser.add_argument("--out", default=str(HERE / "results" / "latest.json"))
+    args = parser.parse_args()
+    results: dict[str, Any] = {"machine": machine()}
+    for name in args.only.split(","):
+        print(f"running {name}...", flush=True)
+        try:
+            results[name] = SECTIONS[name](args)
+        except Exception as exc:  # one failing section must not hide the others
+            results[name] = {"error": f"{type(exc).__name__}: {exc}"}
+    report(results)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    print(f"\nwrote {out}")
+
+
+if __name__ == "__main__":
+    main()
