@@ -48,7 +48,7 @@ research-3:
 WAITING = RESEARCH3.replace("research-3", "waiting").replace("bench_noop", "bench_wait", 1)
 
 DONE_AT: dict[str, float] = {}  # run/task -> when the worker function returned
-RELEASE = asyncio.Event()
+RELEASE: asyncio.Event  # made anew inside each event loop (an Event binds to its loop)
 
 
 def noop(ctx: TaskContext) -> str:
@@ -57,7 +57,7 @@ def noop(ctx: TaskContext) -> str:
 
 
 async def wait_for_signal(ctx: TaskContext) -> str:
-    await RELEASE.wait()
+    await release_event().wait()
     return "ok"
 
 
@@ -65,6 +65,14 @@ register("bench_noop", noop)
 register("bench_wait", wait_for_signal)
 DEFINITION = parse_workflow(RESEARCH3).get("research-3")
 WAIT_DEFINITION = parse_workflow(WAITING).get("waiting")
+
+
+def release_event(fresh: bool = False) -> asyncio.Event:
+    """The signal waiting workers wait for, belonging to the running loop."""
+    global RELEASE
+    if fresh or "RELEASE" not in globals():
+        RELEASE = asyncio.Event()
+    return RELEASE
 
 
 def peak_rss_mib() -> float:
@@ -126,8 +134,7 @@ def concurrent(runs: int) -> dict[str, Any]:
 
     async def go() -> float:
         started = time.perf_counter()
-        for _ in range(runs):
-            app.orchestrator.create_run(DEFINITION, topic="bench")
+        app.orchestrator.create_runs([(DEFINITION, "bench", None, None)] * runs)
         await app.orchestrator.run_until_settled()
         return time.perf_counter() - started
 
@@ -146,7 +153,7 @@ def tick_cost(orchestrator: Orchestrator, run_id: str, repeat: int = 200) -> flo
     samples = []
     for i in range(repeat):
         driver.commands.append(_note(run_id, i))
-        driver.dirty = True
+        orchestrator._mark(driver)
         started = time.perf_counter()
         orchestrator._tick(time.time())
         samples.append(time.perf_counter() - started)
@@ -165,16 +172,17 @@ def scale(runs: int) -> dict[str, Any]:
     orchestrator = app.orchestrator
 
     async def go() -> dict[str, Any]:
-        RELEASE.clear()
+        release_event(fresh=True)
         started = time.perf_counter()
-        for _ in range(runs):
-            orchestrator.create_run(WAIT_DEFINITION, topic="scale")
+        for chunk in range(0, runs, 1000):
+            count = min(1000, runs - chunk)
+            orchestrator.create_runs([(WAIT_DEFINITION, "scale", None, None)] * count)
         driving = asyncio.create_task(orchestrator.run_until_settled())
         while sum(len(d.handles) for d in orchestrator.drivers.values()) < runs:
             await asyncio.sleep(0.05)
         in_flight_s = time.perf_counter() - started
         rss_in_flight = peak_rss_mib()
-        RELEASE.set()
+        release_event().set()
         await driving
         return {"runs": runs, "seconds_to_all_in_flight": round(in_flight_s, 2),
                 "seconds_total": round(time.perf_counter() - started, 2),
@@ -191,7 +199,7 @@ def history_independence() -> dict[str, Any]:
     orchestrator = app.orchestrator
 
     async def go() -> tuple[float, float]:
-        RELEASE.clear()
+        release_event(fresh=True)
         short = orchestrator.create_run(WAIT_DEFINITION, topic="short")
         long = orchestrator.create_run(WAIT_DEFINITION, topic="long")
         driving = asyncio.create_task(orchestrator.run_until_settled())
@@ -210,7 +218,7 @@ def history_independence() -> dict[str, Any]:
                                                   summary=driver.summary()), time.time())  # fmt: skip
         cost_short = tick_cost(orchestrator, short)
         cost_long = tick_cost(orchestrator, long)
-        RELEASE.set()
+        release_event().set()
         await driving
         return cost_short, cost_long
 
@@ -228,8 +236,7 @@ from interlock import Interlock
 from interlock.runtime.orchestrator import Settings
 app = Interlock({home!r}, settings=Settings(max_concurrency=100000))
 async def go():
-    for _ in range({runs}):
-        app.orchestrator.create_run(bench.WAIT_DEFINITION, topic="recovery")
+    app.orchestrator.create_runs([(bench.WAIT_DEFINITION, "recovery", None, None)] * {runs})
     task = asyncio.create_task(app.orchestrator.run_until_settled())
     while sum(len(d.handles) for d in app.orchestrator.drivers.values()) < {runs}:
         await asyncio.sleep(0.05)
@@ -255,14 +262,14 @@ def recovery(runs: int) -> dict[str, Any]:
     orchestrator = app.orchestrator
 
     async def go() -> float:
-        RELEASE.clear()
+        release_event(fresh=True)
         for record in app.store.list_runs(status="running", limit=runs * 2):
             orchestrator.take(record.run_id)
         driving = asyncio.create_task(orchestrator.run_until_settled())
         while sum(len(d.handles) for d in orchestrator.drivers.values()) < runs:
             await asyncio.sleep(0.01)
         elapsed = time.perf_counter() - started
-        RELEASE.set()
+        release_event().set()
         await driving
         return elapsed
 
