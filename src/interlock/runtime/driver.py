@@ -54,6 +54,7 @@ class RunDriver:
     lease: Lease
     run_dir: Path
     handles: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    handle_attempts: dict[str, int] = field(default_factory=dict)  # the attempt each runs
     reports: list[Report] = field(default_factory=list)
     commands: list[CommandRecord] = field(default_factory=list)
     source: str = ""  # the workflow file the run was started from (may be gone)
@@ -174,9 +175,16 @@ class RunDriver:
                 handle.cancel()
         else:
             for task in state.in_flight():
+                running = self.handles.get(task.task_id)
+                if running is not None and self.handle_attempts.get(task.task_id) != task.attempt:
+                    # The engine timed that attempt out and recorded the next one: the old
+                    # worker must not stand in for the attempt that is now current.
+                    running.cancel()
+                    del self.handles[task.task_id]
                 if task.task_id not in self.handles:
                     crash_point("before_dispatch")
                     self.handles[task.task_id] = orchestrator.start_task(self, task)
+                    self.handle_attempts[task.task_id] = task.attempt
         if state.delivered is not None:
             final_md = self.run_dir / "final.md"
             if not final_md.exists() and (self.run_dir / state.delivered).exists():

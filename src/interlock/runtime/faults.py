@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 
 CRASH_POINTS = (
     "before_append",  # decisions made, nothing recorded yet
@@ -24,11 +25,23 @@ CRASH_POINTS = (
 _armed = os.environ.get("INTERLOCK_CRASH_AT") or None
 _name, _, _count = (_armed or "").partition(":")
 _remaining = int(_count or "1")
+# The deterministic simulator (`interlock.sim`) installs a hook here to crash an in-process
+# orchestrator by raising, instead of killing the whole process.
+_hook: Callable[[str], None] | None = None
+
+
+def set_hook(hook: Callable[[str], None] | None) -> Callable[[str], None] | None:
+    """Call `hook(name)` at every crash point (None removes it); returns the previous hook."""
+    global _hook
+    previous, _hook = _hook, hook
+    return previous
 
 
 def crash_point(name: str) -> None:
     """Die here, by SIGKILL, if this point is armed (and this is the armed pass)."""
     global _remaining
+    if _hook is not None:
+        _hook(name)
     if _armed is None or name != _name:
         return
     _remaining -= 1

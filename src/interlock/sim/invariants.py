@@ -1,0 +1,149 @@
+"""The invariants every simulated step must keep, checked against the stored history.
+
+`HistoryChecker` reads the history as it grows and refuses any transition the engine must
+never record; `end_problems` checks how a run finished.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from interlock.core import events as ev
+from interlock.core.state import RunState, RunStatus, TaskStatus, apply
+from interlock.core.workflow import Pipeline
+
+
+@dataclass
+class _Task:
+    attempt: int
+    phase: str
+    visit: int
+    status: str  # dispatched, started, completed, failed, retry_wait
+    completions: int = 0
+
+
+@dataclass
+class HistoryChecker:
+    """Folds stored events one by one, keeping its own shadow state, and lists violations."""
+
+    pipeline: Pipeline
+    shadow: RunState = field(default_factory=RunState)
+    tasks: dict[str, _Task] = field(default_factory=dict)
+    ended: str | None = None
+    paused: bool = False
+    pauses: int = 0
+    approvals: int = 0
+    seen: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def feed(self, seq: int, event: ev.Event) -> None:
+        """Check one more stored event (they must come in order, without gaps)."""
+        if seq != self.seen + 1:
+            self.problems.append(f"seq {seq} follows {self.seen}: a gap or a duplicate")
+        self.seen = seq
+        where = f"seq {seq} {event.kind}"
+        problem = self._transition(event)
+        if problem:
+            self.problems.append(f"{where}: {problem}")
+        apply(self.shadow, event)
+
+    def _transition(self, event: ev.Event) -> str | None:
+        if self.seen == 1:
+            return None if isinstance(event, ev.RunCreated) else "a history must start RunCreated"
+        if isinstance(event, ev.RunCreated):
+            return "a second RunCreated"
+        if self.ended is not None:
+            if isinstance(event, ev.Archived) and self.ended == "delivered":
+                return None
+            if isinstance(event, ev.MessageNoted):
+                return None
+            return f"recorded after the run ended ({self.ended})"
+        if isinstance(event, (ev.Delivered, ev.RunFailed, ev.RunCancelled)):
+            self.ended = event.kind
+            if isinstance(event, ev.Delivered):
+                open_tasks = [t for t, s in self.tasks.items() if s.status != "completed"]
+                if open_tasks:
+                    return f"delivered while tasks {open_tasks} had not completed"
+            return None
+        if isinstance(event, ev.Paused):
+            if self.paused:
+                return "paused twice without an approval"
+            self.paused, self.pauses = True, self.pauses + 1
+            return None
+        if isinstance(event, ev.Approved):
+            if not self.paused:
+                return "approved a run that was not paused (a second approval?)"
+            self.paused, self.approvals = False, self.approvals + 1
+            return None
+        return self._task_transition(event)
+
+    def _task_transition(self, event: ev.Event) -> str | None:
+        if isinstance(event, ev.TaskDispatched):
+            task = self.tasks.get(event.task_id)
+            limit = self.pipeline.worker(event.role).max_attempts
+            if event.attempt > limit:
+                return f"{event.task_id} attempt {event.attempt} exceeds max_attempts {limit}"
+            if task is None:
+                if event.attempt != 1:
+                    return f"{event.task_id} first dispatched as attempt {event.attempt}"
+                self.tasks[event.task_id] = _Task(1, event.phase, event.visit, "dispatched")
+                return None
+            if task.status != "retry_wait" or task.attempt != event.attempt:
+                return f"{event.task_id} attempt {event.attempt} dispatched from {task.status}"
+            task.status = "dispatched"
+            return None
+        if not isinstance(
+            event,
+            (ev.TaskStarted, ev.TaskCompleted, ev.TaskFailed, ev.TaskTimedOut, ev.RetryScheduled),
+        ):
+            return None
+        task = self.tasks.get(event.task_id)
+        if task is None:
+            return f"{event.task_id}: a result for a task never dispatched"
+        if isinstance(event, ev.RetryScheduled):
+            if task.status != "failed" or event.attempt <= task.attempt:
+                return f"{event.task_id}: retry {event.attempt} scheduled from {task.status}"
+            task.attempt, task.status = event.attempt, "retry_wait"
+            return None
+        if event.attempt != task.attempt:
+            return f"{event.task_id}: result of attempt {event.attempt}, current {task.attempt}"
+        if isinstance(event, ev.TaskStarted):
+            if task.status != "dispatched":
+                return f"{event.task_id}: started from {task.status}"
+            task.status = "started"
+            return None
+        if task.status not in ("dispatched", "started"):
+            return f"{event.task_id}: {event.kind} while {task.status}"
+        if isinstance(event, ev.TaskCompleted):
+            task.completions += 1
+            task.status = "completed"
+            return None if task.completions == 1 else f"{event.task_id} completed twice"
+        task.status = "failed"
+        return None
+
+
+def end_problems(state: RunState, pipeline: Pipeline, run_dir: Path | None) -> list[str]:
+    """How a run may end: delivered (with its result on disk), failed, cancelled or paused."""
+    problems = []
+    if state.status is RunStatus.RUNNING:
+        problems.append("the run is stuck: running with nothing in flight or scheduled")
+    for task in state.tasks.values():
+        unfinished = task.status.in_flight or task.status is TaskStatus.RETRY_WAIT
+        if state.status.ended and unfinished:
+            problems.append(f"{task.task_id} left {task.status.value} in an ended run")
+        if state.status is RunStatus.DELIVERED and task.status is not TaskStatus.COMPLETED:
+            problems.append(f"{task.task_id} is {task.status.value} in a delivered run")
+        if task.status.in_flight and state.status is RunStatus.PAUSED:
+            problems.append(f"{task.task_id} still in flight in a paused run at the end")
+    if state.status is RunStatus.DELIVERED:
+        if not state.archived:
+            problems.append("delivered but never archived")
+        if run_dir is not None and state.delivered is not None:
+            final, result = run_dir / "final.md", run_dir / state.delivered
+            if not final.is_file() or not result.is_file():
+                problems.append(f"final.md or {state.delivered} missing from {run_dir}")
+            elif final.read_bytes() != result.read_bytes():
+                problems.append("final.md differs from the delivered output")
+    _ = pipeline
+    return problems

@@ -1,0 +1,172 @@
+"""The pipelines the simulator runs: a fixed catalog of shapes, and random ones.
+
+The catalog covers each feature on its own (parallel, sequential, retries, fallbacks, pause,
+bounded loops, fan-out, budget); random pipelines combine them.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from functools import cache
+from typing import Any
+
+from interlock.core.loader import Definition, build_workflow
+from interlock.errors import WorkflowError
+
+SCORE = {"score": {"json": "score", "type": "number"}}
+OK = {"ok": {"json": "ok", "type": "bool"}}
+ITEMS = {"items": {"json": "items", "type": "list"}}
+
+
+def _w(role: str, **extra: Any) -> dict[str, Any]:
+    return {"role": role, "model": "m", "timeout": 20, "grace": 5, **extra}
+
+
+CATALOG: dict[str, dict[str, Any]] = {
+    "parallel": {
+        "phases": [
+            {"id": "collect", "workers": [_w("a"), _w("b"), _w("c")]},
+            {"id": "merge", "workers": [_w("d", reads=["a.md", "b.md", "c.md"], final=True)]},
+        ]
+    },
+    "sequential": {
+        "phases": [
+            {
+                "id": "chain",
+                "mode": "sequential",
+                "workers": [_w("a"), _w("b", reads=["a.md"]), _w("c", reads=["b.md"], final=True)],
+            }
+        ]
+    },
+    "retries": {
+        "phases": [
+            {
+                "id": "work",
+                "workers": [
+                    _w("a", retries=3, backoff={"initial": 1, "max": 10}),
+                    _w("b", retries=1, backoff={"initial": 0}, final=True),
+                ],
+            }
+        ]
+    },
+    "fallbacks": {
+        "phases": [
+            {
+                "id": "work",
+                "workers": [
+                    _w("a", retries=1, fallback_models=["f1", "f2"], final=True, extract=OK)
+                ],
+            }
+        ]
+    },
+    "pause": {
+        "phases": [
+            {"id": "draft", "workers": [_w("a", retries=1)], "pause_after": True},
+            {"id": "review", "workers": [_w("b", reads=["a.md"])], "pause_after": True},
+            {"id": "publish", "workers": [_w("c", reads=["b.md"], final=True)]},
+        ]
+    },
+    "loop": {
+        "phases": [
+            {"id": "draft", "workers": [_w("writer", retries=1)]},
+            {
+                "id": "review",
+                "workers": [_w("reviewer", extract=SCORE, retries=1)],
+                "next": [
+                    {"if": "reviewer.score < 8.0", "goto": "polish", "max_visits": 3},
+                    {"goto": "publish"},
+                ],
+            },
+            {"id": "polish", "workers": [_w("polisher")], "next": [{"goto": "review"}]},
+            {"id": "publish", "workers": [_w("publisher", final=True)]},
+        ]
+    },
+    "fanout": {
+        "phases": [
+            {"id": "plan", "workers": [_w("planner", extract=ITEMS, retries=2)]},
+            {
+                "id": "write",
+                "for_each": {"items": "planner.items", "concurrency": 2},
+                "workers": [_w("writer", retries=1), _w("checker", reads=["writer.md"])],
+                "mode": "sequential",
+            },
+            {"id": "assemble", "workers": [_w("editor", reads=["writer.md"], final=True)]},
+        ]
+    },
+    "budget": {
+        "budget": {"max_tokens": 1, "on_exceed": "pause"},
+        "phases": [
+            {"id": "one", "workers": [_w("a"), _w("b")]},
+            {"id": "two", "workers": [_w("c", final=True)]},
+        ],
+    },
+}
+
+
+@cache
+def _definition(name: str, spec_json: str) -> Definition:
+    return build_workflow({name: json.loads(spec_json)}, f"<sim:{name}>").get(name)
+
+
+def definition(name: str, spec: dict[str, Any]) -> Definition:
+    """A validated, pinned definition (parsed once per shape per process)."""
+    return _definition(name, json.dumps(spec, sort_keys=True))
+
+
+def random_spec(rng: random.Random) -> dict[str, Any]:
+    """A random pipeline: 1-4 phases mixing modes, retries, fallbacks, pauses, loops, fan-out."""
+    count = rng.randint(1, 4)
+    phases: list[dict[str, Any]] = []
+    listers: list[str] = []
+    for index in range(count):
+        workers = []
+        for number in range(rng.randint(1, 3)):
+            extra: dict[str, Any] = {
+                "retries": rng.randint(0, 2),
+                "backoff": {"initial": rng.choice([0, 1, 4]), "max": 8},
+                "extract": {**OK, **ITEMS},
+                "timeout": rng.choice([5, 20]),
+            }
+            if rng.random() < 0.3:
+                extra["fallback_models"] = ["fb"]
+            workers.append(_w(f"w{index}{number}", **extra))
+        phase: dict[str, Any] = {
+            "id": f"p{index}",
+            "mode": rng.choice(["parallel", "sequential"]),
+            "workers": workers,
+            "pause_after": rng.random() < 0.2,
+        }
+        last = index == count - 1
+        if not last and listers and rng.random() < 0.4:
+            phase["for_each"] = {
+                "items": f"{rng.choice(listers)}.items",
+                "concurrency": rng.choice([None, 1, 2]),
+            }
+        if not last and rng.random() < 0.5:
+            role = rng.choice(workers)["role"]
+            phase["next"] = [
+                {
+                    "if": f"{role}.ok",
+                    "goto": f"p{rng.randint(0, count - 1)}",
+                    "max_visits": rng.randint(1, 2),
+                }
+            ]
+        listers += [w["role"] for w in workers]
+        phases.append(phase)
+    phases[-1]["workers"][-1]["final"] = True
+    return {"phases": phases}
+
+
+def choose(rng: random.Random, name: str | None = None) -> tuple[str, Definition]:
+    """A catalog pipeline (by name, or drawn), or a random one when drawn as 'random'."""
+    if name is None:
+        name = rng.choice([*CATALOG, "random", "random"])
+    if name != "random":
+        return name, definition(name, CATALOG[name])
+    for _ in range(20):
+        try:
+            return "random", definition("random", random_spec(rng))
+        except WorkflowError:
+            continue  # e.g. a fan-out reading a list no earlier phase guarantees; draw again
+    return "parallel", definition("parallel", CATALOG["parallel"])

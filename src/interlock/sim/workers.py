@@ -1,0 +1,223 @@
+"""Simulated workers: a dispatcher whose attempts complete, fail, hang or answer late.
+
+Outcomes are drawn from the seed and delivered through the real `Orchestrator.report` at
+simulated times. Completions write a real temporary output and go through the runtime's own
+`outcome_report`, so extraction and the atomic commit are the real code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import json
+import random
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from interlock.core import events as ev
+from interlock.core.state import TaskState
+from interlock.core.workflow import Worker
+from interlock.runtime.dispatch import outcome_report
+from interlock.runtime.driver import Report, RunDriver
+from interlock.runtime.executors import Outcome
+from interlock.sim.buggify import Buggify
+from interlock.sim.clock import SimClock
+
+if TYPE_CHECKING:
+    from interlock.runtime.orchestrator import Orchestrator
+
+
+@dataclass(order=True)
+class _Due:
+    at: float
+    seq: int
+    action: Callable[[], None] = field(compare=False)
+
+
+class Scheduler:
+    """Actions due at simulated times, run in time order (ties in scheduling order)."""
+
+    def __init__(self) -> None:
+        self._heap: list[_Due] = []
+        self._seq = 0
+
+    def at(self, when: float, action: Callable[[], None]) -> None:
+        """Run `action` once the clock reaches `when`."""
+        self._seq += 1
+        heapq.heappush(self._heap, _Due(when, self._seq, action))
+
+    def next_time(self) -> float | None:
+        """When the earliest action is due (None: nothing scheduled)."""
+        return self._heap[0].at if self._heap else None
+
+    def run_due(self, now: float) -> None:
+        """Run every action due by `now`."""
+        while self._heap and self._heap[0].at <= now:
+            heapq.heappop(self._heap).action()
+
+    def clear(self) -> None:
+        """Forget everything (the processes that would have acted are gone)."""
+        self._heap.clear()
+
+
+class SimHandle:
+    """Stands in for the asyncio task of one running attempt."""
+
+    def __init__(self, task_id: str, attempt: int) -> None:
+        self.task_id = task_id
+        self.attempt = attempt
+        self.cancelled = False
+        self.finished = False
+
+    def cancel(self) -> bool:
+        """Stop the attempt: it will report nothing more."""
+        self.cancelled = True
+        return True
+
+    @property
+    def live(self) -> bool:
+        """Still running: neither finished nor cancelled."""
+        return not (self.cancelled or self.finished)
+
+
+@dataclass
+class SentReport:
+    """A terminal report already sent, kept so a fault can send it again later."""
+
+    run_id: str
+    event: ev.TaskCompleted | ev.TaskFailed | ev.TaskTimedOut
+    content: str | None  # the output text of a completion
+
+
+class SimDispatcher:
+    """A `Dispatcher` whose workers are simulated."""
+
+    def __init__(
+        self, rng: random.Random, clock: SimClock, scheduler: Scheduler, buggify: Buggify
+    ) -> None:
+        self.rng = rng
+        self.clock = clock
+        self.scheduler = scheduler
+        self.buggify = buggify
+        self.handles: list[SimHandle] = []
+        self.sent: list[SentReport] = []
+        self.executions: Counter[tuple[str, str, int]] = Counter()  # (run, task, attempt)
+        self._serial = 0
+
+    def start(
+        self, orchestrator: Orchestrator, driver: RunDriver, task: TaskState
+    ) -> asyncio.Task[None]:
+        """See `Dispatcher.start`: schedule the attempt's start and its outcome."""
+        handle = SimHandle(task.task_id, task.attempt)
+        self.handles.append(handle)
+        self.executions[(driver.run_id, task.task_id, task.attempt)] += 1
+        worker = driver.definition.pipeline.worker(task.role)
+        now = self.clock()
+        started = ev.TaskStarted(
+            at=now, task_id=task.task_id, attempt=task.attempt, worker=orchestrator.owner
+        )
+
+        def report_start() -> None:
+            if handle.live:
+                orchestrator.report(driver, Report(event=started))
+
+        self.scheduler.at(now + self.rng.uniform(0, 0.2), report_start)
+        if self.buggify("hang", 0.15):
+            return cast("asyncio.Task[None]", handle)  # never answers; the engine times it out
+        deadline = worker.timeout + worker.grace
+        if self.buggify("late_completion", 0.2):
+            duration = deadline + self.rng.uniform(0.5, 20)
+        else:
+            duration = self.rng.uniform(0.1, min(worker.timeout * 0.8, 20.0))
+        self.scheduler.at(
+            now + duration, lambda: self._finish(orchestrator, driver, task.task_id, handle)
+        )
+        return cast("asyncio.Task[None]", handle)
+
+    def _finish(
+        self, orchestrator: Orchestrator, driver: RunDriver, task_id: str, handle: SimHandle
+    ) -> None:
+        if not handle.live:
+            return
+        handle.finished = True
+        if driver.handles.get(task_id) is cast(Any, handle):
+            del driver.handles[task_id]  # as the real dispatcher does when its task ends
+        now = self.clock()
+        report: Report
+        if self.buggify("worker_fail", 0.3):
+            event: ev.TaskFailed = ev.TaskFailed(
+                at=now, task_id=task_id, attempt=handle.attempt, error="simulated failure"
+            )
+            report = Report(event=event)
+        elif self.buggify("worker_fail_permanent", 0.1):
+            event = ev.TaskFailed(
+                at=now,
+                task_id=task_id,
+                attempt=handle.attempt,
+                error="simulated permanent failure",
+                retryable=False,
+            )
+            report = Report(event=event)
+        else:
+            task = driver.state.tasks[task_id]
+            worker = driver.definition.pipeline.worker(task.role)
+            content = self._output(worker)
+            tmp = self._write_tmp(driver.run_dir, task_id, handle.attempt, content)
+            report = outcome_report(driver, task, handle.attempt, Outcome(ok=True), tmp, now)
+            if isinstance(report.event, ev.TaskCompleted):
+                self.sent.append(SentReport(driver.run_id, report.event, content))
+        if not isinstance(report.event, ev.TaskCompleted):
+            assert not isinstance(report.event, ev.TaskStarted)
+            self.sent.append(SentReport(driver.run_id, report.event, None))
+        orchestrator.report(driver, report)
+
+    def _output(self, worker: Worker) -> str:
+        """A worker's output: JSON holding a value for each of its `extract` rules."""
+        values: dict[str, Any] = {}
+        for name, rule in worker.extract.items():
+            if rule.type == "number":
+                values[name] = round(self.rng.uniform(5, 10), 1)
+            elif rule.type == "bool":
+                values[name] = self.rng.random() < 0.5
+            elif rule.type == "list":
+                values[name] = [f"item {i}" for i in range(self.rng.randint(0, 3))]
+            else:
+                values[name] = f"text {self.rng.randint(0, 99)}"
+        if values and self.buggify("bad_output", 0.2):
+            values.pop(next(iter(values)))  # a required value is missing: extraction fails
+        return json.dumps(values)
+
+    def _write_tmp(self, run_dir: Path, task_id: str, attempt: int, content: str) -> Path:
+        self._serial += 1
+        tmp = run_dir / ".tmp" / f"{task_id}.{attempt}.{self._serial}.part"
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(content, encoding="utf-8")
+        return tmp
+
+    def resend(self, orchestrator: Orchestrator, driver: RunDriver, *, stale: bool) -> bool:
+        """Send an old report of this run again (a duplicate, or a superseded attempt's)."""
+        mine = [s for s in self.sent if s.run_id == driver.run_id]
+        if stale:
+            mine = [
+                s
+                for s in mine
+                if s.event.task_id in driver.state.tasks
+                and driver.state.tasks[s.event.task_id].attempt > s.event.attempt
+            ]
+        if not mine:
+            return False
+        sent = self.rng.choice(mine)
+        tmp = None
+        if sent.content is not None:
+            tmp = self._write_tmp(driver.run_dir, sent.event.task_id, 0, sent.content)
+        orchestrator.report(driver, Report(event=sent.event, tmp=tmp))
+        return True
+
+    def kill_all(self) -> None:
+        """The orchestrator died: every worker it started dies with it."""
+        for handle in self.handles:
+            handle.cancel()
+        self.handles.clear()

@@ -1,0 +1,301 @@
+"""One simulated run: the real orchestrator, a simulated clock, workers, store and crashes."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import shutil
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from interlock.core.loader import Definition
+from interlock.core.state import RunStatus, fold
+from interlock.errors import LeaseHeld
+from interlock.providers import ModelConfig
+from interlock.runtime import faults
+from interlock.runtime.home import Home
+from interlock.runtime.models import ModelRunner
+from interlock.runtime.orchestrator import Orchestrator, Settings
+from interlock.sim.buggify import Buggify
+from interlock.sim.clock import SimClock
+from interlock.sim.invariants import HistoryChecker, end_problems
+from interlock.sim.pipelines import choose
+from interlock.sim.store import FaultyStore
+from interlock.sim.workers import Scheduler, SimDispatcher
+from interlock.testing import MemoryStore
+
+LEASE_TTL = 30.0
+MAX_STEPS = 4000
+
+
+class SimCrash(BaseException):
+    """The simulated death of the orchestrator (a BaseException: no handler may swallow it)."""
+
+
+@dataclass
+class SimResult:
+    """What one seed did and what it broke."""
+
+    seed: int
+    pipeline: str
+    status: str = ""
+    steps: int = 0
+    events: int = 0
+    crashes: int = 0
+    sim_seconds: float = 0.0
+    faults: Counter[str] = field(default_factory=Counter)
+    violations: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """No invariant was broken."""
+        return not self.violations
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-friendly view."""
+        return {
+            "seed": self.seed,
+            "pipeline": self.pipeline,
+            "status": self.status,
+            "steps": self.steps,
+            "events": self.events,
+            "crashes": self.crashes,
+            "sim_seconds": round(self.sim_seconds, 3),
+            "faults": dict(sorted(self.faults.items())),
+            "violations": self.violations,
+            "rerun": f"python benchmarks/simulate.py --seed {self.seed}",
+        }
+
+
+def _scratch() -> str:
+    """A fast place for run directories (memory-backed when the machine has one)."""
+    shm = Path("/dev/shm")
+    base = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+    return tempfile.mkdtemp(prefix="interlock-sim-", dir=base)
+
+
+class Simulation:
+    """Plays one seed to the end, checking every invariant after every step."""
+
+    def __init__(self, seed: int, *, pipeline: str | None = None, faults: bool = True) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        name, self.definition = choose(self.rng, pipeline)
+        self.result = SimResult(seed=seed, pipeline=name)
+        self.buggify = Buggify(self.rng, faults=faults)
+        self.clock = SimClock()
+        self.scheduler = Scheduler()
+        self.dispatcher = SimDispatcher(self.rng, self.clock, self.scheduler, self.buggify)
+        self.store = MemoryStore()
+        self.faulty = FaultyStore(self.store, self._storage_fault)
+        self.checker = HistoryChecker(self.definition.pipeline)
+        self.run_id = f"sim-{seed}"
+        self.generation = 0
+        self.home: Home | None = None
+        self.orchestrator: Orchestrator | None = None
+        self.leave_paused = self.buggify("leave_paused", 0.3)
+        self.creating = False
+
+    # -- faults -------------------------------------------------------------------------------
+
+    def _storage_fault(self, point: str) -> bool:
+        if self.creating:
+            return False  # a run that fails to be created is the CLI's error, not a run's
+        return self.buggify(point, {"store_busy": 0.05}.get(point, 0.04))
+
+    def _crash_hook(self, name: str) -> None:
+        if self.buggify("crash", 0.03):
+            raise SimCrash(name)
+
+    # -- the run ------------------------------------------------------------------------------
+
+    def run(self) -> SimResult:
+        """Play the seed; returns the result (violations empty when every invariant held)."""
+        scratch = _scratch()
+        previous = faults.set_hook(self._crash_hook)
+        silenced = logging.root.manager.disable
+        logging.disable(logging.CRITICAL)  # injected faults log warnings by design
+        try:
+            self.home = Home.at(scratch)
+            self._play()
+        except Exception as exc:  # any error escaping the loop is itself a violation
+            self.result.violations.append(f"the orchestrator raised {type(exc).__name__}: {exc}")
+        finally:
+            faults.set_hook(previous)
+            logging.disable(silenced)
+            shutil.rmtree(scratch, ignore_errors=True)
+        self.result.faults = self.buggify.fired
+        return self.result
+
+    def _new_orchestrator(self) -> Orchestrator:
+        assert self.home is not None
+        self.generation += 1
+        return Orchestrator(
+            self.faulty.as_store(),
+            self.home,
+            models=ModelRunner(None, config=ModelConfig(providers={}, models={})),
+            settings=Settings(lease_ttl=LEASE_TTL, write_status=self.seed % 4 == 0),
+            clock=self.clock,
+            owner=f"sim-orchestrator-{self.generation}",
+            dispatcher=self.dispatcher,
+        )
+
+    def _play(self) -> None:
+        orchestrator = self.orchestrator = self._new_orchestrator()
+        self.creating = True
+        orchestrator.create_run(
+            self.definition, topic=f"seed {self.seed}", inputs={}, run_id=self.run_id
+        )
+        self.creating = False
+        for step in range(MAX_STEPS):
+            self.result.steps = step + 1
+            if not self._step():
+                break
+            if self.result.violations:
+                return
+        else:
+            self.result.violations.append(f"no end after {MAX_STEPS} steps")
+        self._finish()
+
+    def _step(self) -> bool:
+        """One iteration of the orchestrator's loop plus the world around it; False: done."""
+        orchestrator = self.orchestrator
+        assert orchestrator is not None
+        now = self.clock()
+        self.scheduler.run_due(now)
+        driver = orchestrator.drivers.get(self.run_id)
+        if driver is not None:
+            self._people(orchestrator, driver.state.status)
+            if self.buggify("duplicate_report", 0.05):
+                self.dispatcher.resend(orchestrator, driver, stale=False)
+            if self.buggify("stale_report", 0.05):
+                self.dispatcher.resend(orchestrator, driver, stale=True)
+        try:
+            # One iteration of the real loop (`run_until_settled` without its sleep).
+            orchestrator._iterate(now, stop_when_paused=False)
+        except SimCrash:
+            self._restart()
+            return True
+        self._check_step()
+        driver = orchestrator.drivers.get(self.run_id)
+        if driver is None:
+            state = self.checker.shadow
+            if state.status.ended and (state.archived or state.status is not RunStatus.DELIVERED):
+                return False
+            self._restart()  # the lease was lost: take the run again, as a new process would
+            return True
+        return self._advance(orchestrator)
+
+    def _people(self, orchestrator: Orchestrator, status: RunStatus) -> None:
+        store = self.store
+        if self.buggify("cancel", 0.005) and not status.ended:
+            store.post_command(self.run_id, "cancel", "simulated cancel", "sim", self.clock())
+        if status is not RunStatus.PAUSED or self.leave_paused:
+            return
+        if any(c.kind == "approve" for c in store.pending_commands(self.run_id)):
+            return
+        if self.rng.random() < 0.5:
+            return  # people take their time
+        copies = 2 if self.buggify("double_approval", 0.5) else 1
+        for _ in range(copies):
+            store.post_command(self.run_id, "approve", "ok", "sim", self.clock())
+        orchestrator.wake()
+        if self.buggify("approval_across_crash", 0.5):
+            self._restart()
+            store.post_command(self.run_id, "approve", "again", "sim", self.clock())
+
+    def _advance(self, orchestrator: Orchestrator) -> bool:
+        """Move the clock to the next thing that can happen; False when nothing can.
+
+        Only what the orchestrator itself scheduled (its timers, its heartbeat) and the
+        simulated workers count: a deadline the engine knows of but the loop forgot to wake
+        for would leave a real run waiting forever, and ends the simulation as stuck.
+        """
+        now = self.clock()
+        if orchestrator._dirty:
+            return True  # the next iteration has work right away
+        wakes = [self.scheduler.next_time()]
+        if orchestrator._timers:
+            wakes.append(orchestrator._timers[0][0])
+        if orchestrator._lazy or self.store.pending_commands(self.run_id):
+            wakes.append(orchestrator._next_housekeeping)
+        found = [w for w in wakes if w is not None]
+        if not found:
+            state = orchestrator.drivers[self.run_id].state
+            if state.status is RunStatus.PAUSED and not self.leave_paused:
+                self.clock.advance_to(now + 1)  # somebody will approve
+                return True
+            return False
+        # Never jump further than a third of the lease, as the real loop's heartbeat renews it.
+        self.clock.advance_to(min(min(found), now + LEASE_TTL / 3))
+        return True
+
+    def _restart(self) -> None:
+        """The orchestrator died: its workers die too; a new one waits out the lease."""
+        self.result.crashes += 1
+        self.dispatcher.kill_all()
+        self.scheduler.clear()
+        self._read_new_events()
+        self.clock.advance_to(self.clock() + LEASE_TTL + 0.5)
+        # Even an ended run is taken again, as `interlock resume` does: acting on it finishes
+        # whatever the dead process left undone (final.md, the move to the archive).
+        orchestrator = self.orchestrator = self._new_orchestrator()
+        for _ in range(3):
+            try:
+                orchestrator.take(self.run_id)
+                return
+            except LeaseHeld:
+                self.clock.advance_to(self.clock() + LEASE_TTL)
+        raise RuntimeError("could not take the run back after its holder died")
+
+    # -- checks -------------------------------------------------------------------------------
+
+    def _read_new_events(self) -> None:
+        for stored in self.store.events(self.run_id, self.checker.seen):
+            self.checker.feed(stored.seq, stored.event)
+        self.result.violations += self.checker.problems
+        self.checker.problems = []
+
+    def _check_step(self) -> None:
+        self._read_new_events()
+        assert self.orchestrator is not None
+        driver = self.orchestrator.drivers.get(self.run_id)
+        if driver is None or driver.dirty:
+            return
+        if driver.state != self.checker.shadow:
+            self.result.violations.append(
+                f"live state differs from the folded history at seq {self.checker.seen}"
+            )
+        if driver.state.status.ended:
+            return
+        for task in driver.state.in_flight():
+            handle: Any = driver.handles.get(task.task_id)
+            live = handle is not None and handle.live and handle.attempt == task.attempt
+            if not live and not driver.reports:
+                self.result.violations.append(
+                    f"{task.task_id} attempt {task.attempt} is recorded as dispatched but no "
+                    "worker runs it"
+                )
+
+    def _finish(self) -> None:
+        self._read_new_events()
+        stored = [s.event for s in self.store.events(self.run_id)]
+        folded = fold(stored)
+        if folded != self.checker.shadow:
+            self.result.violations.append("the stored history folds to another state")
+        assert self.home is not None
+        run_dir = self.home.run_dir(self.run_id)
+        pipeline: Definition = self.definition
+        self.result.violations += end_problems(folded, pipeline.pipeline, run_dir)
+        self.result.status = folded.status.value
+        self.result.events = len(stored)
+        self.result.sim_seconds = self.clock() - SimClock().now
+
+
+def simulate(seed: int, *, pipeline: str | None = None, faults: bool = True) -> SimResult:
+    """Run one seed and return what happened."""
+    return Simulation(seed, pipeline=pipeline, faults=faults).run()
