@@ -42,6 +42,7 @@ class LocalDispatcher:
 
     def __init__(self, limit: int) -> None:
         self._slots = asyncio.Semaphore(limit)
+        self._made: set[Path] = set()
 
     def start(
         self, orchestrator: Orchestrator, driver: RunDriver, task: TaskState
@@ -63,7 +64,9 @@ class LocalDispatcher:
                 )
                 orchestrator.report(driver, Report(event=started))
                 crash_point("after_dispatch")
-                tmp.parent.mkdir(parents=True, exist_ok=True)
+                if tmp.parent not in self._made:  # one mkdir per run, not per task
+                    tmp.parent.mkdir(parents=True, exist_ok=True)
+                    self._made.add(tmp.parent)
                 artifacts.discard(tmp)
                 spec = driver.task_spec(task, tmp)
                 if isinstance(spec, Outcome):
@@ -118,7 +121,13 @@ def outcome_report(
     if outcome.ok:
         worker = driver.definition.pipeline.worker(task.role)
         try:
-            values = extract_values(worker.extract, tmp.read_text(encoding="utf-8"))
+            values = (
+                extract_values(worker.extract, tmp.read_text(encoding="utf-8"))
+                if worker.extract
+                else {}
+            )
+            if not worker.extract and not tmp.exists():
+                raise FileNotFoundError(f"no output at {tmp.name}")
         except (ExtractionError, UnicodeDecodeError, FileNotFoundError) as exc:
             artifacts.discard(tmp)
             failed = ev.TaskFailed(
