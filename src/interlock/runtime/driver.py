@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import logging
 import shutil
 from dataclasses import dataclass, field
@@ -189,7 +190,9 @@ class RunDriver:
             final_md = self.run_dir / "final.md"
             if not final_md.exists() and (self.run_dir / state.delivered).exists():
                 crash_point("before_deliver")
-                artifacts.write_atomic(final_md, (self.run_dir / state.delivered).read_bytes())
+                # A copy of a committed artifact: rebuilt from it if lost, so no fsync needed.
+                data = (self.run_dir / state.delivered).read_bytes()
+                artifacts.write_atomic(final_md, data, durable=False)
                 crash_point("after_deliver")
         if orchestrator.settings.write_status and self.run_dir.is_dir():
             # A projection for people: current at every pause and end, otherwise refreshed at
@@ -203,11 +206,13 @@ class RunDriver:
             self._archive(orchestrator)
 
     def write_status(self) -> None:
-        """Write `status.json` atomically (a projection: no fsync)."""
-        import json
+        """Write `status.json` atomically (a projection: no fsync).
 
+        One line of compact JSON: the C encoder writes it several times faster than an
+        indented one; `interlock status RUN --json` shows it indented.
+        """
         view = status_view(self.definition.pipeline, self.state, self.run_dir.name)
-        data = json.dumps(view, indent=2, default=str).encode()
+        data = json.dumps(view, separators=(",", ":"), default=str).encode()
         artifacts.write_atomic(self.run_dir / "status.json", data, durable=False)
 
     def _archive(self, orchestrator: Orchestrator) -> None:

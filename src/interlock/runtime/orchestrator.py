@@ -54,7 +54,7 @@ class Settings:
     heartbeat: float = 0.5  # how often commands and the clock are looked at
     max_concurrency: int = 16  # tasks running at once in this process
     write_status: bool = True  # keep status.json current
-    status_interval: float = 0.2  # seconds between status.json refreshes of a running run
+    status_interval: float = 1.0  # seconds between status.json refreshes of a running run
 
 
 def new_owner() -> str:

@@ -14,7 +14,9 @@ def queries(dialect: str) -> dict[str, str]:
     """`-- name: x` blocks of `sql/<dialect>/queries.sql`, by name."""
     text = resources.files("interlock.storage").joinpath("sql", dialect, "queries.sql").read_text()
     parts = _NAME.split(text)
-    return {name: body.strip().rstrip(";") for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+    return {
+        name: body.strip().rstrip(";") for name, body in zip(parts[1::2], parts[2::2], strict=True)
+    }
 
 
 @cache
