@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import random
@@ -47,6 +49,7 @@ class SimResult:
     events: int = 0
     crashes: int = 0
     sim_seconds: float = 0.0
+    digest: str = ""  # sha256 of the stored history: equal digests, equal runs
     faults: Counter[str] = field(default_factory=Counter)
     violations: list[str] = field(default_factory=list)
 
@@ -65,6 +68,7 @@ class SimResult:
             "events": self.events,
             "crashes": self.crashes,
             "sim_seconds": round(self.sim_seconds, 3),
+            "history_sha256": self.digest,
             "faults": dict(sorted(self.faults.items())),
             "violations": self.violations,
             "rerun": f"python benchmarks/simulate.py --seed {self.seed}",
@@ -283,7 +287,10 @@ class Simulation:
 
     def _finish(self) -> None:
         self._read_new_events()
-        stored = [s.event for s in self.store.events(self.run_id)]
+        records = self.store.events(self.run_id)
+        stored = [s.event for s in records]
+        text = json.dumps([(s.kind, s.data, s.rule, s.why) for s in records], sort_keys=True)
+        self.result.digest = hashlib.sha256(text.encode()).hexdigest()
         folded = fold(stored)
         if folded != self.checker.shadow:
             self.result.violations.append("the stored history folds to another state")
