@@ -34,6 +34,7 @@ class MemoryStore:
         self._runs: dict[str, RunRecord] = {}
         self._leases: dict[str, tuple[str | None, int, float | None]] = {}
         self._lease_times: dict[str, tuple[float, float]] = {}
+        self._artifacts: dict[str, bytes] = {}
         self._events: list[StoredEvent] = []
         self._by_run: dict[str, list[StoredEvent]] = {}
         self._commands: list[tuple[CommandRecord, float | None]] = []
@@ -106,6 +107,10 @@ class MemoryStore:
             self._leases[lease.run_id] = (lease.owner, lease.token, now + ttl)
             self._lease_times[lease.run_id] = (self._lease_times[lease.run_id][0], now)
             return replace(lease, expires_at=now + ttl)
+
+    def artifact(self, sha256: str) -> bytes | None:
+        """See `Store.artifact`."""
+        return self._artifacts.get(sha256)
 
     def renew_leases(
         self, leases: Sequence[Lease], ttl: float, now: float
@@ -181,6 +186,8 @@ class MemoryStore:
                 self._commands = [
                     (c, now if c.id in consumed and at is None else at) for c, at in self._commands
                 ]
+                for sha, body in batch.artifacts:
+                    self._artifacts.setdefault(sha, bytes(body))
                 results.append(seq)
         return results
 

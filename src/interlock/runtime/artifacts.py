@@ -48,15 +48,22 @@ def fsync_file(path: Path) -> None:
         os.fsync(handle.fileno())
 
 
-def commit(tmp: Path, final: Path) -> tuple[str, int]:
-    """Move a finished, already fsynced output into place; returns its (sha256, size).
+INLINE_LIMIT = 1 << 20
+"""Outputs up to this size are stored in the ledger with their completion, so the file needs
+no fsync of its own; larger ones are fsynced by the worker side and their rename by a
+directory fsync before they are recorded."""
 
-    The rename becomes durable when the caller fsyncs the directory, once for all the outputs
-    committed in one tick, before recording them.
-    """
+
+def commit(tmp: Path, final: Path) -> tuple[str, int, bytes | None]:
+    """Move a finished output into place: (sha256, size, body if it is small enough to be
+    stored in the ledger, else None)."""
+    if tmp.stat().st_size <= INLINE_LIMIT:
+        body = tmp.read_bytes()
+        os.replace(tmp, final)
+        return hashlib.sha256(body).hexdigest(), len(body), body
     sha, size = digest(tmp)
     os.replace(tmp, final)
-    return sha, size
+    return sha, size, None
 
 
 def discard(path: Path) -> None:

@@ -73,7 +73,7 @@ class LocalDispatcher:
                     outcome = spec
                 else:
                     outcome = await execute(orchestrator, driver.run_id, spec)
-                if outcome.ok and not outcome.durable and tmp.exists():
+                if outcome.ok and not outcome.durable and tmp.exists() and large(tmp):
                     await asyncio.to_thread(artifacts.fsync_file, tmp)
                 report = outcome_report(driver, task, attempt, outcome, tmp, clock())
                 orchestrator.report(driver, report)
@@ -92,6 +92,11 @@ class LocalDispatcher:
         finally:
             if driver.handles.get(task_id) is asyncio.current_task():
                 del driver.handles[task_id]
+
+
+def large(path: Path) -> bool:
+    """Too big to be stored in the ledger: the file itself must be made durable."""
+    return path.stat().st_size > artifacts.INLINE_LIMIT
 
 
 async def execute(orchestrator: Orchestrator, run_id: str, spec: TaskSpec) -> Outcome:

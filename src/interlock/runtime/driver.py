@@ -30,7 +30,7 @@ from interlock.runtime import artifacts
 from interlock.runtime.executors import Outcome, TaskSpec
 from interlock.runtime.faults import crash_point
 from interlock.runtime.projection import status_view
-from interlock.storage.base import CommandRecord, Lease, NewEvent, RunSummary
+from interlock.storage.base import CommandRecord, Lease, NewEvent, RunSummary, Store
 
 if TYPE_CHECKING:
     from interlock.runtime.orchestrator import Orchestrator
@@ -62,6 +62,7 @@ class RunDriver:
     status_written: float = 0.0
     checked_adoption: bool = False
     dirty: bool = True
+    inline: list[tuple[str, bytes]] = field(default_factory=list)  # outputs for the next append
 
     @property
     def run_id(self) -> str:
@@ -79,13 +80,13 @@ class RunDriver:
                     artifacts.discard(report.tmp)  # a stale or duplicate attempt: drop it
                 continue
             if isinstance(event, ev.TaskCompleted) and report.tmp is not None:
-                event = self._commit_output(event, report.tmp)
-                committed = True
+                event, large = self._commit_output(event, report.tmp)
+                committed = committed or large
             apply(self.state, event)
             observed.append(NewEvent(event=event))
         self.reports.clear()
         if committed:
-            artifacts.fsync_dir(self.run_dir)  # the renames, durable before they are recorded
+            artifacts.fsync_dir(self.run_dir)  # large outputs' renames, durable before recorded
         if not self.checked_adoption:
             observed += self._adopt(now)
             self.checked_adoption = True
@@ -124,13 +125,16 @@ class RunDriver:
         worker = self.definition.pipeline.worker(task.role)
         return self.run_dir / artifact_name(worker.output_name, task.visit, task.item)
 
-    def _commit_output(self, event: ev.TaskCompleted, tmp: Path) -> ev.TaskCompleted:
+    def _commit_output(self, event: ev.TaskCompleted, tmp: Path) -> tuple[ev.TaskCompleted, bool]:
+        """Rename the output into place; (the completion to record, whether it was large)."""
         task = self.state.tasks[event.task_id]
         final = self.final_path(task)
         crash_point("before_commit_output")
-        sha, size = artifacts.commit(tmp, final)
+        sha, size, body = artifacts.commit(tmp, final)
         crash_point("after_commit_output")
-        return ev.TaskCompleted(
+        if body is not None:
+            self.inline.append((sha, body))
+        completed = ev.TaskCompleted(
             at=event.at,
             task_id=event.task_id,
             attempt=event.attempt,
@@ -140,6 +144,20 @@ class RunDriver:
             values=event.values,
             usage=event.usage,
         )
+        return completed, body is None
+
+    def restore_outputs(self, store: Store) -> None:
+        """Rewrite committed outputs that are missing or damaged (after a power loss) from the
+        bodies the ledger stored with their completions."""
+        for task in self.state.tasks.values():
+            if task.artifact is None or task.sha256 is None:
+                continue
+            path = self.run_dir / task.artifact
+            if path.is_file() and path.stat().st_size == task.size:
+                continue
+            body = store.artifact(task.sha256)
+            if body is not None:
+                artifacts.write_atomic(path, body)
 
     def _adopt(self, now: float) -> list[NewEvent]:
         """Outputs committed while no orchestrator was recording (it died in between)."""
@@ -154,6 +172,10 @@ class RunDriver:
             except (ExtractionError, UnicodeDecodeError):
                 continue  # only outputs that passed extraction are ever committed
             sha, size = artifacts.digest(final)
+            if size <= artifacts.INLINE_LIMIT:
+                self.inline.append((sha, final.read_bytes()))
+            else:
+                artifacts.fsync_file(final)
             event = ev.TaskCompleted(
                 at=now,
                 task_id=task.task_id,

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from interlock.core.workflow import Worker
+from interlock.runtime.artifacts import INLINE_LIMIT
 
 ProgressCallback = Callable[[str, str], None]
 """Called with (task_id, text fragment) as a model streams."""
@@ -251,7 +252,7 @@ def _keep(spec: TaskSpec, result: object, *, durable: bool) -> Outcome:
         spec.output.parent.mkdir(parents=True, exist_ok=True)
         with open(spec.output, "w", encoding="utf-8") as handle:
             handle.write(result)
-            if durable:
+            if durable and handle.tell() > INLINE_LIMIT:  # small ones go into the ledger
                 handle.flush()
                 os.fsync(handle.fileno())
         return Outcome(ok=True, durable=durable)

@@ -237,6 +237,7 @@ class Orchestrator:
             definition=definition, state=state, lease=lease, run_dir=run_dir, source=record.source
         )
         driver.run_dir.mkdir(parents=True, exist_ok=True)
+        driver.restore_outputs(self.store)
         self.drivers[run_id] = driver
         self._mark(driver)
         return driver
@@ -364,8 +365,13 @@ class Orchestrator:
             new = observed + driver.decide(now)
             if new or consumed:
                 batch = AppendBatch(
-                    lease=driver.lease, events=new, summary=driver.summary(), consumed=consumed
+                    lease=driver.lease,
+                    events=new,
+                    summary=driver.summary(),
+                    consumed=consumed,
+                    artifacts=driver.inline,
                 )
+                driver.inline = []
                 batches.append((driver, new, batch))
             else:
                 driver.act(self)
@@ -398,6 +404,7 @@ class Orchestrator:
     def _reload(self, driver: RunDriver) -> None:
         """After a failed or ambiguous commit: rebuild from what is really stored."""
         driver.state = fold([s.event for s in self.store.events(driver.run_id)])
+        driver.inline = []
         driver.checked_adoption = False
         self._mark(driver)
 

@@ -125,6 +125,9 @@ class RunRegistration:
 class AppendBatch:
     """One run's part of a group commit.
 
+    `artifacts` are small outputs stored content-addressed in the same transaction as the
+    completions that name them, so their durability costs no fsync of their own.
+
     With `register`, the run is created by this very batch: its row, its pinned definition
     and its lease (held by `lease.owner` with `lease.token`, normally 1) are written in the same
     transaction as its first events, so a run exists only with a history.
@@ -135,6 +138,7 @@ class AppendBatch:
     summary: RunSummary
     consumed: Sequence[int] = field(default_factory=tuple)
     register: RunRegistration | None = None
+    artifacts: Sequence[tuple[str, bytes]] = field(default_factory=tuple)  # (sha256, body)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -184,6 +188,10 @@ class Store(Protocol):
 
     def renew_lease(self, lease: Lease, ttl: float, now: float) -> Lease:
         """Extend a lease we still hold (raises LeaseLost otherwise)."""
+        ...
+
+    def artifact(self, sha256: str) -> bytes | None:
+        """The body of an output stored with its completion (None if it was not stored)."""
         ...
 
     def renew_leases(

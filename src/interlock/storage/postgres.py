@@ -183,6 +183,11 @@ class PostgresStore:
             raise LeaseLost(f"run {lease.run_id}: the lease expired or was taken over")
         return Lease(run_id=lease.run_id, owner=lease.owner, token=lease.token, expires_at=expires)
 
+    def artifact(self, sha256: str) -> bytes | None:
+        """See `Store.artifact`."""
+        rows = self._read(Q["get_artifact"], sha256)
+        return bytes(rows[0][0]) if rows else None
+
     def renew_leases(
         self, leases: Sequence[Lease], ttl: float, now: float
     ) -> list[Lease | LeaseLost]:
@@ -265,6 +270,8 @@ class PostgresStore:
         )
         for command_id in batch.consumed:
             db.execute(Q["consume_command"], (now, command_id, lease.run_id))
+        for sha, body in batch.artifacts:
+            db.execute(Q["put_artifact"], (sha, len(body), body, now))
         if rows:
             db.execute(Q["notify_append"], (lease.run_id,))
         return seq

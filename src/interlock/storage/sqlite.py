@@ -187,6 +187,11 @@ class SQLiteStore:
                 run_id=lease.run_id, owner=lease.owner, token=lease.token, expires_at=expires
             )
 
+    def artifact(self, sha256: str) -> bytes | None:
+        """See `Store.artifact`."""
+        rows = self._read(Q["get_artifact"], sha256)
+        return bytes(rows[0][0]) if rows else None
+
     def renew_leases(
         self, leases: Sequence[Lease], ttl: float, now: float
     ) -> list[Lease | LeaseLost]:
@@ -246,6 +251,8 @@ class SQLiteStore:
         )
         for command_id in batch.consumed:
             db.execute(Q["consume_command"], (now, command_id, lease.run_id))
+        for sha, body in batch.artifacts:
+            db.execute(Q["put_artifact"], (sha, len(body), body, now))
         return int(seq)
 
     def events(self, run_id: str, since: int = 0, limit: int | None = None) -> list[StoredEvent]:

@@ -114,3 +114,10 @@ WHERE run_id = %s ORDER BY created_at, key;
 INSERT INTO runs (run_id, pipeline, topic, definition_hash, source, created_at, status, updated_at,
                   lease_owner, lease_token, lease_expires, lease_acquired_at, lease_renewed_at)
 VALUES (%s, %s, %s, %s, %s, %s, 'running', %s, %s, %s, %s, %s, %s);
+
+-- name: put_artifact
+INSERT INTO artifacts (sha256, size, body, created_at) VALUES (%s, %s, %s, %s)
+ON CONFLICT (sha256) DO NOTHING;
+
+-- name: get_artifact
+SELECT body FROM artifacts WHERE sha256 = %s;

@@ -100,3 +100,9 @@ WHERE run_id = ? ORDER BY created_at, key;
 INSERT INTO runs (run_id, pipeline, topic, definition_hash, source, created_at, status, updated_at,
                   lease_owner, lease_token, lease_expires, lease_acquired_at, lease_renewed_at)
 VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?);
+
+-- name: put_artifact
+INSERT OR IGNORE INTO artifacts (sha256, size, body, created_at) VALUES (?, ?, ?, ?);
+
+-- name: get_artifact
+SELECT body FROM artifacts WHERE sha256 = ?;
