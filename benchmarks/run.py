@@ -119,11 +119,13 @@ def sequential(runs: int) -> dict[str, Any]:
 
     elapsed = asyncio.run(go())
     return {
-        "runs": runs, "seconds": round(elapsed, 3), "runs_per_s": round(runs / elapsed, 1),
+        "runs": runs,
+        "seconds": round(elapsed, 3),
+        "runs_per_s": round(runs / elapsed, 1),
         "ms_per_step": round(elapsed / runs / 3 * 1000, 3),
         "handoff_p50_ms": round(percentile(latency.samples, 0.5) * 1000, 3),
         "handoff_p99_ms": round(percentile(latency.samples, 0.99) * 1000, 3),
-    }  # fmt: skip
+    }
 
 
 def concurrent(runs: int) -> dict[str, Any]:
@@ -140,11 +142,13 @@ def concurrent(runs: int) -> dict[str, Any]:
 
     elapsed = asyncio.run(go())
     return {
-        "runs": runs, "seconds": round(elapsed, 3), "runs_per_s": round(runs / elapsed, 1),
+        "runs": runs,
+        "seconds": round(elapsed, 3),
+        "runs_per_s": round(runs / elapsed, 1),
         "steps_per_s": round(3 * runs / elapsed, 1),
         "handoff_p99_ms": round(percentile(latency.samples, 0.99) * 1000, 3),
         "peak_rss_mib": round(peak_rss_mib(), 1),
-    }  # fmt: skip
+    }
 
 
 def tick_cost(orchestrator: Orchestrator, run_id: str, repeat: int = 200) -> float:
@@ -184,9 +188,12 @@ def scale(runs: int) -> dict[str, Any]:
         rss_in_flight = peak_rss_mib()
         release_event().set()
         await driving
-        return {"runs": runs, "seconds_to_all_in_flight": round(in_flight_s, 2),
-                "seconds_total": round(time.perf_counter() - started, 2),
-                "peak_rss_mib_in_flight": round(rss_in_flight, 1)}  # fmt: skip
+        return {
+            "runs": runs,
+            "seconds_to_all_in_flight": round(in_flight_s, 2),
+            "seconds_total": round(time.perf_counter() - started, 2),
+            "peak_rss_mib_in_flight": round(rss_in_flight, 1),
+        }
 
     result = asyncio.run(go())
     result.update(history_independence())
@@ -208,14 +215,17 @@ def history_independence() -> dict[str, Any]:
         for i in range(0, 10_000, 500):  # grow the history in large appends
             from interlock.storage.base import AppendBatch
 
-            notes = [NewEvent(event=ev.MessageNoted(at=time.time(), message=f"n{j}"))
-                     for j in range(i, i + 500)]  # fmt: skip
+            notes = [
+                NewEvent(event=ev.MessageNoted(at=time.time(), message=f"n{j}"))
+                for j in range(i, i + 500)
+            ]
             for note in notes:
                 from interlock.core.state import apply
 
                 apply(driver.state, note.event)
-            orchestrator.store.append(AppendBatch(lease=driver.lease, events=notes,
-                                                  summary=driver.summary()), time.time())  # fmt: skip
+            orchestrator.store.append(
+                AppendBatch(lease=driver.lease, events=notes, summary=driver.summary()), time.time()
+            )
         cost_short = tick_cost(orchestrator, short)
         cost_long = tick_cost(orchestrator, long)
         release_event().set()
@@ -223,9 +233,11 @@ def history_independence() -> dict[str, Any]:
         return cost_short, cost_long
 
     short, long = asyncio.run(go())
-    return {"tick_ms_10_events": round(short * 1000, 3),
-            "tick_ms_10000_events": round(long * 1000, 3),
-            "tick_ratio_long_over_short": round(long / short, 2)}  # fmt: skip
+    return {
+        "tick_ms_10_events": round(short * 1000, 3),
+        "tick_ms_10000_events": round(long * 1000, 3),
+        "tick_ratio_long_over_short": round(long / short, 2),
+    }
 
 
 RECOVERY_CHILD = """
@@ -251,8 +263,9 @@ def recovery(runs: int) -> dict[str, Any]:
     home = tempfile.mkdtemp(prefix="interlock-recovery-")
     child = subprocess.Popen(
         [sys.executable, "-c", RECOVERY_CHILD.format(here=str(HERE), home=home, runs=runs)],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert child.stdout is not None
     assert child.stdout.readline().strip() == "ready"
     os.kill(child.pid, signal.SIGKILL)
@@ -282,8 +295,13 @@ def distributed() -> dict[str, Any]:
     script = HERE / "distributed.py"
     if not script.exists():
         return {"error": "benchmarks/distributed.py is missing"}
-    result = subprocess.run([sys.executable, str(script), "--json"], capture_output=True,
-                            text=True, timeout=900, check=False)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, str(script), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     lines = [ln for ln in result.stdout.splitlines() if ln.startswith("{")]
     if result.returncode != 0 or not lines:
         return {"error": (result.stderr or result.stdout)[-500:]}
@@ -309,10 +327,21 @@ SECTIONS: dict[str, Callable[[argparse.Namespace], Any]] = {
 
 
 def machine() -> dict[str, Any]:
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor())  # fmt: skip
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-            "platform": platform.platform(), "date": time.strftime("%Y-%m-%d")}  # fmt: skip
+    cpu = next(
+        (
+            ln.split(":", 1)[1].strip()
+            for ln in Path("/proc/cpuinfo").read_text().splitlines()
+            if ln.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "date": time.strftime("%Y-%m-%d"),
+    }
 
 
 def report(results: dict[str, Any]) -> None:
@@ -326,14 +355,18 @@ def report(results: dict[str, Any]) -> None:
     ours_seq = results.get("sequential", {}).get("runs_per_s")
     ours_con = results.get("concurrent", {}).get("runs_per_s")
     if "peers" in results:
-        print(f"\n{'peer':<16}{'backend':<12}{'seq runs/s':>12}{'ratio':>9}{'conc runs/s':>13}"
-              f"{'ratio':>9}  note")  # fmt: skip
+        print(
+            f"\n{'peer':<16}{'backend':<12}{'seq runs/s':>12}{'ratio':>9}{'conc runs/s':>13}"
+            f"{'ratio':>9}  note"
+        )
         for row in results["peers"]:
             seq, con = row.get("sequential_runs_per_s"), row.get("concurrent_runs_per_s")
             r1 = f"{ours_seq / seq:.1f}x" if seq and ours_seq else "-"
             r2 = f"{ours_con / con:.1f}x" if con and ours_con else "-"
-            print(f"{row['peer']:<16}{row.get('backend') or '-':<12}{seq or '-':>12}{r1:>9}"
-                  f"{con or '-':>13}{r2:>9}  {row.get('error') or ''}")  # fmt: skip
+            print(
+                f"{row['peer']:<16}{row.get('backend') or '-':<12}{seq or '-':>12}{r1:>9}"
+                f"{con or '-':>13}{r2:>9}  {row.get('error') or ''}"
+            )
 
 
 def main() -> None:

@@ -21,6 +21,7 @@ Prints one JSON object on the last line of stdout.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -104,7 +105,9 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--concurrent", type=int, default=200)
     ap.add_argument("--timeout", type=float, default=600)
-    ap.add_argument("--redis-url", default=None, help="use this Redis instead of a private durable one")
+    ap.add_argument(
+        "--redis-url", default=None, help="use this Redis instead of a private durable one"
+    )
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="worker pool size")
     args = ap.parse_args()
 
@@ -127,10 +130,8 @@ def main() -> int:
                     os.killpg(p.pid, signal.SIGTERM)
                     p.wait(timeout=10)
                 except Exception:
-                    try:
+                    with contextlib.suppress(OSError):
                         os.killpg(p.pid, signal.SIGKILL)
-                    except OSError:
-                        pass
         procs.clear()
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -148,9 +149,23 @@ def main() -> int:
             procs.append(
                 subprocess.Popen(
                     [
-                        redis_bin, "--bind", "127.0.0.1", "--port", str(port),
-                        "--dir", tmp, "--appendonly", "yes", "--appendfsync", "always",
-                        "--save", "", "--daemonize", "no", "--logfile", os.path.join(tmp, "redis.log"),
+                        redis_bin,
+                        "--bind",
+                        "127.0.0.1",
+                        "--port",
+                        str(port),
+                        "--dir",
+                        tmp,
+                        "--appendonly",
+                        "yes",
+                        "--appendfsync",
+                        "always",
+                        "--save",
+                        "",
+                        "--daemonize",
+                        "no",
+                        "--logfile",
+                        os.path.join(tmp, "redis.log"),
                     ],
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
@@ -167,15 +182,28 @@ def main() -> int:
         procs.append(
             subprocess.Popen(
                 [
-                    sys.executable, "-m", "celery", "-A", "celery_research3", "worker",
-                    "--pool", "prefork", "--concurrency", str(args.workers),
-                    "--loglevel", "WARNING", "--without-gossip", "--without-mingle",
-                    "--without-heartbeat", "-n", f"bench{os.getpid()}@%h",
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "celery_research3",
+                    "worker",
+                    "--pool",
+                    "prefork",
+                    "--concurrency",
+                    str(args.workers),
+                    "--loglevel",
+                    "WARNING",
+                    "--without-gossip",
+                    "--without-mingle",
+                    "--without-heartbeat",
+                    "-n",
+                    f"bench{os.getpid()}@%h",
                 ],
                 cwd=os.path.dirname(os.path.abspath(__file__)),
                 env=env,
                 stdout=subprocess.DEVNULL,
-                stderr=open(os.path.join(tmp, "worker.log"), "w"),
+                stderr=open(os.path.join(tmp, "worker.log"), "w"),  # noqa: SIM115 - lives as long as the worker
                 start_new_session=True,
             )
         )
@@ -187,7 +215,7 @@ def main() -> int:
                 break
             except Exception:
                 if time.monotonic() > deadline or procs[-1].poll() is not None:
-                    raise RuntimeError("celery worker did not come up")
+                    raise RuntimeError("celery worker did not come up") from None
         for i in range(3):
             research3(f"warm{i}").get(timeout=30)
 

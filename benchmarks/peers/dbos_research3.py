@@ -125,7 +125,10 @@ def main() -> int:
             try:
                 t0 = time.perf_counter()
                 handles = await asyncio.gather(
-                    *(DBOS.start_workflow_async(research3, f"conc{i}") for i in range(args.concurrent))
+                    *(
+                        DBOS.start_workflow_async(research3, f"conc{i}")
+                        for i in range(args.concurrent)
+                    )
                 )
                 outs = await asyncio.gather(*(h.get_result() for h in handles))
                 conc = time.perf_counter() - t0

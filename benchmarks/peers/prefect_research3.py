@@ -130,7 +130,9 @@ def main() -> int:
         if args.concurrent > 0:
             try:
                 t0 = time.perf_counter()
-                outs = await asyncio.gather(*(research3(f"conc{i}") for i in range(args.concurrent)))
+                outs = await asyncio.gather(
+                    *(research3(f"conc{i}") for i in range(args.concurrent))
+                )
                 conc = time.perf_counter() - t0
                 assert all(o.startswith("report(") for o in outs), outs[:3]
                 result["concurrent_runs_per_s"] = round(args.concurrent / conc, 2)

@@ -13,6 +13,7 @@ on the last line of its stdout.  This driver only uses the standard library.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -128,10 +129,8 @@ def run_one(name: str, runs: int, concurrent: int, timeout: float | None = None)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        try:
+        with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
         out, err = proc.communicate()
         return _failed(name, f"timed out after {timeout:.0f}s")
     result = _last_json_line(out or "")
@@ -195,18 +194,26 @@ def format_table(results: list[dict]) -> str:
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     lines = []
     for n, row in enumerate(cells):
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)).rstrip())
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("peers", nargs="*", help=f"peers to run (default all): {', '.join(PEERS)}, dbos")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "peers", nargs="*", help=f"peers to run (default all): {', '.join(PEERS)}, dbos"
+    )
     ap.add_argument("--runs", type=int, default=200, help="sequential runs (default 200)")
-    ap.add_argument("--concurrent", type=int, default=200, help="runs started at once (default 200)")
-    ap.add_argument("--json", action="store_true", help="print the results as a JSON list instead of a table")
+    ap.add_argument(
+        "--concurrent", type=int, default=200, help="runs started at once (default 200)"
+    )
+    ap.add_argument(
+        "--json", action="store_true", help="print the results as a JSON list instead of a table"
+    )
     args = ap.parse_args(argv)
     results = []
     for name in _expand(args.peers or None):
