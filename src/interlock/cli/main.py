@@ -178,6 +178,21 @@ def run(
 
 
 @cli.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("pipeline", required=False)
+@click.option("--topic", "-t", required=True, help="What the run is about.")
+@click.option("--input", "-i", "inputs", multiple=True, help="A pipeline input, KEY=VALUE.")
+@pass_ctx
+@handle_errors
+def submit(ctx: Ctx, file: str, pipeline: str | None, topic: str, inputs: tuple[str, ...]) -> None:
+    """Record a run and leave it to whoever drives runs (a server or `interlock orchestrate`)."""
+    app = ctx.app
+    run_id = app.start(file, pipeline, topic=topic, inputs=parse_inputs(inputs))
+    app.orchestrator.release(app.orchestrator.drivers[run_id])
+    out.print(run_id)
+
+
+@cli.command()
 @click.argument("run_id")
 @click.option("--wait", is_flag=True, help="Wait for another orchestrator's lease to end.")
 @pass_ctx
