@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.server.helpers import Server, write_workflow
 
 from interlock.server.config import ServerConfig
-from tests.server.helpers import Server, write_workflow
 
 ServerFactory = Callable[..., Server]
 

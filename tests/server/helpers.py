@@ -21,13 +21,14 @@ from interlock.server.app import build_app
 from interlock.server.config import ServerConfig
 from interlock.server.run import bind
 
-SECRET = "test-secret-of-enough-length"
+SECRET = "test-secret-of-enough-length-for-hs256"
 GATE = threading.Event()  # released by a test to let `gated` workers finish
 
 
 def _slow(context: TaskContext) -> str:
     time.sleep(0.15)
-    return f"# {context.spec.worker.role}\n\nNotes on **{context.topic}**.\n\n- point one\n- point two\n"
+    role, topic = context.spec.worker.role, context.topic
+    return f"# {role}\n\nNotes on **{topic}**.\n\n- point one\n- point two\n"
 
 
 async def _gated(context: TaskContext) -> str:
@@ -161,7 +162,9 @@ class Server:
                 raise AssertionError(f"run {run_id} stayed {run.get('status')}: {run}")
             time.sleep(0.05)
 
-    def messages(self, path: str, until_final: bool = True, **options: Any) -> Iterator[dict[str, Any]]:
+    def messages(
+        self, path: str, until_final: bool = True, **options: Any
+    ) -> Iterator[dict[str, Any]]:
         """Messages of a WebSocket stream (until the final event by default)."""
         with connect(f"{self.ws_url}{path}", open_timeout=5, **options) as socket:
             while True:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import httpx
+from tests.server.helpers import Server
 
 from interlock.errors import UsageError
-from tests.server.helpers import Server
 
 
 def test_run_to_delivery_through_the_api(server: Server) -> None:
@@ -59,7 +59,9 @@ def test_errors_use_the_cli_messages(server: Server) -> None:
     assert unknown.status_code == 404 and "registered: broken" in unknown.json()["error"]["message"]
     invalid = server.http.post("/api/runs", json={"topic": "no pipeline"})
     assert invalid.status_code == 422 and invalid.json()["error"]["code"] == "invalid_request"
-    inputs = server.http.post("/api/runs", json={"pipeline": "quick", "topic": "x", "inputs": {"a": 1}})
+    inputs = server.http.post(
+        "/api/runs", json={"pipeline": "quick", "topic": "x", "inputs": {"a": 1}}
+    )
     assert "has no input 'a'" in inputs.json()["error"]["message"]
 
 
@@ -81,7 +83,12 @@ def test_path_traversal_is_refused(server: Server) -> None:
     server.wait_status(run_id, "delivered")
     secret = server.config.home / "ledger.db"
     assert secret.exists()
-    for name in ("..%2F..%2Fledger.db", "%2E%2E/%2E%2E/ledger.db", "%2Fetc%2Fpasswd", "..%5C..%5Cledger.db"):
+    for name in (
+        "..%2F..%2Fledger.db",
+        "%2E%2E/%2E%2E/ledger.db",
+        "%2Fetc%2Fpasswd",
+        "..%5C..%5Cledger.db",
+    ):
         response = server.http.get(f"/api/runs/{run_id}/outputs/{name}")
         assert response.status_code in (400, 404), name
         assert "SQLite" not in response.text and "root:" not in response.text
@@ -89,21 +96,25 @@ def test_path_traversal_is_refused(server: Server) -> None:
     assert bad_id.status_code in (400, 404)
     upper = server.http.get("/api/runs/ABC/events")
     assert upper.status_code == 400
-    assert upper.json()["error"]["message"] == str(UsageError(
-        "run id 'ABC' is not valid: lowercase letters, digits and '-' only"
-    ))
+    assert upper.json()["error"]["message"] == str(
+        UsageError("run id 'ABC' is not valid: lowercase letters, digits and '-' only")
+    )
 
 
 def test_limits_and_openapi(server: Server) -> None:
     """Large bodies get 413, foreign Host headers 403, and the OpenAPI document lists routes."""
-    big = server.http.post("/api/runs", content=b"x" * 70_000, headers={"content-type": "application/json"})
+    big = server.http.post(
+        "/api/runs", content=b"x" * 70_000, headers={"content-type": "application/json"}
+    )
     assert big.status_code == 413 and big.json()["error"]["code"] == "too_large"
 
     def chunks():  # no Content-Length: the limit still holds
         for _ in range(20):
             yield b"y" * 8192
 
-    chunked = server.http.post("/api/runs", content=chunks(), headers={"content-type": "application/json"})
+    chunked = server.http.post(
+        "/api/runs", content=chunks(), headers={"content-type": "application/json"}
+    )
     assert chunked.status_code == 413
     rebinding = httpx.get(f"{server.url}/api/runs", headers={"host": "evil.example:80"})
     assert rebinding.status_code == 403 and rebinding.json()["error"]["code"] == "bad_host"

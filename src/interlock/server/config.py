@@ -51,8 +51,10 @@ class ServerConfig:
                 f"serving on {self.host} (not loopback) needs auth: set --auth-secret (or "
                 "INTERLOCK_AUTH_SECRET), or pass --insecure to accept anyone who can connect"
             )
-        if self.auth_secret is not None and len(self.auth_secret) < 16:
-            raise UsageError("the auth secret is too short: use at least 16 characters")
+        if self.auth_secret is not None and len(self.auth_secret.encode()) < 32:
+            raise UsageError(
+                "the auth secret is too short: use at least 32 bytes (e.g. openssl rand -hex 32)"
+            )
         for url in self.webhooks:
             if not url.startswith(("http://", "https://")):
                 raise UsageError(f"webhook {url!r} must be an http:// or https:// URL")

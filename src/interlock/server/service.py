@@ -32,10 +32,11 @@ class ServerOrchestrator(Orchestrator):
 
     on_tick: Any = None
 
-    def _tick(self, now: float) -> None:
+    def _tick(self, *args: Any, **kwargs: Any) -> Any:
+        # Passes everything through unchanged: only the duration is added.
         started = time.perf_counter()
         try:
-            super()._tick(now)
+            return super()._tick(*args, **kwargs)
         finally:
             if self.on_tick is not None:
                 self.on_tick(time.perf_counter() - started)

@@ -178,12 +178,12 @@ function drawRun() {
         stat(`${Math.round(run.progress * 100)}%`, "progress"), stat(run.phase || "–", "phase"),
         stat(money(run.cost_usd), "cost"), stat(run.tokens, "tokens"), stat(run.retry_count, "retries"),
         stat(run.events, "events"), stat(ago(run.created_at), "started"))),
-    h("div", { class: "actions" }, message, approve, cancel)), h("div", { class: "bar" }, bar));
+    ["delivered", "failed", "cancelled"].includes(run.status) ? null : h("div", { class: "actions" }, message, approve, cancel)), h("div", { class: "bar" }, bar));
   const notes = [];
   if (run.failure) notes.push(h("div", { class: "warn failure" }, run.status === "cancelled" ? "Cancelled: " : "Failed: ", run.failure));
   if (run.status === "paused") notes.push(h("div", { class: "warn" }, `Paused (${run.pause_reason || "approval"}): review the outputs, then approve or cancel.`));
   for (const warning of run.warnings) notes.push(h("div", { class: "warn" }, warning));
-  view.replaceChildren(
+  view.replaceChildren(...[
     h("div", { class: "toolbar" }, h("a", { href: "#/" }, "← Runs")),
     head,
     notes.length ? h("div", { class: "panel" }, h("h2", {}, "Attention"), notes) : null,
@@ -192,7 +192,7 @@ function drawRun() {
       h("div", {}, h("div", { class: "panel" }, h("h2", {}, "Workers"), workers(run), h("div", { id: "streams" })),
         h("div", { class: "panel" }, h("h2", {}, "Outputs"), outputs())),
       h("div", { class: "panel" }, h("h2", {}, "Decisions: why each step happened"),
-        h("div", { class: "scroll", id: "trace-box" }, h("table", { class: "trace" }, h("tbody", { id: "trace" }))))));
+        h("div", { class: "scroll", id: "trace-box" }, h("table", { class: "trace" }, h("tbody", { id: "trace" })))))].filter(Boolean));
   if (!page.events.length) loadTrace(); else page.events.forEach((m) => appendTrace(m, false));
   drawStreams();
 }
