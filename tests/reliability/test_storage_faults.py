@@ -1,0 +1,136 @@
+"""SQLite under faults: a lock held past the busy timeout, a full disk, and commits that
+succeed while the caller sees an error. No event may be lost or recorded twice."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from interlock import Interlock, register
+from interlock.runtime.executors import TaskContext
+from interlock.runtime.orchestrator import Settings
+from interlock.sim.store import FaultyStore
+from interlock.storage.sqlite import SQLiteStore
+
+from .helpers import definition, history_problems
+
+FLOW = """
+p:
+  phases:
+    - id: gather
+      workers:
+        - {role: a, call: reliability_slow, timeout: 30}
+        - {role: b, call: reliability_slow, timeout: 30}
+    - id: merge
+      mode: sequential
+      workers:
+        - {role: c, call: reliability_slow, reads: [a.md, b.md], timeout: 30}
+        - {role: d, call: reliability_slow, reads: [c.md], final: true, timeout: 30}
+"""
+
+
+# Outputs whose extracted value is large, so that each completion needs new database pages.
+BIG_FLOW = FLOW.replace("timeout: 30}", 'timeout: 30, extract: {blob: {regex: "(x+)"}}}')
+
+
+def _slow(context: TaskContext) -> str:
+    time.sleep(0.15)
+    return f"{context.spec.task_id} done\n" + "x" * 6000
+
+
+register("reliability_slow", _slow)
+SETTINGS = Settings(heartbeat=0.05, lease_ttl=5)
+
+
+def _drive(app: Interlock) -> tuple[str, list[str]]:
+    flow = definition(FLOW)
+    state = app.run(flow, topic="faults")
+    return state.status.value, history_problems(app, state.run_id, flow)
+
+
+def test_a_lock_held_past_the_busy_timeout_delays_but_loses_nothing(tmp_path: Path) -> None:
+    """Another connection holds the write lock for a second (busy timeout 50 ms): appends
+    fail, the loop reloads and retries, and the run is delivered with a sound history."""
+    path = tmp_path / "home" / "ledger.db"
+    path.parent.mkdir()
+    store = SQLiteStore(path, busy_timeout=0.05)
+    app = Interlock(tmp_path / "home", store=store, settings=SETTINGS)
+    flow = definition(FLOW)
+    run_id = app.start(flow, topic="busy")
+    holding = threading.Event()
+
+    def hold_lock() -> None:
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        holding.set()
+        time.sleep(1.0)
+        other.execute("COMMIT")
+        other.close()
+
+    holder = threading.Thread(target=hold_lock)
+    holder.start()
+    holding.wait()
+    state = app.drive(run_id)
+    holder.join()
+    assert state.status.value == "delivered"
+    assert history_problems(app, run_id, flow) == []
+    assert store.integrity_check() == "ok"
+    app.close()
+
+
+def test_a_full_disk_stops_appends_until_space_returns(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With the ledger capped at its current size (SQLITE_FULL), appends fail; once the cap
+    is lifted the run goes on and is delivered without a lost or doubled event."""
+    store = SQLiteStore(tmp_path / "ledger.db")
+    app = Interlock(tmp_path, store=store, settings=SETTINGS)
+    flow = definition(BIG_FLOW)
+    run_id = app.start(flow, topic="full")
+    pages = store._read("PRAGMA page_count")[0][0]
+    store._read(f"PRAGMA max_page_count = {pages}")
+
+    def free_space() -> None:
+        time.sleep(1.0)
+        store._read("PRAGMA max_page_count = 1073741823")
+
+    freer = threading.Thread(target=free_space)
+    freer.start()
+    with caplog.at_level(logging.ERROR, logger="interlock.runtime"):
+        state = app.drive(run_id)
+    freer.join()
+    assert any("full" in r.getMessage() for r in caplog.records), "the disk never filled"
+    assert state.status.value == "delivered"
+    assert history_problems(app, run_id, flow) == []
+    assert store.integrity_check() == "ok"
+    app.close()
+
+
+@pytest.mark.parametrize("fault", ["commit_ambiguous", "commit_failed"])
+def test_commits_that_fail_or_succeed_unseen_record_each_event_once(
+    tmp_path: Path, fault: str
+) -> None:
+    """Every third group commit fails, before writing or (ambiguously) after: the loop
+    reloads from the ledger, and every task still completes exactly once."""
+    store = SQLiteStore(tmp_path / "ledger.db")
+    calls = {"n": 0}
+
+    def every_third(point: str) -> bool:
+        if point != fault:
+            return False
+        calls["n"] += 1
+        return calls["n"] % 3 == 0
+
+    faulty = FaultyStore(store, every_third)
+    app = Interlock(tmp_path, store=faulty.as_store(), settings=SETTINGS)
+    status, problems = _drive(app)
+    assert calls["n"] >= 3
+    assert status == "delivered"
+    assert problems == []
+    assert store.integrity_check() == "ok"
+    app.close()
