@@ -528,6 +528,13 @@ def orchestrate(
 @click.option("--otel", is_flag=True, help="Emit OpenTelemetry spans (needs the otel extra).")
 @click.option("--issue-token", metavar="SCOPES", help="Print a token (e.g. read,operate), exit.")
 @click.option("--token-ttl", default=86400.0, show_default=True, help="Token lifetime (s).")
+@click.option(
+    "--dispatch",
+    type=click.Choice(["local", "queue"]),
+    default="local",
+    show_default=True,
+    help="Run tasks here, or queue them for `interlock worker` processes (PostgreSQL store).",
+)
 @pass_ctx
 @handle_errors
 def serve(
@@ -544,6 +551,7 @@ def serve(
     otel: bool,
     issue_token: str | None,
     token_ttl: float,
+    dispatch: str,
 ) -> None:
     """Serve the HTTP API, live streams and dashboard, and drive runs (Ctrl-C stops)."""
     from interlock.runtime.home import Home
@@ -565,6 +573,7 @@ def serve(
     config = ServerConfig(
         home=Home.at(ctx.home).root,
         store_url=ctx.store_url,
+        dispatch=dispatch,
         host=host,
         port=port,
         workflows=[Path(w) for w in workflows],

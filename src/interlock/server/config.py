@@ -27,6 +27,7 @@ class ServerConfig:
 
     home: Path
     store_url: str | None = None
+    dispatch: str = "local"  # "local": this process runs tasks; "queue": `interlock worker`s do
     host: str = "127.0.0.1"
     port: int = 8765
     workflows: list[Path] = field(default_factory=list)

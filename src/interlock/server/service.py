@@ -12,7 +12,7 @@ from typing import Any
 from interlock.api import Interlock
 from interlock.core.state import RunState, fold
 from interlock.core.workflow import Pipeline
-from interlock.errors import InterlockError, LeaseHeld
+from interlock.errors import InterlockError, LeaseHeld, UsageError
 from interlock.runtime.orchestrator import Orchestrator, Settings, holder_is_dead
 from interlock.server.config import ServerConfig
 from interlock.server.hub import Hub
@@ -42,6 +42,24 @@ class ServerOrchestrator(Orchestrator):
                 self.on_tick(time.perf_counter() - started)
 
 
+def make_dispatcher(kind: str, store: Any) -> Any:
+    """`None` (the orchestrator's local worker pool) or the PostgreSQL task queue."""
+    if kind == "local":
+        return None
+    from interlock.storage.postgres import PostgresStore
+
+    if not isinstance(store, PostgresStore):
+        raise UsageError(
+            "--dispatch queue hands tasks to `interlock worker` processes through PostgreSQL: "
+            "give --store postgresql://..."
+        )
+    from interlock.distributed.artifacts import PostgresArtifacts
+    from interlock.distributed.dispatcher import QueueDispatcher
+    from interlock.distributed.queue import TaskQueue
+
+    return QueueDispatcher(TaskQueue(store), PostgresArtifacts(store))
+
+
 class Service:
     """One server's runtime, on one state directory (or store)."""
 
@@ -55,7 +73,10 @@ class Service:
         self.api = Interlock(config.home, store=config.store_url, settings=settings)
         self.store = self.api.store
         self.home = self.api.home
-        self.orchestrator = ServerOrchestrator(self.store, self.home, settings=settings)
+        self.dispatcher = make_dispatcher(config.dispatch, self.store)
+        self.orchestrator = ServerOrchestrator(
+            self.store, self.home, settings=settings, dispatcher=self.dispatcher
+        )
         self.metrics = Metrics(self.store, self.orchestrator)
         self.orchestrator.on_tick = self.metrics.tick.observe
         self.hub = Hub(
@@ -120,6 +141,9 @@ class Service:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(task, 10)
         await self.orchestrator.shutdown()
+        close = getattr(self.dispatcher, "close", None)
+        if close is not None:
+            close()
         self.store.close()
 
     def adopt(self, now: float, min_age: float = ADOPT_AGE) -> list[str]:
