@@ -27,7 +27,7 @@ from interlock.core.state import RunState, RunStatus, TaskState, apply, artifact
 from interlock.core.templates import TemplateProblem, render_task
 from interlock.core.validate import read_name
 from interlock.runtime import artifacts
-from interlock.runtime.executors import Outcome, TaskSpec
+from interlock.runtime.executors import Outcome, TaskSpec, escape_braces
 from interlock.runtime.faults import crash_point
 from interlock.runtime.projection import status_view
 from interlock.storage.base import CommandRecord, Lease, NewEvent, RunSummary, Store
@@ -164,8 +164,8 @@ class RunDriver:
         adopted = []
         for task in self.state.in_flight():
             final = self.final_path(task)
-            if task.task_id in self.handles or not final.is_file():
-                continue
+            if task.task_id in self.handles or final.is_symlink() or not final.is_file():
+                continue  # a symlink was not committed by us and may point outside the run
             worker = self.definition.pipeline.worker(task.role)
             try:
                 values = extract_values(worker.extract, final.read_text(encoding="utf-8"))
@@ -266,7 +266,16 @@ class RunDriver:
             text = render_task(worker.task, values)
             command = worker.command
             if command is not None:
-                command = [render_task(arg, values) for arg in command]
+                # Values rendered into an argument keep their braces literal, so that a topic
+                # or an extracted item can never turn into a placeholder such as {output}.
+                literal = {
+                    k: escape_braces(v) if isinstance(v, str) else v for k, v in values.items()
+                }
+                literal["inputs"] = {
+                    k: escape_braces(v) if isinstance(v, str) else v
+                    for k, v in self.state.inputs.items()
+                }
+                command = [render_task(arg, literal) for arg in command]
                 worker = worker.model_copy(update={"command": command})
         except TemplateProblem as exc:
             return Outcome(ok=False, error=str(exc), retryable=False)

@@ -13,6 +13,7 @@ import ctypes
 import importlib
 import inspect
 import os
+import re
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -122,27 +123,51 @@ def resolve_call(reference: str) -> CallTarget:
     return target
 
 
+_PLACEHOLDER = re.compile(r"\{(output|task|topic|run_dir|workflow_dir|python|item)\}")
+# Braces of values rendered into an argument travel as two private-use characters until the
+# placeholders are filled, so they can never form one; they become braces again at the end.
+_HIDDEN = str.maketrans("{}", "\ue000\ue001")
+_SHOWN = str.maketrans("\ue000\ue001", "{}")
+
+
+def escape_braces(value: str) -> str:
+    """Hide the braces of a value rendered into a command argument from placeholder filling."""
+    return value.translate(_HIDDEN)
+
+
 def expand_argv(argv: list[str], spec: TaskSpec) -> list[str]:
-    """Fill placeholders; each value stays one argv item (never split, never a shell)."""
+    """Fill placeholders; each value stays one argv item (never split, never a shell).
+
+    One pass per argument: text that a value brings in is never read as a placeholder again,
+    so a topic of '{output}' stays '{output}'.
+    """
     values = {
-        "{output}": str(spec.output),
-        "{task}": spec.task,
-        "{topic}": spec.topic,
-        "{run_dir}": str(spec.run_dir),
-        "{workflow_dir}": str(spec.workflow_dir or spec.run_dir),
-        "{python}": sys.executable,
-        "{item}": "" if spec.item is None else str(spec.item),
+        "output": str(spec.output),
+        "task": spec.task,
+        "topic": spec.topic,
+        "run_dir": str(spec.run_dir),
+        "workflow_dir": str(spec.workflow_dir or spec.run_dir),
+        "python": sys.executable,
+        "item": "" if spec.item is None else str(spec.item),
     }
+    reads = {f"{{input:{name}}}": str(path) for name, path in spec.reads}
+
+    def fill(match: re.Match[str]) -> str:
+        token = match.group(0)
+        if token in reads:
+            return reads[token]
+        return values[match.group(1)]
+
+    pattern = _PLACEHOLDER
+    if reads:
+        names = "|".join(re.escape(k) for k in sorted(reads, key=len, reverse=True))
+        pattern = re.compile(f"{names}|{_PLACEHOLDER.pattern}")
     expanded: list[str] = []
     for arg in argv:
         if arg == "{inputs}":
             expanded += [str(path) for _, path in spec.reads]
             continue
-        for name, path in spec.reads:
-            arg = arg.replace(f"{{input:{name}}}", str(path))
-        for key, value in values.items():
-            arg = arg.replace(key, value)
-        expanded.append(arg)
+        expanded.append(pattern.sub(fill, arg).translate(_SHOWN))
     return expanded
 
 
