@@ -20,6 +20,7 @@ from interlock.core.loader import Definition, Workflow, load_workflow
 from interlock.core.observe import CommandKind
 from interlock.core.state import RunState, RunStatus, fold
 from interlock.errors import RunNotFound, UsageError
+from interlock.providers import aclose_providers
 from interlock.runtime.home import Home, check_run_id
 from interlock.runtime.models import ModelRunner
 from interlock.runtime.orchestrator import Orchestrator, Settings
@@ -95,6 +96,7 @@ class Interlock:
             await orchestrator.run_until_settled(stop_when_paused=stop_when_paused)
         finally:
             await orchestrator.shutdown()
+            await aclose_providers()  # HTTP clients belong to this event loop
 
     def run(
         self,

@@ -27,6 +27,7 @@ from interlock.distributed.listen import Listener
 from interlock.distributed.payload import to_spec
 from interlock.distributed.queue import CHANNEL, Claim, TaskQueue
 from interlock.distributed.sources import ClaimSource, QueueSource
+from interlock.providers import aclose_providers
 from interlock.runtime.executors import Outcome, TaskSpec, run_call, run_command
 from interlock.runtime.models import ModelRunner
 from interlock.storage.postgres import PostgresStore
@@ -96,6 +97,7 @@ class RemoteWorker:
         finally:
             await self._drain()
             listener.stop()
+            await aclose_providers()  # the model clients belong to this event loop
 
     async def _quietly(self, awaitable: Any) -> Any:
         """Storage trouble (a dropped connection) is logged and retried on the next round."""

@@ -13,6 +13,7 @@ from interlock.api import Interlock
 from interlock.core.state import RunState, fold
 from interlock.core.workflow import Pipeline
 from interlock.errors import InterlockError, LeaseHeld, UsageError
+from interlock.providers import aclose_providers
 from interlock.runtime.orchestrator import Orchestrator, Settings, holder_is_dead
 from interlock.server.config import ServerConfig
 from interlock.server.hub import Hub
@@ -141,6 +142,7 @@ class Service:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(task, 10)
         await self.orchestrator.shutdown()
+        await aclose_providers()
         close = getattr(self.dispatcher, "close", None)
         if close is not None:
             close()

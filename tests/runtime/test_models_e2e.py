@@ -1,0 +1,154 @@
+"""Model workers end to end: the research example against a local OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from interlock import Interlock, RunStatus
+from interlock.runtime.orchestrator import Settings
+from providers.fake_llm_server import FakeServer, FakeState, Fault
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY = "sk-test-e2e-0123456789"
+
+
+@pytest.fixture
+def server() -> Iterator[FakeServer]:
+    """A fake OpenAI-compatible server with two models."""
+    state = FakeState(api_key=KEY, models={"model-s", "model-o"}, reply=["Find", "ings", "."])
+    srv = FakeServer(state)
+    import threading
+
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv
+    state.stopping.set()
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.fixture
+def project(tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The research example beside an interlock.toml that points at the fake server."""
+    for name in ("INTERLOCK_CONFIG", "INTERLOCK_MODELS", "INTERLOCK_SECRETS_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("FAKE_API_KEY", KEY)
+    shutil.copy(ROOT / "examples" / "research.json", tmp_path / "research.json")
+    (tmp_path / "interlock.toml").write_text(f"""
+[providers.local]
+kind = "openai"
+base_url = "{server.url}/v1"
+api_key_env = "FAKE_API_KEY"
+backoff_base_s = 0.01
+
+[models.sonnet]
+provider = "local"
+model = "model-s"
+input_price_per_mtok = 3.0
+output_price_per_mtok = 15.0
+
+[models.opus]
+provider = "local"
+model = "model-o"
+input_price_per_mtok = 15.0
+output_price_per_mtok = 75.0
+""")
+    return tmp_path
+
+
+def test_research_runs_against_an_openai_compatible_server(
+    project: Path, server: FakeServer
+) -> None:
+    """The seed pipeline calls the configured models, streams progress and records cost."""
+    app = Interlock(project / "home", settings=Settings(heartbeat=0.05))
+    tokens: list[tuple[str, str]] = []
+    app.orchestrator.progress_listeners.append(lambda run, task, text: tokens.append((task, text)))
+    state = app.run(project / "research.json", "research", topic="FSA architecture")
+    assert state.status is RunStatus.DELIVERED
+    assert not state.warnings  # configured: the offline stand-in was not used
+    assert (app.run_dir(state.run_id) / "final.md").read_text() == "Findings."
+    assert {task for task, _ in tokens} == {"researcher-a@1", "researcher-b@1", "synthesizer@1"}
+    requests = server.requests
+    assert [r.body["model"] for r in requests].count("model-s") == 2
+    assert requests[-1].headers["authorization"] == f"Bearer {KEY}"
+    synthesis = requests[-1].body["messages"][-1]["content"]
+    assert "researcher-a.md" in synthesis and "FSA architecture" in synthesis
+    # 1000 input and 500 output tokens per call at the aliases' prices
+    expected = 2 * (1000 * 3.0 + 500 * 15.0) / 1e6 + (1000 * 15.0 + 500 * 75.0) / 1e6
+    assert state.cost_usd == pytest.approx(expected)
+    assert state.tokens == 3 * 1500
+    usage = [e.data["usage"] for e in app.events(state.run_id) if e.kind == "task_completed"]
+    assert {u["provider"] for u in usage} == {"openai"} or all(u["model"] for u in usage)
+    listed = app.store.list_runs()[0].summary
+    assert listed.cost_usd == pytest.approx(expected)
+    prompt = (app.run_dir(state.run_id) / "prompts" / "synthesizer@1.1.md").read_text()
+    assert "researcher-b.md" in prompt
+    assert KEY not in json.dumps([e.data for e in app.events(state.run_id)])
+
+
+def test_server_errors_are_retried_then_succeed(project: Path, server: FakeServer) -> None:
+    """A 429 with Retry-After and a 500 are retried inside the call; the run still delivers."""
+    server.fail_next(Fault(status=429, retry_after="0"), Fault(status=500))
+    app = Interlock(project / "home", settings=Settings(heartbeat=0.05))
+    state = app.run(project / "research.json", "research", topic="t")
+    assert state.status is RunStatus.DELIVERED
+    assert len(server.requests) == 5
+
+
+def test_invalid_key_fails_the_task_at_once(
+    project: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 401 is not retried: the task fails with the provider's message, never the key."""
+    monkeypatch.setenv("FAKE_API_KEY", "sk-wrong-key-000000")
+    app = Interlock(project / "home", settings=Settings(heartbeat=0.05))
+    state = app.run(project / "research.json", "research", topic="t")
+    assert state.status is RunStatus.FAILED
+    assert "sk-wrong-key" not in (state.failure or "")
+    assert len(server.requests) == 1 or len(server.requests) == 2  # both researchers start
+
+
+def test_fallback_model_is_tried_after_the_models_own_retries(
+    project: Path, server: FakeServer
+) -> None:
+    """An unknown model fails for good, and the next fallback model is called and recorded."""
+    flow = project / "fallback.yaml"
+    flow.write_text(
+        "p:\n  phases:\n  - id: a\n    workers:\n    - role: w\n      final: true\n"
+        "      model: ghost\n      fallback_models: [sonnet]\n      retries: 1\n"
+    )
+    with (project / "interlock.toml").open("a") as config:
+        config.write('\n[models.ghost]\nprovider = "local"\nmodel = "no-such-model"\n')
+    app = Interlock(project / "home", settings=Settings(heartbeat=0.05))
+    state = app.run(flow, topic="t")
+    assert state.status is RunStatus.DELIVERED
+    rules = [e.rule for e in app.events(state.run_id) if e.kind == "retry_scheduled"]
+    assert rules == ["fallback"]
+    assert [r.body["model"] for r in server.requests] == ["no-such-model", "model-s"]
+
+
+def test_interrupted_stream_is_a_retryable_failure(project: Path, server: FakeServer) -> None:
+    """A stream cut off half-way never becomes output; the worker's retry delivers."""
+    flow = project / "one.yaml"
+    flow.write_text(
+        "p:\n  phases:\n  - id: a\n    workers:\n    - role: w\n      final: true\n"
+        "      model: sonnet\n      retries: 1\n      backoff: {initial: 0.01}\n"
+    )
+    server.fail_next(Fault(truncate=True))
+    app = Interlock(project / "home", settings=Settings(heartbeat=0.05))
+    state = asyncio.run(_run(app, flow))
+    assert state.status is RunStatus.DELIVERED
+    failed = [e for e in app.events(state.run_id) if e.kind == "task_failed"]
+    assert len(failed) == 1
+    assert (app.run_dir(state.run_id) / "final.md").read_text() == "Findings."
+
+
+async def _run(app: Interlock, flow: Path):  # type: ignore[no-untyped-def]
+    run_id = app.start(flow, topic="t")
+    await app.drive_async(run_id)
+    return app.state(run_id)
