@@ -195,3 +195,25 @@ def test_ledger_and_events_as_json(cli_env: dict[str, str]) -> None:
     assert ledger["pipeline_id"] == run_id and len(ledger["tasks"]) == 3
     lines = cli(cli_env, "events", run_id, "--json").stdout.splitlines()
     assert [json.loads(line)["seq"] for line in lines] == list(range(1, len(lines) + 1))
+
+
+def test_check_reports_unconfigured_models(cli_env: dict[str, str], tmp_path: Path) -> None:
+    """With an interlock.toml present, `check` names each model alias it does not resolve."""
+    flow = tmp_path / "research.json"
+    flow.write_text(Path(RESEARCH).read_text())
+    (tmp_path / "interlock.toml").write_text(
+        '[models.sonnet]\nprovider = "openai"\nmodel = "gpt-4o"\n'
+    )
+    result = cli(cli_env, "check", str(flow))
+    assert result.returncode == 2
+    assert "model 'opus' is not configured" in result.stderr
+    assert "add [models.opus] to interlock.toml" in result.stderr
+
+
+def test_brackets_in_messages_are_printed_as_written(cli_env: dict[str, str]) -> None:
+    """Topics and messages with square brackets are data, not terminal markup."""
+    result = cli(cli_env, "run", RESEARCH, "research", "--topic", "[bold]x[/bold] [red]")
+    assert result.returncode == 0
+    run_id = run_id_of(result)
+    status = cli(cli_env, "status", run_id)
+    assert "topic: [bold]x[/bold] [red]" in status.stdout

@@ -8,6 +8,7 @@ from typing import Any
 
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -70,7 +71,7 @@ def progress_table(definition: Definition, state: RunState, started: float) -> G
     if state.cost_usd:
         footer.append(f"cost ${state.cost_usd:.4f}  tokens {state.tokens}")
     for warning in state.warnings[-3:]:
-        footer.append(f"[yellow]warning:[/] {warning}")
+        footer.append(f"[yellow]warning:[/] {escape(warning)}")
     return Group(table, *[Text.from_markup(line) for line in footer])
 
 

@@ -19,21 +19,27 @@ from typing import Any, Literal, TypeVar
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from interlock.api import Interlock
 from interlock.cli.display import LiveProgress, describe, styled
 from interlock.core.explore import explore
 from interlock.core.loader import load_workflow
 from interlock.core.state import RunStatus
-from interlock.errors import ExitCode, InterlockError, LeaseHeld
+from interlock.errors import ExitCode, InterlockError, LeaseHeld, UsageError
 from interlock.runtime.orchestrator import holder_is_dead
 from interlock.storage.base import NewEvent
 
 F = TypeVar("F", bound=Callable[..., Any])
 # Off a terminal (pipes, CI logs) tables get room instead of being cut at 80 columns.
-out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 200)
+# Markup is off by default: topics, messages and outputs are data and may contain brackets.
+# The few coloured lines opt in with markup=True and escape() what they interpolate.
+out = Console(highlight=False, markup=False, width=None if sys.stdout.isatty() else 200)
+err = Console(
+    stderr=True, highlight=False, markup=False, width=None if sys.stderr.isatty() else 200
+)
 
 STARTER = Path(__file__).with_name("starter.yaml")
 
@@ -65,7 +71,7 @@ def handle_errors(function: F) -> F:
         except InterlockError as exc:
             if debug:
                 raise
-            err.print(f"[red]error:[/] {exc.message}", markup=True, highlight=False)
+            err.print(f"[red]error:[/] {escape(exc.message)}", markup=True)
             sys.exit(int(exc.exit_code))
         except KeyboardInterrupt:
             err.print("interrupted: the run is resumable with 'interlock resume RUN'")
@@ -76,8 +82,9 @@ def handle_errors(function: F) -> F:
             if debug:
                 raise
             err.print(
-                f"[red]internal error:[/] {type(exc).__name__}: {exc} (rerun with --debug "
-                "for details; nothing recorded was lost)"
+                f"[red]internal error:[/] {escape(f'{type(exc).__name__}: {exc}')} (rerun with "
+                "--debug for details; nothing recorded was lost)",
+                markup=True,
             )
             sys.exit(int(ExitCode.INTERNAL))
 
@@ -321,7 +328,8 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
         out.print_json(data=view)
         return
     out.print(
-        f"[bold]{view['pipeline']}[/] {view['run_id']}  ",
+        Text(f"{view['pipeline']} ", style="bold"),
+        f"{view['run_id']}  ",
         styled(view["status"]),
         f"  topic: {view['topic']}",
     )
@@ -344,9 +352,9 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
         f"cost ${view['cost_usd']:.4f}  tokens {view['tokens']}  retries {view['retry_count']}"
     )
     for warning in view["warnings"]:
-        out.print(f"[yellow]warning:[/] {warning}")
+        out.print(f"[yellow]warning:[/] {escape(warning)}", markup=True)
     if view["failure"]:
-        out.print(f"[red]{view['status']}:[/] {view['failure']}")
+        out.print(f"[red]{view['status']}:[/] {escape(view['failure'])}", markup=True)
     if view["final"]:
         out.print(f"final: {ctx.app.run_dir(view['run_id']) / 'final.md'}")
 
@@ -380,19 +388,33 @@ def events(ctx: Ctx, run_id: str, since: int, as_json: bool) -> None:
 
 @cli.command()
 @click.argument("run_id")
+@click.option("--prompt", "prompt_of", metavar="TASK", help="Show the prompt TASK was sent.")
 @pass_ctx
 @handle_errors
-def explain(ctx: Ctx, run_id: str) -> None:
-    """Each decision with the rule that made it and why."""
+def explain(ctx: Ctx, run_id: str, prompt_of: str | None) -> None:
+    """Each decision with the rule that made it and why (or the exact prompt of a task)."""
+    if prompt_of is not None:
+        prompts = ctx.app.run_dir(run_id) / "prompts"
+        found = sorted(prompts.glob(f"{prompt_of}*.md")) if prompts.is_dir() else []
+        if not found:
+            raise UsageError(
+                f"no prompt was recorded for {prompt_of!r} (only model tasks have one)"
+            )
+        for path in found:
+            out.print(f"== {path.stem} (task.attempt)")
+            click.echo(path.read_text())
+        return
     for stored in ctx.app.events(run_id):
         if stored.rule:
             out.print(
                 f"{stored.seq:>4} {when(stored.at)} [bold]{stored.rule:<12}[/] "
-                f"{stored.kind:<16} {stored.why}"
+                f"{stored.kind:<16} {escape(stored.why or '')}",
+                markup=True,
             )
         else:
             out.print(
-                f"{stored.seq:>4} {when(stored.at)} [dim]{'observed':<12} {stored.kind:<16}[/]"
+                f"{stored.seq:>4} {when(stored.at)} [dim]{'observed':<12} {stored.kind:<16}[/]",
+                markup=True,
             )
 
 
@@ -413,7 +435,7 @@ def init(file: str) -> None:
     """Write a starter workflow file."""
     target = Path(file)
     if target.exists():
-        err.print(f"[red]error:[/] {target} already exists; choose another name")
+        err.print(f"error: {target} already exists; choose another name")
         sys.exit(int(ExitCode.BAD_INPUT))
     target.write_text(STARTER.read_text())
     out.print(
@@ -424,13 +446,28 @@ def init(file: str) -> None:
 
 @cli.command()
 @click.argument("file", type=click.Path(dir_okay=False))
+@pass_ctx
 @handle_errors
-def check(file: str) -> None:
-    """Validate FILE and explore every path its pipelines can take."""
+def check(ctx: Ctx, file: str) -> None:
+    """Validate FILE, explore every path its pipelines can take, and resolve its models."""
+    from interlock.providers import ModelConfig
+    from interlock.runtime.home import Home
+    from interlock.runtime.orchestrator import model_aliases
+
     workflow = load_workflow(file)
     problems: list[str] = []
-    for definition in workflow.definitions.values():
+    try:
+        config = ModelConfig.load([Path(file).parent.absolute(), Home.at(ctx.home).root])
+    except Exception as exc:  # an invalid interlock.toml: its message names the file
+        raise UsageError(str(exc)) from None
+    for name, definition in workflow.definitions.items():
         problems += explore(definition).problems
+        for alias in config.missing_models(sorted(model_aliases(definition))):
+            searched = ", ".join(str(p) for p in config.searched) or "no file"
+            problems.append(
+                f"pipeline {name!r}: model {alias!r} is not configured (looked in {searched}); "
+                f"add [models.{alias}] to interlock.toml"
+            )
     if problems:
         err.print(f"{file}: {len(problems)} problem(s)")
         for problem in problems:
