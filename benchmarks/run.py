@@ -80,9 +80,10 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def fresh_app(concurrency: int = 64) -> Interlock:
+def fresh_app(concurrency: int = 64, synchronous: str = "FULL") -> Interlock:
     home = Path(tempfile.mkdtemp(prefix="interlock-bench-"))
-    return Interlock(home, settings=Settings(max_concurrency=concurrency, heartbeat=0.5))
+    settings = Settings(max_concurrency=concurrency, heartbeat=0.5)
+    return Interlock(home, settings=settings, synchronous=synchronous)  # type: ignore[arg-type]
 
 
 class DispatchLatency:
@@ -104,9 +105,9 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-def sequential(runs: int) -> dict[str, Any]:
+def sequential(runs: int, synchronous: str = "FULL") -> dict[str, Any]:
     """Runs one after another: the overhead interlock adds to every step."""
-    app = fresh_app()
+    app = fresh_app(synchronous=synchronous)
     latency = DispatchLatency()
     app.orchestrator.listeners.append(latency)
 
@@ -290,6 +291,31 @@ def recovery(runs: int) -> dict[str, Any]:
     return {"runs": runs, "seconds_until_all_driven": round(elapsed, 3)}
 
 
+def disk_limits() -> dict[str, Any]:
+    """What this disk allows: SQLite commits/s (WAL, synchronous=FULL) and fsyncs/s."""
+    import sqlite3
+
+    folder = Path(tempfile.mkdtemp(prefix="interlock-disk-"))
+    db = sqlite3.connect(folder / "t.db", isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")
+    db.execute("CREATE TABLE t (x)")
+    count, started = 2000, time.perf_counter()
+    for i in range(count):
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("INSERT INTO t VALUES (?)", (i,))
+        db.execute("COMMIT")
+    commits = count / (time.perf_counter() - started)
+    started = time.perf_counter()
+    for _ in range(count):
+        fd = os.open(folder / "f", os.O_WRONLY | os.O_CREAT)
+        os.write(fd, b"x")
+        os.fsync(fd)
+        os.close(fd)
+    fsyncs = count / (time.perf_counter() - started)
+    return {"sqlite_commits_per_s": round(commits), "fsyncs_per_s": round(fsyncs)}
+
+
 def distributed() -> dict[str, Any]:
     """Tasks/s on PostgreSQL with 1, 2 and 4 worker processes (benchmarks/distributed.py)."""
     script = HERE / "distributed.py"
@@ -318,6 +344,9 @@ def peers(runs: int, concurrent_runs: int) -> list[dict[str, Any]]:
 
 SECTIONS: dict[str, Callable[[argparse.Namespace], Any]] = {
     "sequential": lambda a: sequential(a.runs),
+    # The same without an fsync per commit: what the CPU allows once the disk is out of the way.
+    "sequential_sync_normal": lambda a: sequential(a.runs, synchronous="NORMAL"),
+    "disk": lambda a: disk_limits(),
     "concurrent": lambda a: concurrent(a.concurrent),
     "scale": lambda a: scale(a.scale),
     "recovery": lambda a: recovery(a.recovery),
@@ -347,7 +376,15 @@ def machine() -> dict[str, Any]:
 def report(results: dict[str, Any]) -> None:
     """Print the table and the ratios against the peers."""
     print(f"\nmachine: {results['machine']['cpu']}, {results['machine']['cores']} cores")
-    for name in ("sequential", "concurrent", "scale", "recovery", "distributed"):
+    for name in (
+        "disk",
+        "sequential",
+        "sequential_sync_normal",
+        "concurrent",
+        "scale",
+        "recovery",
+        "distributed",
+    ):
         if name in results:
             print(f"\n{name}")
             for key, value in results[name].items():
