@@ -19,9 +19,13 @@ def fsync_dir(path: Path) -> None:
 
 def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Write `data` to `path` through a temporary file and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as handle:
+    try:
+        handle = open(tmp, "wb")  # noqa: SIM115 - closed by the with block below
+    except FileNotFoundError:  # the folder is usually there: only then pay for a mkdir
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(tmp, "wb")  # noqa: SIM115
+    with handle:
         handle.write(data)
         if durable:
             handle.flush()
