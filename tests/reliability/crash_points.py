@@ -74,8 +74,9 @@ def integrity(home: Path) -> str:
 
 def one_iteration(flow: Path, workdir: Path, point: str, n: int) -> tuple[bool, int, list[str]]:
     """Crash at the n-th pass of `point`, resume to the end; (killed, resumes, problems)."""
-    home = workdir / f"home-{point}-{n}-{time.monotonic_ns()}"
-    run_id = f"crash-{point.replace('_', '-')}-{n}"
+    stamp = time.monotonic_ns()
+    home = workdir / f"home-{point}-{n}-{stamp}"
+    run_id = f"crash-{point.replace('_', '-')}-{n}-{stamp}"  # unique: the worker log is shared
     first = cli(home, "run", str(flow), "crash", "--topic", "t", "--run-id", run_id,
                 crash_at=f"{point}:{n}")  # fmt: skip
     killed = first.returncode == -signal.SIGKILL
