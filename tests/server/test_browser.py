@@ -10,7 +10,9 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from tests.server.helpers import Server
 
 CHROMIUM = Path("/usr/bin/chromium")
-SHOTS = Path(__file__).resolve().parents[2] / "docs" / "img"  # the README's screenshot
+# Kept after the run for a person to look at (git ignores them); docs/screenshots.py makes the
+# README's pictures.
+SHOTS = Path(__file__).resolve().parent / "screenshots"
 ARGS = [
     "--headless",
     "--no-sandbox",
@@ -74,6 +76,7 @@ def test_watch_approve_and_deliver_live(browser: Browser, server: Server, tmp_pa
     expect(page.locator("#output h2")).to_contain_text("Verdict")
     expect(page.locator("#approve")).to_have_count(0)  # nothing to act on once ended
     expect(page.get_by_text("null", exact=True)).to_have_count(0)
+    SHOTS.mkdir(exist_ok=True)
     page.screenshot(path=str(SHOTS / "dashboard.png"), full_page=True)
     page.goto(f"{server.url}/ui/#/")
     expect(page.locator("#runs tr")).to_have_count(3)
