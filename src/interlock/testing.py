@@ -139,6 +139,11 @@ class MemoryStore:
         self._leases[reg.run_id] = (lease.owner, lease.token, lease.expires_at)
         self._lease_times[reg.run_id] = (now, now)
 
+    def release_leases(self, leases: Sequence[Lease]) -> None:
+        """See `Store.release_leases`."""
+        for lease in leases:
+            self.release_lease(lease)
+
     def release_lease(self, lease: Lease) -> None:
         """See `Store.release_lease`."""
         with self._lock:

@@ -276,6 +276,18 @@ def test_stale_release_does_not_free_the_new_holders_lease(store: Store) -> None
     assert store.get_run("r1").lease_owner == "b"
 
 
+def test_release_leases_frees_only_the_current_holders(store: Store) -> None:
+    """A batch release frees the leases still held and leaves superseded ones' runs alone."""
+    make_run(store, "r1")
+    make_run(store, "r2")
+    held = store.acquire_lease("r1", "a", TTL, T0)
+    stale = store.acquire_lease("r2", "a", TTL, T0)
+    store.acquire_lease("r2", "b", TTL, T0 + TTL)
+    store.release_leases([held, stale])
+    assert store.get_run("r1").lease_owner is None
+    assert store.get_run("r2").lease_owner == "b"
+
+
 def test_group_commit_with_one_lost_lease(store: Store) -> None:
     """In a group commit the run whose lease was lost gets LeaseLost; the others commit."""
     for name in ("r1", "r2", "r3", "r4"):

@@ -117,6 +117,7 @@ class Orchestrator:
         self._wake_at: dict[str, float] = {}
         self._next_housekeeping = 0.0  # commands and leases are looked at every heartbeat
         self._warnings: dict[str, list[str]] = {}
+        self._releases: list[Lease] = []  # ended runs' leases, released in batches
 
     # -- taking runs ----------------------------------------------------------------------
 
@@ -301,6 +302,7 @@ class Orchestrator:
             self._next_housekeeping = now + self.settings.heartbeat
             self._dirty |= self._lazy
             self._lazy.clear()
+            self.flush_releases()
             self._poll_commands()
             self._renew_leases(now)
         while self._timers and self._timers[0][0] <= now:
@@ -444,19 +446,35 @@ class Orchestrator:
                 self.release(driver)
 
     def release(self, driver: RunDriver) -> None:
-        """Stop driving a run and hand its lease back (an ended run's lease just expires)."""
+        """Stop driving a run and hand its lease back.
+
+        An ended run's lease is released with others in one transaction, after it was acted on:
+        a released lease tells other orchestrators there is nothing left to do for it.
+        """
         for handle in driver.handles.values():
             handle.cancel()
         self.drivers.pop(driver.run_id, None)
-        if not driver.state.status.ended:
-            with contextlib.suppress(StorageError, LeaseLost):
-                self.store.release_lease(driver.lease)
+        if driver.state.status.ended:
+            self._releases.append(driver.lease)
+            if len(self._releases) >= 256 or not self.drivers:
+                self.flush_releases()
+            return
+        with contextlib.suppress(StorageError, LeaseLost):
+            self.store.release_lease(driver.lease)
+
+    def flush_releases(self) -> None:
+        """Release the leases of ended runs gathered so far (one transaction)."""
+        if self._releases:
+            leases, self._releases = self._releases, []
+            with contextlib.suppress(StorageError):
+                self.store.release_leases(leases)
 
     async def shutdown(self) -> None:
         """Stop every task (killing process groups) and release every lease."""
         handles = [h for d in self.drivers.values() for h in d.handles.values()]
         for driver in list(self.drivers.values()):
             self.release(driver)
+        self.flush_releases()
         for handle in handles:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await handle

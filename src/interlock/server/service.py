@@ -151,10 +151,12 @@ class Service:
     def adopt(self, now: float, min_age: float = ADOPT_AGE) -> list[str]:
         """Take the lease of every running or paused run that no live process holds."""
         taken = []
-        for status in ("running", "paused"):
+        for status in ("running", "paused", "delivered"):
             for record in self.store.list_runs(status=status, limit=10_000):
                 if record.run_id in self.orchestrator.drivers or now - record.created_at < min_age:
                     continue
+                if status == "delivered" and not record.lease_owner:
+                    continue  # released by its driver once delivered and archived
                 live = record.lease_owner and (record.lease_expires or 0) > now
                 if live and not holder_is_dead(record.lease_owner or ""):
                     continue

@@ -204,6 +204,14 @@ class Store(Protocol):
         """Give the lease up early so another orchestrator need not wait for it to expire."""
         ...
 
+    def release_leases(self, leases: Sequence[Lease]) -> None:
+        """Release many leases in one transaction (those no longer held are left alone).
+
+        An ended run whose lease is released was fully acted on (delivered, archived); one
+        still holding an expired lease was not, and is worth taking over.
+        """
+        ...
+
     def append(self, batch: AppendBatch, now: float) -> int:
         """Append one run's events atomically; returns the run's last seq."""
         ...

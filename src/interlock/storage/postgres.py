@@ -206,6 +206,15 @@ class PostgresStore:
 
         return self.retrying(renew)
 
+    def release_leases(self, leases: Sequence[Lease]) -> None:
+        """See `Store.release_leases`."""
+
+        def release(db: psycopg.Connection[Any]) -> None:
+            for lease in leases:
+                db.execute(Q["release_lease"], (lease.run_id, lease.owner, lease.token))
+
+        self.retrying(release)
+
     def release_lease(self, lease: Lease) -> None:
         """See `Store.release_lease`."""
         args = (lease.run_id, lease.owner, lease.token)

@@ -208,6 +208,12 @@ class SQLiteStore:
                     )
         return renewed
 
+    def release_leases(self, leases: Sequence[Lease]) -> None:
+        """See `Store.release_leases`."""
+        with self._write() as db:
+            for lease in leases:
+                db.execute(Q["release_lease"], (lease.run_id, lease.owner, lease.token))
+
     def release_lease(self, lease: Lease) -> None:
         """See `Store.release_lease`."""
         with self._write() as db:

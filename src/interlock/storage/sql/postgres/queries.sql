@@ -77,7 +77,10 @@ WHERE consumed_at IS NULL ORDER BY id;
 
 -- name: unowned_runs
 SELECT run_id FROM runs
-WHERE status IN ('running', 'paused') AND (lease_expires IS NULL OR lease_expires <= %s)
+WHERE (lease_expires IS NULL OR lease_expires <= %s)
+  AND (status IN ('running', 'paused')
+       -- ended, but its driver died before acting on it (final.md, archive): finish that
+       OR (status = 'delivered' AND lease_owner IS NOT NULL))
 ORDER BY random() LIMIT %s;
 
 -- name: get_cursor
