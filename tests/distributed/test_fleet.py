@@ -57,7 +57,7 @@ def test_fleet_delivers_every_run_through_kill_nine(procs: Processes) -> None:
     wait_until(lambda: statuses(procs.url).get("delivered", 0) == 104, 150, "every run delivered")
     check_histories(procs.url, run_ids)
     finals = [procs.home / "archive" / run_id / "final.md" for run_id in run_ids]
-    wait_until(lambda: all(f.exists() for f in finals), 30, "every run archived")
+    wait_until(lambda: all(f.exists() for f in finals), 60, "every run archived")
     assert all(f.read_text().count("About ") == 3 for f in finals)
     with psycopg.connect(procs.url) as db:
         states = dict(db.execute("SELECT state, count(*) FROM task_queue GROUP BY 1").fetchall())
