@@ -11,6 +11,7 @@ and times from the first submission until every run is delivered.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -122,12 +123,17 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=40)
     parser.add_argument("--items", type=int, default=8)
     parser.add_argument("--workers", default="1,2,4")
+    parser.add_argument("--json", action="store_true", help="End with one line of JSON.")
     args = parser.parse_args()
     print(f"{args.runs} runs x {args.items + 2} tasks, {os.cpu_count()} CPUs")
+    rates: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as root:
         for count in (int(n) for n in args.workers.split(",")):
             rate = measure(count, args.runs, args.items, Path(root))
+            rates[f"tasks_per_s_{count}_workers"] = round(rate, 1)
             print(f"{count} worker process(es): {rate:7.1f} tasks/s", flush=True)
+    if args.json:
+        print(json.dumps({"runs": args.runs, "tasks_per_run": args.items + 2, **rates}))
 
 
 if __name__ == "__main__":
