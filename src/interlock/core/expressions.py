@@ -34,17 +34,22 @@ class Compiled:
     program: Any
 
 
-_ENV = celpy.Environment()
+@lru_cache(maxsize=1)
+def _environment() -> Any:
+    # Building CEL's parser takes a noticeable part of a second: only pipelines with
+    # conditions pay for it, and only once per process.
+    return celpy.Environment()
 
 
 @lru_cache(maxsize=1024)
 def compile_expression(source: str) -> Compiled:
     """Parse `source` once; raise ExpressionError with CEL's own pointer on a syntax error."""
+    env = _environment()
     try:
-        tree = _ENV.compile(source)
+        tree = env.compile(source)
     except celparser.CELParseError as exc:
         raise ExpressionError(f"expression {source!r} does not parse: {exc}") from None
-    return Compiled(source=source, names=_free_names(tree), program=_ENV.program(tree))
+    return Compiled(source=source, names=_free_names(tree), program=env.program(tree))
 
 
 # Macros bind their first argument as a variable for the rest: in `xs.all(x, x > 0)`, `x` is
