@@ -6,11 +6,14 @@ import os
 import random
 from pathlib import Path
 
+import pytest
+
 from .crash_harness import crash_loop
 
 KILLS = int(os.environ.get("INTERLOCK_CRASH_KILLS", "200"))
 
 
+@pytest.mark.timeout(1500)  # 200 real CLI starts, kills and resumes: minutes, not seconds
 def test_kill_nine_anywhere_loses_nothing_and_repeats_nothing(tmp_path: Path) -> None:
     """After 200 random kill -9s and resumes, every run is delivered with committed outputs."""
     seed = int(os.environ.get("INTERLOCK_CRASH_SEED", random.randrange(1 << 30)))
