@@ -489,10 +489,14 @@ def check(ctx: Ctx, file: str) -> None:
 )
 @click.option("--grace", default=30.0, show_default=True, help="Seconds to finish on SIGTERM.")
 @click.option("--redis", "redis_url", envvar="INTERLOCK_REDIS", help="Take tasks from Redis.")
+@click.option(
+    "--store", "store_here", help="Ledger URL (as the global --store, given after the command)."
+)
 @pass_ctx
 @handle_errors
 def worker(
     ctx: Ctx,
+    store_here: str | None,
     concurrency: int,
     kinds: str,
     tags: str,
@@ -501,6 +505,8 @@ def worker(
     redis_url: str | None,
 ) -> None:
     """Run queued tasks of a shared PostgreSQL ledger (--store) until SIGTERM."""
+    if store_here:
+        ctx.store_url = store_here
     from interlock.distributed.cli import run_worker
 
     run_worker(
@@ -526,10 +532,14 @@ def worker(
     "workers; SCOPE is pipeline:NAME, kind:KIND or model:ALIAS (-1 removes).",
 )
 @click.option("--redis", "redis_url", envvar="INTERLOCK_REDIS", help="Announce tasks on Redis.")
+@click.option(
+    "--store", "store_here", help="Ledger URL (as the global --store, given after the command)."
+)
 @pass_ctx
 @handle_errors
 def orchestrate(
     ctx: Ctx,
+    store_here: str | None,
     capacity: int,
     lease_ttl: float,
     priority: tuple[str, ...],
@@ -537,6 +547,8 @@ def orchestrate(
     redis_url: str | None,
 ) -> None:
     """Drive runs of a shared PostgreSQL ledger that no live orchestrator holds."""
+    if store_here:
+        ctx.store_url = store_here
     from interlock.distributed.cli import run_orchestrate
 
     run_orchestrate(
@@ -572,10 +584,14 @@ def orchestrate(
     show_default=True,
     help="Run tasks here, or queue them for `interlock worker` processes (PostgreSQL store).",
 )
+@click.option(
+    "--store", "store_here", help="Ledger URL (as the global --store, given after the command)."
+)
 @pass_ctx
 @handle_errors
 def serve(
     ctx: Ctx,
+    store_here: str | None,
     host: str,
     port: int,
     workflows: tuple[str, ...],
@@ -591,6 +607,8 @@ def serve(
     dispatch: str,
 ) -> None:
     """Serve the HTTP API, live streams and dashboard, and drive runs (Ctrl-C stops)."""
+    if store_here:
+        ctx.store_url = store_here
     from interlock.runtime.home import Home
     from interlock.server.config import ServerConfig
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import sys
 
+from interlock.errors import UsageError
 from interlock.server.config import ServerConfig
 
 
@@ -29,9 +30,14 @@ def url_of(sock: socket.socket, host: str) -> str:
 
 def serve(config: ServerConfig, *, log_level: str = "warning") -> None:
     """Serve until interrupted (SIGINT/SIGTERM stop it gracefully: leases are handed back)."""
-    import uvicorn
+    try:
+        import uvicorn
 
-    from interlock.server.app import build_app
+        from interlock.server.app import build_app
+    except ImportError as exc:
+        raise UsageError(
+            f"the server needs an extra: pip install 'interlock[server]' ({exc})"
+        ) from None
 
     app = build_app(config)
     sock = bind(config.host, config.port)
