@@ -91,8 +91,7 @@ class Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (timeout tests)
         finally:
-            with state.lock:
-                state.in_flight -= 1
+            self._done()
 
     def _json(
         self, status: int, payload: dict[str, Any], extra: dict[str, str] | None = None
@@ -104,6 +103,7 @@ class Handler(BaseHTTPRequestHandler):
         for key, value in (extra or {}).items():
             self.send_header(key, value)
         self.end_headers()
+        self._done()
         self.wfile.write(data)
 
     def _start_stream(self) -> None:
@@ -112,7 +112,18 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache")
         self.end_headers()  # HTTP/1.0: the body ends when the connection closes
 
+    def _done(self) -> None:
+        """The request stops counting as in flight just before its last bytes leave: the
+        client can only send its next request after reading them, so none overlaps."""
+        state = self.server.state
+        with state.lock:
+            if not getattr(self, "counted_done", False):
+                state.in_flight -= 1
+                self.counted_done = True
+
     def _send(self, data: str, event: str | None = None) -> None:
+        if data == "[DONE]" or event == "message_stop":
+            self._done()
         prefix = f"event: {event}\n" if event else ""
         self.wfile.write(f"{prefix}data: {data}\n\n".encode())
         self.wfile.flush()
