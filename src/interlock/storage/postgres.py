@@ -30,10 +30,10 @@ from interlock.storage.base import (
     Lease,
     OutboxItem,
     RunRecord,
-    RunSummary,
     StoredEvent,
 )
 from interlock.storage.queries import migrations, queries
+from interlock.storage.rows import event_from_row, outbox_from_row, run_from_row
 
 log = logging.getLogger("interlock.storage")
 Q = queries("postgres")
@@ -298,7 +298,7 @@ class PostgresStore:
         rows = self._read(Q["select_runs"] + " WHERE run_id = %s", run_id)
         if not rows:
             raise RunNotFound(f"no run {run_id!r} (see 'interlock runs')")
-        return _run(rows[0])
+        return run_from_row(rows[0])
 
     def find_runs(self, prefix: str) -> list[str]:
         """See `Store.find_runs`."""
@@ -317,7 +317,7 @@ class PostgresStore:
             args.append(pipeline)
         clause = f" WHERE {' AND '.join(where)}" if where else ""
         query = f"{Q['select_runs']}{clause} ORDER BY created_at DESC, run_id DESC LIMIT %s"
-        return [_run(r) for r in self._read(query, *args, limit)]
+        return [run_from_row(r) for r in self._read(query, *args, limit)]
 
     def post_command(self, run_id: str, kind: str, message: str, by: str, now: float) -> int:
         """See `Store.post_command`."""
@@ -409,44 +409,8 @@ def _redact(url: str) -> str:
 
 
 def _event(row: Any) -> StoredEvent:
-    return StoredEvent(
-        id=row[0],
-        run_id=row[1],
-        seq=row[2],
-        at=row[3],
-        kind=row[4],
-        data=row[5],
-        rule=row[6],
-        why=row[7],
-    )
-
-
-def _run(row: Any) -> RunRecord:
-    summary = RunSummary(
-        status=row[7],
-        phase=row[8],
-        cost_usd=row[9],
-        tokens=row[10],
-        warnings=row[11],
-        updated_at=row[12],
-    )
-    return RunRecord(
-        run_id=row[0],
-        pipeline=row[1],
-        topic=row[2],
-        definition_hash=row[3],
-        source=row[4],
-        created_at=row[5],
-        last_seq=row[6],
-        summary=summary,
-        lease_owner=row[13],
-        lease_expires=row[14],
-        lease_acquired_at=row[15],
-        lease_renewed_at=row[16],
-    )
+    return event_from_row(row, row[5])
 
 
 def _outbox(row: Any, **extra: Any) -> OutboxItem:
-    return OutboxItem(
-        key=row[0], sink=row[1], run_id=row[2], payload=row[3], created_at=row[4], **extra
-    )
+    return outbox_from_row(row, row[3], **extra)

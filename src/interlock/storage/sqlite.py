@@ -24,10 +24,10 @@ from interlock.storage.base import (
     Lease,
     OutboxItem,
     RunRecord,
-    RunSummary,
     StoredEvent,
 )
 from interlock.storage.queries import migrations, queries
+from interlock.storage.rows import event_from_row, outbox_from_row, run_from_row
 
 APPLICATION_ID = 0x494E544C  # "INTL": marks the file as an interlock ledger
 Q = queries("sqlite")
@@ -275,7 +275,7 @@ class SQLiteStore:
         rows = self._read(Q["get_run"], run_id)
         if not rows:
             raise RunNotFound(f"no run {run_id!r} (see 'interlock runs')")
-        return _run(rows[0])
+        return run_from_row(rows[0])
 
     def find_runs(self, prefix: str) -> list[str]:
         """See `Store.find_runs`."""
@@ -295,7 +295,7 @@ class SQLiteStore:
         clause = f"WHERE {' AND '.join(where)}" if where else ""
         query = Q["get_run"].replace("WHERE run_id = ?", clause)
         rows = self._read(f"{query} ORDER BY created_at DESC, run_id DESC LIMIT ?", *args, limit)
-        return [_run(r) for r in rows]
+        return [run_from_row(r) for r in rows]
 
     def post_command(self, run_id: str, kind: str, message: str, by: str, now: float) -> int:
         """See `Store.post_command`."""
@@ -397,49 +397,8 @@ def _register(db: sqlite3.Connection, batch: AppendBatch, now: float) -> None:
 
 
 def _event(row: Any) -> StoredEvent:
-    return StoredEvent(
-        id=row[0],
-        run_id=row[1],
-        seq=row[2],
-        at=row[3],
-        kind=row[4],
-        data=json.loads(row[5]),
-        rule=row[6],
-        why=row[7],
-    )
-
-
-def _run(row: Any) -> RunRecord:
-    summary = RunSummary(
-        status=row[7],
-        phase=row[8],
-        cost_usd=row[9],
-        tokens=row[10],
-        warnings=row[11],
-        updated_at=row[12],
-    )
-    return RunRecord(
-        run_id=row[0],
-        pipeline=row[1],
-        topic=row[2],
-        definition_hash=row[3],
-        source=row[4],
-        created_at=row[5],
-        last_seq=row[6],
-        summary=summary,
-        lease_owner=row[13],
-        lease_expires=row[14],
-        lease_acquired_at=row[15],
-        lease_renewed_at=row[16],
-    )
+    return event_from_row(row, json.loads(row[5]))
 
 
 def _outbox(row: Any, **extra: Any) -> OutboxItem:
-    return OutboxItem(
-        key=row[0],
-        sink=row[1],
-        run_id=row[2],
-        payload=json.loads(row[3]),
-        created_at=row[4],
-        **extra,
-    )
+    return outbox_from_row(row, json.loads(row[3]), **extra)
