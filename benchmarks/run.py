@@ -51,7 +51,7 @@ DONE_AT: dict[str, float] = {}  # run/task -> when the worker function returned
 RELEASE: asyncio.Event  # made anew inside each event loop (an Event binds to its loop)
 
 
-def noop(ctx: TaskContext) -> str:
+async def noop(ctx: TaskContext) -> str:
     DONE_AT[f"{ctx.spec.run_id}/{ctx.spec.task_id}"] = time.perf_counter()
     return "ok"
 

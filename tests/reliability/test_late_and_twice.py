@@ -76,7 +76,7 @@ async def _second_attempt_wins(context: TaskContext) -> str:
     app = LATE["app"]
     assert isinstance(app, Interlock)
     driver = app.orchestrator.drivers[spec.run_id]
-    stale = spec.output.with_name("stale-attempt-1.part")
+    stale = context.output_path.with_name("stale-attempt-1.part")
     stale.write_text("written by attempt 1, too late\n")
     LATE["stale"] = stale
     late = ev.TaskCompleted(at=0.0, task_id=spec.task_id, attempt=1, artifact="", sha256="", size=0)

@@ -343,3 +343,62 @@ def test_fan_out_example_assembles_every_section(app: Interlock) -> None:
     assert final.count("## ") == 4
     writers = [t for t in state.tasks.values() if t.role == "writer"]
     assert sorted(t.item for t in writers) == [0, 1, 2, 3]  # type: ignore[type-var]
+
+
+class _Crash(Exception):
+    """Stands in for a kill at a crash point."""
+
+
+async def _alpha(ctx: TaskContext) -> str:
+    return "alpha\n"
+
+
+async def _shout(ctx: TaskContext) -> str:
+    return ctx.read("a.md").upper()
+
+
+register("test_alpha", _alpha)
+register("test_shout", _shout)
+
+
+def test_output_damaged_after_its_completion_was_recorded_is_restored(
+    tmp_path: Path, write_workflow: WriteWorkflow
+) -> None:
+    """A small output is written after its completion is recorded; a crash that leaves it
+    missing or damaged is repaired on resume from the body the ledger holds, and the next
+    worker reads the recorded text."""
+    from interlock.runtime import faults
+
+    path = write_workflow("""
+        p:
+          phases:
+            - id: one
+              workers: [{role: a, call: test_alpha}]
+            - id: two
+              workers: [{role: s, call: test_shout, reads: [a.md], final: true}]
+    """)
+    settings = Settings(heartbeat=0.05, lease_ttl=0.5)
+    first = Interlock(tmp_path / "home", settings=settings)
+    run_id = first.start(path, topic="t")
+
+    def crash_once_a_is_recorded(name: str) -> None:
+        if name == "after_append" and "task_completed" in kinds(first, run_id):
+            raise _Crash(name)
+
+    previous = faults.set_hook(crash_once_a_is_recorded)
+    try:
+        with pytest.raises(_Crash):
+            first.drive(run_id)
+    finally:
+        faults.set_hook(previous)
+    run_dir = first.run_dir(run_id)
+    assert not (run_dir / "a.md").exists()  # recorded, not yet written
+    (run_dir / "a.md").write_text("ALPH!\n")  # a torn write of the same size
+    time.sleep(0.6)  # the crashed orchestrator's lease expires
+    second = Interlock(tmp_path / "home", settings=settings)
+    state = second.resume(run_id)
+    assert state.status is RunStatus.DELIVERED
+    archived = second.run_dir(run_id)
+    assert (archived / "a.md").read_text() == "alpha\n"
+    assert (archived / "final.md").read_text() == "ALPHA\n"
+    assert kinds(second, run_id).count("task_completed") == 2

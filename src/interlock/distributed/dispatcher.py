@@ -26,7 +26,7 @@ from interlock.distributed.payload import scopes, to_payload
 from interlock.distributed.queue import Entry, TaskQueue
 from interlock.distributed.watch import Watcher
 from interlock.runtime import artifacts as files
-from interlock.runtime.dispatch import outcome_report
+from interlock.runtime.dispatch import outcome_report, prepare_output
 from interlock.runtime.driver import Report, RunDriver
 from interlock.runtime.executors import Outcome
 
@@ -82,8 +82,7 @@ class QueueDispatcher:
         entry_id: int | None = None
         try:
             task = driver.state.tasks[task_id]
-            tmp.parent.mkdir(parents=True, exist_ok=True)
-            files.discard(tmp)
+            prepare_output(tmp)
             await asyncio.to_thread(self._materialise, driver)
             spec = driver.task_spec(task, tmp)
             if isinstance(spec, Outcome):  # it cannot run anywhere: report it here
@@ -172,9 +171,15 @@ class QueueDispatcher:
 
     def _outcome(self, entry: Entry, tmp: Path) -> Outcome:
         result = entry.result or {"ok": False, "error": "the worker recorded no result"}
+        body = None
         if result.get("ok") and entry.output_sha:
-            files.write_atomic(tmp, self.artifacts.get(entry.output_sha))  # fsynced, as workers do
+            data = self.artifacts.get(entry.output_sha)
+            if len(data) <= files.INLINE_LIMIT:
+                body = data  # recorded with the completion, written after it
+            else:
+                files.write_atomic(tmp, data)  # fsynced, as workers do
         return Outcome(
+            body=body,
             ok=bool(result.get("ok")),
             error=str(result.get("error", "")),
             retryable=bool(result.get("retryable", True)),

@@ -192,7 +192,9 @@ class RemoteWorker:
 
     def _finish(self, claim: Claim, spec: TaskSpec, outcome: Outcome) -> None:
         sha = None
-        if outcome.ok and spec.output.is_file():
+        if outcome.ok and outcome.body is not None:
+            sha = self.artifacts.put(outcome.body)
+        elif outcome.ok and spec.output.is_file():
             sha = self.artifacts.put(spec.output.read_bytes())
         result = {
             "ok": outcome.ok and sha is not None,

@@ -35,6 +35,22 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
         fsync_dir(path.parent)
 
 
+def write_plain(path: Path, data: bytes) -> None:
+    """Write `data` to `path` in place (no temporary file, no fsync), for files whose
+    content the ledger holds and which are checked and rewritten after a crash."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
 def digest(path: Path) -> tuple[str, int]:
     """(sha256 hex, size in bytes) of a file."""
     sha = hashlib.sha256()

@@ -42,7 +42,6 @@ class LocalDispatcher:
 
     def __init__(self, limit: int) -> None:
         self._slots = asyncio.Semaphore(limit)
-        self._made: set[Path] = set()
 
     def start(
         self, orchestrator: Orchestrator, driver: RunDriver, task: TaskState
@@ -64,16 +63,14 @@ class LocalDispatcher:
                 )
                 orchestrator.report(driver, Report(event=started))
                 crash_point("after_dispatch")
-                if tmp.parent not in self._made:  # one mkdir per run, not per task
-                    tmp.parent.mkdir(parents=True, exist_ok=True)
-                    self._made.add(tmp.parent)
-                artifacts.discard(tmp)
                 spec = driver.task_spec(task, tmp)
                 if isinstance(spec, Outcome):
                     outcome = spec
                 else:
+                    if spec.worker.kind == "command":  # a call makes its folder if it needs it
+                        prepare_output(tmp)
                     outcome = await execute(orchestrator, driver.run_id, spec)
-                if outcome.ok and not outcome.durable and tmp.exists() and large(tmp):
+                if outcome.ok and outcome.body is None and not outcome.durable and large(tmp):
                     await asyncio.to_thread(artifacts.fsync_file, tmp)
                 report = outcome_report(driver, task, attempt, outcome, tmp, clock())
                 orchestrator.report(driver, report)
@@ -94,9 +91,20 @@ class LocalDispatcher:
                 del driver.handles[task_id]
 
 
+def prepare_output(tmp: Path) -> None:
+    """Make the temporary output's folder and remove a leftover of an interrupted try."""
+    try:
+        tmp.unlink()
+    except FileNotFoundError:
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+
+
 def large(path: Path) -> bool:
-    """Too big to be stored in the ledger: the file itself must be made durable."""
-    return path.stat().st_size > artifacts.INLINE_LIMIT
+    """A file too big to be stored in the ledger: it must be made durable itself."""
+    try:
+        return path.stat().st_size > artifacts.INLINE_LIMIT
+    except FileNotFoundError:
+        return False
 
 
 async def execute(orchestrator: Orchestrator, run_id: str, spec: TaskSpec) -> Outcome:
@@ -125,14 +133,15 @@ def outcome_report(
     """
     if outcome.ok:
         worker = driver.definition.pipeline.worker(task.role)
+        body = outcome.body
         try:
-            values = (
-                extract_values(worker.extract, tmp.read_text(encoding="utf-8"))
-                if worker.extract
-                else {}
-            )
-            if not worker.extract and not tmp.exists():
+            if body is not None:
+                text = body.decode("utf-8") if worker.extract else ""
+            elif worker.extract:
+                text = tmp.read_text(encoding="utf-8")
+            elif not tmp.exists():
                 raise FileNotFoundError(f"no output at {tmp.name}")
+            values = extract_values(worker.extract, text) if worker.extract else {}
         except (ExtractionError, UnicodeDecodeError, FileNotFoundError) as exc:
             artifacts.discard(tmp)
             failed = ev.TaskFailed(
@@ -153,7 +162,7 @@ def outcome_report(
             values=values,
             usage=outcome.usage,
         )
-        return Report(event=done, tmp=tmp)
+        return Report(event=done, tmp=None if body is not None else tmp, body=body)
     artifacts.discard(tmp)
     if outcome.timed_out:
         timed_out = ev.TaskTimedOut(

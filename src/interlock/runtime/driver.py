@@ -9,11 +9,10 @@ what follows (`settle`), and after the orchestrator committed both, carries the 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import logging
-import shutil
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,10 +39,12 @@ log = logging.getLogger("interlock.runtime")
 
 @dataclass
 class Report:
-    """A worker's report waiting for the next tick, with its temporary output."""
+    """A worker's report waiting for the next tick, with its output: a temporary file, or
+    a small body held in memory."""
 
     event: ev.TaskStarted | ev.TaskCompleted | ev.TaskFailed | ev.TaskTimedOut
     tmp: Path | None = None
+    body: bytes | None = None
 
 
 @dataclass
@@ -63,6 +64,10 @@ class RunDriver:
     checked_adoption: bool = False
     dirty: bool = True
     inline: list[tuple[str, bytes]] = field(default_factory=list)  # outputs for the next append
+    # Outputs held in memory, written into the run directory once their completion is
+    # recorded (a crash before that loses nothing: the ledger holds them).
+    unwritten: list[tuple[Path, bytes]] = field(default_factory=list)
+    final_body: tuple[str, bytes] | None = None  # the final worker's output, for final.md
 
     @property
     def run_id(self) -> str:
@@ -79,7 +84,9 @@ class RunDriver:
                 if report.tmp is not None:
                     artifacts.discard(report.tmp)  # a stale or duplicate attempt: drop it
                 continue
-            if isinstance(event, ev.TaskCompleted) and report.tmp is not None:
+            if isinstance(event, ev.TaskCompleted) and report.body is not None:
+                event = self._keep_body(event, report.body)
+            elif isinstance(event, ev.TaskCompleted) and report.tmp is not None:
                 event, large = self._commit_output(event, report.tmp)
                 committed = committed or large
             apply(self.state, event)
@@ -146,18 +153,64 @@ class RunDriver:
         )
         return completed, body is None
 
+    def _keep_body(self, event: ev.TaskCompleted, body: bytes) -> ev.TaskCompleted:
+        """A completion whose output is in memory: stored with it, written after it."""
+        task = self.state.tasks[event.task_id]
+        final = self.final_path(task)
+        sha = hashlib.sha256(body).hexdigest()
+        self.inline.append((sha, body))
+        self.unwritten.append((final, body))
+        if self.definition.pipeline.worker(task.role).final:
+            self.final_body = (final.name, body)
+        return ev.TaskCompleted(
+            at=event.at,
+            task_id=event.task_id,
+            attempt=event.attempt,
+            artifact=final.name,
+            sha256=sha,
+            size=len(body),
+            values=event.values,
+            usage=event.usage,
+        )
+
+    def write_outputs(self) -> None:
+        """Write the in-memory outputs whose completions are recorded.
+
+        Plain writes, no rename: the ledger already holds each body, and `restore_outputs`
+        rewrites any file a crash left short or damaged.
+        """
+        for path, body in self.unwritten:
+            artifacts.write_plain(path, body)
+        self.unwritten.clear()
+
+    def keep_recorded_outputs(self) -> None:
+        """After a commit that may have failed: keep for writing only the in-memory outputs
+        whose completions the ledger really holds."""
+        recorded = {(t.artifact, t.sha256) for t in self.state.tasks.values() if t.artifact}
+        self.unwritten = [
+            (path, body)
+            for path, body in self.unwritten
+            if (path.name, hashlib.sha256(body).hexdigest()) in recorded
+        ]
+
     def restore_outputs(self, store: Store) -> None:
-        """Rewrite committed outputs that are missing or damaged (after a power loss) from the
-        bodies the ledger stored with their completions."""
+        """Rewrite committed outputs that are missing or damaged (after a crash or a power
+        loss) from the bodies the ledger stored with their completions."""
+        self.unwritten.clear()
         for task in self.state.tasks.values():
             if task.artifact is None or task.sha256 is None:
                 continue
             path = self.run_dir / task.artifact
-            if path.is_file() and path.stat().st_size == task.size:
+            if _intact(path, task.size, task.sha256):
                 continue
             body = store.artifact(task.sha256)
             if body is not None:
                 artifacts.write_atomic(path, body)
+        if self.state.delivered is not None:
+            final_md, delivered = self.run_dir / "final.md", self.run_dir / self.state.delivered
+            cut_short = final_md.is_file() and delivered.is_file()
+            if cut_short and final_md.stat().st_size != delivered.stat().st_size:
+                final_md.unlink()  # `act` writes it again
 
     def _adopt(self, now: float) -> list[NewEvent]:
         """Outputs committed while no orchestrator was recording (it died in between)."""
@@ -193,6 +246,8 @@ class RunDriver:
     def act(self, orchestrator: Orchestrator) -> None:
         """Carry out what the state calls for; safe to repeat."""
         state = self.state
+        if self.unwritten:
+            self.write_outputs()  # before any task that reads them starts
         if state.status.ended:
             for handle in self.handles.values():
                 handle.cancel()
@@ -213,8 +268,13 @@ class RunDriver:
             if not final_md.exists() and (self.run_dir / state.delivered).exists():
                 crash_point("before_deliver")
                 # A copy of a committed artifact: rebuilt from it if lost, so no fsync needed.
-                data = (self.run_dir / state.delivered).read_bytes()
-                artifacts.write_atomic(final_md, data, durable=False)
+                # Cut short by a crash, it is found by `restore_outputs` and written again.
+                if self.final_body is not None and self.final_body[0] == state.delivered:
+                    data = self.final_body[1]
+                else:
+                    data = (self.run_dir / state.delivered).read_bytes()
+                artifacts.write_plain(final_md, data)
+                self.final_body = None
                 crash_point("after_deliver")
         if orchestrator.settings.write_status and self.run_dir.is_dir():
             # A projection for people: current at every pause and end, otherwise refreshed at
@@ -239,12 +299,17 @@ class RunDriver:
 
     def _archive(self, orchestrator: Orchestrator) -> None:
         target = orchestrator.home.archive_dir(self.run_id)
-        if self.run_dir == target or not self.run_dir.exists():
+        if self.run_dir == target:
             return
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileNotFoundError):
-            crash_point("before_archive")
-            shutil.move(str(self.run_dir), str(target))
+        crash_point("before_archive")
+        try:
+            os.rename(self.run_dir, target)  # the same file system: one atomic rename
+        except FileNotFoundError:
+            if self.run_dir.exists():  # only the archive folder is missing
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.rename(self.run_dir, target)
+            elif not target.exists():
+                return  # neither is there: nothing to move
         self.run_dir = target
 
     def task_spec(self, task: TaskState, tmp: Path) -> TaskSpec | Outcome:
@@ -326,3 +391,10 @@ class RunDriver:
                 )
             reads += [(name, self.run_dir / f) for f in files]
         return reads
+
+
+def _intact(path: Path, size: int | None, sha256: str) -> bool:
+    """Whether a committed output is on disk as recorded (large ones: by size alone)."""
+    if not path.is_file() or path.stat().st_size != size:
+        return False
+    return size > artifacts.INLINE_LIMIT or artifacts.digest(path)[0] == sha256

@@ -59,6 +59,9 @@ class Outcome:
     timed_out: bool = False
     usage: dict[str, Any] | None = None
     durable: bool = False  # the output file is already fsynced
+    # A small output held in memory instead of a file: it is stored in the ledger with the
+    # completion and written into the run directory once that is recorded.
+    body: bytes | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -90,8 +93,16 @@ class TaskContext:
 
     @property
     def output_path(self) -> Path:
-        """Where to write the output (or return it as a string instead)."""
-        return self.spec.output
+        """Where to write the output (or return it as a string instead).
+
+        Its folder is made, and a leftover of an interrupted earlier try of this attempt
+        removed, only when a function asks: returning a string needs no file at all.
+        """
+        output = self.spec.output
+        output.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            output.unlink()
+        return output
 
     def read(self, name: str) -> str:
         """The text of one of the files the worker `reads` (fan-in: joined in item order)."""
@@ -249,7 +260,7 @@ def _tail(path: Path, limit: int = 2000) -> str:
 
 
 async def run_call(spec: TaskSpec) -> Outcome:
-    """Run a `call:` worker: sync functions in a thread, coroutines on the loop."""
+    """Run a `call:` worker: coroutines on the loop, plain functions in a thread."""
     assert spec.worker.call is not None
     try:
         function = resolve_call(spec.worker.call)
@@ -257,30 +268,34 @@ async def run_call(spec: TaskSpec) -> Outcome:
         return Outcome(ok=False, error=f"call {spec.worker.call!r}: {exc}", retryable=False)
     context = TaskContext(spec=spec)
     try:
-        if inspect.iscoroutinefunction(function):
-            result = await asyncio.wait_for(function(context), spec.worker.timeout)
-            return _keep(spec, result, durable=False)
-        # The output is written and fsynced in the worker's own thread: one hop, not two.
-        return await asyncio.wait_for(
-            asyncio.to_thread(lambda: _keep(spec, function(context), durable=True)),
-            spec.worker.timeout,
-        )
+        async with asyncio.timeout(spec.worker.timeout):
+            if inspect.iscoroutinefunction(function):
+                return keep_output(spec.output, await function(context), durable=False)
+            # A large output is written and fsynced in the worker's own thread: one hop.
+            return await asyncio.to_thread(
+                lambda: keep_output(spec.output, function(context), durable=True)
+            )
     except TimeoutError:
         return Outcome(ok=False, timed_out=True, error=f"timed out after {spec.worker.timeout:g}s")
     except Exception as exc:  # a worker's own failure is data for the ledger, not a crash
         return Outcome(ok=False, error=f"{type(exc).__name__}: {exc}")
 
 
-def _keep(spec: TaskSpec, result: object, *, durable: bool) -> Outcome:
-    """Write a returned string as the output (or accept a file the function wrote)."""
+def keep_output(output: Path, result: object, *, durable: bool) -> Outcome:
+    """The outcome of a worker that returned `result`: text up to `INLINE_LIMIT` stays in
+    memory (the ledger will hold it); larger text is written to `output` (fsynced when
+    `durable`); None means the worker wrote `output` itself."""
     if isinstance(result, str):
-        spec.output.parent.mkdir(parents=True, exist_ok=True)
-        with open(spec.output, "w", encoding="utf-8") as handle:
-            handle.write(result)
-            if durable and handle.tell() > INLINE_LIMIT:  # small ones go into the ledger
+        data = result.encode("utf-8")
+        if len(data) <= INLINE_LIMIT:
+            return Outcome(ok=True, body=data)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        with open(output, "wb") as handle:
+            handle.write(data)
+            if durable:
                 handle.flush()
                 os.fsync(handle.fileno())
         return Outcome(ok=True, durable=durable)
-    if not spec.output.exists():
+    if not output.exists():
         return Outcome(ok=False, error="returned no text and wrote no output")
     return Outcome(ok=True)

@@ -7,7 +7,7 @@ directory, so `interlock explain --prompts` can show what a model was sent.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from interlock.providers import (
     check_context,
 )
 from interlock.runtime.artifacts import write_atomic
-from interlock.runtime.executors import Outcome, TaskSpec
+from interlock.runtime.executors import Outcome, TaskSpec, keep_output
 
 ProgressCallback = Callable[[str], None]
 
@@ -115,8 +115,7 @@ class ModelRunner:
             result = await resolved.provider.complete(request, progress)
         except ProviderError as exc:
             return Outcome(ok=False, error=str(exc), retryable=exc.retryable)
-        spec.output.parent.mkdir(parents=True, exist_ok=True)
-        spec.output.write_text(result.text, encoding="utf-8")
+        kept = keep_output(spec.output, result.text, durable=False)
         usage: dict[str, Any] = {
             "model": result.model,
             "provider": result.provider,
@@ -127,4 +126,4 @@ class ModelRunner:
             "cost_usd": result.cost_usd,
             "finish_reason": result.finish_reason,
         }
-        return Outcome(ok=True, usage=usage)
+        return replace(kept, usage=usage)

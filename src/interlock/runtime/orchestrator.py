@@ -180,7 +180,8 @@ class Orchestrator:
             source=definition.source,
         )
         driver.checked_adoption = True  # nothing can be on disk for a run not yet created
-        driver.run_dir.mkdir(parents=True, exist_ok=True)
+        driver.status_written = now  # a run that settles within `status_interval` writes once
+        make_dir(driver.run_dir)
         new = first + driver.decide(now)
         registration = RunRegistration(
             run_id=run_id,
@@ -336,7 +337,8 @@ class Orchestrator:
             timeout = min(timeout, max(0.0, self._timers[0][0] - now))
         if not self._wake.is_set() and not self._dirty:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                async with asyncio.timeout(timeout):  # no task of its own, unlike wait_for
+                    await self._wake.wait()
         self._wake.clear()
 
     def _poll_commands(self) -> None:
@@ -407,6 +409,7 @@ class Orchestrator:
         """After a failed or ambiguous commit: rebuild from what is really stored."""
         driver.state = fold([s.event for s in self.store.events(driver.run_id)])
         driver.inline = []
+        driver.keep_recorded_outputs()
         driver.checked_adoption = False
         self._mark(driver)
 
@@ -502,6 +505,16 @@ class Orchestrator:
         """Forward a streamed fragment to progress listeners (never recorded)."""
         for listener in self.progress_listeners:
             listener(run_id, task_id, text)
+
+
+def make_dir(path: Path) -> None:
+    """`mkdir -p` that costs one system call when the parent exists (the usual case)."""
+    try:
+        os.mkdir(path)
+    except FileNotFoundError:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        pass
 
 
 def driver_dir(source: str) -> Path | None:
