@@ -211,7 +211,9 @@ class Interlock:
             time.sleep(poll)
 
     def close(self) -> None:
-        """Close the store."""
+        """Hand back the leases of ended runs, then close the store."""
+        if self._orchestrator is not None:
+            self._orchestrator.flush_releases()
         self.store.close()
 
     def _definition(

@@ -158,7 +158,9 @@ class MemoryStore:
             raise result
         return result
 
-    def append_many(self, batches: Sequence[AppendBatch], now: float) -> list[int | Exception]:
+    def append_many(
+        self, batches: Sequence[AppendBatch], now: float, *, releases: Sequence[Lease] = ()
+    ) -> list[int | Exception]:
         """See `Store.append_many`."""
         results: list[int | Exception] = []
         with self._lock:
@@ -194,6 +196,10 @@ class MemoryStore:
                 for sha, body in batch.artifacts:
                     self._artifacts.setdefault(sha, bytes(body))
                 results.append(seq)
+            for lease in releases:
+                holder, token, _ = self._leases.get(lease.run_id, (None, 0, None))
+                if holder == lease.owner and token == lease.token:
+                    self._leases[lease.run_id] = (None, token, None)
         return results
 
     def events(self, run_id: str, since: int = 0, limit: int | None = None) -> list[StoredEvent]:

@@ -382,12 +382,15 @@ class Orchestrator:
                 self._schedule(driver)
         if not batches:
             return dirty
+        # Ended runs' leases ride along with this commit instead of paying for their own.
+        releases, self._releases = self._releases, []
         try:
             crash_point("before_append")
-            results = self.store.append_many([b for _, _, b in batches], now)
+            results = self.store.append_many([b for _, _, b in batches], now, releases=releases)
             crash_point("after_append")
         except StorageError as exc:
             log.error("append failed: %s", exc, extra={"action": "append_failed"})
+            self._releases = releases + self._releases
             for driver, _, _ in batches:
                 self._reload(driver)
             return dirty
@@ -451,15 +454,16 @@ class Orchestrator:
     def release(self, driver: RunDriver) -> None:
         """Stop driving a run and hand its lease back.
 
-        An ended run's lease is released with others in one transaction, after it was acted on:
-        a released lease tells other orchestrators there is nothing left to do for it.
+        An ended run's lease is released after it was acted on (a released lease tells other
+        orchestrators there is nothing left to do for it), together with others: with the
+        next commit, at the next heartbeat, or at shutdown, whichever comes first.
         """
         for handle in driver.handles.values():
             handle.cancel()
         self.drivers.pop(driver.run_id, None)
         if driver.state.status.ended:
             self._releases.append(driver.lease)
-            if len(self._releases) >= 256 or not self.drivers:
+            if len(self._releases) >= 256:
                 self.flush_releases()
             return
         with contextlib.suppress(StorageError, LeaseLost):

@@ -30,11 +30,13 @@ class FaultyStore:
         """This wrapper, typed as the contract it keeps."""
         return cast(Store, self)
 
-    def append_many(self, batches: Sequence[AppendBatch], now: float) -> list[int | Exception]:
+    def append_many(
+        self, batches: Sequence[AppendBatch], now: float, *, releases: Sequence[Lease] = ()
+    ) -> list[int | Exception]:
         """See `Store.append_many`; may fail before or (ambiguously) after committing."""
         if self.fault("commit_failed"):
             raise StorageError("simulated: the commit failed (disk I/O error)")
-        results = self.inner.append_many(batches, now)
+        results = self.inner.append_many(batches, now, releases=releases)
         if self.fault("commit_ambiguous"):
             raise StorageError("simulated: the connection dropped after the commit")
         return results

@@ -216,9 +216,12 @@ class Store(Protocol):
         """Append one run's events atomically; returns the run's last seq."""
         ...
 
-    def append_many(self, batches: Sequence[AppendBatch], now: float) -> list[int | Exception]:
+    def append_many(
+        self, batches: Sequence[AppendBatch], now: float, *, releases: Sequence[Lease] = ()
+    ) -> list[int | Exception]:
         """Group commit: one transaction for many runs; a run whose lease was lost gets its
-        `LeaseLost` in the result list and the others still commit."""
+        `LeaseLost` in the result list and the others still commit. `releases` (leases of
+        ended runs, as in `release_leases`) are released in the same transaction."""
         ...
 
     def events(self, run_id: str, since: int = 0, limit: int | None = None) -> list[StoredEvent]:

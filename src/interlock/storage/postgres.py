@@ -227,7 +227,9 @@ class PostgresStore:
             raise result
         return result
 
-    def append_many(self, batches: Sequence[AppendBatch], now: float) -> list[int | Exception]:
+    def append_many(
+        self, batches: Sequence[AppendBatch], now: float, *, releases: Sequence[Lease] = ()
+    ) -> list[int | Exception]:
         """See `Store.append_many`. Never retried here: after a broken commit the caller
         cannot know whether it landed, and re-reads the history instead."""
         results: list[int | Exception] = []
@@ -235,6 +237,8 @@ class PostgresStore:
             db.execute(Q["commit_order"])
             for batch in batches:
                 results.append(self._append_one(db, batch, now))
+            for lease in releases:
+                db.execute(Q["release_lease"], (lease.run_id, lease.owner, lease.token))
         return results
 
     def _append_one(

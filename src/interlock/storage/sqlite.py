@@ -226,12 +226,16 @@ class SQLiteStore:
             raise result
         return result
 
-    def append_many(self, batches: Sequence[AppendBatch], now: float) -> list[int | Exception]:
+    def append_many(
+        self, batches: Sequence[AppendBatch], now: float, *, releases: Sequence[Lease] = ()
+    ) -> list[int | Exception]:
         """See `Store.append_many`: one transaction, one fsync, for every batch."""
         results: list[int | Exception] = []
         with self._write() as db:
             for batch in batches:
                 results.append(self._append_one(db, batch, now))
+            for lease in releases:
+                db.execute(Q["release_lease"], (lease.run_id, lease.owner, lease.token))
         return results
 
     def _append_one(
