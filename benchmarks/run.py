@@ -80,9 +80,13 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def fresh_app(concurrency: int = 64, synchronous: str = "FULL") -> Interlock:
+def fresh_app(
+    concurrency: int = 64, synchronous: str = "FULL", store: str | None = None
+) -> Interlock:
     home = Path(tempfile.mkdtemp(prefix="interlock-bench-"))
     settings = Settings(max_concurrency=concurrency, heartbeat=0.5)
+    if store is not None:
+        return Interlock(home, settings=settings, store=store)
     return Interlock(home, settings=settings, synchronous=synchronous)  # type: ignore[arg-type]
 
 
@@ -105,9 +109,9 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-def sequential(runs: int, synchronous: str = "FULL") -> dict[str, Any]:
+def sequential(runs: int, synchronous: str = "FULL", store: str | None = None) -> dict[str, Any]:
     """Runs one after another: the overhead interlock adds to every step."""
-    app = fresh_app(synchronous=synchronous)
+    app = fresh_app(synchronous=synchronous, store=store)
     latency = DispatchLatency()
     app.orchestrator.listeners.append(latency)
 
@@ -129,9 +133,9 @@ def sequential(runs: int, synchronous: str = "FULL") -> dict[str, Any]:
     }
 
 
-def concurrent(runs: int) -> dict[str, Any]:
+def concurrent(runs: int, store: str | None = None) -> dict[str, Any]:
     """Many runs started at once, driven by one orchestrator with group commit."""
-    app = fresh_app(concurrency=256)
+    app = fresh_app(concurrency=256, store=store)
     latency = DispatchLatency()
     app.orchestrator.listeners.append(latency)
 
@@ -291,6 +295,65 @@ def recovery(runs: int) -> dict[str, Any]:
     return {"runs": runs, "seconds_until_all_driven": round(elapsed, 3)}
 
 
+PG_ADMIN = os.environ.get("INTERLOCK_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def postgres(runs: int, concurrent_runs: int) -> dict[str, Any]:
+    """research-3 with the ledger in PostgreSQL (a fresh database), sequential and concurrent."""
+    import uuid
+
+    import psycopg
+
+    name = f"il_bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    url = PG_ADMIN.rsplit("/", 1)[0] + "/" + name
+    try:
+        seq = sequential(runs, store=url)
+        con = concurrent(concurrent_runs, store=url)
+    finally:
+        with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    return {
+        "sequential_runs_per_s": seq["runs_per_s"],
+        "sequential_ms_per_step": seq["ms_per_step"],
+        "handoff_p50_ms": seq["handoff_p50_ms"],
+        "concurrent_runs": con["runs"],
+        "concurrent_runs_per_s": con["runs_per_s"],
+    }
+
+
+def commit_floor(runs: int) -> dict[str, Any]:
+    """The disk's ceiling for research-3: the same three durable transactions per run (create
+    with its dispatches; both results with the next dispatch; the last result with delivery),
+    written by bare sqlite3 with no orchestration at all."""
+    import sqlite3
+
+    folder = Path(tempfile.mkdtemp(prefix="interlock-floor-"))
+    db = sqlite3.connect(folder / "t.db", isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")
+    db.execute("CREATE TABLE runs (run_id TEXT PRIMARY KEY, last_seq INT, status TEXT)")
+    db.execute(
+        "CREATE TABLE events (id INTEGER PRIMARY KEY, run_id TEXT, seq INT, kind TEXT, "
+        "data TEXT, UNIQUE (run_id, seq))"
+    )
+    started = time.perf_counter()
+    for i in range(runs):
+        run_id = f"research-3-{i:012x}"
+        for step, count in enumerate((4, 8, 5)):  # events per commit in a research-3 run
+            db.execute("BEGIN IMMEDIATE")
+            if step == 0:
+                db.execute("INSERT INTO runs VALUES (?, 0, 'running')", (run_id,))
+            (seq,) = db.execute("SELECT last_seq FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            rows = [(run_id, seq + k, "event", '{"task_id":"a@1"}') for k in range(1, count + 1)]
+            db.executemany("INSERT INTO events (run_id, seq, kind, data) VALUES (?,?,?,?)", rows)
+            db.execute("UPDATE runs SET last_seq = ? WHERE run_id = ?", (seq + count, run_id))
+            db.execute("COMMIT")
+    elapsed = time.perf_counter() - started
+    return {"runs": runs, "runs_per_s": round(runs / elapsed, 1)}
+
+
 def disk_limits() -> dict[str, Any]:
     """What this disk allows: SQLite commits/s (WAL, synchronous=FULL) and fsyncs/s."""
     import sqlite3
@@ -347,9 +410,12 @@ SECTIONS: dict[str, Callable[[argparse.Namespace], Any]] = {
     # The same without an fsync per commit: what the CPU allows once the disk is out of the way.
     "sequential_sync_normal": lambda a: sequential(a.runs, synchronous="NORMAL"),
     "disk": lambda a: disk_limits(),
+    # Bare sqlite3 doing research-3's three durable commits per run: the ceiling on this disk.
+    "floor": lambda a: commit_floor(a.runs),
     "concurrent": lambda a: concurrent(a.concurrent),
     "scale": lambda a: scale(a.scale),
     "recovery": lambda a: recovery(a.recovery),
+    "postgres": lambda a: postgres(a.runs, a.concurrent),
     "distributed": lambda a: distributed(),
     "peers": lambda a: peers(a.runs, min(a.concurrent, 200)),
 }
@@ -378,11 +444,13 @@ def report(results: dict[str, Any]) -> None:
     print(f"\nmachine: {results['machine']['cpu']}, {results['machine']['cores']} cores")
     for name in (
         "disk",
+        "floor",
         "sequential",
         "sequential_sync_normal",
         "concurrent",
         "scale",
         "recovery",
+        "postgres",
         "distributed",
     ):
         if name in results:

@@ -302,6 +302,39 @@ def test_group_commit_with_one_lost_lease(store: Store) -> None:
     assert store.get_run("r3").last_seq == 0
 
 
+def test_a_lost_lease_keeps_its_commands_and_outputs_out_of_the_commit(store: Store) -> None:
+    """A batch refused by its fence consumes no command and stores no output; the leases
+    released with the commit are freed with it, a superseded one is left to its holder."""
+    for name in ("r1", "r2", "done", "moved"):
+        make_run(store, name)
+    ok = store.acquire_lease("r1", "a", TTL, T0)
+    lost = store.acquire_lease("r2", "a", TTL, T0)
+    done = store.acquire_lease("done", "a", TTL, T0)
+    moved = store.acquire_lease("moved", "a", TTL, T0)
+    store.acquire_lease("r2", "b", TTL, T0 + TTL, take_over_from="a")
+    store.acquire_lease("moved", "b", TTL, T0 + TTL, take_over_from="a")
+    command = store.post_command("r2", "approve", "", "ann", T0)
+    refused = AppendBatch(
+        lease=lost,
+        events=notes("never"),
+        summary=RunSummary(status="running", phase=None),
+        consumed=(command,),
+        artifacts=[("f" * 64, b"never stored")],
+    )
+    kept = AppendBatch(
+        lease=ok,
+        events=notes("kept"),
+        summary=RunSummary(status="running", phase=None),
+        artifacts=[("e" * 64, b"stored")],
+    )
+    results = store.append_many([refused, kept], T0 + 1, releases=[done, moved])
+    assert isinstance(results[0], LeaseLost) and results[1] == 1
+    assert [c.id for c in store.pending_commands("r2")] == [command]
+    assert store.artifact("f" * 64) is None and store.artifact("e" * 64) == b"stored"
+    assert store.get_run("done").lease_owner is None
+    assert store.get_run("moved").lease_owner == "b"
+
+
 # -- commands ----------------------------------------------------------------------------------
 
 

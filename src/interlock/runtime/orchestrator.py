@@ -118,6 +118,7 @@ class Orchestrator:
         self._next_housekeeping = 0.0  # commands and leases are looked at every heartbeat
         self._warnings: dict[str, list[str]] = {}
         self._releases: list[Lease] = []  # ended runs' leases, released in batches
+        self._releases_since = 0.0  # when the oldest of them was set aside
 
     # -- taking runs ----------------------------------------------------------------------
 
@@ -303,7 +304,8 @@ class Orchestrator:
             self._next_housekeeping = now + self.settings.heartbeat
             self._dirty |= self._lazy
             self._lazy.clear()
-            self.flush_releases()
+            if self._releases and now - self._releases_since >= self.settings.heartbeat:
+                self.flush_releases()  # no commit came along to carry them
             self._poll_commands()
             self._renew_leases(now)
         while self._timers and self._timers[0][0] <= now:
@@ -462,6 +464,8 @@ class Orchestrator:
             handle.cancel()
         self.drivers.pop(driver.run_id, None)
         if driver.state.status.ended:
+            if not self._releases:
+                self._releases_since = self.clock()
             self._releases.append(driver.lease)
             if len(self._releases) >= 256:
                 self.flush_releases()

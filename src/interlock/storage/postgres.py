@@ -38,6 +38,7 @@ from interlock.storage.rows import event_from_row, outbox_from_row, run_from_row
 log = logging.getLogger("interlock.storage")
 Q = queries("postgres")
 MIGRATION_LOCK = 4849675  # advisory lock key held while the schema is brought up to date
+CHECK_AFTER_IDLE = 1.0  # seconds a pooled connection may rest before it is pinged again
 NEVER = 1e300  # `next_at` of a notification given up on: never due again
 T = TypeVar("T")
 
@@ -50,6 +51,7 @@ class PostgresStore:
     ) -> None:
         self.url = url
         self._retries = retries
+        self._used = {}
         self._where = _redact(url)
         self.pool: ConnectionPool[Any] = ConnectionPool(
             url,
@@ -58,7 +60,8 @@ class PostgresStore:
             timeout=connect_timeout,
             # A connection killed by the server (restart, pg_terminate_backend) is found
             # and replaced before it is handed out, not in the middle of a transaction.
-            check=ConnectionPool.check_connection,
+            check=self._check,
+            reset=self._returned,
             kwargs={"autocommit": False, "connect_timeout": int(connect_timeout)},
             name="interlock-ledger",
             open=True,
@@ -75,6 +78,20 @@ class PostgresStore:
             raise StorageError(f"{self._where}: cannot open the ledger: {exc}") from None
 
     # -- plumbing ---------------------------------------------------------------------------
+
+    _used: dict[int, float]  # id of a pooled connection -> when it was last handed back
+
+    def _returned(self, db: psycopg.Connection[Any]) -> None:
+        self._used[id(db)] = time.monotonic()
+
+    def _check(self, db: psycopg.Connection[Any]) -> None:
+        """Ping a connection before handing it out, unless it was in use a moment ago: a
+        busy orchestrator then pays no extra round trip per transaction, and one that was
+        idle (when a server restart is likeliest to have gone unnoticed) still checks."""
+        if db.broken or db.closed:
+            raise psycopg.OperationalError("the connection is closed")
+        if time.monotonic() - self._used.get(id(db), 0.0) > CHECK_AFTER_IDLE:
+            ConnectionPool.check_connection(db)
 
     def _migrate(self) -> None:
         with self.pool.connection() as db, db.transaction():
@@ -234,60 +251,23 @@ class PostgresStore:
         cannot know whether it landed, and re-reads the history instead."""
         results: list[int | Exception] = []
         with self.transaction() as db:
-            db.execute(Q["commit_order"])
-            for batch in batches:
-                results.append(self._append_one(db, batch, now))
-            for lease in releases:
-                db.execute(Q["release_lease"], (lease.run_id, lease.owner, lease.token))
+            cursors = []
+            with db.pipeline():  # every statement is sent at once; one wait for all
+                db.execute(Q["commit_order"])
+                for batch in batches:
+                    if batch.register is not None:
+                        _register(db, batch, now)
+                    cursors.append(db.execute(Q["append_run"], _append_args(batch, now)))
+                for lease in releases:
+                    db.execute(Q["release_lease"], (lease.run_id, lease.owner, lease.token))
+            for batch, cursor in zip(batches, cursors, strict=True):
+                row = cursor.fetchone()
+                if row is None:
+                    run_id = batch.lease.run_id
+                    results.append(LeaseLost(f"run {run_id}: the lease expired or was taken over"))
+                else:
+                    results.append(int(row[0]))
         return results
-
-    def _append_one(
-        self, db: psycopg.Connection[Any], batch: AppendBatch, now: float
-    ) -> int | Exception:
-        lease = batch.lease
-        if batch.register is not None:
-            reg = batch.register
-            db.execute(Q["insert_definition"], (reg.definition_hash, reg.definition))
-            db.execute(
-                Q["insert_run_leased"],
-                (
-                    reg.run_id,
-                    reg.pipeline,
-                    reg.topic,
-                    reg.definition_hash,
-                    reg.source,
-                    reg.created_at,
-                    reg.created_at,
-                    lease.owner,
-                    lease.token,
-                    lease.expires_at,
-                    now,
-                    now,
-                ),
-            )
-        row = db.execute(Q["fence"], (lease.run_id, lease.owner, lease.token, now)).fetchone()
-        if row is None:
-            return LeaseLost(f"run {lease.run_id}: the lease expired or was taken over")
-        seq = int(row[0])
-        rows = []
-        for new in batch.events:
-            seq += 1
-            kind, data = new.record()
-            rows.append((lease.run_id, seq, new.event.at, kind, data, new.rule, new.why))
-        with db.cursor() as cursor:
-            cursor.executemany(Q["insert_event"], rows)
-        s = batch.summary
-        db.execute(
-            Q["update_summary"],
-            (seq, s.status, s.phase, s.cost_usd, s.tokens, s.warnings, s.updated_at, lease.run_id),
-        )
-        for command_id in batch.consumed:
-            db.execute(Q["consume_command"], (now, command_id, lease.run_id))
-        for sha, body in batch.artifacts:
-            db.execute(Q["put_artifact"], (sha, len(body), body, now))
-        if rows:
-            db.execute(Q["notify_append"], (lease.run_id,))
-        return seq
 
     def events(self, run_id: str, since: int = 0, limit: int | None = None) -> list[StoredEvent]:
         """See `Store.events`."""
@@ -418,3 +398,54 @@ def _event(row: Any) -> StoredEvent:
 
 def _outbox(row: Any, **extra: Any) -> OutboxItem:
     return outbox_from_row(row, row[3], **extra)
+
+
+def _register(db: psycopg.Connection[Any], batch: AppendBatch, now: float) -> None:
+    """Record a new run (and its definition) holding the batch's lease."""
+    reg, lease = batch.register, batch.lease
+    assert reg is not None
+    db.execute(Q["insert_definition"], (reg.definition_hash, reg.definition))
+    db.execute(
+        Q["insert_run_leased"],
+        (
+            reg.run_id,
+            reg.pipeline,
+            reg.topic,
+            reg.definition_hash,
+            reg.source,
+            reg.created_at,
+            reg.created_at,
+            lease.owner,
+            lease.token,
+            lease.expires_at,
+            now,
+            now,
+        ),
+    )
+
+
+def _append_args(batch: AppendBatch, now: float) -> dict[str, Any]:
+    """The parameters of `append_run` for one run's batch."""
+    lease, summary = batch.lease, batch.summary
+    records = [new.record() for new in batch.events]
+    return {
+        "run": lease.run_id,
+        "owner": lease.owner,
+        "token": lease.token,
+        "now": now,
+        "n": len(batch.events),
+        "status": summary.status,
+        "phase": summary.phase,
+        "cost": summary.cost_usd,
+        "tokens": summary.tokens,
+        "warnings": summary.warnings,
+        "updated": summary.updated_at,
+        "at": [new.event.at for new in batch.events],
+        "kind": [kind for kind, _ in records],
+        "data": [data for _, data in records],
+        "rule": [new.rule for new in batch.events],
+        "why": [new.why for new in batch.events],
+        "consumed": list(batch.consumed),
+        "shas": [sha for sha, _ in batch.artifacts],
+        "bodies": [bytes(body) for _, body in batch.artifacts],
+    }

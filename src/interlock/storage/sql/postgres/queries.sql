@@ -30,27 +30,8 @@ WHERE run_id = %s AND lease_owner = %s AND lease_token = %s AND lease_expires > 
 UPDATE runs SET lease_owner = NULL, lease_expires = NULL
 WHERE run_id = %s AND lease_owner = %s AND lease_token = %s;
 
--- name: fence
-SELECT last_seq FROM runs
-WHERE run_id = %s AND lease_owner = %s AND lease_token = %s AND lease_expires > %s
-FOR UPDATE;
-
 -- name: commit_order
 SELECT pg_advisory_xact_lock(4849676);
-
--- name: insert_event
-INSERT INTO events (run_id, seq, at, kind, data, rule, why) VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s);
-
--- name: update_summary
-UPDATE runs SET last_seq = %s, status = %s, phase = %s, cost_usd = %s, tokens = %s,
-       warnings = %s, updated_at = %s
-WHERE run_id = %s;
-
--- name: consume_command
-UPDATE commands SET consumed_at = %s WHERE id = %s AND run_id = %s AND consumed_at IS NULL;
-
--- name: notify_append
-SELECT pg_notify('interlock_events', %s);
 
 -- name: events_since
 SELECT id, run_id, seq, at, kind, data, rule, why FROM events
@@ -118,9 +99,37 @@ INSERT INTO runs (run_id, pipeline, topic, definition_hash, source, created_at, 
                   lease_owner, lease_token, lease_expires, lease_acquired_at, lease_renewed_at)
 VALUES (%s, %s, %s, %s, %s, %s, 'running', %s, %s, %s, %s, %s, %s);
 
--- name: put_artifact
-INSERT INTO artifacts (sha256, size, body, created_at) VALUES (%s, %s, %s, %s)
-ON CONFLICT (sha256) DO NOTHING;
-
 -- name: get_artifact
 SELECT body FROM artifacts WHERE sha256 = %s;
+
+-- name: append_run
+-- One round trip per run of a group commit: the lease fence, the summary, the events (numbered
+-- after the run's last seq), consumed commands, stored outputs and the notification, each
+-- applied only when the fence holds. Returns the run's new last seq, or no row (lease lost).
+WITH fenced AS (
+    UPDATE runs SET last_seq = last_seq + %(n)s, status = %(status)s, phase = %(phase)s,
+           cost_usd = %(cost)s, tokens = %(tokens)s, warnings = %(warnings)s,
+           updated_at = %(updated)s
+    WHERE run_id = %(run)s AND lease_owner = %(owner)s AND lease_token = %(token)s
+      AND lease_expires > %(now)s
+    RETURNING last_seq
+), inserted AS (
+    INSERT INTO events (run_id, seq, at, kind, data, rule, why)
+    SELECT %(run)s, fenced.last_seq - %(n)s + e.ord, e.at, e.kind, e.data::jsonb, e.rule, e.why
+    FROM fenced,
+         unnest(%(at)s::float8[], %(kind)s::text[], %(data)s::text[], %(rule)s::text[],
+                %(why)s::text[]) WITH ORDINALITY AS e (at, kind, data, rule, why, ord)
+    ORDER BY e.ord
+), consumed AS (
+    UPDATE commands SET consumed_at = %(now)s
+    WHERE id = ANY(%(consumed)s::bigint[]) AND run_id = %(run)s AND consumed_at IS NULL
+      AND EXISTS (SELECT 1 FROM fenced)
+), stored AS (
+    INSERT INTO artifacts (sha256, size, body, created_at)
+    SELECT a.sha256, length(a.body), a.body, %(now)s
+    FROM unnest(%(shas)s::text[], %(bodies)s::bytea[]) AS a (sha256, body)
+    WHERE EXISTS (SELECT 1 FROM fenced)
+    ON CONFLICT (sha256) DO NOTHING
+)
+SELECT fenced.last_seq FROM fenced
+LEFT JOIN LATERAL (SELECT pg_notify('interlock_events', %(run)s) WHERE %(n)s > 0) note ON true;
