@@ -42,12 +42,12 @@ class PostgresArtifacts:
     def put(self, data: bytes) -> str:
         """See `ArtifactStore.put`."""
         sha = hashlib.sha256(data).hexdigest()
-        self.store.retrying(lambda db: db.execute(Q["put_artifact"], (sha, len(data), data)))
+        self.store.single(lambda db: db.execute(Q["put_artifact"], (sha, len(data), data)))
         return sha
 
     def get(self, sha256: str) -> bytes:
         """See `ArtifactStore.get`."""
-        rows = self.store.retrying(lambda db: db.execute(Q["get_artifact"], (sha256,)).fetchall())
+        rows = self.store.single(lambda db: db.execute(Q["get_artifact"], (sha256,)).fetchall())
         if not rows:
             raise KeyError(f"artifact {sha256[:12]} is not stored")
         return bytes(rows[0][0])
@@ -58,5 +58,5 @@ class PostgresArtifacts:
         if not wanted:
             return set()
         query = Q["has_artifacts"]
-        rows = self.store.retrying(lambda db: db.execute(query, (sorted(wanted),)).fetchall())
+        rows = self.store.single(lambda db: db.execute(query, (sorted(wanted),)).fetchall())
         return wanted - {r[0] for r in rows}

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -62,6 +63,9 @@ class QueueDispatcher:
         self.priorities = priorities or {}
         self.transport = transport
         self.watcher = Watcher(queue, poll=poll)
+        self._materialised: weakref.WeakValueDictionary[str, RunDriver] = (
+            weakref.WeakValueDictionary()
+        )
 
     def start(
         self, orchestrator: Orchestrator, driver: RunDriver, task: TaskState
@@ -83,7 +87,10 @@ class QueueDispatcher:
         try:
             task = driver.state.tasks[task_id]
             prepare_output(tmp)
-            await asyncio.to_thread(self._materialise, driver)
+            if self._materialised.get(driver.run_id) is not driver:
+                # Once per taken run: what it commits from then on is written here.
+                await asyncio.to_thread(self._materialise, driver)
+                self._materialised[driver.run_id] = driver
             spec = driver.task_spec(task, tmp)
             if isinstance(spec, Outcome):  # it cannot run anywhere: report it here
                 orchestrator.report(

@@ -30,11 +30,17 @@ def scopes(pipeline: str, worker: Worker, model: str | None) -> list[str]:
 
 
 def to_payload(spec: TaskSpec, pipeline: str, artifacts: ArtifactStore) -> dict[str, Any]:
-    """The queue payload of `spec`; its inputs are uploaded (once each) on the way."""
+    """The queue payload of `spec`; its inputs are uploaded on the way, those not stored yet
+    (one query asks which; outputs recorded with their completions usually are)."""
+    bodies = [(name, path.name, path.read_bytes()) for name, path in spec.reads]
+    digests = [hashlib.sha256(data).hexdigest() for _, _, data in bodies]
+    missing = artifacts.missing(digests) if digests else set()
     reads = []
-    for name, path in spec.reads:
-        data = path.read_bytes()
-        reads.append([name, path.name, artifacts.put(data)])
+    for (name, file_name, data), sha in zip(bodies, digests, strict=True):
+        if sha in missing:
+            artifacts.put(data)
+            missing.discard(sha)
+        reads.append([name, file_name, sha])
     return {
         "run_id": spec.run_id,
         "task_id": spec.task_id,

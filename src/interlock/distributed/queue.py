@@ -89,18 +89,15 @@ class TaskQueue:
         }
 
         def enqueue(db: psycopg.Connection[Any]) -> int:
-            db.execute(Q["enqueue"], args)
-            row = db.execute(Q["entry_by_attempt"], (run_id, task_id, attempt)).fetchone()
+            row = db.execute(Q["enqueue"], args).fetchone()
             assert row is not None
-            if row[1] == "queued":
-                db.execute(Q["notify"], (f"{row[0]}:queued",))
             return int(row[0])
 
-        return self.store.retrying(enqueue)
+        return self.store.single(enqueue)
 
     def get(self, entry_id: int) -> Entry:
         """One entry as it stands."""
-        rows = self.store.retrying(lambda db: db.execute(Q["get"], (entry_id,)).fetchall())
+        rows = self.store.single(lambda db: db.execute(Q["get"], (entry_id,)).fetchall())
         i, state, worker, delivery, result, sha = rows[0]
         return Entry(
             id=i, state=state, worker=worker, delivery=delivery, result=result, output_sha=sha
@@ -108,7 +105,7 @@ class TaskQueue:
 
     def states(self, ids: Sequence[int]) -> dict[int, tuple[str, int]]:
         """(state, delivery) of many entries in one query (the safety-net poll)."""
-        rows = self.store.retrying(lambda db: db.execute(Q["states"], (list(ids),)).fetchall())
+        rows = self.store.single(lambda db: db.execute(Q["states"], (list(ids),)).fetchall())
         return {int(r[0]): (str(r[1]), int(r[2])) for r in rows}
 
     def cancel(self, run_id: str, task_id: str, attempt: int) -> bool:
@@ -172,19 +169,16 @@ class TaskQueue:
     def heartbeat(self, claim: Claim, ttl: float) -> bool:
         """Extend the hand-out; False when it was lost (expired and handed on, or cancelled)."""
         args = (ttl, claim.id, claim.delivery)
-        return bool(self.store.retrying(lambda db: db.execute(Q["heartbeat"], args).rowcount))
+        return bool(self.store.single(lambda db: db.execute(Q["heartbeat"], args).rowcount))
 
     def finish(self, claim: Claim, result: dict[str, Any], output_sha: str | None) -> bool:
         """Record the result; False (nothing written) if this hand-out is no longer current."""
 
         def finish(db: psycopg.Connection[Any]) -> bool:
             args = (Jsonb(result), output_sha, claim.id, claim.delivery)
-            if db.execute(Q["finish"], args).rowcount != 1:
-                return False
-            db.execute(Q["notify"], (f"{claim.id}:done",))
-            return True
+            return db.execute(Q["finish"], args).fetchone() is not None
 
-        return self.store.retrying(finish)
+        return self.store.single(finish)
 
     def hand_back(self, claim: Claim) -> None:
         """Return an entry unfinished (a worker shutting down), for another worker to take."""

@@ -17,11 +17,12 @@ import contextlib
 import logging
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from interlock.core.state import fold
+from interlock.core.state import RunState, apply, fold
 from interlock.distributed.artifacts import PostgresArtifacts
 from interlock.distributed.listen import Listener
 from interlock.distributed.payload import to_spec
@@ -34,6 +35,7 @@ from interlock.storage.postgres import PostgresStore
 
 log = logging.getLogger("interlock.distributed")
 KINDS = ("command", "model", "call")
+STATE_CACHE = 256  # runs whose folded state a worker keeps
 
 
 class RemoteWorker:
@@ -66,6 +68,9 @@ class RemoteWorker:
         self.source = source or QueueSource(self.queue)
         self.running: dict[int, asyncio.Task[None]] = {}
         self.finished = 0
+        # Folded runs (last seq read, state), least recently used first.
+        self._states: dict[str, tuple[int, RunState]] = {}
+        self._states_lock = threading.Lock()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Claim and run until `stop` is set, then shut down gracefully."""
@@ -118,10 +123,29 @@ class RemoteWorker:
         await asyncio.gather(*pending, return_exceptions=True)
 
     def _current(self, claim: Claim) -> bool:
-        """Whether the ledger still wants this attempt of the task."""
-        state = fold([s.event for s in self.store.events(claim.run_id)])
+        """Whether the ledger still wants this attempt of the task.
+
+        The worker keeps the folded state of the runs it recently served and reads only the
+        events appended since, so asking costs the news, not the whole history.
+        """
+        with self._states_lock:
+            seq, state = self._states.pop(claim.run_id, (0, None))
+            stored = self.store.events(claim.run_id, since=seq)
+            if state is None:
+                state = fold([s.event for s in stored])
+            else:
+                for item in stored:
+                    apply(state, item.event)
+            self._states[claim.run_id] = (stored[-1].seq if stored else seq, state)
+            while len(self._states) > STATE_CACHE:  # the least recently used goes
+                del self._states[next(iter(self._states))]
         task = state.tasks.get(claim.task_id)
-        return task is not None and task.attempt == claim.attempt and task.status.in_flight
+        return (
+            not state.status.ended
+            and task is not None
+            and task.attempt == claim.attempt
+            and task.status.in_flight
+        )
 
     async def _handle(self, claim: Claim, wake: asyncio.Event) -> None:
         work = self.workdir / f"{claim.id}.{claim.delivery}"

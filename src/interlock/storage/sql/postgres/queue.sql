@@ -2,16 +2,28 @@
 -- workers on machines with skewed clocks agree on when a hand-out expires.
 
 -- name: enqueue
-INSERT INTO task_queue (run_id, task_id, attempt, kind, tags, scopes, priority, payload,
-                        created_at)
-VALUES (%(run_id)s, %(task_id)s, %(attempt)s, %(kind)s, %(tags)s, %(scopes)s, %(priority)s,
-        %(payload)s, extract(epoch FROM clock_timestamp()))
-ON CONFLICT (run_id, task_id, attempt) DO UPDATE
-    SET state = 'queued', worker = NULL, lease_expires = NULL, finished_at = NULL
-    WHERE task_queue.state = 'cancelled';
-
--- name: entry_by_attempt
-SELECT id, state FROM task_queue WHERE run_id = %s AND task_id = %s AND attempt = %s;
+-- Add an attempt once (a cancelled entry is queued again) and announce it when queued; one
+-- statement, so it is atomic on its own. Returns the entry's id and state.
+WITH added AS (
+    INSERT INTO task_queue (run_id, task_id, attempt, kind, tags, scopes, priority, payload,
+                            created_at)
+    VALUES (%(run_id)s, %(task_id)s, %(attempt)s, %(kind)s, %(tags)s, %(scopes)s, %(priority)s,
+            %(payload)s, extract(epoch FROM clock_timestamp()))
+    ON CONFLICT (run_id, task_id, attempt) DO UPDATE
+        SET state = 'queued', worker = NULL, lease_expires = NULL, finished_at = NULL
+        WHERE task_queue.state = 'cancelled'
+    RETURNING id, state
+), entry AS (
+    SELECT id, state FROM added
+    UNION ALL
+    SELECT id, state FROM task_queue
+    WHERE run_id = %(run_id)s AND task_id = %(task_id)s AND attempt = %(attempt)s
+      AND NOT EXISTS (SELECT 1 FROM added)
+)
+SELECT entry.id, entry.state FROM entry
+LEFT JOIN LATERAL (
+    SELECT pg_notify('interlock_tasks', entry.id || ':queued') WHERE entry.state = 'queued'
+) note ON true;
 
 -- name: notify
 SELECT pg_notify('interlock_tasks', %s);
@@ -60,9 +72,14 @@ UPDATE task_queue SET lease_expires = extract(epoch FROM clock_timestamp()) + %s
 WHERE id = %s AND delivery = %s AND state = 'claimed';
 
 -- name: finish
-UPDATE task_queue SET state = 'done', result = %s, output_sha = %s, lease_expires = NULL,
-       finished_at = extract(epoch FROM clock_timestamp())
-WHERE id = %s AND delivery = %s AND state = 'claimed';
+-- Record the result of a current hand-out and announce it; no row when it was not current.
+WITH done AS (
+    UPDATE task_queue SET state = 'done', result = %s, output_sha = %s, lease_expires = NULL,
+           finished_at = extract(epoch FROM clock_timestamp())
+    WHERE id = %s AND delivery = %s AND state = 'claimed'
+    RETURNING id
+)
+SELECT done.id FROM done, LATERAL (SELECT pg_notify('interlock_tasks', done.id || ':done')) note;
 
 -- name: cancel
 UPDATE task_queue SET state = 'cancelled', lease_expires = NULL,
