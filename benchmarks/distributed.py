@@ -5,7 +5,12 @@ Each round uses a fresh PostgreSQL database, one `interlock orchestrate` process
 a merge: ITEMS + 2 tasks each, trivial `call:` workers so the figure measures the machinery),
 and times from the first submission until every run is delivered.
 
-    python benchmarks/distributed.py [--runs 40] [--items 8] [--workers 1,2,4]
+    python benchmarks/distributed.py [--runs 60] [--items 8] [--workers 1,2,4] [--latency 0.05]
+
+Two series: no-op tasks (the machinery alone: on a small machine the CPU it shares with
+PostgreSQL and the orchestrator is the limit) and tasks that wait `--latency` seconds in
+their worker, as a model call does (then the workers' slots are the limit, and adding
+workers adds throughput). Each line also gives how busy the machine's CPUs were.
 """
 
 from __future__ import annotations
@@ -50,13 +55,17 @@ bench:
 """
 
 TASKS = """
-import json, os
+import json, os, time
+
+LATENCY = float(os.environ.get("BENCH_LATENCY", "0"))
 
 def plan(context):
     count = int(os.environ["BENCH_ITEMS"])
     return json.dumps({"items": [f"{context.topic}-{i}" for i in range(count)]})
 
 def write(context):
+    if LATENCY:
+        time.sleep(LATENCY)  # a stand-in for a model call's wait
     return f"About {context.item}.\\n"
 
 def merge(context):
@@ -75,8 +84,17 @@ def delivered(url: str) -> int:
     return int(row[0]) if row else 0
 
 
-def measure(workers: int, runs: int, items: int, root: Path) -> float:
-    """Tasks per second with `workers` worker processes."""
+def cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine so far."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def measure(
+    workers: int, runs: int, items: int, root: Path, latency: float = 0.0
+) -> tuple[float, float]:
+    """(tasks per second, share of the machine's CPU busy) with `workers` worker processes."""
     name = f"il_bench_{uuid.uuid4().hex[:8]}"
     admin(f"CREATE DATABASE {name}")
     url = ADMIN.rsplit("/", 1)[0] + "/" + name
@@ -90,6 +108,7 @@ def measure(workers: int, runs: int, items: int, root: Path) -> float:
         "INTERLOCK_STORE": url,
         "INTERLOCK_HOME": str(work / "home"),
         "BENCH_ITEMS": str(items),
+        "BENCH_LATENCY": str(latency),
     }
     app = Interlock(work / "submit", store=url)  # migrates before the processes start
     command = [sys.executable, "-m", "interlock"]
@@ -101,13 +120,14 @@ def measure(workers: int, runs: int, items: int, root: Path) -> float:
     try:
         time.sleep(2.0)  # let every process connect before the clock starts
         os.environ["BENCH_ITEMS"] = str(items)
-        started = time.perf_counter()
+        started, cpu_before = time.perf_counter(), cpu_times()
         for i in range(runs):
             run_id = app.start(work / "bench.yaml", topic=f"t{i}")
             app.orchestrator.release(app.orchestrator.drivers[run_id])
         while delivered(url) < runs:
             time.sleep(0.05)
         elapsed = time.perf_counter() - started
+        busy, total = (now - then for now, then in zip(cpu_times(), cpu_before, strict=True))
     finally:
         app.close()
         for process in processes:
@@ -115,25 +135,40 @@ def measure(workers: int, runs: int, items: int, root: Path) -> float:
         for process in processes:
             process.wait(timeout=30)
         admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-    return runs * (items + 2) / elapsed
+    return runs * (items + 2) / elapsed, busy / max(total, 1)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=40)
+    parser.add_argument("--runs", type=int, default=60)
     parser.add_argument("--items", type=int, default=8)
     parser.add_argument("--workers", default="1,2,4")
+    parser.add_argument(
+        "--latency",
+        type=float,
+        default=0.05,
+        help="seconds each writer task waits, as a model call would (second series)",
+    )
     parser.add_argument("--json", action="store_true", help="End with one line of JSON.")
     args = parser.parse_args()
     print(f"{args.runs} runs x {args.items + 2} tasks, {os.cpu_count()} CPUs")
-    rates: dict[str, float] = {}
+    figures: dict[str, float] = {}
+    series = [("noop", 0.0)] + ([("wait", args.latency)] if args.latency else [])
     with tempfile.TemporaryDirectory() as root:
-        for count in (int(n) for n in args.workers.split(",")):
-            rate = measure(count, args.runs, args.items, Path(root))
-            rates[f"tasks_per_s_{count}_workers"] = round(rate, 1)
-            print(f"{count} worker process(es): {rate:7.1f} tasks/s", flush=True)
+        for label, latency in series:
+            for count in (int(n) for n in args.workers.split(",")):
+                rate, busy = measure(count, args.runs, args.items, Path(root), latency)
+                figures[f"{label}_tasks_per_s_{count}_workers"] = round(rate, 1)
+                figures[f"{label}_cpu_busy_{count}_workers"] = round(busy, 2)
+                what = "no-op tasks" if not latency else f"tasks waiting {latency * 1000:g} ms"
+                print(
+                    f"{what}, {count} worker process(es): {rate:7.1f} tasks/s "
+                    f"(CPU {busy:.0%} busy)",
+                    flush=True,
+                )
     if args.json:
-        print(json.dumps({"runs": args.runs, "tasks_per_run": args.items + 2, **rates}))
+        summary = {"runs": args.runs, "tasks_per_run": args.items + 2, "latency_s": args.latency}
+        print(json.dumps({**summary, **figures}))
 
 
 if __name__ == "__main__":
