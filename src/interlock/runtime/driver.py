@@ -278,10 +278,11 @@ class RunDriver:
                 crash_point("after_deliver")
         if orchestrator.settings.write_status and self.run_dir.is_dir():
             # A projection for people: current at every pause and end, otherwise refreshed at
-            # most every `status_interval` so it never dominates a busy orchestrator.
+            # most every `status_interval`, and less often when many runs are held, so that
+            # refreshes never dominate a busy orchestrator.
             now = orchestrator.clock()
             settled = state.status is not RunStatus.RUNNING
-            if settled or now - self.status_written >= orchestrator.settings.status_interval:
+            if settled or now - self.status_written >= orchestrator.status_interval():
                 self.write_status()
                 self.status_written = now
         if state.archived:

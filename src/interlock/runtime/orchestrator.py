@@ -57,6 +57,9 @@ class Settings:
     status_interval: float = 1.0  # seconds between status.json refreshes of a running run
 
 
+STATUS_REFRESHES = 100  # status.json refreshes per second across all running runs, at most
+
+
 def new_owner() -> str:
     """This process's identity in leases: host, pid and a nonce."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -315,6 +318,12 @@ class Orchestrator:
                 self._mark(driver)
         ticked = self._tick(now)
         self._retire(ticked, stop_when_paused)
+
+    def status_interval(self) -> float:
+        """Seconds between `status.json` refreshes of a running run: `status_interval`, or
+        longer when many runs are held, so that all refreshes together stay near
+        `STATUS_REFRESHES` per second."""
+        return self.settings.status_interval * max(1.0, len(self.drivers) / STATUS_REFRESHES)
 
     def wake(self) -> None:
         """Ask the loop to look again now (a report or a command arrived)."""
