@@ -8,6 +8,7 @@ A workflow file maps pipeline names to pipelines. These models check the shape o
 from __future__ import annotations
 
 import re
+from functools import cached_property
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, field_validator, model_validator
@@ -234,31 +235,41 @@ class Pipeline(_Model):
             return {k: v if isinstance(v, dict) else {"default": v} for k, v in value.items()}
         return value
 
+    # Lookups by name, built once per (frozen) pipeline: the engine asks them on every step.
+
+    @cached_property
+    def _phase_positions(self) -> dict[str, int]:
+        positions: dict[str, int] = {}
+        for index, phase in enumerate(self.phases):
+            positions.setdefault(phase.id, index)
+        return positions
+
+    @cached_property
+    def _roles(self) -> dict[str, tuple[Worker, Phase]]:
+        roles: dict[str, tuple[Worker, Phase]] = {}
+        for phase in self.phases:
+            for worker in phase.workers:
+                roles.setdefault(worker.role, (worker, phase))
+        return roles
+
     def phase(self, phase_id: str) -> Phase:
         """The phase named `phase_id` (KeyError if none)."""
-        for phase in self.phases:
-            if phase.id == phase_id:
-                return phase
-        raise KeyError(phase_id)
+        return self.phases[self._phase_positions[phase_id]]
 
     def phase_index(self, phase_id: str) -> int:
-        """Position of the phase in file order."""
-        return [p.id for p in self.phases].index(phase_id)
+        """Position of the phase in file order (ValueError if none)."""
+        try:
+            return self._phase_positions[phase_id]
+        except KeyError:
+            raise ValueError(f"{phase_id!r} is not a phase") from None
 
     def worker(self, role: str) -> Worker:
         """The worker whose role is `role` (KeyError if none)."""
-        for phase in self.phases:
-            for worker in phase.workers:
-                if worker.role == role:
-                    return worker
-        raise KeyError(role)
+        return self._roles[role][0]
 
     def phase_of(self, role: str) -> Phase:
         """The phase that holds the worker `role`."""
-        for phase in self.phases:
-            if any(w.role == role for w in phase.workers):
-                return phase
-        raise KeyError(role)
+        return self._roles[role][1]
 
     @property
     def final_worker(self) -> Worker:

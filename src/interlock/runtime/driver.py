@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 import os
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from interlock.runtime import artifacts
 from interlock.runtime.executors import Outcome, TaskSpec, escape_braces
 from interlock.runtime.faults import crash_point
 from interlock.runtime.projection import status_view
-from interlock.storage.base import CommandRecord, Lease, NewEvent, RunSummary, Store
+from interlock.storage.base import COMPACT, CommandRecord, Lease, NewEvent, RunSummary, Store
 
 if TYPE_CHECKING:
     from interlock.runtime.orchestrator import Orchestrator
@@ -295,7 +294,7 @@ class RunDriver:
         indented one; `interlock status RUN --json` shows it indented.
         """
         view = status_view(self.definition.pipeline, self.state, self.run_dir.name)
-        data = json.dumps(view, separators=(",", ":"), default=str).encode()
+        data = COMPACT.encode(view).encode()
         artifacts.write_atomic(self.run_dir / "status.json", data, durable=False)
 
     def _archive(self, orchestrator: Orchestrator) -> None:

@@ -22,6 +22,9 @@ from typing import Any, Protocol
 from interlock.core.events import Event, from_record, to_record
 from interlock.errors import LeaseLost
 
+COMPACT = json.JSONEncoder(separators=(",", ":"), default=str)
+"""One shared encoder for stored JSON (`json.dumps` with options builds one per call)."""
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class NewEvent:
@@ -34,7 +37,7 @@ class NewEvent:
     def record(self) -> tuple[str, str]:
         """(kind, JSON data) as stored."""
         kind, data = to_record(self.event)
-        return kind, json.dumps(data, separators=(",", ":"), default=str)
+        return kind, COMPACT.encode(data)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
