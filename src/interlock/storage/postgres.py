@@ -25,6 +25,7 @@ from psycopg_pool import ConnectionPool
 
 from interlock.errors import LeaseHeld, LeaseLost, RunNotFound, StorageError
 from interlock.storage.base import (
+    COMPACT,
     AppendBatch,
     CommandRecord,
     Lease,
@@ -270,9 +271,10 @@ class PostgresStore:
         """See `Store.append_many`. Never retried here: after a broken commit the caller
         cannot know whether it landed, and re-reads the history instead."""
         results: list[int | Exception] = []
-        with self.transaction() as db:
-            cursors = []
-            with db.pipeline():  # every statement is sent at once; one wait for all
+        cursors = []
+        try:
+            # BEGIN, every statement and COMMIT are sent at once: one wait for the lot.
+            with self.pool.connection() as db, db.pipeline(), db.transaction():
                 db.execute(Q["commit_order"])
                 for batch in batches:
                     if batch.register is not None:
@@ -280,13 +282,15 @@ class PostgresStore:
                     cursors.append(db.execute(Q["append_run"], _append_args(batch, now)))
                 for lease in releases:
                     db.execute(Q["release_lease"], (lease.run_id, lease.owner, lease.token))
-            for batch, cursor in zip(batches, cursors, strict=True):
-                row = cursor.fetchone()
-                if row is None:
-                    run_id = batch.lease.run_id
-                    results.append(LeaseLost(f"run {run_id}: the lease expired or was taken over"))
-                else:
-                    results.append(int(row[0]))
+        except psycopg.Error as exc:
+            raise StorageError(f"{self._where}: ledger error: {exc}") from None
+        for batch, cursor in zip(batches, cursors, strict=True):
+            row = cursor.fetchone()
+            if row is None:
+                run_id = batch.lease.run_id
+                results.append(LeaseLost(f"run {run_id}: the lease expired or was taken over"))
+            else:
+                results.append(int(row[0]))
         return results
 
     def events(self, run_id: str, since: int = 0, limit: int | None = None) -> list[StoredEvent]:
@@ -447,7 +451,11 @@ def _register(db: psycopg.Connection[Any], batch: AppendBatch, now: float) -> No
 def _append_args(batch: AppendBatch, now: float) -> dict[str, Any]:
     """The parameters of `append_run` for one run's batch."""
     lease, summary = batch.lease, batch.summary
-    records = [new.record() for new in batch.events]
+    events = [
+        {"at": n.event.at, "kind": kind, "data": data, "rule": n.rule, "why": n.why}
+        for n in batch.events
+        for kind, data in (n.record(),)
+    ]
     return {
         "run": lease.run_id,
         "owner": lease.owner,
@@ -460,11 +468,7 @@ def _append_args(batch: AppendBatch, now: float) -> dict[str, Any]:
         "tokens": summary.tokens,
         "warnings": summary.warnings,
         "updated": summary.updated_at,
-        "at": [new.event.at for new in batch.events],
-        "kind": [kind for kind, _ in records],
-        "data": [data for _, data in records],
-        "rule": [new.rule for new in batch.events],
-        "why": [new.why for new in batch.events],
+        "events": COMPACT.encode(events),
         "consumed": list(batch.consumed),
         "shas": [sha for sha, _ in batch.artifacts],
         "bodies": [bytes(body) for _, body in batch.artifacts],

@@ -117,8 +117,9 @@ WITH fenced AS (
     INSERT INTO events (run_id, seq, at, kind, data, rule, why)
     SELECT %(run)s, fenced.last_seq - %(n)s + e.ord, e.at, e.kind, e.data::jsonb, e.rule, e.why
     FROM fenced,
-         unnest(%(at)s::float8[], %(kind)s::text[], %(data)s::text[], %(rule)s::text[],
-                %(why)s::text[]) WITH ORDINALITY AS e (at, kind, data, rule, why, ord)
+         ROWS FROM (jsonb_to_recordset(%(events)s::jsonb)
+                    AS (at float8, kind text, data text, rule text, why text))
+         WITH ORDINALITY AS e (at, kind, data, rule, why, ord)
     ORDER BY e.ord
 ), consumed AS (
     UPDATE commands SET consumed_at = %(now)s
