@@ -402,3 +402,16 @@ def test_output_damaged_after_its_completion_was_recorded_is_restored(
     assert (archived / "a.md").read_text() == "alpha\n"
     assert (archived / "final.md").read_text() == "ALPHA\n"
     assert kinds(second, run_id).count("task_completed") == 2
+
+
+def test_status_refreshes_slow_down_when_many_runs_are_held(app: Interlock) -> None:
+    """A running run's status.json is refreshed every `status_interval` while few runs are
+    held; with thousands, less often, so that refreshes stay near 100 per second in all."""
+    orchestrator = app.orchestrator
+    base = orchestrator.settings.status_interval
+    assert orchestrator.status_interval() == base
+    orchestrator.drivers.update({f"held-{i}": None for i in range(2000)})  # type: ignore[misc]
+    try:
+        assert orchestrator.status_interval() == base * 20
+    finally:
+        orchestrator.drivers.clear()
