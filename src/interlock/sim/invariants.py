@@ -6,6 +6,7 @@ never record; `end_problems` checks how a run finished.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -145,5 +146,14 @@ def end_problems(state: RunState, pipeline: Pipeline, run_dir: Path | None) -> l
                 problems.append(f"final.md or {state.delivered} missing from {run_dir}")
             elif final.read_bytes() != result.read_bytes():
                 problems.append("final.md differs from the delivered output")
+    if run_dir is not None:  # every recorded output is on disk as recorded
+        for task in state.tasks.values():
+            if task.artifact is None or task.sha256 is None:
+                continue
+            path = run_dir / task.artifact
+            if not path.is_file():
+                problems.append(f"{task.artifact} of {task.task_id} missing from {run_dir}")
+            elif hashlib.sha256(path.read_bytes()).hexdigest() != task.sha256:
+                problems.append(f"{task.artifact} of {task.task_id} is not what was recorded")
     _ = pipeline
     return problems

@@ -11,6 +11,7 @@ import asyncio
 import heapq
 import json
 import random
+import zlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -165,8 +166,15 @@ class SimDispatcher:
             task = driver.state.tasks[task_id]
             worker = driver.definition.pipeline.worker(task.role)
             content = self._output(worker)
-            tmp = self._write_tmp(driver.run_dir, task_id, handle.attempt, content)
-            report = outcome_report(driver, task, handle.attempt, Outcome(ok=True), tmp, now)
+            if zlib.crc32(f"{driver.run_id}/{task_id}".encode()) % 2:
+                # Half the workers hand their output over in memory, as `call:` workers do:
+                # it is recorded with the completion and written into the run afterwards.
+                outcome = Outcome(ok=True, body=content.encode())
+                tmp = driver.run_dir / ".tmp" / "unused"
+            else:
+                outcome = Outcome(ok=True)
+                tmp = self._write_tmp(driver.run_dir, task_id, handle.attempt, content)
+            report = outcome_report(driver, task, handle.attempt, outcome, tmp, now)
             if isinstance(report.event, ev.TaskCompleted):
                 self.sent.append(SentReport(driver.run_id, report.event, content))
         if not isinstance(report.event, ev.TaskCompleted):
