@@ -151,10 +151,9 @@ class RemoteWorker:
         work = self.workdir / f"{claim.id}.{claim.delivery}"
         lost = asyncio.Event()
         try:
-            if not await asyncio.to_thread(self._current, claim):
-                await asyncio.to_thread(self._finish_stale, claim)
+            spec = await asyncio.to_thread(self._begin, claim, work)
+            if spec is None:
                 return
-            spec = await asyncio.to_thread(to_spec, claim.payload, work, self.artifacts)
             execution = asyncio.create_task(self._execute(spec))
             beat = asyncio.create_task(self._heartbeat(claim, execution, lost))
             try:
@@ -166,10 +165,7 @@ class RemoteWorker:
                 return
             finally:
                 beat.cancel()
-            if not await asyncio.to_thread(self._current, claim):
-                await asyncio.to_thread(self._finish_stale, claim)
-                return
-            await asyncio.to_thread(self._finish, claim, spec, outcome)
+            await asyncio.to_thread(self._end, claim, spec, outcome)
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
                 self.queue.hand_back(claim)
@@ -186,8 +182,26 @@ class RemoteWorker:
                 await asyncio.to_thread(self.source.done, claim)
             wake.set()
 
-    async def _execute(self, spec: TaskSpec) -> Outcome:
+    # The ledger checks and queue writes around one attempt, each group in one thread hop.
+
+    def _begin(self, claim: Claim, work: Path) -> TaskSpec | None:
+        """The attempt's spec with its inputs in place, or None (finished as stale) when the
+        ledger no longer wants it."""
+        if not self._current(claim):
+            self._finish_stale(claim)
+            return None
+        spec = to_spec(claim.payload, work, self.artifacts)
         spec.log_dir.mkdir(parents=True, exist_ok=True)
+        return spec
+
+    def _end(self, claim: Claim, spec: TaskSpec, outcome: Outcome) -> None:
+        """Record the outcome, unless the attempt was superseded meanwhile."""
+        if self._current(claim):
+            self._finish(claim, spec, outcome)
+        else:
+            self._finish_stale(claim)
+
+    async def _execute(self, spec: TaskSpec) -> Outcome:
         kind = spec.worker.kind
         if kind == "command":
             return await run_command(spec)
