@@ -252,6 +252,11 @@ class Pipeline(_Model):
                 roles.setdefault(worker.role, (worker, phase))
         return roles
 
+    @cached_property
+    def writers(self) -> dict[str, str]:
+        """Output file name -> the role that writes it."""
+        return {w.output_name: w.role for p in self.phases for w in p.workers}
+
     def phase(self, phase_id: str) -> Phase:
         """The phase named `phase_id` (KeyError if none)."""
         return self.phases[self._phase_positions[phase_id]]

@@ -9,6 +9,7 @@ what follows (`settle`), and after the orchestrator committed both, carries the 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import os
@@ -72,6 +73,11 @@ class RunDriver:
     def run_id(self) -> str:
         """The run's id."""
         return self.state.run_id
+
+    @functools.cached_property
+    def workflow_dir(self) -> Path | None:
+        """The directory of the workflow file the run was started from (None if unknown)."""
+        return Path(self.source).parent.absolute() if self.source else None
 
     def observe(self, now: float) -> tuple[list[NewEvent], list[int]]:
         """Turn reports, files found on disk and commands into events (applied to state)."""
@@ -362,14 +368,14 @@ class RunDriver:
             run_dir=self.run_dir,
             log_dir=self.run_dir / "logs",
             model=task.model,
-            workflow_dir=Path(self.source).parent.absolute() if self.source else None,
+            workflow_dir=self.workflow_dir,
             idempotency_key=key[:32],
         )
 
     def _reads(self, task: TaskState) -> list[tuple[str, Path]] | Outcome:
         pipeline = self.definition.pipeline
         worker = pipeline.worker(task.role)
-        writers = {w.output_name: w.role for p in pipeline.phases for w in p.workers}
+        writers = pipeline.writers
         reads = []
         for entry in worker.reads:
             name, optional = read_name(entry)
