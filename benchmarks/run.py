@@ -405,17 +405,29 @@ def peers(runs: int, concurrent_runs: int) -> list[dict[str, Any]]:
     return list(run_all(runs, concurrent_runs, None))
 
 
+def median_of(repeat: int, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Run `measure` `repeat` times; the round with the median runs/s, and every round's."""
+    rounds = [measure() for _ in range(max(1, repeat))]
+    rounds.sort(key=lambda r: r.get("runs_per_s") or r.get("sequential_runs_per_s") or 0)
+    chosen = dict(rounds[len(rounds) // 2])
+    key = "runs_per_s" if "runs_per_s" in chosen else "sequential_runs_per_s"
+    chosen["rounds_runs_per_s"] = [r.get(key) for r in rounds]
+    return chosen
+
+
 SECTIONS: dict[str, Callable[[argparse.Namespace], Any]] = {
-    "sequential": lambda a: sequential(a.runs),
+    "sequential": lambda a: median_of(a.repeat, lambda: sequential(a.runs)),
     # The same without an fsync per commit: what the CPU allows once the disk is out of the way.
-    "sequential_sync_normal": lambda a: sequential(a.runs, synchronous="NORMAL"),
+    "sequential_sync_normal": lambda a: median_of(
+        a.repeat, lambda: sequential(a.runs, synchronous="NORMAL")
+    ),
     "disk": lambda a: disk_limits(),
     # Bare sqlite3 doing research-3's three durable commits per run: the ceiling on this disk.
-    "floor": lambda a: commit_floor(a.runs),
-    "concurrent": lambda a: concurrent(a.concurrent),
+    "floor": lambda a: median_of(a.repeat, lambda: commit_floor(a.runs)),
+    "concurrent": lambda a: median_of(a.repeat, lambda: concurrent(a.concurrent)),
     "scale": lambda a: scale(a.scale),
     "recovery": lambda a: recovery(a.recovery),
-    "postgres": lambda a: postgres(a.runs, a.concurrent),
+    "postgres": lambda a: median_of(a.repeat, lambda: postgres(a.runs, a.concurrent)),
     "distributed": lambda a: distributed(),
     "peers": lambda a: peers(a.runs, min(a.concurrent, 200)),
 }
@@ -457,8 +469,16 @@ def report(results: dict[str, Any]) -> None:
             print(f"\n{name}")
             for key, value in results[name].items():
                 print(f"  {key:<32} {value}")
-    ours_seq = results.get("sequential", {}).get("runs_per_s")
-    ours_con = results.get("concurrent", {}).get("runs_per_s")
+    ours = {  # a peer is compared with interlock on the same kind of backend
+        "sqlite": (
+            results.get("sequential", {}).get("runs_per_s"),
+            results.get("concurrent", {}).get("runs_per_s"),
+        ),
+        "postgres": (
+            results.get("postgres", {}).get("sequential_runs_per_s"),
+            results.get("postgres", {}).get("concurrent_runs_per_s"),
+        ),
+    }
     if "peers" in results:
         print(
             f"\n{'peer':<16}{'backend':<12}{'seq runs/s':>12}{'ratio':>9}{'conc runs/s':>13}"
@@ -466,6 +486,7 @@ def report(results: dict[str, Any]) -> None:
         )
         for row in results["peers"]:
             seq, con = row.get("sequential_runs_per_s"), row.get("concurrent_runs_per_s")
+            ours_seq, ours_con = ours.get(row.get("backend") or "", ours["sqlite"])
             r1 = f"{ours_seq / seq:.1f}x" if seq and ours_seq else "-"
             r2 = f"{ours_con / con:.1f}x" if con and ours_con else "-"
             print(
@@ -478,6 +499,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
     parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="rounds of the timed sections (the median is kept)"
+    )
     parser.add_argument("--concurrent", type=int, default=1000)
     parser.add_argument("--scale", type=int, default=10_000)
     parser.add_argument("--recovery", type=int, default=1000)
