@@ -95,6 +95,28 @@ def test_call_workers_receive_reads(app: Interlock, write_workflow: WriteWorkflo
     assert (app.run_dir(state.run_id) / "final.md").read_text() == "ABOUT CATS"
 
 
+def test_call_worker_may_write_its_output_file_itself(
+    app: Interlock, write_workflow: WriteWorkflow
+) -> None:
+    """A function that writes `output_path` and returns None has that file committed, however
+    often it asks for the path."""
+
+    def write_it(ctx: TaskContext) -> None:
+        ctx.output_path.write_text("written by hand\n")
+        assert ctx.output_path.read_text() == "written by hand\n"
+
+    register("write_it", write_it)
+    path = write_workflow("""
+        p:
+          phases:
+            - id: a
+              workers: [{role: w, call: write_it, final: true}]
+    """)
+    state = app.run(path, topic="t")
+    assert state.status is RunStatus.DELIVERED
+    assert (app.run_dir(state.run_id) / "final.md").read_text() == "written by hand\n"
+
+
 def test_pause_then_approve_delivers(app: Interlock, write_workflow: WriteWorkflow) -> None:
     """A pause_after phase stops the run until a person approves, exactly once."""
     register("const", lambda ctx: "text")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import functools
 import importlib
 import inspect
 import os
@@ -91,12 +92,12 @@ class TaskContext:
         """The fan-out item (None outside for_each)."""
         return self.spec.item
 
-    @property
+    @functools.cached_property
     def output_path(self) -> Path:
         """Where to write the output (or return it as a string instead).
 
         Its folder is made, and a leftover of an interrupted earlier try of this attempt
-        removed, only when a function asks: returning a string needs no file at all.
+        removed, when a function first asks: returning a string needs no file at all.
         """
         output = self.spec.output
         output.parent.mkdir(parents=True, exist_ok=True)
