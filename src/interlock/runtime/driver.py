@@ -213,9 +213,9 @@ class RunDriver:
                 artifacts.write_atomic(path, body)
         if self.state.delivered is not None:
             final_md, delivered = self.run_dir / "final.md", self.run_dir / self.state.delivered
-            cut_short = final_md.is_file() and delivered.is_file()
-            if cut_short and final_md.stat().st_size != delivered.stat().st_size:
-                final_md.unlink()  # `act` writes it again
+            both = final_md.is_file() and delivered.is_file()
+            if both and final_md.stat().st_size != delivered.stat().st_size:
+                final_md.unlink()  # cut short by a crash: `act` writes it again
 
     def _adopt(self, now: float) -> list[NewEvent]:
         """Outputs committed while no orchestrator was recording (it died in between)."""

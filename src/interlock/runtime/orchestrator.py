@@ -403,7 +403,12 @@ class Orchestrator:
             log.error("append failed: %s", exc, extra={"action": "append_failed"})
             self._releases = releases + self._releases
             for driver, _, _ in batches:
-                self._reload(driver)
+                try:
+                    self._reload(driver)
+                except StorageError as again:
+                    # What was recorded cannot be read back now: let the run go. Its lease
+                    # runs out and it is taken up again (here or elsewhere) from the ledger.
+                    self._drop(driver, again)
             return dirty
         for (driver, new, _), result in zip(batches, results, strict=True):
             if isinstance(result, Exception):

@@ -85,6 +85,13 @@ class PostgresStore:
     def _returned(self, db: psycopg.Connection[Any]) -> None:
         self._used[id(db)] = time.monotonic()
 
+    def _recover(self, attempt: int) -> None:
+        """Before trying again after a lost connection: drop every pooled connection that is
+        broken too (a restarted server broke them all at once), then back off."""
+        with contextlib.suppress(Exception):
+            self.pool.check()
+        time.sleep(min(2.0, 0.1 * 2**attempt))
+
     def _check(self, db: psycopg.Connection[Any]) -> None:
         """Ping a connection before handing it out, unless it was in use a moment ago: a
         busy orchestrator then pays no extra round trip per transaction, and one that was
@@ -135,7 +142,7 @@ class PostgresStore:
                 if attempt == self._retries:
                     raise StorageError(f"{self._where}: ledger unreachable: {exc}") from None
                 log.warning("ledger connection lost (%s); retrying", exc)
-                time.sleep(min(2.0, 0.1 * 2**attempt))
+                self._recover(attempt)
             except psycopg.Error as exc:
                 raise StorageError(f"{self._where}: ledger error: {exc}") from None
         raise AssertionError("unreachable")
@@ -155,7 +162,7 @@ class PostgresStore:
                 if attempt == self._retries:
                     raise StorageError(f"{self._where}: ledger unreachable: {exc}") from None
                 log.warning("ledger connection lost (%s); retrying", exc)
-                time.sleep(min(2.0, 0.1 * 2**attempt))
+                self._recover(attempt)
             except psycopg.Error as exc:
                 raise StorageError(f"{self._where}: ledger error: {exc}") from None
         raise AssertionError("unreachable")
