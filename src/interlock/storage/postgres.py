@@ -34,7 +34,7 @@ from interlock.storage.base import (
     StoredEvent,
 )
 from interlock.storage.queries import migrations, queries
-from interlock.storage.rows import event_from_row, outbox_from_row, run_from_row
+from interlock.storage.rows import event_from_row, outbox_from_row, registration_row, run_from_row
 
 log = logging.getLogger("interlock.storage")
 Q = queries("postgres")
@@ -433,26 +433,10 @@ def _outbox(row: Any, **extra: Any) -> OutboxItem:
 
 def _register(db: psycopg.Connection[Any], batch: AppendBatch, now: float) -> None:
     """Record a new run (and its definition) holding the batch's lease."""
-    reg, lease = batch.register, batch.lease
+    reg = batch.register
     assert reg is not None
     db.execute(Q["insert_definition"], (reg.definition_hash, reg.definition))
-    db.execute(
-        Q["insert_run_leased"],
-        (
-            reg.run_id,
-            reg.pipeline,
-            reg.topic,
-            reg.definition_hash,
-            reg.source,
-            reg.created_at,
-            reg.created_at,
-            lease.owner,
-            lease.token,
-            lease.expires_at,
-            now,
-            now,
-        ),
-    )
+    db.execute(Q["insert_run_leased"], registration_row(batch, now))
 
 
 def _append_args(batch: AppendBatch, now: float) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Rows as both SQL backends select them, turned into the contract's records.
+"""Rows as both SQL backends select and insert them, to and from the contract's records.
 
 The queries of every dialect return the same columns in the same order; only how JSON comes
 back differs (text in SQLite, already decoded by psycopg), so callers pass `data` decoded.
@@ -8,7 +8,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from interlock.storage.base import OutboxItem, RunRecord, RunSummary, StoredEvent
+from interlock.storage.base import AppendBatch, OutboxItem, RunRecord, RunSummary, StoredEvent
+
+
+def registration_row(batch: AppendBatch, now: float) -> tuple[Any, ...]:
+    """The parameters of `insert_run_leased`: a new run holding the batch's lease."""
+    reg, lease = batch.register, batch.lease
+    assert reg is not None
+    return (
+        reg.run_id,
+        reg.pipeline,
+        reg.topic,
+        reg.definition_hash,
+        reg.source,
+        reg.created_at,
+        reg.created_at,
+        lease.owner,
+        lease.token,
+        lease.expires_at,
+        now,
+        now,
+    )
 
 
 def event_from_row(row: Any, data: Any) -> StoredEvent:

@@ -27,7 +27,7 @@ from interlock.storage.base import (
     StoredEvent,
 )
 from interlock.storage.queries import migrations, queries
-from interlock.storage.rows import event_from_row, outbox_from_row, run_from_row
+from interlock.storage.rows import event_from_row, outbox_from_row, registration_row, run_from_row
 
 APPLICATION_ID = 0x494E544C  # "INTL": marks the file as an interlock ledger
 Q = queries("sqlite")
@@ -378,26 +378,11 @@ class SQLiteStore:
 
 
 def _register(db: sqlite3.Connection, batch: AppendBatch, now: float) -> None:
-    reg, lease = batch.register, batch.lease
+    """Record a new run (and its definition) holding the batch's lease."""
+    reg = batch.register
     assert reg is not None
     db.execute(Q["insert_definition"], (reg.definition_hash, reg.definition))
-    db.execute(
-        Q["insert_run_leased"],
-        (
-            reg.run_id,
-            reg.pipeline,
-            reg.topic,
-            reg.definition_hash,
-            reg.source,
-            reg.created_at,
-            reg.created_at,
-            lease.owner,
-            lease.token,
-            lease.expires_at,
-            now,
-            now,
-        ),
-    )
+    db.execute(Q["insert_run_leased"], registration_row(batch, now))
 
 
 def _event(row: Any) -> StoredEvent:
