@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from interlock.core import events as ev
 from interlock.core.extract import ExtractionError, extract_values
@@ -135,13 +135,12 @@ def outcome_report(
         worker = driver.definition.pipeline.worker(task.role)
         body = outcome.body
         try:
-            if body is not None:
-                text = body.decode("utf-8") if worker.extract else ""
-            elif worker.extract:
-                text = tmp.read_text(encoding="utf-8")
-            elif not tmp.exists():
+            if body is None and not tmp.exists():
                 raise FileNotFoundError(f"no output at {tmp.name}")
-            values = extract_values(worker.extract, text) if worker.extract else {}
+            values: dict[str, Any] = {}
+            if worker.extract:
+                text = body.decode("utf-8") if body is not None else tmp.read_text("utf-8")
+                values = extract_values(worker.extract, text)
         except (ExtractionError, UnicodeDecodeError, FileNotFoundError) as exc:
             artifacts.discard(tmp)
             failed = ev.TaskFailed(
