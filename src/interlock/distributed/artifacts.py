@@ -28,6 +28,10 @@ class ArtifactStore(Protocol):
         """The blob (KeyError if unknown)."""
         ...
 
+    def get_many(self, digests: Iterable[str]) -> dict[str, bytes]:
+        """The blobs of `digests` by SHA-256 (KeyError if one is unknown)."""
+        ...
+
     def missing(self, digests: Iterable[str]) -> set[str]:
         """Which of `digests` are not stored yet."""
         ...
@@ -51,6 +55,19 @@ class PostgresArtifacts:
         if not rows:
             raise KeyError(f"artifact {sha256[:12]} is not stored")
         return bytes(rows[0][0])
+
+    def get_many(self, digests: Iterable[str]) -> dict[str, bytes]:
+        """See `ArtifactStore.get_many` (one query for all of them)."""
+        wanted = sorted(set(digests))
+        if not wanted:
+            return {}
+        query = Q["get_artifacts"]
+        rows = self.store.single(lambda db: db.execute(query, (wanted,)).fetchall())
+        found = {sha: bytes(body) for sha, body in rows}
+        for sha in wanted:
+            if sha not in found:
+                raise KeyError(f"artifact {sha[:12]} is not stored")
+        return found
 
     def missing(self, digests: Iterable[str]) -> set[str]:
         """See `ArtifactStore.missing`."""

@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from interlock.core import events as ev
 from interlock.core.state import TaskState
-from interlock.distributed.artifacts import ArtifactStore
+from interlock.distributed.artifacts import ArtifactStore, PostgresArtifacts
 from interlock.distributed.payload import scopes, to_payload
 from interlock.distributed.queue import Entry, TaskQueue
 from interlock.distributed.watch import Watcher
 from interlock.runtime import artifacts as files
-from interlock.runtime.dispatch import outcome_report, prepare_output
+from interlock.runtime.dispatch import outcome_report
 from interlock.runtime.driver import Report, RunDriver
-from interlock.runtime.executors import Outcome
+from interlock.runtime.executors import Outcome, TaskSpec
 
 if TYPE_CHECKING:
     from interlock.runtime.orchestrator import Orchestrator
@@ -86,7 +86,7 @@ class QueueDispatcher:
         entry_id: int | None = None
         try:
             task = driver.state.tasks[task_id]
-            prepare_output(tmp)
+            files.discard(tmp)  # a leftover of an interrupted try (a large output lands here)
             if self._materialised.get(driver.run_id) is not driver:
                 # Once per taken run: what it commits from then on is written here.
                 await asyncio.to_thread(self._materialise, driver)
@@ -98,20 +98,18 @@ class QueueDispatcher:
                 )
                 return
             pipeline = driver.definition.name
-            payload = await asyncio.to_thread(to_payload, spec, pipeline, self.artifacts)
             fields: dict[str, Any] = {
                 "run_id": driver.run_id,
                 "task_id": task_id,
                 "attempt": attempt,
                 "kind": spec.worker.kind,
-                "payload": payload,
                 "tags": spec.worker.tags,
                 "scopes": scopes(pipeline, spec.worker, spec.model),
                 "priority": self.priorities.get(pipeline, 0),
             }
-            entry_id = await asyncio.to_thread(self._enqueue, fields)
-            entry = await self._wait(orchestrator, driver, task_id, attempt, entry_id, fields)
-            outcome = await asyncio.to_thread(self._outcome, entry, tmp)
+            queued, state = await asyncio.to_thread(self._submit, spec, pipeline, fields)
+            entry_id = queued
+            outcome = await self._wait(orchestrator, driver, queued, state, fields, tmp)
             orchestrator.report(
                 driver, outcome_report(driver, task, attempt, outcome, tmp, clock())
             )
@@ -138,54 +136,85 @@ class QueueDispatcher:
             if driver.handles.get(task_id) is asyncio.current_task():
                 del driver.handles[task_id]
 
-    def _enqueue(self, fields: dict[str, Any]) -> int:
-        entry_id = self.queue.enqueue(**fields)
-        if self.transport is not None:
+    def _submit(self, spec: TaskSpec, pipeline: str, fields: dict[str, Any]) -> tuple[int, str]:
+        """Upload what the attempt reads and queue it: (entry id, state)."""
+        fields["payload"] = to_payload(spec, pipeline, self.artifacts)
+        return self._enqueue(fields)
+
+    def _enqueue(self, fields: dict[str, Any]) -> tuple[int, str]:
+        entry_id, state = self.queue.add(**fields)
+        if self.transport is not None and state == "queued":
             self.transport.announce(entry_id)
-        return entry_id
+        return entry_id, state
 
     async def _wait(
         self,
         orchestrator: Orchestrator,
         driver: RunDriver,
-        task_id: str,
-        attempt: int,
         entry_id: int,
+        state: str,
         fields: dict[str, Any],
-    ) -> Entry:
-        """Until the entry is done; reports TaskStarted once a worker holds it."""
+        tmp: Path,
+    ) -> Outcome:
+        """Until the entry is done: its outcome. Reports TaskStarted once a worker holds it.
+
+        What notifications say (state and worker) is usually all there is to know; the queue
+        is asked only when woken without news (a poll, a reconnection, a timeout) and for
+        the result itself.
+        """
         wake = self.watcher.watch(entry_id)
+        heard: tuple[str, str] | None = (state, "")  # what `add` found
         started = False
         while True:
-            wake.clear()
-            entry = await asyncio.to_thread(self.queue.get, entry_id)
-            if entry.state == "done":
-                return entry
-            if entry.state == "claimed" and not started:
+            if heard is None or (heard[0] == "claimed" and not heard[1] and not started):
+                entry = await asyncio.to_thread(self.queue.get, entry_id)
+                heard = (entry.state, entry.worker or "")
+            state, worker = heard
+            if state == "done":
+                entry, outcome = await asyncio.to_thread(self._outcome, entry_id, tmp)
+                if not started:
+                    self._started(orchestrator, driver, fields, entry.worker or "")
+                return outcome
+            if state == "claimed" and not started:
                 started = True
-                event = ev.TaskStarted(
-                    at=orchestrator.clock(),
-                    task_id=task_id,
-                    attempt=attempt,
-                    worker=entry.worker or "",
-                )
-                orchestrator.report(driver, Report(event=event))
-            elif entry.state == "cancelled":
+                self._started(orchestrator, driver, fields, worker)
+            elif state == "cancelled":
                 # Withdrawn by an orchestrator that let go of the run: we want it again.
-                await asyncio.to_thread(self._enqueue, fields)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), self.poll)
+                _, again = await asyncio.to_thread(self._enqueue, fields)
+                heard = (again, "")
+                continue
+            wake.clear()
+            heard = self.watcher.take(entry_id)
+            if heard is None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), self.poll)
+                heard = self.watcher.take(entry_id)
 
-    def _outcome(self, entry: Entry, tmp: Path) -> Outcome:
+    @staticmethod
+    def _started(
+        orchestrator: Orchestrator, driver: RunDriver, fields: dict[str, Any], by: str
+    ) -> None:
+        task_id, attempt = fields["task_id"], fields["attempt"]
+        event = ev.TaskStarted(at=orchestrator.clock(), task_id=task_id, attempt=attempt, worker=by)
+        orchestrator.report(driver, Report(event=event))
+
+    def _outcome(self, entry_id: int, tmp: Path) -> tuple[Entry, Outcome]:
+        """The done entry and its outcome (a small output in memory, a large one at `tmp`)."""
+        artifacts = self.artifacts
+        if isinstance(artifacts, PostgresArtifacts) and artifacts.store is self.queue.store:
+            entry, data = self.queue.finished(entry_id)  # one query: the same database
+        else:
+            entry, data = self.queue.get(entry_id), None
         result = entry.result or {"ok": False, "error": "the worker recorded no result"}
         body = None
         if result.get("ok") and entry.output_sha:
-            data = self.artifacts.get(entry.output_sha)
+            if data is None:
+                data = self.artifacts.get(entry.output_sha)
             if len(data) <= files.INLINE_LIMIT:
                 body = data  # recorded with the completion, written after it
             else:
                 files.write_atomic(tmp, data)  # fsynced, as workers do
-        return Outcome(
+        outcome = Outcome(
             body=body,
             ok=bool(result.get("ok")),
             error=str(result.get("error", "")),
@@ -193,6 +222,7 @@ class QueueDispatcher:
             timed_out=bool(result.get("timed_out", False)),
             usage=result.get("usage"),
         )
+        return entry, outcome
 
     def _materialise(self, driver: RunDriver) -> None:
         """Outputs committed by an orchestrator on another machine: fetch the ones missing

@@ -59,14 +59,16 @@ def to_payload(spec: TaskSpec, pipeline: str, artifacts: ArtifactStore) -> dict[
 
 
 def to_spec(payload: dict[str, Any], workdir: Path, artifacts: ArtifactStore) -> TaskSpec:
-    """Rebuild the `TaskSpec` on a worker, with inputs materialised under `workdir`."""
+    """Rebuild the `TaskSpec` on a worker, with inputs materialised under `workdir` (which
+    exists afterwards only if there were inputs: executors make what they need)."""
     inputs_dir = workdir / "inputs"
     reads: list[tuple[str, Path]] = []
+    bodies = artifacts.get_many(sha for _, _, sha in payload["reads"])
     for index, (name, file_name, sha) in enumerate(payload["reads"]):
         # Fan-in reads several files of one name: keep each in its own folder.
         target = inputs_dir / str(index) / Path(file_name).name
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(artifacts.get(sha))
+        target.write_bytes(bodies[sha])
         reads.append((name, target))
     workflow_dir = payload.get("workflow_dir")
     return TaskSpec(

@@ -28,7 +28,7 @@ from interlock.storage.postgres import PostgresStore
 
 log = logging.getLogger("interlock.distributed")
 Q = queue_queries()
-CHANNEL = "interlock_tasks"  # payload "<entry id>:<state>"
+CHANNEL = "interlock_tasks"  # payload "<entry id>:<state>[:<worker>]"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -77,6 +77,32 @@ class TaskQueue:
         priority: int = 0,
     ) -> int:
         """Add the attempt (once; a cancelled entry is queued again); returns its id."""
+        entry_id, _ = self.add(
+            run_id=run_id,
+            task_id=task_id,
+            attempt=attempt,
+            kind=kind,
+            payload=payload,
+            tags=tags,
+            scopes=scopes,
+            priority=priority,
+        )
+        return entry_id
+
+    def add(
+        self,
+        *,
+        run_id: str,
+        task_id: str,
+        attempt: int,
+        kind: str,
+        payload: dict[str, Any],
+        tags: Sequence[str] = (),
+        scopes: Sequence[str] = (),
+        priority: int = 0,
+    ) -> tuple[int, str]:
+        """`enqueue`, returning (id, state): `queued` unless the attempt was enqueued before
+        and is held (`claimed`) or finished (`done`) already."""
         args = {
             "run_id": run_id,
             "task_id": task_id,
@@ -88,10 +114,10 @@ class TaskQueue:
             "payload": Jsonb(payload),
         }
 
-        def enqueue(db: psycopg.Connection[Any]) -> int:
+        def enqueue(db: psycopg.Connection[Any]) -> tuple[int, str]:
             row = db.execute(Q["enqueue"], args).fetchone()
             assert row is not None
-            return int(row[0])
+            return int(row[0]), str(row[1])
 
         return self.store.single(enqueue)
 
@@ -102,6 +128,16 @@ class TaskQueue:
         return Entry(
             id=i, state=state, worker=worker, delivery=delivery, result=result, output_sha=sha
         )
+
+    def finished(self, entry_id: int) -> tuple[Entry, bytes | None]:
+        """A done entry with its output's body, in one query (outputs in the same database)."""
+        query = Q["get_with_output"]
+        rows = self.store.single(lambda db: db.execute(query, (entry_id,)).fetchall())
+        i, state, worker, delivery, result, sha, body = rows[0]
+        entry = Entry(
+            id=i, state=state, worker=worker, delivery=delivery, result=result, output_sha=sha
+        )
+        return entry, None if body is None else bytes(body)
 
     def states(self, ids: Sequence[int]) -> dict[int, tuple[str, int]]:
         """(state, delivery) of many entries in one query (the safety-net poll)."""
@@ -138,10 +174,21 @@ class TaskQueue:
         only: int | None = None,
     ) -> Claim | None:
         """Take the best queued entry this worker can run (or entry `only`), honouring the
-        concurrency limits; None when there is nothing to take now."""
+        concurrency limits; None when there is nothing to take now.
+
+        One statement when the entry's scopes have no limit (the usual case); a transaction
+        that counts under the limit's lock otherwise."""
+
+        args = {"kinds": list(kinds), "tags": list(tags), "only": only}
+        fast = {**args, "worker": worker, "ttl": ttl}
+        rows = self.store.single(lambda db: db.execute(Q["claim_free"], fast).fetchall())
+        if not rows:
+            return None
+        entry_id, limited, *got = rows[0]
+        if not limited:
+            return _claim(entry_id, got)
 
         def claim(db: psycopg.Connection[Any]) -> Claim | None:
-            args = {"kinds": list(kinds), "tags": list(tags), "only": only}
             row = db.execute(Q["candidates"], args).fetchone()
             if row is None:
                 return None
@@ -154,15 +201,8 @@ class TaskQueue:
                     return None
             got = db.execute(Q["claim"], (worker, ttl, entry_id)).fetchone()
             assert got is not None
-            db.execute(Q["notify"], (f"{entry_id}:claimed",))
-            return Claim(
-                id=got[0],
-                run_id=got[1],
-                task_id=got[2],
-                attempt=got[3],
-                delivery=got[4],
-                payload=got[5],
-            )
+            db.execute(Q["notify"], (f"{entry_id}:claimed:{worker}",))
+            return _claim(entry_id, got[1:])
 
         return self.store.retrying(claim)
 
@@ -212,10 +252,24 @@ class TaskQueue:
         return self.store.retrying(sweep)
 
 
-def parse_notification(payload: str) -> tuple[int, str] | None:
-    """(entry id, state) of a queue notification."""
-    entry, _, state = payload.partition(":")
-    return (int(entry), state) if entry.isdigit() else None
+def _claim(entry_id: int, row: Sequence[Any]) -> Claim:
+    run_id, task_id, attempt, delivery, payload = row
+    return Claim(
+        id=entry_id,
+        run_id=run_id,
+        task_id=task_id,
+        attempt=attempt,
+        delivery=delivery,
+        payload=payload,
+    )
+
+
+def parse_notification(payload: str) -> tuple[int, str, str] | None:
+    """(entry id, state, worker) of a queue notification ("<id>:<state>[:<worker>]"; the
+    worker is named when the state is `claimed`)."""
+    entry, _, rest = payload.partition(":")
+    state, _, worker = rest.partition(":")
+    return (int(entry), state, worker) if entry.isdigit() else None
 
 
 def dumps(value: Any) -> str:

@@ -1,17 +1,21 @@
 """Waking the coroutines that wait on queue entries.
 
-Notifications (`interlock_tasks`) wake a waiter at once; a single batched query every `poll`
-seconds covers notifications lost while the listening connection was down, so hundreds of
-waiting attempts cost one poll query, not hundreds.
+Notifications (`interlock_tasks`) wake a waiter at once and say what the entry became (and
+which worker holds it), so a waiter usually need not ask the queue; a single batched query
+every `poll` seconds covers notifications lost while the listening connection was down, so
+hundreds of waiting attempts cost one poll query, not hundreds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import OrderedDict
 
 from interlock.distributed.listen import Listener
 from interlock.distributed.queue import CHANNEL, TaskQueue, parse_notification
+
+RECENT = 4096  # news kept for entries nobody watches yet (heard before `watch` was called)
 
 
 class Watcher:
@@ -22,6 +26,8 @@ class Watcher:
         self.poll = poll
         self._events: dict[int, asyncio.Event] = {}
         self._seen: dict[int, tuple[str, int]] = {}
+        # The latest (state, worker) heard of recent entries, until a waiter takes it.
+        self._news: OrderedDict[int, tuple[str, str]] = OrderedDict()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listener: Listener | None = None
         self._poller: asyncio.Task[None] | None = None
@@ -32,10 +38,16 @@ class Watcher:
             self._start()
         return self._events.setdefault(entry_id, asyncio.Event())
 
+    def take(self, entry_id: int) -> tuple[str, str] | None:
+        """What a notification said `entry_id` became, (state, worker), once; None when
+        nothing was heard since the last call, or it may be out of date (ask the queue)."""
+        return self._news.pop(entry_id, None)
+
     def unwatch(self, entry_id: int) -> None:
         """Stop tracking an entry."""
         self._events.pop(entry_id, None)
         self._seen.pop(entry_id, None)
+        self._news.pop(entry_id, None)
 
     def _start(self) -> None:
         self.close()
@@ -53,7 +65,7 @@ class Watcher:
             self._poller = None
 
     def _notified(self, channel: str, payload: str) -> None:
-        """In the listener thread: hand the wake-up to the event loop."""
+        """In the listener thread: hand the news to the event loop."""
         loop = self._loop
         if loop is None or loop.is_closed():
             return
@@ -62,7 +74,14 @@ class Watcher:
             return
         parsed = parse_notification(payload)
         if parsed is not None:
-            loop.call_soon_threadsafe(self._set, parsed[0])
+            loop.call_soon_threadsafe(self._heard, *parsed)
+
+    def _heard(self, entry_id: int, state: str, worker: str) -> None:
+        self._news[entry_id] = (state, worker)
+        self._news.move_to_end(entry_id)
+        if len(self._news) > RECENT:
+            self._news.popitem(last=False)
+        self._set(entry_id)
 
     def _set(self, entry_id: int) -> None:
         event = self._events.get(entry_id)
@@ -70,6 +89,7 @@ class Watcher:
             event.set()
 
     def _set_all(self) -> None:
+        self._news.clear()  # what was heard before the gap may be stale: waiters ask
         for event in self._events.values():
             event.set()
 
@@ -84,4 +104,5 @@ class Watcher:
                 for entry_id, state in states.items():
                     if self._seen.get(entry_id) != state:
                         self._seen[entry_id] = state
+                        self._news.pop(entry_id, None)  # the waiter asks the queue itself
                         self._set(entry_id)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import shutil
 import tempfile
 import threading
@@ -165,7 +166,7 @@ class RemoteWorker:
                 return
             finally:
                 beat.cancel()
-            await asyncio.to_thread(self._end, claim, spec, outcome)
+            await asyncio.to_thread(self._end, claim, spec, outcome, work)
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
                 self.queue.hand_back(claim)
@@ -176,7 +177,8 @@ class RemoteWorker:
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(self.queue.finish, claim, result, None)
         finally:
-            shutil.rmtree(work, ignore_errors=True)
+            if os.path.lexists(work):  # left by a failure (`_end` clears it otherwise)
+                await asyncio.to_thread(shutil.rmtree, work, ignore_errors=True)
             self.running.pop(claim.id, None)
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(self.source.done, claim)
@@ -190,16 +192,15 @@ class RemoteWorker:
         if not self._current(claim):
             self._finish_stale(claim)
             return None
-        spec = to_spec(claim.payload, work, self.artifacts)
-        spec.log_dir.mkdir(parents=True, exist_ok=True)
-        return spec
+        return to_spec(claim.payload, work, self.artifacts)
 
-    def _end(self, claim: Claim, spec: TaskSpec, outcome: Outcome) -> None:
-        """Record the outcome, unless the attempt was superseded meanwhile."""
+    def _end(self, claim: Claim, spec: TaskSpec, outcome: Outcome, work: Path) -> None:
+        """Record the outcome, unless the attempt was superseded meanwhile; clear `work`."""
         if self._current(claim):
             self._finish(claim, spec, outcome)
         else:
             self._finish_stale(claim)
+        shutil.rmtree(work, ignore_errors=True)
 
     async def _execute(self, spec: TaskSpec) -> Outcome:
         kind = spec.worker.kind

@@ -42,6 +42,40 @@ UPDATE task_queue SET state = 'done', worker = NULL, lease_expires = NULL, resul
        finished_at = extract(epoch FROM clock_timestamp())
 WHERE id = %s AND delivery = %s AND state = 'claimed';
 
+-- name: claim_free
+-- The best queued entry this worker can run, claimed and announced in one statement when
+-- none of its scopes has a limit. An entry under a limit is only named (`limited`): claiming
+-- it means counting under the limit's lock, in a transaction (`candidates` .. `claim`).
+WITH pick AS (
+    SELECT q.id,
+           EXISTS (SELECT 1 FROM queue_limits l WHERE l.scope = ANY(q.scopes)) AS limited
+    FROM task_queue q
+    WHERE state = 'queued' AND kind = ANY(%(kinds)s) AND tags <@ %(tags)s
+      AND (%(only)s::bigint IS NULL OR id = %(only)s::bigint)
+      AND NOT EXISTS (
+          SELECT 1 FROM queue_limits l
+          WHERE l.scope = ANY(q.scopes)
+            AND l.max_running <= (SELECT count(*) FROM task_queue r
+                                  WHERE r.state = 'claimed' AND r.scopes @> ARRAY[l.scope]))
+    ORDER BY priority DESC, id
+    LIMIT 1 FOR UPDATE SKIP LOCKED
+), took AS (
+    UPDATE task_queue t SET state = 'claimed', worker = %(worker)s, delivery = t.delivery + 1,
+           lease_expires = extract(epoch FROM clock_timestamp()) + %(ttl)s,
+           claimed_at = extract(epoch FROM clock_timestamp())
+    FROM pick
+    WHERE t.id = pick.id AND NOT pick.limited
+    RETURNING t.id, t.run_id, t.task_id, t.attempt, t.delivery, t.payload
+)
+SELECT pick.id, pick.limited, took.run_id, took.task_id, took.attempt, took.delivery,
+       took.payload
+FROM pick
+LEFT JOIN took ON took.id = pick.id
+LEFT JOIN LATERAL (
+    SELECT pg_notify('interlock_tasks', took.id || ':claimed:' || %(worker)s)
+    WHERE took.id IS NOT NULL
+) note ON true;
+
 -- name: candidates
 SELECT id, scopes FROM task_queue q
 WHERE state = 'queued' AND kind = ANY(%(kinds)s) AND tags <@ %(tags)s
@@ -90,6 +124,11 @@ RETURNING id;
 -- name: get
 SELECT id, state, worker, delivery, result, output_sha FROM task_queue WHERE id = %s;
 
+-- name: get_with_output
+SELECT q.id, q.state, q.worker, q.delivery, q.result, q.output_sha, a.body
+FROM task_queue q LEFT JOIN artifacts a ON a.sha256 = q.output_sha
+WHERE q.id = %s;
+
 -- name: states
 SELECT id, state, delivery FROM task_queue WHERE id = ANY(%s);
 
@@ -107,6 +146,9 @@ ON CONFLICT (sha256) DO NOTHING;
 
 -- name: get_artifact
 SELECT body FROM artifacts WHERE sha256 = %s;
+
+-- name: get_artifacts
+SELECT sha256, body FROM artifacts WHERE sha256 = ANY(%s);
 
 -- name: has_artifacts
 SELECT sha256 FROM artifacts WHERE sha256 = ANY(%s);
