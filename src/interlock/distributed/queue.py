@@ -14,6 +14,7 @@ decides about a new attempt as for any other failure.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Sequence
@@ -211,14 +212,33 @@ class TaskQueue:
         args = (ttl, claim.id, claim.delivery)
         return bool(self.store.single(lambda db: db.execute(Q["heartbeat"], args).rowcount))
 
-    def finish(self, claim: Claim, result: dict[str, Any], output_sha: str | None) -> bool:
-        """Record the result; False (nothing written) if this hand-out is no longer current."""
+    def finish(
+        self,
+        claim: Claim,
+        result: dict[str, Any],
+        output_sha: str | None = None,
+        *,
+        output: bytes | None = None,
+    ) -> bool:
+        """Record the result; False (nothing written) if this hand-out is no longer current.
 
-        def finish(db: psycopg.Connection[Any]) -> bool:
-            args = (Jsonb(result), output_sha, claim.id, claim.delivery)
-            return db.execute(Q["finish"], args).fetchone() is not None
-
-        return self.store.single(finish)
+        `output_sha` names an output already stored; `output` is stored as an artifact of
+        this database by the same statement."""
+        if output is not None:
+            output_sha = hashlib.sha256(output).hexdigest()
+            query = Q["finish_with_output"]
+            args: tuple[Any, ...] = (
+                output_sha,
+                len(output),
+                output,
+                Jsonb(result),
+                output_sha,
+                claim.id,
+                claim.delivery,
+            )
+        else:
+            query, args = Q["finish"], (Jsonb(result), output_sha, claim.id, claim.delivery)
+        return self.store.single(lambda db: db.execute(query, args).fetchone() is not None)
 
     def hand_back(self, claim: Claim) -> None:
         """Return an entry unfinished (a worker shutting down), for another worker to take."""

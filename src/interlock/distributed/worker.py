@@ -1,10 +1,11 @@
 """`interlock worker`: a process that claims queued attempts and runs them.
 
 For each hand-out the worker asks the ledger whether the attempt is still the task's current
-one before running it and again before recording the result (a superseded attempt is
-finished as stale, which the orchestrator drops). While it runs, a heartbeat renews the
-hand-out; if the hand-out was lost (it expired and went to another worker, or the run
-cancelled it) the execution is stopped and nothing is recorded.
+one before running it (one that is not is finished as stale, unrun). While it runs, a
+heartbeat renews the hand-out; if the hand-out was lost (it expired and went to another
+worker, or the run cancelled it) the execution is stopped and nothing is recorded. A result
+is recorded only for the current hand-out (`delivery` fences it), and an orchestrator takes
+only the result of the attempt it waits for: one superseded while it ran is dropped there.
 
 On SIGTERM a worker stops claiming, lets running attempts finish for up to `grace` seconds,
 hands the rest back to the queue, and exits.
@@ -184,7 +185,7 @@ class RemoteWorker:
                 await asyncio.to_thread(self.source.done, claim)
             wake.set()
 
-    # The ledger checks and queue writes around one attempt, each group in one thread hop.
+    # The ledger check and the queue writes around one attempt, each side in one thread hop.
 
     def _begin(self, claim: Claim, work: Path) -> TaskSpec | None:
         """The attempt's spec with its inputs in place, or None (finished as stale) when the
@@ -195,11 +196,8 @@ class RemoteWorker:
         return to_spec(claim.payload, work, self.artifacts)
 
     def _end(self, claim: Claim, spec: TaskSpec, outcome: Outcome, work: Path) -> None:
-        """Record the outcome, unless the attempt was superseded meanwhile; clear `work`."""
-        if self._current(claim):
-            self._finish(claim, spec, outcome)
-        else:
-            self._finish_stale(claim)
+        """Record the outcome and clear `work`."""
+        self._finish(claim, spec, outcome)
         shutil.rmtree(work, ignore_errors=True)
 
     async def _execute(self, spec: TaskSpec) -> Outcome:
@@ -230,19 +228,21 @@ class RemoteWorker:
                 return
 
     def _finish(self, claim: Claim, spec: TaskSpec, outcome: Outcome) -> None:
-        sha = None
+        data = None
         if outcome.ok and outcome.body is not None:
-            sha = self.artifacts.put(outcome.body)
+            data = outcome.body
         elif outcome.ok and spec.output.is_file():
-            sha = self.artifacts.put(spec.output.read_bytes())
+            data = spec.output.read_bytes()
+        missing = outcome.ok and data is None
         result = {
-            "ok": outcome.ok and sha is not None,
-            "error": outcome.error if not outcome.ok else ("" if sha else "wrote no output"),
+            "ok": outcome.ok and not missing,
+            "error": "wrote no output" if missing else outcome.error,
             "retryable": outcome.retryable,
             "timed_out": outcome.timed_out,
             "usage": outcome.usage,
         }
-        if self.queue.finish(claim, result, sha):
+        # The output becomes an artifact of the queue's database in the same statement.
+        if self.queue.finish(claim, result, output=data):
             self.finished += 1
         else:
             log.warning("task %s: result dropped, the hand-out was superseded", claim.task_id)

@@ -62,7 +62,6 @@ class PostgresStore:
             # A connection killed by the server (restart, pg_terminate_backend) is found
             # and replaced before it is handed out, not in the middle of a transaction.
             check=self._check,
-            reset=self._returned,
             kwargs={"autocommit": False, "connect_timeout": int(connect_timeout)},
             name="interlock-ledger",
             open=True,
@@ -82,8 +81,15 @@ class PostgresStore:
 
     _used: dict[int, float]  # id of a pooled connection -> when it was last handed back
 
-    def _returned(self, db: psycopg.Connection[Any]) -> None:
-        self._used[id(db)] = time.monotonic()
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection, noting when it goes back (see `_check`). Not the pool's
+        `reset` hook: that hands every returned connection to a pool thread."""
+        with self.pool.connection() as db:
+            try:
+                yield db
+            finally:
+                self._used[id(db)] = time.monotonic()
 
     def _recover(self, attempt: int) -> None:
         """Before trying again after a lost connection: drop every pooled connection that is
@@ -102,7 +108,7 @@ class PostgresStore:
             ConnectionPool.check_connection(db)
 
     def _migrate(self) -> None:
-        with self.pool.connection() as db, db.transaction():
+        with self._connection() as db, db.transaction():
             db.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
             db.execute(
                 "CREATE TABLE IF NOT EXISTS interlock_schema "
@@ -126,7 +132,7 @@ class PostgresStore:
     def transaction(self) -> Iterator[psycopg.Connection[Any]]:
         """One transaction on a pooled connection (committed on success)."""
         try:
-            with self.pool.connection() as db, db.transaction():
+            with self._connection() as db, db.transaction():
                 yield db
         except psycopg.Error as exc:
             raise StorageError(f"{self._where}: ledger error: {exc}") from None
@@ -136,7 +142,7 @@ class PostgresStore:
         connection broke (server restart, terminated backend, network blip)."""
         for attempt in range(self._retries + 1):
             try:
-                with self.pool.connection() as db, db.transaction():
+                with self._connection() as db, db.transaction():
                     return action(db)
             except psycopg.OperationalError as exc:
                 if attempt == self._retries:
@@ -152,7 +158,7 @@ class PostgresStore:
         it costs one round trip instead of three (BEGIN, the statement, COMMIT)."""
         for attempt in range(self._retries + 1):
             try:
-                with self.pool.connection() as db:
+                with self._connection() as db:
                     db.autocommit = True
                     try:
                         return action(db)
@@ -281,7 +287,7 @@ class PostgresStore:
         cursors = []
         try:
             # BEGIN, every statement and COMMIT are sent at once: one wait for the lot.
-            with self.pool.connection() as db, db.pipeline(), db.transaction():
+            with self._connection() as db, db.pipeline(), db.transaction():
                 db.execute(Q["commit_order"])
                 for batch in batches:
                     if batch.register is not None:

@@ -115,6 +115,21 @@ WITH done AS (
 )
 SELECT done.id FROM done, LATERAL (SELECT pg_notify('interlock_tasks', done.id || ':done')) note;
 
+-- name: finish_with_output
+-- `finish`, storing the output as an artifact in the same statement (it is kept even when the
+-- hand-out was not current: artifacts are immutable and named by their content).
+WITH stored AS (
+    INSERT INTO artifacts (sha256, size, body, created_at)
+    VALUES (%s, %s, %s, extract(epoch FROM clock_timestamp()))
+    ON CONFLICT (sha256) DO NOTHING
+), done AS (
+    UPDATE task_queue SET state = 'done', result = %s, output_sha = %s, lease_expires = NULL,
+           finished_at = extract(epoch FROM clock_timestamp())
+    WHERE id = %s AND delivery = %s AND state = 'claimed'
+    RETURNING id
+)
+SELECT done.id FROM done, LATERAL (SELECT pg_notify('interlock_tasks', done.id || ':done')) note;
+
 -- name: cancel
 UPDATE task_queue SET state = 'cancelled', lease_expires = NULL,
        finished_at = extract(epoch FROM clock_timestamp())
