@@ -122,7 +122,8 @@ def statuses(url: str) -> dict[str, int]:
 
 
 def check_histories(url: str, run_ids: list[str], items: int = 3) -> None:
-    """Every run delivered, its seq gapless, and every task completed exactly once."""
+    """Every run delivered, its seq gapless, every task completed exactly once, and every
+    completed attempt recorded as started by a named worker before it completed."""
     store = PostgresStore(url)
     try:
         for run_id in run_ids:
@@ -130,6 +131,13 @@ def check_histories(url: str, run_ids: list[str], items: int = 3) -> None:
             assert [e.seq for e in events] == list(range(1, len(events) + 1)), run_id
             completed = [e.data["task_id"] for e in events if e.kind == "task_completed"]
             assert len(completed) == len(set(completed)) == items + 2, (run_id, completed)
+            started: dict[tuple[str, int], str] = {}
+            for e in events:
+                attempt = (e.data.get("task_id", ""), e.data.get("attempt", 0))
+                if e.kind == "task_started":
+                    started[attempt] = e.data["worker"]
+                elif e.kind == "task_completed":
+                    assert started.get(attempt), (run_id, attempt, "completed, never started")
             state = fold([e.event for e in events])
             assert state.status.value == "delivered", (run_id, state.failure)
     finally:

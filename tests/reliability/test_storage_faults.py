@@ -7,6 +7,7 @@ import logging
 import sqlite3
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -38,9 +39,14 @@ p:
 BIG_FLOW = FLOW.replace("timeout: 30}", 'timeout: 30, extract: {blob: {regex: "(x+)"}}}')
 
 
+RAN: Counter[tuple[str, str, int]] = Counter()  # (run, task, attempt) -> executions
+
+
 def _slow(context: TaskContext) -> str:
+    spec = context.spec
+    RAN[spec.run_id, spec.task_id, spec.attempt] += 1
     time.sleep(0.15)
-    return f"{context.spec.task_id} done\n" + "x" * 6000
+    return f"{spec.task_id} done\n" + "x" * 6000
 
 
 register("reliability_slow", _slow)
@@ -116,7 +122,8 @@ def test_commits_that_fail_or_succeed_unseen_record_each_event_once(
     tmp_path: Path, fault: str
 ) -> None:
     """Every third group commit fails, before writing or (ambiguously) after: the loop
-    reloads from the ledger, and every task still completes exactly once."""
+    reloads from the ledger, every task still completes exactly once, is recorded as
+    started before, and no worker runs again because a commit of its result failed."""
     store = SQLiteStore(tmp_path / "ledger.db")
     calls = {"n": 0}
 
@@ -132,5 +139,13 @@ def test_commits_that_fail_or_succeed_unseen_record_each_event_once(
     assert calls["n"] >= 3
     assert status == "delivered"
     assert problems == []
+    (run_id,) = [r.run_id for r in store.list_runs()]
+    stored = store.events(run_id)
+    started = {(e.data["task_id"], e.data["attempt"]) for e in stored if e.kind == "task_started"}
+    completed = [
+        (e.data["task_id"], e.data["attempt"]) for e in stored if e.kind == "task_completed"
+    ]
+    assert len(completed) == 4 and set(completed) <= started
+    assert [n for (run, _, _), n in RAN.items() if run == run_id] == [1, 1, 1, 1]
     assert store.integrity_check() == "ok"
     app.close()

@@ -58,6 +58,9 @@ class RunDriver:
     handles: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     handle_attempts: dict[str, int] = field(default_factory=dict)  # the attempt each runs
     reports: list[Report] = field(default_factory=list)
+    # The reports the last `observe` turned into events, handed back by `reobserve` when
+    # their commit failed: a worker's finished work is recorded later, never redone.
+    observed_reports: list[Report] = field(default_factory=list)
     commands: list[CommandRecord] = field(default_factory=list)
     source: str = ""  # the workflow file the run was started from (may be gone)
     status_written: float = 0.0
@@ -83,6 +86,8 @@ class RunDriver:
         """Turn reports, files found on disk and commands into events (applied to state)."""
         observed: list[NewEvent] = []
         committed = False
+        # A large output is renamed into place below: if its commit fails, adoption finds it.
+        self.observed_reports = [r for r in self.reports if r.tmp is None]
         for report in self.reports:
             event = report.event
             if not accept_result(self.state, event):
@@ -114,6 +119,13 @@ class RunDriver:
             consumed.append(record.id)
         self.commands.clear()
         return observed, consumed
+
+    def reobserve(self) -> None:
+        """After the commit of the last observation failed (and the state was rebuilt from
+        the ledger): observe its reports again next time. Those the ledger holds after all
+        (an ambiguous commit) are then dropped as duplicates."""
+        self.reports[:0] = self.observed_reports
+        self.observed_reports = []
 
     def decide(self, now: float) -> list[NewEvent]:
         """Settle the engine on the current state (decisions are applied to state)."""

@@ -429,6 +429,7 @@ class Orchestrator:
         driver.state = fold([s.event for s in self.store.events(driver.run_id)])
         driver.inline = []
         driver.keep_recorded_outputs()
+        driver.reobserve()
         driver.checked_adoption = False
         self._mark(driver)
 
