@@ -131,3 +131,41 @@ def test_hand_back_makes_the_entry_claimable_again(queue: TaskQueue) -> None:
     held = take(queue, "leaving")
     queue.hand_back(held)
     assert take(queue, "staying").task_id == "a"
+
+
+def test_prune_drops_only_finished_entries_of_ended_runs(queue: TaskQueue) -> None:
+    """Finished entries of an ended run go once old enough; a live run's entries and
+    unfinished ones stay, whatever their age."""
+    store = queue.store
+    for run_id in ("ended", "live"):
+        store.create_run(
+            run_id=run_id,
+            pipeline="p",
+            topic="t",
+            definition_hash="h",
+            definition="{}",
+            source="",
+            created_at=time.time(),
+        )
+    store.single(
+        lambda db: db.execute("UPDATE runs SET status = 'delivered' WHERE run_id = 'ended'")
+    )
+
+    def entry(run_id: str, task: str) -> int:
+        return queue.enqueue(run_id=run_id, task_id=task, attempt=1, kind="call", payload={})
+
+    def finish(entry_id: int) -> None:
+        held = take(queue, only=entry_id)
+        assert held is not None and queue.finish(held, {"ok": True}, output=b"x")
+
+    done, waiting, live = entry("ended", "a"), entry("ended", "b"), entry("live", "a")
+    cancelled = entry("ended", "c")
+    finish(done)
+    finish(live)
+    assert queue.cancel("ended", "c", 1)
+    assert queue.prune(keep=3600) == 0  # all too recent
+    time.sleep(0.05)
+    assert queue.prune(keep=0) == 2
+    left = queue.states([done, waiting, live, cancelled])
+    assert set(left) == {waiting, live}
+    assert queue.prune(keep=0) == 0

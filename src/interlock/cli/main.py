@@ -533,6 +533,12 @@ def worker(
 )
 @click.option("--redis", "redis_url", envvar="INTERLOCK_REDIS", help="Announce tasks on Redis.")
 @click.option(
+    "--queue-retention",
+    default=3600.0,
+    show_default=True,
+    help="Seconds a finished queue entry of an ended run is kept (-1: for ever).",
+)
+@click.option(
     "--store", "store_here", help="Ledger URL (as the global --store, given after the command)."
 )
 @pass_ctx
@@ -545,6 +551,7 @@ def orchestrate(
     priority: tuple[str, ...],
     limit: tuple[str, ...],
     redis_url: str | None,
+    queue_retention: float,
 ) -> None:
     """Drive runs of a shared PostgreSQL ledger that no live orchestrator holds."""
     if store_here:
@@ -559,6 +566,7 @@ def orchestrate(
         priorities=priority,
         limits=limit,
         redis_url=redis_url,
+        queue_retention=queue_retention,
     )
 
 

@@ -103,6 +103,7 @@ def run_orchestrate(
     priorities: tuple[str, ...],
     limits: tuple[str, ...],
     redis_url: str | None,
+    queue_retention: float = 3600.0,
 ) -> None:
     """Drive unowned runs of the shared ledger until SIGTERM/SIGINT."""
     store = open_shared(url, pool_size=6)
@@ -122,6 +123,7 @@ def run_orchestrate(
         settings=settings,
         priorities=parse_pairs(priorities, "--priority"),
         transport=streams,
+        queue_retention=None if queue_retention < 0 else queue_retention,
     )
 
     async def main() -> None:

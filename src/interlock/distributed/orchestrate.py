@@ -26,6 +26,7 @@ from interlock.runtime.orchestrator import Orchestrator, Settings
 from interlock.storage.postgres import PostgresStore
 
 log = logging.getLogger("interlock.distributed")
+PRUNE_EVERY = 60.0  # seconds between prunings of the queue
 
 
 class Fleet:
@@ -41,10 +42,13 @@ class Fleet:
         scan: float = 1.0,
         priorities: dict[str, int] | None = None,
         transport: Transport | None = None,
+        queue_retention: float | None = 3600.0,
     ) -> None:
         self.store = store
         self.capacity = capacity
         self.scan = scan
+        self.queue_retention = queue_retention  # None: queue entries are kept for ever
+        self._pruned_at = float("-inf")
         self.dispatcher = QueueDispatcher(
             TaskQueue(store), PostgresArtifacts(store), priorities=priorities, transport=transport
         )
@@ -63,6 +67,7 @@ class Fleet:
         try:
             while not stop.is_set():
                 self._take_some()
+                await self._prune()
                 look.clear()
                 waits = [loop.create_task(look.wait()), loop.create_task(stop.wait())]
                 await asyncio.wait(waits, timeout=self.scan, return_when=asyncio.FIRST_COMPLETED)
@@ -84,6 +89,21 @@ class Fleet:
             except InterlockError as exc:
                 log.error("orchestrator loop stopped: %s; restarting", exc)
                 await asyncio.sleep(1.0)
+
+    async def _prune(self) -> None:
+        """Now and then, drop queue entries of ended runs (see `TaskQueue.prune`), so that
+        the queue holds live work, not the whole past."""
+        now = asyncio.get_running_loop().time()
+        if self.queue_retention is None or now - self._pruned_at < PRUNE_EVERY:
+            return
+        self._pruned_at = now
+        try:
+            pruned = await asyncio.to_thread(self.dispatcher.queue.prune, self.queue_retention)
+        except InterlockError as exc:
+            log.warning("cannot prune the queue: %s", exc)
+            return
+        if pruned:
+            log.info("pruned %d finished queue entries of ended runs", pruned)
 
     def _take_some(self) -> None:
         room = self.capacity - len(self.orchestrator.drivers)

@@ -271,6 +271,12 @@ class TaskQueue:
 
         return self.store.retrying(sweep)
 
+    def prune(self, keep: float, *, limit: int = 10_000) -> int:
+        """Delete up to `limit` entries of ended runs finished more than `keep` seconds ago
+        (transport state only: what they reported is in the ledger); returns how many."""
+        args = {"keep": keep, "limit": limit}
+        return self.store.single(lambda db: db.execute(Q["prune"], args).rowcount)
+
 
 def _claim(entry_id: int, row: Sequence[Any]) -> Claim:
     run_id, task_id, attempt, delivery, payload = row

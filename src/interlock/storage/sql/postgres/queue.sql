@@ -76,6 +76,20 @@ LEFT JOIN LATERAL (
     WHERE took.id IS NOT NULL
 ) note ON true;
 
+-- name: prune
+-- Entries finished at least %(keep)s seconds ago whose run has ended: no orchestrator can
+-- want their result any more (the ledger holds what they reported). At most %(limit)s per
+-- statement; SKIP LOCKED lets several orchestrators prune at once without waiting.
+WITH gone AS (
+    SELECT q.id FROM task_queue q JOIN runs r ON r.run_id = q.run_id
+    WHERE q.state IN ('done', 'cancelled')
+      AND q.finished_at < extract(epoch FROM clock_timestamp()) - %(keep)s
+      AND r.status IN ('delivered', 'failed', 'cancelled')
+    LIMIT %(limit)s
+    FOR UPDATE OF q SKIP LOCKED
+)
+DELETE FROM task_queue t USING gone WHERE t.id = gone.id;
+
 -- name: candidates
 SELECT id, scopes FROM task_queue q
 WHERE state = 'queued' AND kind = ANY(%(kinds)s) AND tags <@ %(tags)s
