@@ -326,10 +326,25 @@ def postgres(runs: int, concurrent_runs: int) -> dict[str, Any]:
 def commit_floor(runs: int) -> dict[str, Any]:
     """The disk's ceiling for research-3: the same three durable transactions per run (create
     with its dispatches; both results with the next dispatch; the last result with delivery),
-    written by bare sqlite3 with no orchestration at all."""
+    written by bare sqlite3 with no orchestration at all; then the same with the files a run
+    leaves (its folder, three outputs, `final.md`, `status.json` written atomically, the move
+    to the archive), written plainly as interlock writes them. On a journaling file system the
+    fsync of each commit also flushes those files' new blocks, so they cost disk time too."""
+    commits_only = _floor(runs, with_files=False)
+    with_files = _floor(runs, with_files=True)
+    return {
+        "runs": runs,
+        "runs_per_s": round(commits_only, 1),
+        "with_run_files_runs_per_s": round(with_files, 1),
+    }
+
+
+def _floor(runs: int, *, with_files: bool) -> float:
     import sqlite3
 
     folder = Path(tempfile.mkdtemp(prefix="interlock-floor-"))
+    (folder / "runs").mkdir()
+    (folder / "archive").mkdir()
     db = sqlite3.connect(folder / "t.db", isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=FULL")
@@ -338,9 +353,22 @@ def commit_floor(runs: int) -> dict[str, Any]:
         "CREATE TABLE events (id INTEGER PRIMARY KEY, run_id TEXT, seq INT, kind TEXT, "
         "data TEXT, UNIQUE (run_id, seq))"
     )
+
+    def write(path: Path, data: bytes, atomic: bool = False) -> None:
+        target = path.with_suffix(".tmp") if atomic else path
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.write(fd, data)
+        os.close(fd)
+        if atomic:
+            os.replace(target, path)
+
+    status = b'{"status":"running"}' * 20
     started = time.perf_counter()
     for i in range(runs):
         run_id = f"research-3-{i:012x}"
+        run_dir = folder / "runs" / run_id
+        if with_files:
+            os.mkdir(run_dir)
         for step, count in enumerate((4, 8, 5)):  # events per commit in a research-3 run
             db.execute("BEGIN IMMEDIATE")
             if step == 0:
@@ -350,8 +378,15 @@ def commit_floor(runs: int) -> dict[str, Any]:
             db.executemany("INSERT INTO events (run_id, seq, kind, data) VALUES (?,?,?,?)", rows)
             db.execute("UPDATE runs SET last_seq = ? WHERE run_id = ?", (seq + count, run_id))
             db.execute("COMMIT")
-    elapsed = time.perf_counter() - started
-    return {"runs": runs, "runs_per_s": round(runs / elapsed, 1)}
+            if with_files and step == 1:
+                write(run_dir / "a.md", b"ok")
+                write(run_dir / "b.md", b"ok")
+        if with_files:
+            write(run_dir / "s.md", b"ok")
+            write(run_dir / "final.md", b"ok")
+            write(run_dir / "status.json", status, atomic=True)
+            os.rename(run_dir, folder / "archive" / run_id)
+    return runs / (time.perf_counter() - started)
 
 
 def disk_limits() -> dict[str, Any]:

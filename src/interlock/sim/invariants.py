@@ -117,6 +117,8 @@ class HistoryChecker:
         if task.status not in ("dispatched", "started"):
             return f"{event.task_id}: {event.kind} while {task.status}"
         if isinstance(event, ev.TaskCompleted):
+            if task.status != "started" and not event.adopted:  # adopted: found on disk
+                return f"{event.task_id}: completed but never recorded as started"
             task.completions += 1
             task.status = "completed"
             return None if task.completions == 1 else f"{event.task_id} completed twice"

@@ -125,7 +125,8 @@ class SimDispatcher:
             if handle.live:
                 orchestrator.report(driver, Report(event=started))
 
-        self.scheduler.at(now + self.rng.uniform(0, 0.2), report_start)
+        begins = now + self.rng.uniform(0, 0.2)  # a worker reports its start before its end
+        self.scheduler.at(begins, report_start)
         if self.buggify("hang", 0.15):
             return cast("asyncio.Task[None]", handle)  # never answers; the engine times it out
         deadline = worker.timeout + worker.grace
@@ -134,7 +135,7 @@ class SimDispatcher:
         else:
             duration = self.rng.uniform(0.1, min(worker.timeout * 0.8, 20.0))
         self.scheduler.at(
-            now + duration, lambda: self._finish(orchestrator, driver, task.task_id, handle)
+            begins + duration, lambda: self._finish(orchestrator, driver, task.task_id, handle)
         )
         return cast("asyncio.Task[None]", handle)
 
