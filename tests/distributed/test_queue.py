@@ -26,7 +26,7 @@ def queue(pg_url: str) -> Iterator[TaskQueue]:
 def put(queue: TaskQueue, task: str, **fields: Any) -> int:
     """Enqueue attempt 1 of `task` in run r1 (pipeline p, kind call unless given)."""
     args: dict[str, Any] = {"kind": "call", "scopes": ["pipeline:p", "kind:call"], **fields}
-    return queue.enqueue(run_id="r1", task_id=task, attempt=1, payload={"t": task}, **args)
+    return queue.enqueue(run_id="r1", task_id=task, attempt=1, payload={"t": task}, **args)[0]
 
 
 def take(queue: TaskQueue, name: str = "w", ttl: float = 30, **kw: Any) -> Any:
@@ -152,7 +152,7 @@ def test_prune_drops_only_finished_entries_of_ended_runs(queue: TaskQueue) -> No
     )
 
     def entry(run_id: str, task: str) -> int:
-        return queue.enqueue(run_id=run_id, task_id=task, attempt=1, kind="call", payload={})
+        return queue.enqueue(run_id=run_id, task_id=task, attempt=1, kind="call", payload={})[0]
 
     def finish(entry_id: int) -> None:
         held = take(queue, only=entry_id)

@@ -67,7 +67,7 @@ def test_duplicate_and_stale_messages_are_dropped(pg_url: str, streams: RedisStr
     store = PostgresStore(pg_url)
     try:
         queue = TaskQueue(store)
-        entry = queue.enqueue(run_id="r", task_id="a", attempt=1, kind="call", payload={})
+        entry, _ = queue.enqueue(run_id="r", task_id="a", attempt=1, kind="call", payload={})
         streams.announce(entry)
         streams.announce(entry)
         source = StreamSource(streams, queue, min_idle=60)

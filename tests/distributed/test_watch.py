@@ -21,7 +21,7 @@ def queue(pg_url: str) -> Iterator[TaskQueue]:
 
 
 def put(queue: TaskQueue, task: str) -> int:
-    return queue.enqueue(run_id="r", task_id=task, attempt=1, kind="call", payload={})
+    return queue.enqueue(run_id="r", task_id=task, attempt=1, kind="call", payload={})[0]
 
 
 async def news(watcher: Watcher, entry_id: int, timeout: float = 5.0) -> tuple[str, str]:
@@ -34,6 +34,15 @@ async def news(watcher: Watcher, entry_id: int, timeout: float = 5.0) -> tuple[s
     return heard
 
 
+async def listening(watcher: Watcher, entry_id: int) -> None:
+    """Watch `entry_id` and wait until the listener is in LISTEN and its first wake-up (the
+    one every connection brings) has passed."""
+    watcher.watch(entry_id)
+    await asyncio.to_thread(watcher._listener.connected.wait, 10)  # type: ignore[union-attr]
+    await asyncio.sleep(0.2)
+    watcher.take(entry_id)
+
+
 def test_notifications_say_the_state_and_the_worker(queue: TaskQueue) -> None:
     """A claim is heard with the claiming worker's name (colons and all), then its end;
     each piece of news is handed over once."""
@@ -42,10 +51,7 @@ def test_notifications_say_the_state_and_the_worker(queue: TaskQueue) -> None:
         watcher = Watcher(queue, poll=60)
         try:
             entry = put(queue, "a")
-            watcher.watch(entry)
-            await asyncio.to_thread(watcher._listener.connected.wait, 10)  # type: ignore[union-attr]
-            while watcher.take(entry) is not None:  # the "reconnected" wake-up, if any
-                pass
+            await listening(watcher, entry)
             claim = await asyncio.to_thread(
                 queue.claim, "host:42:abc", kinds=("call",), tags=(), ttl=30
             )
@@ -68,9 +74,7 @@ def test_news_heard_before_watching_is_kept(queue: TaskQueue) -> None:
     async def go() -> None:
         watcher = Watcher(queue, poll=60)
         try:
-            watcher.watch(put(queue, "first"))  # starts listening
-            await asyncio.to_thread(watcher._listener.connected.wait, 10)  # type: ignore[union-attr]
-            await asyncio.sleep(0.2)
+            await listening(watcher, put(queue, "first"))
             late = put(queue, "late")
             claim = await asyncio.to_thread(queue.claim, "w", kinds=("call",), tags=(), ttl=30)
             assert claim is not None and claim.task_id == "first"

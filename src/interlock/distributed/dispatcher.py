@@ -142,7 +142,7 @@ class QueueDispatcher:
         return self._enqueue(fields)
 
     def _enqueue(self, fields: dict[str, Any]) -> tuple[int, str]:
-        entry_id, state = self.queue.add(**fields)
+        entry_id, state = self.queue.enqueue(**fields)
         if self.transport is not None and state == "queued":
             self.transport.announce(entry_id)
         return entry_id, state

@@ -76,34 +76,10 @@ class TaskQueue:
         tags: Sequence[str] = (),
         scopes: Sequence[str] = (),
         priority: int = 0,
-    ) -> int:
-        """Add the attempt (once; a cancelled entry is queued again); returns its id."""
-        entry_id, _ = self.add(
-            run_id=run_id,
-            task_id=task_id,
-            attempt=attempt,
-            kind=kind,
-            payload=payload,
-            tags=tags,
-            scopes=scopes,
-            priority=priority,
-        )
-        return entry_id
-
-    def add(
-        self,
-        *,
-        run_id: str,
-        task_id: str,
-        attempt: int,
-        kind: str,
-        payload: dict[str, Any],
-        tags: Sequence[str] = (),
-        scopes: Sequence[str] = (),
-        priority: int = 0,
     ) -> tuple[int, str]:
-        """`enqueue`, returning (id, state): `queued` unless the attempt was enqueued before
-        and is held (`claimed`) or finished (`done`) already."""
+        """Add the attempt (once; a cancelled entry is queued again); returns (id, state):
+        `queued` unless the attempt was enqueued before and is held (`claimed`) or finished
+        (`done`) already."""
         args = {
             "run_id": run_id,
             "task_id": task_id,

@@ -40,6 +40,7 @@ log = logging.getLogger("interlock.storage")
 Q = queries("postgres")
 MIGRATION_LOCK = 4849675  # advisory lock key held while the schema is brought up to date
 CHECK_AFTER_IDLE = 1.0  # seconds a pooled connection may rest before it is pinged again
+STALLED_TRANSACTION = 5.0  # seconds a transaction of ours may sit idle before the server ends it
 NEVER = 1e300  # `next_at` of a notification given up on: never due again
 T = TypeVar("T")
 
@@ -48,10 +49,17 @@ class PostgresStore:
     """A `Store` on a PostgreSQL database (thread-safe: a pool of connections)."""
 
     def __init__(
-        self, url: str, *, pool_size: int = 4, connect_timeout: float = 10.0, retries: int = 3
+        self,
+        url: str,
+        *,
+        pool_size: int = 4,
+        connect_timeout: float = 10.0,
+        retries: int = 3,
+        stalled_transaction: float = STALLED_TRANSACTION,
     ) -> None:
         self.url = url
         self._retries = retries
+        self._stalled_ms = max(1, int(stalled_transaction * 1000))
         self._used = {}
         self._where = _redact(url)
         self.pool: ConnectionPool[Any] = ConnectionPool(
@@ -62,6 +70,7 @@ class PostgresStore:
             # A connection killed by the server (restart, pg_terminate_backend) is found
             # and replaced before it is handed out, not in the middle of a transaction.
             check=self._check,
+            configure=self._configure,
             kwargs={"autocommit": False, "connect_timeout": int(connect_timeout)},
             name="interlock-ledger",
             open=True,
@@ -90,6 +99,13 @@ class PostgresStore:
                 yield db
             finally:
                 self._used[id(db)] = time.monotonic()
+
+    def _configure(self, db: psycopg.Connection[Any]) -> None:
+        """A new connection: a transaction of ours left open by a frozen process (SIGSTOP, a
+        VM pause) is ended by the server after `stalled_transaction` seconds, so the row and
+        advisory locks it holds cannot stall every other orchestrator until it wakes."""
+        db.execute(f"SET idle_in_transaction_session_timeout = {self._stalled_ms}")
+        db.commit()
 
     def _recover(self, attempt: int) -> None:
         """Before trying again after a lost connection: drop every pooled connection that is
