@@ -29,7 +29,9 @@ from interlock.storage.postgres import PostgresStore
 
 log = logging.getLogger("interlock.distributed")
 Q = queue_queries()
-CHANNEL = "interlock_tasks"  # payload "<entry id>:<state>[:<worker>]"
+# Notification payloads are "<entry id>:<state>[:<worker>]" (the worker once claimed).
+CHANNEL = "interlock_tasks"  # entries queued (what workers listen for)
+STATES = "interlock_task_states"  # entries claimed, done or cancelled (what waiters listen for)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -127,7 +129,7 @@ class TaskQueue:
         def cancel(db: psycopg.Connection[Any]) -> bool:
             row = db.execute(Q["cancel"], (run_id, task_id, attempt)).fetchone()
             if row is not None:
-                db.execute(Q["notify"], (f"{row[0]}:cancelled",))
+                db.execute(Q["notify"], (STATES, f"{row[0]}:cancelled"))
             return row is not None
 
         return self.store.retrying(cancel)
@@ -178,7 +180,7 @@ class TaskQueue:
                     return None
             got = db.execute(Q["claim"], (worker, ttl, entry_id)).fetchone()
             assert got is not None
-            db.execute(Q["notify"], (f"{entry_id}:claimed:{worker}",))
+            db.execute(Q["notify"], (STATES, f"{entry_id}:claimed:{worker}"))
             return _claim(entry_id, got[1:])
 
         return self.store.retrying(claim)
@@ -221,7 +223,7 @@ class TaskQueue:
 
         def hand_back(db: psycopg.Connection[Any]) -> None:
             if db.execute(Q["requeue"], (claim.id, claim.delivery)).rowcount:
-                db.execute(Q["notify"], (f"{claim.id}:queued",))
+                db.execute(Q["notify"], (CHANNEL, f"{claim.id}:queued"))
 
         self.store.retrying(hand_back)
 
@@ -236,10 +238,10 @@ class TaskQueue:
                     error = f"lost its worker {delivery} times (worker processes died or hung)"
                     result = Jsonb({"ok": False, "error": error, "retryable": True})
                     db.execute(Q["give_up"], (result, entry_id, delivery))
-                    db.execute(Q["notify"], (f"{entry_id}:done",))
+                    db.execute(Q["notify"], (STATES, f"{entry_id}:done"))
                 else:
                     db.execute(Q["requeue"], (entry_id, delivery))
-                    db.execute(Q["notify"], (f"{entry_id}:queued",))
+                    db.execute(Q["notify"], (CHANNEL, f"{entry_id}:queued"))
                 touched += 1
             if touched:
                 log.info("handed out again %d expired task(s)", touched)

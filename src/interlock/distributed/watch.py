@@ -1,7 +1,7 @@
 """Waking the coroutines that wait on queue entries.
 
-Notifications (`interlock_tasks`) wake a waiter at once and say what the entry became (and
-which worker holds it), so a waiter usually need not ask the queue; a single batched query
+Notifications (`interlock_task_states`) wake a waiter at once and say what the entry became
+(and which worker holds it), so a waiter usually need not ask the queue; a single batched query
 every `poll` seconds covers notifications lost while the listening connection was down, so
 hundreds of waiting attempts cost one poll query, not hundreds.
 """
@@ -13,7 +13,7 @@ import contextlib
 from collections import OrderedDict
 
 from interlock.distributed.listen import Listener
-from interlock.distributed.queue import CHANNEL, TaskQueue, parse_notification
+from interlock.distributed.queue import STATES, TaskQueue, parse_notification
 
 RECENT = 4096  # news kept for entries nobody watches yet (heard before `watch` was called)
 
@@ -52,7 +52,7 @@ class Watcher:
     def _start(self) -> None:
         self.close()
         self._loop = asyncio.get_running_loop()
-        self._listener = Listener(self.queue.store.url, [CHANNEL], self._notified).start()
+        self._listener = Listener(self.queue.store.url, [STATES], self._notified).start()
         self._poller = self._loop.create_task(self._poll(), name="interlock-queue-poll")
 
     def close(self) -> None:

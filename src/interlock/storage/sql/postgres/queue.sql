@@ -26,7 +26,9 @@ LEFT JOIN LATERAL (
 ) note ON true;
 
 -- name: notify
-SELECT pg_notify('interlock_tasks', %s);
+-- `interlock_tasks` announces queued entries (workers listen); `interlock_task_states` every
+-- other change (orchestrators waiting on entries listen): each hears only what it acts on.
+SELECT pg_notify(%s, %s);
 
 -- name: expired
 SELECT id, delivery FROM task_queue
@@ -72,7 +74,7 @@ SELECT pick.id, pick.limited, took.run_id, took.task_id, took.attempt, took.deli
 FROM pick
 LEFT JOIN took ON took.id = pick.id
 LEFT JOIN LATERAL (
-    SELECT pg_notify('interlock_tasks', took.id || ':claimed:' || %(worker)s)
+    SELECT pg_notify('interlock_task_states', took.id || ':claimed:' || %(worker)s)
     WHERE took.id IS NOT NULL
 ) note ON true;
 
@@ -127,7 +129,7 @@ WITH done AS (
     WHERE id = %s AND delivery = %s AND state = 'claimed'
     RETURNING id
 )
-SELECT done.id FROM done, LATERAL (SELECT pg_notify('interlock_tasks', done.id || ':done')) note;
+SELECT done.id FROM done, LATERAL (SELECT pg_notify('interlock_task_states', done.id || ':done')) note;
 
 -- name: finish_with_output
 -- `finish`, storing the output as an artifact in the same statement (it is kept even when the
@@ -142,7 +144,7 @@ WITH stored AS (
     WHERE id = %s AND delivery = %s AND state = 'claimed'
     RETURNING id
 )
-SELECT done.id FROM done, LATERAL (SELECT pg_notify('interlock_tasks', done.id || ':done')) note;
+SELECT done.id FROM done, LATERAL (SELECT pg_notify('interlock_task_states', done.id || ':done')) note;
 
 -- name: cancel
 UPDATE task_queue SET state = 'cancelled', lease_expires = NULL,
