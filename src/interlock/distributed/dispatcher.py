@@ -163,7 +163,7 @@ class QueueDispatcher:
         the result itself.
         """
         wake = self.watcher.watch(entry_id)
-        heard: tuple[str, str] | None = (state, "")  # what `add` found
+        heard: tuple[str, str] | None = (state, "")  # what enqueueing found
         started = False
         while True:
             if heard is None or (heard[0] == "claimed" and not heard[1] and not started):
