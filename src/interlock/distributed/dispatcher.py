@@ -81,7 +81,7 @@ class QueueDispatcher:
     async def _run(
         self, orchestrator: Orchestrator, driver: RunDriver, task_id: str, attempt: int
     ) -> None:
-        tmp = driver.run_dir / ".tmp" / f"{task_id}.{attempt}.part"
+        tmp = driver.run_dir.joinpath(".tmp", f"{task_id}.{attempt}.part")
         clock = orchestrator.clock
         entry_id: int | None = None
         try:

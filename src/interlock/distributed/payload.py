@@ -83,7 +83,6 @@ def to_spec(payload: dict[str, Any], workdir: Path, artifacts: ArtifactStore) ->
         reads=reads,
         output=workdir / "output.part",
         run_dir=workdir,
-        log_dir=workdir / "logs",
         model=payload["model"],
         idempotency_key=payload["idempotency_key"],
         workflow_dir=Path(workflow_dir) if workflow_dir and Path(workflow_dir).is_dir() else None,

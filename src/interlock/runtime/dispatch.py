@@ -53,7 +53,7 @@ class LocalDispatcher:
     async def _run(
         self, orchestrator: Orchestrator, driver: RunDriver, task_id: str, attempt: int
     ) -> None:
-        tmp = driver.run_dir / ".tmp" / f"{task_id}.{attempt}.part"
+        tmp = driver.run_dir.joinpath(".tmp", f"{task_id}.{attempt}.part")
         clock = orchestrator.clock
         try:
             async with self._slots:

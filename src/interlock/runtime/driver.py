@@ -378,7 +378,6 @@ class RunDriver:
             reads=reads,
             output=tmp,
             run_dir=self.run_dir,
-            log_dir=self.run_dir / "logs",
             model=task.model,
             workflow_dir=self.workflow_dir,
             idempotency_key=key[:32],

@@ -44,10 +44,14 @@ class TaskSpec:
     reads: list[tuple[str, Path]]  # (file name, path) of each output it reads
     output: Path  # temporary path to write; committed by the orchestrator on success
     run_dir: Path
-    log_dir: Path
     model: str | None
     idempotency_key: str
     workflow_dir: Path | None = None  # the workflow file's directory, for relative scripts
+
+    @property
+    def log_dir(self) -> Path:
+        """Where a command's stdout and stderr are kept (made when a command starts)."""
+        return self.run_dir / "logs"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,6 +9,7 @@ Every path handed out is checked to stay inside the state directory.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from dataclasses import dataclass
@@ -44,11 +45,19 @@ class Home:
 
     def live_dir(self, run_id: str) -> Path:
         """`runs/<id>` (the directory of a run that is not archived)."""
-        return self.root / "runs" / check_run_id(run_id)
+        return self._runs / check_run_id(run_id)
 
     def archive_dir(self, run_id: str) -> Path:
         """`archive/<id>`."""
-        return self.root / "archive" / check_run_id(run_id)
+        return self._archive / check_run_id(run_id)
+
+    @functools.cached_property
+    def _runs(self) -> Path:
+        return self.root / "runs"
+
+    @functools.cached_property
+    def _archive(self) -> Path:
+        return self.root / "archive"
 
     def run_dir(self, run_id: str) -> Path:
         """Wherever the run's directory is now (archive once moved there)."""
