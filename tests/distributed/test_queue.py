@@ -169,3 +169,19 @@ def test_prune_drops_only_finished_entries_of_ended_runs(queue: TaskQueue) -> No
     left = queue.states([done, waiting, live, cancelled])
     assert set(left) == {waiting, live}
     assert queue.prune(keep=0) == 0
+
+
+def test_several_entries_are_claimed_at_once_in_order(queue: TaskQueue) -> None:
+    """A worker with free slots takes the best entries together; one under a limit is taken
+    by counting under the limit's lock, and the limit still holds."""
+    for task in ("a", "b", "c"):
+        put(queue, task, scopes=["pipeline:p"])
+    put(queue, "capped", scopes=["pipeline:capped"], priority=5)
+    queue.set_limit("pipeline:capped", 0)
+    got = queue.claim_many("w", kinds=ALL, tags=(), ttl=30, limit=2)
+    assert [c.task_id for c in got] == ["a", "b"] and {c.delivery for c in got} == {1}
+    queue.set_limit("pipeline:capped", 1)
+    got = queue.claim_many("w", kinds=ALL, tags=(), ttl=30, limit=5)
+    assert sorted(c.task_id for c in got) == ["c", "capped"]
+    put(queue, "capped2", scopes=["pipeline:capped"])
+    assert queue.claim_many("w", kinds=ALL, tags=(), ttl=30, limit=5) == []

@@ -153,19 +153,32 @@ class TaskQueue:
         only: int | None = None,
     ) -> Claim | None:
         """Take the best queued entry this worker can run (or entry `only`), honouring the
-        concurrency limits; None when there is nothing to take now.
+        concurrency limits; None when there is nothing to take now."""
+        got = self.claim_many(worker, kinds=kinds, tags=tags, ttl=ttl, limit=1, only=only)
+        return got[0] if got else None
 
-        One statement when the entry's scopes have no limit (the usual case); a transaction
-        that counts under the limit's lock otherwise."""
+    def claim_many(
+        self,
+        worker: str,
+        *,
+        kinds: Sequence[str],
+        tags: Sequence[str],
+        ttl: float,
+        limit: int,
+        only: int | None = None,
+    ) -> list[Claim]:
+        """Take up to `limit` of the best queued entries this worker can run, honouring the
+        concurrency limits (fewer, or none, when there are fewer to take now).
 
+        Entries whose scopes have no limit (the usual case) are claimed by one statement; if
+        some of the best are under a limit, one more is claimed by a transaction that counts
+        under the limit's lock."""
         args = {"kinds": list(kinds), "tags": list(tags), "only": only}
-        fast = {**args, "worker": worker, "ttl": ttl}
+        fast = {**args, "worker": worker, "ttl": ttl, "n": max(1, limit)}
         rows = self.store.single(lambda db: db.execute(Q["claim_free"], fast).fetchall())
-        if not rows:
-            return None
-        entry_id, limited, *got = rows[0]
-        if not limited:
-            return _claim(entry_id, got)
+        claims = [_claim(entry_id, got) for entry_id, limited, *got in rows if not limited]
+        if len(claims) == len(rows) or len(claims) >= limit:
+            return claims
 
         def claim(db: psycopg.Connection[Any]) -> Claim | None:
             row = db.execute(Q["candidates"], args).fetchone()
@@ -183,7 +196,8 @@ class TaskQueue:
             db.execute(Q["notify"], (STATES, f"{entry_id}:claimed:{worker}"))
             return _claim(entry_id, got[1:])
 
-        return self.store.retrying(claim)
+        limited = self.store.retrying(claim)
+        return claims if limited is None else [*claims, limited]
 
     def heartbeat(self, claim: Claim, ttl: float) -> bool:
         """Extend the hand-out; False when it was lost (expired and handed on, or cancelled)."""

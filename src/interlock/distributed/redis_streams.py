@@ -98,9 +98,10 @@ class StreamSource:
         self._backlog: list[tuple[str, int]] = []
         self._messages: dict[int, str] = {}
 
-    async def next(self, worker: RemoteWorker) -> Claim | None:
-        """See `ClaimSource.next`."""
-        return await asyncio.to_thread(self._next, worker)
+    async def next(self, worker: RemoteWorker, limit: int) -> list[Claim]:
+        """See `ClaimSource.next` (one message, one claim at a time)."""
+        claim = await asyncio.to_thread(self._next, worker)
+        return [] if claim is None else [claim]
 
     def _next(self, worker: RemoteWorker) -> Claim | None:
         if not self._backlog:

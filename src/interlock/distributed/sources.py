@@ -14,8 +14,8 @@ if TYPE_CHECKING:
 class ClaimSource(Protocol):
     """Hands a worker its next claim and hears when it is through with it."""
 
-    async def next(self, worker: RemoteWorker) -> Claim | None:
-        """The next claim for `worker`, or None when nothing is ready now."""
+    async def next(self, worker: RemoteWorker, limit: int) -> list[Claim]:
+        """Up to `limit` claims for `worker` (none when nothing is ready now)."""
         ...
 
     def done(self, claim: Claim) -> None:
@@ -33,14 +33,15 @@ class QueueSource:
     def __init__(self, queue: TaskQueue) -> None:
         self.queue = queue
 
-    async def next(self, worker: RemoteWorker) -> Claim | None:
-        """See `ClaimSource.next`."""
+    async def next(self, worker: RemoteWorker, limit: int) -> list[Claim]:
+        """See `ClaimSource.next`: one statement for all of them, as a rule."""
         return await asyncio.to_thread(
-            self.queue.claim,
+            self.queue.claim_many,
             worker.name,
             kinds=worker.kinds,
             tags=worker.tags,
             ttl=worker.lease_ttl,
+            limit=limit,
         )
 
     def done(self, claim: Claim) -> None:

@@ -91,11 +91,13 @@ class RemoteWorker:
                     last_sweep = time.monotonic()
                     await self._quietly(asyncio.to_thread(self.queue.sweep))
                 while len(self.running) < self.concurrency and not stop.is_set():
-                    claim = await self._quietly(self.source.next(self))
-                    if claim is None:
-                        break
-                    task = loop.create_task(self._handle(claim, wake), name=claim.task_id)
-                    self.running[claim.id] = task
+                    free = self.concurrency - len(self.running)
+                    claims = await self._quietly(self.source.next(self, free))
+                    for claim in claims or ():
+                        task = loop.create_task(self._handle(claim, wake), name=claim.task_id)
+                        self.running[claim.id] = task
+                    if not claims:
+                        break  # nothing more to take now
                 wake.clear()
                 waits = [loop.create_task(wake.wait()), loop.create_task(stop.wait())]
                 await asyncio.wait(waits, timeout=self.poll, return_when=asyncio.FIRST_COMPLETED)

@@ -45,11 +45,12 @@ UPDATE task_queue SET state = 'done', worker = NULL, lease_expires = NULL, resul
 WHERE id = %s AND delivery = %s AND state = 'claimed';
 
 -- name: claim_free
--- The best queued entry this worker can run, claimed and announced in one statement when
--- none of its scopes has a limit. An entry under a limit is only named (`limited`): claiming
--- it means counting under the limit's lock, in a transaction (`candidates` .. `claim`).
+-- The best %(n)s queued entries this worker can run, claimed and announced in one statement,
+-- those none of whose scopes has a limit. An entry under a limit is only named (`limited`):
+-- claiming it means counting under the limit's lock, in a transaction (`candidates` ..
+-- `claim`).
 WITH pick AS (
-    SELECT q.id,
+    SELECT q.id, q.priority,
            EXISTS (SELECT 1 FROM queue_limits l WHERE l.scope = ANY(q.scopes)) AS limited
     FROM task_queue q
     WHERE state = 'queued' AND kind = ANY(%(kinds)s) AND tags <@ %(tags)s
@@ -60,7 +61,7 @@ WITH pick AS (
             AND l.max_running <= (SELECT count(*) FROM task_queue r
                                   WHERE r.state = 'claimed' AND r.scopes @> ARRAY[l.scope]))
     ORDER BY priority DESC, id
-    LIMIT 1 FOR UPDATE SKIP LOCKED
+    LIMIT %(n)s FOR UPDATE SKIP LOCKED
 ), took AS (
     UPDATE task_queue t SET state = 'claimed', worker = %(worker)s, delivery = t.delivery + 1,
            lease_expires = extract(epoch FROM clock_timestamp()) + %(ttl)s,
@@ -76,7 +77,8 @@ LEFT JOIN took ON took.id = pick.id
 LEFT JOIN LATERAL (
     SELECT pg_notify('interlock_task_states', took.id || ':claimed:' || %(worker)s)
     WHERE took.id IS NOT NULL
-) note ON true;
+) note ON true
+ORDER BY pick.priority DESC, pick.id;
 
 -- name: prune
 -- Entries finished at least %(keep)s seconds ago whose run has ended: no orchestrator can
