@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from tests.storage.test_conformance import make_run
 
 from interlock.distributed.queue import TaskQueue
 from interlock.storage.postgres import PostgresStore
@@ -138,15 +139,7 @@ def test_prune_drops_only_finished_entries_of_ended_runs(queue: TaskQueue) -> No
     unfinished ones stay, whatever their age."""
     store = queue.store
     for run_id in ("ended", "live"):
-        store.create_run(
-            run_id=run_id,
-            pipeline="p",
-            topic="t",
-            definition_hash="h",
-            definition="{}",
-            source="",
-            created_at=time.time(),
-        )
+        make_run(store, run_id, at=time.time())
     store.single(
         lambda db: db.execute("UPDATE runs SET status = 'delivered' WHERE run_id = 'ended'")
     )

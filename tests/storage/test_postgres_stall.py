@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from tests.storage.test_conformance import make_run
+
 from interlock.storage.postgres import PostgresStore
 
 
@@ -15,16 +17,7 @@ def test_a_transaction_left_open_by_a_frozen_process_is_ended(pg_database: str) 
     frozen = PostgresStore(pg_database, stalled_transaction=0.5)
     other = PostgresStore(pg_database)
     try:
-        now = time.time()
-        frozen.create_run(
-            run_id="r",
-            pipeline="p",
-            topic="t",
-            definition_hash="h",
-            definition="{}",
-            source="",
-            created_at=now,
-        )
+        make_run(frozen, "r", at=time.time())
         held = frozen.pool.getconn()
         held.execute("UPDATE runs SET topic = topic WHERE run_id = 'r'")  # row lock, then idle
         started = time.monotonic()

@@ -103,20 +103,14 @@ class TaskQueue:
     def get(self, entry_id: int) -> Entry:
         """One entry as it stands."""
         rows = self.store.single(lambda db: db.execute(Q["get"], (entry_id,)).fetchall())
-        i, state, worker, delivery, result, sha = rows[0]
-        return Entry(
-            id=i, state=state, worker=worker, delivery=delivery, result=result, output_sha=sha
-        )
+        return _entry(rows[0])
 
     def finished(self, entry_id: int) -> tuple[Entry, bytes | None]:
         """A done entry with its output's body, in one query (outputs in the same database)."""
         query = Q["get_with_output"]
         rows = self.store.single(lambda db: db.execute(query, (entry_id,)).fetchall())
-        i, state, worker, delivery, result, sha, body = rows[0]
-        entry = Entry(
-            id=i, state=state, worker=worker, delivery=delivery, result=result, output_sha=sha
-        )
-        return entry, None if body is None else bytes(body)
+        *entry, body = rows[0]
+        return _entry(entry), None if body is None else bytes(body)
 
     def states(self, ids: Sequence[int]) -> dict[int, tuple[str, int]]:
         """(state, delivery) of many entries in one query (the safety-net poll)."""
@@ -268,6 +262,11 @@ class TaskQueue:
         (transport state only: what they reported is in the ledger); returns how many."""
         args = {"keep": keep, "limit": limit}
         return self.store.single(lambda db: db.execute(Q["prune"], args).rowcount)
+
+
+def _entry(row: Sequence[Any]) -> Entry:
+    i, state, worker, delivery, result, sha = row
+    return Entry(id=i, state=state, worker=worker, delivery=delivery, result=result, output_sha=sha)
 
 
 def _claim(entry_id: int, row: Sequence[Any]) -> Claim:
