@@ -16,7 +16,20 @@ from typing import Any
 
 from interlock.core import events as ev
 from interlock.core.expressions import ExpressionError, evaluate
-from interlock.core.state import RunState, RunStatus, TaskState, TaskStatus, apply, task_id_for
+from interlock.core.state import (
+    ENDED,
+    IN_FLIGHT,
+    RUN_DELIVERED,
+    RUN_RUNNING,
+    TASK_COMPLETED,
+    TASK_FAILED,
+    TASK_RETRY_WAIT,
+    TASK_TIMED_OUT,
+    RunState,
+    TaskState,
+    apply,
+    task_id_for,
+)
 from interlock.core.workflow import Backoff, Phase, Pipeline, Worker
 
 
@@ -57,8 +70,8 @@ def decide(
     pipeline: Pipeline, state: RunState, now: float, *, evaluator: Evaluator = evaluate
 ) -> list[Decision]:
     """The decisions for this instant; an empty list means wait (see `next_wake`)."""
-    if state.status.ended:
-        if state.status is RunStatus.DELIVERED and not state.archived:
+    if state.status in ENDED:
+        if state.status is RUN_DELIVERED and not state.archived:
             return [Decision(RuleName.ARCHIVE, ev.Archived(at=now), "the result was delivered")]
         return []
     if state.current is None:
@@ -88,13 +101,13 @@ def settle(
 
 def next_wake(pipeline: Pipeline, state: RunState) -> float | None:
     """The earliest time the table would act without a new observation (None: never)."""
-    times = [_deadline(pipeline, t) for t in state.tasks.values() if t.status.in_flight]
-    if state.status is RunStatus.RUNNING:
+    times = [_deadline(pipeline, t) for t in state.tasks.values() if t.status in IN_FLIGHT]
+    if state.status is RUN_RUNNING:
         # A paused run holds its retries until approval; waking for them would find nothing to do.
         times += [
             t.not_before
             for t in state.tasks.values()
-            if t.status is TaskStatus.RETRY_WAIT and t.not_before is not None
+            if t.status is TASK_RETRY_WAIT and t.not_before is not None
         ]
     return min(times) if times else None
 
@@ -118,14 +131,14 @@ def _timeouts(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]
             f"task {t.task_id} attempt {t.attempt} passed its deadline",
         )
         for t in state.tasks.values()
-        if t.status.in_flight and now >= _deadline(pipeline, t)
+        if t.status in IN_FLIGHT and now >= _deadline(pipeline, t)
     ]
 
 
 def _failures(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]:
     decisions = []
     for task in state.tasks.values():
-        if task.status not in (TaskStatus.FAILED, TaskStatus.TIMED_OUT):
+        if task.status not in (TASK_FAILED, TASK_TIMED_OUT):
             continue
         worker = pipeline.worker(task.role)
         attempt = task.attempt + 1
@@ -172,7 +185,7 @@ def backoff_delay(backoff: Backoff, run_id: str, task: TaskState, attempt: int) 
 
 def _budget(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]:
     budget = pipeline.budget
-    if budget is None or state.budget_waived or state.status is not RunStatus.RUNNING:
+    if budget is None or state.budget_waived or state.status is not RUN_RUNNING:
         return []
     over = []
     if budget.max_cost_usd is not None and state.cost_usd >= budget.max_cost_usd:
@@ -194,7 +207,7 @@ def _budget(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]:
 
 
 def _retries_due(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]:
-    if state.status is not RunStatus.RUNNING:
+    if state.status is not RUN_RUNNING:
         return []
     return [
         Decision(
@@ -212,7 +225,7 @@ def _retries_due(pipeline: Pipeline, state: RunState, now: float) -> list[Decisi
             f"backoff for attempt {t.attempt} of {t.task_id} has passed",
         )
         for t in state.tasks.values()
-        if t.status is TaskStatus.RETRY_WAIT and t.not_before is not None and now >= t.not_before
+        if t.status is TASK_RETRY_WAIT and t.not_before is not None and now >= t.not_before
     ]
 
 
@@ -227,19 +240,17 @@ def planned_tasks(
 
 def _dispatch(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]:
     current = state.current
-    if state.status is not RunStatus.RUNNING or current is None or current.completed:
+    if state.status is not RUN_RUNNING or current is None or current.completed:
         return []
     phase = pipeline.phase(current.phase)
     cap = phase.for_each.concurrency if phase.for_each else None
-    active = sum(
-        1 for tid in current.task_ids if state.tasks[tid].status is not TaskStatus.COMPLETED
-    )
+    active = sum(1 for tid in current.task_ids if state.tasks[tid].status is not TASK_COMPLETED)
     decisions = []
     lane_blocked: set[int | None] = set()
     for worker, item, tid in planned_tasks(phase, current.visit, current.items):
         task = state.tasks.get(tid)
         if task is not None:
-            if phase.mode == "sequential" and task.status is not TaskStatus.COMPLETED:
+            if phase.mode == "sequential" and task.status is not TASK_COMPLETED:
                 lane_blocked.add(item)  # the next worker of this lane waits for this one
             continue
         if item in lane_blocked or (cap is not None and active >= cap):
@@ -272,14 +283,14 @@ def _phase_end(
     if not current.completed:
         planned = list(planned_tasks(phase, current.visit, current.items))
         done = all(
-            tid in state.tasks and state.tasks[tid].status is TaskStatus.COMPLETED
+            tid in state.tasks and state.tasks[tid].status is TASK_COMPLETED
             for _, _, tid in planned
         )
-        if not done or state.status is not RunStatus.RUNNING:
+        if not done or state.status is not RUN_RUNNING:
             return []
         event: ev.Event = ev.PhaseCompleted(at=now, phase=phase.id, visit=current.visit)
         return [Decision(RuleName.PHASE_DONE, event, f"all {len(planned)} task(s) completed")]
-    if state.status is not RunStatus.RUNNING:
+    if state.status is not RUN_RUNNING:
         return []
     if phase.pause_after and not current.approved:
         event = ev.Paused(at=now, phase=phase.id, visit=current.visit)

@@ -276,7 +276,7 @@ class Pipeline(_Model):
         """The phase that holds the worker `role`."""
         return self._roles[role][1]
 
-    @property
+    @cached_property
     def final_worker(self) -> Worker:
         """The worker whose output is the run's result."""
         return next(w for p in self.phases for w in p.workers if w.final)
