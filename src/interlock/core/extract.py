@@ -7,6 +7,7 @@ never executed or rendered.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -120,6 +121,8 @@ def _coerce(name: str, raw: Any, kind: str) -> Any:
 
 def _plain(value: Any) -> Any:
     """Keep list items JSON-like and bounded."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # JSON has no NaN or infinity: kept as text
     if isinstance(value, (int, float, bool)) or value is None:
         return value
     if isinstance(value, str):

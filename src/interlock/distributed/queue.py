@@ -15,7 +15,6 @@ decides about a new attempt as for any other failure.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from interlock.distributed.sql import queue_queries
+from interlock.storage import codec
 from interlock.storage.postgres import PostgresStore
 
 log = logging.getLogger("interlock.distributed")
@@ -291,4 +291,4 @@ def parse_notification(payload: str) -> tuple[int, str, str] | None:
 
 def dumps(value: Any) -> str:
     """Compact JSON for stream messages."""
-    return json.dumps(value, separators=(",", ":"), default=str)
+    return codec.dumps(value)

@@ -29,7 +29,8 @@ from interlock.runtime import artifacts
 from interlock.runtime.executors import Outcome, TaskSpec, escape_braces
 from interlock.runtime.faults import crash_point
 from interlock.runtime.projection import status_view
-from interlock.storage.base import COMPACT, CommandRecord, Lease, NewEvent, RunSummary, Store
+from interlock.storage import codec
+from interlock.storage.base import CommandRecord, Lease, NewEvent, RunSummary, Store
 
 if TYPE_CHECKING:
     from interlock.runtime.orchestrator import Orchestrator
@@ -312,7 +313,7 @@ class RunDriver:
         indented one; `interlock status RUN --json` shows it indented.
         """
         view = status_view(self.definition.pipeline, self.state, self.run_dir.name)
-        data = COMPACT.encode(view).encode()
+        data = codec.dumpb(view)
         artifacts.write_atomic(self.run_dir / "status.json", data, durable=False)
 
     def _archive(self, orchestrator: Orchestrator) -> None:

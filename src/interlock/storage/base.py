@@ -14,16 +14,13 @@ Guarantees every backend gives:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from interlock.core.events import Event, from_record, to_record
 from interlock.errors import LeaseLost
-
-COMPACT = json.JSONEncoder(separators=(",", ":"), default=str)
-"""One shared encoder for stored JSON (`json.dumps` with options builds one per call)."""
+from interlock.storage import codec
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -37,7 +34,7 @@ class NewEvent:
     def record(self) -> tuple[str, str]:
         """(kind, JSON data) as stored."""
         kind, data = to_record(self.event)
-        return kind, COMPACT.encode(data)
+        return kind, codec.dumps(data)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -13,7 +13,6 @@ processes can wake at once instead of polling hard.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -21,11 +20,12 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.types.json import set_json_dumps, set_json_loads
 from psycopg_pool import ConnectionPool
 
 from interlock.errors import LeaseHeld, LeaseLost, RunNotFound, StorageError
+from interlock.storage import codec
 from interlock.storage.base import (
-    COMPACT,
     AppendBatch,
     CommandRecord,
     Lease,
@@ -103,9 +103,12 @@ class PostgresStore:
     def _configure(self, db: psycopg.Connection[Any]) -> None:
         """A new connection: a transaction of ours left open by a frozen process (SIGSTOP, a
         VM pause) is ended by the server after `stalled_transaction` seconds, so the row and
-        advisory locks it holds cannot stall every other orchestrator until it wakes."""
+        advisory locks it holds cannot stall every other orchestrator until it wakes. JSON
+        goes through the ledger's codec (`interlock.storage.codec`) both ways."""
         db.execute(f"SET idle_in_transaction_session_timeout = {self._stalled_ms}")
         db.commit()
+        set_json_loads(codec.loads, db)
+        set_json_dumps(codec.dumps, db)
 
     def _recover(self, attempt: int) -> None:
         """Before trying again after a lost connection: drop every pooled connection that is
@@ -386,7 +389,7 @@ class PostgresStore:
 
         def enqueue(db: psycopg.Connection[Any]) -> None:
             for item in items:
-                payload = json.dumps(item.payload, separators=(",", ":"), default=str)
+                payload = codec.dumps(item.payload)
                 db.execute(
                     Q["insert_outbox"], (item.key, item.sink, item.run_id, payload, now, now)
                 )
@@ -481,7 +484,7 @@ def _append_args(batch: AppendBatch, now: float) -> dict[str, Any]:
         "tokens": summary.tokens,
         "warnings": summary.warnings,
         "updated": summary.updated_at,
-        "events": COMPACT.encode(events),
+        "events": codec.dumps(events),
         "consumed": list(batch.consumed),
         "shas": [sha for sha, _ in batch.artifacts],
         "bodies": [bytes(body) for _, body in batch.artifacts],

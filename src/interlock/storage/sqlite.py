@@ -9,7 +9,6 @@ may lose the last commits on power loss, and is offered only as an explicit sett
 from __future__ import annotations
 
 import contextlib
-import json
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from interlock.errors import LeaseHeld, LeaseLost, RunNotFound, StorageError
+from interlock.storage import codec
 from interlock.storage.base import (
     AppendBatch,
     CommandRecord,
@@ -330,7 +330,7 @@ class SQLiteStore:
         """See `Store.outbox_enqueue`."""
         with self._write() as db:
             for item in items:
-                payload = json.dumps(item.payload, separators=(",", ":"), default=str)
+                payload = codec.dumps(item.payload)
                 db.execute(
                     Q["insert_outbox"], (item.key, item.sink, item.run_id, payload, now, now)
                 )
@@ -386,8 +386,8 @@ def _register(db: sqlite3.Connection, batch: AppendBatch, now: float) -> None:
 
 
 def _event(row: Any) -> StoredEvent:
-    return event_from_row(row, json.loads(row[5]))
+    return event_from_row(row, codec.loads(row[5]))
 
 
 def _outbox(row: Any, **extra: Any) -> OutboxItem:
-    return outbox_from_row(row, json.loads(row[3]), **extra)
+    return outbox_from_row(row, codec.loads(row[3]), **extra)
