@@ -244,26 +244,25 @@ class SQLiteStore:
         lease = batch.lease
         if batch.register is not None:
             _register(db, batch, now)
-        row = db.execute(Q["fence"], (lease.run_id, lease.owner, lease.token, now)).fetchone()
+        s, n = batch.summary, len(batch.events)
+        fence = (n, s.status, s.phase, s.cost_usd, s.tokens, s.warnings, s.updated_at)
+        fence += (lease.run_id, lease.owner, lease.token, now)
+        row = db.execute(Q["fence"], fence).fetchone()
         if row is None:
             return LeaseLost(f"run {lease.run_id}: the lease expired or was taken over")
-        seq = row[0]
+        last = seq = row[0]
+        seq -= n
         rows = []
         for new in batch.events:
             seq += 1
             kind, data = new.record()
             rows.append((lease.run_id, seq, new.event.at, kind, data, new.rule, new.why))
         db.executemany(Q["insert_event"], rows)
-        s = batch.summary
-        db.execute(
-            Q["update_summary"],
-            (seq, s.status, s.phase, s.cost_usd, s.tokens, s.warnings, s.updated_at, lease.run_id),
-        )
         for command_id in batch.consumed:
             db.execute(Q["consume_command"], (now, command_id, lease.run_id))
         for sha, body in batch.artifacts:
             db.execute(Q["put_artifact"], (sha, len(body), body, now))
-        return int(seq)
+        return int(last)
 
     def events(self, run_id: str, since: int = 0, limit: int | None = None) -> list[StoredEvent]:
         """See `Store.events`."""

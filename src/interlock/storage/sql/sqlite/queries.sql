@@ -31,16 +31,15 @@ UPDATE runs SET lease_owner = NULL, lease_expires = NULL
 WHERE run_id = ? AND lease_owner = ? AND lease_token = ?;
 
 -- name: fence
-SELECT last_seq FROM runs
-WHERE run_id = ? AND lease_owner = ? AND lease_token = ? AND lease_expires > ?;
+-- The lease fence and the summary in one statement: the run's new last seq, or no row (the
+-- lease expired or was taken over, and nothing changed). Events are numbered up to it.
+UPDATE runs SET last_seq = last_seq + ?, status = ?, phase = ?, cost_usd = ?, tokens = ?,
+       warnings = ?, updated_at = ?
+WHERE run_id = ? AND lease_owner = ? AND lease_token = ? AND lease_expires > ?
+RETURNING last_seq;
 
 -- name: insert_event
 INSERT INTO events (run_id, seq, at, kind, data, rule, why) VALUES (?, ?, ?, ?, ?, ?, ?);
-
--- name: update_summary
-UPDATE runs SET last_seq = ?, status = ?, phase = ?, cost_usd = ?, tokens = ?, warnings = ?,
-       updated_at = ?
-WHERE run_id = ?;
 
 -- name: consume_command
 UPDATE commands SET consumed_at = ? WHERE id = ? AND run_id = ? AND consumed_at IS NULL;
