@@ -1,0 +1,102 @@
+"""CPU instructions per research-3 run, counted by valgrind: a figure that does not move with
+the machine's load, for comparing two versions of the code on a noisy machine.
+
+    python benchmarks/instructions.py                      # this checkout, 200 runs
+    python benchmarks/instructions.py --src ../old/src     # another checkout's code
+
+Wall-clock figures on a shared 2-core machine move by 20-50% from one minute to the next, so a
+change worth 10% cannot be seen in them. Valgrind's callgrind counts every instruction the
+process executes instead, the same count on every run of the same code and inputs (to within
+about 1%: run ids, clocks and temporary paths differ). Each mode is counted twice, with
+`--runs` runs and with 20, and the difference is divided by the extra runs, so that start-up
+and imports drop out. Sequential runs use `synchronous=NORMAL` (fsync waits are not
+instructions anyway); concurrent runs are all created at once, as in `run.py`.
+Needs `valgrind` (Debian: `apt-get install valgrind`); each count takes a minute or two.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+BASE_RUNS = 20
+
+
+def drive(mode: str, runs: int) -> None:
+    """The measured work: `runs` research-3 runs (run inside valgrind)."""
+    sys.path.insert(0, str(HERE))
+    import run as suite  # the suite's workload, workers and settings
+
+    if mode == "concurrent":
+        app = suite.fresh_app(concurrency=256)
+
+        async def go() -> None:
+            app.orchestrator.create_runs([(suite.DEFINITION, "bench", None, None)] * runs)
+            await app.orchestrator.run_until_settled()
+
+    else:
+        app = suite.fresh_app(synchronous="NORMAL")
+
+        async def go() -> None:
+            for _ in range(runs):
+                app.orchestrator.create_run(suite.DEFINITION, topic="bench")
+                await app.orchestrator.run_until_settled()
+
+    asyncio.run(go())
+
+
+def count(mode: str, runs: int, src: str | None) -> int:
+    """Instructions executed by a whole process driving `runs` runs."""
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    if src:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
+    with tempfile.TemporaryDirectory() as scratch:
+        command = [
+            "valgrind",
+            "--tool=callgrind",
+            f"--callgrind-out-file={scratch}/out",
+            sys.executable,
+            __file__,
+            "--drive",
+            mode,
+            "--runs",
+            str(runs),
+        ]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if done.returncode != 0 or found is None:
+        raise SystemExit(f"valgrind failed ({done.returncode}): {done.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--modes", default="sequential,concurrent")
+    parser.add_argument("--src", help="import interlock from this source folder instead")
+    parser.add_argument("--drive", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.drive:
+        drive(args.drive, args.runs)
+        return
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
+    if args.runs <= BASE_RUNS:
+        raise SystemExit(f"--runs must be more than {BASE_RUNS}")
+    for mode in args.modes.split(","):
+        per_run = (count(mode, args.runs, args.src) - count(mode, BASE_RUNS, args.src)) / (
+            args.runs - BASE_RUNS
+        )
+        print(f"{mode:<12} {per_run / 1e6:7.3f} M instructions per run", flush=True)
+
+
+if __name__ == "__main__":
+    main()
