@@ -294,13 +294,14 @@ class RunDriver:
                 artifacts.write_plain(final_md, data)
                 self.final_body = None
                 crash_point("after_deliver")
-        if orchestrator.settings.write_status and self.run_dir.is_dir():
+        if orchestrator.settings.write_status:
             # A projection for people: current at every pause and end, otherwise refreshed at
             # most every `status_interval`, and less often when many runs are held, so that
             # refreshes never dominate a busy orchestrator.
             now = orchestrator.clock()
             settled = state.status is not RunStatus.RUNNING
-            if settled or now - self.status_written >= orchestrator.status_interval():
+            due = settled or now - self.status_written >= orchestrator.status_interval()
+            if due and self.run_dir.is_dir():
                 self.write_status()
                 self.status_written = now
         if state.archived:
@@ -337,18 +338,19 @@ class RunDriver:
         worker = pipeline.worker(task.role)
         items = self.state.current.items if self.state.current else None
         item = items[task.item] if items is not None and task.item is not None else None
-        values: dict[str, Any] = {
-            **self.state.inputs,
-            "topic": self.state.topic,
-            "inputs": self.state.inputs,
-            "item": item,
-            "item_index": task.item,
-            "visit": task.visit,
-            "run_id": self.run_id,
-        }
+        text, command = worker.task, worker.command
         try:
-            text = render_task(worker.task, values)
-            command = worker.command
+            if "{" in text or command is not None:  # most tasks are plain text
+                values: dict[str, Any] = {
+                    **self.state.inputs,
+                    "topic": self.state.topic,
+                    "inputs": self.state.inputs,
+                    "item": item,
+                    "item_index": task.item,
+                    "visit": task.visit,
+                    "run_id": self.run_id,
+                }
+                text = render_task(text, values)
             if command is not None:
                 # Values rendered into an argument keep their braces literal, so that a topic
                 # or an extracted item can never turn into a placeholder such as {output}.

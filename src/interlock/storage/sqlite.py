@@ -245,9 +245,9 @@ class SQLiteStore:
         if batch.register is not None:
             _register(db, batch, now)
         s, n = batch.summary, len(batch.events)
-        fence = (n, s.status, s.phase, s.cost_usd, s.tokens, s.warnings, s.updated_at)
-        fence += (lease.run_id, lease.owner, lease.token, now)
-        row = db.execute(Q["fence"], fence).fetchone()
+        summary = (n, s.status, s.phase, s.cost_usd, s.tokens, s.warnings, s.updated_at)
+        fence = (lease.run_id, lease.owner, lease.token, now)
+        row = db.execute(Q["fence"], summary + fence).fetchone()
         if row is None:
             return LeaseLost(f"run {lease.run_id}: the lease expired or was taken over")
         last = seq = row[0]
