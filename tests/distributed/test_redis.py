@@ -78,7 +78,7 @@ def test_duplicate_and_stale_messages_are_dropped(pg_url: str, streams: RedisStr
         assert claim is not None and claim.id == entry
         assert source._next(worker) is None  # the duplicate: entry held, message kept for later
         assert queue.finish(claim, {"ok": True}, None)
-        source.done(claim)
+        source._acknowledge(claim)
         later = StreamSource(streams, queue, min_idle=0)
         assert later._next(worker) is None  # reclaimed duplicate: entry done, so dropped
         assert pending(streams) == 0

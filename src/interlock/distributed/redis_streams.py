@@ -129,8 +129,12 @@ class StreamSource:
             # reclaimed later, when the answer may differ.
         return None
 
-    def done(self, claim: Claim) -> None:
-        """See `ClaimSource.done`: acknowledge unless the entry went back to the queue."""
+    async def done(self, claim: Claim) -> None:
+        """See `ClaimSource.done`."""
+        await asyncio.to_thread(self._acknowledge, claim)
+
+    def _acknowledge(self, claim: Claim) -> None:
+        """Acknowledge the claim's message unless the entry went back to the queue."""
         message = self._messages.pop(claim.id, None)
         if message is not None and self.queue.get(claim.id).state != "queued":
             self.streams.ack(message)

@@ -18,7 +18,7 @@ class ClaimSource(Protocol):
         """Up to `limit` claims for `worker` (none when nothing is ready now)."""
         ...
 
-    def done(self, claim: Claim) -> None:
+    async def done(self, claim: Claim) -> None:
         """The worker is through with `claim` (finished, stale or handed back)."""
         ...
 
@@ -44,8 +44,8 @@ class QueueSource:
             limit=limit,
         )
 
-    def done(self, claim: Claim) -> None:
-        """See `ClaimSource.done`."""
+    async def done(self, claim: Claim) -> None:
+        """See `ClaimSource.done`: nothing to tell the queue table."""
 
     def progress(self, run_id: str, task_id: str, text: str) -> None:
         """See `ClaimSource.progress` (not carried without a stream)."""

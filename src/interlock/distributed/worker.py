@@ -184,7 +184,7 @@ class RemoteWorker:
                 await asyncio.to_thread(shutil.rmtree, work, ignore_errors=True)
             self.running.pop(claim.id, None)
             with contextlib.suppress(Exception):
-                await asyncio.to_thread(self.source.done, claim)
+                await self.source.done(claim)
             wake.set()
 
     # The ledger check and the queue writes around one attempt, each side in one thread hop.
