@@ -79,3 +79,9 @@ def test_not_finite_floats_are_null_and_extraction_never_makes_them() -> None:
 def test_reads_what_older_writers_stored() -> None:
     assert codec.loads('{"a":NaN}')["a"] != codec.loads('{"a":NaN}')["a"]  # NaN, as before
     assert codec.loads(b'{"a":"\\u00e9"}') == {"a": "é"}
+
+
+def test_text_orjson_refuses_is_written_by_the_standard_encoder() -> None:
+    lone = "output \udcff from a command"  # a lone surrogate, as surrogateescape leaves it
+    assert codec.dumps({"text": lone}) == STANDARD.encode({"text": lone})
+    assert codec.loads(codec.dumps({"text": lone})) == {"text": lone}
