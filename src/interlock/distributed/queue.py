@@ -24,7 +24,6 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from interlock.distributed.sql import queue_queries
-from interlock.storage import codec
 from interlock.storage.postgres import PostgresStore
 
 log = logging.getLogger("interlock.distributed")
@@ -287,8 +286,3 @@ def parse_notification(payload: str) -> tuple[int, str, str] | None:
     entry, _, rest = payload.partition(":")
     state, _, worker = rest.partition(":")
     return (int(entry), state, worker) if entry.isdigit() else None
-
-
-def dumps(value: Any) -> str:
-    """Compact JSON for stream messages."""
-    return codec.dumps(value)

@@ -39,17 +39,14 @@ def _default(value: Any) -> Any:
 
 def dumps(value: Any) -> str:
     """Compact JSON text of `value`."""
-    try:
-        return orjson.dumps(value, default=_default, option=_OPTIONS).decode()
-    except (orjson.JSONEncodeError, TypeError):
-        return _FALLBACK.encode(value)
+    return dumpb(value).decode()
 
 
 def dumpb(value: Any) -> bytes:
     """`dumps` as UTF-8 bytes, for files."""
     try:
         return orjson.dumps(value, default=_default, option=_OPTIONS)
-    except (orjson.JSONEncodeError, TypeError):
+    except orjson.JSONEncodeError:
         return _FALLBACK.encode(value).encode()
 
 
