@@ -92,7 +92,7 @@ def cpu_times() -> tuple[int, int]:
 
 
 def measure(
-    workers: int, runs: int, items: int, root: Path, latency: float = 0.0
+    workers: int, runs: int, items: int, root: Path, latency: float = 0.0, timeout: float = 600.0
 ) -> tuple[float, float]:
     """(tasks per second, share of the machine's CPU busy) with `workers` worker processes."""
     name = f"il_bench_{uuid.uuid4().hex[:8]}"
@@ -124,7 +124,19 @@ def measure(
         for i in range(runs):
             run_id = app.start(work / "bench.yaml", topic=f"t{i}")
             app.orchestrator.release(app.orchestrator.drivers[run_id])
+        deadline = time.monotonic() + timeout
         while delivered(url) < runs:
+            for process in processes:
+                if process.poll() is not None:
+                    raise SystemExit(
+                        f"{' '.join(process.args[2:])} exited with code {process.returncode} "
+                        f"before the {runs} runs were delivered (its output is above)"
+                    )
+            if time.monotonic() > deadline:
+                raise SystemExit(
+                    f"{delivered(url)} of {runs} runs delivered after {timeout:g} s; "
+                    "raise --timeout on a slow machine"
+                )
             time.sleep(0.05)
         elapsed = time.perf_counter() - started
         busy, total = (now - then for now, then in zip(cpu_times(), cpu_before, strict=True))
@@ -138,16 +150,29 @@ def measure(
     return runs * (items + 2) / elapsed, busy / max(total, 1)
 
 
+def worker_counts(text: str) -> list[int]:
+    """An argparse type: "1,2,4" as [1, 2, 4]."""
+    counts = [part.strip() for part in text.split(",")]
+    if not all(part.isdigit() and int(part) > 0 for part in counts):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of positive numbers like 1,2,4")
+    return [int(part) for part in counts]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=60)
     parser.add_argument("--items", type=int, default=8)
-    parser.add_argument("--workers", default="1,2,4")
+    parser.add_argument(
+        "--workers", type=worker_counts, default="1,2,4", help="comma-separated process counts"
+    )
     parser.add_argument(
         "--latency",
         type=float,
         default=0.05,
         help="seconds each writer task waits, as a model call would (second series)",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=600.0, help="seconds a round may take before it fails"
     )
     parser.add_argument("--json", action="store_true", help="End with one line of JSON.")
     args = parser.parse_args()
@@ -156,8 +181,10 @@ def main() -> None:
     series = [("noop", 0.0)] + ([("wait", args.latency)] if args.latency else [])
     with tempfile.TemporaryDirectory() as root:
         for label, latency in series:
-            for count in (int(n) for n in args.workers.split(",")):
-                rate, busy = measure(count, args.runs, args.items, Path(root), latency)
+            for count in args.workers:
+                rate, busy = measure(
+                    count, args.runs, args.items, Path(root), latency, args.timeout
+                )
                 figures[f"{label}_tasks_per_s_{count}_workers"] = round(rate, 1)
                 figures[f"{label}_cpu_busy_{count}_workers"] = round(busy, 2)
                 what = "no-op tasks" if not latency else f"tasks waiting {latency * 1000:g} ms"

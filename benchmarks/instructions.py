@@ -59,6 +59,7 @@ def count(mode: str, runs: int, src: str | None) -> int:
     if src:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory() as scratch:
+        env["TMPDIR"] = scratch  # the runs' folders go with it (not removed while counting)
         command = [
             "valgrind",
             "--tool=callgrind",

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import json
 import os
 import platform
 import resource
+import shutil
 import signal
 import statistics
 import subprocess
@@ -80,10 +82,26 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+SCRATCH: list[str] = []  # folders made by this invocation; `main` removes them at exit
+
+
+def scratch(prefix: str) -> Path:
+    """A new temporary folder, remembered for removal."""
+    folder = tempfile.mkdtemp(prefix=prefix)
+    SCRATCH.append(folder)
+    return Path(folder)
+
+
+def remove_scratch() -> None:
+    for folder in SCRATCH:
+        shutil.rmtree(folder, ignore_errors=True)
+    SCRATCH.clear()
+
+
 def fresh_app(
     concurrency: int = 64, synchronous: str = "FULL", store: str | None = None
 ) -> Interlock:
-    home = Path(tempfile.mkdtemp(prefix="interlock-bench-"))
+    home = scratch("interlock-bench-")
     settings = Settings(max_concurrency=concurrency, heartbeat=0.5)
     if store is not None:
         return Interlock(home, settings=settings, store=store)
@@ -265,7 +283,7 @@ asyncio.run(go())
 
 def recovery(runs: int) -> dict[str, Any]:
     """kill -9 with runs in flight, then time until every run is driven again."""
-    home = tempfile.mkdtemp(prefix="interlock-recovery-")
+    home = str(scratch("interlock-recovery-"))
     child = subprocess.Popen(
         [sys.executable, "-c", RECOVERY_CHILD.format(here=str(HERE), home=home, runs=runs)],
         stdout=subprocess.PIPE,
@@ -342,7 +360,7 @@ def commit_floor(runs: int) -> dict[str, Any]:
 def _floor(runs: int, *, with_files: bool) -> float:
     import sqlite3
 
-    folder = Path(tempfile.mkdtemp(prefix="interlock-floor-"))
+    folder = scratch("interlock-floor-")
     (folder / "runs").mkdir()
     (folder / "archive").mkdir()
     db = sqlite3.connect(folder / "t.db", isolation_level=None)
@@ -393,7 +411,7 @@ def disk_limits() -> dict[str, Any]:
     """What this disk allows: SQLite commits/s (WAL, synchronous=FULL) and fsyncs/s."""
     import sqlite3
 
-    folder = Path(tempfile.mkdtemp(prefix="interlock-disk-"))
+    folder = scratch("interlock-disk-")
     db = sqlite3.connect(folder / "t.db", isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=FULL")
@@ -530,25 +548,42 @@ def report(results: dict[str, Any]) -> None:
             )
 
 
+def count(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return int(text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
-    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--runs", type=count, default=200)
     parser.add_argument(
-        "--repeat", type=int, default=3, help="rounds of the timed sections (the median is kept)"
+        "--repeat", type=count, default=3, help="rounds of the timed sections (the median is kept)"
     )
-    parser.add_argument("--concurrent", type=int, default=1000)
-    parser.add_argument("--scale", type=int, default=10_000)
-    parser.add_argument("--recovery", type=int, default=1000)
+    parser.add_argument("--concurrent", type=count, default=1000)
+    parser.add_argument("--scale", type=count, default=10_000)
+    parser.add_argument("--recovery", type=count, default=1000)
     parser.add_argument("--out", default=str(HERE / "results" / "latest.json"))
     args = parser.parse_args()
+    names = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = [name for name in names if name not in SECTIONS]
+    if unknown or not names:
+        parser.error(
+            f"--only: no section {unknown[0] if unknown else '(none given)'!r}; "
+            f"sections: {', '.join(SECTIONS)}"
+        )
+    atexit.register(remove_scratch)
     results: dict[str, Any] = {"machine": machine()}
-    for name in args.only.split(","):
+    for name in names:
         print(f"running {name}...", flush=True)
         try:
             results[name] = SECTIONS[name](args)
         except Exception as exc:  # one failing section must not hide the others
             results[name] = {"error": f"{type(exc).__name__}: {exc}"}
+        finally:
+            remove_scratch()  # each section's runs are gone before the next one starts
     report(results)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

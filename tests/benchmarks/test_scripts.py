@@ -1,0 +1,128 @@
+"""The benchmark scripts keep working: each runs here at a tiny size (no figure is judged).
+
+The suite is run by hand on a quiet machine, so a change that breaks one of its sections would
+otherwise go unnoticed until the next measurement.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "benchmarks"
+LOCAL_SECTIONS = [
+    "sequential",
+    "sequential_sync_normal",
+    "disk",
+    "floor",
+    "concurrent",
+    "scale",
+    "recovery",
+    "postgres",
+]
+
+
+def run(
+    script: str, *args: str, tmp: Path, timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERLOCK_")}
+    env["TMPDIR"] = str(tmp)  # every scratch folder of the script lands here
+    return subprocess.run(
+        [sys.executable, str(BENCH / script), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.mark.timeout(300)
+def test_every_local_section_runs_and_cleans_up(tmp_path: Path) -> None:
+    """run.py's sections that need no peer environments, at tiny sizes, PostgreSQL included."""
+    out = tmp_path / "results.json"
+    done = run(
+        "run.py",
+        "--only",
+        ",".join(LOCAL_SECTIONS),
+        "--runs",
+        "5",
+        "--repeat",
+        "1",
+        "--concurrent",
+        "20",
+        "--scale",
+        "30",
+        "--recovery",
+        "10",
+        "--out",
+        str(out),
+        tmp=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(out.read_text())
+    failed = {name: results[name] for name in LOCAL_SECTIONS if "error" in results[name]}
+    assert failed == {}
+    assert results["sequential"]["runs"] == 5 and results["sequential"]["runs_per_s"] > 0
+    assert results["sequential"]["handoff_p99_ms"] > 0  # the handoff was observed
+    assert results["concurrent"]["runs"] == 20 and results["concurrent"]["steps_per_s"] > 0
+    assert results["scale"]["runs"] == 30 and results["scale"]["tick_ratio_long_over_short"] > 0
+    assert results["recovery"]["runs"] == 10
+    assert results["postgres"]["concurrent_runs"] == 20
+    assert results["floor"]["with_run_files_runs_per_s"] > 0
+    assert results["machine"]["cores"] >= 1
+    assert "machine: " in done.stdout and "\nrecovery\n" in done.stdout  # the table
+    # Thousands of run folders per full invocation: none may be left behind.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
+
+
+def test_unknown_section_is_refused_with_the_list(tmp_path: Path) -> None:
+    done = run("run.py", "--only", "sequental", tmp=tmp_path)
+    assert done.returncode == 2
+    assert "no section 'sequental'" in done.stderr and "concurrent" in done.stderr
+    done = run("run.py", "--runs", "0", tmp=tmp_path)
+    assert done.returncode == 2 and "positive whole number" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.timeout(300)
+def test_distributed_script_measures_one_worker(tmp_path: Path) -> None:
+    """One orchestrator and one worker process on a fresh PostgreSQL database."""
+    args = ["--runs", "2", "--items", "2", "--workers", "1", "--latency", "0", "--json"]
+    done = run("distributed.py", *args, "--timeout", "120", tmp=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert figures["tasks_per_run"] == 4
+    assert figures["noop_tasks_per_s_1_workers"] > 0
+    assert 0 < figures["noop_cpu_busy_1_workers"] <= 1
+    bad = run("distributed.py", "--workers", "1,two", tmp=tmp_path)
+    assert bad.returncode == 2 and "positive numbers" in bad.stderr
+
+
+@pytest.mark.parametrize("mode", ["sequential", "concurrent"])
+def test_instruction_count_workload_runs(tmp_path: Path, mode: str) -> None:
+    """The workload instructions.py counts under valgrind, run here without it."""
+    done = run("instructions.py", "--drive", mode, "--runs", "5", tmp=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_peer_driver_reports_a_missing_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A peer that is not installed is a row with its reason, never an exception."""
+    monkeypatch.syspath_prepend(str(BENCH / "peers"))
+    import run_peers  # type: ignore[import-not-found]
+
+    monkeypatch.setattr(run_peers, "ENVS", tmp_path / "no-envs")
+    missing = run_peers.run_one("celery", runs=1, concurrent=1)
+    assert missing["sequential_runs_per_s"] is None
+    assert "benchmarks/peers/setup.sh celery" in missing["error"]
+    unknown = run_peers.run_one("airflow", runs=1, concurrent=1)
+    assert "unknown peer" in unknown["error"] and "dbos-sqlite" in unknown["error"]
