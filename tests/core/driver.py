@@ -14,7 +14,7 @@ from interlock.core import events as ev
 from interlock.core.decide import Decision, Evaluator, RuleName, next_wake, settle
 from interlock.core.expressions import evaluate
 from interlock.core.loader import Definition, build_workflow, load_workflow
-from interlock.core.observe import accept_result
+from interlock.core.observe import accept_result, implied_start
 from interlock.core.state import RunState, apply, artifact_name
 from interlock.core.workflow import Pipeline
 
@@ -80,6 +80,9 @@ class Driver:
         """Record a worker's report if it is current, then settle (None: it was dropped)."""
         if not accept_result(self.state, result):
             return None
+        start = implied_start(self.state, result)
+        if start is not None:
+            self.record(start)
         self.record(result)
         return self.settle()
 

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from interlock.core import events as ev
-from interlock.core.observe import Command, CommandKind, accept_result, interpret_command
+from interlock.core.observe import (
+    Command,
+    CommandKind,
+    accept_result,
+    implied_start,
+    interpret_command,
+)
 from interlock.core.state import fold
 
 from .driver import Driver, fixture
@@ -50,6 +57,30 @@ def test_start_is_recorded_once() -> None:
     assert accept_result(d.state, started)
     d.record(started)
     assert not accept_result(d.state, started)
+
+
+def test_a_completion_whose_start_was_lost_implies_it() -> None:
+    """A completion for an attempt with no recorded start brings the start along (its start
+    report died with the orchestrator it was sent to); one after a recorded start does not."""
+    d = research()
+    report = d.completion("researcher-a@1")
+    start = implied_start(d.state, report)
+    assert start == ev.TaskStarted(at=report.at, task_id="researcher-a@1", attempt=1)
+    assert d.observe(report) is not None
+    kinds = [type(e).__name__ for e in d.history if getattr(e, "task_id", "") == "researcher-a@1"]
+    assert kinds == ["TaskDispatched", "TaskStarted", "TaskCompleted"]
+    d.record(ev.TaskStarted(at=1, task_id="researcher-b@1", attempt=1, worker="pid 1"))
+    assert implied_start(d.state, d.completion("researcher-b@1")) is None
+
+
+def test_only_a_reported_completion_implies_a_start() -> None:
+    """Failures may come before any start (a worker that could not begin); an output adopted
+    from disk is recorded as adopted."""
+    d = research()
+    failed = ev.TaskFailed(at=1, task_id="researcher-a@1", attempt=1, error="no input")
+    assert implied_start(d.state, failed) is None
+    adopted = dataclasses.replace(d.completion("researcher-a@1"), adopted=True)
+    assert implied_start(d.state, adopted) is None
 
 
 def test_start_after_completion_is_dropped() -> None:

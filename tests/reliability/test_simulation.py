@@ -51,6 +51,19 @@ def test_without_faults_every_run_is_delivered(pipeline: str) -> None:
         assert result.status == "delivered", result.summary()
 
 
+@pytest.mark.parametrize(
+    "seed",
+    [
+        # A worker's start and completion reached an orchestrator that died before recording
+        # them; the completion arrived again at the next one, which recorded it without a start.
+        2024377,
+    ],
+)
+def test_seeds_that_once_broke_an_invariant(seed: int) -> None:
+    result = simulate(seed)
+    assert result.ok, result.summary()
+
+
 def test_a_seed_reproduces_exactly() -> None:
     """Running a seed twice gives the same history, byte for byte, and the same faults."""
     for seed in (3, 207, 4242):

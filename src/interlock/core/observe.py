@@ -26,6 +26,21 @@ def accept_result(state: RunState, result: TaskResult) -> bool:
     return True
 
 
+def implied_start(state: RunState, result: TaskResult) -> ev.TaskStarted | None:
+    """The start a worker's completion implies when the ledger holds none for its attempt.
+
+    Dispatchers report a start before the result, but a start and its result can reach an
+    orchestrator that dies before recording them, and the result can then arrive again (a
+    duplicate delivery) at the next one: recording the start with it keeps every completion
+    after its start. Outputs adopted from disk are recorded as such instead.
+    """
+    if not isinstance(result, ev.TaskCompleted) or result.adopted:
+        return None
+    if state.tasks[result.task_id].started_at is not None:
+        return None
+    return ev.TaskStarted(at=result.at, task_id=result.task_id, attempt=result.attempt)
+
+
 class CommandKind(StrEnum):
     """What a person can ask of a run."""
 

@@ -21,7 +21,13 @@ from interlock.core import events as ev
 from interlock.core.decide import settle
 from interlock.core.extract import ExtractionError, extract_values
 from interlock.core.loader import Definition
-from interlock.core.observe import Command, CommandKind, accept_result, interpret_command
+from interlock.core.observe import (
+    Command,
+    CommandKind,
+    accept_result,
+    implied_start,
+    interpret_command,
+)
 from interlock.core.state import RunState, RunStatus, TaskState, apply, artifact_name
 from interlock.core.templates import TemplateProblem, render_task
 from interlock.core.validate import read_name
@@ -100,6 +106,10 @@ class RunDriver:
             elif isinstance(event, ev.TaskCompleted) and report.tmp is not None:
                 event, large = self._commit_output(event, report.tmp)
                 committed = committed or large
+            start = implied_start(self.state, event)
+            if start is not None:
+                apply(self.state, start)
+                observed.append(NewEvent(event=start, why="implied by the attempt's result"))
             apply(self.state, event)
             observed.append(NewEvent(event=event))
         self.reports.clear()
