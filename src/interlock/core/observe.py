@@ -36,7 +36,8 @@ def implied_start(state: RunState, result: TaskResult) -> ev.TaskStarted | None:
     """
     if not isinstance(result, ev.TaskCompleted) or result.adopted:
         return None
-    if state.tasks[result.task_id].started_at is not None:
+    task = state.tasks.get(result.task_id)
+    if task is None or task.started_at is not None:
         return None
     return ev.TaskStarted(at=result.at, task_id=result.task_id, attempt=result.attempt)
 
