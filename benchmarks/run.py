@@ -548,7 +548,7 @@ def report(results: dict[str, Any]) -> None:
             )
 
 
-def count(text: str) -> int:
+def positive_count(text: str) -> int:
     """An argparse type: a whole number of at least 1."""
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
@@ -558,13 +558,16 @@ def count(text: str) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
-    parser.add_argument("--runs", type=count, default=200)
+    parser.add_argument("--runs", type=positive_count, default=200)
     parser.add_argument(
-        "--repeat", type=count, default=3, help="rounds of the timed sections (the median is kept)"
+        "--repeat",
+        type=positive_count,
+        default=3,
+        help="rounds of the timed sections (the median is kept)",
     )
-    parser.add_argument("--concurrent", type=count, default=1000)
-    parser.add_argument("--scale", type=count, default=10_000)
-    parser.add_argument("--recovery", type=count, default=1000)
+    parser.add_argument("--concurrent", type=positive_count, default=1000)
+    parser.add_argument("--scale", type=positive_count, default=10_000)
+    parser.add_argument("--recovery", type=positive_count, default=1000)
     parser.add_argument("--out", default=str(HERE / "results" / "latest.json"))
     args = parser.parse_args()
     names = [name.strip() for name in args.only.split(",") if name.strip()]
