@@ -1,0 +1,103 @@
+"""Commands of the PostgreSQL fleet: workers and orchestrators."""
+
+from __future__ import annotations
+
+import click
+
+from interlock.cli.base import Ctx, handle_errors, pass_ctx
+
+
+@click.command()
+@click.option("--concurrency", "-c", default=4, show_default=True, help="Tasks run at once.")
+@click.option("--kinds", default="command,model,call", show_default=True, help="Kinds taken.")
+@click.option("--tags", default="", help="Tags this worker offers (comma-separated).")
+@click.option(
+    "--lease-ttl",
+    default=15.0,
+    show_default=True,
+    help="Seconds before a silent worker's tasks are handed out again.",
+)
+@click.option("--grace", default=30.0, show_default=True, help="Seconds to finish on SIGTERM.")
+@click.option("--redis", "redis_url", envvar="INTERLOCK_REDIS", help="Take tasks from Redis.")
+@click.option(
+    "--store", "store_here", help="Ledger URL (as the global --store, given after the command)."
+)
+@pass_ctx
+@handle_errors
+def worker(
+    ctx: Ctx,
+    store_here: str | None,
+    concurrency: int,
+    kinds: str,
+    tags: str,
+    lease_ttl: float,
+    grace: float,
+    redis_url: str | None,
+) -> None:
+    """Run queued tasks of a shared PostgreSQL ledger (--store) until SIGTERM."""
+    if store_here:
+        ctx.store_url = store_here
+    from interlock.distributed.cli import run_worker
+
+    run_worker(
+        ctx.store_url,
+        ctx.home,
+        concurrency=concurrency,
+        kinds=tuple(k.strip() for k in kinds.split(",") if k.strip()),
+        tags=tuple(t.strip() for t in tags.split(",") if t.strip()),
+        lease_ttl=lease_ttl,
+        grace=grace,
+        redis_url=redis_url,
+    )
+
+
+@click.command()
+@click.option("--capacity", default=200, show_default=True, help="Runs driven at most.")
+@click.option("--lease-ttl", default=15.0, show_default=True, help="Run lease (seconds).")
+@click.option("--priority", multiple=True, help="PIPELINE=N: higher goes first.")
+@click.option(
+    "--limit",
+    multiple=True,
+    help="SCOPE=N: at most N tasks at once across all "
+    "workers; SCOPE is pipeline:NAME, kind:KIND or model:ALIAS (-1 removes).",
+)
+@click.option("--redis", "redis_url", envvar="INTERLOCK_REDIS", help="Announce tasks on Redis.")
+@click.option(
+    "--queue-retention",
+    default=3600.0,
+    show_default=True,
+    help="Seconds a finished queue entry of an ended run is kept (-1: for ever).",
+)
+@click.option(
+    "--store", "store_here", help="Ledger URL (as the global --store, given after the command)."
+)
+@pass_ctx
+@handle_errors
+def orchestrate(
+    ctx: Ctx,
+    store_here: str | None,
+    capacity: int,
+    lease_ttl: float,
+    priority: tuple[str, ...],
+    limit: tuple[str, ...],
+    redis_url: str | None,
+    queue_retention: float,
+) -> None:
+    """Drive runs of a shared PostgreSQL ledger that no live orchestrator holds."""
+    if store_here:
+        ctx.store_url = store_here
+    from interlock.distributed.cli import run_orchestrate
+
+    run_orchestrate(
+        ctx.store_url,
+        ctx.home,
+        capacity=capacity,
+        lease_ttl=lease_ttl,
+        priorities=priority,
+        limits=limit,
+        redis_url=redis_url,
+        queue_retention=queue_retention,
+    )
+
+
+COMMANDS = [worker, orchestrate]

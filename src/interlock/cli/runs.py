@@ -1,0 +1,124 @@
+"""Commands that start, continue and steer runs."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+
+import click
+
+from interlock.cli.base import (
+    Ctx,
+    drive_in_foreground,
+    driven_elsewhere,
+    err,
+    handle_errors,
+    out,
+    parse_inputs,
+    pass_ctx,
+)
+from interlock.errors import LeaseHeld
+
+
+@click.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("pipeline", required=False)
+@click.option("--topic", "-t", required=True, help="What the run is about.")
+@click.option("--input", "-i", "inputs", multiple=True, help="A pipeline input, KEY=VALUE.")
+@click.option("--run-id", help="Choose the run id (default: generated).")
+@pass_ctx
+@handle_errors
+def run(
+    ctx: Ctx,
+    file: str,
+    pipeline: str | None,
+    topic: str,
+    inputs: tuple[str, ...],
+    run_id: str | None,
+) -> None:
+    """Start a run of PIPELINE from FILE and drive it in the foreground."""
+    app = ctx.app
+    run_id = app.start(file, pipeline, topic=topic, inputs=parse_inputs(inputs), run_id=run_id)
+    err.print(f"run {run_id}")
+    sys.exit(drive_in_foreground(app, run_id))
+
+
+@click.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("pipeline", required=False)
+@click.option("--topic", "-t", required=True, help="What the run is about.")
+@click.option("--input", "-i", "inputs", multiple=True, help="A pipeline input, KEY=VALUE.")
+@pass_ctx
+@handle_errors
+def submit(ctx: Ctx, file: str, pipeline: str | None, topic: str, inputs: tuple[str, ...]) -> None:
+    """Record a run and leave it to whoever drives runs (a server or `interlock orchestrate`)."""
+    app = ctx.app
+    run_id = app.start(file, pipeline, topic=topic, inputs=parse_inputs(inputs))
+    app.orchestrator.release(app.orchestrator.drivers[run_id])
+    out.print(run_id)
+
+
+@click.command()
+@click.argument("run_id")
+@click.option("--wait", is_flag=True, help="Wait for another orchestrator's lease to end.")
+@pass_ctx
+@handle_errors
+def resume(ctx: Ctx, run_id: str, wait: bool) -> None:
+    """Drive an existing run again (after a crash, Ctrl-C or an approval)."""
+    app = ctx.app
+    run_id = app.resolve(run_id)
+    while True:
+        try:
+            app.orchestrator.take(run_id)
+            break
+        except LeaseHeld:
+            if not wait:
+                raise
+            time.sleep(1)
+    sys.exit(drive_in_foreground(app, run_id))
+
+
+@click.command()
+@click.argument("run_id")
+@click.option("--message", "-m", default="", help="A note kept with the approval.")
+@click.option("--no-drive", is_flag=True, help="Only record the approval; don't continue here.")
+@pass_ctx
+@handle_errors
+def approve(ctx: Ctx, run_id: str, message: str, no_drive: bool) -> None:
+    """Approve a paused run, then continue it here unless another process drives it."""
+    app = ctx.app
+    run_id = app.approve(run_id, message)
+    if no_drive or driven_elsewhere(app, run_id):
+        out.print(f"approval recorded for {run_id}")
+        return
+    sys.exit(drive_in_foreground(app, run_id))
+
+
+@click.command()
+@click.argument("run_id")
+@click.option("--reason", default="", help="Why (kept in the history).")
+@pass_ctx
+@handle_errors
+def cancel(ctx: Ctx, run_id: str, reason: str) -> None:
+    """Cancel a run; its in-flight tasks are stopped."""
+    app = ctx.app
+    run_id = app.cancel(run_id, reason)
+    if driven_elsewhere(app, run_id):
+        out.print(f"cancellation sent to the orchestrator driving {run_id}")
+        return
+    asyncio.run(app.drive_async(run_id))
+    out.print(f"{run_id}: {app.state(run_id).status.value}")
+
+
+@click.command()
+@click.argument("run_id")
+@click.argument("text")
+@pass_ctx
+@handle_errors
+def message(ctx: Ctx, run_id: str, text: str) -> None:
+    """Add a note to a run's history."""
+    out.print(f"message queued for {ctx.app.message(run_id, text)}")
+
+
+COMMANDS = [run, submit, resume, approve, cancel, message]

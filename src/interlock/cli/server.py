@@ -1,0 +1,116 @@
+"""Commands of the HTTP server and of following a run live."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from interlock.cli.base import Ctx, handle_errors, out, pass_ctx
+from interlock.errors import ExitCode
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", default=8765, show_default=True, help="Port (0: any free port).")
+@click.option(
+    "--workflows", "-w", multiple=True, type=click.Path(dir_okay=False), help="Workflow file."
+)
+@click.option("--auth-secret", envvar="INTERLOCK_AUTH_SECRET", help="HS256 secret for tokens.")
+@click.option("--insecure", is_flag=True, help="Allow serving off loopback without auth.")
+@click.option("--allow-origin", multiple=True, help="Another web origin allowed to connect.")
+@click.option("--webhook", multiple=True, help="URL to POST notifications to.")
+@click.option("--rate-limit", default=30.0, show_default=True, help="Actions/minute per token.")
+@click.option("--no-schedules", is_flag=True, help="Don't start scheduled runs here.")
+@click.option("--otel", is_flag=True, help="Emit OpenTelemetry spans (needs the otel extra).")
+@click.option("--issue-token", metavar="SCOPES", help="Print a token (e.g. read,operate), exit.")
+@click.option("--token-ttl", default=86400.0, show_default=True, help="Token lifetime (s).")
+@click.option(
+    "--dispatch",
+    type=click.Choice(["local", "queue"]),
+    default="local",
+    show_default=True,
+    help="Run tasks here, or queue them for `interlock worker` processes (PostgreSQL store).",
+)
+@click.option(
+    "--store", "store_here", help="Ledger URL (as the global --store, given after the command)."
+)
+@pass_ctx
+@handle_errors
+def serve(
+    ctx: Ctx,
+    store_here: str | None,
+    host: str,
+    port: int,
+    workflows: tuple[str, ...],
+    auth_secret: str | None,
+    insecure: bool,
+    allow_origin: tuple[str, ...],
+    webhook: tuple[str, ...],
+    rate_limit: float,
+    no_schedules: bool,
+    otel: bool,
+    issue_token: str | None,
+    token_ttl: float,
+    dispatch: str,
+) -> None:
+    """Serve the HTTP API, live streams and dashboard, and drive runs (Ctrl-C stops)."""
+    if store_here:
+        ctx.store_url = store_here
+    from interlock.runtime.home import Home
+    from interlock.server.config import ServerConfig
+
+    if issue_token is not None:
+        from interlock.server.auth import issue_token as make_token
+
+        if not auth_secret:
+            raise click.UsageError("--issue-token needs --auth-secret (or INTERLOCK_AUTH_SECRET)")
+        scopes = [s.strip() for s in issue_token.split(",") if s.strip()]
+        try:
+            out.print(make_token(auth_secret, scopes, ttl=token_ttl), soft_wrap=True)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
+        return
+    from interlock.server.run import serve as run_server
+
+    config = ServerConfig(
+        home=Home.at(ctx.home).root,
+        store_url=ctx.store_url,
+        dispatch=dispatch,
+        host=host,
+        port=port,
+        workflows=[Path(w) for w in workflows],
+        auth_secret=auth_secret or None,
+        insecure=insecure,
+        allowed_origins=list(allow_origin),
+        webhooks=list(webhook),
+        rate_limit=rate_limit,
+        schedules=not no_schedules,
+        otel=otel,
+    )
+    run_server(config, log_level="debug" if ctx.debug else "warning")
+
+
+@click.command()
+@click.argument("run_id")
+@click.option("--server", "server_url", help="Follow through a server (http://host:port).")
+@click.option("--token", envvar="INTERLOCK_TOKEN", help="Bearer token for --server.")
+@click.option("--since", default=0, help="Only events after this sequence number.")
+@pass_ctx
+@handle_errors
+def watch(ctx: Ctx, run_id: str, server_url: str | None, token: str | None, since: int) -> None:
+    """Follow a run's events live until it ends (Ctrl-C stops watching, not the run)."""
+    from interlock.server import watch as watching
+
+    if server_url:
+        messages = watching.from_server(server_url, run_id, since, token)
+    else:
+        messages = watching.from_store(ctx.app, run_id, since)
+    last = watching.watch(out, run_id, messages)
+    state = last.get("state")
+    codes = {"delivered": ExitCode.OK, "paused": ExitCode.PAUSED}
+    sys.exit(int(codes.get(state or "", ExitCode.RUN_FAILED if state else ExitCode.OK)))
+
+
+COMMANDS = [serve, watch]
