@@ -10,6 +10,7 @@ print(state.status, app.final_path(run_id))
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import getpass
 import time
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ from typing import Any, Literal
 from interlock.core.loader import Definition, Workflow, load_workflow
 from interlock.core.observe import CommandKind
 from interlock.core.state import RunState, RunStatus, fold
-from interlock.errors import RunNotFound, UsageError
+from interlock.errors import InterlockError, RunNotFound, UsageError
 from interlock.providers import aclose_providers
 from interlock.runtime.home import Home, check_run_id
 from interlock.runtime.models import ModelRunner
@@ -79,6 +80,30 @@ class Interlock:
         if run_id is not None:
             check_run_id(run_id)
         return self.orchestrator.create_run(definition, topic=topic, inputs=inputs, run_id=run_id)
+
+    def submit(
+        self,
+        workflow: str | Path | Workflow | Definition,
+        pipeline: str | None = None,
+        *,
+        topic: str,
+        inputs: dict[str, Any] | None = None,
+        run_id: str | None = None,
+    ) -> str:
+        """Record a new run and leave it to whoever drives runs (a server, a fleet).
+
+        The lease is handed back at once, and the run directory made for it here is removed
+        again while still empty: whoever takes the run makes its own, in its own state
+        directory, and keeps its status.json.
+        """
+        run_id = self.start(workflow, pipeline, topic=topic, inputs=inputs, run_id=run_id)
+        driver = self.orchestrator.drivers[run_id]
+        with contextlib.suppress(InterlockError):
+            self.orchestrator.release(driver)
+        for folder in (driver.run_dir, driver.run_dir.parent):
+            with contextlib.suppress(OSError):  # not empty (taken already, shared): it stays
+                folder.rmdir()
+        return run_id
 
     def drive(self, *run_ids: str, stop_when_paused: bool = True) -> RunState:
         """Drive runs (taking their leases if needed) until they end or pause; returns the

@@ -60,9 +60,11 @@ class Processes:
         self.started.append(process)
         return process
 
-    def orchestrator(self, name: str, *extra: str, ttl: float = 3.0) -> subprocess.Popen[bytes]:
+    def orchestrator(
+        self, name: str, *extra: str, ttl: float = 3.0, **env: str
+    ) -> subprocess.Popen[bytes]:
         """An `interlock orchestrate` process."""
-        return self.start(name, "orchestrate", "--lease-ttl", str(ttl), *extra)
+        return self.start(name, "orchestrate", "--lease-ttl", str(ttl), *extra, **env)
 
     def worker(
         self, name: str, *extra: str, ttl: float = 3.0, **env: str

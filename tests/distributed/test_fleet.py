@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import json
 import os
 import signal
 import time
@@ -110,3 +111,51 @@ def test_dropped_connections_are_survived(procs: Processes) -> None:
     check_histories(procs.url, run_ids)
     assert all(p.poll() is None for p in procs.started), "a process died of the disconnects"
     assert os.path.exists(procs.root / "executions.log")
+
+
+def test_submit_leaves_no_empty_run_directory(procs: Processes) -> None:
+    """`submit` (API and CLI) records the run without leaving an empty folder behind."""
+    from interlock.distributed import submit
+
+    home = procs.root / "submitter"
+    run_id = submit(procs.url, WORKFLOW, topic="api", home=home)
+    assert not (home / "runs" / run_id).exists()
+    cli = procs.start("submit-cli", "submit", str(WORKFLOW), "--topic", "cli")
+    assert cli.wait(60) == 0, procs.log("submit-cli")
+    assert statuses(procs.url) == {"running": 2}
+    assert not (procs.home / "runs").exists() or not any((procs.home / "runs").iterdir())
+
+
+def test_orchestrator_that_lost_its_runs_marks_their_status_superseded(procs: Processes) -> None:
+    """An orchestrator frozen past its leases, on waking, marks the status.json files of its
+    own home superseded (naming who took over), while the new owner's stay true."""
+    first_home, second_home = procs.root / "first-home", procs.root / "second-home"
+    first = procs.orchestrator("first", INTERLOCK_HOME=str(first_home))
+    procs.worker("w", "--concurrency", "8", DIST_TASKS_DELAY="3")
+    run_ids = submit_many(procs.url, procs.root / "submit", 3)
+    wait_until(lambda: {pid_of(o) for o in lease_owners(procs.url)} == {first.pid}, 20, "lease")
+    stale = [first_home / "runs" / run_id / "status.json" for run_id in run_ids]
+    wait_until(lambda: all(p.exists() for p in stale), 20, "the first's status files")
+    first.send_signal(signal.SIGSTOP)
+    time.sleep(4.0)  # past the 3 s lease
+    second = procs.orchestrator("second", INTERLOCK_HOME=str(second_home))
+    wait_until(
+        lambda: {pid_of(o) for o in lease_owners(procs.url)} == {second.pid}, 20, "take-over"
+    )
+    first.send_signal(signal.SIGCONT)
+    wait_until(lambda: "expired or was taken over" in procs.log("first"), 10, "lease lost")
+    wait_until(lambda: statuses(procs.url).get("delivered", 0) == 3, 60, "every run delivered")
+    check_histories(procs.url, run_ids)
+
+    def superseded() -> bool:
+        views = [json.loads(p.read_text()) for p in stale]
+        return all(v["status"] == "superseded" for v in views)
+
+    wait_until(superseded, 10, "the first's copies marked superseded")
+    for path in stale:
+        mark = json.loads(path.read_text())["superseded"]
+        assert mark["by"] is not None and pid_of(mark["by"]) == second.pid, mark
+        assert mark["last_status"] == "running" and mark["at"].endswith("Z")
+    finals = [second_home / "archive" / run_id / "status.json" for run_id in run_ids]
+    wait_until(lambda: all(f.exists() for f in finals), 20, "the new owner's archive")
+    assert {json.loads(f.read_text())["status"] for f in finals} == {"delivered"}

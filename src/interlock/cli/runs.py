@@ -54,8 +54,7 @@ def run(
 def submit(ctx: Ctx, file: str, pipeline: str | None, topic: str, inputs: tuple[str, ...]) -> None:
     """Record a run and leave it to whoever drives runs (a server or `interlock orchestrate`)."""
     app = ctx.app
-    run_id = app.start(file, pipeline, topic=topic, inputs=parse_inputs(inputs))
-    app.orchestrator.release(app.orchestrator.drivers[run_id])
+    run_id = app.submit(file, pipeline, topic=topic, inputs=parse_inputs(inputs))
     out.print(run_id)
 
 

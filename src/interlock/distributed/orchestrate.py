@@ -10,7 +10,6 @@ catches expired leases and anything a dropped connection missed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -142,10 +141,6 @@ def submit(
     """Record a new run and leave it for the fleet (its lease is handed back at once)."""
     app = Interlock(home, store=store)
     try:
-        run_id = app.start(workflow, pipeline, topic=topic, inputs=inputs)
-        driver = app.orchestrator.drivers[run_id]
-        with contextlib.suppress(InterlockError):
-            app.orchestrator.release(driver)
-        return run_id
+        return app.submit(workflow, pipeline, topic=topic, inputs=inputs)
     finally:
         app.close()

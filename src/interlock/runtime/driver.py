@@ -324,6 +324,7 @@ class RunDriver:
         indented one; `interlock status RUN --json` shows it indented.
         """
         view = status_view(self.definition.pipeline, self.state, self.run_dir.name)
+        view["orchestrator"] = self.lease.owner  # who keeps this copy current
         data = codec.dumpb(view)
         artifacts.write_atomic(self.run_dir / "status.json", data, durable=False)
 

@@ -30,6 +30,7 @@ from interlock.runtime.driver import Report, RunDriver
 from interlock.runtime.faults import crash_point
 from interlock.runtime.home import Home
 from interlock.runtime.models import ModelRunner
+from interlock.runtime.superseded import mark_superseded
 from interlock.storage.base import (
     AppendBatch,
     Lease,
@@ -438,6 +439,22 @@ class Orchestrator:
         for handle in driver.handles.values():
             handle.cancel()
         self.drivers.pop(driver.run_id, None)
+        if self.settings.write_status:
+            self._supersede(driver, error)
+
+    def _supersede(self, driver: RunDriver, error: Exception) -> None:
+        """Mark the status.json of a run let go as superseded (it is no longer kept current)."""
+        by, since = None, self.clock()
+        if isinstance(error, LeaseLost):
+            with contextlib.suppress(Exception):  # who took it over is a courtesy, not a need
+                record = self.store.get_run(driver.run_id)
+                if record.lease_owner and record.lease_owner != self.owner:
+                    by, since = record.lease_owner, record.lease_acquired_at or since
+        why = f"this orchestrator ({self.owner}) stopped driving the run: {error}"
+        try:
+            mark_superseded(driver.run_dir, self.owner, by=by, since=since, why=why)
+        except OSError as exc:
+            log.warning("cannot mark status.json superseded: %s", exc)
 
     def _renew_leases(self, now: float) -> None:
         """Renew, in one transaction, every lease that has used a third of its time."""
