@@ -5,11 +5,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
+from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException
 
 from interlock.errors import InterlockError
@@ -41,7 +44,9 @@ def build_app(config: ServerConfig) -> FastAPI:
         finally:
             await service.close()
 
-    app = FastAPI(
+    # The API docs' page and its Swagger UI assets come from the installed package, not a CDN,
+    # so they work on a machine without internet.
+    app = FastAPIOffline(
         title="interlock",
         summary="Runs, their events and outputs; approvals and cancellations.",
         version="1",
@@ -49,7 +54,10 @@ def build_app(config: ServerConfig) -> FastAPI:
         docs_url="/api/docs",
         redoc_url=None,
         openapi_url="/api/openapi.json",
+        static_url="/api/docs/assets",
+        swagger_ui_oauth2_redirect_url="/api/docs/oauth2-redirect",
     )
+    with_bearer(app)
     auth = Authenticator(config)
     app.state.service = service
     app.state.auth = auth
@@ -78,6 +86,11 @@ def build_app(config: ServerConfig) -> FastAPI:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return JSONResponse(body(code, str(exc.detail)), exc.status_code)
 
+    @app.exception_handler(Exception)
+    async def failed(_: Request, exc: Exception) -> JSONResponse:
+        # Logged with its traceback by the server; the client gets the usual JSON shape.
+        return JSONResponse(body("internal", "the server failed; its log says why"), 500)
+
     @app.get("/metrics", include_in_schema=False)
     async def metrics(request: Request) -> Response:
         reader(request)
@@ -98,4 +111,30 @@ def build_app(config: ServerConfig) -> FastAPI:
 
     app.mount("/ui", StaticFiles(directory=STATIC, html=True), name="ui")
     app.add_middleware(Guard, auth=auth, max_body=config.max_body)
+    if auth.allowed_origins:
+        # Outermost, so that every answer to an allowed origin (errors included) is readable by
+        # its page, and preflights are answered before any route runs. Tokens travel in the
+        # Authorization header, never in cookies: no credentials mode.
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=sorted(auth.allowed_origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
+            expose_headers=["Retry-After", "Content-Disposition"],
+            max_age=600,
+        )
     return app
+
+
+def with_bearer(app: FastAPI) -> None:
+    """Declare the bearer token in the OpenAPI document, so the docs page can send one."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        schema = generate()
+        schemes = schema.setdefault("components", {}).setdefault("securitySchemes", {})
+        schemes["bearer"] = {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}
+        schema["security"] = [{"bearer": []}]
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

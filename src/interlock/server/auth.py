@@ -11,6 +11,7 @@ import hashlib
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 import jwt
@@ -67,12 +68,10 @@ class Authenticator:
             )
         except jwt.ExpiredSignatureError:
             raise ApiError(401, "token_expired", "the token has expired") from None
-        except jwt.InvalidTokenError as exc:
+        except (jwt.InvalidTokenError, ValueError, TypeError) as exc:
             raise ApiError(401, "invalid_token", f"the token is not valid: {exc}") from None
-        scope = claims.get("scope", "")
-        scopes = frozenset(scope.split() if isinstance(scope, str) else scope)
         digest = hashlib.sha256(token.encode()).hexdigest()[:16]
-        return Principal(str(claims["sub"]), scopes, f"token:{digest}")
+        return Principal(_subject(claims), _scopes(claims), f"token:{digest}")
 
     @staticmethod
     def require(principal: Principal, scope: str) -> None:
@@ -99,6 +98,30 @@ class Authenticator:
         if parts.scheme in ("http", "https") and parts.netloc == (host_header or ""):
             return
         raise ApiError(403, "bad_origin", f"origin {origin!r} is not allowed")
+
+
+def _malformed(claim: str, expected: str) -> ApiError:
+    return ApiError(
+        401, "invalid_token", f"the token is not valid: its {claim!r} claim must be {expected}"
+    )
+
+
+def _subject(claims: dict[str, Any]) -> str:
+    """The `sub` claim, which must be a non-empty string."""
+    subject = claims.get("sub")
+    if not isinstance(subject, str) or not subject:
+        raise _malformed("sub", "a non-empty string")
+    return subject
+
+
+def _scopes(claims: dict[str, Any]) -> frozenset[str]:
+    """The `scope` claim: space-separated names (RFC 8693), or a list of names."""
+    scope = claims.get("scope", "")
+    if isinstance(scope, str):
+        return frozenset(scope.split())
+    if isinstance(scope, list) and all(isinstance(s, str) for s in scope):
+        return frozenset(scope)
+    raise _malformed("scope", "a string of space-separated scopes")
 
 
 def token_from_protocols(header: str | None) -> tuple[str | None, bool]:

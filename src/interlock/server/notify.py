@@ -21,7 +21,9 @@ from typing import Any
 import httpx
 
 from interlock.core.state import RunState
+from interlock.errors import InterlockError
 from interlock.runtime.home import Home
+from interlock.server.files import real_run_dir
 from interlock.server.hub import last_event_id
 from interlock.storage.base import OutboxItem, Store, StoredEvent
 
@@ -42,8 +44,11 @@ def idempotency_key(run_id: str, seq: int) -> str:
 
 def _read(home: Home, run_id: str, name: str, limit: int) -> str:
     for base in (home.live_dir(run_id), home.archive_dir(run_id)):
-        with contextlib.suppress(OSError, ValueError, UnicodeDecodeError):
-            path = home.inside(base, name)
+        with contextlib.suppress(OSError, ValueError, InterlockError):
+            real = real_run_dir(home, base)
+            if real is None:
+                continue  # a run directory that leads out of the state directory
+            path = home.inside(real, name)
             with open(path, encoding="utf-8") as handle:
                 return handle.read(limit)
     return ""

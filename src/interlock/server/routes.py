@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import FileResponse, PlainTextResponse, Response
 from pydantic import BaseModel, Field
 
 from interlock.core.state import RunState
 from interlock.runtime.projection import iso, status_view
-from interlock.server.auth import Principal
-from interlock.server.deps import operator, reader, resolve, service
+from interlock.server import files
+from interlock.server.auth import Authenticator, Principal
+from interlock.server.deps import download_reader, operator, reader, resolve, service
 from interlock.server.errors import ApiError
 from interlock.server.messages import event_record, progress
 from interlock.server.service import Service
@@ -20,7 +21,12 @@ from interlock.storage.base import RunRecord
 router = APIRouter(prefix="/api")
 Svc = Annotated[Service, Depends(service)]
 Reader = Annotated[Principal, Depends(reader)]
-Operator = Annotated[Principal, Depends(operator)]
+Downloader = Annotated[Principal, Depends(download_reader)]
+# One rate-limit bucket per kind of action: a flood of one never holds up another.
+Starter = Annotated[Principal, Depends(operator("start"))]
+Approver = Annotated[Principal, Depends(operator("approve"))]
+Canceller = Annotated[Principal, Depends(operator("cancel"))]
+Resumer = Annotated[Principal, Depends(operator("resume"))]
 
 
 class StartRun(BaseModel):
@@ -92,6 +98,17 @@ async def health() -> dict[str, Any]:
     return {"ok": True}
 
 
+@router.get("/me")
+async def me(request: Request, who: Reader) -> dict[str, Any]:
+    """Who the token names and what it may do (the dashboard enables its buttons by it)."""
+    auth: Authenticator = request.app.state.auth
+    return {
+        "subject": who.subject,
+        "scopes": sorted(who.scopes),
+        "auth": auth.config.auth_required,
+    }
+
+
 @router.get("/workflows")
 async def workflows(svc: Svc, _: Reader) -> list[dict[str, Any]]:
     """The pipelines this server can start."""
@@ -111,7 +128,7 @@ async def list_runs(
 
 
 @router.post("/runs", status_code=201)
-async def start_run(svc: Svc, _: Operator, body: StartRun) -> dict[str, Any]:
+async def start_run(svc: Svc, _: Starter, body: StartRun) -> dict[str, Any]:
     """Start a run of a registered pipeline; the server drives it."""
     definition = svc.workflows.get(body.pipeline)
     if body.run_id is not None:
@@ -159,29 +176,19 @@ async def run_events(
 
 @router.get("/runs/{run_id}/outputs")
 async def outputs(svc: Svc, _: Reader, run_id: str) -> list[dict[str, Any]]:
-    """The outputs committed so far (and `final.md` once delivered)."""
+    """The outputs committed so far (and `final.md` once delivered): all that is served."""
     run_id = resolve(svc, run_id)
     state = svc.api.state(run_id)
-    run_dir = svc.home.run_dir(run_id)
-    found = []
-    for task in state.tasks.values():
-        if task.artifact:
-            found.append({"name": task.artifact, "role": task.role, "size": task.size})
-    if (run_dir / "final.md").is_file():
-        found.append(
-            {"name": "final.md", "role": None, "size": (run_dir / "final.md").stat().st_size}
-        )
-    return found
+    return files.served(state, files.run_dir(svc.home, run_id))
 
 
 @router.get("/runs/{run_id}/outputs/{name:path}", response_model=None)
-async def output(svc: Svc, _: Reader, run_id: str, name: str, download: bool = False) -> Response:
-    """One output's text (or as a download); only files inside the run's directory."""
+async def output(
+    svc: Svc, _: Downloader, run_id: str, name: str, download: bool = False
+) -> Response:
+    """One output's text (or as a download): only a file that the outputs list names."""
     run_id = resolve(svc, run_id)
-    run_dir = svc.home.run_dir(run_id)
-    path = svc.home.inside(run_dir, name)
-    if not path.is_file():
-        raise ApiError(404, "not_found", f"run {run_id} has no output {name!r}")
+    path = files.output_path(svc.home, svc.api.state(run_id), run_id, name)
     if download:
         return FileResponse(path, filename=path.name, media_type="text/plain; charset=utf-8")
     text = path.read_bytes().decode("utf-8", errors="replace")
@@ -189,7 +196,7 @@ async def output(svc: Svc, _: Reader, run_id: str, name: str, download: bool = F
 
 
 @router.post("/runs/{run_id}/approve")
-async def approve(svc: Svc, who: Operator, run_id: str, body: Note | None = None) -> dict[str, Any]:
+async def approve(svc: Svc, who: Approver, run_id: str, body: Note | None = None) -> dict[str, Any]:
     """Approve a paused run, optionally with a message."""
     run_id = svc.api.approve(resolve(svc, run_id), body.message if body else "", who.subject)
     svc.orchestrator.wake()
@@ -197,7 +204,7 @@ async def approve(svc: Svc, who: Operator, run_id: str, body: Note | None = None
 
 
 @router.post("/runs/{run_id}/cancel")
-async def cancel(svc: Svc, who: Operator, run_id: str, body: Note | None = None) -> dict[str, Any]:
+async def cancel(svc: Svc, who: Canceller, run_id: str, body: Note | None = None) -> dict[str, Any]:
     """Cancel a run; its in-flight tasks are stopped."""
     run_id = svc.api.cancel(resolve(svc, run_id), body.message if body else "", who.subject)
     svc.orchestrator.wake()
@@ -205,7 +212,7 @@ async def cancel(svc: Svc, who: Operator, run_id: str, body: Note | None = None)
 
 
 @router.post("/runs/{run_id}/resume")
-async def resume(svc: Svc, _: Operator, run_id: str) -> dict[str, Any]:
+async def resume(svc: Svc, _: Resumer, run_id: str) -> dict[str, Any]:
     """Drive a run here again (after it was interrupted elsewhere)."""
     run_id = resolve(svc, run_id)
     state = svc.api.state(run_id)

@@ -16,7 +16,7 @@ from starlette.websockets import WebSocketDisconnect
 from interlock.errors import InterlockError
 from interlock.runtime.home import check_run_id
 from interlock.server.auth import WS_PROTOCOL, Authenticator, Principal, token_from_protocols
-from interlock.server.deps import reader, resolve, service
+from interlock.server.deps import resolve, service, stream_reader
 from interlock.server.errors import ApiError, from_interlock
 from interlock.server.hub import Subscriber
 from interlock.server.service import Service
@@ -185,7 +185,7 @@ async def sse_run(
     request: Request,
     run_id: str,
     svc: Annotated[Service, Depends(service)],
-    _: Annotated[Principal, Depends(reader)],
+    _: Annotated[Principal, Depends(stream_reader)],
     since: Annotated[int | None, Query(ge=0)] = None,
 ) -> StreamingResponse:
     """Server-Sent Events form of `/ws/runs/{run_id}`."""
@@ -200,7 +200,7 @@ async def sse_run(
 async def sse_all(
     request: Request,
     svc: Annotated[Service, Depends(service)],
-    _: Annotated[Principal, Depends(reader)],
+    _: Annotated[Principal, Depends(stream_reader)],
     since: Annotated[int | None, Query(ge=0)] = None,
 ) -> StreamingResponse:
     """Server-Sent Events form of `/ws/runs`."""
