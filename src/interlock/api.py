@@ -134,6 +134,39 @@ class Interlock:
         """Start a run and drive it until it ends or pauses."""
         return self.drive(self.start(workflow, pipeline, topic=topic, inputs=inputs))
 
+    def rerun(
+        self,
+        source: str,
+        *,
+        from_phase: str | None = None,
+        workflow: str | Path | None = None,
+        pipeline: str | None = None,
+        topic: str | None = None,
+        inputs: dict[str, Any] | None = None,
+        run_id: str | None = None,
+    ) -> str:
+        """Record a rerun of a finished run; `drive` carries it out.
+
+        Each task whose fingerprint matches the source run's task (and that comes before
+        `from_phase`) carries the source's output over at no cost; the rest run. The source
+        run is only read.
+        """
+        from interlock.runtime import rerun
+
+        if run_id is not None:
+            check_run_id(run_id)
+        request = rerun.RerunRequest(
+            source=self.resolve(source),
+            from_phase=from_phase,
+            workflow=workflow,
+            pipeline=pipeline,
+            topic=topic,
+            inputs=inputs,
+            run_id=run_id,
+        )
+        prepared = rerun.prepare(self.store, self.orchestrator, request)
+        return rerun.create(self.orchestrator, prepared, run_id)
+
     def resume(self, run_id: str) -> RunState:
         """Drive an existing run again (after a crash, an interrupt or an approval)."""
         return self.drive(self.resolve(run_id))

@@ -33,6 +33,8 @@ class RunCreated(Event):
     definition_hash: str
     topic: str
     inputs: dict[str, Any] = field(default_factory=dict)
+    rerun_of: str | None = None  # the run this one reruns (its outputs may be reused)
+    rerun_from: str | None = None  # the phase from which every task runs again
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -82,6 +84,30 @@ class TaskCompleted(Event):
     values: dict[str, Any] = field(default_factory=dict)
     usage: dict[str, Any] | None = None
     adopted: bool = False  # found committed on disk after a restart, not reported live
+    fingerprint: str | None = None  # what the output depends on (`core.fingerprint`)
+    fingerprint_parts: dict[str, str] | None = None  # a short hash per part of it
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TaskReused(Event):
+    """The attempt was not run: an earlier run's output with the same fingerprint was carried
+    over (`via` "rerun": the source run of a rerun; "cache": any earlier run of the store).
+
+    It completes the task at no cost; the file at `artifact` is placed after this is recorded.
+    """
+
+    kind: ClassVar[str] = "task_reused"
+    task_id: str
+    attempt: int
+    source_run: str
+    source_task: str
+    artifact: str
+    sha256: str
+    size: int
+    values: dict[str, Any] = field(default_factory=dict)
+    fingerprint: str | None = None
+    fingerprint_parts: dict[str, str] | None = None
+    via: str = "rerun"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -216,6 +242,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         TaskDispatched,
         TaskStarted,
         TaskCompleted,
+        TaskReused,
         TaskFailed,
         TaskTimedOut,
         RetryScheduled,

@@ -91,6 +91,8 @@ class TaskState:
     retryable: bool = True
     cost_usd: float = 0.0
     tokens: int = 0
+    fingerprint: str | None = None
+    reused_from: str | None = None  # "run/task" whose output was carried over, if reused
 
 
 @dataclass(slots=True)
@@ -135,6 +137,8 @@ class RunState:
     cost_usd: float = 0.0
     tokens: int = 0
     events: int = 0
+    rerun_of: str | None = None  # the source run whose outputs this run may reuse
+    rerun_from: str | None = None  # from this phase on, nothing is reused
 
     def in_flight(self) -> list[TaskState]:
         """Tasks dispatched and not finished, in dispatch order."""
@@ -206,6 +210,8 @@ def apply(state: RunState, event: ev.Event) -> None:
             task.dispatched_at, task.started_at, task.not_before = event.at, None, None
     elif isinstance(event, (ev.TaskStarted, ev.TaskCompleted, ev.TaskFailed, ev.TaskTimedOut)):
         _apply_task_result(state, event)
+    elif isinstance(event, ev.TaskReused):
+        _apply_reuse(state, event)
     elif isinstance(event, ev.RetryScheduled):
         task = state.tasks[event.task_id]
         task.status, task.not_before = TASK_RETRY_WAIT, event.not_before
@@ -240,6 +246,7 @@ def apply(state: RunState, event: ev.Event) -> None:
         state.run_id, state.pipeline, state.topic = event.run_id, event.pipeline, event.topic
         state.definition_hash, state.inputs = event.definition_hash, dict(event.inputs)
         state.created_at = event.at
+        state.rerun_of, state.rerun_from = event.rerun_of, event.rerun_from
     elif isinstance(event, ev.Delivered):
         state.status, state.delivered = RUN_DELIVERED, event.artifact
     elif isinstance(event, ev.Archived):
@@ -272,14 +279,30 @@ def _apply_task_result(state: RunState, event: ev.Event) -> None:
         task.status, task.completed_at = TASK_COMPLETED, event.at
         task.artifact, task.sha256, task.size = event.artifact, event.sha256, event.size
         task.values, task.error = dict(event.values), None
-        state.values[task.role] = task.values
-        latest = state.outputs.get(task.role)
-        if latest is None or latest[0] != task.visit:
-            latest = (task.visit, {})  # reads see the latest visit only
-            state.outputs[task.role] = latest
-        latest[1][task.item] = event.artifact
+        task.fingerprint = event.fingerprint
+        _record_output(state, task, event.artifact)
     elif isinstance(event, ev.TaskFailed):
         task.status, task.error, task.retryable = TASK_FAILED, event.error, event.retryable
     elif isinstance(event, ev.TaskTimedOut):
         task.status, task.retryable = TASK_TIMED_OUT, True
         task.error = event.detail or "timed out"
+
+
+def _record_output(state: RunState, task: TaskState, artifact: str) -> None:
+    state.values[task.role] = task.values
+    latest = state.outputs.get(task.role)
+    if latest is None or latest[0] != task.visit:
+        latest = (task.visit, {})  # reads see the latest visit only
+        state.outputs[task.role] = latest
+    latest[1][task.item] = artifact
+
+
+def _apply_reuse(state: RunState, event: ev.TaskReused) -> None:
+    """A reused output completes its task like a result would, at no cost."""
+    task = state.tasks[event.task_id]
+    task.status, task.completed_at = TASK_COMPLETED, event.at
+    task.artifact, task.sha256, task.size = event.artifact, event.sha256, event.size
+    task.values, task.error = dict(event.values), None
+    task.fingerprint = event.fingerprint
+    task.reused_from = f"{event.source_run}/{event.source_task}"
+    _record_output(state, task, event.artifact)

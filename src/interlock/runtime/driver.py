@@ -35,6 +35,7 @@ from interlock.runtime import artifacts
 from interlock.runtime.executors import Outcome, TaskSpec, escape_braces
 from interlock.runtime.faults import crash_point
 from interlock.runtime.projection import status_view
+from interlock.runtime.reuse import Reuser
 from interlock.storage import codec
 from interlock.storage.base import CommandRecord, Lease, NewEvent, RunSummary, Store
 
@@ -49,7 +50,7 @@ class Report:
     """A worker's report waiting for the next tick, with its output: a temporary file, or
     a small body held in memory."""
 
-    event: ev.TaskStarted | ev.TaskCompleted | ev.TaskFailed | ev.TaskTimedOut
+    event: ev.TaskStarted | ev.TaskCompleted | ev.TaskFailed | ev.TaskTimedOut | ev.TaskReused
     tmp: Path | None = None
     body: bytes | None = None
 
@@ -78,6 +79,10 @@ class RunDriver:
     # recorded (a crash before that loses nothing: the ledger holds them).
     unwritten: list[tuple[Path, bytes]] = field(default_factory=list)
     final_body: tuple[str, bytes] | None = None  # the final worker's output, for final.md
+    # Fingerprints every completion and carries earlier outputs over (reruns, the cache).
+    reuser: Reuser | None = None
+    reusing: set[str] = field(default_factory=set)  # tasks whose reuse awaits recording
+    placing_reused: bool = False  # a reused output waits in `unwritten`
 
     @property
     def run_id(self) -> str:
@@ -97,6 +102,9 @@ class RunDriver:
         self.observed_reports = [r for r in self.reports if r.tmp is None]
         for report in self.reports:
             event = report.event
+            if isinstance(event, ev.TaskReused):
+                observed += self._reused(event, report.body)
+                continue
             if not accept_result(self.state, event):
                 if report.tmp is not None:
                     artifacts.discard(report.tmp)  # a stale or duplicate attempt: drop it
@@ -106,6 +114,8 @@ class RunDriver:
             elif isinstance(event, ev.TaskCompleted) and report.tmp is not None:
                 event, large = self._commit_output(event, report.tmp)
                 committed = committed or large
+            if isinstance(event, ev.TaskCompleted) and self.reuser is not None:
+                event = self.reuser.stamp(self.state, event)
             start = implied_start(self.state, event)
             if start is not None:
                 apply(self.state, start)
@@ -118,6 +128,12 @@ class RunDriver:
         if not self.checked_adoption:
             observed += self._adopt(now)
             self.checked_adoption = True
+        if self.reuser is not None and self.reuser.notes:
+            for note in self.reuser.notes:
+                warned = ev.Warned(at=now, message=note)
+                apply(self.state, warned)
+                observed.append(NewEvent(event=warned))
+            self.reuser.notes.clear()
         consumed = []
         for record in self.commands:
             command = Command(kind=CommandKind(record.kind), message=record.message, by=record.by)
@@ -130,6 +146,24 @@ class RunDriver:
             consumed.append(record.id)
         self.commands.clear()
         return observed, consumed
+
+    def _reused(self, event: ev.TaskReused, body: bytes | None) -> list[NewEvent]:
+        """Record a reuse claimed at the last act; its file is placed once it is recorded."""
+        self.reusing.discard(event.task_id)
+        task = self.state.tasks.get(event.task_id)
+        if task is None or task.attempt != event.attempt or not task.status.in_flight:
+            return []  # claimed twice, or the run moved on (cancelled): nothing to record
+        assert body is not None
+        if event.size <= artifacts.INLINE_LIMIT:
+            self.inline.append((event.sha256, body))
+        final = self.final_path(task)
+        self.unwritten.append((final, body))
+        self.placing_reused = True
+        if self.definition.pipeline.worker(task.role).final:
+            self.final_body = (final.name, body)
+        apply(self.state, event)
+        why = f"same fingerprint as {event.source_task} of {event.source_run}"
+        return [NewEvent(event=event, why=why)]
 
     def reobserve(self) -> None:
         """After the commit of the last observation failed (and the state was rebuilt from
@@ -232,6 +266,8 @@ class RunDriver:
             if _intact(path, task.size, task.sha256):
                 continue
             body = store.artifact(task.sha256)
+            if body is None and self.reuser is not None:
+                body = self.reuser.recover(task)  # carried over from a run's folder
             if body is not None:
                 artifacts.write_atomic(path, body)
         if self.state.delivered is not None:
@@ -267,6 +303,8 @@ class RunDriver:
                 values=values,
                 adopted=True,
             )
+            if self.reuser is not None:
+                event = self.reuser.stamp(self.state, event)
             apply(self.state, event)
             adopted.append(NewEvent(event=event, why="output found committed on disk"))
         return adopted
@@ -275,6 +313,9 @@ class RunDriver:
         """Carry out what the state calls for; safe to repeat."""
         state = self.state
         if self.unwritten:
+            if self.placing_reused:
+                crash_point("after_record_reuse")  # recorded, not yet placed: resume repairs
+                self.placing_reused = False
             self.write_outputs()  # before any task that reads them starts
         if state.status.ended:
             for handle in self.handles.values():
@@ -287,6 +328,10 @@ class RunDriver:
                     # worker must not stand in for the attempt that is now current.
                     running.cancel()
                     del self.handles[task.task_id]
+                if task.task_id in self.reusing:
+                    continue
+                if task.task_id not in self.handles and self._claim(orchestrator, task):
+                    continue
                 if task.task_id not in self.handles:
                     crash_point("before_dispatch")
                     self.handles[task.task_id] = orchestrator.start_task(self, task)
@@ -316,6 +361,17 @@ class RunDriver:
                 self.status_written = now
         if state.archived:
             self._archive(orchestrator)
+
+    def _claim(self, orchestrator: Orchestrator, task: TaskState) -> bool:
+        """Carry an earlier output over instead of starting the task, when one matches."""
+        if self.reuser is None:
+            return False
+        claim = self.reuser.claim(self.state, task, orchestrator.clock())
+        if claim is None:
+            return False
+        self.reusing.add(task.task_id)
+        orchestrator.report(self, Report(event=claim.event, body=claim.body))
+        return True
 
     def write_status(self) -> None:
         """Write `status.json` atomically (a projection: no fsync).

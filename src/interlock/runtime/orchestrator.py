@@ -30,6 +30,7 @@ from interlock.runtime.driver import Report, RunDriver
 from interlock.runtime.faults import crash_point
 from interlock.runtime.home import Home
 from interlock.runtime.models import ModelRunner
+from interlock.runtime.reuse import Reuser, SourceRun
 from interlock.runtime.superseded import mark_superseded
 from interlock.storage.base import (
     AppendBatch,
@@ -133,24 +134,32 @@ class Orchestrator:
         topic: str,
         inputs: dict[str, Any] | None = None,
         run_id: str | None = None,
+        rerun_of: str | None = None,
+        rerun_from: str | None = None,
     ) -> str:
         """Record a new run (pinned to `definition`), holding its lease; returns its id.
 
         The run, its first decisions (its first phase's dispatches) and its lease are written
-        in one transaction: a run exists only with a history.
+        in one transaction: a run exists only with a history. A rerun names its source run
+        (whose outputs it may carry over) and the phase from which everything runs again.
         """
-        return self.create_runs([(definition, topic, inputs, run_id)])[0]
+        origin = (rerun_of, rerun_from) if rerun_of is not None else None
+        return self.create_runs([(definition, topic, inputs, run_id)], origin=origin)[0]
 
     def create_runs(
-        self, specs: list[tuple[Definition, str, dict[str, Any] | None, str | None]]
+        self,
+        specs: list[tuple[Definition, str, dict[str, Any] | None, str | None]],
+        *,
+        origin: tuple[str, str | None] | None = None,
     ) -> list[str]:
-        """Create many runs in one transaction: (definition, topic, inputs, run id or None)."""
+        """Create many runs in one transaction: (definition, topic, inputs, run id or None);
+        `origin` (source run, from-phase) makes each a rerun."""
         now = self.clock()
         prepared = []
         for definition, topic, inputs, run_id in specs:
             given = resolve_inputs(definition, inputs or {})
             run_id = run_id or new_run_id(definition.name, now)
-            prepared.append(self._prepare(definition, topic, given, run_id, now))
+            prepared.append(self._prepare(definition, topic, given, run_id, now, origin))
         results = self.store.append_many([batch for _, _, batch in prepared], now)
         for (driver, new, _), result in zip(prepared, results, strict=True):
             if isinstance(result, Exception):
@@ -161,7 +170,13 @@ class Orchestrator:
         return [driver.run_id for driver, _, _ in prepared]
 
     def _prepare(
-        self, definition: Definition, topic: str, inputs: dict[str, Any], run_id: str, now: float
+        self,
+        definition: Definition,
+        topic: str,
+        inputs: dict[str, Any],
+        run_id: str,
+        now: float,
+        origin: tuple[str, str | None] | None = None,
     ) -> tuple[RunDriver, list[NewEvent], AppendBatch]:
         created = ev.RunCreated(
             at=now,
@@ -170,6 +185,8 @@ class Orchestrator:
             definition_hash=definition.hash,
             topic=topic,
             inputs=inputs,
+            rerun_of=origin[0] if origin else None,
+            rerun_from=origin[1] if origin else None,
         )
         first = [NewEvent(event=created)]
         for message in self._model_warnings(definition):
@@ -185,6 +202,7 @@ class Orchestrator:
             source=definition.source,
         )
         driver.checked_adoption = True  # nothing can be on disk for a run not yet created
+        self._attach_reuser(driver)
         driver.status_written = now  # a run that settles within `status_interval` writes once
         make_dir(driver.run_dir)
         new = first + driver.decide(now)
@@ -244,10 +262,25 @@ class Orchestrator:
             definition=definition, state=state, lease=lease, run_dir=run_dir, source=record.source
         )
         driver.run_dir.mkdir(parents=True, exist_ok=True)
+        self._attach_reuser(driver)
         driver.restore_outputs(self.store)
         self.drivers[run_id] = driver
         self._mark(driver)
         return driver
+
+    def _attach_reuser(self, driver: RunDriver) -> None:
+        """Give the run its fingerprints and, for a rerun, the source it may reuse from."""
+        reuser = Reuser(
+            store=self.store,
+            home=self.home,
+            models=self.models,
+            definition=driver.definition,
+            workflow_dir=driver.workflow_dir,
+        )
+        source = driver.state.rerun_of
+        if source is not None and not driver.state.status.ended:
+            reuser.source = SourceRun.load(self.store, self.home, source)
+        driver.reuser = reuser
 
     def _abandon_unstarted(self, record: RunRecord, lease: Lease, now: float) -> None:
         """A run registered by an older release without its first event never started:

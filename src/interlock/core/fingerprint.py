@@ -1,0 +1,155 @@
+"""What a task's output depends on, as one hash: the key that lets a run reuse an output.
+
+A task's fingerprint covers what the worker is (its command, call target, or resolved model
+and request settings), its rendered task, the hash of every file it reads, the topic and
+inputs it can see, and its fan-out item. Two tasks with the same fingerprint were asked the
+same thing of the same worker: a rerun may carry the earlier output over instead of paying
+for it again.
+
+Each part is hashed on its own as well, so that a task which cannot be reused can say which
+part changed. Everything here is pure: what a model alias resolves to is read by the runtime
+and passed in as `identity`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from interlock.core.state import RunState, TaskState
+from interlock.core.templates import TemplateProblem, render_task
+from interlock.core.validate import read_name
+from interlock.core.workflow import Pipeline, Worker
+
+FINGERPRINT_VERSION = 1  # part of every fingerprint: a change of recipe never matches old ones
+
+PARTS = ("worker", "task", "reads", "inputs", "item")
+"""The parts of a fingerprint, in the order explanations name them."""
+
+PART_WORDS = {
+    "worker": "the worker's definition (command, call, model or its settings)",
+    "task": "the rendered task",
+    "reads": "an input file it reads",
+    "inputs": "the topic or inputs",
+    "item": "the fan-out item",
+}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Fingerprint:
+    """A task's fingerprint: the digest that is compared, and one hash per part."""
+
+    digest: str
+    parts: dict[str, str]
+
+    def changed(self, other_parts: dict[str, str] | None) -> list[str]:
+        """The parts that differ from `other_parts` (every part when those are unknown)."""
+        if not other_parts:
+            return list(PARTS)
+        return [p for p in PARTS if self.parts.get(p) != other_parts.get(p)]
+
+
+def _hash(value: Any) -> str:
+    # Canonical JSON (sorted keys, no whitespace) so equal values always hash alike; values
+    # JSON cannot hold (never produced by a workflow or the ledger) are spelled by repr.
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def template_values(state: RunState, task: TaskState) -> dict[str, Any]:
+    """The names a task template may read, as the runtime renders it."""
+    items = state.current.items if state.current else None
+    item = items[task.item] if items is not None and task.item is not None else None
+    return {
+        **state.inputs,
+        "topic": state.topic,
+        "inputs": state.inputs,
+        "item": item,
+        "item_index": task.item,
+        "visit": task.visit,
+        "run_id": state.run_id,
+    }
+
+
+def _render(source: str, values: dict[str, Any]) -> str:
+    try:
+        return render_task(source, values)
+    except TemplateProblem:
+        return source  # the task fails when it runs; its template is what it depends on
+
+
+def read_hashes(pipeline: Pipeline, state: RunState, task: TaskState) -> list[list[Any]]:
+    """(file name, sha256) of each output the task reads, in the order it reads them.
+
+    The same selection the runtime makes: the latest visit of the writer, the task's own
+    lane in a fan-out, every item otherwise.
+    """
+    worker = pipeline.worker(task.role)
+    hashes: list[list[Any]] = []
+    for entry in worker.reads:
+        name, _ = read_name(entry)
+        role = pipeline.writers.get(name)
+        latest = state.outputs.get(role) if role is not None else None
+        if role is None or latest is None:
+            hashes.append([name, None])
+            continue
+        visit, by_item = latest
+        same_lane = pipeline.phase_of(role).id == task.phase and task.item is not None
+        items = [task.item] if same_lane else sorted(by_item, key=lambda k: -1 if k is None else k)
+        for item in items:
+            if item not in by_item:
+                continue
+            tid = f"{role}@{visit}" if item is None else f"{role}@{visit}.{item}"
+            source = state.tasks.get(tid)
+            hashes.append([by_item[item], source.sha256 if source is not None else None])
+    return hashes
+
+
+def worker_definition(worker: Worker, identity: Any, values: dict[str, Any]) -> dict[str, Any]:
+    """What the worker is: its kind and target, and what shapes its output file."""
+    definition: dict[str, Any] = {
+        "kind": worker.kind,
+        "system": worker.system,
+        "output": worker.output_name,
+        "extract": {k: v.model_dump(mode="json", by_alias=True) for k, v in worker.extract.items()},
+        "identity": identity,
+    }
+    if worker.command is not None:
+        definition["command"] = [_render(arg, values) for arg in worker.command]
+    elif worker.call is not None:
+        definition["call"] = worker.call
+    else:
+        definition["models"] = [worker.model, *worker.fallback_models]
+    return definition
+
+
+def fingerprint(
+    pipeline: Pipeline, state: RunState, task: TaskState, identity: Any = None
+) -> Fingerprint:
+    """The fingerprint of `task` in the run `state` describes.
+
+    Args:
+        pipeline: The run's pinned pipeline.
+        state: The run's state, in which every output the task reads is completed.
+        task: The task.
+        identity: What the worker's model aliases resolve to (provider, provider model id,
+            request settings), as the runtime found them; None for command and call workers.
+    """
+    worker = pipeline.worker(task.role)
+    values = template_values(state, task)
+    # Model workers see the topic (every prompt carries it) and whatever inputs their task
+    # renders; commands and calls are handed every input, so all of them count.
+    inputs: dict[str, Any] = {"topic": state.topic}
+    if worker.kind != "model":
+        inputs["inputs"] = state.inputs
+    parts = {
+        "worker": _hash(worker_definition(worker, identity, values)),
+        "task": _hash(_render(worker.task, values)),
+        "reads": _hash(read_hashes(pipeline, state, task)),
+        "inputs": _hash(inputs),
+        "item": _hash(values["item"]),
+    }
+    digest = _hash({"v": FINGERPRINT_VERSION, **parts})
+    return Fingerprint(digest=digest, parts={k: v[:16] for k, v in parts.items()})

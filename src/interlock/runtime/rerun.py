@@ -1,0 +1,100 @@
+"""Starting a rerun: a new run that may carry over its source run's outputs.
+
+The source run is only read. The new run's `run_created` names it (and the `--from` phase);
+everything else follows from the fingerprints (`runtime.reuse`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from interlock.core.loader import Definition, load_workflow
+from interlock.core.state import RunState, fold
+from interlock.errors import UsageError
+from interlock.runtime.orchestrator import Orchestrator
+from interlock.storage.base import Store
+
+
+@dataclass(frozen=True, kw_only=True)
+class RerunRequest:
+    """What a rerun changes, relative to its source run (None: keep the source's)."""
+
+    source: str
+    from_phase: str | None = None
+    workflow: str | Path | None = None
+    pipeline: str | None = None
+    topic: str | None = None
+    inputs: dict[str, Any] | None = None
+    run_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreparedRerun:
+    """A checked rerun, ready to be created (or planned by --dry-run)."""
+
+    source: str
+    source_state: RunState
+    definition: Definition
+    topic: str
+    inputs: dict[str, Any]
+    from_phase: str | None
+
+
+def prepare(store: Store, orchestrator: Orchestrator, request: RerunRequest) -> PreparedRerun:
+    """Check a rerun request against its source; raises UsageError naming the fix."""
+    source = request.source
+    record = store.get_run(source)
+    state = fold([s.event for s in store.events(source)])
+    if not state.status.ended:
+        raise UsageError(
+            f"run {source} is still {state.status.value}: a rerun needs a finished run. "
+            f"Wait for it to end, or stop it with 'interlock cancel {source}' and rerun it "
+            "then (its completed tasks are still reused)"
+        )
+    if request.workflow is not None:
+        loaded = load_workflow(request.workflow)
+        name = request.pipeline or record.pipeline
+        if request.pipeline is None and name not in loaded.definitions:
+            if len(loaded.definitions) != 1:
+                names = ", ".join(sorted(loaded.definitions))
+                raise UsageError(
+                    f"{loaded.source}: has no pipeline {name!r} (the source run's); "
+                    f"name the one to run ({names})"
+                )
+            name = next(iter(loaded.definitions))
+        definition = loaded.get(name)
+    else:
+        pinned = orchestrator.definition(record.pipeline, record.definition_hash)
+        definition = dataclasses.replace(pinned, source=record.source)
+    phases = [p.id for p in definition.pipeline.phases]
+    if request.from_phase is not None and request.from_phase not in phases:
+        raise UsageError(
+            f"--from {request.from_phase!r}: pipeline {definition.name!r} has no such phase; "
+            f"its phases are {', '.join(phases)}"
+        )
+    declared = definition.pipeline.inputs
+    inputs = {k: v for k, v in state.inputs.items() if k in declared}
+    inputs.update(request.inputs or {})
+    return PreparedRerun(
+        source=source,
+        source_state=state,
+        definition=definition,
+        topic=state.topic if request.topic is None else request.topic,
+        inputs=inputs,
+        from_phase=request.from_phase,
+    )
+
+
+def create(orchestrator: Orchestrator, prepared: PreparedRerun, run_id: str | None) -> str:
+    """Record the rerun (holding its lease); `drive` carries it out."""
+    return orchestrator.create_run(
+        prepared.definition,
+        topic=prepared.topic,
+        inputs=prepared.inputs,
+        run_id=run_id,
+        rerun_of=prepared.source,
+        rerun_from=prepared.from_phase,
+    )

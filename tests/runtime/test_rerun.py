@@ -1,0 +1,178 @@
+"""Reruns: a new run that carries its source run's matching outputs over and runs the rest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from interlock import Interlock, RunStatus
+from interlock.errors import UsageError
+from interlock.runtime.reuse import Reuser
+
+from .conftest import WriteWorkflow
+
+# Each worker appends its role to calls.log in the workflow's folder, so a test can count
+# what really ran; outputs carry a nonce so a rerun that ran again is visible in the text.
+PIPELINE = """
+demo:
+  phases:
+    - id: collect
+      workers:
+        - role: a
+          command: ["sh", "-c", "echo A-$$ > {output}; echo a >> {workflow_dir}/calls.log"]
+        - role: b
+          command: ["sh", "-c", "echo B-$$ > {output}; echo b >> {workflow_dir}/calls.log"]
+    - id: synth
+      workers:
+        - role: s
+          final: true
+          reads: [a.md, b.md]
+          task: "{{ topic }}: combine"
+          command: ["sh", "-c", "cat $0 $1 > $2; echo s >> {workflow_dir}/calls.log",
+                    "{input:a.md}", "{input:b.md}", "{output}"]
+"""
+
+
+def calls(workflow: Path) -> list[str]:
+    """What ran since the log was last cleared (and clear it)."""
+    log = workflow.parent / "calls.log"
+    text = log.read_text() if log.exists() else ""
+    log.unlink(missing_ok=True)
+    return sorted(text.split())
+
+
+def reused(app: Interlock, run_id: str) -> dict[str, str | None]:
+    """Task id -> the run/task it was reused from (None: it ran)."""
+    return {t.task_id: t.reused_from for t in app.state(run_id).tasks.values()}
+
+
+def test_rerun_from_a_phase_reuses_what_comes_before_it(
+    app: Interlock, write_workflow: WriteWorkflow
+) -> None:
+    """`--from synth` carries both collectors over and runs only the synthesis."""
+    workflow = write_workflow(PIPELINE)
+    first = app.run(workflow, "demo", topic="t")
+    assert first.status is RunStatus.DELIVERED and calls(workflow) == ["a", "b", "s"]
+    new = app.rerun(first.run_id, from_phase="synth")
+    state = app.drive(new)
+    assert state.status is RunStatus.DELIVERED
+    assert calls(workflow) == ["s"]
+    assert reused(app, new) == {
+        "a@1": f"{first.run_id}/a@1",
+        "b@1": f"{first.run_id}/b@1",
+        "s@1": None,
+    }
+    source_dir, new_dir = app.run_dir(first.run_id), app.run_dir(new)
+    assert (new_dir / "a.md").read_text() == (source_dir / "a.md").read_text()
+    assert state.rerun_of == first.run_id and state.rerun_from == "synth"
+
+
+def test_rerun_without_changes_reuses_everything_and_calls_nothing(
+    app: Interlock, write_workflow: WriteWorkflow
+) -> None:
+    """A plain rerun of a delivered run matches every task: nothing runs, the result is equal."""
+    workflow = write_workflow(PIPELINE)
+    first = app.run(workflow, "demo", topic="t")
+    calls(workflow)
+    state = app.drive(app.rerun(first.run_id))
+    assert state.status is RunStatus.DELIVERED and calls(workflow) == []
+    assert all(t.reused_from for t in state.tasks.values())
+    final = app.final_path(state.run_id)
+    assert final is not None and final.read_text() == app.final_path(first.run_id).read_text()  # type: ignore[union-attr]
+
+
+def test_a_changed_topic_reruns_what_sees_it(app: Interlock, write_workflow: WriteWorkflow) -> None:
+    """Command workers see the topic, so a new topic runs every task."""
+    workflow = write_workflow(PIPELINE)
+    first = app.run(workflow, "demo", topic="t")
+    calls(workflow)
+    app.drive(app.rerun(first.run_id, topic="other"))
+    assert calls(workflow) == ["a", "b", "s"]
+
+
+def test_an_edited_worker_reruns_it_and_its_readers_only(
+    app: Interlock, write_workflow: WriteWorkflow, tmp_path: Path
+) -> None:
+    """Editing worker b's command runs b and s (which reads b's changed output), not a."""
+    workflow = write_workflow(PIPELINE)
+    first = app.run(workflow, "demo", topic="t")
+    calls(workflow)
+    edited = tmp_path / "edited.yaml"
+    edited.write_text(workflow.read_text().replace("echo B-$$", "echo BB-$$"))
+    new = app.rerun(first.run_id, workflow=edited)
+    assert app.drive(new).status is RunStatus.DELIVERED
+    assert calls(workflow) == ["b", "s"]
+    assert reused(app, new)["a@1"] == f"{first.run_id}/a@1"
+
+
+def test_a_failed_run_reruns_only_what_failed(
+    app: Interlock, write_workflow: WriteWorkflow, tmp_path: Path
+) -> None:
+    """Redrive: after a failure is fixed, the rerun keeps the completed tasks."""
+    broken = PIPELINE.replace("echo B-$$ > {output}", "exit 3")
+    workflow = write_workflow(broken)
+    first = app.run(workflow, "demo", topic="t")
+    assert first.status is RunStatus.FAILED
+    calls(workflow)
+    fixed = tmp_path / "fixed.yaml"
+    fixed.write_text(PIPELINE.strip())
+    new = app.rerun(first.run_id, workflow=fixed)
+    assert app.drive(new).status is RunStatus.DELIVERED
+    assert calls(workflow) == ["b", "s"]
+
+
+def test_the_source_run_is_never_modified(app: Interlock, write_workflow: WriteWorkflow) -> None:
+    """A rerun adds nothing to its source's history and leaves its files alone."""
+    workflow = write_workflow(PIPELINE)
+    first = app.run(workflow, "demo", topic="t")
+    before = [(e.seq, e.kind) for e in app.events(first.run_id)]
+    files = {p.name: p.read_bytes() for p in app.run_dir(first.run_id).iterdir() if p.is_file()}
+    app.drive(app.rerun(first.run_id, from_phase="synth"))
+    assert [(e.seq, e.kind) for e in app.events(first.run_id)] == before
+    after = {p.name: p.read_bytes() for p in app.run_dir(first.run_id).iterdir() if p.is_file()}
+    assert after == files
+
+
+def test_reused_tasks_cost_nothing(app: Interlock, write_workflow: WriteWorkflow) -> None:
+    """A reuse folds as a completion at zero cost and zero tokens."""
+    workflow = write_workflow(PIPELINE)
+    first = app.run(workflow, "demo", topic="t")
+    state = app.drive(app.rerun(first.run_id))
+    assert state.cost_usd == 0 and state.tokens == 0
+    kinds = [e.kind for e in app.events(state.run_id)]
+    assert kinds.count("task_reused") == 3 and "task_started" not in kinds
+
+
+def test_bad_reruns_are_refused_and_record_nothing(
+    app: Interlock, write_workflow: WriteWorkflow
+) -> None:
+    """An unknown phase, an unknown run, and a run that has not ended are clear errors."""
+    workflow = write_workflow(PIPELINE.replace("id: synth", "id: synth\n      pause_after: true"))
+    first = app.run(workflow, "demo", topic="t")
+    assert first.status is RunStatus.PAUSED
+    runs = app.store.find_runs("")
+    with pytest.raises(UsageError, match="still paused"):
+        app.rerun(first.run_id)
+    app.cancel(first.run_id)
+    app.drive(first.run_id)
+    with pytest.raises(UsageError, match="no such phase; its phases are collect, synth"):
+        app.rerun(first.run_id, from_phase="nope")
+    with pytest.raises(UsageError, match="no run matches"):
+        app.rerun("nothing-here")
+    assert app.store.find_runs("") == runs
+
+
+def test_a_source_without_fingerprints_runs_every_task(
+    app: Interlock, write_workflow: WriteWorkflow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tasks of a source recorded before fingerprints existed cannot match: they all run."""
+    workflow = write_workflow(PIPELINE)
+    with monkeypatch.context() as patch:  # record the source as an older interlock did
+        patch.setattr(Reuser, "stamp", lambda self, state, event: event)
+        first = app.run(workflow, "demo", topic="t")
+    assert all(t.fingerprint is None for t in first.tasks.values())
+    calls(workflow)
+    new = app.rerun(first.run_id)
+    assert app.drive(new).status is RunStatus.DELIVERED
+    assert calls(workflow) == ["a", "b", "s"]
