@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -25,6 +26,12 @@ def main() -> int:
         return 3
     if mode == "silent":
         return 0
+    if mode == "env":  # print the environment it was given
+        print(json.dumps(dict(os.environ)))
+        return 0
+    if mode == "leak":  # fail, quoting the key it was given
+        sys.stderr.write(f"auth failed for key {os.environ.get(rest[0], '')}\n")
+        return 1
     if mode == "hang":  # start a helper process, record its pid, then never finish
         helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
         with open(rest[0], "w", encoding="utf-8") as handle:

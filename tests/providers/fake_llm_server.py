@@ -34,6 +34,14 @@ class Fault:
     stall: float = 0.0  # after the first fragment, wait this long
     no_usage: bool = False  # never report token usage
     stream_error: bool = False  # send an error event in the middle of the stream
+    # Echo the credential the request carried, as a careless server or proxy would:
+    # "body" (a JSON error quoting the Authorization header and the key), "text" (a plain
+    # text error body), "reason" (the HTTP status line), "content_type" (a 200 that is no
+    # event stream, its Content-Type naming the key), "stream" (an error event mid-stream).
+    echo: str | None = None
+    retry_after_header: str = "Retry-After"  # e.g. LiteLLM's "llm_provider-retry-after"
+    finish_reason: str | None = None  # end the stream with this finish/stop reason
+    empty: bool = False  # stream no text at all, then finish normally
 
 
 @dataclass
@@ -82,6 +90,8 @@ class Handler(BaseHTTPRequestHandler):
         try:
             if fault.delay:
                 state.stopping.wait(fault.delay)
+            if fault.echo is not None and fault.echo != "stream":
+                return self._echo(headers, fault.echo)
             if self.path == "/v1/chat/completions":
                 self._openai(state, headers, body, fault)
             elif self.path == "/v1/messages":
@@ -105,6 +115,42 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self._done()
         self.wfile.write(data)
+
+    def _echo(self, headers: dict[str, str], where: str) -> None:
+        """Refuse the request, quoting its credential back in the place `where` names."""
+        sent = headers.get("authorization") or f"x-api-key {headers.get('x-api-key', '')}"
+        key = sent.removeprefix("Bearer ").removeprefix("x-api-key ")
+        quoted = f"you sent {sent}"
+        if where == "content_type":
+            self.send_response(200)
+            self.send_header("Content-Type", f"text/plain; key={key}")
+            self.end_headers()
+            self._done()
+            self.wfile.write(f"hello {quoted}".encode())
+            return
+        if where == "reason":
+            self.send_response(403, f"Forbidden ({quoted})")
+            self.send_header("Content-Type", "text/plain")
+            self.end_headers()
+            self._done()
+            self.wfile.write(f"403 Forbidden: {quoted}".encode())
+            return
+        if where == "text":
+            data = f"upstream refused: {quoted} (key {key})".encode()
+            self.send_response(400)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self._done()
+            self.wfile.write(data)
+            return
+        error = {
+            "message": f"Invalid credentials: {quoted}",
+            "type": "invalid_request_error",
+            "api_key": key,
+            "headers": {"Authorization": headers.get("authorization", "")},
+        }
+        self._json(400, {"error": error})
 
     def _start_stream(self) -> None:
         self.send_response(200)
@@ -140,7 +186,7 @@ class Handler(BaseHTTPRequestHandler):
             )
         if fault.status == 429:
             message = "Rate limit reached for requests per min (RPM): Limit 3, Used 3, Requested 1."
-            extra = {"Retry-After": fault.retry_after} if fault.retry_after else {}
+            extra = {fault.retry_after_header: fault.retry_after} if fault.retry_after else {}
             return self._json(
                 429, _openai_error(429, message, "requests", "rate_limit_exceeded"), extra
             )
@@ -175,12 +221,18 @@ class Handler(BaseHTTPRequestHandler):
                         {"error": {"message": "The server had an error", "type": "server_error"}}
                     )
                 )
+            if fault.echo == "stream" and number == 1:
+                message = f"upstream error: you sent Bearer {key}"
+                return self._send(json.dumps({"error": {"message": message, "key": key}}))
+            if fault.empty:
+                continue
             choice = {"index": 0, "delta": {"content": part}, "finish_reason": None}
             self._send(json.dumps({**base, "choices": [choice]}))
             if fault.stall and number == 0:
                 state.stopping.wait(fault.stall)
+        finish = fault.finish_reason or "stop"
         self._send(
-            json.dumps({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+            json.dumps({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
         )
         if (body.get("stream_options") or {}).get("include_usage") and not fault.no_usage:
             usage = {
@@ -194,10 +246,11 @@ class Handler(BaseHTTPRequestHandler):
     def _anthropic(
         self, state: FakeState, headers: dict[str, str], body: dict[str, Any], fault: Fault
     ) -> None:
-        if headers.get("x-api-key") != state.api_key:
+        key = headers.get("x-api-key", "")
+        if key != state.api_key:
             return self._json(401, _anthropic_error("authentication_error", "invalid x-api-key"))
         if fault.status == 429:
-            extra = {"Retry-After": fault.retry_after} if fault.retry_after else {}
+            extra = {fault.retry_after_header: fault.retry_after} if fault.retry_after else {}
             return self._json(
                 429,
                 _anthropic_error(
@@ -248,6 +301,11 @@ class Handler(BaseHTTPRequestHandler):
                 return self._send(
                     json.dumps(_anthropic_error("overloaded_error", "Overloaded")), "error"
                 )
+            if fault.echo == "stream" and number == 1:
+                error = _anthropic_error("api_error", f"proxy said: x-api-key: {key}")
+                return self._send(json.dumps(error), "error")
+            if fault.empty:
+                continue
             delta = {
                 "type": "content_block_delta",
                 "index": 0,
@@ -258,7 +316,7 @@ class Handler(BaseHTTPRequestHandler):
         usage = {} if fault.no_usage else {"output_tokens": state.output_tokens}
         delta_event = {
             "type": "message_delta",
-            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+            "delta": {"stop_reason": fault.finish_reason or "end_turn", "stop_sequence": None},
             "usage": usage,
         }
         self._send(json.dumps(delta_event), "message_delta")

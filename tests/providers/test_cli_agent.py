@@ -11,13 +11,19 @@ from pathlib import Path
 import psutil
 import pytest
 
+from interlock.core.workflow import Worker
 from interlock.providers import (
     CliAgentProvider,
+    ModelConfig,
     ProviderError,
     ProviderLimiter,
+    ProviderRegistry,
     ProviderTimeout,
 )
 from interlock.providers.cli_agent import build_invocation
+from interlock.providers.cli_env import ALLOWED
+from interlock.runtime.executors import TaskSpec
+from interlock.runtime.models import ModelRunner
 
 from .helpers import request, resolved
 
@@ -129,3 +135,65 @@ def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
         time.sleep(0.05)
     else:
         pytest.fail("the helper process outlived the timeout")
+
+
+AGENT_CONFIG = """
+secrets_file = "secrets.toml"
+
+[providers.agent]
+kind = "cli"
+command = ["{python}", "{script}", "{mode}", "AGENT_KEY"]
+env = ["AGENT_SETTINGS_DIR"]
+api_key_env = "AGENT_KEY"
+
+[models.a]
+provider = "agent"
+"""
+OTHER_KEY = "sk-other-provider-0f9e8d7c6b5a4"
+AGENT_KEY = "agent-key-from-the-secrets-file-77"
+
+
+def _agent_config(tmp_path: Path, mode: str) -> ModelConfig:
+    """A cli provider running the test agent, its key in a secrets file, and an environment
+    holding another provider's key and a database password."""
+    (tmp_path / "secrets.toml").write_text(f'AGENT_KEY = "{AGENT_KEY}"\n')
+    text = AGENT_CONFIG.format(python=sys.executable, script=SCRIPT, mode=mode)
+    (tmp_path / "interlock.toml").write_text(text)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "LC_ALL": "C.UTF-8",
+        "AGENT_SETTINGS_DIR": str(tmp_path / "agent"),
+        "OPENAI_API_KEY": OTHER_KEY,
+        "PGPASSWORD": "database-password",
+        "INTERLOCK_CONFIG": "",
+    }
+    return ModelConfig.load([tmp_path], env=env)
+
+
+def test_an_agent_gets_the_allow_list_and_what_its_own_table_names(tmp_path: Path) -> None:
+    """The agent sees PATH, HOME, the locale, its own variables and its key, and neither
+    another provider's key nor anything else of the environment."""
+    config = _agent_config(tmp_path, "env")
+    provider = ProviderRegistry().build(config.resolve("a"), config)
+    seen = json.loads(asyncio.run(provider.complete(request())).text)
+    assert seen["AGENT_KEY"] == AGENT_KEY
+    assert seen["AGENT_SETTINGS_DIR"] == str(tmp_path / "agent")
+    assert {"PATH", "HOME", "LC_ALL"} <= set(seen)
+    assert "OPENAI_API_KEY" not in seen and "PGPASSWORD" not in seen
+    assert set(seen) - {"AGENT_KEY", "AGENT_SETTINGS_DIR"} <= set(ALLOWED) | {"LC_ALL", "LC_CTYPE"}
+
+
+def test_an_agent_quoting_its_key_in_stderr_fails_without_the_key(tmp_path: Path) -> None:
+    """Where the failure becomes the task's, the key the agent printed is masked."""
+    config = _agent_config(tmp_path, "leak")
+    runner = ModelRunner(None, config=config)
+    worker = Worker(role="w", model="a", final=True)
+    spec = TaskSpec(
+        run_id="r", task_id="w@1", attempt=1, worker=worker, task="t", topic="t", inputs={},
+        item=None, reads=[], output=tmp_path / "out.part", run_dir=tmp_path, model="a",
+        idempotency_key="k",
+    )  # fmt: skip
+    outcome = asyncio.run(runner.run(spec, None))
+    assert not outcome.ok and "auth failed for key [redacted]" in outcome.error
+    assert AGENT_KEY not in outcome.error

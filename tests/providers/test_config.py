@@ -229,3 +229,28 @@ def test_documented_example_is_a_valid_configuration(tmp_path: Path) -> None:
     assert config.resolve("sonnet").model == "claude-sonnet-4-5"
     assert config.provider("claude-code").kill_grace_s == 2.0
     assert config.secrets_file == tmp_path / "secrets.toml"
+
+
+@pytest.mark.parametrize(
+    "pasted",
+    ["sk-proj-Abc123def456ghi789", "AIzaSyD4e5F6g7H8i9J0k1L2m3N4o5P6q7R8s9"],
+)
+def test_a_key_pasted_as_api_key_env_is_refused_without_echo(tmp_path: Path, pasted: str) -> None:
+    """A key where the variable's name belongs is refused, saying what api_key_env must be,
+    and the value is not repeated (it would land in logs and the ledger)."""
+    write(tmp_path, f'[providers.openai]\napi_key_env = "{pasted}"\n')
+    with pytest.raises(ConfigError) as caught:
+        ModelConfig.load([tmp_path], env={})
+    message = str(caught.value)
+    assert "api_key_env must name an environment variable" in message
+    assert "[providers.openai]" in message
+    assert pasted not in message and pasted[:12] not in message
+
+
+def test_ordinary_variable_names_are_accepted(tmp_path: Path) -> None:
+    """Names such as MY_LLM_KEY or lower-case ones stay valid."""
+    table = '[providers.{}]\nkind = "openai"\nbase_url = "http://x"\napi_key_env = "{}"\n'
+    write(tmp_path, table.format("a", "MY_LLM_KEY") + table.format("b", "local_key_2"))
+    config = ModelConfig.load([tmp_path], env={})
+    assert config.provider("a").api_key_env == "MY_LLM_KEY"
+    assert config.provider("b").api_key_env == "local_key_2"

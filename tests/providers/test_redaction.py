@@ -9,11 +9,22 @@ from pathlib import Path
 
 import pytest
 
-from interlock.providers import ModelConfig, ProviderError, ProviderRegistry, Secret, redact
+from interlock.providers import (
+    HttpEndpoint,
+    ModelConfig,
+    OpenAIChatProvider,
+    ProviderError,
+    ProviderLimiter,
+    ProviderRegistry,
+    RetryPolicy,
+    Secret,
+    redact,
+)
+from interlock.providers.redaction import safe_url, scrub
 
 from .conftest import RecordingSleep
 from .fake_llm_server import FakeServer, Fault
-from .helpers import openai, request, run
+from .helpers import anthropic, openai, request, resolved, run
 
 CANARY = "sk-canary-5f1e2d3c4b5a69788796a5b4"
 
@@ -88,3 +99,64 @@ def test_built_provider_hides_the_key(tmp_path: Path) -> None:
     provider = ProviderRegistry().build(config.resolve("main"), config)
     assert CANARY not in repr(provider)
     assert all(CANARY not in repr(value) for value in vars(provider).values())
+
+
+ODD_KEY = "local/key+with=odd chars 42"  # a key no credential shape matches
+
+
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+def test_a_key_echoed_inside_the_stream_is_redacted(
+    server: FakeServer, sleep: RecordingSleep, wire: str
+) -> None:
+    """An error event in a started stream (OpenAI `data: {"error": ...}`, Anthropic
+    `event: error`) that quotes the key is raised with the key masked."""
+    server.state.api_key = ODD_KEY
+    server.fail_next(Fault(echo="stream"))
+    provider = (openai if wire == "openai" else anthropic)(server, sleep, key=ODD_KEY)
+    model = "gpt-test" if wire == "openai" else "claude-test"
+    with pytest.raises(ProviderError) as caught:
+        run(provider, lambda: provider.complete(request(model=model)))
+    assert "error during the stream" in str(caught.value) and "[redacted]" in str(caught.value)
+    assert ODD_KEY not in _everything_said(caught.value)
+
+
+def test_scrub_masks_every_spelling_and_shape_of_a_key() -> None:
+    """The key as sent, JSON-escaped and URL-encoded is masked, and so are bearer tokens,
+    sk- keys and key parameters this process never held; ordinary words stay."""
+    secret = Secret('k"ey/with\\odd+chars')
+    text = (
+        'plain k"ey/with\\odd+chars json k\\"ey/with\\\\odd+chars url k%22ey%2Fwith%5Codd%2Bchars'
+        " | Authorization: Bearer abcdefghijklmnop | sk-ant-api03-AAAABBBBCCCCDDDD"
+        ' | {"api_key": "zzzzyyyyxxxx"} | https://h/v1?key=AIzaSyQQQQQQQQ&x=1 | tokens: 12'
+    )
+    masked = scrub(text, [secret])
+    for leaked in ("odd+chars", "odd%2B", "abcdefghijklmnop", "AAAABBBB", "zzzzyyyy", "AIzaSyQ"):
+        assert leaked not in masked, masked
+    assert "Bearer [redacted]" in masked and "tokens: 12" in masked and "&x=1" in masked
+
+
+def test_messages_show_urls_without_user_info_or_query() -> None:
+    """A base URL carrying credentials is shown without them."""
+    assert safe_url("https://user:pw@api.example.com:8443/v1/x?key=abc") == (
+        "https://api.example.com:8443/v1/x"
+    )
+    assert safe_url("http://[::1]:8080/v1") == "http://[::1]:8080/v1"
+
+
+def test_a_key_in_the_base_url_stays_out_of_errors_and_logs(
+    sleep: RecordingSleep, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A key placed in the base URL's query string appears neither in the connection error
+    nor in httpx's request log line."""
+    caplog.set_level(logging.DEBUG)
+    endpoint = HttpEndpoint(
+        name="q",
+        base_url="http://127.0.0.1:9/v1?key=AIzaSyCANARYCANARY42",
+        limiter=ProviderLimiter(max_concurrency=1),
+        retry=RetryPolicy(max_attempts=1, sleep=sleep),
+    )
+    provider = OpenAIChatProvider(endpoint=endpoint, resolved=resolved(), api_key=None)
+    with pytest.raises(ProviderError) as caught:
+        run(provider, lambda: provider.complete(request()))
+    assert "connection to http://127.0.0.1:9/v1/chat/completions failed" in str(caught.value)
+    assert "AIzaSyCANARY" not in _everything_said(caught.value) + caplog.text + repr(endpoint)

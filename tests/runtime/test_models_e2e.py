@@ -152,3 +152,118 @@ async def _run(app: Interlock, flow: Path):  # type: ignore[no-untyped-def]
     run_id = app.start(flow, topic="t")
     await app.drive_async(run_id)
     return app.state(run_id)
+
+
+def _one_worker(project: Path, extra: str = "", fallback: bool = False) -> Path:
+    """A one-worker pipeline on `sonnet` with one retry (and `opus` as fallback if asked)."""
+    flow = project / "single.yaml"
+    more = "      fallback_models: [opus]\n" if fallback else ""
+    flow.write_text(
+        "p:\n  phases:\n  - id: a\n    workers:\n    - role: w\n      final: true\n"
+        "      model: sonnet\n      retries: 1\n      backoff: {initial: 0.01}\n" + more + extra
+    )
+    return flow
+
+
+def _failures(app: Interlock, run_id: str) -> list[dict[str, object]]:
+    return [e.data for e in app.events(run_id) if e.kind == "task_failed"]
+
+
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+def test_an_empty_completion_is_a_failed_attempt_that_is_retried(
+    project: Path, server: FakeServer, wire: str
+) -> None:
+    """An empty answer (on either wire format) fails the attempt, costs what the server
+    billed, and the worker's retry delivers a real answer."""
+    if wire == "anthropic":
+        _use_anthropic(project, server)
+    server.fail_next(Fault(empty=True))
+    app = Interlock(project / "home", settings=Settings(heartbeat=0.05))
+    state = asyncio.run(_run(app, _one_worker(project)))
+    assert state.status is RunStatus.DELIVERED
+    (failed,) = _failures(app, state.run_id)
+    assert "empty completion" in str(failed["error"]) and failed["retryable"] is True
+    assert (app.run_dir(state.run_id) / "final.md").read_text() == "Findings."
+    one_call = (1000 * 3.0 + 500 * 15.0) / 1e6
+    assert failed["usage"]["cost_usd"] == pytest.approx(one_call)  # type: ignore[index]
+    assert state.cost_usd == pytest.approx(2 * one_call)  # recorded spend == real spend
+
+
+@pytest.mark.parametrize(
+    ("wire", "reason"),
+    [("openai", "length"), ("anthropic", "max_tokens")],
+)
+def test_a_truncated_answer_fails_unless_the_worker_accepts_it(
+    project: Path, server: FakeServer, wire: str, reason: str
+) -> None:
+    """finish_reason length / stop_reason max_tokens fails the attempt saying it was
+    truncated; with accept_truncated the same answer is delivered."""
+    if wire == "anthropic":
+        _use_anthropic(project, server)
+    server.fail_next(Fault(finish_reason=reason), Fault(finish_reason=reason))
+    app = Interlock(project / "home", settings=Settings(heartbeat=0.05))
+    state = asyncio.run(_run(app, _one_worker(project)))
+    assert state.status is RunStatus.FAILED
+    errors = [str(f["error"]) for f in _failures(app, state.run_id)]
+    assert len(errors) == 2 and all(f"finish_reason {reason!r}" in e for e in errors)
+    assert all("truncated" in e and "accept_truncated" in e for e in errors)
+    assert state.cost_usd > 0  # both answered calls are paid for
+    server.fail_next(Fault(finish_reason=reason))
+    accepting = _one_worker(project, "      accept_truncated: true\n")
+    state = asyncio.run(_run(app, accepting))
+    assert state.status is RunStatus.DELIVERED
+    assert not _failures(app, state.run_id)
+
+
+@pytest.mark.parametrize(
+    ("wire", "reason"),
+    [("openai", "content_filter"), ("anthropic", "refusal")],
+)
+def test_a_filtered_answer_goes_to_the_fallback_model(
+    project: Path, server: FakeServer, wire: str, reason: str
+) -> None:
+    """A content-filtered answer fails for that model, saying so, and the fallback answers."""
+    if wire == "anthropic":
+        _use_anthropic(project, server)
+    server.fail_next(Fault(finish_reason=reason))
+    app = Interlock(project / "home", settings=Settings(heartbeat=0.05))
+    state = asyncio.run(_run(app, _one_worker(project, fallback=True)))
+    assert state.status is RunStatus.DELIVERED
+    (failed,) = _failures(app, state.run_id)
+    assert "content filter" in str(failed["error"]) and failed["retryable"] is False
+    rules = [e.rule for e in app.events(state.run_id) if e.kind == "retry_scheduled"]
+    assert rules == ["fallback"]
+
+
+@pytest.mark.parametrize("header", ["Retry-After", "llm_provider-retry-after"])
+def test_the_engine_retry_waits_for_a_long_retry_after(
+    project: Path, server: FakeServer, header: str
+) -> None:
+    """A Retry-After longer than the provider sleeps ends the call; the engine's retry is
+    scheduled no sooner than the server asked (also when LiteLLM relays the header)."""
+    text = (project / "interlock.toml").read_text()
+    (project / "interlock.toml").write_text(
+        text.replace("backoff_base_s = 0.01", "backoff_base_s = 0.01\nmax_retry_after_s = 0.2")
+    )
+    server.fail_next(Fault(status=429, retry_after="1.5", retry_after_header=header))
+    app = Interlock(project / "home", settings=Settings(heartbeat=0.05))
+    state = asyncio.run(_run(app, _one_worker(project)))
+    assert state.status is RunStatus.DELIVERED
+    events = list(app.events(state.run_id))
+    failed = next(e for e in events if e.kind == "task_failed")
+    assert failed.data["retry_after"] == pytest.approx(1.5)
+    assert "asked to wait 1.5s (until" in failed.data["error"]
+    scheduled = next(e for e in events if e.kind == "retry_scheduled")
+    assert scheduled.data["not_before"] >= failed.data["at"] + 1.5
+    second = [e for e in events if e.kind == "task_dispatched"][1]
+    assert second.data["at"] >= failed.data["at"] + 1.5
+
+
+def _use_anthropic(project: Path, server: FakeServer) -> None:
+    """Point `sonnet` and `opus` at the fake server's Messages API instead."""
+    text = (project / "interlock.toml").read_text()
+    text = text.replace('kind = "openai"', 'kind = "anthropic"')
+    text = text.replace(f'base_url = "{server.url}/v1"', f'base_url = "{server.url}"')
+    (project / "interlock.toml").write_text(text)
+    server.state.models.update({"model-s", "model-o"})
+    assert "/v1/messages" not in [r.path for r in server.requests]

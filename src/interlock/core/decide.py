@@ -161,6 +161,9 @@ def _failures(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]
             why = f"model {task.model!r} failed for good ({task.error}); trying {model!r}"
         else:
             rule, delay = RuleName.RETRY, backoff_delay(worker.backoff, state.run_id, task, attempt)
+            if task.status is TASK_FAILED and task.not_before is not None:
+                # The provider said when it takes calls again: never sooner than that.
+                delay = max(delay, task.not_before - now)
             why = (
                 f"attempt {task.attempt} {task.status.value} ({task.error}); retry in {delay:.2f}s"
             )

@@ -120,6 +120,8 @@ class TaskFailed(Event):
     error: str
     retryable: bool = True
     usage: dict[str, Any] | None = None
+    # Seconds after `at` before which the provider takes no new call (its Retry-After).
+    retry_after: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -264,9 +266,18 @@ _FIELDS = {
 }
 
 
+# Optional fields added after version 1 are written only when set, so that interlock
+# versions that predate them still read every record that does not use them.
+_SPARSE = frozenset({"retry_after"})
+
+
 def to_record(event: Event) -> tuple[str, dict[str, Any]]:
     """(kind, data) ready for JSON; `data` holds `v`, the record version."""
-    data = {name: getattr(event, name) for name in _FIELDS[event.kind]}
+    data = {
+        name: value
+        for name in _FIELDS[event.kind]
+        if (value := getattr(event, name)) is not None or name not in _SPARSE
+    }
     data["v"] = EVENT_VERSION
     return event.kind, data
 

@@ -283,6 +283,9 @@ def _apply_task_result(state: RunState, event: ev.Event) -> None:
         _record_output(state, task, event.artifact)
     elif isinstance(event, ev.TaskFailed):
         task.status, task.error, task.retryable = TASK_FAILED, event.error, event.retryable
+        # The provider's Retry-After: the next attempt of the same model waits for it.
+        wait = event.retry_after
+        task.not_before = None if wait is None else event.at + wait
     elif isinstance(event, ev.TaskTimedOut):
         task.status, task.retryable = TASK_TIMED_OUT, True
         task.error = event.detail or "timed out"

@@ -82,6 +82,9 @@ class Worker(_Model):
     retries: Annotated[int, Field(ge=0, le=20)] = 0
     backoff: Backoff = Backoff()
     fallback_models: list[str] = Field(default_factory=list)
+    # Keep a model's answer cut off at its output limit instead of failing the attempt.
+    # Left out of the canonical form when off, so existing definitions keep their hashes.
+    accept_truncated: bool = Field(default=False, exclude_if=lambda value: not value)
     extract: dict[str, Extract] = Field(default_factory=dict)
     tags: list[str] = Field(default_factory=list)
 
@@ -130,6 +133,8 @@ class Worker(_Model):
             )
         if self.fallback_models and self.model is None:
             raise ValueError("'fallback_models' only applies to 'model' workers")
+        if self.accept_truncated and self.model is None:
+            raise ValueError("'accept_truncated' only applies to 'model' workers")
         return self
 
     @property

@@ -219,6 +219,7 @@ class QueueDispatcher:
             ok=bool(result.get("ok")),
             error=str(result.get("error", "")),
             retryable=bool(result.get("retryable", True)),
+            retry_after=_seconds(result.get("retry_after")),
             timed_out=bool(result.get("timed_out", False)),
             usage=result.get("usage"),
         )
@@ -232,6 +233,11 @@ class QueueDispatcher:
                 with contextlib.suppress(KeyError):
                     data = self.artifacts.get(task.sha256)
                     files.write_atomic(driver.run_dir / task.artifact, data)
+
+
+def _seconds(value: Any) -> float | None:
+    """A wait from a worker's result (None when absent or not a number)."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _still_wanted(driver: RunDriver, task_id: str, attempt: int) -> bool:

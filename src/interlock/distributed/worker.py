@@ -240,6 +240,7 @@ class RemoteWorker:
             "ok": outcome.ok and not missing,
             "error": "wrote no output" if missing else outcome.error,
             "retryable": outcome.retryable,
+            "retry_after": outcome.retry_after,
             "timed_out": outcome.timed_out,
             "usage": outcome.usage,
         }

@@ -7,6 +7,9 @@ message is put in front of the prompt. Standard output is the document.
 
 The process runs in its own process group so that a timeout kills the tool and anything it
 started. POSIX only.
+
+The agent does not inherit the environment: it gets the allow-list of
+`interlock.providers.cli_env` plus what its provider table names (see `ModelConfig.agent_env`).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import errno
 import os
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from interlock.providers.base import (
     ModelRequest,
@@ -27,6 +30,7 @@ from interlock.providers.base import (
     ProviderTimeout,
     TokenCallback,
 )
+from interlock.providers.cli_env import allowed_env
 from interlock.providers.limits import ProviderLimiter
 from interlock.providers.prompt import estimate_tokens
 from interlock.providers.settings import ResolvedModel
@@ -60,6 +64,8 @@ class CliAgentProvider:
         limiter: Shared limits; `max_concurrency` bounds how many agents run at once.
         cwd: Working directory for the command; the current one when None.
         kill_grace_s: After SIGTERM on timeout, how long to wait before SIGKILL.
+        env: The agent's whole environment; None gives it the allow-listed variables of
+            this process's environment.
     """
 
     def __init__(
@@ -71,8 +77,10 @@ class CliAgentProvider:
         limiter: ProviderLimiter,
         cwd: str | None = None,
         kill_grace_s: float = 2.0,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.name = name
+        self._env = dict(allowed_env(os.environ) if env is None else env)
         self._command = tuple(command)
         self._resolved = resolved
         self._limiter = limiter
@@ -135,6 +143,7 @@ class CliAgentProvider:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 cwd=self._cwd,
+                env=self._env,
                 start_new_session=True,  # its own process group, killed as a whole
             )
         except FileNotFoundError:

@@ -35,6 +35,9 @@ File format::
                                              # {system} and {model} are also replaced
     cwd = "."                          # optional working directory
     kill_grace_s = 2.0                 # SIGTERM, then SIGKILL after this, on timeout
+    env = ["CLAUDE_CONFIG_DIR"]        # variables it gets beyond the allow-list below
+    api_key_env = "ANTHROPIC_API_KEY"  # optional: passed on under this name
+
 
     [models.sonnet]
     provider = "anthropic"
@@ -46,6 +49,12 @@ File format::
 
 Providers named ``openai``, ``anthropic``, ``ollama`` and ``offline`` exist without a table
 (with the usual base URLs and key variables); a table of the same name overrides fields.
+
+An agent command does not inherit the environment: it gets only the variables of
+`interlock.providers.cli_env.ALLOWED` (PATH, HOME, USER, LOGNAME, SHELL, LANG, LANGUAGE,
+LC_*, TERM, TZ, TMPDIR, TMP, TEMP, XDG_*, the proxy variables and the CA bundle variables),
+plus those named by its own table's ``env`` and ``api_key_env`` (the key also when it comes
+from the secrets file). Other providers' keys never reach it.
 
 The secrets file is TOML (``OPENAI_API_KEY = "..."``) or ``KEY=value`` lines; a key is
 looked up under the provider's ``api_key_env`` name, in the environment first.
@@ -63,12 +72,15 @@ unknown alias is an error: offline output is never chosen silently.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from interlock.providers.base import ProviderError
+from interlock.providers.cli_env import allowed_env
 from interlock.providers.config_files import (
     ConfigError,
     build_models,
@@ -237,6 +249,37 @@ class ModelConfig:
             f"provider {resolved.provider!r} (alias {resolved.alias!r}) needs an API key: "
             f"set the environment variable {name}{where}"
         )
+
+    def secrets(self) -> list[Secret]:
+        """Every key this configuration can reach, for masking in messages.
+
+        Each provider's ``api_key_env`` that is set, in the environment or the secrets file;
+        a missing one is skipped (asking for it raises in `api_key`).
+        """
+        names = {p.api_key_env for p in self.providers.values() if p.api_key_env}
+        filed: dict[str, str] = {}
+        if self.secrets_file is not None and self.secrets_file.is_file():
+            with contextlib.suppress(ProviderError, OSError):
+                filed = read_secrets_file(self.secrets_file)
+        found = [self.env.get(n) or filed.get(n) for n in sorted(names)]
+        return [Secret(value) for value in found if value]
+
+    def agent_env(self, settings: ProviderSettings) -> dict[str, str]:
+        """The environment of a ``kind = "cli"`` agent (see the module docstring)."""
+        env = allowed_env(self.env, settings.env)
+        if settings.api_key_env:
+            resolved = ResolvedModel(
+                alias=settings.name,
+                provider=settings.name,
+                kind=settings.kind,
+                model="",
+                api_key_env=settings.api_key_env,
+                secrets_file=self.secrets_file,
+            )
+            key = self.api_key(resolved)
+            if key is not None:
+                env[settings.api_key_env] = key.reveal()
+        return env
 
     def _unknown_alias_message(self, alias: str) -> str:
         looked = ", ".join(

@@ -108,6 +108,7 @@ class ProviderRegistry:
                 limiter=shared.limiter,
                 cwd=settings.cwd,
                 kill_grace_s=settings.kill_grace_s,
+                env=config.agent_env(settings),
             )
         assert shared.endpoint is not None  # settings validation requires base_url
         api_key = config.api_key(resolved)

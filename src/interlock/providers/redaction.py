@@ -2,14 +2,40 @@
 
 A key is wrapped in `Secret` as soon as it is read, so printing a config object, a provider
 or a traceback's locals shows a mask instead of the key. Text that may echo a key back (a
-provider's error body, an exception message) goes through `redact` before it is raised.
+provider's error body, a stream's error event, an exception message) goes through `redact`
+before it is raised, and again through `scrub` where a provider's failure becomes a task's
+failure: there every configured key is masked, in the forms a server may echo it (plain,
+JSON-escaped, URL-encoded), together with anything shaped like a credential (a bearer
+token, an ``sk-`` key, an ``api_key=`` query parameter), since a proxy may echo a key this
+process never held.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterable
+from urllib.parse import quote, urlsplit, urlunsplit
 
 MASK = "[redacted]"
+
+# Shapes of credentials, whoever's they are. Each keeps its label and masks the value.
+_SHAPES = (
+    # "Bearer <token>" / "Basic <token>" as in an echoed Authorization header
+    re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=-]{8,}"),
+    # header or field echoes: x-api-key: ..., "api_key": "...", api-key=..., ?key=...
+    re.compile(
+        r"(?i)((?:x-)?api[-_]?key|access[-_]?token|secret|password|auth[-_]?token|[?&]key)"
+        r"""(["']?\s*[:=]\s*["']?)[^\s"'&,;}]{8,}"""
+    ),
+    # OpenAI/Anthropic/compatible key shapes: sk-..., sk-ant-..., sk-proj-...
+    re.compile(r"()()\bsk-[A-Za-z0-9_-]{12,}"),
+)
+
+
+# Every key a provider of this process has sent, so that `scrub` masks it in any text,
+# log records of the HTTP libraries included, whoever asks.
+_SENT: set[Secret] = set()
 
 
 class Secret:
@@ -40,6 +66,11 @@ class Secret:
         raise TypeError("a Secret cannot be pickled")
 
 
+def _forms(value: str) -> set[str]:
+    """The spellings of a key a server may echo: as sent, JSON-escaped, URL-encoded."""
+    return {value, json.dumps(value)[1:-1], quote(value, safe=""), quote(value)}
+
+
 def redact(text: str, secrets: Iterable[Secret | None]) -> str:
     """Replace every occurrence of each secret's value in `text` with a mask.
 
@@ -56,5 +87,48 @@ def redact(text: str, secrets: Iterable[Secret | None]) -> str:
         value = secret.reveal()
         # Very short values would mask ordinary words; real keys are long.
         if len(value) >= 8:
-            text = text.replace(value, MASK)
+            # Longest first: an escaped form may contain the plain one.
+            for form in sorted(_forms(value), key=len, reverse=True):
+                text = text.replace(form, MASK)
     return text
+
+
+def remember(secret: Secret | None) -> None:
+    """Have `scrub` mask this key from now on (called where a key goes into a request)."""
+    if secret is not None:
+        _SENT.add(secret)
+
+
+def scrub(text: str, secrets: Iterable[Secret | None] = ()) -> str:
+    """`redact` the given keys and every key sent so far, then mask anything shaped like a
+    credential.
+
+    This is what every text from a provider passes through before it is recorded, printed
+    or served; it errs on the side of masking.
+    """
+    text = redact(text, [*secrets, *_SENT])
+    for shape in _SHAPES:
+        text = shape.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
+    return text
+
+
+def join_url(base_url: str, path: str) -> str:
+    """`path` appended to the path of `base_url`, keeping its query string (some
+    OpenAI-compatible services take their key or API version there)."""
+    parts = urlsplit(base_url)
+    joined = f"{parts.path.rstrip('/')}/{path.lstrip('/')}"
+    return urlunsplit((parts.scheme, parts.netloc, joined, parts.query, ""))
+
+
+def safe_url(url: str) -> str:
+    """A URL fit for a message: without user info and query string (either may hold a key)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "(unreadable URL)"
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"  # an IPv6 address
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))

@@ -9,8 +9,9 @@ which owns attempts, fallbacks and budgets.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -89,3 +90,31 @@ def parse_retry_after(value: str | None, *, now: datetime | None = None) -> floa
         when = when.replace(tzinfo=UTC)
     current = now or datetime.now(UTC)
     return max(0.0, (when - current).total_seconds())
+
+
+def retry_after_of(headers: Mapping[str, str], *, now: datetime | None = None) -> float | None:
+    """Seconds to wait that an error response asks for, from whichever header says it.
+
+    OpenAI sends ``retry-after-ms`` beside ``retry-after``; LiteLLM passes the upstream
+    provider's wait on as ``llm_provider-retry-after``. The longest wait named wins: calling
+    earlier than any of them would be refused again.
+    """
+    waits: list[float] = []
+    for name in ("retry-after-ms", "llm_provider-retry-after-ms"):
+        value = headers.get(name)
+        if value is not None:
+            with contextlib.suppress(ValueError):
+                waits.append(max(0.0, float(value.strip()) / 1000.0))
+    for name in ("retry-after", "llm_provider-retry-after"):
+        seconds = parse_retry_after(headers.get(name), now=now)
+        if seconds is not None:
+            waits.append(seconds)
+    return max(waits) if waits else None
+
+
+def describe_wait(seconds: float, *, now: datetime | None = None) -> str:
+    """``"120s (until 11:45:02 UTC)"``: how long, and when calls are taken again."""
+    current = now or datetime.now(UTC)
+    until = current.timestamp() + seconds
+    stamp = datetime.fromtimestamp(until, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return f"{seconds:g}s (until {stamp})"

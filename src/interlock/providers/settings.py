@@ -6,11 +6,12 @@ valid `[providers.<name>]` and `[models.<alias>]` table contains.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 ProviderKind = Literal["openai", "anthropic", "cli", "offline"]
 
@@ -32,6 +33,30 @@ BUILTIN_PROVIDERS: dict[str, dict[str, Any]] = {
 }
 """Providers usable without a `[providers.<name>]` table; a table of the same name overlays
 these defaults field by field."""
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def looks_like_a_key(value: str) -> bool:
+    """Whether a value meant to name a variable is more likely a pasted key.
+
+    Variable names are words; keys are long runs of mixed-case letters and digits (or have
+    characters no name has, such as ``sk-...``).
+    """
+    if not _ENV_NAME.fullmatch(value):
+        return True
+    mixed = any(c.islower() for c in value) and any(c.isupper() for c in value)
+    return len(value) >= 20 and mixed and any(c.isdigit() for c in value)
+
+
+def check_env_name(value: str, field: str) -> str:
+    """`value` if it can be an environment variable's name; never repeats it otherwise."""
+    if looks_like_a_key(value):
+        raise ValueError(
+            f"{field} must name an environment variable (such as OPENAI_API_KEY), not hold "
+            "a key: put the key itself in that variable or in secrets_file"
+        )
+    return value
 
 
 class ProviderSettings(BaseModel):
@@ -59,6 +84,17 @@ class ProviderSettings(BaseModel):
     command: tuple[str, ...] = ()
     cwd: str | None = None
     kill_grace_s: float = Field(default=2.0, ge=0)
+    env: tuple[str, ...] = ()  # variables passed to the agent beyond the allow-list
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _key_variable(cls, value: str | None) -> str | None:
+        return None if value is None else check_env_name(value, "api_key_env")
+
+    @field_validator("env")
+    @classmethod
+    def _variables(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(check_env_name(name, "each name in env") for name in value)
 
     @model_validator(mode="after")
     def _check_kind_fields(self) -> ProviderSettings:

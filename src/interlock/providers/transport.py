@@ -21,10 +21,38 @@ from httpx_sse import EventSource, ServerSentEvent, SSEError
 
 from interlock.providers.base import ProviderError, ProviderTimeout
 from interlock.providers.limits import ProviderLimiter
-from interlock.providers.redaction import Secret, redact
-from interlock.providers.retry import RetryPolicy, is_retryable_status, parse_retry_after
+from interlock.providers.redaction import Secret, join_url, remember, safe_url, scrub
+from interlock.providers.retry import (
+    RetryPolicy,
+    describe_wait,
+    is_retryable_status,
+    retry_after_of,
+)
 
 logger = logging.getLogger("interlock.providers")
+
+
+class _ScrubRecords(logging.Filter):
+    """Masks keys in the HTTP libraries' own log lines: httpx logs each request's full URL,
+    and httpcore's debug trace each response's status line and headers, which a server may
+    have filled with the key it was sent."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = scrub(record.getMessage()), None
+        return True
+
+
+# A filter applies to the records of its own logger only, so each one gets it.
+for _name in (
+    "httpx",
+    "httpcore.connection",
+    "httpcore.connection_pool",
+    "httpcore.http11",
+    "httpcore.http2",
+    "httpcore.proxy",
+    "httpcore.socks",
+):
+    logging.getLogger(_name).addFilter(_ScrubRecords())
 
 T = TypeVar("T")
 EventConsumer = Callable[[AsyncIterator[ServerSentEvent]], Awaitable[T]]
@@ -100,7 +128,7 @@ class HttpEndpoint:
         self.pool = pool or ClientPool()
 
     def __repr__(self) -> str:
-        return f"HttpEndpoint(name={self.name!r}, base_url={self.base_url!r})"
+        return f"HttpEndpoint(name={self.name!r}, base_url={safe_url(self.base_url)!r})"
 
     async def stream(
         self,
@@ -115,11 +143,32 @@ class HttpEndpoint:
     ) -> T:
         """POST `body` to `path`, retrying before the stream starts, and consume the events.
 
+        Every failure raised here, the consumer's included (an error event inside the
+        stream), has the key masked from its message.
+
         Raises:
             ProviderTimeout: The call did not finish within `timeout` seconds.
             ProviderError: The provider refused the request or the stream broke.
         """
-        url = f"{self.base_url}/{path.lstrip('/')}"
+        remember(secret)
+        try:
+            return await self._stream(path, headers, body, timeout, estimated_tokens, consume)
+        except ProviderTimeout as exc:
+            raise ProviderTimeout(scrub(str(exc), [secret])) from None
+        except ProviderError as exc:
+            raise exc.with_message(scrub(str(exc), [secret])) from None
+
+    async def _stream(
+        self,
+        path: str,
+        headers: Mapping[str, str],
+        body: dict[str, Any],
+        timeout: float,
+        estimated_tokens: int,
+        consume: EventConsumer[T],
+    ) -> T:
+        url = join_url(self.base_url, path)
+        shown = safe_url(url)  # user info or a query string may hold a key
         deadline = time.monotonic() + timeout
         for attempt in range(1, self.retry.max_attempts + 1):
             remaining = deadline - time.monotonic()
@@ -143,31 +192,32 @@ class HttpEndpoint:
                                 return await consume(events)
                         raw = await response.aread()
                         status = response.status_code
-                        message = redact(error_message(raw), [secret])
+                        retry_after = retry_after_of(response.headers)
                         failure = ProviderError(
-                            f"{self.name}: HTTP {status} from {url}: {message}",
+                            f"{self.name}: HTTP {status} from {shown}: {error_message(raw)}",
                             retryable=is_retryable_status(status),
                             status=status,
+                            retry_after=retry_after,
                         )
-                        retry_after = parse_retry_after(response.headers.get("retry-after"))
             except (TimeoutError, httpx.TimeoutException):
                 raise ProviderTimeout(
-                    f"{self.name}: no complete answer within {timeout:g}s from {url}"
+                    f"{self.name}: no complete answer within {timeout:g}s from {shown}"
                 ) from None
             except SSEError as exc:
                 raise ProviderError(
-                    f"{self.name}: {url} did not answer with an event stream ({exc})",
+                    f"{self.name}: {shown} did not answer with an event stream ({exc})",
                     retryable=False,
                 ) from None
             except httpx.TransportError as exc:
-                detail = redact(f"{type(exc).__name__}: {exc}", [secret])
+                detail = f"{type(exc).__name__}: {exc}"
                 failure = ProviderError(
-                    f"{self.name}: connection to {url} failed: {detail}", retryable=True
+                    f"{self.name}: connection to {shown} failed: {detail}", retryable=True
                 )
                 if started:
                     # Output was already streamed; a fresh attempt is the engine's call.
                     raise ProviderError(
-                        f"{self.name}: the stream from {url} broke off: {detail}", retryable=True
+                        f"{self.name}: the stream from {shown} broke off: {detail}",
+                        retryable=True,
                     ) from None
             await self._pause_before_retry(failure, attempt, retry_after, deadline)
         raise AssertionError("unreachable: the retry loop always returns or raises")
@@ -175,22 +225,23 @@ class HttpEndpoint:
     async def _pause_before_retry(
         self, failure: ProviderError, attempt: int, retry_after: float | None, deadline: float
     ) -> None:
-        """Sleep before the next request, or raise `failure` when no retry is allowed."""
+        """Sleep before the next request, or raise `failure` when no retry is allowed.
+
+        A failure raised with a Retry-After carries it, so the engine's next attempt waits
+        at least as long as the server asked, and its message says when that is.
+        """
+        wait = f"; the server asked to wait {describe_wait(retry_after)}" if retry_after else ""
         if not failure.retryable or attempt >= self.retry.max_attempts:
-            raise failure
+            raise failure.with_message(f"{failure}{wait}")
         if retry_after is not None and retry_after > self.retry.max_retry_after_s:
-            raise ProviderError(
-                f"{failure} (the server asked to wait {retry_after:g}s, longer than "
-                f"max_retry_after_s={self.retry.max_retry_after_s:g})",
-                retryable=True,
-                status=failure.status,
+            raise failure.with_message(
+                f"{failure}{wait}, longer than max_retry_after_s="
+                f"{self.retry.max_retry_after_s:g}; the next attempt waits for it"
             )
         delay = self.retry.delay(attempt, retry_after)
         if time.monotonic() + delay >= deadline:
-            raise ProviderError(
-                f"{failure} (not retried: waiting {delay:.1f}s would pass the call's timeout)",
-                retryable=True,
-                status=failure.status,
+            raise failure.with_message(
+                f"{failure} (not retried: waiting {delay:.1f}s would pass the call's timeout)"
             )
         logger.warning(
             "%s: %s; retry %d of %d in %.1fs",

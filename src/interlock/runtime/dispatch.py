@@ -175,5 +175,6 @@ def outcome_report(
         error=outcome.error[-4000:],
         retryable=outcome.retryable,
         usage=outcome.usage,
+        retry_after=outcome.retry_after,
     )
     return Report(event=failed)

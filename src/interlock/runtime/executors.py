@@ -61,6 +61,7 @@ class Outcome:
     ok: bool
     error: str = ""
     retryable: bool = True
+    retry_after: float | None = None  # seconds the provider asked to wait before a new call
     timed_out: bool = False
     usage: dict[str, Any] | None = None
     durable: bool = False  # the output file is already fsynced

@@ -2,6 +2,13 @@
 
 The exact prompt of every attempt is kept in `prompts/<task>.<attempt>.md` of the run's
 directory, so `interlock explain --prompts` can show what a model was sent.
+
+`ModelRunner.run` is the one place where a provider's failure becomes a task's failure, for
+the local dispatcher and for fleet workers alike: every message passes through `scrub` with
+every key the configuration can reach before it leaves here for the ledger, status.json,
+logs, the terminal or the API. A finished answer is judged here too (`verdict.judge`): an
+empty, truncated or filtered one is a failed attempt, and the cost of every answered call
+is part of the outcome, failed or not.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from typing import Any
 from interlock.providers import (
     ModelConfig,
     ModelRequest,
+    ModelResult,
     Provider,
     ProviderError,
     ResolvedModel,
@@ -21,6 +29,8 @@ from interlock.providers import (
     build_provider,
     check_context,
 )
+from interlock.providers.redaction import Secret, scrub
+from interlock.providers.verdict import judge
 from interlock.runtime.artifacts import write_atomic
 from interlock.runtime.executors import Outcome, TaskSpec, keep_output
 
@@ -73,7 +83,7 @@ class ModelRunner:
         try:
             resolved = self.resolve(alias, spec.workflow_dir)
         except Exception as exc:  # configuration problems fail the task with their message
-            return Outcome(ok=False, error=str(exc), retryable=False)
+            return self._failed(spec, ProviderError(str(exc), retryable=False))
         reads = [
             (name, path.read_text(encoding="utf-8", errors="replace")) for name, path in spec.reads
         ]
@@ -114,16 +124,42 @@ class ModelRunner:
             )
             result = await resolved.provider.complete(request, progress)
         except ProviderError as exc:
-            return Outcome(ok=False, error=str(exc), retryable=exc.retryable)
+            return self._failed(spec, exc, alias)
+        except Exception as exc:  # a library's own error: a failed attempt, never a crash
+            detail = f"{model.provider}: {type(exc).__name__}: {exc}"
+            return self._failed(spec, ProviderError(detail, retryable=True), alias)
+        problem = judge(result, accept_truncated=spec.worker.accept_truncated)
+        if problem is not None:
+            return self._failed(spec, problem, alias)
         kept = keep_output(spec.output, result.text, durable=False)
-        usage: dict[str, Any] = {
-            "model": result.model,
-            "provider": result.provider,
-            "alias": alias,
-            "input_tokens": result.input_tokens,
-            "output_tokens": result.output_tokens,
-            "latency_s": round(result.latency_s, 4),
-            "cost_usd": result.cost_usd,
-            "finish_reason": result.finish_reason,
-        }
-        return replace(kept, usage=usage)
+        return replace(kept, usage=usage_of(result, alias))
+
+    def _failed(self, spec: TaskSpec, failure: ProviderError, alias: str = "") -> Outcome:
+        """The outcome of a failed call: its message with every key masked, its wait and,
+        when the server answered, its cost."""
+        try:
+            secrets: list[Secret] = self.config(spec.workflow_dir).secrets()
+        except Exception:  # an unreadable configuration: mask by shape alone
+            secrets = []
+        answered = failure.answered
+        return Outcome(
+            ok=False,
+            error=scrub(str(failure), secrets),
+            retryable=failure.retryable,
+            retry_after=failure.retry_after,
+            usage=None if answered is None else usage_of(answered, alias),
+        )
+
+
+def usage_of(result: ModelResult, alias: str) -> dict[str, Any]:
+    """What the ledger records of a call: who answered, the tokens and what they cost."""
+    return {
+        "model": result.model,
+        "provider": result.provider,
+        "alias": alias,
+        "input_tokens": result.input_tokens,
+        "output_tokens": result.output_tokens,
+        "latency_s": round(result.latency_s, 4),
+        "cost_usd": result.cost_usd,
+        "finish_reason": result.finish_reason,
+    }
