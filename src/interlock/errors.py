@@ -50,6 +50,10 @@ class RunNotFound(UsageError):
     """No run matches the given id or prefix."""
 
 
+class RunExists(UsageError):
+    """A new run was given the id of a run the ledger already holds."""
+
+
 class LeaseHeld(InterlockError):
     """Another orchestrator is driving the run."""
 

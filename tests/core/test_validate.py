@@ -495,3 +495,98 @@ def test_error_message_names_the_file() -> None:
     with pytest.raises(WorkflowError) as info:
         build_workflow(data, "flows/translate.yaml")
     assert str(info.value).startswith("flows/translate.yaml: invalid workflow (1 problem(s))")
+
+
+def two_phases(first: dict[str, Any], *more: dict[str, Any]) -> dict[str, Any]:
+    """A pipeline whose first phase holds `first` (and `more`) before a final phase."""
+    return {
+        "p": {
+            "phases": [
+                {"id": "a", "workers": [first, *more]},
+                {"id": "z", "workers": [worker("last", final=True)]},
+            ]
+        }
+    }
+
+
+@pytest.mark.parametrize("name", ["final.md", "status.json", "logs", "prompts", "Final.md"])
+def test_outputs_the_run_directory_reserves_are_refused(name: str) -> None:
+    """An output named like the run's own files would lose or jam the run: refused."""
+    problem = one_problem(two_phases(worker("w", output=name)))
+    assert problem.startswith(f"pipeline 'p', phase 'a', worker 'w': output {name!r} is ")
+    assert "choose another 'output'" in problem
+
+
+@pytest.mark.parametrize(
+    ("other", "version"),
+    [("x.v2.md", "visit 2"), ("x.0.md", "item 0"), ("x.3.v2.md", "visit 2 item 3")],
+)
+def test_outputs_that_are_another_outputs_versions_are_refused(other: str, version: str) -> None:
+    """`x.v2.md` is where the second visit of `x.md` is kept, so no worker may write it."""
+    problem = one_problem(two_phases(worker("w", output="x.md"), worker("v", output=other)))
+    assert problem == (
+        f"pipeline 'p', phase 'a', worker 'v': output {other!r} is the name of {version} of "
+        "'w''s output ('x.md'); choose another 'output'"
+    )
+
+
+def test_version_clash_without_an_extension() -> None:
+    """Outputs without an extension have versions too: `notes.v2` belongs to `notes`."""
+    problem = one_problem(two_phases(worker("w", output="notes"), worker("v", output="notes.v2")))
+    assert "is the name of visit 2 of 'w''s output ('notes')" in problem
+
+
+def test_outputs_that_only_look_like_versions_are_fine() -> None:
+    """`report.v1.md` is never written by a visit (visit 1 has no suffix): accepted."""
+    build_workflow(two_phases(worker("w", output="report.md"), worker("v", output="report.v1.md")))
+
+
+@pytest.mark.parametrize(
+    "role", ["topic", "inputs", "visits", "roles", "feedback", "signals", "budget"]
+)
+def test_roles_named_like_condition_names_are_refused(role: str) -> None:
+    """A role named `topic` could never be read by a condition: `topic` is the run's topic."""
+    problem = one_problem(two_phases(worker(role)))
+    assert problem.startswith(f"pipeline 'p', phase 'a', worker {role!r}: role {role!r} is a name")
+
+
+def test_unknown_command_placeholder_suggests_the_right_one() -> None:
+    """`{outptu}` in a command is refused with 'did you mean {output}'."""
+    problem = one_problem(two_phases({"role": "w", "command": ["tool", "--out={outptu}"]}))
+    assert problem.startswith(
+        "pipeline 'p', phase 'a', worker 'w': key 'command', argument 2 ('--out={outptu}'): "
+        "unknown placeholder '{outptu}' (did you mean '{output}'?)"
+    )
+
+
+def test_read_placeholder_must_name_a_read_file() -> None:
+    """`{input:NAME}` / `{read:NAME}` is the path of a file the worker reads: NAME must be read."""
+    first = {"role": "w", "command": ["tool", "{input:notes.md}", "{read:w0.md}"], "reads": []}
+    problems = problems_of(two_phases(first))
+    assert len(problems) == 2
+    assert "'{input:notes.md}' is the path of a file the worker reads" in problems[0]
+    assert "it reads nothing (add it to 'reads')" in problems[0]
+
+
+def test_known_placeholders_and_other_braces_are_accepted() -> None:
+    """Every documented placeholder passes, and braces that are no placeholder are left alone."""
+    data = two_phases(worker("w"))
+    data["p"]["phases"][1]["workers"] = [
+        {
+            "role": "last",
+            "final": True,
+            "reads": ["w.md"],
+            "command": [
+                "{python}", "{workflow_dir}/x.py", "{output}", "{task}", "{topic}", "{item}",
+                "{run_dir}", "{inputs}", "{input:w.md}", "--in={read:w.md}", "awk", "{print $1}",
+                "{{ '{literal}' }}", "{{ topic }}",
+            ],
+        }
+    ]  # fmt: skip
+    build_workflow(data)
+
+
+def test_inputs_placeholder_inside_an_argument_is_refused() -> None:
+    """`{inputs}` expands to several arguments, so it cannot sit inside one."""
+    problem = one_problem(two_phases({"role": "w", "command": ["tool", "--in={inputs}"]}))
+    assert "'{inputs}' expands to several arguments" in problem

@@ -149,7 +149,7 @@ def test_yaml_syntax_error_names_line_and_column() -> None:
     with pytest.raises(WorkflowError) as info:
         parse_workflow("p:\n  phases: [\n", "flow.yaml")
     (problem,) = info.value.problems
-    assert problem.startswith("not valid YAML or JSON at line")
+    assert problem.startswith("not valid YAML at line")
     assert "flow.yaml" in str(info.value)
 
 

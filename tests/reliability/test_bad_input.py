@@ -121,3 +121,68 @@ def test_a_handful_through_the_real_cli(tmp_path: Path) -> None:
         )
         assert done.returncode == (0 if name == "ok.yaml" else 2), (name, done.stderr)
         assert "Traceback" not in done.stdout + done.stderr, (name, done.stderr)
+
+
+def test_an_input_default_that_is_a_list_is_explained() -> None:
+    """`inputs: {phases: []}` names the input and says a default is text, a number or a bool."""
+    data = json.loads(json.dumps(BASE))
+    data["translate"]["inputs"] = {"phases": []}
+    code, output = _check(CliRunner(), yaml.safe_dump(data))
+    assert code == 2
+    assert "input 'phases', key 'default': an input's default must be text" in output
+
+
+def _interlock(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERLOCK_")}
+    return subprocess.run(
+        [sys.executable, "-m", "interlock", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_a_non_ascii_pipeline_name_runs(tmp_path: Path) -> None:
+    """A pipeline named 'Café Ünïcode 研究' passes check and runs: its run id is made valid."""
+    text = (ROOT / "examples" / "research.json").read_text()
+    data = json.loads(text)
+    (tmp_path / "flow.json").write_text(json.dumps({"Café Ünïcode 研究": data["research"]}))
+    assert _interlock(tmp_path, "check", "flow.json").returncode == 0
+    done = _interlock(tmp_path, "run", "flow.json", "Café Ünïcode 研究", "--topic", "x")
+    assert done.returncode == 0, done.stderr
+    assert "/archive/cafe-unicode-" in done.stdout
+
+
+def test_reusing_a_run_id_says_so_and_exits_2(tmp_path: Path) -> None:
+    """A second run with `--run-id same` is refused by name, with the commands that apply."""
+    flow = str(ROOT / "examples" / "research.json")
+    first = _interlock(tmp_path, "run", flow, "research", "--topic", "x", "--run-id", "same")
+    assert first.returncode == 0, first.stderr
+    again = _interlock(tmp_path, "run", flow, "research", "--topic", "x", "--run-id", "same")
+    assert again.returncode == 2
+    assert "run 'same' already exists (delivered)" in again.stderr
+    assert "'interlock status same'" in again.stderr and "UNIQUE" not in again.stderr
+    assert "Traceback" not in again.stderr
+
+
+def test_call_targets_that_cannot_resolve_are_reported_by_check() -> None:
+    """`call:` targets that do not import, lack the function or are unregistered fail check."""
+    workers = [
+        {"role": "a", "call": "no_such_module_xyz:run"},
+        {"role": "b", "call": "json:no_such_function"},
+        {"role": "c", "call": "unregistered_name"},
+        {"role": "d", "call": "json:dumps"},
+        {"role": "e", "call": "json:__doc__"},
+    ]
+    last = {"id": "y", "workers": [{"role": "f", "model": "m", "final": True}]}
+    flow = {"p": {"phases": [{"id": "x", "workers": workers}, last]}}
+    code, output = _check(CliRunner(), yaml.safe_dump(flow))
+    assert code == 2
+    assert "'a': call 'no_such_module_xyz:run': module 'no_such_module_xyz' does not" in output
+    assert "'b': call 'json:no_such_function': module 'json' has no 'no_such_function'" in output
+    assert "worker 'c': call 'unregistered_name' is not a registered name" in output
+    assert "worker 'd'" not in output
+    assert "worker 'e': call 'json:__doc__' is not a function" in output

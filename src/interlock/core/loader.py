@@ -1,4 +1,4 @@
-"""Load a workflow file (YAML or JSON: JSON is valid YAML) into validated pipelines."""
+"""Load a workflow file (YAML, or JSON for `.json` files) into validated pipelines."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
+from interlock.core.parse import MAX_BYTES, ParseProblem, parse_text, too_large
 from interlock.core.validate import validate_pipeline
 from interlock.core.workflow import Pipeline, WorkflowFile
 from interlock.errors import UsageError, WorkflowError
@@ -74,25 +74,40 @@ def load_workflow(path: str | Path) -> Workflow:
     """
     file = Path(path)
     try:
-        text = file.read_text(encoding="utf-8")
+        if file.is_dir():
+            raise UsageError(f"{file}: is a directory; give the workflow file inside it")
+        with file.open("rb") as stream:
+            # Read one byte past the limit, so /dev/zero or a log file is refused, not read whole.
+            raw = stream.read(MAX_BYTES + 1)
     except FileNotFoundError:
         raise UsageError(
             f"{file}: no such workflow file (run 'interlock init' for a starter)"
         ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{file}: cannot read the workflow file: {exc}") from None
-    return parse_workflow(text, str(file))
-
-
-def parse_workflow(text: str, source: str = "<workflow>") -> Workflow:
-    """Parse and validate workflow text; `source` names it in error messages."""
+    except OSError as exc:
+        raise UsageError(f"{file}: cannot read the workflow file: {exc.strerror or exc}") from None
+    if len(raw) > MAX_BYTES:
+        raise WorkflowError(str(file), [too_large(len(raw))])
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise WorkflowError(source, [f"not valid YAML or JSON{where}: {problem}"]) from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise WorkflowError(
+            str(file), [f"not UTF-8 text (byte {exc.start}): save the file as UTF-8"]
+        ) from None
+    if "\0" in text:
+        raise WorkflowError(str(file), ["the file holds NUL bytes: it is not a text file"])
+    return parse_workflow(text, str(file), json_only=file.suffix.lower() == ".json")
+
+
+def parse_workflow(text: str, source: str = "<workflow>", *, json_only: bool = False) -> Workflow:
+    """Parse and validate workflow text; `source` names it in error messages.
+
+    YAML unless `json_only`: then the text must be strict JSON (no trailing commas, no
+    comments), as a `.json` file promises.
+    """
+    try:
+        data = parse_text(text, json_only=json_only)
+    except ParseProblem as exc:
+        raise WorkflowError(source, [str(exc)]) from None
     return build_workflow(data, source)
 
 
@@ -135,7 +150,12 @@ def _describe(error: Any, data: Any) -> str:
             child = None
         if not parts:
             parts.append(f"pipeline {key!r}")
-        elif key in ("phases", "workers", "next") and isinstance(child, list) and loc:
+        elif (
+            key in ("phases", "workers", "next")
+            and isinstance(child, list)
+            and loc
+            and isinstance(loc[0], int)
+        ):
             index = loc.pop(0)
             item = child[index] if isinstance(index, int) and index < len(child) else None
             label = {"phases": "phase", "workers": "worker", "next": "next rule"}[key]
@@ -145,6 +165,8 @@ def _describe(error: Any, data: Any) -> str:
             parts.append(f"{label} {ident!r}" if ident else f"{label} {index + 1}")
             node = item
             continue
+        elif parts[-1] == "key 'inputs'" and isinstance(node, dict):
+            parts[-1] = f"input {key!r}"
         elif isinstance(key, str) and not key.startswith("function-"):
             parts.append(f"key {key!r}")
         node = child

@@ -7,12 +7,19 @@ is allowed instead, e.g. "phase 'review': goto 'polsh' names no phase; phases ar
 from __future__ import annotations
 
 import difflib
+import re
 
 from interlock.core.expressions import ROOT_NAMES, ExpressionError, compile_expression
+from interlock.core.placeholders import RESERVED_OUTPUTS, command_problems
+from interlock.core.state import artifact_name
 from interlock.core.templates import TEMPLATE_NAMES, TemplateProblem, template_names
 from interlock.core.workflow import Pipeline, Worker
 
 OPTIONAL_READ = "?"  # a read ending in "?" may be absent (written only on some paths)
+# Names a condition reads besides roles: a role with one of them could never be read.
+# `feedback`, `signals` and `budget` are kept for conditions to come.
+CONDITION_NAMES = frozenset({"topic", "inputs", "visits", "roles", "feedback", "signals", "budget"})
+_VERSION = re.compile(r"^(?P<base>.+?)(?:\.(?P<item>\d+))?(?:\.v(?P<visit>\d+))?$")
 
 
 def read_name(entry: str) -> tuple[str, bool]:
@@ -62,6 +69,11 @@ def validate_pipeline(name: str, pipeline: Pipeline) -> list[str]:
                     f"{roles[worker.role]!r}; roles must be unique in a pipeline"
                 )
             roles[worker.role] = phase.id
+            if worker.role in CONDITION_NAMES:
+                problems.append(
+                    f"{place}: role {worker.role!r} is a name conditions already use "
+                    f"({', '.join(sorted(CONDITION_NAMES))}); choose another role name"
+                )
             if worker.output_name in outputs:
                 problems.append(
                     f"{place}: output {worker.output_name!r} is also written by "
@@ -69,6 +81,7 @@ def validate_pipeline(name: str, pipeline: Pipeline) -> list[str]:
                 )
             outputs[worker.output_name] = worker.role
 
+    problems += _check_output_names(where, pipeline)
     problems += _check_final(where, pipeline)
     problems += _check_reads(where, pipeline)
     problems += _check_transitions(where, pipeline, phase_ids, set(roles))
@@ -76,6 +89,58 @@ def validate_pipeline(name: str, pipeline: Pipeline) -> list[str]:
     problems += _check_for_each(where, pipeline)
     problems += _check_loops(where, pipeline)
     return problems
+
+
+def _check_output_names(where: str, pipeline: Pipeline) -> list[str]:
+    """Outputs may not be a name the run directory uses, nor another output's later versions.
+
+    A worker's output is kept once per visit and item (`x.md`, `x.v2.md`, `x.0.md`), so an
+    output named `x.v2.md` would overwrite the second visit of `x.md`. File systems that
+    ignore case make `Final.md` the same file as `final.md`, so names are compared folded.
+    """
+    problems = []
+    owners = {w.output_name.casefold(): w.role for p in pipeline.phases for w in p.workers}
+    for phase in pipeline.phases:
+        for worker in phase.workers:
+            place = f"{where}, phase {phase.id!r}, worker {worker.role!r}"
+            name = worker.output_name
+            reserved = RESERVED_OUTPUTS.get(name.casefold())
+            if reserved is not None:
+                problems.append(
+                    f"{place}: output {name!r} is {reserved} in every run directory; choose "
+                    f"another 'output' (reserved: {', '.join(RESERVED_OUTPUTS)})"
+                )
+                continue
+            clash = _version_of(name, owners, worker.role)
+            if clash is not None:
+                other, version = clash
+                problems.append(
+                    f"{place}: output {name!r} is the name of {version} of {other!r}'s output "
+                    f"({pipeline.worker(other).output_name!r}); choose another 'output'"
+                )
+    return problems
+
+
+def _version_of(name: str, owners: dict[str, str], role: str) -> tuple[str, str] | None:
+    """(other role, which version) when `name` is a later visit or an item of another output."""
+    stem, dot, ext = name.rpartition(".")
+    splits = [(stem, f"{dot}{ext}"), (name, "")] if dot else [(name, "")]
+    for stem, ext in splits:
+        match = _VERSION.match(stem)
+        if match is None or not (match["item"] or match["visit"]):
+            continue
+        base = f"{match['base']}{ext}"
+        other = owners.get(base.casefold())
+        if other is None or other == role:
+            continue
+        visit = int(match["visit"] or 1)
+        item = None if match["item"] is None else int(match["item"])
+        if artifact_name(base, visit, item).casefold() != name.casefold():
+            continue
+        parts = [f"visit {visit}"] if visit > 1 else []
+        parts += [f"item {item}"] if item is not None else []
+        return other, " ".join(parts)
+    return None
 
 
 def _check_final(where: str, pipeline: Pipeline) -> list[str]:
@@ -170,6 +235,10 @@ def _check_templates(where: str, pipeline: Pipeline) -> list[str]:
     for phase in pipeline.phases:
         for worker in phase.workers:
             place = f"{where}, phase {phase.id!r}, worker {worker.role!r}"
+            if worker.command is not None:
+                reads = [read_name(entry)[0] for entry in worker.reads]
+                for problem in command_problems(worker.command, reads):
+                    problems.append(f"{place}: key 'command', {problem}")
             texts = [("task", worker.task)] + [("command", arg) for arg in worker.command or []]
             for key, text in texts:
                 try:

@@ -213,6 +213,15 @@ class InputSpec(_Model):
     required: bool = False
     description: str = ""
 
+    @field_validator("default", mode="before")
+    @classmethod
+    def _scalar(cls, value: Any) -> Any:
+        # One clear message instead of one per member of the union.
+        if value is not None and not isinstance(value, str | int | float | bool):
+            kind = "a list" if isinstance(value, list) else f"a {type(value).__name__}"
+            raise ValueError(f"an input's default must be text, a number or true/false, not {kind}")
+        return value
+
 
 class Budget(_Model):
     """Limits on what one run may spend; reaching one fails or pauses the run."""

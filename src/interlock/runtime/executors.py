@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from interlock.core.placeholders import COMMAND_PLACEHOLDERS, READ_PREFIXES
 from interlock.core.workflow import Worker
 from interlock.runtime.artifacts import INLINE_LIMIT
 
@@ -140,7 +141,7 @@ def resolve_call(reference: str) -> CallTarget:
     return target
 
 
-_PLACEHOLDER = re.compile(r"\{(output|task|topic|run_dir|workflow_dir|python|item)\}")
+_PLACEHOLDER = re.compile(r"\{(" + "|".join(COMMAND_PLACEHOLDERS) + r")\}")
 # Braces of values rendered into an argument travel as two private-use characters until the
 # placeholders are filled, so they can never form one; they become braces again at the end.
 _HIDDEN = str.maketrans("{}", "\ue000\ue001")
@@ -167,7 +168,8 @@ def expand_argv(argv: list[str], spec: TaskSpec) -> list[str]:
         "python": sys.executable,
         "item": "" if spec.item is None else str(spec.item),
     }
-    reads = {f"{{input:{name}}}": str(path) for name, path in spec.reads}
+    # `{read:NAME}` and its older spelling `{input:NAME}`: the path of the read file NAME.
+    reads = {f"{{{p}{name}}}": str(path) for name, path in spec.reads for p in READ_PREFIXES}
 
     def fill(match: re.Match[str]) -> str:
         token = match.group(0)

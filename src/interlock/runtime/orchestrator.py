@@ -12,8 +12,10 @@ import contextlib
 import heapq
 import logging
 import os
+import re
 import socket
 import time
+import unicodedata
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,7 +26,14 @@ from interlock.core import events as ev
 from interlock.core.decide import next_wake
 from interlock.core.loader import Definition
 from interlock.core.state import RunState, RunStatus, TaskState, fold
-from interlock.errors import LeaseHeld, LeaseLost, StorageError, UsageError
+from interlock.errors import (
+    LeaseHeld,
+    LeaseLost,
+    RunExists,
+    RunNotFound,
+    StorageError,
+    UsageError,
+)
 from interlock.runtime.dispatch import Dispatcher, LocalDispatcher
 from interlock.runtime.driver import Report, RunDriver
 from interlock.runtime.faults import crash_point
@@ -157,6 +166,8 @@ class Orchestrator:
         now = self.clock()
         prepared = []
         for definition, topic, inputs, run_id in specs:
+            if run_id is not None:
+                refuse_existing(self.store, run_id)
             given = resolve_inputs(definition, inputs or {})
             run_id = run_id or new_run_id(definition.name, now)
             prepared.append(self._prepare(definition, topic, given, run_id, now, origin))
@@ -595,10 +606,34 @@ def driver_dir(source: str) -> Path | None:
     return Path(source).parent.absolute() if source and not source.startswith("<") else None
 
 
+def refuse_existing(store: Store, run_id: str) -> None:
+    """Raise RunExists, with the commands that apply to that run, when the id is taken."""
+    try:
+        record = store.get_run(run_id)
+    except RunNotFound:
+        return
+    status = record.summary.status
+    commands = [f"'interlock status {run_id}'"]
+    if status == "paused":
+        commands.append(f"'interlock approve {run_id}'")
+    if status in ("running", "paused"):
+        commands.append(f"'interlock resume {run_id}'")
+    raise RunExists(
+        f"run {run_id!r} already exists ({status}); to look at it or go on with it: "
+        f"{', '.join(commands)}; for a new run give another --run-id (or none, for a fresh id)"
+    )
+
+
 def new_run_id(pipeline: str, now: float) -> str:
-    """A sortable, readable id: pipeline, UTC time, and randomness against collisions."""
+    """A sortable, readable id: pipeline, UTC time, and randomness against collisions.
+
+    Any pipeline name gives a valid id: accents are dropped ("Café" -> "cafe"), other
+    non-ASCII letters and punctuation become dashes, and a name with nothing left is "run".
+    """
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))
-    slug = "".join(c if c.isalnum() else "-" for c in pipeline.lower()).strip("-")[:24] or "run"
+    plain = unicodedata.normalize("NFKD", pipeline).encode("ascii", "ignore").decode().lower()
+    slug = "".join(c if c.isalnum() else "-" for c in plain)
+    slug = re.sub("-+", "-", slug).strip("-")[:24].strip("-") or "run"
     return f"{slug}-{stamp}-{uuid.uuid4().hex[:12]}"  # 48 random bits: no clash at scale
 
 
