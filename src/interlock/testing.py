@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from interlock.errors import LeaseHeld, LeaseLost, RunNotFound, StorageError
+from interlock.storage import chain
 from interlock.storage.base import (
     AppendBatch,
     CommandRecord,
@@ -35,6 +36,7 @@ class MemoryStore:
         self._leases: dict[str, tuple[str | None, int, float | None]] = {}
         self._lease_times: dict[str, tuple[float, float]] = {}
         self._artifacts: dict[str, bytes] = {}
+        self._heads: dict[str, str] = {}  # run -> its newest chain link
         self._events: list[StoredEvent] = []
         self._by_run: dict[str, list[StoredEvent]] = {}
         self._commands: list[tuple[CommandRecord, float | None]] = []
@@ -173,9 +175,12 @@ class MemoryStore:
                     continue
                 run = self._runs[run_id]
                 seq = run.last_seq
-                records = [new.record() for new in batch.events]  # a failure writes nothing
-                for new, (kind, data) in zip(batch.events, records, strict=True):
+                records = [new.stamped() for new in batch.events]  # a failure writes nothing
+                head = self._heads.get(run_id)
+                for new, (kind, data, content) in zip(batch.events, records, strict=True):
                     seq += 1
+                    head = chain.link(head or chain.GENESIS, seq, content)
+                    self._heads[run_id] = head
                     stored = StoredEvent(
                         id=len(self._events) + 1,
                         run_id=run_id,
@@ -185,6 +190,7 @@ class MemoryStore:
                         data=json.loads(data),
                         rule=new.rule,
                         why=new.why,
+                        hash=head,
                     )
                     self._events.append(stored)
                     self._by_run[run_id].append(stored)

@@ -448,3 +448,15 @@ def test_all_events_never_skips_under_concurrent_commits(opener: Callable[[], St
             last = event.id
     seen += [(e.run_id, e.seq) for e in reader.all_events(after_id=last)]
     assert sorted(seen) == sorted((r, s) for r in runs for s in range(1, 31))
+
+
+def test_appends_are_hash_chained(store: Store) -> None:
+    """Every append links its events to the run's previous one (`interlock.storage.chain`)."""
+    from interlock.storage.chain import verify_events
+
+    make_run(store, "r1")
+    lease = store.acquire_lease("r1", "me", TTL, T0)
+    store.append(batch(lease, "a", "b"), T0)
+    store.append(batch(lease, "c"), T0)
+    report = verify_events(store.events("r1"))
+    assert report.ok and report.unchained == 0 and all(e.hash for e in store.events("r1"))

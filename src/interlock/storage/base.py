@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from interlock.core.events import Event, from_record, to_record
 from interlock.errors import LeaseLost
-from interlock.storage import codec
+from interlock.storage import chain, codec
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -36,6 +36,13 @@ class NewEvent:
         kind, data = to_record(self.event)
         return kind, codec.dumps(data)
 
+    def stamped(self) -> tuple[str, str, str]:
+        """(kind, JSON data, content digest): the record and what its chain link covers."""
+        kind, text = self.record()
+        # Digested as it reads back (not as built), so that what is hashed is what is stored.
+        content = chain.digest(self.event.at, kind, codec.loads(text), self.rule, self.why)
+        return kind, text, content
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StoredEvent:
@@ -49,6 +56,7 @@ class StoredEvent:
     data: dict[str, Any]
     rule: str | None = None
     why: str | None = None
+    hash: str | None = None  # the chain link (None: recorded before the chain existed)
 
     @property
     def event(self) -> Event:

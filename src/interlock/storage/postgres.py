@@ -468,9 +468,9 @@ def _append_args(batch: AppendBatch, now: float) -> dict[str, Any]:
     """The parameters of `append_run` for one run's batch."""
     lease, summary = batch.lease, batch.summary
     events = [
-        {"at": n.event.at, "kind": kind, "data": data, "rule": n.rule, "why": n.why}
+        {"at": n.event.at, "kind": kind, "data": data, "rule": n.rule, "why": n.why, "digest": d}
         for n in batch.events
-        for kind, data in (n.record(),)
+        for kind, data, d in (n.stamped(),)
     ]
     return {
         "run": lease.run_id,

@@ -32,7 +32,7 @@ def registration_row(batch: AppendBatch, now: float) -> tuple[Any, ...]:
 
 
 def event_from_row(row: Any, data: Any) -> StoredEvent:
-    """`id, run_id, seq, at, kind, data, rule, why` (with `data` already decoded)."""
+    """`id, run_id, seq, at, kind, data, rule, why[, hash]` (with `data` already decoded)."""
     return StoredEvent(
         id=row[0],
         run_id=row[1],
@@ -42,6 +42,7 @@ def event_from_row(row: Any, data: Any) -> StoredEvent:
         data=data,
         rule=row[6],
         why=row[7],
+        hash=row[8] if len(row) > 8 else None,
     )
 
 

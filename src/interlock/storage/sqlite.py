@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from interlock.errors import LeaseHeld, LeaseLost, RunNotFound, StorageError
-from interlock.storage import codec
+from interlock.storage import chain, codec
 from interlock.storage.base import (
     AppendBatch,
     CommandRecord,
@@ -253,11 +253,15 @@ class SQLiteStore:
         last = seq = row[0]
         seq -= n
         rows = []
+        head = row[1] or chain.GENESIS
         for new in batch.events:
             seq += 1
-            kind, data = new.record()
-            rows.append((lease.run_id, seq, new.event.at, kind, data, new.rule, new.why))
-        db.executemany(Q["insert_event"], rows)
+            kind, data, content = new.stamped()
+            head = chain.link(head, seq, content)
+            rows.append((lease.run_id, seq, new.event.at, kind, data, new.rule, new.why, head))
+        if rows:
+            db.executemany(Q["insert_event"], rows)
+            db.execute(Q["set_chain_head"], (head, lease.run_id))
         for command_id in batch.consumed:
             db.execute(Q["consume_command"], (now, command_id, lease.run_id))
         for sha, body in batch.artifacts:

@@ -34,11 +34,11 @@ WHERE run_id = %s AND lease_owner = %s AND lease_token = %s;
 SELECT pg_advisory_xact_lock(4849676);
 
 -- name: events_since
-SELECT id, run_id, seq, at, kind, data, rule, why FROM events
+SELECT id, run_id, seq, at, kind, data, rule, why, hash FROM events
 WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s;
 
 -- name: all_events_after
-SELECT id, run_id, seq, at, kind, data, rule, why FROM events
+SELECT id, run_id, seq, at, kind, data, rule, why, hash FROM events
 WHERE id > %s ORDER BY id LIMIT %s;
 
 -- name: find_runs
@@ -104,23 +104,40 @@ SELECT body FROM artifacts WHERE sha256 = %s;
 
 -- name: append_run
 -- One round trip per run of a group commit: the lease fence, the summary, the events (numbered
--- after the run's last seq), consumed commands, stored outputs and the notification, each
--- applied only when the fence holds. Returns the run's new last seq, or no row (lease lost).
-WITH fenced AS (
+-- after the run's last seq and chained to its last hash), consumed commands, stored outputs and
+-- the notification, each applied only when the fence holds. Returns the run's new last seq, or
+-- no row (lease lost). `prior` reads the run as the fence will find it: appends to a run are
+-- serialised by `commit_order`, taken earlier in the same transaction. Each link is
+-- sha256(previous hash, newline, seq, newline, content digest), as `interlock.storage.chain`.
+WITH RECURSIVE prior AS (
+    SELECT last_seq, coalesce(chain_head, '') AS head FROM runs WHERE run_id = %(run)s
+), incoming AS (
+    SELECT e.at, e.kind, e.data, e.rule, e.why, e.digest, e.ord
+    FROM ROWS FROM (jsonb_to_recordset(%(events)s::jsonb)
+                    AS (at float8, kind text, data text, rule text, why text, digest text))
+         WITH ORDINALITY AS e (at, kind, data, rule, why, digest, ord)
+), links (ord, hash) AS (
+    SELECT 0::bigint, prior.head FROM prior
+    UNION ALL
+    SELECT i.ord, encode(sha256(convert_to(
+               links.hash || E'\n' || (prior.last_seq + i.ord)::text || E'\n' || i.digest,
+               'UTF8')), 'hex')
+    FROM links JOIN incoming i ON i.ord = links.ord + 1 CROSS JOIN prior
+), fenced AS (
     UPDATE runs SET last_seq = last_seq + %(n)s, status = %(status)s, phase = %(phase)s,
            cost_usd = %(cost)s, tokens = %(tokens)s, warnings = %(warnings)s,
-           updated_at = %(updated)s
+           updated_at = %(updated)s,
+           chain_head = coalesce((SELECT hash FROM links WHERE ord = %(n)s AND ord > 0),
+                                 chain_head)
     WHERE run_id = %(run)s AND lease_owner = %(owner)s AND lease_token = %(token)s
       AND lease_expires > %(now)s
     RETURNING last_seq
 ), inserted AS (
-    INSERT INTO events (run_id, seq, at, kind, data, rule, why)
-    SELECT %(run)s, fenced.last_seq - %(n)s + e.ord, e.at, e.kind, e.data::jsonb, e.rule, e.why
-    FROM fenced,
-         ROWS FROM (jsonb_to_recordset(%(events)s::jsonb)
-                    AS (at float8, kind text, data text, rule text, why text))
-         WITH ORDINALITY AS e (at, kind, data, rule, why, ord)
-    ORDER BY e.ord
+    INSERT INTO events (run_id, seq, at, kind, data, rule, why, hash)
+    SELECT %(run)s, fenced.last_seq - %(n)s + i.ord, i.at, i.kind, i.data::jsonb, i.rule, i.why,
+           links.hash
+    FROM fenced, incoming i JOIN links ON links.ord = i.ord
+    ORDER BY i.ord
 ), consumed AS (
     UPDATE commands SET consumed_at = %(now)s
     WHERE id = ANY(%(consumed)s::bigint[]) AND run_id = %(run)s AND consumed_at IS NULL

@@ -36,20 +36,23 @@ WHERE run_id = ? AND lease_owner = ? AND lease_token = ?;
 UPDATE runs SET last_seq = last_seq + ?, status = ?, phase = ?, cost_usd = ?, tokens = ?,
        warnings = ?, updated_at = ?
 WHERE run_id = ? AND lease_owner = ? AND lease_token = ? AND lease_expires > ?
-RETURNING last_seq;
+RETURNING last_seq, chain_head;
 
 -- name: insert_event
-INSERT INTO events (run_id, seq, at, kind, data, rule, why) VALUES (?, ?, ?, ?, ?, ?, ?);
+INSERT INTO events (run_id, seq, at, kind, data, rule, why, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: set_chain_head
+UPDATE runs SET chain_head = ? WHERE run_id = ?;
 
 -- name: consume_command
 UPDATE commands SET consumed_at = ? WHERE id = ? AND run_id = ? AND consumed_at IS NULL;
 
 -- name: events_since
-SELECT id, run_id, seq, at, kind, data, rule, why FROM events
+SELECT id, run_id, seq, at, kind, data, rule, why, hash FROM events
 WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?;
 
 -- name: all_events_after
-SELECT id, run_id, seq, at, kind, data, rule, why FROM events
+SELECT id, run_id, seq, at, kind, data, rule, why, hash FROM events
 WHERE id > ? ORDER BY id LIMIT ?;
 
 -- name: find_runs

@@ -1,0 +1,133 @@
+"""The hash chain that makes a run's history tamper-evident.
+
+Every event a store appends carries `hash`: the SHA-256 of the previous event's hash, the
+event's seq and the digest of its canonical content. Changing, removing or reordering any
+recorded event therefore changes the hash of every event after it, and `verify` names the
+first seq where the recorded chain and the recomputed one part.
+
+The canonical content is defined on values, not on stored text, so that the same history
+hashes the same in SQLite (JSON text as written) and PostgreSQL (jsonb, which reorders keys
+and reprints numbers): keys are sorted, an integral float is written as the integer it equals
+(jsonb prints `1e16` back as `10000000000000000`), and a float that is not finite is null.
+
+Events appended before the chain existed have no hash; `verify` reports them as not chained
+rather than tampered, and the chain of such a run starts at its first hashed event.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+if TYPE_CHECKING:
+    from interlock.storage.base import StoredEvent
+
+GENESIS = ""  # the "previous hash" of a run's first chained event
+
+
+def _normal(value: Any) -> Any:
+    """`value` as it reads back from either backend (see the module docstring)."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        if value.is_integer():
+            return int(Decimal(repr(value)))  # the decimal text a jsonb number prints as
+        return value
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): _normal(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_normal(v) for v in value]
+    return str(value)  # what the ledger's codec writes for a type JSON does not have
+
+
+def canonical(
+    at: float, kind: str, data: dict[str, Any], rule: str | None, why: str | None
+) -> bytes:
+    """The canonical bytes of one event's content."""
+    body = {"at": float(at), "data": _normal(data), "kind": kind, "rule": rule, "why": why}
+    try:
+        return orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:  # an integer beyond 64 bits: the standard encoder takes it
+        text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return text.encode()
+
+
+def digest(at: float, kind: str, data: dict[str, Any], rule: str | None, why: str | None) -> str:
+    """The SHA-256 (hex) of an event's canonical content."""
+    return hashlib.sha256(canonical(at, kind, data, rule, why)).hexdigest()
+
+
+def link(previous: str, seq: int, content: str) -> str:
+    """The hash of event `seq` given the previous event's hash and its content digest.
+
+    PostgreSQL computes the same in SQL (`append_run`): change both together.
+    """
+    return hashlib.sha256(f"{previous}\n{seq}\n{content}".encode()).hexdigest()
+
+
+def extend(previous: str | None, first_seq: int, contents: Iterable[str]) -> list[str]:
+    """The hashes of events `first_seq, first_seq + 1, ...` after a chain ending in
+    `previous` (None: the run has no chained event yet)."""
+    hashes, head = [], previous or GENESIS
+    for offset, content in enumerate(contents):
+        head = link(head, first_seq + offset, content)
+        hashes.append(head)
+    return hashes
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChainReport:
+    """What `verify_events` found."""
+
+    events: int  # events looked at
+    unchained: int  # events recorded before the chain existed (not counted as tampered)
+    first_bad: int | None = None  # seq of the first event whose hash does not match
+    problem: str = ""  # what is wrong there, in words
+
+    @property
+    def ok(self) -> bool:
+        """True when every chained event matches and nothing is out of order."""
+        return self.first_bad is None
+
+
+def verify_events(events: Sequence[StoredEvent]) -> ChainReport:
+    """Recompute the chain of one run's events (in seq order) and compare."""
+    head: str | None = None
+    unchained = 0
+    expected_seq = 1
+    for event in events:
+        if event.seq != expected_seq:
+            problem = f"expected event {expected_seq}, found {event.seq}: events are missing"
+            return ChainReport(
+                events=len(events), unchained=unchained, first_bad=expected_seq, problem=problem
+            )
+        expected_seq += 1
+        if event.hash is None:
+            if head is not None:
+                problem = "the event has no hash although earlier events are chained"
+                return ChainReport(
+                    events=len(events), unchained=unchained, first_bad=event.seq, problem=problem
+                )
+            unchained += 1
+            continue
+        content = digest(event.at, event.kind, event.data, event.rule, event.why)
+        head = link(head or GENESIS, event.seq, content)
+        if head != event.hash:
+            problem = "its content or an earlier event changed after it was recorded"
+            return ChainReport(
+                events=len(events), unchained=unchained, first_bad=event.seq, problem=problem
+            )
+    return ChainReport(events=len(events), unchained=unchained)
