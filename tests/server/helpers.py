@@ -19,7 +19,7 @@ from websockets.sync.client import connect
 from interlock.runtime.executors import TaskContext, register
 from interlock.server.app import build_app
 from interlock.server.config import ServerConfig
-from interlock.server.run import bind
+from interlock.server.run import bind, uvicorn_config
 
 SECRET = "test-secret-of-enough-length-for-hs256"
 GATE = threading.Event()  # released by a test to let `gated` workers finish
@@ -120,7 +120,7 @@ class Server:
         self.sock = bind(config.host, 0)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self.ws_url = self.url.replace("http://", "ws://")
-        self.server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning", lifespan="on"))
+        self.server = uvicorn.Server(uvicorn_config(self.app, config))
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
         deadline = time.time() + 10

@@ -22,6 +22,12 @@ from interlock.errors import ExitCode
 @click.option("--allow-origin", multiple=True, help="Another web origin allowed to connect.")
 @click.option("--webhook", multiple=True, help="URL to POST notifications to.")
 @click.option("--rate-limit", default=30.0, show_default=True, help="Actions/minute per token.")
+@click.option(
+    "--header-timeout", default=10.0, show_default=True, help="Seconds for a request's headers."
+)
+@click.option(
+    "--body-timeout", default=30.0, show_default=True, help="Seconds for a request's body."
+)
 @click.option("--no-schedules", is_flag=True, help="Don't start scheduled runs here.")
 @click.option("--otel", is_flag=True, help="Emit OpenTelemetry spans (needs the otel extra).")
 @click.option("--issue-token", metavar="SCOPES", help="Print a token (e.g. read,operate), exit.")
@@ -49,6 +55,8 @@ def serve(
     allow_origin: tuple[str, ...],
     webhook: tuple[str, ...],
     rate_limit: float,
+    header_timeout: float,
+    body_timeout: float,
     no_schedules: bool,
     otel: bool,
     issue_token: str | None,
@@ -86,6 +94,8 @@ def serve(
         allowed_origins=list(allow_origin),
         webhooks=list(webhook),
         rate_limit=rate_limit,
+        header_timeout=header_timeout,
+        body_timeout=body_timeout,
         schedules=not no_schedules,
         otel=otel,
     )

@@ -38,6 +38,8 @@ class ServerConfig:
     rate_limit: float = 30.0  # mutating requests per minute per token (or client address)
     rate_burst: int = 10
     max_body: int = 64 * 1024  # bytes of a request body
+    header_timeout: float = 10.0  # seconds for a request's headers, from its first byte
+    body_timeout: float = 30.0  # seconds for a request's body, after its headers
     queue_size: int = 1000  # messages a slow stream client may fall behind before it is dropped
     schedules: bool = True
     schedule_catch_up: float = 600.0  # a slot missed by at most this many seconds still runs
@@ -56,6 +58,10 @@ class ServerConfig:
             raise UsageError(
                 "the auth secret is too short: use at least 32 bytes (e.g. openssl rand -hex 32)"
             )
+        for name in ("header_timeout", "body_timeout"):
+            if not getattr(self, name) > 0:
+                option = "--" + name.replace("_", "-")
+                raise UsageError(f"{option} must be a positive number of seconds")
         for url in self.webhooks:
             if not url.startswith(("http://", "https://")):
                 raise UsageError(f"webhook {url!r} must be an http:// or https:// URL")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import sys
+from typing import Any
 
 from interlock.errors import UsageError
 from interlock.server.config import ServerConfig
@@ -42,7 +43,24 @@ def serve(config: ServerConfig, *, log_level: str = "warning") -> None:
     app = build_app(config)
     sock = bind(config.host, config.port)
     print(f"interlock serving on {url_of(sock, config.host)}/ui/", file=sys.stderr, flush=True)
-    server = uvicorn.Server(
-        uvicorn.Config(app, log_level=log_level, lifespan="on", ws_max_size=1 << 20)
-    )
+    server = uvicorn.Server(uvicorn_config(app, config, log_level=log_level))
     server.run(sockets=[sock])
+
+
+def uvicorn_config(app: Any, config: ServerConfig, *, log_level: str = "warning") -> Any:
+    """How uvicorn serves `app`: HTTP/1.1 with deadlines for each request's headers and body,
+    idle keep-alive connections closed after 5 s, request heads of at most 16 KiB, WebSocket
+    messages of at most 1 MiB."""
+    import uvicorn
+
+    from interlock.server.protocol import bounded
+
+    return uvicorn.Config(
+        app,
+        log_level=log_level,
+        lifespan="on",
+        http=bounded(config.header_timeout, config.body_timeout),
+        timeout_keep_alive=5,
+        h11_max_incomplete_event_size=16 * 1024,
+        ws_max_size=1 << 20,
+    )

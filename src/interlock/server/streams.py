@@ -31,11 +31,15 @@ async def next_live(subscriber: Subscriber) -> dict[str, Any]:
         raise Dropped({})
     getter = asyncio.ensure_future(subscriber.queue.get())
     dropped = asyncio.ensure_future(subscriber.dropped.wait())
-    done, _ = await asyncio.wait({getter, dropped}, return_when=asyncio.FIRST_COMPLETED)
-    dropped.cancel()
-    if getter in done:
+    try:
+        done, _ = await asyncio.wait({getter, dropped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        # Also when the stream itself is cancelled (the client left): no helper task may
+        # outlive it, or it is destroyed pending once the subscriber is collected.
+        for helper in (getter, dropped):
+            helper.cancel()
+    if getter in done and not getter.cancelled():
         return getter.result()
-    getter.cancel()
     raise Dropped({})
 
 

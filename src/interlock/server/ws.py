@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, WebSocket
@@ -83,10 +83,14 @@ async def _serve(
             await websocket.send_text(json.dumps(message, default=str))
             last = resume_hint(message, per_run, last)
 
+    left = asyncio.Event()  # the client closed (or the connection broke)
+
     async def listen() -> None:
-        with contextlib.suppress(WebSocketDisconnect):
+        try:
             while True:
                 await websocket.receive_text()  # clients need not send; this sees them leave
+        except (WebSocketDisconnect, RuntimeError):
+            left.set()
 
     tasks = {
         asyncio.ensure_future(pump()),
@@ -95,20 +99,38 @@ async def _serve(
     }
     try:
         done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        for task in pending:
-            task.cancel()
+        await _stop(pending)
         failed = [t.exception() for t in done if not t.cancelled() and t.exception()]
         behind = subscriber.dropped.is_set() or any(isinstance(e, Dropped) for e in failed)
-        with contextlib.suppress(Exception):
-            if behind:
-                svc.metrics.dropped.inc()
-                await asyncio.wait_for(websocket.send_json(dropped_message(last)), 1.0)
-                await asyncio.wait_for(websocket.close(code=4008, reason="behind"), 1.0)
-            else:
-                await websocket.close(code=1000)
+        if not left.is_set():
+            # Bounded: a client that stopped reading must not hold this handler.
+            with contextlib.suppress(Exception):
+                if behind:
+                    svc.metrics.dropped.inc()
+                    await asyncio.wait_for(websocket.send_json(dropped_message(last)), 1.0)
+                    await asyncio.wait_for(websocket.close(code=4008, reason="behind"), 1.0)
+                else:
+                    await asyncio.wait_for(websocket.close(code=1000), 1.0)
     finally:
+        await _stop(tasks)
+        with contextlib.suppress(Exception):
+            await aclose(stream)
         svc.hub.unsubscribe(subscriber)
         svc.metrics.clients.dec()
+
+
+async def _stop(tasks: Iterable[asyncio.Future[Any]]) -> None:
+    """Cancel `tasks` and wait until they have ended, so none is left pending."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def aclose(stream: AsyncIterator[Any]) -> None:
+    """Finish an async generator now rather than whenever it is collected."""
+    close = getattr(stream, "aclose", None)
+    if close is not None:
+        await close()
 
 
 @router.websocket("/ws/runs/{run_id}")
@@ -150,13 +172,20 @@ async def _sse(
     last = since
     svc.metrics.clients.inc()
     iterator = aiter(stream)
+    # The next message is awaited by one task that outlives keepalive ticks: cancelling a
+    # pending `anext` would end the stream itself.
+    coming: asyncio.Future[Any] | None = None
     try:
         while True:
-            try:
-                message = await asyncio.wait_for(anext(iterator), KEEPALIVE)
-            except TimeoutError:
+            if coming is None:
+                coming = asyncio.ensure_future(anext(iterator))
+            done, _ = await asyncio.wait({coming}, timeout=KEEPALIVE)
+            if not done:
                 yield ": keepalive\n\n"
                 continue
+            arrived, coming = coming, None
+            try:
+                message = arrived.result()
             except StopAsyncIteration:
                 return
             except Dropped:
@@ -167,6 +196,10 @@ async def _sse(
             ident = f"id: {last}\n" if message.get("type") == "event" else ""
             yield f"{ident}event: {message['type']}\ndata: {json.dumps(message, default=str)}\n\n"
     finally:
+        if coming is not None:
+            await _stop({coming})
+        with contextlib.suppress(Exception):
+            await aclose(stream)
         svc.hub.unsubscribe(subscriber)
         svc.metrics.clients.dec()
 
