@@ -22,10 +22,12 @@ from interlock.core.observe import CommandKind
 from interlock.core.state import RunState, RunStatus, fold
 from interlock.errors import InterlockError, RunNotFound, UsageError
 from interlock.providers import aclose_providers
+from interlock.runtime import rerun, rerun_plan
 from interlock.runtime.home import Home, check_run_id
 from interlock.runtime.models import ModelRunner
 from interlock.runtime.orchestrator import Orchestrator, Settings
 from interlock.runtime.projection import ledger_view, status_view
+from interlock.runtime.rerun_plan import Plan
 from interlock.storage import Store, StoredEvent, open_store
 
 ENDED = ("delivered", "failed", "cancelled")
@@ -151,8 +153,6 @@ class Interlock:
         `from_phase`) carries the source's output over at no cost; the rest run. The source
         run is only read.
         """
-        from interlock.runtime import rerun
-
         if run_id is not None:
             check_run_id(run_id)
         request = rerun.RerunRequest(
@@ -166,6 +166,28 @@ class Interlock:
         )
         prepared = rerun.prepare(self.store, self.orchestrator, request)
         return rerun.create(self.orchestrator, prepared, run_id)
+
+    def plan_rerun(
+        self,
+        source: str,
+        *,
+        from_phase: str | None = None,
+        workflow: str | Path | None = None,
+        pipeline: str | None = None,
+        topic: str | None = None,
+        inputs: dict[str, Any] | None = None,
+    ) -> Plan:
+        """What `rerun` would reuse and run, task by task, and why; nothing is recorded or
+        called."""
+        request = rerun.RerunRequest(
+            source=self.resolve(source),
+            from_phase=from_phase,
+            workflow=workflow,
+            pipeline=pipeline,
+            topic=topic,
+            inputs=inputs,
+        )
+        return rerun_plan.dry_run(self.orchestrator, request)
 
     def resume(self, run_id: str) -> RunState:
         """Drive an existing run again (after a crash, an interrupt or an approval)."""

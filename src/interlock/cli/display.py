@@ -29,6 +29,7 @@ STATUS_STYLE = {
     "cancelled": "red",
     "abandoned": "dim",
     "dispatched": "yellow",
+    "reused": "blue",
 }
 
 
@@ -107,10 +108,13 @@ class LiveProgress:
         self.console.print(f"{seq:>4} {new.event.kind:<16} {data}", highlight=False)
 
 
+_QUIET = ("at", "values", "usage", "fingerprint", "fingerprint_parts")  # long; in --json
+
+
 def describe(new: NewEvent) -> str:
     """One line about an event."""
     event = new.event
-    fields = {k: v for k, v in vars_of(event).items() if k not in ("at", "values", "usage")}
+    fields = {k: v for k, v in vars_of(event).items() if k not in _QUIET}
     text = " ".join(f"{k}={v}" for k, v in fields.items() if v not in (None, "", [], {}))
     if new.rule:
         text += f"  [{new.rule}: {new.why}]"

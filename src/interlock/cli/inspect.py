@@ -93,6 +93,11 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
     out.print(
         f"cost ${view['cost_usd']:.4f}  tokens {view['tokens']}  retries {view['retry_count']}"
     )
+    if view.get("rerun_of"):
+        start = f", everything from phase {view['rerun_from']!r} ran again" * bool(
+            view.get("rerun_from")
+        )
+        out.print(f"rerun of {view['rerun_of']}{start}; reused outputs cost nothing here")
     for warning in view["warnings"]:
         out.print(f"[yellow]warning:[/] {escape(warning)}", markup=True)
     if view["failure"]:
@@ -154,8 +159,10 @@ def explain(ctx: Ctx, run_id: str, prompt_of: str | None) -> None:
                 markup=True,
             )
         else:
+            why = f" {escape(stored.why)}" if stored.kind == "task_reused" and stored.why else ""
             out.print(
-                f"{stored.seq:>4} {when(stored.at)} [dim]{'observed':<12} {stored.kind:<16}[/]",
+                f"{stored.seq:>4} {when(stored.at)} [dim]{'observed':<12} {stored.kind:<16}[/]"
+                f"{why}",
                 markup=True,
             )
 

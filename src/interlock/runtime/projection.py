@@ -44,6 +44,7 @@ def status_view(pipeline: Pipeline, state: RunState, run_dir_name: str) -> dict[
                 last = ordered[-1]
                 entry = {
                     "status": _worker_status(ordered),
+                    "reused_from": last.reused_from,
                     "session": last.worker,
                     "attempt": last.attempt,
                     "visit": last.visit,
@@ -87,13 +88,16 @@ def status_view(pipeline: Pipeline, state: RunState, run_dir_name: str) -> dict[
         "updated_at": iso(state.updated_at),
         "events": state.events,
         "definition_hash": state.definition_hash,
+        "rerun_of": state.rerun_of,
+        "rerun_from": state.rerun_from,
     }
 
 
 def _worker_status(tasks: list[Any]) -> str:
     statuses = {t.status for t in tasks}
     if statuses == {TaskStatus.COMPLETED}:
-        return "completed"
+        # Carried over from an earlier run, not run: say so (a mix of both counts as run).
+        return "reused" if all(t.reused_from for t in tasks) else "completed"
     for status in (TaskStatus.RUNNING, TaskStatus.DISPATCHED, TaskStatus.RETRY_WAIT):
         if status in statuses:
             return "running" if status is not TaskStatus.RETRY_WAIT else "retrying"
@@ -120,7 +124,8 @@ def ledger_view(run: RunRecord, state: RunState, events: list[StoredEvent]) -> d
     tasks = [
         {
             "task_id": t.task_id,
-            "status": LEDGER_STATUS[t.status],
+            "status": "REUSED" if t.reused_from else LEDGER_STATUS[t.status],
+            "reused_from": t.reused_from,
             "dispatched_at": iso(first_dispatch.get(t.task_id, t.dispatched_at)),
             "completed_at": iso(t.completed_at),
             "output_path": t.artifact,

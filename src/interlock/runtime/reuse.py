@@ -66,18 +66,27 @@ class SourceRun:
     state: RunState
     parts: dict[str, dict[str, str]]  # task id -> the per-part hashes recorded with it
     run_dir: Path
+    branches: dict[tuple[str, int], str] = field(default_factory=dict)  # (phase, visit) -> goto
 
     @classmethod
     def load(cls, store: Store, home: Home, run_id: str) -> SourceRun:
         """Fold the source run's history."""
         stored = store.events(run_id)
         parts: dict[str, dict[str, str]] = {}
-        for item in stored:
-            event = item.event
+        branches: dict[tuple[str, int], str] = {}
+        events = [s.event for s in stored]
+        for event in events:
             if isinstance(event, (ev.TaskCompleted, ev.TaskReused)) and event.fingerprint_parts:
                 parts[event.task_id] = dict(event.fingerprint_parts)
-        state = fold([s.event for s in stored])
-        return cls(run_id=run_id, state=state, parts=parts, run_dir=home.run_dir(run_id))
+            elif isinstance(event, ev.BranchTaken):
+                branches[(event.phase, event.visit)] = event.goto
+        return cls(
+            run_id=run_id,
+            state=fold(events),
+            parts=parts,
+            run_dir=home.run_dir(run_id),
+            branches=branches,
+        )
 
 
 @dataclass

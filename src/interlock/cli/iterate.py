@@ -1,0 +1,81 @@
+"""Commands of the iteration loop: rerun a run (or plan it), compare two runs."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+from rich.markup import escape
+
+from interlock.cli.base import (
+    Ctx,
+    drive_in_foreground,
+    err,
+    handle_errors,
+    out,
+    parse_inputs,
+    pass_ctx,
+)
+
+
+@click.command()
+@click.argument("run_id")
+@click.option("--from", "from_phase", metavar="PHASE", help="Run this phase and all after it.")
+@click.option("--workflow", "-w", type=click.Path(dir_okay=False), help="An edited workflow file.")
+@click.option("--pipeline", help="The pipeline of --workflow (default: the source run's).")
+@click.option("--topic", "-t", help="A new topic (default: the source run's).")
+@click.option("--input", "-i", "inputs", multiple=True, help="Change an input, KEY=VALUE.")
+@click.option("--run-id", "new_run_id", help="Choose the new run's id (default: generated).")
+@click.option("--dry-run", is_flag=True, help="Only say what would be reused and what would run.")
+@click.option("--json", "as_json", is_flag=True, help="With --dry-run: print the plan as JSON.")
+@pass_ctx
+@handle_errors
+def rerun(
+    ctx: Ctx,
+    run_id: str,
+    from_phase: str | None,
+    workflow: str | None,
+    pipeline: str | None,
+    topic: str | None,
+    inputs: tuple[str, ...],
+    new_run_id: str | None,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Start a new run from RUN_ID, reusing every output that would come out the same.
+
+    A task is reused when its fingerprint (worker, rendered task, the outputs it reads, topic
+    and inputs) equals the source run's and it comes before --from; everything else runs.
+    The source run is left as it is.
+    """
+    app = ctx.app
+    changes = {
+        "from_phase": from_phase,
+        "workflow": workflow,
+        "pipeline": pipeline,
+        "topic": topic,
+        "inputs": parse_inputs(inputs),
+    }
+    if dry_run:
+        plan = app.plan_rerun(run_id, **changes)  # type: ignore[arg-type]
+        if as_json:
+            click.echo(json.dumps(plan.as_dict(), indent=2))
+            return
+        for task in plan.tasks:
+            action = "[blue]reuse[/]" if task.reuse else "[yellow]run  [/]"
+            out.print(
+                f"{action} {escape(task.task_id):<24} {escape(task.phase):<14} {escape(task.why)}",
+                markup=True,
+            )
+        for note in plan.notes:
+            out.print(f"[cyan]note:[/] {escape(note)}", markup=True)
+        run_count = len(plan.tasks) - plan.reused
+        out.print(f"{plan.reused} task(s) reused, {run_count} to run (nothing was called)")
+        return
+    new = app.rerun(run_id, run_id=new_run_id, **changes)  # type: ignore[arg-type]
+    err.print(f"run {new} (rerun of {app.state(new).rerun_of})")
+    sys.exit(drive_in_foreground(app, new))
+
+
+COMMANDS = [rerun]

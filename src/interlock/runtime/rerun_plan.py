@@ -1,0 +1,211 @@
+"""`rerun --dry-run`: what a rerun would reuse and what it would run, without calling anything.
+
+The engine is driven in memory on the rerun's definition. A task that matches is folded as
+reused, with the source's output; a task that would run is folded as completed with an output
+that matches nothing (so what reads it runs too) and the source's values (the best guess for
+the decisions that follow). Branches taken after such a task may go another way when the run
+is real: the plan says where.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from interlock.core import events as ev
+from interlock.core.decide import RuleName, settle
+from interlock.core.reuse import ReuseVerdict, judge
+from interlock.core.state import RunStatus, apply, fold
+from interlock.runtime.orchestrator import Orchestrator
+from interlock.runtime.rerun import PreparedRerun, RerunRequest, prepare
+from interlock.runtime.reuse import Reuser, SourceRun
+
+MAX_STEPS = 10_000  # the engine settles long before this on any sound pipeline
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlannedTask:
+    """One task of the rerun: reused or run, and why."""
+
+    task_id: str
+    phase: str
+    reuse: bool
+    why: str
+    changed: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """For `--json`."""
+        return {
+            "task_id": self.task_id,
+            "phase": self.phase,
+            "action": "reuse" if self.reuse else "run",
+            "why": self.why,
+            "changed": self.changed,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """A rerun's tasks in the order they would be dispatched, and where the path may differ."""
+
+    source: str
+    tasks: list[PlannedTask]
+    notes: list[str]
+
+    @property
+    def reused(self) -> int:
+        """How many tasks would be carried over."""
+        return sum(t.reuse for t in self.tasks)
+
+    def as_dict(self) -> dict[str, Any]:
+        """For `--json`."""
+        return {
+            "source": self.source,
+            "reuse": self.reused,
+            "run": len(self.tasks) - self.reused,
+            "tasks": [t.as_dict() for t in self.tasks],
+            "notes": self.notes,
+        }
+
+
+def plan(prepared: PreparedRerun, reuser: Reuser, source: SourceRun) -> Plan:
+    """Walk the rerun in memory; nothing is recorded or called."""
+    pipeline = prepared.definition.pipeline
+    state = fold(
+        [
+            ev.RunCreated(
+                at=0.0,
+                run_id="dry-run",
+                pipeline=prepared.definition.name,
+                definition_hash=prepared.definition.hash,
+                topic=prepared.topic,
+                inputs=prepared.inputs,
+                rerun_of=source.run_id,
+                rerun_from=prepared.from_phase,
+            )
+        ]
+    )
+    tasks: list[PlannedTask] = []
+    notes: list[str] = []
+    guessed: set[str] = set()  # roles whose values are the source's, though they run again
+    source_branches = source.branches
+    for _ in range(MAX_STEPS):
+        for decision in settle(pipeline, state, 0.0):
+            event = decision.event
+            if isinstance(event, ev.BranchTaken):
+                notes += _branch_notes(event, guessed, source_branches, source.run_id)
+            elif decision.rule is RuleName.BRANCH_ERROR:
+                notes.append(f"cannot foresee beyond this point: {decision.why}")
+        pending = state.in_flight()
+        if not pending:
+            if state.status is RunStatus.PAUSED:
+                where = state.current.phase if state.current else "?"
+                notes.append(f"pauses for approval after phase {where!r}")
+                apply(state, ev.Approved(at=0.0))
+                continue
+            break
+        for task in pending:
+            current = reuser.fingerprint(state, task)
+            candidate = source.state.tasks.get(task.task_id)
+            verdict = judge(
+                state,
+                task,
+                current,
+                candidate,
+                source_run=source.run_id,
+                candidate_parts=source.parts.get(task.task_id),
+            )
+            if verdict.reuse and candidate is not None and not _intact(reuser, source, candidate):
+                verdict = ReuseVerdict(
+                    reuse=False,
+                    reason=verdict.reason,
+                    why=f"runs: {candidate.artifact} of {source.run_id} is gone or damaged",
+                )
+            tasks.append(
+                PlannedTask(
+                    task_id=task.task_id,
+                    phase=task.phase,
+                    reuse=verdict.reuse,
+                    why=verdict.why,
+                    changed=list(verdict.changed),
+                )
+            )
+            apply(state, _outcome(task.task_id, task.attempt, verdict, candidate, source.run_id))
+            if not verdict.reuse and pipeline.worker(task.role).extract:
+                guessed.add(task.role)
+    if state.status is RunStatus.FAILED and state.failure:
+        notes.append(f"the plan ends failed: {state.failure}")
+    return Plan(source=source.run_id, tasks=tasks, notes=notes)
+
+
+def _outcome(
+    task_id: str, attempt: int, verdict: ReuseVerdict, candidate: Any, source_run: str
+) -> ev.Event:
+    values = dict(candidate.values) if candidate is not None else {}
+    if verdict.reuse:
+        return ev.TaskReused(
+            at=0.0,
+            task_id=task_id,
+            attempt=attempt,
+            source_run=source_run,
+            source_task=task_id,
+            artifact=candidate.artifact,
+            sha256=candidate.sha256,
+            size=candidate.size or 0,
+            values=values,
+        )
+    # A hash no real output has: whatever reads this output is planned to run as well.
+    unknown = hashlib.sha256(f"dry-run/{task_id}".encode()).hexdigest()
+    return ev.TaskCompleted(
+        at=0.0,
+        task_id=task_id,
+        attempt=attempt,
+        artifact=candidate.artifact if candidate is not None and candidate.artifact else "",
+        sha256=unknown,
+        size=0,
+        values=values,
+    )
+
+
+def _branch_notes(
+    event: ev.BranchTaken,
+    guessed: set[str],
+    source_branches: dict[tuple[str, int], str],
+    source_run: str,
+) -> list[str]:
+    notes = []
+    before = source_branches.get((event.phase, event.visit))
+    if before is not None and before != event.goto:
+        notes.append(
+            f"after phase {event.phase!r} (visit {event.visit}) the rerun goes to "
+            f"{event.goto!r}, where run {source_run} went to {before!r}"
+        )
+    if event.condition and guessed:
+        roles = ", ".join(sorted(guessed))
+        notes.append(
+            f"after phase {event.phase!r} (visit {event.visit}): rule {event.rule} "
+            f"({event.condition}) may decide otherwise when it runs, since values of "
+            f"{roles} are computed again (planned with run {source_run}'s)"
+        )
+    return notes
+
+
+def dry_run(orchestrator: Orchestrator, request: RerunRequest) -> Plan:
+    """Check a rerun request and plan it (raises UsageError like a real rerun would)."""
+    prepared = prepare(orchestrator.store, orchestrator, request)
+    definition = prepared.definition
+    reuser = Reuser(
+        store=orchestrator.store,
+        home=orchestrator.home,
+        models=orchestrator.models,
+        definition=definition,
+        workflow_dir=Path(definition.source).parent.absolute() if definition.source else None,
+    )
+    source = SourceRun.load(orchestrator.store, orchestrator.home, prepared.source)
+    return plan(prepared, reuser, source)
+
+
+def _intact(reuser: Reuser, source: SourceRun, candidate: Any) -> bool:
+    return reuser.body(source.run_dir, candidate) is not None

@@ -1,0 +1,106 @@
+"""The iteration commands of the real `interlock` CLI: rerun, rerun --dry-run, diff."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+PIPELINE = """
+demo:
+  phases:
+    - id: collect
+      workers:
+        - role: a
+          command: ["sh", "-c", "echo A-$$ > {output}"]
+        - role: b
+          command: ["sh", "-c", "echo B > {output}"]
+    - id: synth
+      pause_after: PAUSE
+      workers:
+        - role: s
+          final: true
+          reads: [a.md, b.md]
+          command: ["sh", "-c", "cat $0 $1 > $2", "{input:a.md}", "{input:b.md}", "{output}"]
+"""
+
+
+def cli(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run the CLI; it never prints a traceback."""
+    result = subprocess.run(
+        [sys.executable, "-m", "interlock", *args],
+        env=env, capture_output=True, text=True, timeout=timeout, check=False,
+    )  # fmt: skip
+    assert "Traceback" not in result.stderr + result.stdout, result.stderr
+    return result
+
+
+def started(result: subprocess.CompletedProcess[str]) -> str:
+    """The run id a run or rerun printed."""
+    return next(line.split()[1] for line in result.stderr.splitlines() if line.startswith("run "))
+
+
+def workflow(tmp_path: Path, pause: bool = False) -> Path:
+    """The demo pipeline in a file."""
+    path = tmp_path / "demo.yaml"
+    path.write_text(PIPELINE.replace("PAUSE", "true" if pause else "false"))
+    return path
+
+
+def test_rerun_drives_in_the_foreground_with_runs_exit_codes(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`rerun --from synth` delivers (exit 0), and `status` says what it was a rerun of."""
+    source = started(cli(cli_env, "run", str(workflow(tmp_path)), "demo", "-t", "x"))
+    result = cli(cli_env, "rerun", source, "--from", "synth")
+    assert result.returncode == 0, result.stderr
+    assert "delivered:" in result.stdout
+    new = started(result)
+    status = cli(cli_env, "status", new)
+    assert f"rerun of {source}" in status.stdout and "reused" in status.stdout
+    ledger = json.loads(cli(cli_env, "ledger", new).stdout)
+    assert [t["status"] for t in ledger["tasks"]] == ["REUSED", "REUSED", "COMPLETE"]
+    explain = cli(cli_env, "explain", new).stdout
+    assert f"same fingerprint as a@1 of {source}" in explain
+
+
+def test_dry_run_prints_reuse_or_run_per_task_and_records_nothing(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """--dry-run names each task's fate and the part that changed; no run is added."""
+    source = started(cli(cli_env, "run", str(workflow(tmp_path)), "demo", "-t", "x"))
+    edited = tmp_path / "edited.yaml"
+    edited.write_text(workflow(tmp_path).read_text().replace("echo B", "echo BB"))
+    result = cli(cli_env, "rerun", source, "--workflow", str(edited), "--dry-run")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("reuse a@1")
+    assert lines[1].startswith("run   b@1") and "the worker's definition" in lines[1]
+    assert lines[2].startswith("run   s@1") and "an input file it reads" in lines[2]
+    assert "1 task(s) reused, 2 to run" in lines[-1]
+    plan = json.loads(
+        cli(cli_env, "rerun", source, "--from", "synth", "--dry-run", "--json").stdout
+    )
+    assert [t["action"] for t in plan["tasks"]] == ["reuse", "reuse", "run"]
+    runs = json.loads(cli(cli_env, "runs", "--json").stdout)
+    assert [r["run_id"] for r in runs] == [source]
+
+
+def test_bad_reruns_exit_2_with_the_fix(cli_env: dict[str, str], tmp_path: Path) -> None:
+    """An unknown phase, an unknown run and a paused source are refused, changing nothing."""
+    paused = cli(cli_env, "run", str(workflow(tmp_path, pause=True)), "demo", "-t", "x")
+    assert paused.returncode == 3
+    source = started(paused)
+    result = cli(cli_env, "rerun", source)
+    assert result.returncode == 2 and "still paused" in result.stderr
+    assert f"interlock cancel {source}" in result.stderr
+    cli(cli_env, "cancel", source)
+    result = cli(cli_env, "rerun", source, "--from", "nope")
+    assert result.returncode == 2 and "its phases are collect, synth" in result.stderr
+    result = cli(cli_env, "rerun", "no-such-run")
+    assert result.returncode == 2 and "no run matches" in result.stderr
+    result = cli(cli_env, "rerun", source, "--workflow", str(tmp_path / "missing.yaml"))
+    assert result.returncode == 2 and "no such workflow file" in result.stderr
+    runs = json.loads(cli(cli_env, "runs", "--json").stdout)
+    assert len(runs) == 1
