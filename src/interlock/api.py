@@ -23,6 +23,7 @@ from interlock.core.state import RunState, RunStatus, fold
 from interlock.errors import InterlockError, RunNotFound, UsageError
 from interlock.providers import aclose_providers
 from interlock.runtime import rerun, rerun_plan
+from interlock.runtime.diff import RunDiff, compare
 from interlock.runtime.home import Home, check_run_id
 from interlock.runtime.models import ModelRunner
 from interlock.runtime.orchestrator import Orchestrator, Settings
@@ -188,6 +189,11 @@ class Interlock:
             inputs=inputs,
         )
         return rerun_plan.dry_run(self.orchestrator, request)
+
+    def diff(self, a: str, b: str, *, outputs: bool = False) -> RunDiff:
+        """How run `b` differs from run `a`: tasks, outputs, values, cost and decisions
+        (`outputs`: with a unified diff of each changed output's text)."""
+        return compare(self.store, self.home, self.resolve(a), self.resolve(b), outputs=outputs)
 
     def resume(self, run_id: str) -> RunState:
         """Drive an existing run again (after a crash, an interrupt or an approval)."""

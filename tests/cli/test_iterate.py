@@ -104,3 +104,25 @@ def test_bad_reruns_exit_2_with_the_fix(cli_env: dict[str, str], tmp_path: Path)
     assert result.returncode == 2 and "no such workflow file" in result.stderr
     runs = json.loads(cli(cli_env, "runs", "--json").stdout)
     assert len(runs) == 1
+
+
+def test_diff_prints_a_task_table_and_output_diffs(cli_env: dict[str, str], tmp_path: Path) -> None:
+    """`diff A B --outputs` lists each task's fate in both runs and a unified diff of the
+    changed output; unknown runs exit 2."""
+    source = started(cli(cli_env, "run", str(workflow(tmp_path)), "demo", "-t", "x"))
+    edited = tmp_path / "edited.yaml"
+    edited.write_text(workflow(tmp_path).read_text().replace("echo B", "echo BB"))
+    new = started(cli(cli_env, "rerun", source, "--workflow", str(edited)))
+    result = cli(cli_env, "diff", source, new, "--outputs")
+    assert result.returncode == 0, result.stderr
+    rows = {
+        line.split()[0]: line.split()[1:4]
+        for line in result.stdout.splitlines()[2:]
+        if "@" in line[:6]
+    }
+    assert rows["a@1"] == ["ran", "reused", "same"]
+    assert rows["b@1"] == ["ran", "ran", "changed"]
+    assert "-B\n+BB" in result.stdout
+    data = json.loads(cli(cli_env, "diff", source, new, "--json").stdout)
+    assert data["runs"]["rerun_of"] == [None, source]
+    assert cli(cli_env, "diff", source, "nope").returncode == 2

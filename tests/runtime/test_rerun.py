@@ -176,3 +176,65 @@ def test_a_source_without_fingerprints_runs_every_task(
     new = app.rerun(first.run_id)
     assert app.drive(new).status is RunStatus.DELIVERED
     assert calls(workflow) == ["a", "b", "s"]
+
+
+BRANCHING = """
+demo:
+  phases:
+    - id: score
+      workers:
+        - role: a
+          command: ["sh", "-c", "echo '{\\"score\\": SCORE}' > {output}"]
+          extract: {score: {json: score, type: number}}
+      next:
+        - {if: "a.score > 2", goto: high}
+        - {goto: low}
+    - id: low
+      workers:
+        - {role: l, command: ["sh", "-c", "echo low > {output}"]}
+      next:
+        - {goto: high}
+    - id: high
+      workers:
+        - {role: h, final: true, reads: ["a.md"], command: ["sh", "-c", "echo high > {output}"]}
+"""
+
+
+def test_diff_shows_tasks_values_outputs_and_the_rule_that_fired_differently(
+    app: Interlock, write_workflow: WriteWorkflow, tmp_path: Path
+) -> None:
+    """Two runs whose first output differs: the diff names the changed value, the output
+    text, the branch each took by which rule, and the task only one of them ran."""
+    first = app.run(write_workflow(BRANCHING.replace("SCORE", "3")), "demo", topic="t")
+    edited = tmp_path / "edited.yaml"
+    edited.write_text(BRANCHING.replace("SCORE", "1"))
+    second = app.drive(app.rerun(first.run_id, workflow=edited))
+    result = app.diff(first.run_id, second.run_id, outputs=True)
+    rows = {t.task_id: t for t in result.tasks}
+    assert (rows["a@1"].a, rows["a@1"].b, rows["a@1"].output) == ("ran", "ran", "changed")
+    assert rows["a@1"].values == {"score": [3, 1]}
+    assert '-{"score": 3}' in rows["a@1"].text_diff
+    assert (rows["l@1"].a, rows["l@1"].b) == ("-", "ran")
+    assert result.decisions == [
+        "after phase 'score' (visit 1): A went to 'high' by rule 1 (a.score > 2); "
+        "B went to 'low' by rule 2 (always)",
+        "after phase 'low' (visit 1): A never got there; B went to 'high' by rule 1 (always)",
+    ]
+    assert result.header["rerun_of"] == [None, first.run_id]
+
+
+def test_diff_of_a_rerun_shows_what_was_reused(
+    app: Interlock, write_workflow: WriteWorkflow
+) -> None:
+    """A rerun from the last phase compares as reused / reused / ran (and s, rebuilt from the
+    same inputs, came out the same)."""
+    workflow = write_workflow(PIPELINE)
+    first = app.run(workflow, "demo", topic="t")
+    second = app.drive(app.rerun(first.run_id, from_phase="synth"))
+    result = app.diff(first.run_id, second.run_id)
+    assert [(t.task_id, t.a, t.b, t.output) for t in result.tasks] == [
+        ("a@1", "ran", "reused", "same"),
+        ("b@1", "ran", "reused", "same"),
+        ("s@1", "ran", "ran", "same"),
+    ]
+    assert result.decisions == []

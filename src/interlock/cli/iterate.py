@@ -7,6 +7,7 @@ import sys
 
 import click
 from rich.markup import escape
+from rich.table import Table
 
 from interlock.cli.base import (
     Ctx,
@@ -17,6 +18,7 @@ from interlock.cli.base import (
     parse_inputs,
     pass_ctx,
 )
+from interlock.cli.display import styled
 
 
 @click.command()
@@ -78,4 +80,43 @@ def rerun(
     sys.exit(drive_in_foreground(app, new))
 
 
-COMMANDS = [rerun]
+@click.command()
+@click.argument("run_a")
+@click.argument("run_b")
+@click.option("--outputs", is_flag=True, help="Show a unified diff of each changed output.")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@pass_ctx
+@handle_errors
+def diff(ctx: Ctx, run_a: str, run_b: str, outputs: bool, as_json: bool) -> None:
+    """Compare two runs: per task reused / ran / only in one, outputs, values, cost, and the
+    decisions that went differently."""
+    result = ctx.app.diff(run_a, run_b, outputs=outputs)
+    if as_json:
+        click.echo(json.dumps(result.as_dict(), indent=2))
+        return
+    out.print(f"A {result.a}\nB {result.b}")
+    for name, (a, b) in result.header.items():
+        out.print(f"  {name}: {a} -> {b}")
+    table = Table(box=None, padding=(0, 2))
+    for column in ("task", "A", "B", "output", "cost A", "cost B", "values that differ"):
+        table.add_column(column)
+    for task in result.tasks:
+        values = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in task.values.items())
+        table.add_row(
+            task.task_id,
+            styled(task.a),
+            styled(task.b),
+            task.output,
+            f"${task.cost[0]:.4f}",
+            f"${task.cost[1]:.4f}",
+            values,
+        )
+    out.print(table)
+    for line in result.decisions or ["decisions: the same"]:
+        out.print(line)
+    for task in result.tasks:
+        if task.text_diff:
+            click.echo(task.text_diff, nl=not task.text_diff.endswith("\n"))
+
+
+COMMANDS = [rerun, diff]
