@@ -15,7 +15,8 @@ from tests.distributed.helpers import REDIS, Processes, check_histories, statuse
 from tests.distributed.test_fleet import submit_many
 
 from interlock.distributed.queue import TaskQueue
-from interlock.distributed.redis_streams import RedisStreams, StreamSource
+from interlock.distributed.redis_streams import RedisStreams
+from interlock.distributed.stream_source import StreamSource
 from interlock.storage.postgres import PostgresStore
 
 pytestmark = pytest.mark.slow

@@ -68,7 +68,8 @@ def run_worker(
     name = f"worker:{new_owner()}"
     source: ClaimSource | None = None
     if redis_url:
-        from interlock.distributed.redis_streams import RedisStreams, StreamSource
+        from interlock.distributed.redis_streams import RedisStreams
+        from interlock.distributed.stream_source import StreamSource
 
         source = StreamSource(RedisStreams(redis_url), TaskQueue(store), min_idle=lease_ttl)
     worker = RemoteWorker(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -63,6 +64,9 @@ class QueueDispatcher:
         self.priorities = priorities or {}
         self.transport = transport
         self.watcher = Watcher(queue, poll=poll)
+        self._unannounced: set[int] = set()  # queued entries the transport did not take
+        self._transport_away_since: float | None = None
+        self._retry_at = 0.0
         self._materialised: weakref.WeakValueDictionary[str, RunDriver] = (
             weakref.WeakValueDictionary()
         )
@@ -123,6 +127,9 @@ class QueueDispatcher:
             log.exception(
                 "task %s could not be dispatched", task_id, extra={"run_id": driver.run_id}
             )
+            if entry_id is not None:  # the failed attempt's entry must not wait for ever
+                with contextlib.suppress(Exception):
+                    await asyncio.to_thread(self.queue.cancel, driver.run_id, task_id, attempt)
             failed = ev.TaskFailed(
                 at=clock(),
                 task_id=task_id,
@@ -133,6 +140,7 @@ class QueueDispatcher:
         finally:
             if entry_id is not None:
                 self.watcher.unwatch(entry_id)
+                self._unannounced.discard(entry_id)
             if driver.handles.get(task_id) is asyncio.current_task():
                 del driver.handles[task_id]
 
@@ -143,9 +151,42 @@ class QueueDispatcher:
 
     def _enqueue(self, fields: dict[str, Any]) -> tuple[int, str]:
         entry_id, state = self.queue.enqueue(**fields)
-        if self.transport is not None and state == "queued":
-            self.transport.announce(entry_id)
+        if state == "queued":
+            self._announce(entry_id)
         return entry_id, state
+
+    def _announce(self, entry_id: int) -> bool:
+        """Announce a queued entry on the transport; False when it cannot be now.
+
+        The entry is in the queue table either way: workers take it from there while the
+        transport is away, and it is announced again once it is back. A transport outage
+        is never a task failure."""
+        if self.transport is None:
+            return True
+        if self._transport_away_since is not None and time.monotonic() < self._retry_at:
+            self._unannounced.add(entry_id)  # away: one try a second, not one per entry
+            return False
+        try:
+            self.transport.announce(entry_id)
+        except Exception as exc:
+            self._unannounced.add(entry_id)
+            self._retry_at = time.monotonic() + 1.0
+            if self._transport_away_since is None:
+                self._transport_away_since = time.monotonic()
+                log.warning(
+                    "cannot announce tasks (%s); workers take them from the queue table",
+                    exc,
+                    extra={"action": "transport_down"},
+                )
+            return False
+        self._unannounced.discard(entry_id)
+        if self._transport_away_since is not None:
+            away = time.monotonic() - self._transport_away_since
+            self._transport_away_since = None
+            log.warning(
+                "announcing tasks again after %.1fs", away, extra={"action": "transport_up"}
+            )
+        return True
 
     async def _wait(
         self,
@@ -178,6 +219,8 @@ class QueueDispatcher:
             if state == "claimed" and not started:
                 started = True
                 self._started(orchestrator, driver, fields, worker)
+            elif state == "queued" and entry_id in self._unannounced:
+                await asyncio.to_thread(self._announce, entry_id)
             elif state == "cancelled":
                 # Withdrawn by an orchestrator that let go of the run: we want it again.
                 _, again = await asyncio.to_thread(self._enqueue, fields)

@@ -93,14 +93,21 @@ class Fleet:
         """Now and then, drop queue entries of ended runs (see `TaskQueue.prune`), so that
         the queue holds live work, not the whole past."""
         now = asyncio.get_running_loop().time()
-        if self.queue_retention is None or now - self._pruned_at < PRUNE_EVERY:
+        if now - self._pruned_at < PRUNE_EVERY:
             return
         self._pruned_at = now
+        queue, pruned = self.dispatcher.queue, 0
         try:
-            pruned = await asyncio.to_thread(self.dispatcher.queue.prune, self.queue_retention)
+            # Entries left queued for runs that ended (an attempt failed while dispatching)
+            # are withdrawn first, so that they are pruned like any other.
+            withdrawn = await asyncio.to_thread(queue.withdraw_ended)
+            if self.queue_retention is not None:
+                pruned = await asyncio.to_thread(queue.prune, self.queue_retention)
         except InterlockError as exc:
             log.warning("cannot prune the queue: %s", exc)
             return
+        if withdrawn:
+            log.info("withdrew %d queued entries of ended runs", withdrawn)
         if pruned:
             log.info("pruned %d finished queue entries of ended runs", pruned)
 

@@ -159,14 +159,16 @@ class TaskQueue:
         ttl: float,
         limit: int,
         only: int | None = None,
+        older: float | None = None,
     ) -> list[Claim]:
         """Take up to `limit` of the best queued entries this worker can run, honouring the
         concurrency limits (fewer, or none, when there are fewer to take now).
 
         Entries whose scopes have no limit (the usual case) are claimed by one statement; if
         some of the best are under a limit, one more is claimed by a transaction that counts
-        under the limit's lock."""
-        args = {"kinds": list(kinds), "tags": list(tags), "only": only}
+        under the limit's lock. With `older`, only entries that have waited that many
+        seconds since they were queued or last handed out (stragglers) are taken."""
+        args = {"kinds": list(kinds), "tags": list(tags), "only": only, "older": older}
         fast = {**args, "worker": worker, "ttl": ttl, "n": max(1, limit)}
         rows = self.store.single(lambda db: db.execute(Q["claim_free"], fast).fetchall())
         claims = [_claim(entry_id, got) for entry_id, limited, *got in rows if not limited]
@@ -255,6 +257,15 @@ class TaskQueue:
             return touched
 
         return self.store.retrying(sweep)
+
+    def queued_ids(self, limit: int = 100_000) -> list[int]:
+        """Ids of the entries waiting for a worker, best first."""
+        rows = self.store.single(lambda db: db.execute(Q["queued_ids"], (limit,)).fetchall())
+        return [int(r[0]) for r in rows]
+
+    def withdraw_ended(self) -> int:
+        """Cancel entries still queued for runs that have ended; returns how many."""
+        return self.store.single(lambda db: db.execute(Q["withdraw_ended"]).rowcount)
 
     def prune(self, keep: float, *, limit: int = 10_000) -> int:
         """Delete up to `limit` entries of ended runs finished more than `keep` seconds ago

@@ -45,8 +45,8 @@ UPDATE task_queue SET state = 'done', worker = NULL, lease_expires = NULL, resul
 WHERE id = %s AND delivery = %s AND state = 'claimed';
 
 -- name: claim_free
--- The best %(n)s queued entries this worker can run, claimed and announced in one statement,
--- those none of whose scopes has a limit. An entry under a limit is only named (`limited`):
+-- The best %(n)s queued entries this worker can run (waiting at least %(older)s seconds when
+-- given), claimed and announced in one statement, those none of whose scopes has a limit. An entry under a limit is only named (`limited`):
 -- claiming it means counting under the limit's lock, in a transaction (`candidates` ..
 -- `claim`).
 WITH pick AS (
@@ -55,6 +55,8 @@ WITH pick AS (
     FROM task_queue q
     WHERE state = 'queued' AND kind = ANY(%(kinds)s) AND tags <@ %(tags)s
       AND (%(only)s::bigint IS NULL OR id = %(only)s::bigint)
+      AND (%(older)s::float8 IS NULL
+           OR coalesce(claimed_at, created_at) < extract(epoch FROM clock_timestamp()) - %(older)s)
       AND NOT EXISTS (
           SELECT 1 FROM queue_limits l
           WHERE l.scope = ANY(q.scopes)
@@ -94,10 +96,23 @@ WITH gone AS (
 )
 DELETE FROM task_queue t USING gone WHERE t.id = gone.id;
 
+-- name: queued_ids
+-- Entries waiting for a worker, best first (announced again after a transport lost them).
+SELECT id FROM task_queue WHERE state = 'queued' ORDER BY priority DESC, id LIMIT %s;
+
+-- name: withdraw_ended
+-- Entries still queued for runs that have ended: nobody will ever want them.
+UPDATE task_queue q SET state = 'cancelled', finished_at = extract(epoch FROM clock_timestamp())
+FROM runs r
+WHERE r.run_id = q.run_id AND q.state = 'queued'
+  AND r.status IN ('delivered', 'failed', 'cancelled');
+
 -- name: candidates
 SELECT id, scopes FROM task_queue q
 WHERE state = 'queued' AND kind = ANY(%(kinds)s) AND tags <@ %(tags)s
   AND (%(only)s::bigint IS NULL OR id = %(only)s::bigint)
+  AND (%(older)s::float8 IS NULL
+       OR coalesce(claimed_at, created_at) < extract(epoch FROM clock_timestamp()) - %(older)s)
   AND NOT EXISTS (
       SELECT 1 FROM queue_limits l
       WHERE l.scope = ANY(q.scopes)
