@@ -23,6 +23,7 @@ from interlock.server.run import bind, uvicorn_config
 
 SECRET = "test-secret-of-enough-length-for-hs256"
 GATE = threading.Event()  # released by a test to let `gated` workers finish
+HOLD = threading.Event()  # released by a test to let `held` drafts finish
 
 
 def _slow(context: TaskContext) -> str:
@@ -37,6 +38,12 @@ async def _gated(context: TaskContext) -> str:
     return f"{context.spec.worker.role} done"
 
 
+async def _held(context: TaskContext) -> str:
+    while not HOLD.is_set():
+        await asyncio.sleep(0.02)
+    return f"# {context.spec.worker.role}\n\nHeld notes on **{context.topic}**.\n"
+
+
 def _many(context: TaskContext) -> str:
     return f"{context.spec.task_id} ok"
 
@@ -47,6 +54,7 @@ def _edit(context: TaskContext) -> str:
 
 register("srv.slow", _slow)
 register("srv.gated", _gated)
+register("srv.held", _held)
 register("srv.many", _many)
 register("srv.edit", _edit)
 
@@ -79,6 +87,16 @@ wide:
     - id: join
       workers:
         - {role: joiner, call: srv.many, final: true}
+held:
+  description: a draft that waits for the test, a pause, then an edit
+  phases:
+    - id: draft
+      pause_after: true
+      workers:
+        - {role: drafter, call: srv.held, output: draft.md}
+    - id: edit
+      workers:
+        - {role: editor, call: srv.edit, reads: [draft.md], final: true}
 gated:
   phases:
     - id: wait

@@ -6,6 +6,14 @@ const conn = document.getElementById("conn");
 let token = sessionStorage.getItem("interlock-token") || "";
 let socket = null;
 let page = { name: null };
+let me = { scopes: [], auth: false };  // who the token names; buttons follow its scopes
+const NO_OPERATE = "your token has the read scope only: acting needs the operate scope";
+
+function can(scope) { return me.scopes.includes(scope); }
+
+async function loadMe() {
+  try { me = await api("/api/me"); } catch (error) { me = { scopes: [], auth: true }; }
+}
 
 function toast(text, error = false) {
   const box = document.getElementById("toast");
@@ -75,7 +83,7 @@ async function runsPage() {
       h("option", { value: s, selected: s === page.filter }, s || "all statuses")));
   const pipeline = h("select", { id: "start-pipeline" });
   const topic = h("input", { id: "start-topic", placeholder: "topic", size: 36 });
-  const start = h("button", { type: "submit" }, "Start run");
+  const start = h("button", { type: "submit", disabled: !can("operate"), title: can("operate") ? null : NO_OPERATE }, "Start run");
   const form = h("form", { class: "toolbar", onsubmit: startRun }, pipeline, topic, start);
   view.replaceChildren(
     h("div", { class: "toolbar" }, h("h1", {}, "Runs"), h("span", { class: "spacer" }), status),
@@ -87,6 +95,7 @@ async function runsPage() {
   api("/api/workflows").then((list) => {
     pipeline.replaceChildren(...list.map((w) => h("option", { value: w.pipeline }, w.pipeline)));
     if (!list.length) { start.disabled = true; pipeline.append(h("option", {}, "no workflows registered")); }
+    else start.disabled = !can("operate");
   }).catch(() => {});
   await loadRuns();
   let since = null;
@@ -132,9 +141,11 @@ async function startRun(event) {
 // -- one run -----------------------------------------------------------------------------
 
 async function runPage(runId) {
-  page = { name: "run", runId, lastSeq: 0, events: [], output: null, streams: {} };
+  page = { name: "run", runId, lastSeq: 0, events: [], output: null, streams: {}, note: "", toastAfter: 0 };
   view.replaceChildren(h("div", { class: "empty" }, "Loading…"));
   try { await loadRun(); } catch (error) { view.replaceChildren(h("div", { class: "panel" }, error.message)); return; }
+  // Only what happens from now on pops up: the history replayed below is old news.
+  page.toastAfter = page.run.last_seq;
   live(`/ws/runs/${runId}`, () => page.lastSeq, (message) => {
     if (page.name !== "run" || page.runId !== runId) return;
     if (message.type === "token") {
@@ -147,7 +158,7 @@ async function runPage(runId) {
     page.events.push(message);
     if (message.data && message.data.task_id) delete page.streams[message.data.task_id];
     appendTrace(message, true);
-    if (message.notification) toast(message.notification.title);
+    if (message.notification && message.seq > page.toastAfter) toast(message.notification.title);
     clearTimeout(page.timer);
     page.timer = setTimeout(refreshRun, 120);
   });
@@ -165,9 +176,14 @@ async function refreshRun() {
 
 function drawRun() {
   const run = page.run;
-  const message = h("input", { id: "note", placeholder: "message (optional)", size: 28 });
-  const approve = h("button", { class: "ok", id: "approve", disabled: run.status !== "paused", onclick: () => act("approve") }, "Approve");
-  const cancel = h("button", { class: "danger", id: "cancel", disabled: ["delivered", "failed", "cancelled"].includes(run.status), onclick: () => act("cancel") }, "Cancel");
+  // The note survives redraws (a redraw happens exactly when the run pauses), focus included.
+  const old = document.getElementById("note");
+  const typing = old && document.activeElement === old ? [old.selectionStart, old.selectionEnd] : null;
+  const message = h("input", { id: "note", placeholder: "message (optional)", size: 28, value: page.note,
+    disabled: !can("operate"), oninput: (e) => { page.note = e.target.value; } });
+  const denied = can("operate") ? null : NO_OPERATE;
+  const approve = h("button", { class: "ok", id: "approve", title: denied, disabled: !can("operate") || run.status !== "paused", onclick: () => act("approve") }, "Approve");
+  const cancel = h("button", { class: "danger", id: "cancel", title: denied, disabled: !can("operate") || ["delivered", "failed", "cancelled"].includes(run.status), onclick: () => act("cancel") }, "Cancel");
   const bar = h("div"); bar.style.width = `${Math.round(run.progress * 100)}%`;
   const head = h("div", { class: "panel" }, h("div", { class: "head" },
     h("div", { class: "meta" },
@@ -195,6 +211,8 @@ function drawRun() {
         h("div", { class: "scroll", id: "trace-box" }, h("table", { class: "trace" }, h("tbody", { id: "trace" })))))].filter(Boolean));
   if (!page.events.length) loadTrace(); else page.events.forEach((m) => appendTrace(m, false));
   drawStreams();
+  const note = document.getElementById("note");
+  if (note && typing) { note.focus(); note.setSelectionRange(typing[0], typing[1]); }
 }
 
 function stat(value, label) { return h("div", { class: "stat" }, h("b", {}, value), h("span", {}, label)); }
@@ -227,9 +245,28 @@ function loadOutput(name) {
   const path = `/api/runs/${page.runId}/outputs/${encodeURIComponent(name)}`;
   api(path).then((text) => {
     const box = document.getElementById("output");
-    if (box) box.replaceChildren(markdown(String(text)), h("a", { href: `${path}?download=1`, download: name }, "download"));
+    if (box) box.replaceChildren(markdown(String(text)), h("a", { id: "download", href: `${path}?download=1`, download: name,
+      onclick: (e) => { e.preventDefault(); download(path, name); } }, "download"));
   }).catch((error) => toast(error.message, true));
   return null;
+}
+
+// Fetched with the token in its header (a plain link would go without it), saved from memory.
+async function download(path, name) {
+  try {
+    const response = await fetch(`${path}?download=1`, { headers: token ? { Authorization: `Bearer ${token}` } : {} });
+    if (response.status === 401) askToken();
+    if (!response.ok) {
+      const body = await response.json().catch(() => ({}));
+      throw new Error(body.error ? body.error.message : `HTTP ${response.status}`);
+    }
+    const url = URL.createObjectURL(await response.blob());
+    const link = h("a", { href: url, download: name, hidden: true });
+    document.body.append(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60000);
+  } catch (error) { toast(error.message, true); }
 }
 
 function drawStreams() {
@@ -261,11 +298,14 @@ async function act(kind) {
   const body = JSON.stringify({ message: note ? note.value : "" });
   try {
     await api(`/api/runs/${page.runId}/${kind}`, { method: "POST", body });
+    page.note = "";
+    if (note) note.value = "";
     toast(kind === "approve" ? "Approval sent" : "Cancellation sent");
   } catch (error) { toast(error.message, true); }
 }
 
-function route() {
+async function route() {
+  await loadMe();
   const match = location.hash.match(/^#\/runs\/([a-z0-9-]+)$/);
   if (match) runPage(match[1]); else runsPage();
 }
