@@ -1,25 +1,34 @@
 """interlock: deterministic, crash-safe orchestration for multi-agent pipelines.
 
 The public surface is re-exported here; everything else is internal and may change.
+
+Importing the package is cheap: each name is imported from its module on first use, so the
+command line starts quickly and `import interlock` does not load the whole runtime.
 """
 
-from interlock.api import Interlock
-from interlock.core.decide import Decision, RuleName, decide, next_wake, settle
-from interlock.core.events import Event
-from interlock.core.loader import Definition, Workflow, load_workflow, parse_workflow
-from interlock.core.state import RunState, RunStatus, TaskStatus, fold
-from interlock.core.workflow import Extract, ForEach, Phase, Pipeline, Rule, Worker
-from interlock.errors import (
-    ExitCode,
-    InterlockError,
-    LeaseHeld,
-    LeaseLost,
-    RunNotFound,
-    StorageError,
-    UsageError,
-    WorkflowError,
-)
-from interlock.runtime.executors import TaskContext, register
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from interlock.api import Interlock
+    from interlock.core.decide import Decision, RuleName, decide, next_wake, settle
+    from interlock.core.events import Event
+    from interlock.core.loader import Definition, Workflow, load_workflow, parse_workflow
+    from interlock.core.state import RunState, RunStatus, TaskStatus, fold
+    from interlock.core.workflow import Extract, ForEach, Phase, Pipeline, Rule, Worker
+    from interlock.errors import (
+        ExitCode,
+        InterlockError,
+        LeaseHeld,
+        LeaseLost,
+        RunNotFound,
+        StorageError,
+        UsageError,
+        WorkflowError,
+    )
+    from interlock.runtime.executors import TaskContext, register
 
 __all__ = [
     "Decision",
@@ -54,3 +63,51 @@ __all__ = [
     "register",
     "settle",
 ]
+
+_EXPORTS = {
+    "Decision": "interlock.core.decide",
+    "Definition": "interlock.core.loader",
+    "Event": "interlock.core.events",
+    "ExitCode": "interlock.errors",
+    "Extract": "interlock.core.workflow",
+    "ForEach": "interlock.core.workflow",
+    "Interlock": "interlock.api",
+    "InterlockError": "interlock.errors",
+    "LeaseHeld": "interlock.errors",
+    "LeaseLost": "interlock.errors",
+    "Phase": "interlock.core.workflow",
+    "Pipeline": "interlock.core.workflow",
+    "Rule": "interlock.core.workflow",
+    "RuleName": "interlock.core.decide",
+    "RunNotFound": "interlock.errors",
+    "RunState": "interlock.core.state",
+    "RunStatus": "interlock.core.state",
+    "StorageError": "interlock.errors",
+    "TaskContext": "interlock.runtime.executors",
+    "TaskStatus": "interlock.core.state",
+    "UsageError": "interlock.errors",
+    "Worker": "interlock.core.workflow",
+    "Workflow": "interlock.core.loader",
+    "WorkflowError": "interlock.errors",
+    "decide": "interlock.core.decide",
+    "fold": "interlock.core.state",
+    "load_workflow": "interlock.core.loader",
+    "next_wake": "interlock.core.decide",
+    "parse_workflow": "interlock.core.loader",
+    "register": "interlock.runtime.executors",
+    "settle": "interlock.core.decide",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name from its module on first use."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'interlock' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

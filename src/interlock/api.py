@@ -15,21 +15,22 @@ import getpass
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from interlock.core.loader import Definition, Workflow, load_workflow
 from interlock.core.observe import CommandKind
 from interlock.core.state import RunState, RunStatus, fold
 from interlock.errors import InterlockError, RunNotFound, UsageError
-from interlock.providers import aclose_providers
-from interlock.runtime import rerun, rerun_plan
 from interlock.runtime.diff import RunDiff, compare
 from interlock.runtime.home import Home, check_run_id
-from interlock.runtime.models import ModelRunner
-from interlock.runtime.orchestrator import Orchestrator, Settings
-from interlock.runtime.projection import ledger_view, status_view
-from interlock.runtime.rerun_plan import Plan
 from interlock.storage import Store, StoredEvent, open_store
+
+# The engine, the runtime and the model clients are imported when first needed: reading a
+# run (`interlock runs`, `status`) should not pay for loading what drives one.
+if TYPE_CHECKING:
+    from interlock.core.loader import Definition, Workflow
+    from interlock.runtime.models import ModelRunner
+    from interlock.runtime.orchestrator import Orchestrator, Settings
+    from interlock.runtime.rerun_plan import Plan
 
 ENDED = ("delivered", "failed", "cancelled")
 
@@ -54,7 +55,11 @@ class Interlock:
             self.store: Store = open_store(store, self.home.root, **options)
         else:
             self.store = store
-        self.settings = settings or Settings()
+        if settings is None:
+            from interlock.runtime.orchestrator import Settings
+
+            settings = Settings()
+        self.settings = settings
         self.models = models
         self._orchestrator: Orchestrator | None = None
 
@@ -62,6 +67,8 @@ class Interlock:
     def orchestrator(self) -> Orchestrator:
         """The in-process orchestrator (created on first use)."""
         if self._orchestrator is None:
+            from interlock.runtime.orchestrator import Orchestrator
+
             self._orchestrator = Orchestrator(
                 self.store, self.home, models=self.models, settings=self.settings
             )
@@ -116,6 +123,8 @@ class Interlock:
 
     async def drive_async(self, *run_ids: str, stop_when_paused: bool = True) -> None:
         """The asynchronous form of `drive`."""
+        from interlock.providers import aclose_providers
+
         orchestrator = self.orchestrator
         for run_id in run_ids:
             if run_id not in orchestrator.drivers:
@@ -154,6 +163,8 @@ class Interlock:
         `from_phase`) carries the source's output over at no cost; the rest run. The source
         run is only read.
         """
+        from interlock.runtime import rerun
+
         if run_id is not None:
             check_run_id(run_id)
         request = rerun.RerunRequest(
@@ -180,6 +191,8 @@ class Interlock:
     ) -> Plan:
         """What `rerun` would reuse and run, task by task, and why; nothing is recorded or
         called."""
+        from interlock.runtime import rerun, rerun_plan
+
         request = rerun.RerunRequest(
             source=self.resolve(source),
             from_phase=from_phase,
@@ -263,13 +276,25 @@ class Interlock:
 
     def status(self, run_id: str) -> dict[str, Any]:
         """The `status.json` view of a run."""
+        from interlock.runtime.projection import status_view
+
         run_id = self.resolve(run_id)
         record = self.store.get_run(run_id)
-        definition = self.orchestrator.definition(record.pipeline, record.definition_hash)
+        definition = self.definition_of(record.pipeline, record.definition_hash)
         return status_view(definition.pipeline, self.state(run_id), run_id)
+
+    def definition_of(self, pipeline: str, definition_hash: str) -> Definition:
+        """The definition a run is pinned to."""
+        if self._orchestrator is not None:
+            return self._orchestrator.definition(pipeline, definition_hash)
+        from interlock.core.loader import Definition
+
+        return Definition.from_canonical(pipeline, self.store.definition(definition_hash))
 
     def ledger(self, run_id: str) -> dict[str, Any]:
         """The dispatch-ledger view of a run."""
+        from interlock.runtime.projection import ledger_view
+
         run_id = self.resolve(run_id)
         events = self.store.events(run_id)
         return ledger_view(self.store.get_run(run_id), fold([s.event for s in events]), events)
@@ -305,6 +330,8 @@ class Interlock:
     def _definition(
         self, workflow: str | Path | Workflow | Definition, pipeline: str | None
     ) -> Definition:
+        from interlock.core.loader import Definition, Workflow, load_workflow
+
         if isinstance(workflow, Definition):
             return workflow
         loaded = workflow if isinstance(workflow, Workflow) else load_workflow(workflow)

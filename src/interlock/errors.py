@@ -19,7 +19,8 @@ class ExitCode(IntEnum):
     BUSY = 4  # another orchestrator holds the run's lease
     STORAGE = 5  # the state directory or database cannot be used
     INTERNAL = 70  # a bug in interlock itself (EX_SOFTWARE); nothing recorded is lost
-    INTERRUPTED = 130  # Ctrl-C; the run stays resumable
+    INTERRUPTED = 130  # Ctrl-C or SIGTERM; the run stays resumable
+    PIPE_CLOSED = 141  # the reader of stdout went away (`| head`), as git's 128 + SIGPIPE
 
 
 class InterlockError(Exception):

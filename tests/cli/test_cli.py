@@ -6,7 +6,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -167,7 +166,9 @@ def test_interrupt_is_resumable(cli_env: dict[str, str], tmp_path: Path) -> None
         [sys.executable, "-m", "interlock", "run", str(flow), "p", "--topic", "x"],
         env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    time.sleep(1.0)
+    assert process.stdout is not None
+    while "task_started" not in process.stdout.readline():
+        pass
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=30)
     assert process.returncode == 130, stderr

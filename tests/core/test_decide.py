@@ -513,9 +513,9 @@ def test_loop_outputs_keep_each_visit() -> None:
 @pytest.mark.parametrize(
     ("values", "detail"),
     [
-        ({}, "no such member in mapping: 'score'"),
-        ({"score": "good"}, "no matching overload"),
-        ({"score": None}, "no matching overload"),
+        ({}, "reviewer has no 'score' (it has: nothing)"),
+        ({"score": "good"}, 'the values do not fit the operation: reviewer.score = "good" (text)'),
+        ({"score": None}, "reviewer.score is null: nothing was extracted for it"),
     ],
 )
 def test_branch_error_on_a_missing_or_mistyped_value(values: dict[str, Any], detail: str) -> None:

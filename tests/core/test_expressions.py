@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from interlock.core.expressions import ExpressionError, compile_expression, evaluate
+from interlock.core.expressions import ExpressionError, compile_expression, evaluate, read_values
 from interlock.core.loader import build_workflow
 from interlock.core.templates import TemplateProblem, render_task, template_names
 
@@ -95,3 +97,38 @@ def test_undefined_name_at_render_is_an_error() -> None:
     """Rendering with a missing value fails loudly instead of printing nothing."""
     with pytest.raises(TemplateProblem, match="cannot be rendered"):
         render_task("Hello {{ name }}", {})
+
+
+@pytest.mark.parametrize(
+    ("source", "context", "words"),
+    [
+        ("reviewer.scor < 8", {"reviewer": {"score": 5}}, "reviewer has no 'scor' (it has: score)"),
+        ('roles["a-b"].x > 1', {"roles": {"a-b": {"y": 1}}}, "a-b\"] has no 'x' (it has: y)"),
+        ("reviewer.score < 8.0", {"reviewer": {"score": "high"}}, 'reviewer.score = "high" (text)'),
+        ("reviewer.score < 8.0", {"reviewer": {"score": None}}, "reviewer.score is null"),
+        ("1 / 0 == 1", {}, "divide by zero"),
+    ],
+)  # fmt: skip
+def test_evaluation_errors_are_words(source: str, context: dict[str, Any], words: str) -> None:
+    """A condition that cannot be evaluated says what is missing or misfits, and what
+    exists, never CEL's internal tuple with an exception class."""
+    with pytest.raises(ExpressionError) as raised:
+        evaluate(source, context)
+    message = str(raised.value)
+    assert words in message
+    assert "<class" not in message and "KeyError" not in message and "Token(" not in message
+
+
+def test_read_values_names_each_path() -> None:
+    """`read_values` shows each value a condition reads, and what is missing."""
+    context = {"reviewer": {"score": 5, "notes": ["a"]}, "roles": {"a-b": {}}, "xs": [1]}
+    source = (
+        'reviewer.score < 8.0 && size(reviewer.notes) > 1 && roles["a-b"].x == 1 '
+        "&& xs.all(x, x > 0)"
+    )
+    assert read_values(source, context) == [
+        "reviewer.score = 5",
+        'reviewer.notes = ["a"]',
+        "roles[\"a-b\"] has no 'x' (it has: nothing)",
+        "xs = [1]",
+    ]

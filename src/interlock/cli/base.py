@@ -1,41 +1,86 @@
-"""What every command shares: the consoles, the context object, error handling, and
-driving a run in the foreground.
+"""What every command shares: the consoles, the context object and error handling.
 
 Errors print one line (or one block for an invalid workflow) and exit with the code of
-`interlock.errors.ExitCode`; a traceback appears only with `--debug`.
+`interlock.errors.ExitCode`; a traceback appears only with `--debug`. A reader that closes
+the pipe (`interlock events RUN | head`) ends the command quietly with 141, as git does.
+
+This module is imported by every command, so it imports little: `rich` and the runtime are
+loaded when a command first prints or opens the state directory, which keeps `--help` fast.
 """
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import functools
+import os
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 import click
-from rich.console import Console
-from rich.markup import escape
 
-from interlock.api import Interlock
-from interlock.cli.display import LiveProgress
-from interlock.core.state import RunStatus
-from interlock.errors import ExitCode, InterlockError
-from interlock.runtime.orchestrator import holder_is_dead
+from interlock.errors import ExitCode, InterlockError, RunNotFound
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from interlock.api import Interlock
 
 F = TypeVar("F", bound=Callable[..., Any])
-# Off a terminal (pipes, CI logs) tables get room instead of being cut at 80 columns.
-# Markup is off by default: topics, messages and outputs are data and may contain brackets.
-# The few coloured lines opt in with markup=True and escape() what they interpolate.
-out = Console(highlight=False, markup=False, width=None if sys.stdout.isatty() else 200)
-err = Console(
-    stderr=True, highlight=False, markup=False, width=None if sys.stderr.isatty() else 200
-)
 
 STARTER = Path(__file__).with_name("starter.yaml")
+
+
+def pipe_closed() -> None:
+    """The reader of stdout went away: end quietly with the conventional status (141).
+
+    stdout is pointed at /dev/null first, so that flushing it at exit cannot fail again.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(int(ExitCode.PIPE_CLOSED))
+
+
+class _LazyConsole:
+    """A rich Console made on first use (importing rich costs a tenth of a second).
+
+    Off a terminal (pipes, CI logs) lines are never wrapped and tables get room instead of
+    being cut at 80 columns. Markup is off by default: topics, messages and outputs are data
+    and may contain brackets; the few coloured lines opt in with markup=True and escape()
+    what they interpolate.
+    """
+
+    def __init__(self, *, stderr: bool) -> None:
+        self._stderr = stderr
+        self._console: Console | None = None
+
+    def _make(self) -> Console:
+        from rich.console import Console
+
+        class PipeAwareConsole(Console):
+            def on_broken_pipe(self) -> None:
+                self.quiet = True
+                pipe_closed()
+
+        stream = sys.stderr if self._stderr else sys.stdout
+        terminal = stream.isatty()
+        return PipeAwareConsole(
+            stderr=self._stderr,
+            highlight=False,
+            markup=False,
+            soft_wrap=not terminal,
+            width=None if terminal else 200,
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            self._console = self._make()
+        return getattr(self._console, name)
+
+
+out = cast("Console", _LazyConsole(stderr=False))
+err = cast("Console", _LazyConsole(stderr=True))
 
 
 class Ctx:
@@ -49,9 +94,38 @@ class Ctx:
     def app(self) -> Interlock:
         """The API object, opened on first use (so `check` and `init` need no state dir)."""
         if self._app is None:
+            from interlock.api import Interlock
+
             sync: Literal["FULL", "NORMAL"] = "NORMAL" if self.sync == "normal" else "FULL"
             self._app = Interlock(self.home, store=self.store_url, synchronous=sync)
         return self._app
+
+    def missing_ledger(self) -> Path | None:
+        """The SQLite ledger file this context names when it does not exist (else None).
+
+        Commands that only read use it to answer without creating a state directory.
+        """
+        url = self.store_url
+        if url and not url.startswith("sqlite:"):
+            return None
+        if url:
+            path = Path(url.removeprefix("sqlite://"))
+        else:
+            from interlock.runtime.home import Home
+
+            path = Home.at(self.home).root / "ledger.db"
+        return None if path.exists() else path
+
+    def reader(self, run_id: str) -> Interlock:
+        """The API object for a command that only reads `run_id`: an unknown run (and no
+        ledger at all) is an error that creates nothing."""
+        missing = self.missing_ledger()
+        if missing is not None:
+            raise RunNotFound(
+                f"no run matches {run_id!r}: there is no ledger at {missing} (runs started "
+                "elsewhere need --home or --store; see 'interlock runs')"
+            )
+        return self.app
 
 
 def handle_errors(function: F) -> F:
@@ -68,8 +142,10 @@ def handle_errors(function: F) -> F:
             err.print(f"[red]error:[/] {escape(exc.message)}", markup=True)
             sys.exit(int(exc.exit_code))
         except KeyboardInterrupt:
-            err.print("interrupted: the run is resumable with 'interlock resume RUN'")
+            err.print("interrupted")
             sys.exit(int(ExitCode.INTERRUPTED))
+        except BrokenPipeError:
+            pipe_closed()
         except (click.exceptions.Exit, click.ClickException, SystemExit):
             raise
         except Exception as exc:
@@ -83,6 +159,13 @@ def handle_errors(function: F) -> F:
             sys.exit(int(ExitCode.INTERNAL))
 
     return wrapper  # type: ignore[return-value]
+
+
+def escape(text: str) -> str:
+    """Text made safe to interpolate into rich markup."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
 
 
 pass_ctx = click.make_pass_decorator(Ctx)
@@ -99,43 +182,20 @@ def parse_inputs(pairs: tuple[str, ...]) -> dict[str, str]:
     return values
 
 
-def drive_in_foreground(app: Interlock, run_id: str, *, quiet: bool = False) -> int:
-    """Drive a run with a live display; the exit code says how it ended."""
-    orchestrator = app.orchestrator
-    driver = orchestrator.drivers.get(run_id) or orchestrator.take(run_id)
-    with LiveProgress(err if quiet else out, driver.definition) as progress:
-        orchestrator.listeners.append(progress.on_event)
-        progress.state = driver.state
-        try:
-            asyncio.run(app.drive_async(run_id))
-        finally:
-            orchestrator.listeners.remove(progress.on_event)
-    return report_end(app, run_id)
+def when(timestamp: float) -> str:
+    """Local time, to the second."""
+    return dt.datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def report_end(app: Interlock, run_id: str) -> int:
-    """Print how the run stands and return the matching exit code."""
-    state = app.state(run_id)
-    if state.status is RunStatus.DELIVERED:
-        out.print(f"delivered: {app.run_dir(run_id) / 'final.md'}")
-        return int(ExitCode.OK)
-    if state.status is RunStatus.PAUSED:
-        out.print(f"paused for approval: interlock approve {run_id} [--message TEXT]")
-        return int(ExitCode.PAUSED)
-    if state.status is RunStatus.RUNNING:
-        out.print(f"still running: interlock resume {run_id}")
-        return int(ExitCode.INTERRUPTED)
-    out.print(f"{state.status.value}: {state.failure}")
-    return int(ExitCode.RUN_FAILED)
+def drive_in_foreground(app: Interlock, run_id: str, *, since: int | None = None) -> int:
+    """Drive a run with a live display; see `interlock.cli.foreground.drive_in_foreground`."""
+    from interlock.cli.foreground import drive_in_foreground as drive
+
+    return drive(app, run_id, since=since)
 
 
 def driven_elsewhere(app: Interlock, run_id: str) -> bool:
     """True when a live orchestrator holds the run's lease."""
-    record = app.store.get_run(run_id)
-    alive = record.lease_owner and (record.lease_expires or 0) > time.time()
-    return bool(alive) and not holder_is_dead(record.lease_owner or "")
+    from interlock.cli.foreground import driven_elsewhere as elsewhere
 
-
-def when(timestamp: float) -> str:
-    """Local time, to the second."""
-    return dt.datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M:%S")
+    return elsewhere(app, run_id)

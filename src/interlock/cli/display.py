@@ -104,8 +104,11 @@ class LiveProgress:
         if self.live is not None:
             self.live.update(progress_table(self.definition, state, self.started))
             return
-        data = describe(new)
-        self.console.print(f"{seq:>4} {new.event.kind:<16} {data}", highlight=False)
+        self.print_event(seq, new)
+
+    def print_event(self, seq: int, new: NewEvent) -> None:
+        """One line for an event, never wrapped (off a terminal)."""
+        self.console.print(f"{seq:>4} {new.event.kind:<16} {describe(new)}", soft_wrap=True)
 
 
 _QUIET = ("at", "values", "usage", "fingerprint", "fingerprint_parts")  # long; in --json

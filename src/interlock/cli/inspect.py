@@ -1,30 +1,41 @@
-"""Commands that read runs: lists, status, history, decisions, the dispatch ledger."""
+"""Commands that read runs: lists, status, history, decisions, the dispatch ledger.
+
+They never create anything: in a directory with no ledger they say so instead of making one.
+"""
 
 from __future__ import annotations
 
 import json
 
 import click
-from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
 
-from interlock.cli.base import Ctx, handle_errors, out, pass_ctx, when
-from interlock.cli.display import describe, styled
+from interlock.cli.base import Ctx, escape, handle_errors, out, pass_ctx, when
+from interlock.core.state import RunStatus
 from interlock.errors import UsageError
-from interlock.storage.base import NewEvent
+
+STATUSES = [status.value for status in RunStatus]
 
 
 @click.command()
-@click.option("--status", help="Only runs with this status.")
+@click.option(
+    "--status",
+    type=click.Choice(STATUSES, case_sensitive=False),
+    help="Only runs with this status.",
+)
 @click.option("--pipeline", help="Only runs of this pipeline.")
 @click.option("--limit", default=30, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @pass_ctx
 @handle_errors
 def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json: bool) -> None:
-    """List runs, newest first."""
-    records = ctx.app.store.list_runs(status=status, pipeline=pipeline, limit=limit)
+    """List runs, newest first (a running run that no orchestrator drives says so)."""
+    from interlock.cli.foreground import driver_of
+
+    missing = ctx.missing_ledger()
+    records = []
+    if missing is None:
+        records = ctx.app.store.list_runs(status=status, pipeline=pipeline, limit=limit)
+    drivers = {r.run_id: driver_of(r) for r in records if r.summary.status == "running"}
     if as_json:
         rows = [
             {
@@ -37,25 +48,45 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
                 "tokens": r.summary.tokens,
                 "created_at": r.created_at,
                 "updated_at": r.summary.updated_at,
+                "driven_by": drivers.get(r.run_id),
             }
             for r in records
         ]
         out.print_json(data=rows)
         return
+    if not records:
+        where = f" (no ledger at {missing})" if missing else ""
+        filtered = " matching these filters" if status or pipeline else ""
+        out.print(f"no runs{filtered} yet{where}: try 'interlock run FILE PIPELINE --topic ...'")
+        return
+    from rich.table import Table
+
+    from interlock.cli.display import styled
+
     table = Table(box=None, padding=(0, 2))
     for column in ("run", "pipeline", "status", "phase", "cost", "started", "topic"):
         table.add_column(column)
+    stopped = []
     for r in records:
+        state = styled(r.summary.status)
+        if r.run_id in drivers and drivers[r.run_id] is None:
+            state.append(" (not driven)", style="dim")
+            stopped.append(r.run_id)
         table.add_row(
             r.run_id,
             r.pipeline,
-            styled(r.summary.status),
+            state,
             r.summary.phase or "",
             f"${r.summary.cost_usd:.4f}",
             when(r.created_at),
             r.topic[:40],
         )
-    out.print(table if records else "no runs yet: try 'interlock run FILE PIPELINE --topic ...'")
+    out.print(table)
+    if stopped:
+        out.print(
+            f"not driven: no orchestrator holds {len(stopped)} running run(s); continue one "
+            f"with 'interlock resume {stopped[0]}'"
+        )
 
 
 @click.command()
@@ -64,11 +95,21 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
 @pass_ctx
 @handle_errors
 def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
-    """Show a run: phases, workers, retries, cost, warnings."""
-    view = ctx.app.status(run_id)
+    """Show a run: phases, workers, retries, cost, warnings, and who drives it."""
+    from interlock.cli.foreground import driver_of
+
+    app = ctx.reader(run_id)
+    view = app.status(run_id)
+    record = app.store.get_run(view["run_id"])
+    driver = driver_of(record)
     if as_json:
-        out.print_json(data=view)
+        out.print_json(data={**view, "driven_by": driver})
         return
+    from rich.table import Table
+    from rich.text import Text
+
+    from interlock.cli.display import styled
+
     out.print(
         Text(f"{view['pipeline']} ", style="bold"),
         f"{view['run_id']}  ",
@@ -100,10 +141,19 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
         out.print(f"rerun of {view['rerun_of']}{start}; reused outputs cost nothing here")
     for warning in view["warnings"]:
         out.print(f"[yellow]warning:[/] {escape(warning)}", markup=True)
+    if view["status"] == "running":
+        if driver is None:
+            out.print(
+                "[yellow]not driven:[/] no orchestrator holds this run (it was interrupted or "
+                f"its process died); continue it with 'interlock resume {view['run_id']}'",
+                markup=True,
+            )
+        else:
+            out.print(f"driven by {driver}")
     if view["failure"]:
         out.print(f"[red]{view['status']}:[/] {escape(view['failure'])}", markup=True)
     if view["final"]:
-        out.print(f"final: {ctx.app.run_dir(view['run_id']) / 'final.md'}")
+        out.print(f"final: {app.run_dir(view['run_id']) / 'final.md'}")
 
 
 @click.command()
@@ -113,24 +163,24 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
 @pass_ctx
 @handle_errors
 def events(ctx: Ctx, run_id: str, since: int, as_json: bool) -> None:
-    """Print a run's history."""
-    for stored in ctx.app.events(run_id, since):
+    """Print a run's history, one event a line."""
+    from interlock.cli.display import describe
+    from interlock.storage.base import NewEvent
+
+    for stored in ctx.reader(run_id).events(run_id, since):
         if as_json:
-            click.echo(
-                json.dumps(
-                    {
-                        "seq": stored.seq,
-                        "at": stored.at,
-                        "kind": stored.kind,
-                        "data": stored.data,
-                        "rule": stored.rule,
-                        "why": stored.why,
-                    }
-                )
-            )
+            record = {
+                "seq": stored.seq,
+                "at": stored.at,
+                "kind": stored.kind,
+                "data": stored.data,
+                "rule": stored.rule,
+                "why": stored.why,
+            }
+            click.echo(json.dumps(record))
         else:
             line = describe(NewEvent(event=stored.event, rule=stored.rule, why=stored.why))
-            out.print(f"{stored.seq:>4} {when(stored.at)} {stored.kind:<16} {line}")
+            click.echo(f"{stored.seq:>4} {when(stored.at)} {stored.kind:<16} {line}")
 
 
 @click.command()
@@ -139,9 +189,11 @@ def events(ctx: Ctx, run_id: str, since: int, as_json: bool) -> None:
 @pass_ctx
 @handle_errors
 def explain(ctx: Ctx, run_id: str, prompt_of: str | None) -> None:
-    """Each decision with the rule that made it and why (or the exact prompt of a task)."""
+    """Each decision with the rule that made it, why, and the values its condition read (or
+    the exact prompt of a task)."""
+    app = ctx.reader(run_id)
     if prompt_of is not None:
-        prompts = ctx.app.run_dir(run_id) / "prompts"
+        prompts = app.run_dir(run_id) / "prompts"
         found = sorted(prompts.glob(f"{prompt_of}*.md")) if prompts.is_dir() else []
         if not found:
             raise UsageError(
@@ -151,20 +203,10 @@ def explain(ctx: Ctx, run_id: str, prompt_of: str | None) -> None:
             out.print(f"== {path.stem} (task.attempt)")
             click.echo(path.read_text())
         return
-    for stored in ctx.app.events(run_id):
-        if stored.rule:
-            out.print(
-                f"{stored.seq:>4} {when(stored.at)} [bold]{stored.rule:<12}[/] "
-                f"{stored.kind:<16} {escape(stored.why or '')}",
-                markup=True,
-            )
-        else:
-            why = f" {escape(stored.why)}" if stored.kind == "task_reused" and stored.why else ""
-            out.print(
-                f"{stored.seq:>4} {when(stored.at)} [dim]{'observed':<12} {stored.kind:<16}[/]"
-                f"{why}",
-                markup=True,
-            )
+    from interlock.cli.why import explain_lines
+
+    for line in explain_lines(app, app.resolve(run_id)):
+        out.print(line, markup=True)
 
 
 @click.command()
@@ -173,8 +215,8 @@ def explain(ctx: Ctx, run_id: str, prompt_of: str | None) -> None:
 @pass_ctx
 @handle_errors
 def ledger(ctx: Ctx, run_id: str, as_json: bool) -> None:
-    """The dispatch ledger: every task, dispatched before it started."""
-    click.echo(json.dumps(ctx.app.ledger(run_id), indent=2))
+    """The dispatch ledger: every task, dispatched before it started, and each start."""
+    click.echo(json.dumps(ctx.reader(run_id).ledger(run_id), indent=2))
 
 
 COMMANDS = [runs, status, events, explain, ledger]

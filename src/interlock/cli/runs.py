@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import time
 
 import click
 
-from interlock.cli.base import (
-    Ctx,
+from interlock.cli.base import Ctx, err, handle_errors, out, parse_inputs, pass_ctx
+from interlock.cli.foreground import (
     drive_in_foreground,
     driven_elsewhere,
-    err,
-    handle_errors,
-    out,
-    parse_inputs,
-    pass_ctx,
+    install_terminate_handler,
 )
 from interlock.errors import LeaseHeld
 
@@ -38,10 +33,11 @@ def run(
     run_id: str | None,
 ) -> None:
     """Start a run of PIPELINE from FILE and drive it in the foreground."""
+    install_terminate_handler()
     app = ctx.app
     run_id = app.start(file, pipeline, topic=topic, inputs=parse_inputs(inputs), run_id=run_id)
     err.print(f"run {run_id}")
-    sys.exit(drive_in_foreground(app, run_id))
+    sys.exit(drive_in_foreground(app, run_id, since=0))
 
 
 @click.command()
@@ -65,7 +61,8 @@ def submit(ctx: Ctx, file: str, pipeline: str | None, topic: str, inputs: tuple[
 @handle_errors
 def resume(ctx: Ctx, run_id: str, wait: bool) -> None:
     """Drive an existing run again (after a crash, Ctrl-C or an approval)."""
-    app = ctx.app
+    install_terminate_handler()
+    app = ctx.reader(run_id)
     run_id = app.resolve(run_id)
     while True:
         try:
@@ -75,7 +72,7 @@ def resume(ctx: Ctx, run_id: str, wait: bool) -> None:
             if not wait:
                 raise
             time.sleep(1)
-    sys.exit(drive_in_foreground(app, run_id))
+    sys.exit(drive_in_foreground(app, run_id, since=app.store.get_run(run_id).last_seq))
 
 
 @click.command()
@@ -86,7 +83,8 @@ def resume(ctx: Ctx, run_id: str, wait: bool) -> None:
 @handle_errors
 def approve(ctx: Ctx, run_id: str, message: str, no_drive: bool) -> None:
     """Approve a paused run, then continue it here unless another process drives it."""
-    app = ctx.app
+    install_terminate_handler()
+    app = ctx.reader(run_id)
     run_id = app.approve(run_id, message)
     if no_drive or driven_elsewhere(app, run_id):
         out.print(f"approval recorded for {run_id}")
@@ -101,11 +99,13 @@ def approve(ctx: Ctx, run_id: str, message: str, no_drive: bool) -> None:
 @handle_errors
 def cancel(ctx: Ctx, run_id: str, reason: str) -> None:
     """Cancel a run; its in-flight tasks are stopped."""
-    app = ctx.app
+    app = ctx.reader(run_id)
     run_id = app.cancel(run_id, reason)
     if driven_elsewhere(app, run_id):
         out.print(f"cancellation sent to the orchestrator driving {run_id}")
         return
+    import asyncio
+
     asyncio.run(app.drive_async(run_id))
     out.print(f"{run_id}: {app.state(run_id).status.value}")
 
@@ -117,7 +117,7 @@ def cancel(ctx: Ctx, run_id: str, reason: str) -> None:
 @handle_errors
 def message(ctx: Ctx, run_id: str, text: str) -> None:
     """Add a note to a run's history."""
-    out.print(f"message queued for {ctx.app.message(run_id, text)}")
+    out.print(f"message queued for {ctx.reader(run_id).message(run_id, text)}")
 
 
 COMMANDS = [run, submit, resume, approve, cancel, message]

@@ -116,7 +116,7 @@ def watch(ctx: Ctx, run_id: str, server_url: str | None, token: str | None, sinc
     if server_url:
         messages = watching.from_server(server_url, run_id, since, token)
     else:
-        messages = watching.from_store(ctx.app, run_id, since)
+        messages = watching.from_store(ctx.reader(run_id), run_id, since)
     last = watching.watch(out, run_id, messages)
     state = last.get("state")
     codes = {"delivered": ExitCode.OK, "paused": ExitCode.PAUSED}

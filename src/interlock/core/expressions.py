@@ -18,6 +18,8 @@ from celpy.adapter import json_to_cel
 from celpy.evaluation import CELEvalError
 from lark import Tree
 
+from interlock.core import reads
+
 ROOT_NAMES = frozenset({"topic", "inputs", "visits", "roles"})
 
 
@@ -32,6 +34,7 @@ class Compiled:
     source: str
     names: frozenset[str]
     program: Any
+    tree: Any = None  # the parse tree, for saying in words what the condition reads
 
 
 @lru_cache(maxsize=1)
@@ -49,7 +52,15 @@ def compile_expression(source: str) -> Compiled:
         tree = env.compile(source)
     except celparser.CELParseError as exc:
         raise ExpressionError(f"expression {source!r} does not parse: {exc}") from None
-    return Compiled(source=source, names=_free_names(tree), program=env.program(tree))
+    names = _free_names(tree)
+    return Compiled(source=source, names=names, program=env.program(tree), tree=tree)
+
+
+def read_values(source: str, context: Mapping[str, Any]) -> list[str]:
+    """The values a condition reads, one line each: `reviewer.score = 5`, or what is missing
+    and what exists (for `explain`)."""
+    compiled = compile_expression(source)
+    return reads.read_values(compiled.tree, compiled.names, context)
 
 
 # Macros bind their first argument as a variable for the rest: in `xs.all(x, x > 0)`, `x` is
@@ -115,9 +126,14 @@ def evaluate(source: str, context: Mapping[str, Any]) -> bool:
     try:
         result = compiled.program.evaluate(activation)
     except Exception as exc:  # CEL raises its own error types; all mean "cannot evaluate"
-        raise ExpressionError(f"expression {source!r} cannot be evaluated: {exc}") from None
+        result, failed, detail = None, True, exc.args[0] if exc.args else ""
+    else:
+        failed = isinstance(result, CELEvalError)
+        detail = result.args[0] if failed and result.args else ""
+    if failed:
+        # CEL's own error is a tuple of internals: say in words what is missing or misfits.
+        problem = reads.why_not(compiled.tree, compiled.names, context, detail)
+        raise ExpressionError(f"expression {source!r} cannot be evaluated: {problem}")
     if isinstance(result, (celpy.celtypes.BoolType, bool)):
         return bool(result)
-    if isinstance(result, CELEvalError):
-        raise ExpressionError(f"expression {source!r} failed: {result.args[0]}")
     raise ExpressionError(f"expression {source!r} gave {result!r}, not true or false")

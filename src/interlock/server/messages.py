@@ -29,7 +29,11 @@ def progress(pipeline: Pipeline | None, state: RunState) -> float:
     current = state.current
     if current is not None and not current.completed and current.task_ids:
         finished = sum(1 for t in current.task_ids if state.tasks[t].status.value == "completed")
-        done += finished / len(current.task_ids)
+        # Out of every task the visit will have, not those dispatched so far: a sequential
+        # phase dispatches one at a time, and 1 of 1 done must not become 1 of 2.
+        phase = next((p for p in pipeline.phases if p.id == current.phase), None)
+        expected = len(phase.workers) * len(current.items or [None]) if phase else 0
+        done += finished / max(expected, len(current.task_ids))
     return round(min(0.99, done / total), 4)
 
 

@@ -68,6 +68,9 @@ class Display:
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
         self.last: dict[str, Any] = {}
+        # Shown progress never goes back: a loop that revisits a phase lowers the estimate,
+        # but a person watching reads a drop as lost work.
+        self.progress = 0.0
         self.lines: deque[Text] = deque(maxlen=14)
         self.streaming: dict[str, str] = {}
 
@@ -80,6 +83,7 @@ class Display:
         if message["type"] != "event":
             return
         self.last = message
+        self.progress = max(self.progress, float(message.get("progress", 0.0)))
         self.streaming.pop(message["data"].get("task_id", ""), None)
         stamp = time.strftime("%H:%M:%S", time.localtime(message["at"]))
         line = Text.assemble(
@@ -98,8 +102,8 @@ class Display:
             Text(self.run_id, style="bold"),
             Text(state, style=STYLE.get(state, "")),
             Text(f"phase {m.get('phase') or '-'}"),
-            ProgressBar(total=1.0, completed=m.get("progress", 0.0), width=30),
-            Text(f"{100 * m.get('progress', 0.0):.0f}%  ${m.get('cost_usd', 0.0):.4f}"),
+            ProgressBar(total=1.0, completed=self.progress, width=30),
+            Text(f"{100 * self.progress:.0f}%  ${m.get('cost_usd', 0.0):.4f}"),
         )
         tail = [Text(f"  {t}: …{s[-80:]}", style="italic dim") for t, s in self.streaming.items()]
         return Group(head, *self.lines, *tail)
@@ -113,9 +117,10 @@ def watch(console: Console, run_id: str, messages: Iterator[dict[str, Any]]) -> 
             display.add(message)
             if message["type"] == "event":
                 console.print(
-                    f"{message['seq']:>4} {message['state']:<9} {message['progress']:>5.0%} "
+                    f"{message['seq']:>4} {message['state']:<9} {display.progress:>5.0%} "
                     f"{message['message']}",
                     highlight=False,
+                    soft_wrap=True,
                 )
         return display.last
     with Live(display.render(), console=console, refresh_per_second=8) as live:

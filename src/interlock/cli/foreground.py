@@ -1,0 +1,123 @@
+"""Driving a run in the foreground: the live display, Ctrl-C and SIGTERM, how it ended.
+
+SIGTERM (what systemd, Docker and Kubernetes send) is handled like Ctrl-C: the tasks are
+stopped (their process groups killed), the lease is handed back, and the command exits 130
+with the command that resumes the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import time
+from typing import TYPE_CHECKING
+
+from interlock.cli.base import err, out
+from interlock.errors import ExitCode
+
+if TYPE_CHECKING:
+    from interlock.api import Interlock
+    from interlock.storage.base import RunRecord
+
+
+def drive_in_foreground(app: Interlock, run_id: str, *, since: int | None = None) -> int:
+    """Drive a run with a live display; the exit code says how it ended.
+
+    Off a terminal every event after `since` is printed, one a line (None: only the events
+    recorded from now on); on a terminal a table is redrawn instead.
+    """
+    from interlock.cli.display import LiveProgress
+    from interlock.storage.base import NewEvent
+
+    orchestrator = app.orchestrator
+    driver = orchestrator.drivers.get(run_id) or orchestrator.take(run_id)
+    try:
+        with LiveProgress(out, driver.definition) as progress:
+            progress.state = driver.state
+            if since is not None and progress.live is None:
+                # What was recorded before the loop starts: the run's creation, warnings and
+                # first dispatches of a new run.
+                for stored in app.store.events(run_id, since):
+                    new = NewEvent(event=stored.event, rule=stored.rule, why=stored.why)
+                    progress.print_event(stored.seq, new)
+            orchestrator.listeners.append(progress.on_event)
+            try:
+                asyncio.run(_drive(app, run_id))
+            finally:
+                orchestrator.listeners.remove(progress.on_event)
+    except KeyboardInterrupt:
+        err.print(f"interrupted: the run is resumable with 'interlock resume {run_id}'")
+        return int(ExitCode.INTERRUPTED)
+    except SystemExit as exc:
+        if exc.code == ExitCode.PIPE_CLOSED:
+            err.print(f"output closed: the run is resumable with 'interlock resume {run_id}'")
+        raise
+    return report_end(app, run_id)
+
+
+async def _drive(app: Interlock, run_id: str) -> None:
+    """`drive_async`, with SIGTERM turned into an interrupt that stops the tasks first."""
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    assert main is not None
+    terminated: list[bool] = []
+
+    def on_terminate() -> None:
+        terminated.append(True)
+        main.cancel()
+
+    loop.add_signal_handler(signal.SIGTERM, on_terminate)
+    try:
+        await app.drive_async(run_id)
+    except asyncio.CancelledError:
+        if terminated:
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, terminate_as_interrupt)
+
+
+def terminate_as_interrupt(signum: int, frame: object) -> None:
+    """SIGTERM outside the event loop (while a run is being set up): like Ctrl-C."""
+    raise KeyboardInterrupt
+
+
+def report_end(app: Interlock, run_id: str) -> int:
+    """Print how the run stands and return the matching exit code."""
+    from interlock.core.state import RunStatus
+
+    state = app.state(run_id)
+    if state.status is RunStatus.DELIVERED:
+        out.print(f"delivered: {app.run_dir(run_id) / 'final.md'}")
+        return int(ExitCode.OK)
+    if state.status is RunStatus.PAUSED:
+        out.print(f"paused for approval: interlock approve {run_id} [--message TEXT]")
+        return int(ExitCode.PAUSED)
+    if state.status is RunStatus.RUNNING:
+        out.print(f"still running: interlock resume {run_id}")
+        return int(ExitCode.INTERRUPTED)
+    out.print(f"{state.status.value}: {state.failure}")
+    return int(ExitCode.RUN_FAILED)
+
+
+def driver_of(record: RunRecord) -> str | None:
+    """The live orchestrator holding the run's lease (host:pid:nonce), or None."""
+    from interlock.runtime.orchestrator import holder_is_dead
+
+    owner = record.lease_owner
+    if not owner or (record.lease_expires or 0) <= time.time() or holder_is_dead(owner):
+        return None
+    return owner
+
+
+def driven_elsewhere(app: Interlock, run_id: str) -> bool:
+    """True when a live orchestrator holds the run's lease."""
+    return driver_of(app.store.get_run(run_id)) is not None
+
+
+def install_terminate_handler() -> None:
+    """Handle SIGTERM like Ctrl-C in a command that drives runs."""
+    if sys.platform != "win32":
+        signal.signal(signal.SIGTERM, terminate_as_interrupt)
