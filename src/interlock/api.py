@@ -84,12 +84,16 @@ class Interlock:
         topic: str,
         inputs: dict[str, Any] | None = None,
         run_id: str | None = None,
+        no_cache: bool = False,
     ) -> str:
-        """Record a new run and hold its lease; `drive` carries it out."""
+        """Record a new run and hold its lease; `drive` carries it out (`no_cache`: reuse no
+        other run's outputs, whatever `cache:` says)."""
         definition = self._definition(workflow, pipeline)
         if run_id is not None:
             check_run_id(run_id)
-        return self.orchestrator.create_run(definition, topic=topic, inputs=inputs, run_id=run_id)
+        return self.orchestrator.create_run(
+            definition, topic=topic, inputs=inputs, run_id=run_id, no_cache=no_cache
+        )
 
     def submit(
         self,
@@ -156,6 +160,7 @@ class Interlock:
         topic: str | None = None,
         inputs: dict[str, Any] | None = None,
         run_id: str | None = None,
+        no_cache: bool = False,
     ) -> str:
         """Record a rerun of a finished run; `drive` carries it out.
 
@@ -175,6 +180,7 @@ class Interlock:
             topic=topic,
             inputs=inputs,
             run_id=run_id,
+            no_cache=no_cache,
         )
         prepared = rerun.prepare(self.store, self.orchestrator, request)
         return rerun.create(self.orchestrator, prepared, run_id)
@@ -188,6 +194,7 @@ class Interlock:
         pipeline: str | None = None,
         topic: str | None = None,
         inputs: dict[str, Any] | None = None,
+        no_cache: bool = False,
     ) -> Plan:
         """What `rerun` would reuse and run, task by task, and why; nothing is recorded or
         called."""
@@ -200,6 +207,7 @@ class Interlock:
             pipeline=pipeline,
             topic=topic,
             inputs=inputs,
+            no_cache=no_cache,
         )
         return rerun_plan.dry_run(self.orchestrator, request)
 

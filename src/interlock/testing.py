@@ -15,6 +15,7 @@ from interlock.errors import LeaseHeld, LeaseLost, RunNotFound, StorageError
 from interlock.storage import chain
 from interlock.storage.base import (
     AppendBatch,
+    CacheEntry,
     CommandRecord,
     Lease,
     OutboxItem,
@@ -26,12 +27,17 @@ from interlock.storage.base import (
 __all__ = ["MemoryStore"]
 
 
+def _cache_order(entry: CacheEntry) -> tuple[float, str, str]:
+    return (-entry.completed_at, entry.run_id, entry.task_id)
+
+
 class MemoryStore:
     """A `Store` held in memory (lost with the process)."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._definitions: dict[str, str] = {}
+        self._cache: dict[tuple[str, str, str], CacheEntry] = {}
         self._runs: dict[str, RunRecord] = {}
         self._leases: dict[str, tuple[str | None, int, float | None]] = {}
         self._lease_times: dict[str, tuple[float, float]] = {}
@@ -328,6 +334,35 @@ class MemoryStore:
             delivered = now if error is None else None
             item = replace(entry[0], delivered_at=delivered, last_error=error)
             self._outbox[key] = (item, 1e300 if retry_at is None else retry_at, None, 0.0)
+
+    def cache_put(self, entries: Sequence[CacheEntry]) -> None:
+        """See `Store.cache_put`."""
+        with self._lock:
+            for e in entries:
+                self._cache.setdefault((e.fingerprint, e.run_id, e.task_id), e)
+
+    def cache_find(self, fingerprint: str, since: float, limit: int = 5) -> list[CacheEntry]:
+        """See `Store.cache_find`."""
+        with self._lock:
+            found = [
+                e
+                for e in self._cache.values()
+                if e.fingerprint == fingerprint and e.completed_at >= since
+            ]
+        return sorted(found, key=_cache_order)[:limit]
+
+    def cache_list(self, limit: int = 100) -> list[CacheEntry]:
+        """See `Store.cache_list`."""
+        with self._lock:
+            return sorted(self._cache.values(), key=_cache_order)[:limit]
+
+    def cache_clear(self, before: float | None = None) -> int:
+        """See `Store.cache_clear`."""
+        with self._lock:
+            gone = [k for k, e in self._cache.items() if before is None or e.completed_at < before]
+            for key in gone:
+                del self._cache[key]
+            return len(gone)
 
     def outbox_items(self, run_id: str) -> list[OutboxItem]:
         """See `Store.outbox_items`."""

@@ -126,3 +126,23 @@ def test_diff_prints_a_task_table_and_output_diffs(cli_env: dict[str, str], tmp_
     data = json.loads(cli(cli_env, "diff", source, new, "--json").stdout)
     assert data["runs"]["rerun_of"] == [None, source]
     assert cli(cli_env, "diff", source, "nope").returncode == 2
+
+
+def test_cache_list_and_clear(cli_env: dict[str, str], tmp_path: Path) -> None:
+    """`cache list` shows what cached workers left; `cache clear --older-than` keeps new ones;
+    a bad age is exit 2."""
+    flow = workflow(tmp_path)
+    flow.write_text(flow.read_text().replace("demo:\n", "demo:\n  cache: {ttl: 7d}\n", 1))
+    cli(cli_env, "run", str(flow), "demo", "-t", "x")
+    entries = json.loads(cli(cli_env, "cache", "list", "--json").stdout)
+    assert sorted(e["task_id"] for e in entries) == ["a@1", "b@1", "s@1"]
+    second = cli(cli_env, "run", str(flow), "demo", "-t", "x")
+    assert second.returncode == 0
+    assert "reused" in cli(cli_env, "status", started(second)).stdout
+    assert cli(cli_env, "run", str(flow), "demo", "-t", "x", "--no-cache").returncode == 0
+    assert "0 cache entries removed" in cli(cli_env, "cache", "clear", "--older-than", "1h").stdout
+    bad = cli(cli_env, "cache", "clear", "--older-than", "soon")
+    assert bad.returncode == 2 and "30m, 12h, 7d" in bad.stderr
+    # The --no-cache run reused nothing but left its fresh outputs for the next runs.
+    assert "6 cache entries removed" in cli(cli_env, "cache", "clear").stdout
+    assert "empty" in cli(cli_env, "cache", "list").stdout

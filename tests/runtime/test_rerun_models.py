@@ -129,3 +129,22 @@ def test_a_changed_model_setting_reruns_the_workers_that_use_it(
         assert plan.tasks[0].changed == ["worker"] and plan.tasks[2].changed == ["reads"]
     finally:
         fresh.close()
+
+
+def test_a_second_run_of_a_cached_pipeline_makes_no_model_call(
+    app: Interlock, project: Path, server: FakeServer
+) -> None:
+    """With `cache: true` on the pipeline, the same topic again costs nothing and calls
+    nothing; its status shows its own cost (zero), not the first run's."""
+    spec = json.loads((project / "research.json").read_text())
+    spec["research"]["cache"] = {"ttl": "7d"}
+    cached = project / "cached.json"
+    cached.write_text(json.dumps(spec))
+    first = app.run(cached, "research", topic="FSA architecture")
+    assert first.status is RunStatus.DELIVERED and len(server.requests) == 3
+    second = app.run(cached, "research", topic="FSA architecture")
+    assert second.status is RunStatus.DELIVERED and calls(server, 3) == []
+    assert first.cost_usd > 0 and second.cost_usd == 0
+    assert app.status(second.run_id)["cost_usd"] == 0
+    final = app.final_path(second.run_id)
+    assert final is not None and final.read_text() == "Findings."

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from interlock.core import events as ev
 from interlock.errors import LeaseHeld, LeaseLost, RunNotFound, StorageError
-from interlock.storage.base import AppendBatch, Lease, NewEvent, RunSummary, Store
+from interlock.storage.base import AppendBatch, CacheEntry, Lease, NewEvent, RunSummary, Store
 
 T0 = 1000.0
 TTL = 10.0
@@ -460,3 +461,45 @@ def test_appends_are_hash_chained(store: Store) -> None:
     store.append(batch(lease, "c"), T0)
     report = verify_events(store.events("r1"))
     assert report.ok and report.unchained == 0 and all(e.hash for e in store.events("r1"))
+
+
+def cache_entry(fingerprint: str, run_id: str, completed_at: float, **values: Any) -> CacheEntry:
+    """An index entry for task a@1 of `run_id`."""
+    return CacheEntry(
+        fingerprint=fingerprint,
+        run_id=run_id,
+        task_id="a@1",
+        artifact="a.md",
+        sha256="5" * 64,
+        size=3,
+        values=dict(values),
+        completed_at=completed_at,
+    )
+
+
+def test_cache_index_finds_by_fingerprint_newest_first_within_the_age(store: Store) -> None:
+    """Entries are found by fingerprint, newest first, not older than `since`; values survive."""
+    store.cache_put(
+        [
+            cache_entry("f1", "r1", 10.0, score=1),
+            cache_entry("f1", "r2", 20.0, score=2, items=["x", "y"]),
+            cache_entry("f2", "r3", 30.0),
+        ]
+    )
+    found = store.cache_find("f1", 0.0)
+    assert [e.run_id for e in found] == ["r2", "r1"]
+    assert found[0].values == {"score": 2, "items": ["x", "y"]}
+    assert found[0].sha256 == "5" * 64 and found[0].size == 3 and found[0].artifact == "a.md"
+    assert [e.run_id for e in store.cache_find("f1", 15.0)] == ["r2"]
+    assert store.cache_find("f9", 0.0) == []
+    assert [e.run_id for e in store.cache_list()] == ["r3", "r2", "r1"]
+
+
+def test_cache_index_keeps_the_first_entry_and_clears_by_age(store: Store) -> None:
+    """Putting an entry twice keeps one; clearing forgets only what is older than asked."""
+    store.cache_put([cache_entry("f1", "r1", 10.0)])
+    store.cache_put([cache_entry("f1", "r1", 99.0), cache_entry("f1", "r2", 20.0)])
+    assert [e.completed_at for e in store.cache_find("f1", 0.0)] == [20.0, 10.0]
+    assert store.cache_clear(before=15.0) == 1
+    assert [e.run_id for e in store.cache_list()] == ["r2"]
+    assert store.cache_clear() == 1 and store.cache_list() == []

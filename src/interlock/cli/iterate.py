@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
+import time
 
 import click
+from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
@@ -17,8 +20,11 @@ from interlock.cli.base import (
     out,
     parse_inputs,
     pass_ctx,
+    when,
 )
 from interlock.cli.display import styled
+from interlock.core.workflow import Cache
+from interlock.errors import UsageError
 
 
 @click.command()
@@ -31,6 +37,7 @@ from interlock.cli.display import styled
 @click.option("--run-id", "new_run_id", help="Choose the new run's id (default: generated).")
 @click.option("--dry-run", is_flag=True, help="Only say what would be reused and what would run.")
 @click.option("--json", "as_json", is_flag=True, help="With --dry-run: print the plan as JSON.")
+@click.option("--no-cache", is_flag=True, help="Reuse only from RUN_ID, never from the cache.")
 @pass_ctx
 @handle_errors
 def rerun(
@@ -44,6 +51,7 @@ def rerun(
     new_run_id: str | None,
     dry_run: bool,
     as_json: bool,
+    no_cache: bool,
 ) -> None:
     """Start a new run from RUN_ID, reusing every output that would come out the same.
 
@@ -58,6 +66,7 @@ def rerun(
         "pipeline": pipeline,
         "topic": topic,
         "inputs": parse_inputs(inputs),
+        "no_cache": no_cache,
     }
     if dry_run:
         plan = app.plan_rerun(run_id, **changes)  # type: ignore[arg-type]
@@ -119,4 +128,57 @@ def diff(ctx: Ctx, run_a: str, run_b: str, outputs: bool, as_json: bool) -> None
             click.echo(task.text_diff, nl=not task.text_diff.endswith("\n"))
 
 
-COMMANDS = [rerun, diff]
+@click.group()
+def cache() -> None:
+    """The cache index: outputs of workers with `cache:` that later runs may reuse."""
+
+
+@cache.command("list")
+@click.option("--limit", default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+@handle_errors
+def cache_list(ctx: Ctx, limit: int, as_json: bool) -> None:
+    """The newest cache entries: fingerprint, the task and run that made it, its age."""
+    entries = ctx.app.store.cache_list(limit)
+    if as_json:
+        rows = [dataclasses.asdict(e) for e in entries]
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not entries:
+        out.print("the cache is empty: give a worker or pipeline 'cache: true' to fill it")
+        return
+    table = Table(box=None, padding=(0, 2))
+    for column in ("fingerprint", "task", "run", "output", "size", "completed"):
+        table.add_column(column)
+    for e in entries:
+        table.add_row(
+            e.fingerprint[:12], e.task_id, e.run_id, e.artifact, str(e.size), when(e.completed_at)
+        )
+    out.print(table)
+
+
+@cache.command("clear")
+@click.option(
+    "--older-than",
+    metavar="AGE",
+    help="Only entries older than AGE (seconds or 30m, 12h, 7d); default: all.",
+)
+@pass_ctx
+@handle_errors
+def cache_clear(ctx: Ctx, older_than: str | None) -> None:
+    """Forget cache entries (the runs and their outputs stay as they are)."""
+    before = None
+    if older_than is not None:
+        try:
+            age = Cache.model_validate({"ttl": older_than}).ttl
+        except ValidationError:
+            raise UsageError(
+                f"--older-than {older_than!r}: give seconds or a duration like 30m, 12h, 7d"
+            ) from None
+        before = time.time() - (age or 0.0)
+    removed = ctx.app.store.cache_clear(before)
+    out.print(f"{removed} cache entr{'y' if removed == 1 else 'ies'} removed")
+
+
+COMMANDS = [rerun, diff, cache]

@@ -22,6 +22,7 @@ from interlock.errors import LeaseHeld
 @click.option("--topic", "-t", required=True, help="What the run is about.")
 @click.option("--input", "-i", "inputs", multiple=True, help="A pipeline input, KEY=VALUE.")
 @click.option("--run-id", help="Choose the run id (default: generated).")
+@click.option("--no-cache", is_flag=True, help="Reuse no earlier run's outputs (cache: is off).")
 @pass_ctx
 @handle_errors
 def run(
@@ -31,11 +32,13 @@ def run(
     topic: str,
     inputs: tuple[str, ...],
     run_id: str | None,
+    no_cache: bool,
 ) -> None:
     """Start a run of PIPELINE from FILE and drive it in the foreground."""
     install_terminate_handler()
     app = ctx.app
-    run_id = app.start(file, pipeline, topic=topic, inputs=parse_inputs(inputs), run_id=run_id)
+    given = parse_inputs(inputs)
+    run_id = app.start(file, pipeline, topic=topic, inputs=given, run_id=run_id, no_cache=no_cache)
     err.print(f"run {run_id}")
     sys.exit(drive_in_foreground(app, run_id, since=0))
 

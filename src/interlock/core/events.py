@@ -35,6 +35,7 @@ class RunCreated(Event):
     inputs: dict[str, Any] = field(default_factory=dict)
     rerun_of: str | None = None  # the run this one reruns (its outputs may be reused)
     rerun_from: str | None = None  # the phase from which every task runs again
+    no_cache: bool = False  # never reuse other runs' outputs through `cache:`
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

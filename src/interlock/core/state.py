@@ -139,6 +139,7 @@ class RunState:
     events: int = 0
     rerun_of: str | None = None  # the source run whose outputs this run may reuse
     rerun_from: str | None = None  # from this phase on, nothing is reused
+    no_cache: bool = False  # the cache is off for this run (--no-cache)
 
     def in_flight(self) -> list[TaskState]:
         """Tasks dispatched and not finished, in dispatch order."""
@@ -247,6 +248,7 @@ def apply(state: RunState, event: ev.Event) -> None:
         state.definition_hash, state.inputs = event.definition_hash, dict(event.inputs)
         state.created_at = event.at
         state.rerun_of, state.rerun_from = event.rerun_of, event.rerun_from
+        state.no_cache = event.no_cache
     elif isinstance(event, ev.Delivered):
         state.status, state.delivered = RUN_DELIVERED, event.artifact
     elif isinstance(event, ev.Archived):

@@ -11,7 +11,16 @@ import re
 from functools import cached_property
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    RootModel,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 # A role, phase id or output name becomes part of a path on disk: keep it to one plain segment.
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -32,6 +41,35 @@ def check_safe_name(value: str, what: str) -> str:
 class _Model(BaseModel):
     # Unknown keys are almost always typos ("timout"), so they are errors, not ignored.
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+_UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+class Cache(_Model):
+    """Reuse a completed task of any earlier run of the store with the same fingerprint."""
+
+    ttl: Annotated[float, Field(gt=0)] | None = (
+        None  # seconds (or "30m", "12h", "7d"); None: any age
+    )
+
+    @field_validator("ttl", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            match = _DURATION.match(value)
+            if match is None:
+                raise ValueError(f"ttl {value!r} must be seconds or a duration like 30m, 12h, 7d")
+            return float(match.group(1)) * _UNIT_S[match.group(2)]
+        return value
+
+
+def _drop_unset_cache(data: Any, cache: Any) -> Any:
+    # Pipelines without `cache:` keep the canonical JSON (and so the hash) they always had.
+    if cache is None and isinstance(data, dict):
+        data.pop("cache", None)
+    return data
 
 
 class Backoff(_Model):
@@ -87,6 +125,11 @@ class Worker(_Model):
     accept_truncated: bool = Field(default=False, exclude_if=lambda value: not value)
     extract: dict[str, Extract] = Field(default_factory=dict)
     tags: list[str] = Field(default_factory=list)
+    cache: bool | Cache | None = None  # None: as the pipeline says
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return _drop_unset_cache(handler(self), self.cache)
 
     @field_validator("role")
     @classmethod
@@ -240,6 +283,20 @@ class Pipeline(_Model):
     budget: Budget | None = None
     schedule: str | None = None
     concurrency: Annotated[int, Field(ge=1)] | None = None
+    cache: bool | Cache | None = None  # for every worker that does not say otherwise
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return _drop_unset_cache(handler(self), self.cache)
+
+    def cache_for(self, role: str) -> Cache | None:
+        """The cache settings of worker `role` (None: off)."""
+        setting = self.worker(role).cache
+        if setting is None:
+            setting = self.cache
+        if setting is None or setting is False:
+            return None
+        return Cache() if setting is True else setting
 
     @field_validator("inputs", mode="before")
     @classmethod

@@ -317,6 +317,8 @@ class RunDriver:
                 crash_point("after_record_reuse")  # recorded, not yet placed: resume repairs
                 self.placing_reused = False
             self.write_outputs()  # before any task that reads them starts
+        if self.reuser is not None and self.reuser.to_index:
+            self.reuser.flush_index(state)
         if state.status.ended:
             for handle in self.handles.values():
                 handle.cancel()

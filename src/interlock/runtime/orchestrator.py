@@ -145,24 +145,26 @@ class Orchestrator:
         run_id: str | None = None,
         rerun_of: str | None = None,
         rerun_from: str | None = None,
+        no_cache: bool = False,
     ) -> str:
         """Record a new run (pinned to `definition`), holding its lease; returns its id.
 
         The run, its first decisions (its first phase's dispatches) and its lease are written
         in one transaction: a run exists only with a history. A rerun names its source run
-        (whose outputs it may carry over) and the phase from which everything runs again.
+        (whose outputs it may carry over) and the phase from which everything runs again;
+        `no_cache` keeps the run from reusing outputs of other runs through the cache.
         """
-        origin = (rerun_of, rerun_from) if rerun_of is not None else None
+        origin = {"rerun_of": rerun_of, "rerun_from": rerun_from, "no_cache": no_cache}
         return self.create_runs([(definition, topic, inputs, run_id)], origin=origin)[0]
 
     def create_runs(
         self,
         specs: list[tuple[Definition, str, dict[str, Any] | None, str | None]],
         *,
-        origin: tuple[str, str | None] | None = None,
+        origin: dict[str, Any] | None = None,
     ) -> list[str]:
         """Create many runs in one transaction: (definition, topic, inputs, run id or None);
-        `origin` (source run, from-phase) makes each a rerun."""
+        `origin` holds further fields of their `run_created` (a rerun's source, --no-cache)."""
         now = self.clock()
         prepared = []
         for definition, topic, inputs, run_id in specs:
@@ -187,7 +189,7 @@ class Orchestrator:
         inputs: dict[str, Any],
         run_id: str,
         now: float,
-        origin: tuple[str, str | None] | None = None,
+        origin: dict[str, Any] | None = None,
     ) -> tuple[RunDriver, list[NewEvent], AppendBatch]:
         created = ev.RunCreated(
             at=now,
@@ -196,8 +198,7 @@ class Orchestrator:
             definition_hash=definition.hash,
             topic=topic,
             inputs=inputs,
-            rerun_of=origin[0] if origin else None,
-            rerun_from=origin[1] if origin else None,
+            **(origin or {}),
         )
         first = [NewEvent(event=created)]
         for message in self._model_warnings(definition):

@@ -29,6 +29,7 @@ class RerunRequest:
     topic: str | None = None
     inputs: dict[str, Any] | None = None
     run_id: str | None = None
+    no_cache: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,6 +42,7 @@ class PreparedRerun:
     topic: str
     inputs: dict[str, Any]
     from_phase: str | None
+    no_cache: bool = False
 
 
 def prepare(store: Store, orchestrator: Orchestrator, request: RerunRequest) -> PreparedRerun:
@@ -85,6 +87,7 @@ def prepare(store: Store, orchestrator: Orchestrator, request: RerunRequest) -> 
         topic=state.topic if request.topic is None else request.topic,
         inputs=inputs,
         from_phase=request.from_phase,
+        no_cache=request.no_cache,
     )
 
 
@@ -97,4 +100,5 @@ def create(orchestrator: Orchestrator, prepared: PreparedRerun, run_id: str | No
         run_id=run_id,
         rerun_of=prepared.source,
         rerun_from=prepared.from_phase,
+        no_cache=prepared.no_cache,
     )

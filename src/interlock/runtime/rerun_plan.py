@@ -16,8 +16,8 @@ from typing import Any
 
 from interlock.core import events as ev
 from interlock.core.decide import RuleName, settle
-from interlock.core.reuse import ReuseVerdict, judge
-from interlock.core.state import RunStatus, apply, fold
+from interlock.core.reuse import ReuseReason, ReuseVerdict
+from interlock.core.state import RunStatus, TaskState, apply, fold
 from interlock.runtime.orchestrator import Orchestrator
 from interlock.runtime.rerun import PreparedRerun, RerunRequest, prepare
 from interlock.runtime.reuse import Reuser, SourceRun
@@ -70,8 +70,8 @@ class Plan:
         }
 
 
-def plan(prepared: PreparedRerun, reuser: Reuser, source: SourceRun) -> Plan:
-    """Walk the rerun in memory; nothing is recorded or called."""
+def plan(prepared: PreparedRerun, reuser: Reuser, source: SourceRun, now: float) -> Plan:
+    """Walk the rerun in memory; nothing is recorded or called (`now`: for cache ages)."""
     pipeline = prepared.definition.pipeline
     state = fold(
         [
@@ -84,6 +84,7 @@ def plan(prepared: PreparedRerun, reuser: Reuser, source: SourceRun) -> Plan:
                 inputs=prepared.inputs,
                 rerun_of=source.run_id,
                 rerun_from=prepared.from_phase,
+                no_cache=prepared.no_cache,
             )
         ]
     )
@@ -107,65 +108,43 @@ def plan(prepared: PreparedRerun, reuser: Reuser, source: SourceRun) -> Plan:
                 continue
             break
         for task in pending:
-            current = reuser.fingerprint(state, task)
-            candidate = source.state.tasks.get(task.task_id)
-            verdict = judge(
-                state,
-                task,
-                current,
-                candidate,
-                source_run=source.run_id,
-                candidate_parts=source.parts.get(task.task_id),
+            claim = reuser.claim(state, task, now)
+            verdict = reuser.verdicts.get(task.task_id) or ReuseVerdict(
+                reuse=False, reason=ReuseReason.NOT_IN_SOURCE, why="runs"
             )
-            if verdict.reuse and candidate is not None and not _intact(reuser, source, candidate):
-                verdict = ReuseVerdict(
-                    reuse=False,
-                    reason=verdict.reason,
-                    why=f"runs: {candidate.artifact} of {source.run_id} is gone or damaged",
-                )
             tasks.append(
                 PlannedTask(
                     task_id=task.task_id,
                     phase=task.phase,
-                    reuse=verdict.reuse,
+                    reuse=claim is not None,
                     why=verdict.why,
                     changed=list(verdict.changed),
                 )
             )
-            apply(state, _outcome(task.task_id, task.attempt, verdict, candidate, source.run_id))
-            if not verdict.reuse and pipeline.worker(task.role).extract:
+            if claim is not None:
+                apply(state, claim.event)
+                continue
+            apply(state, _recomputed(task, source.state.tasks.get(task.task_id)))
+            if pipeline.worker(task.role).extract:
                 guessed.add(task.role)
+        reuser.notes.clear()
     if state.status is RunStatus.FAILED and state.failure:
         notes.append(f"the plan ends failed: {state.failure}")
     return Plan(source=source.run_id, tasks=tasks, notes=notes)
 
 
-def _outcome(
-    task_id: str, attempt: int, verdict: ReuseVerdict, candidate: Any, source_run: str
-) -> ev.Event:
-    values = dict(candidate.values) if candidate is not None else {}
-    if verdict.reuse:
-        return ev.TaskReused(
-            at=0.0,
-            task_id=task_id,
-            attempt=attempt,
-            source_run=source_run,
-            source_task=task_id,
-            artifact=candidate.artifact,
-            sha256=candidate.sha256,
-            size=candidate.size or 0,
-            values=values,
-        )
-    # A hash no real output has: whatever reads this output is planned to run as well.
-    unknown = hashlib.sha256(f"dry-run/{task_id}".encode()).hexdigest()
+def _recomputed(task: TaskState, candidate: TaskState | None) -> ev.TaskCompleted:
+    """A stand-in for a task that would run: an output no real one has (so whatever reads it
+    runs as well), with the source's values as the best guess for the decisions after it."""
+    unknown = hashlib.sha256(f"dry-run/{task.task_id}".encode()).hexdigest()
     return ev.TaskCompleted(
         at=0.0,
-        task_id=task_id,
-        attempt=attempt,
+        task_id=task.task_id,
+        attempt=task.attempt,
         artifact=candidate.artifact if candidate is not None and candidate.artifact else "",
         sha256=unknown,
         size=0,
-        values=values,
+        values=dict(candidate.values) if candidate is not None else {},
     )
 
 
@@ -204,8 +183,5 @@ def dry_run(orchestrator: Orchestrator, request: RerunRequest) -> Plan:
         workflow_dir=Path(definition.source).parent.absolute() if definition.source else None,
     )
     source = SourceRun.load(orchestrator.store, orchestrator.home, prepared.source)
-    return plan(prepared, reuser, source)
-
-
-def _intact(reuser: Reuser, source: SourceRun, candidate: Any) -> bool:
-    return reuser.body(source.run_dir, candidate) is not None
+    reuser.source = source
+    return plan(prepared, reuser, source, orchestrator.clock())

@@ -21,12 +21,13 @@ from typing import Any
 from interlock.core import events as ev
 from interlock.core.fingerprint import Fingerprint, fingerprint
 from interlock.core.loader import Definition
-from interlock.core.reuse import ReuseVerdict, judge
-from interlock.core.state import RunState, TaskState, fold
+from interlock.core.reuse import ReuseReason, ReuseVerdict, judge
+from interlock.core.state import RunState, TaskState, artifact_name, fold
 from interlock.core.workflow import Worker
+from interlock.errors import StorageError
 from interlock.runtime.home import Home
 from interlock.runtime.models import ModelRunner
-from interlock.storage.base import Store
+from interlock.storage.base import CacheEntry, Store
 
 log = logging.getLogger("interlock.runtime")
 
@@ -109,6 +110,7 @@ class Reuser:
     source: SourceRun | None = None
     notes: list[str] = field(default_factory=list)  # why a match could not be used
     verdicts: dict[str, ReuseVerdict] = field(default_factory=dict)
+    to_index: list[CacheEntry] = field(default_factory=list)  # for the cache, once recorded
     _identities: dict[str, Any] = field(default_factory=dict)
 
     def identity(self, role: str) -> Any:
@@ -129,16 +131,40 @@ class Reuser:
         if task is None or event.fingerprint is not None:
             return event
         print_ = self.fingerprint(state, task)
+        if self.definition.pipeline.cache_for(task.role) is not None and event.sha256:
+            self.to_index.append(
+                CacheEntry(
+                    fingerprint=print_.digest,
+                    run_id=state.run_id,
+                    task_id=task.task_id,
+                    artifact=event.artifact,
+                    sha256=event.sha256,
+                    size=event.size,
+                    values=dict(event.values),
+                    completed_at=event.at,
+                )
+            )
         return dataclasses.replace(
             event, fingerprint=print_.digest, fingerprint_parts=dict(print_.parts)
         )
 
     def claim(self, state: RunState, task: TaskState, now: float) -> Claim | None:
-        """The reuse of `task`'s output, if a matching one can be carried over."""
-        source = self.source
-        if source is None or task.attempt != 1:
+        """The reuse of `task`'s output, if a matching one can be carried over: the source
+        run's first (for a rerun), then the cache's (when the worker has `cache:`)."""
+        if task.attempt != 1:
             return None
         current = self.fingerprint(state, task)
+        if self.source is not None:
+            claim = self._from_source(state, task, current, now)
+            if claim is not None or self.verdicts[task.task_id].reason is ReuseReason.FORCED:
+                return claim
+        return self._from_cache(state, task, current, now)
+
+    def _from_source(
+        self, state: RunState, task: TaskState, current: Fingerprint, now: float
+    ) -> Claim | None:
+        source = self.source
+        assert source is not None
         candidate = source.state.tasks.get(task.task_id)
         verdict = judge(
             state,
@@ -152,45 +178,105 @@ class Reuser:
         if not verdict.reuse or candidate is None:
             return None
         assert candidate.sha256 is not None and candidate.artifact is not None
-        body = self.body(source.run_dir, candidate)
+        body = self.body(source.run_dir, candidate.artifact, candidate.sha256)
         if body is None:
-            self.notes.append(
-                f"task {task.task_id} could not reuse the output of {source.run_id}: "
-                f"{candidate.artifact} is gone or does not match its recorded hash; it runs"
+            why = f"{candidate.artifact} of {source.run_id} is gone or does not match its hash"
+            self.notes.append(f"task {task.task_id} could not reuse its output: {why}; it runs")
+            self.verdicts[task.task_id] = ReuseVerdict(
+                reuse=False, reason=ReuseReason.NOT_COMPLETED, why=f"runs: {why}"
             )
             return None
+        return self._claim(
+            task, current, source.run_id, candidate.task_id, body, now, "rerun", candidate.values
+        )
+
+    def _from_cache(
+        self, state: RunState, task: TaskState, current: Fingerprint, now: float
+    ) -> Claim | None:
+        cache = self.definition.pipeline.cache_for(task.role)
+        if cache is None or state.no_cache:
+            return None
+        since = now - cache.ttl if cache.ttl is not None else 0.0
+        for entry in self.store.cache_find(current.digest, since):
+            if entry.run_id == state.run_id:
+                continue  # a loop's earlier visit is not a cache hit for its next one
+            body = self.body(self.home.run_dir(entry.run_id), entry.artifact, entry.sha256)
+            if body is None:
+                continue
+            self.verdicts[task.task_id] = ReuseVerdict(
+                reuse=True,
+                reason=ReuseReason.MATCH,
+                why=f"reused from the cache: {entry.task_id} of run {entry.run_id}",
+            )
+            return self._claim(
+                task, current, entry.run_id, entry.task_id, body, now, "cache", entry.values
+            )
+        return None
+
+    def _claim(
+        self,
+        task: TaskState,
+        current: Fingerprint,
+        source_run: str,
+        source_task: str,
+        body: bytes,
+        now: float,
+        via: str,
+        values: dict[str, Any],
+    ) -> Claim:
+        worker = self.definition.pipeline.worker(task.role)
         event = ev.TaskReused(
             at=now,
             task_id=task.task_id,
             attempt=task.attempt,
-            source_run=source.run_id,
-            source_task=candidate.task_id,
-            artifact=candidate.artifact,
-            sha256=candidate.sha256,
+            source_run=source_run,
+            source_task=source_task,
+            artifact=artifact_name(worker.output_name, task.visit, task.item),
+            sha256=hashlib.sha256(body).hexdigest(),
             size=len(body),
-            values=dict(candidate.values),
+            values=dict(values),
             fingerprint=current.digest,
             fingerprint_parts=dict(current.parts),
+            via=via,
         )
         return Claim(event=event, body=body)
 
-    def body(self, run_dir: Path, task: TaskState) -> bytes | None:
-        """A recorded output's body, from the ledger or the run's folder, checked by hash."""
-        if task.sha256 is None:
-            return None
-        body = self.store.artifact(task.sha256)
-        if body is None and task.artifact is not None:
+    def body(self, run_dir: Path, artifact: str, sha256: str) -> bytes | None:
+        """A recorded output's body, from the ledger or a run's folder, checked by hash."""
+        body = self.store.artifact(sha256)
+        if body is None:
             try:
-                body = (run_dir / task.artifact).read_bytes()
+                body = (run_dir / artifact).read_bytes()
             except OSError:
                 return None
-        if body is None or hashlib.sha256(body).hexdigest() != task.sha256:
+        if hashlib.sha256(body).hexdigest() != sha256:
             return None
         return body
+
+    def flush_index(self, state: RunState) -> None:
+        """Index the recorded completions of cached workers (after their commit). A lost
+        entry only costs a cache miss, so a storage problem here is logged, not raised."""
+        entries = [
+            e
+            for e in self.to_index
+            if (task := state.tasks.get(e.task_id)) is not None and task.sha256 == e.sha256
+        ]
+        self.to_index.clear()
+        if entries:
+            try:
+                self.store.cache_put(entries)
+            except StorageError as exc:
+                log.warning(
+                    "cannot index outputs for the cache: %s",
+                    exc,
+                    extra={"run_id": state.run_id, "action": "cache_index_failed"},
+                )
 
     def recover(self, task: TaskState) -> bytes | None:
         """The body of a reused output whose file a crash kept from being placed."""
         if task.reused_from is None:
             return None
+        if task.sha256 is None or task.artifact is None:
+            return None
         run_id = task.reused_from.partition("/")[0]
-        return self.body(self.home.run_dir(run_id), task)
+        return self.body(self.home.run_dir(run_id), task.artifact, task.sha256)

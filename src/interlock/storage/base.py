@@ -163,6 +163,20 @@ class OutboxItem:
     last_error: str | None = None
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CacheEntry:
+    """A completed task in the cache index: where its output is, by fingerprint."""
+
+    fingerprint: str
+    run_id: str
+    task_id: str
+    artifact: str
+    sha256: str
+    size: int
+    values: dict[str, Any] = field(default_factory=dict)
+    completed_at: float = 0.0
+
+
 class Store(Protocol):
     """A durable ledger of runs. Methods are synchronous and safe to call from one thread."""
 
@@ -260,6 +274,25 @@ class Store(Protocol):
 
     def pending_commands(self, run_id: str | None = None) -> list[CommandRecord]:
         """Commands not yet consumed, oldest first (of one run, or of all runs)."""
+        ...
+
+    def cache_put(self, entries: Sequence[CacheEntry]) -> None:
+        """Index completed tasks by fingerprint (one already indexed is left as it is)."""
+        ...
+
+    def cache_find(self, fingerprint: str, since: float, limit: int = 5) -> list[CacheEntry]:
+        """Indexed tasks with this fingerprint completed at or after `since`, newest first."""
+        ...
+
+    def cache_list(self, limit: int = 100) -> list[CacheEntry]:
+        """The newest entries of the cache index."""
+        ...
+
+    def cache_clear(self, before: float | None = None) -> int:
+        """Forget entries completed before `before` (all when None); returns how many.
+
+        Only the index: the runs and their outputs stay as they are.
+        """
         ...
 
     def close(self) -> None:

@@ -27,6 +27,7 @@ from interlock.errors import LeaseHeld, LeaseLost, RunNotFound, StorageError
 from interlock.storage import codec
 from interlock.storage.base import (
     AppendBatch,
+    CacheEntry,
     CommandRecord,
     Lease,
     OutboxItem,
@@ -427,6 +428,29 @@ class PostgresStore:
         rows = self._read(Q["list_outbox"], run_id)
         return [_outbox(r, attempts=r[5], delivered_at=r[6], last_error=r[7]) for r in rows]
 
+    def cache_put(self, entries: Sequence[CacheEntry]) -> None:
+        """See `Store.cache_put`."""
+
+        def put(db: psycopg.Connection[Any]) -> None:
+            for e in entries:
+                row = (e.fingerprint, e.run_id, e.task_id, e.artifact, e.sha256, e.size)
+                db.execute(Q["cache_put"], (*row, codec.dumps(e.values), e.completed_at))
+
+        self.retrying(put)
+
+    def cache_find(self, fingerprint: str, since: float, limit: int = 5) -> list[CacheEntry]:
+        """See `Store.cache_find`."""
+        return [_cache(r) for r in self._read(Q["cache_find"], fingerprint, since, limit)]
+
+    def cache_list(self, limit: int = 100) -> list[CacheEntry]:
+        """See `Store.cache_list`."""
+        return [_cache(r) for r in self._read(Q["cache_list"], limit)]
+
+    def cache_clear(self, before: float | None = None) -> int:
+        """See `Store.cache_clear`."""
+        cutoff = NEVER if before is None else before
+        return self.retrying(lambda db: int(db.execute(Q["cache_clear"], (cutoff,)).rowcount))
+
     # -- beyond the protocol: what a fleet of orchestrators needs ---------------------------
 
     def unowned_runs(self, now: float, limit: int = 10) -> list[str]:
@@ -489,3 +513,16 @@ def _append_args(batch: AppendBatch, now: float) -> dict[str, Any]:
         "shas": [sha for sha, _ in batch.artifacts],
         "bodies": [bytes(body) for _, body in batch.artifacts],
     }
+
+
+def _cache(row: Any) -> CacheEntry:
+    return CacheEntry(
+        fingerprint=row[0],
+        run_id=row[1],
+        task_id=row[2],
+        artifact=row[3],
+        sha256=row[4],
+        size=int(row[5]),
+        values=codec.loads(row[6]),
+        completed_at=float(row[7]),
+    )

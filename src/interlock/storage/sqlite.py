@@ -20,6 +20,7 @@ from interlock.errors import LeaseHeld, LeaseLost, RunNotFound, StorageError
 from interlock.storage import chain, codec
 from interlock.storage.base import (
     AppendBatch,
+    CacheEntry,
     CommandRecord,
     Lease,
     OutboxItem,
@@ -370,6 +371,28 @@ class SQLiteStore:
         rows = self._read(Q["list_outbox"], run_id)
         return [_outbox(r, attempts=r[5], delivered_at=r[6], last_error=r[7]) for r in rows]
 
+    def cache_put(self, entries: Sequence[CacheEntry]) -> None:
+        """See `Store.cache_put`."""
+        with self._write() as db:
+            for e in entries:
+                row = (e.fingerprint, e.run_id, e.task_id, e.artifact, e.sha256, e.size)
+                db.execute(Q["cache_put"], (*row, codec.dumps(e.values), e.completed_at))
+
+    def cache_find(self, fingerprint: str, since: float, limit: int = 5) -> list[CacheEntry]:
+        """See `Store.cache_find`."""
+        return [_cache(r) for r in self._read(Q["cache_find"], fingerprint, since, limit)]
+
+    def cache_list(self, limit: int = 100) -> list[CacheEntry]:
+        """See `Store.cache_list`."""
+        return [_cache(r) for r in self._read(Q["cache_list"], limit)]
+
+    def cache_clear(self, before: float | None = None) -> int:
+        """See `Store.cache_clear`."""
+        with self._write() as db:
+            return int(
+                db.execute(Q["cache_clear"], (NEVER if before is None else before,)).rowcount
+            )
+
     def integrity_check(self) -> str:
         """SQLite's own consistency check ('ok' when sound)."""
         return str(self._read("PRAGMA integrity_check")[0][0])
@@ -386,6 +409,19 @@ def _register(db: sqlite3.Connection, batch: AppendBatch, now: float) -> None:
     assert reg is not None
     db.execute(Q["insert_definition"], (reg.definition_hash, reg.definition))
     db.execute(Q["insert_run_leased"], registration_row(batch, now))
+
+
+def _cache(row: Any) -> CacheEntry:
+    return CacheEntry(
+        fingerprint=row[0],
+        run_id=row[1],
+        task_id=row[2],
+        artifact=row[3],
+        sha256=row[4],
+        size=int(row[5]),
+        values=codec.loads(row[6]),
+        completed_at=float(row[7]),
+    )
 
 
 def _event(row: Any) -> StoredEvent:

@@ -151,3 +151,21 @@ WITH RECURSIVE prior AS (
 )
 SELECT fenced.last_seq FROM fenced
 LEFT JOIN LATERAL (SELECT pg_notify('interlock_events', %(run)s) WHERE %(n)s > 0) note ON true;
+
+-- name: cache_put
+INSERT INTO task_cache
+    (fingerprint, run_id, task_id, artifact, sha256, size, value_json, completed_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s::jsonb, %s)
+ON CONFLICT DO NOTHING;
+
+-- name: cache_find
+SELECT fingerprint, run_id, task_id, artifact, sha256, size, value_json::text, completed_at
+FROM task_cache WHERE fingerprint = %s AND completed_at >= %s
+ORDER BY completed_at DESC, run_id, task_id LIMIT %s;
+
+-- name: cache_list
+SELECT fingerprint, run_id, task_id, artifact, sha256, size, value_json::text, completed_at
+FROM task_cache ORDER BY completed_at DESC, run_id, task_id LIMIT %s;
+
+-- name: cache_clear
+DELETE FROM task_cache WHERE completed_at < %s;

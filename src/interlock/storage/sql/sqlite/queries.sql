@@ -108,3 +108,20 @@ INSERT OR IGNORE INTO artifacts (sha256, size, body, created_at) VALUES (?, ?, ?
 
 -- name: get_artifact
 SELECT body FROM artifacts WHERE sha256 = ?;
+
+-- name: cache_put
+INSERT OR IGNORE INTO task_cache
+    (fingerprint, run_id, task_id, artifact, sha256, size, value_json, completed_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: cache_find
+SELECT fingerprint, run_id, task_id, artifact, sha256, size, value_json, completed_at
+FROM task_cache WHERE fingerprint = ? AND completed_at >= ?
+ORDER BY completed_at DESC, run_id, task_id LIMIT ?;
+
+-- name: cache_list
+SELECT fingerprint, run_id, task_id, artifact, sha256, size, value_json, completed_at
+FROM task_cache ORDER BY completed_at DESC, run_id, task_id LIMIT ?;
+
+-- name: cache_clear
+DELETE FROM task_cache WHERE completed_at < ?;

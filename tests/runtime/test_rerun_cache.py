@@ -1,0 +1,107 @@
+"""The cache: `cache:` reuses outputs of any earlier run of the store with the same fingerprint."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from interlock import Interlock, RunStatus
+
+from .conftest import WriteWorkflow
+from .test_rerun import PIPELINE, calls
+
+
+def cached(text: str, where: str = "pipeline", ttl: str | None = None) -> str:
+    """The demo pipeline with `cache:` on the pipeline, or on worker a only."""
+    setting = f"{{ttl: {ttl}}}" if ttl else "true"
+    if where == "pipeline":
+        return text.replace("demo:\n", f"demo:\n  cache: {setting}\n", 1)
+    return text.replace(
+        "        - role: a\n", f"        - role: a\n          cache: {setting}\n", 1
+    )
+
+
+def test_a_second_run_of_a_cached_pipeline_calls_nothing(
+    app: Interlock, write_workflow: WriteWorkflow
+) -> None:
+    """Every task of the second run is reused from the first through the cache."""
+    workflow = write_workflow(cached(PIPELINE))
+    first = app.run(workflow, "demo", topic="t")
+    assert calls(workflow) == ["a", "b", "s"]
+    second = app.run(workflow, "demo", topic="t")
+    assert second.status is RunStatus.DELIVERED and calls(workflow) == []
+    assert {t.reused_from for t in second.tasks.values()} == {
+        f"{first.run_id}/a@1",
+        f"{first.run_id}/b@1",
+        f"{first.run_id}/s@1",
+    }
+    assert [e.data["via"] for e in app.events(second.run_id) if e.kind == "task_reused"] == [
+        "cache"
+    ] * 3
+    view = app.status(second.run_id)
+    assert {w["status"] for p in view["phases"] for w in p["workers"].values()} == {"reused"}
+    assert len(app.store.cache_list()) == 3  # reuses add no entries of their own
+
+
+def test_no_cache_runs_everything_and_other_topics_miss(
+    app: Interlock, write_workflow: WriteWorkflow
+) -> None:
+    """--no-cache ignores the cache; a new topic changes every fingerprint."""
+    workflow = write_workflow(cached(PIPELINE))
+    app.run(workflow, "demo", topic="t")
+    calls(workflow)
+    app.drive(app.start(workflow, "demo", topic="t", no_cache=True))
+    assert calls(workflow) == ["a", "b", "s"]
+    app.run(workflow, "demo", topic="another")
+    assert calls(workflow) == ["a", "b", "s"]
+
+
+def test_cache_on_one_worker_reuses_only_it(app: Interlock, write_workflow: WriteWorkflow) -> None:
+    """A worker-level `cache:` leaves the pipeline's other workers uncached."""
+    workflow = write_workflow(cached(PIPELINE, where="worker"))
+    app.run(workflow, "demo", topic="t")
+    calls(workflow)
+    app.run(workflow, "demo", topic="t")
+    assert calls(workflow) == ["b", "s"]
+
+
+def test_an_entry_older_than_the_ttl_is_not_used(
+    app: Interlock, write_workflow: WriteWorkflow
+) -> None:
+    """With `ttl: 1s`, a run two seconds later runs again."""
+    workflow = write_workflow(cached(PIPELINE, ttl="1s"))
+    app.run(workflow, "demo", topic="t")
+    calls(workflow)
+    time.sleep(2.0)
+    app.run(workflow, "demo", topic="t")
+    assert calls(workflow) == ["a", "b", "s"]
+
+
+def test_a_cache_entry_whose_output_is_gone_runs_the_task(
+    app: Interlock, write_workflow: WriteWorkflow, tmp_path: Path
+) -> None:
+    """An entry whose output is neither in the ledger nor on disk is skipped: the task runs."""
+    workflow = write_workflow(cached(PIPELINE, where="worker"))
+    first = app.run(workflow, "demo", topic="t")
+    calls(workflow)
+    entry = app.store.cache_list()[0]
+    (app.run_dir(first.run_id) / entry.artifact).unlink()
+    original = app.store.artifact
+    app.store.artifact = lambda sha: None  # type: ignore[method-assign]
+    try:
+        app.run(workflow, "demo", topic="t")
+    finally:
+        app.store.artifact = original  # type: ignore[method-assign]
+    assert calls(workflow) == ["a", "b", "s"]
+
+
+def test_a_rerun_prefers_its_source_and_from_forces_past_the_cache(
+    app: Interlock, write_workflow: WriteWorkflow
+) -> None:
+    """`rerun --from synth` of a cached pipeline still runs the synthesis."""
+    workflow = write_workflow(cached(PIPELINE))
+    first = app.run(workflow, "demo", topic="t")
+    calls(workflow)
+    state = app.drive(app.rerun(first.run_id, from_phase="synth"))
+    assert calls(workflow) == ["s"]
+    assert state.tasks["a@1"].reused_from == f"{first.run_id}/a@1"
