@@ -18,9 +18,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from interlock.core.observe import CommandKind
+from interlock.core.review import (
+    EditRequest,
+    RejectRequest,
+    check_edit,
+    check_reject,
+    edited_values,
+)
 from interlock.core.state import RunState, RunStatus, fold
+from interlock.core.workflow import Pipeline
 from interlock.errors import InterlockError, RunNotFound, UsageError
 from interlock.runtime.diff import RunDiff, compare
+from interlock.runtime.edits import hand_edit_message, unrecorded_changes
 from interlock.runtime.home import Home, check_run_id
 from interlock.storage import Store, StoredEvent, open_store
 
@@ -233,8 +242,57 @@ class Interlock:
         waiting = self.store.pending_commands(run_id)
         if any(c.kind == CommandKind.APPROVE.value for c in waiting):
             raise UsageError(f"run {run_id} already has an approval waiting to be recorded")
+        changes = unrecorded_changes(state, self.run_dir(run_id))
+        if changes:  # never let the run go on over a change it would not read
+            raise UsageError(hand_edit_message(run_id, changes))
         self._post(run_id, CommandKind.APPROVE, message, by)
         return run_id
+
+    def edit(
+        self, run_id: str, output: str, body: str, *, note: str = "", by: str | None = None
+    ) -> str:
+        """Replace an output of a paused run (a file name such as `synthesis.md`, or a role).
+
+        Checked now (the run is paused, the output is current, the worker's `extract:` finds
+        its values in `body`); recorded by the run's driver at its next tick, with the body.
+        Tasks that read the old version run again when the run goes on.
+        """
+        run_id = self.resolve(run_id)
+        pipeline, state = self._review(run_id)
+        request = EditRequest(output=output, body=body, note=note)
+        task = check_edit(pipeline, state, request)
+        if isinstance(task, str):
+            raise UsageError(task)
+        values = edited_values(pipeline, task, body)
+        if isinstance(values, str):
+            raise UsageError(values)
+        self._post(run_id, CommandKind.EDIT, request.to_message(), by)
+        return run_id
+
+    def reject(self, run_id: str, to: str, feedback: str, by: str | None = None) -> str:
+        """Send a paused run back to phase `to` (a new visit); `feedback` is `{{ feedback }}`
+        in task templates and `feedback` in conditions from then on."""
+        run_id = self.resolve(run_id)
+        pipeline, state = self._review(run_id)
+        problem = check_reject(pipeline, state, to)
+        if problem is not None:
+            raise UsageError(problem)
+        self._post(
+            run_id, CommandKind.REJECT, RejectRequest(to=to, feedback=feedback).to_message(), by
+        )
+        return run_id
+
+    def _review(self, run_id: str) -> tuple[Pipeline, RunState]:
+        """The pinned pipeline and state of a run a person reviews (nothing else waiting)."""
+        waiting = {c.kind for c in self.store.pending_commands(run_id)}
+        busy = waiting & {CommandKind.APPROVE.value, CommandKind.REJECT.value, "cancel"}
+        if busy:
+            raise UsageError(
+                f"run {run_id} has a {sorted(busy)[0]} waiting to be recorded; wait for it"
+            )
+        record = self.store.get_run(run_id)
+        definition = self.orchestrator.definition(record.pipeline, record.definition_hash)
+        return definition.pipeline, self.state(run_id)
 
     def cancel(self, run_id: str, reason: str = "", by: str | None = None) -> str:
         """Ask for a run to be cancelled; in-flight tasks are stopped."""

@@ -16,6 +16,7 @@ from typing import Any
 
 from interlock.core import events as ev
 from interlock.core.expressions import ExpressionError, evaluate
+from interlock.core.review import revisions
 from interlock.core.state import (
     ENDED,
     IN_FLIGHT,
@@ -51,6 +52,8 @@ class RuleName(StrEnum):
     BRANCH = "branch"  # go to the phase chosen by `next` (or the following one)
     BRANCH_ERROR = "branch_error"  # a condition or fan-out list could not be evaluated
     DELIVER = "deliver"  # the final phase completed: its output is the result
+    REJECT = "reject"  # a person rejected the run at a review: its phase starts again
+    REVISE = "revise"  # a task read an output edited at a review: it runs again
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,11 +80,44 @@ def decide(
     if state.current is None:
         first = pipeline.phases[0]
         return [_start_phase(first, 1, None, now, RuleName.START, "the run was created")]
-    for rule in (_timeouts, _failures, _budget, _retries_due, _dispatch):
+    for rule in (_timeouts, _failures, _budget, _retries_due, _rejected, _dispatch):
         decisions = rule(pipeline, state, now)
         if decisions:
             return decisions
+    if state.revisions and state.status is RUN_RUNNING:
+        ready, pending = revisions(pipeline, state)
+        if pending:  # edited at a review: what read the old version runs again first
+            return [_revise(pipeline, task, changed, now) for task, changed in ready]
     return _phase_end(pipeline, state, now, evaluator)
+
+
+def _rejected(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]:
+    to = state.reject_to
+    if to is None or state.status is not RUN_RUNNING:
+        return []
+    phase = pipeline.phase(to)
+    items, problem = _fan_out_items(phase, state)
+    if problem is not None:
+        return [Decision(RuleName.BRANCH_ERROR, ev.RunFailed(at=now, reason=problem), problem)]
+    visit = state.visits.get(to, 0) + 1
+    why = f"rejected at review: back to {to!r} (visit {visit})"
+    return [_start_phase(phase, visit, items, now, RuleName.REJECT, why)]
+
+
+def _revise(pipeline: Pipeline, task: TaskState, changed: str, now: float) -> Decision:
+    worker = pipeline.worker(task.role)
+    event = ev.TaskDispatched(
+        at=now,
+        task_id=task.task_id,
+        phase=task.phase,
+        role=task.role,
+        visit=task.visit,
+        item=task.item,
+        attempt=task.attempt + 1,
+        model=worker.model_for_attempt(1),
+    )
+    why = f"{task.task_id} read {changed}, which changed at review: it runs again"
+    return Decision(RuleName.REVISE, event, why)
 
 
 def settle(
@@ -382,6 +418,7 @@ def expression_context(state: RunState, pipeline: Pipeline | None = None) -> dic
         "inputs": dict(state.inputs),
         "visits": visits,
         "roles": {role: dict(values) for role, values in state.values.items()},
+        "feedback": state.feedback,
     }
     for role, values in state.values.items():
         if role.isidentifier() and role not in context:

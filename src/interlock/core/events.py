@@ -195,6 +195,36 @@ class Approved(Event):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Rejected(Event):
+    """A person sent the paused run back to phase `to` (a new visit) with `feedback`."""
+
+    kind: ClassVar[str] = "rejected"
+    to: str
+    feedback: str = ""
+    by: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OutputEdited(Event):
+    """A person replaced a completed task's output while the run was paused.
+
+    The new body is stored in the ledger with this event and written to `artifact` after it;
+    `values` are extracted again from it. Tasks that read the old version run again when the
+    run goes on (`core.review`).
+    """
+
+    kind: ClassVar[str] = "output_edited"
+    task_id: str
+    artifact: str
+    old_sha256: str
+    sha256: str
+    size: int
+    values: dict[str, Any] = field(default_factory=dict)
+    by: str = ""
+    note: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class MessageNoted(Event):
     """A person's message, kept with the run's history."""
 
@@ -254,6 +284,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         Warned,
         Paused,
         Approved,
+        Rejected,
+        OutputEdited,
         MessageNoted,
         RunCancelled,
         RunFailed,

@@ -48,6 +48,8 @@ class CommandKind(StrEnum):
     APPROVE = "approve"  # continue a paused run
     CANCEL = "cancel"  # stop the run and its tasks
     MESSAGE = "message"  # note something in the run's history
+    REJECT = "reject"  # send a paused run back to a phase, with feedback (`core.review`)
+    EDIT = "edit"  # replace an output of a paused run (`core.review`)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -93,6 +93,12 @@ class TaskState:
     tokens: int = 0
     fingerprint: str | None = None
     reused_from: str | None = None  # "run/task" whose output was carried over, if reused
+    # For edits at a review (`core.review`): when the task was last dispatched and when its
+    # output last changed by an edit or a re-run an edit caused (`RunState.events` counts;
+    # 0: never), and whether the current attempt is such a re-run.
+    dispatch_mark: int = 0
+    revised_mark: int = 0
+    revising: bool = False
 
 
 @dataclass(slots=True)
@@ -140,6 +146,11 @@ class RunState:
     rerun_of: str | None = None  # the source run whose outputs this run may reuse
     rerun_from: str | None = None  # from this phase on, nothing is reused
     no_cache: bool = False  # the cache is off for this run (--no-cache)
+    rejections: int = 0  # times a person sent the run back at a review
+    feedback: str = ""  # the latest rejection's text (`{{ feedback }}`, `feedback` in CEL)
+    reject_to: str | None = None  # a recorded rejection's phase, until its new visit starts
+    revisions: int = 0  # edits since the last rejection (0: nothing can be stale)
+    edits: list[tuple[str, str, str]] = field(default_factory=list)  # task, old sha, new sha
 
     def in_flight(self) -> list[TaskState]:
         """Tasks dispatched and not finished, in dispatch order."""
@@ -156,6 +167,7 @@ class RunState:
         clone.outputs = {k: (v[0], dict(v[1])) for k, v in self.outputs.items()}
         clone.phase_status = dict(self.phase_status)
         clone.warnings = list(self.warnings)
+        clone.edits = list(self.edits)
         return clone
 
 
@@ -198,17 +210,21 @@ def apply(state: RunState, event: ev.Event) -> None:
                 status=TASK_DISPATCHED,
                 model=event.model,
                 dispatched_at=event.at,
+                dispatch_mark=state.events,
             )
             state.tasks[event.task_id] = task
             if state.current is not None and state.current.phase == event.phase:
                 state.current.task_ids.append(event.task_id)
         else:
+            if task.status is TASK_COMPLETED:
+                task.revising = True  # a completed task dispatched again: an edit's re-run
             task.attempt, task.status, task.model = (
                 event.attempt,
                 TASK_DISPATCHED,
                 event.model,
             )
             task.dispatched_at, task.started_at, task.not_before = event.at, None, None
+            task.dispatch_mark = state.events
     elif isinstance(event, (ev.TaskStarted, ev.TaskCompleted, ev.TaskFailed, ev.TaskTimedOut)):
         _apply_task_result(state, event)
     elif isinstance(event, ev.TaskReused):
@@ -219,6 +235,7 @@ def apply(state: RunState, event: ev.Event) -> None:
         task.attempt, task.model = event.attempt, event.model
     elif isinstance(event, ev.PhaseStarted):
         state.visits[event.phase] = event.visit
+        state.reject_to = None
         state.current = PhaseVisit(
             phase=event.phase, visit=event.visit, items=event.items, started_at=event.at
         )
@@ -239,6 +256,8 @@ def apply(state: RunState, event: ev.Event) -> None:
         if state.current is not None and state.pause_reason == "pause_after":
             state.current.approved = True
         state.pause_reason = None
+    elif isinstance(event, (ev.Rejected, ev.OutputEdited)):
+        _apply_review(state, event)
     elif isinstance(event, ev.BranchTaken):
         pass  # the PhaseStarted that follows carries the new position
     elif isinstance(event, ev.Warned):
@@ -282,6 +301,8 @@ def _apply_task_result(state: RunState, event: ev.Event) -> None:
         task.artifact, task.sha256, task.size = event.artifact, event.sha256, event.size
         task.values, task.error = dict(event.values), None
         task.fingerprint = event.fingerprint
+        if task.revising:
+            task.revising, task.revised_mark = False, state.events
         _record_output(state, task, event.artifact)
     elif isinstance(event, ev.TaskFailed):
         task.status, task.error, task.retryable = TASK_FAILED, event.error, event.retryable
@@ -311,3 +332,23 @@ def _apply_reuse(state: RunState, event: ev.TaskReused) -> None:
     task.fingerprint = event.fingerprint
     task.reused_from = f"{event.source_run}/{event.source_task}"
     _record_output(state, task, event.artifact)
+
+
+def _apply_review(state: RunState, event: ev.Rejected | ev.OutputEdited) -> None:
+    """A person's edit or rejection at a review (see `interlock.core.review`)."""
+    if isinstance(event, ev.OutputEdited):
+        task = state.tasks[event.task_id]
+        task.sha256, task.size, task.values = event.sha256, event.size, dict(event.values)
+        task.revised_mark = state.events
+        _record_output(state, task, event.artifact)
+        state.edits.append((event.task_id, event.old_sha256, event.sha256))
+        state.revisions += 1
+        return
+    state.status, state.pause_reason = RUN_RUNNING, None
+    state.rejections += 1
+    state.feedback, state.reject_to = event.feedback, event.to
+    state.revisions = 0  # the phases visited again read the edited outputs anyway
+    for task in state.tasks.values():
+        task.revised_mark = 0
+        if task.status is TASK_RETRY_WAIT:
+            task.status = TASK_ABANDONED  # a retry of the visit left behind

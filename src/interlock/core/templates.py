@@ -13,7 +13,7 @@ from typing import Any
 from jinja2 import StrictUndefined, TemplateError, meta
 from jinja2.sandbox import SandboxedEnvironment
 
-TEMPLATE_NAMES = frozenset({"topic", "inputs", "item", "item_index", "visit", "run_id"})
+TEMPLATE_NAMES = frozenset({"topic", "inputs", "item", "item_index", "visit", "run_id", "feedback"})
 
 _ENV = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
 

@@ -65,6 +65,9 @@ class Cache(_Model):
         return value
 
 
+DEFAULT_REJECTIONS = 3
+
+
 def _drop_unset_cache(data: Any, cache: Any) -> Any:
     # Pipelines without `cache:` keep the canonical JSON (and so the hash) they always had.
     if cache is None and isinstance(data, dict):
@@ -284,10 +287,15 @@ class Pipeline(_Model):
     schedule: str | None = None
     concurrency: Annotated[int, Field(ge=1)] | None = None
     cache: bool | Cache | None = None  # for every worker that does not say otherwise
+    # How many times a person may send a run back at a review (`interlock reject`).
+    max_rejections: Annotated[int, Field(ge=0, le=1000)] = DEFAULT_REJECTIONS
 
     @model_serializer(mode="wrap")
     def _serialize(self, handler: SerializerFunctionWrapHandler) -> Any:
-        return _drop_unset_cache(handler(self), self.cache)
+        data = _drop_unset_cache(handler(self), self.cache)
+        if self.max_rejections == DEFAULT_REJECTIONS and isinstance(data, dict):
+            data.pop("max_rejections", None)  # the hash of a pipeline that does not set it
+        return data
 
     def cache_for(self, role: str) -> Cache | None:
         """The cache settings of worker `role` (None: off)."""

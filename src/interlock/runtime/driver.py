@@ -32,6 +32,7 @@ from interlock.core.state import RunState, RunStatus, TaskState, apply, artifact
 from interlock.core.templates import TemplateProblem, render_task
 from interlock.core.validate import read_name
 from interlock.runtime import artifacts
+from interlock.runtime.edits import REVIEW_KINDS, keep_hand_edit, review_command
 from interlock.runtime.executors import Outcome, TaskSpec, escape_braces
 from interlock.runtime.faults import crash_point
 from interlock.runtime.projection import status_view
@@ -83,6 +84,7 @@ class RunDriver:
     reuser: Reuser | None = None
     reusing: set[str] = field(default_factory=set)  # tasks whose reuse awaits recording
     placing_reused: bool = False  # a reused output waits in `unwritten`
+    placing_edit: bool = False  # an output edited at a review waits in `unwritten`
 
     @property
     def run_id(self) -> str:
@@ -136,6 +138,10 @@ class RunDriver:
             self.reuser.notes.clear()
         consumed = []
         for record in self.commands:
+            if record.kind in REVIEW_KINDS:
+                observed += review_command(self, record, now)
+                consumed.append(record.id)
+                continue
             command = Command(kind=CommandKind(record.kind), message=record.message, by=record.by)
             outcome = interpret_command(self.state, command, now)
             if isinstance(outcome, ev.Event):
@@ -269,6 +275,7 @@ class RunDriver:
             if body is None and self.reuser is not None:
                 body = self.reuser.recover(task)  # carried over from a run's folder
             if body is not None:
+                keep_hand_edit(self.state, path, task.size, task.sha256, body)
                 artifacts.write_atomic(path, body)
         if self.state.delivered is not None:
             final_md, delivered = self.run_dir / "final.md", self.run_dir / self.state.delivered
@@ -289,6 +296,8 @@ class RunDriver:
             except (ExtractionError, UnicodeDecodeError):
                 continue  # only outputs that passed extraction are ever committed
             sha, size = artifacts.digest(final)
+            if sha == task.sha256:
+                continue  # the output it had before an edit's re-run: not a new result
             if size <= artifacts.INLINE_LIMIT:
                 self.inline.append((sha, final.read_bytes()))
             else:
@@ -316,6 +325,9 @@ class RunDriver:
             if self.placing_reused:
                 crash_point("after_record_reuse")  # recorded, not yet placed: resume repairs
                 self.placing_reused = False
+            if self.placing_edit:
+                crash_point("after_record_edit")  # recorded, not yet written: resume repairs
+                self.placing_edit = False
             self.write_outputs()  # before any task that reads them starts
         if self.reuser is not None and self.reuser.to_index:
             self.reuser.flush_index(state)
@@ -418,6 +430,7 @@ class RunDriver:
                     "item_index": task.item,
                     "visit": task.visit,
                     "run_id": self.run_id,
+                    "feedback": self.state.feedback,
                 }
                 text = render_task(text, values)
             if command is not None:

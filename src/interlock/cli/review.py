@@ -1,0 +1,100 @@
+"""Commands of a review: edit an output of a paused run, or reject it back to a phase."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import click
+
+from interlock.api import Interlock
+from interlock.cli.base import (
+    Ctx,
+    drive_in_foreground,
+    driven_elsewhere,
+    handle_errors,
+    out,
+    pass_ctx,
+)
+from interlock.core.review import find_output, revisions
+from interlock.core.state import RunStatus
+from interlock.errors import UsageError
+
+
+def _new_text(app: Interlock, run_id: str, output: str, file: str | None, editor: bool) -> str:
+    """The replacement text, from `--file` or from the person's editor."""
+    if (file is None) == (not editor):
+        raise UsageError("give the new text with --file FILE or --editor (one of them)")
+    if file is not None:
+        try:
+            return Path(file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"{file}: cannot read the new text ({exc})") from None
+    task = find_output(app.state(run_id), output)
+    if isinstance(task, str):
+        raise UsageError(task)
+    current = (app.run_dir(run_id) / (task.artifact or "")).read_text(encoding="utf-8")
+    suffix = Path(task.artifact or "output.md").suffix or ".txt"
+    edited = click.edit(current, extension=suffix, require_save=True)
+    if edited is None or edited == current:
+        raise UsageError(f"{task.artifact} was not changed in the editor; nothing was recorded")
+    return edited
+
+
+@click.command()
+@click.argument("run_id")
+@click.argument("output")
+@click.option("--file", "-f", "file", type=click.Path(dir_okay=False), help="The new text.")
+@click.option("--editor", is_flag=True, help="Edit the current text in $EDITOR.")
+@click.option("--message", "-m", "note", default="", help="A note kept with the edit.")
+@pass_ctx
+@handle_errors
+def edit(ctx: Ctx, run_id: str, output: str, file: str | None, editor: bool, note: str) -> None:
+    """Replace OUTPUT (a file such as synthesis.md, or a role) of a paused run.
+
+    Tasks that read the old version run again when the run goes on; the rest do not.
+    """
+    app = ctx.app
+    run_id = app.resolve(run_id)
+    text = _new_text(app, run_id, output, file, editor)
+    app.edit(run_id, output, text, note=note)
+    if driven_elsewhere(app, run_id):
+        out.print(f"edit of {output} sent to the orchestrator driving {run_id}")
+        return
+    asyncio.run(app.drive_async(run_id))  # records it; the run stays paused
+    state = app.state(run_id)
+    task = find_output(state, output)
+    recorded = not isinstance(task, str) and task.revised_mark > 0
+    if isinstance(task, str) or not recorded:
+        raise UsageError(f"run {run_id}: the edit of {output} was not recorded (see the log)")
+    out.print(f"recorded the edit of {task.artifact} ({(task.sha256 or '')[:12]})")
+    record = app.store.get_run(run_id)
+    pipeline = app.orchestrator.definition(record.pipeline, record.definition_hash).pipeline
+    preview = state.copy()
+    preview.status = RunStatus.RUNNING  # as it will be once approved
+    ready, _ = revisions(pipeline, preview)
+    if ready:
+        names = ", ".join(t.task_id for t, _ in ready)
+        out.print(f"runs again when the run goes on: {names} (and what reads them)")
+    out.print(f"continue with: interlock approve {run_id}")
+
+
+@click.command()
+@click.argument("run_id")
+@click.option("--to", "to", required=True, help="The phase to go back to (a new visit).")
+@click.option("--message", "-m", "feedback", required=True, help="What to change: {{ feedback }}.")
+@click.option("--no-drive", is_flag=True, help="Only record the rejection; don't continue here.")
+@pass_ctx
+@handle_errors
+def reject(ctx: Ctx, run_id: str, to: str, feedback: str, no_drive: bool) -> None:
+    """Send a paused run back to phase TO with feedback, then continue it here."""
+    app = ctx.app
+    run_id = app.reject(run_id, to, feedback)
+    if no_drive or driven_elsewhere(app, run_id):
+        out.print(f"rejection of {run_id} sent: back to {to}")
+        return
+    sys.exit(drive_in_foreground(app, run_id))
+
+
+COMMANDS = [edit, reject]
