@@ -21,12 +21,14 @@ def unchecked(data: dict[str, Any]) -> Pipeline:
 
 def test_research_pipeline_is_sound() -> None:
     """The article's research pipeline reaches every phase, can deliver, and has no problem."""
-    report = explore(fixture("research.json", "research"))
+    report = explore(fixture("research.json", "research"), reduce=False)
     assert report.problems == []
     assert report.complete and report.sound and report.delivered
     assert report.phases_reached == {"collect", "synthesis"}
     # both researchers pending, either one done, synthesis running, delivered, failed
     assert report.states == 6
+    # the researchers are alike: one of them done is enough to try, so 'b done' is skipped
+    assert explore(fixture("research.json", "research")).states == 5
 
 
 def test_translate_pipeline_is_sound_and_reaches_polish() -> None:
@@ -233,11 +235,15 @@ def test_retries_fallbacks_fan_out_and_pauses_are_explored() -> None:
             ]
         }
     )
-    report = explore(pipeline, name="p")
+    report = explore(pipeline, name="p", reduce=False)
     assert report.problems == []
     assert report.complete and report.delivered
     assert report.phases_reached == {"plan", "write", "review", "out"}
     assert report.states > 30
+    reduced = explore(pipeline, name="p")
+    assert reduced.problems == [] and reduced.complete and reduced.delivered
+    assert reduced.phases_reached == report.phases_reached
+    assert reduced.states < report.states
 
 
 def test_fan_out_placeholder_respects_max_items() -> None:

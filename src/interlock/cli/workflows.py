@@ -1,66 +1,218 @@
-"""Commands about workflow files: a starter file, validation and exploration."""
+"""Commands about workflow files: starter files, validation, exploration and listing."""
 
 from __future__ import annotations
 
+import json
+import shlex
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
-from interlock.cli.base import STARTER, Ctx, err, handle_errors, out, pass_ctx
-from interlock.core.explore import explore
+from interlock.cli.base import Ctx, err, handle_errors, out, pass_ctx
 from interlock.core.loader import Definition, load_workflow
 from interlock.errors import ExitCode, UsageError
+
+HERE = Path(__file__).parent
+# template name -> file beside this module (one pipeline each, with a description)
+TEMPLATES = {
+    "research": "starter.yaml",
+    "review-loop": "review-loop.yaml",
+    "fan-out": "fan-out.yaml",
+    "approval": "approval.yaml",
+}
+DEFAULT_MAX_STATES = 100_000
+PROGRESS_AFTER_S = 3.0  # off a terminal, progress shows only on explorations this long
+
+
+def _template_summary(name: str) -> str:
+    """The template's pipeline and its description."""
+    pipeline, definition = next(iter(load_workflow(HERE / TEMPLATES[name]).definitions.items()))
+    return f"pipeline {pipeline!r}: {definition.pipeline.description}"
 
 
 @click.command()
 @click.argument("file", type=click.Path(dir_okay=False), default="workflow.yaml")
+@click.option(
+    "--template",
+    "-t",
+    "template",
+    default="research",
+    show_default=True,
+    help="Which starter to write (see --list).",
+)
+@click.option("--list", "list_", is_flag=True, help="List the templates and exit.")
 @handle_errors
-def init(file: str) -> None:
-    """Write a starter workflow file."""
+def init(file: str, template: str, list_: bool) -> None:
+    """Write a starter workflow file from a template."""
+    if list_:
+        width = max(len(n) for n in TEMPLATES)
+        for name in TEMPLATES:
+            out.print(f"{name:<{width}}  {_template_summary(name)}")
+        return
+    if template not in TEMPLATES:
+        raise UsageError(
+            f"no template {template!r}; templates are {', '.join(TEMPLATES)} "
+            "('interlock init --list' describes them)"
+        )
     target = Path(file)
     if target.exists():
         err.print(f"error: {target} already exists; choose another name")
         sys.exit(int(ExitCode.BAD_INPUT))
-    target.write_text(STARTER.read_text())
+    text = (HERE / TEMPLATES[template]).read_text()
+    target.write_text(text)
+    pipeline = next(iter(load_workflow(target).definitions))
     out.print(
-        f"wrote {target}: try 'interlock check {target}' then "
-        f"'interlock run {target} research --topic \"...\"'"
+        f"wrote {target} ({template}): try 'interlock check {target}' then "
+        f"'interlock run {target} {pipeline} --topic \"...\"'"
     )
 
 
 @click.command()
 @click.argument("file", type=click.Path(dir_okay=False))
+@click.option(
+    "--max-states",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_STATES,
+    show_default=True,
+    help="Stop exploring a pipeline after this many states and say what was not covered.",
+)
+@click.option("--quiet", "-q", is_flag=True, help="Print only problems, not the pipelines.")
 @pass_ctx
 @handle_errors
-def check(ctx: Ctx, file: str) -> None:
+def check(ctx: Ctx, file: str, max_states: int, quiet: bool) -> None:
     """Validate FILE, explore every path its pipelines can take, and resolve its models."""
+    from interlock.core.explore import explore
     from interlock.providers import ModelConfig
     from interlock.runtime.home import Home
     from interlock.runtime.orchestrator import model_aliases
 
     workflow = load_workflow(file)
     problems: list[str] = []
+    warnings: list[str] = []
     try:
         config = ModelConfig.load([Path(file).parent.absolute(), Home.at(ctx.home).root])
     except Exception as exc:  # an invalid interlock.toml: its message names the file
         raise UsageError(str(exc)) from None
     for name, definition in workflow.definitions.items():
         problems += call_problems(name, definition)
-        problems += explore(definition).problems
+        with _Progress(name) as progress:
+            report = explore(definition, max_states=max_states, progress=progress)
+        problems += report.problems
+        if not report.complete:
+            phases = [p.id for p in definition.pipeline.phases]
+            warnings.append(f"pipeline {name!r}: {report.not_covered(phases)}")
         for alias in config.missing_models(sorted(model_aliases(definition))):
             searched = ", ".join(str(p) for p in config.searched) or "no file"
             problems.append(
                 f"pipeline {name!r}: model {alias!r} is not configured (looked in {searched}); "
                 f"add [models.{alias}] to interlock.toml"
             )
+    for warning in warnings:
+        err.print(f"warning: {warning}", soft_wrap=True)
     if problems:
         err.print(f"{file}: {len(problems)} problem(s)")
         for problem in problems:
-            err.print(f"  - {problem}")
+            err.print(f"  - {problem}", soft_wrap=True)
         sys.exit(int(ExitCode.BAD_INPUT))
     names = ", ".join(workflow.definitions)
-    out.print(f"{file}: ok ({names})")
+    partly = " (partly explored, see the warning)" if warnings else ""
+    out.print(f"{file}: ok ({names}){partly}")
+    if not quiet:
+        for line in _describe(workflow.definitions, Path(file)):
+            out.print(line, soft_wrap=True)
+
+
+@click.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per pipeline.")
+@handle_errors
+def pipelines(file: str, as_json: bool) -> None:
+    """List the pipelines of FILE with their inputs and how to run each."""
+    workflow = load_workflow(file)
+    if as_json:
+        for name, definition in workflow.definitions.items():
+            out.print(json.dumps(_summary(name, definition)), soft_wrap=True)
+        return
+    for line in _describe(workflow.definitions, Path(file)):
+        out.print(line, soft_wrap=True)
+
+
+def _summary(name: str, definition: Definition) -> dict[str, Any]:
+    pipeline = definition.pipeline
+    return {
+        "name": name,
+        "description": pipeline.description,
+        "phases": [p.id for p in pipeline.phases],
+        "workers": sum(len(p.workers) for p in pipeline.phases),
+        "inputs": {
+            key: {
+                "default": spec.default,
+                "required": spec.required and spec.default is None,
+                "description": spec.description,
+            }
+            for key, spec in pipeline.inputs.items()
+        },
+    }
+
+
+def _describe(definitions: dict[str, Definition], file: Path) -> list[str]:
+    """Each pipeline: what it is, its inputs, and the command that runs it."""
+    lines = []
+    for name, definition in definitions.items():
+        summary = _summary(name, definition)
+        phases, workers = len(summary["phases"]), summary["workers"]
+        about = f": {summary['description']}" if summary["description"] else ""
+        lines.append(f"  {name}{about} ({phases} phase(s), {workers} worker(s))")
+        flags = []
+        for key, spec in summary["inputs"].items():
+            if spec["required"]:
+                state = "required"
+                flags.append(f"--input {key}=VALUE")
+            elif spec["default"] is None:
+                state = "optional, no default"
+            else:
+                state = f"default {spec['default']!r}"
+            note = f": {spec['description']}" if spec["description"] else ""
+            lines.append(f"      input {key} ({state}){note}")
+        command = f"interlock run {shlex.quote(str(file))} {shlex.quote(name)} --topic TEXT"
+        lines.append(f"      run: {' '.join([command, *flags])}")
+    return lines
+
+
+class _Progress:
+    """Shows a long exploration's progress on stderr: on a terminal, or after a few seconds."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.started = time.monotonic()
+        self.tty = sys.stderr.isatty()
+        self.shown = False
+        self.last = 0.0
+
+    def __enter__(self) -> Callable[[int, int], None]:
+        return self.tell
+
+    def __exit__(self, *exc: object) -> None:
+        if self.shown and self.tty:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+
+    def tell(self, states: int, waiting: int) -> None:
+        now = time.monotonic()
+        elapsed = now - self.started
+        if not self.tty and (elapsed < PROGRESS_AFTER_S or now - self.last < 5.0):
+            return
+        self.last, self.shown = now, True
+        line = (
+            f"exploring {self.name!r}: {states:,} states, {waiting:,} waiting, {elapsed:.0f}s "
+            "(--max-states bounds it)"
+        )
+        sys.stderr.write(f"\r\033[K{line}" if self.tty else f"{line}\n")
+        sys.stderr.flush()
 
 
 def call_problems(name: str, definition: Definition) -> list[str]:
@@ -97,4 +249,4 @@ def call_problems(name: str, definition: Definition) -> list[str]:
     return problems
 
 
-COMMANDS = [init, check]
+COMMANDS = [init, check, pipelines]

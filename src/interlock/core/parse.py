@@ -57,7 +57,10 @@ class _Loader(_BaseLoader):  # type: ignore[valid-type,misc]
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue  # `<<: *base` keys are meant to be overridden
-            key = self.construct_object(key_node, deep=True)
+            if isinstance(key_node, yaml.ScalarNode):
+                key = key_node.value  # text as written: no need to build it twice
+            else:
+                key = self.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
             try:
                 first = seen.get(key)

@@ -24,8 +24,18 @@ class TemplateProblem(ValueError):
 
 def template_names(source: str) -> set[str]:
     """The top-level names a template reads (raises TemplateProblem on a syntax error)."""
+    if not any(mark in source for mark in _SYNTAX):
+        return set()  # plain text: thousands of workers check without parsing a template
+    return set(_names(source))
+
+
+_SYNTAX = ("{{", "{%", "{#")  # what starts jinja2 syntax; a lone "{" is text
+
+
+@lru_cache(maxsize=4096)
+def _names(source: str) -> frozenset[str]:
     try:
-        return set(meta.find_undeclared_variables(_ENV.parse(source)))
+        return frozenset(meta.find_undeclared_variables(_ENV.parse(source)))
     except TemplateError as exc:
         raise TemplateProblem(f"template does not parse: {exc}") from None
 
