@@ -383,6 +383,7 @@ class RunDriver:
         claim = self.reuser.claim(self.state, task, orchestrator.clock())
         if claim is None:
             return False
+        crash_point("before_record_reuse")
         self.reusing.add(task.task_id)
         orchestrator.report(self, Report(event=claim.event, body=claim.body))
         return True

@@ -21,6 +21,10 @@ CRASH_POINTS = (
     "after_deliver",  # final.md written
     "before_archive",  # the run directory about to move to the archive
 )
+REUSE_CRASH_POINTS = (  # reached only by reruns and cache hits (tests/runtime/test_rerun_crash)
+    "before_record_reuse",  # a reuse was claimed, not yet recorded
+    "after_record_reuse",  # a reuse was recorded, its file not yet placed
+)
 
 _armed = os.environ.get("INTERLOCK_CRASH_AT") or None
 _name, _, _count = (_armed or "").partition(":")
