@@ -18,6 +18,7 @@ class ExitCode(IntEnum):
     PAUSED = 3  # the run is waiting for a person's approval
     BUSY = 4  # another orchestrator holds the run's lease
     STORAGE = 5  # the state directory or database cannot be used
+    NOT_VERIFIED = 6  # a run's history or a bundle fails verification (tampered or damaged)
     INTERNAL = 70  # a bug in interlock itself (EX_SOFTWARE); nothing recorded is lost
     INTERRUPTED = 130  # Ctrl-C or SIGTERM; the run stays resumable
     PIPE_CLOSED = 141  # the reader of stdout went away (`| head`), as git's 128 + SIGPIPE
@@ -71,3 +72,9 @@ class StorageError(InterlockError):
     """The ledger cannot be opened, read or written."""
 
     exit_code = ExitCode.STORAGE
+
+
+class VerificationFailed(InterlockError):
+    """A run's history or an exported bundle does not match its hashes."""
+
+    exit_code = ExitCode.NOT_VERIFIED

@@ -10,7 +10,7 @@ import logging
 
 import click
 
-from interlock.cli import fleet, inspect, iterate, review, runs, server, workflows
+from interlock.cli import archive, fleet, inspect, iterate, review, runs, server, workflows
 from interlock.cli.base import Ctx
 
 
@@ -40,7 +40,7 @@ def cli(
     ctx.obj = Ctx(home, store, sync, debug)
 
 
-for module in (runs, review, inspect, iterate, workflows, fleet, server):
+for module in (runs, review, inspect, iterate, archive, workflows, fleet, server):
     for command in module.COMMANDS:
         cli.add_command(command)
 
