@@ -18,6 +18,10 @@ from interlock.runtime.orchestrator import Orchestrator
 from interlock.storage.base import Store
 
 
+class SourceNotEnded(UsageError):
+    """The run to rerun is still running or paused (exit 2; 409 over HTTP)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class RerunRequest:
     """What a rerun changes, relative to its source run (None: keep the source's)."""
@@ -30,6 +34,7 @@ class RerunRequest:
     inputs: dict[str, Any] | None = None
     run_id: str | None = None
     no_cache: bool = False
+    definition: Definition | None = None  # instead of `workflow`: a definition at hand
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,12 +56,14 @@ def prepare(store: Store, orchestrator: Orchestrator, request: RerunRequest) -> 
     record = store.get_run(source)
     state = fold([s.event for s in store.events(source)])
     if not state.status.ended:
-        raise UsageError(
+        raise SourceNotEnded(
             f"run {source} is still {state.status.value}: a rerun needs a finished run. "
             f"Wait for it to end, or stop it with 'interlock cancel {source}' and rerun it "
             "then (its completed tasks are still reused)"
         )
-    if request.workflow is not None:
+    if request.definition is not None:
+        definition = request.definition
+    elif request.workflow is not None:
         loaded = load_workflow(request.workflow)
         name = request.pipeline or record.pipeline
         if request.pipeline is None and name not in loaded.definitions:
