@@ -87,6 +87,7 @@ def check(ctx: Ctx, file: str, max_states: int, quiet: bool) -> None:
     """Validate FILE, explore every path its pipelines can take, and resolve its models."""
     from interlock.core.explore import explore
     from interlock.providers import ModelConfig
+    from interlock.providers.checks import settings_problems
     from interlock.runtime.home import Home
     from interlock.runtime.orchestrator import model_aliases
 
@@ -111,6 +112,7 @@ def check(ctx: Ctx, file: str, max_states: int, quiet: bool) -> None:
                 f"pipeline {name!r}: model {alias!r} is not configured (looked in {searched}); "
                 f"add [models.{alias}] to interlock.toml"
             )
+        problems += settings_problems(name, definition.pipeline, config)
     for warning in warnings:
         err.print(f"warning: {warning}", soft_wrap=True)
     if problems:

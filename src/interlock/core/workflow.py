@@ -22,6 +22,8 @@ from pydantic import (
     model_validator,
 )
 
+from interlock.core.params import RequestSettings
+
 # A role, phase id or output name becomes part of a path on disk: keep it to one plain segment.
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 MAX_TIMEOUT_S = 7 * 24 * 3600  # a week; anything longer is a typo for minutes or ms
@@ -129,6 +131,8 @@ class Worker(_Model):
     extract: dict[str, Extract] = Field(default_factory=dict)
     tags: list[str] = Field(default_factory=list)
     cache: bool | Cache | None = None  # None: as the pipeline says
+    # Request settings over those of the model's alias (and of each fallback model's).
+    params: RequestSettings | None = Field(default=None, exclude_if=lambda value: value is None)
 
     @model_serializer(mode="wrap")
     def _serialize(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -181,6 +185,8 @@ class Worker(_Model):
             raise ValueError("'fallback_models' only applies to 'model' workers")
         if self.accept_truncated and self.model is None:
             raise ValueError("'accept_truncated' only applies to 'model' workers")
+        if self.params is not None and self.model is None:
+            raise ValueError("'params' only applies to 'model' workers")
         return self
 
     @property

@@ -13,6 +13,7 @@ from httpx_sse import ServerSentEvent
 from interlock.providers.base import ModelRequest, ModelResult, ProviderError, TokenCallback
 from interlock.providers.prompt import estimate_tokens
 from interlock.providers.redaction import Secret
+from interlock.providers.request import anthropic_body, headers_for
 from interlock.providers.settings import ResolvedModel
 from interlock.providers.transport import HttpEndpoint
 
@@ -66,21 +67,14 @@ class AnthropicProvider:
         return request.max_output_tokens or self._resolved.max_output_tokens or self._default_max
 
     def _body(self, request: ModelRequest) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "model": request.model,
-            "max_tokens": self._max_tokens(request),
-            "messages": [{"role": "user", "content": request.prompt}],
-            "stream": True,
-        }
-        if request.system:
-            body["system"] = request.system
+        body: dict[str, Any] = anthropic_body(request, max_tokens=self._max_tokens(request))
         return body
 
     def _headers(self, request: ModelRequest) -> dict[str, str]:
         headers = {"anthropic-version": self._version, "Idempotency-Key": request.idempotency_key}
         if self._api_key is not None:
             headers["x-api-key"] = self._api_key.reveal()
-        return headers
+        return headers_for(request, headers)
 
     async def complete(
         self, request: ModelRequest, on_token: TokenCallback | None = None

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from interlock.core.params import RequestSettings
+
 TokenCallback = Callable[[str], None]
 """Called with each streamed text fragment, in order, as progress (never as the output)."""
 
@@ -26,6 +28,7 @@ class ModelRequest:
     timeout: float  # seconds for the whole call
     idempotency_key: str  # derived from run, task and attempt
     max_output_tokens: int | None = None
+    settings: RequestSettings = field(default_factory=RequestSettings)
 
 
 @dataclass(frozen=True, kw_only=True)

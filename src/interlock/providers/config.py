@@ -46,6 +46,9 @@ File format::
     output_price_per_mtok = 15.0
     context_tokens = 200000
     max_output_tokens = 8192           # optional
+    # Request settings (each optional; see interlock.core.params and the README's Models):
+    # temperature, top_p, seed, stop, reasoning_effort, thinking_budget, timeout, stream,
+    # cache_prompt, extra_body = {...}, headers = {...}
 
 Providers named ``openai``, ``anthropic``, ``ollama`` and ``offline`` exist without a table
 (with the usual base URLs and key variables); a table of the same name overrides fields.
@@ -217,6 +220,7 @@ class ModelConfig:
             max_output_tokens=entry.max_output_tokens,
             api_key_env=settings.api_key_env,
             secrets_file=self.secrets_file,
+            settings=entry.settings(),
         )
 
     def missing_models(self, aliases: Iterable[str]) -> list[str]:

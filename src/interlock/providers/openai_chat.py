@@ -18,6 +18,7 @@ from httpx_sse import ServerSentEvent
 from interlock.providers.base import ModelRequest, ModelResult, ProviderError, TokenCallback
 from interlock.providers.prompt import estimate_tokens
 from interlock.providers.redaction import Secret
+from interlock.providers.request import headers_for, openai_body
 from interlock.providers.settings import ResolvedModel
 from interlock.providers.transport import HttpEndpoint
 
@@ -60,25 +61,17 @@ class OpenAIChatProvider:
         return f"OpenAIChatProvider(name={self.name!r}, alias={self._resolved.alias!r})"
 
     def _body(self, request: ModelRequest) -> dict[str, Any]:
-        messages = [{"role": "user", "content": request.prompt}]
-        if request.system:
-            messages.insert(0, {"role": "system", "content": request.system})
-        body: dict[str, Any] = {
-            "model": request.model,
-            "messages": messages,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
         max_tokens = request.max_output_tokens or self._resolved.max_output_tokens
-        if max_tokens:
-            body[self._max_tokens_field] = max_tokens
+        body: dict[str, Any] = openai_body(
+            request, max_tokens=max_tokens, max_tokens_field=self._max_tokens_field
+        )
         return body
 
     def _headers(self, request: ModelRequest) -> dict[str, str]:
         headers = {"Idempotency-Key": request.idempotency_key}
         if self._api_key is not None:
             headers["Authorization"] = f"Bearer {self._api_key.reveal()}"
-        return headers
+        return headers_for(request, headers)
 
     async def complete(
         self, request: ModelRequest, on_token: TokenCallback | None = None

@@ -6,12 +6,16 @@ valid `[providers.<name>]` and `[models.<alias>]` table contains.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from interlock.core.params import RequestSettings
 
 ProviderKind = Literal["openai", "anthropic", "cli", "offline"]
 
@@ -105,8 +109,9 @@ class ProviderSettings(BaseModel):
         return self
 
 
-class ModelEntry(BaseModel):
-    """One `[models.<alias>]` table."""
+class ModelEntry(RequestSettings):
+    """One `[models.<alias>]` table: where the model is, what it costs, and the request
+    settings of every call to it (`interlock.core.params.RequestSettings`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -115,7 +120,13 @@ class ModelEntry(BaseModel):
     input_price_per_mtok: float = Field(default=0.0, ge=0)
     output_price_per_mtok: float = Field(default=0.0, ge=0)
     context_tokens: int | None = Field(default=None, gt=0)
-    max_output_tokens: int | None = Field(default=None, gt=0)
+
+    def settings(self) -> RequestSettings:
+        """The request settings this table gives."""
+        names = RequestSettings.model_fields
+        return RequestSettings.model_validate(
+            {k: v for k, v in self.model_dump(exclude_none=True).items() if k in names}
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,6 +147,7 @@ class ResolvedModel:
         secrets_file: The secrets file consulted after the environment, if any.
         offline_fallback: True when no configuration exists and the offline provider was
             chosen for that reason; the runtime should warn.
+        settings: The request settings of its calls (the alias's, under a worker's `params`).
     """
 
     alias: str
@@ -149,9 +161,49 @@ class ResolvedModel:
     api_key_env: str | None = None
     secrets_file: Path | None = None
     offline_fallback: bool = False
+    settings: RequestSettings = field(default_factory=RequestSettings)
+
+    def with_params(self, params: RequestSettings | None) -> ResolvedModel:
+        """This model with a worker's `params` laid over the alias's settings."""
+        if params is None:
+            return self
+        settings = params.over(self.settings)
+        return replace(self, settings=settings, max_output_tokens=settings.max_output_tokens)
+
+    def identity(self) -> dict[str, Any]:
+        """What calls to this model are, as stable JSON values: provider, model id and
+        request settings. Part of a task's fingerprint; header values are hashed, never
+        shown, since they may hold credentials."""
+        identity: dict[str, Any] = {
+            "alias": self.alias,
+            "provider": self.provider,
+            "kind": str(self.kind),
+            "model": self.model,
+            "max_output_tokens": self.max_output_tokens,
+        }
+        settings = recorded_settings(self.settings, hash_headers=True)
+        if settings:
+            identity["settings"] = settings
+        return identity
 
     def cost_usd(self, input_tokens: int, output_tokens: int) -> float:
         """The price of a call with these token counts at this alias's rates."""
         return (
             input_tokens * self.input_price_per_mtok + output_tokens * self.output_price_per_mtok
         ) / 1_000_000
+
+
+def recorded_settings(settings: RequestSettings, *, hash_headers: bool = False) -> dict[str, Any]:
+    """The settings as a ledger or a fingerprint may hold them: header names only, or with
+    each value replaced by a short hash of it."""
+    values = settings.set_fields()
+    headers = values.pop("headers", None)
+    if headers:
+        if hash_headers:
+            values["headers"] = {
+                name: hashlib.sha256(json.dumps(value).encode()).hexdigest()[:16]
+                for name, value in sorted(headers.items())
+            }
+        else:
+            values["headers"] = sorted(headers)
+    return values

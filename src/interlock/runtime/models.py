@@ -13,6 +13,7 @@ is part of the outcome, failed or not.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -30,6 +31,8 @@ from interlock.providers import (
     check_context,
 )
 from interlock.providers.redaction import Secret, scrub
+from interlock.providers.request import unsupported
+from interlock.providers.settings import recorded_settings
 from interlock.providers.verdict import judge
 from interlock.runtime.artifacts import write_atomic
 from interlock.runtime.executors import Outcome, TaskSpec, keep_output
@@ -84,6 +87,11 @@ class ModelRunner:
             resolved = self.resolve(alias, spec.workflow_dir)
         except Exception as exc:  # configuration problems fail the task with their message
             return self._failed(spec, ProviderError(str(exc), retryable=False))
+        resolved = replace(resolved, model=resolved.model.with_params(spec.worker.params))
+        refused = unsupported(resolved.model.kind, resolved.model.settings)
+        if refused is not None:
+            message = f"model {alias!r} ({resolved.model.provider}): {refused}"
+            return self._failed(spec, ProviderError(message, retryable=False), alias)
         reads = [
             (name, path.read_text(encoding="utf-8", errors="replace")) for name, path in spec.reads
         ]
@@ -98,6 +106,8 @@ class ModelRunner:
             prompt += f"\n# Item\n\n{spec.item}\n"
         model = resolved.model
         header = f"<!-- model {alias} -> {model.provider}:{model.model} -->"
+        if recorded_settings(model.settings):
+            header += f"\n<!-- settings {json.dumps(recorded_settings(model.settings))} -->"
         record = f"{header}\n# System\n\n{system}\n\n# User\n\n{prompt}"
         write_atomic(
             spec.run_dir / "prompts" / f"{spec.task_id}.{spec.attempt}.md",
@@ -118,23 +128,30 @@ class ModelRunner:
                 model=model.model,
                 system=system,
                 prompt=prompt,
-                timeout=spec.worker.timeout,
+                timeout=call_timeout(model, spec.worker.timeout),
                 idempotency_key=spec.idempotency_key,
                 max_output_tokens=model.max_output_tokens,
+                settings=model.settings,
             )
             result = await resolved.provider.complete(request, progress)
         except ProviderError as exc:
-            return self._failed(spec, exc, alias)
+            return self._failed(spec, exc, alias, model)
         except Exception as exc:  # a library's own error: a failed attempt, never a crash
             detail = f"{model.provider}: {type(exc).__name__}: {exc}"
-            return self._failed(spec, ProviderError(detail, retryable=True), alias)
+            return self._failed(spec, ProviderError(detail, retryable=True), alias, model)
         problem = judge(result, accept_truncated=spec.worker.accept_truncated)
         if problem is not None:
-            return self._failed(spec, problem, alias)
+            return self._failed(spec, problem, alias, model)
         kept = keep_output(spec.output, result.text, durable=False)
-        return replace(kept, usage=usage_of(result, alias))
+        return replace(kept, usage=usage_of(result, alias, model))
 
-    def _failed(self, spec: TaskSpec, failure: ProviderError, alias: str = "") -> Outcome:
+    def _failed(
+        self,
+        spec: TaskSpec,
+        failure: ProviderError,
+        alias: str = "",
+        model: ResolvedModel | None = None,
+    ) -> Outcome:
         """The outcome of a failed call: its message with every key masked, its wait and,
         when the server answered, its cost."""
         try:
@@ -147,13 +164,23 @@ class ModelRunner:
             error=scrub(str(failure), secrets),
             retryable=failure.retryable,
             retry_after=failure.retry_after,
-            usage=None if answered is None else usage_of(answered, alias),
+            usage=None if answered is None else usage_of(answered, alias, model),
         )
 
 
-def usage_of(result: ModelResult, alias: str) -> dict[str, Any]:
-    """What the ledger records of a call: who answered, the tokens and what they cost."""
+def call_timeout(model: ResolvedModel, worker_timeout: float) -> float:
+    """Seconds one call may take: the model's own `timeout`, never past the worker's (the
+    engine's deadline for the attempt), so a fallback model gets its own limit."""
+    own = model.settings.timeout
+    return worker_timeout if own is None else min(own, worker_timeout)
+
+
+def usage_of(result: ModelResult, alias: str, model: ResolvedModel | None = None) -> dict[str, Any]:
+    """What the ledger records of a call: who answered, the tokens and what they cost, and
+    the request settings it was sent with (header names only)."""
+    settings = recorded_settings(model.settings) if model is not None else {}
     return {
+        **({"settings": settings} if settings else {}),
         "model": result.model,
         "provider": result.provider,
         "alias": alias,

@@ -47,15 +47,7 @@ def model_identity(models: ModelRunner, worker: Worker, workflow_dir: Path | Non
         except Exception:  # a configuration problem: reported when the task runs
             identity.append({"alias": alias, "unresolved": True})
             continue
-        identity.append(
-            {
-                "alias": alias,
-                "provider": model.provider,
-                "kind": str(model.kind),
-                "model": model.model,
-                "max_output_tokens": model.max_output_tokens,
-            }
-        )
+        identity.append(model.with_params(worker.params).identity())
     return identity
 
 

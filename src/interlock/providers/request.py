@@ -1,0 +1,123 @@
+"""The one place where a `ModelRequest` becomes each wire format's request body and headers.
+
+Request settings (`interlock.core.params.RequestSettings`) are mapped here and nowhere
+else: OpenAI-compatible chat completions and Anthropic Messages each get one function. A
+setting a provider kind cannot send is refused before any call (`unsupported`), naming the
+setting and what the kind accepts, instead of being dropped silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from interlock.core.params import SETTING_NAMES, RequestSettings
+from interlock.providers.base import ModelRequest, ProviderError
+
+_COMMON = frozenset(
+    {"temperature", "top_p", "stop", "max_output_tokens", "timeout", "stream", "extra_body"}
+)
+SUPPORTED: Mapping[str, frozenset[str]] = {
+    "openai": _COMMON | {"seed", "reasoning_effort", "headers"},
+    "anthropic": _COMMON | {"thinking_budget", "cache_prompt", "headers"},
+    # An agent command gets its prompt only; the call's time limit still applies.
+    "cli": frozenset({"timeout", "max_output_tokens"}),
+    # The offline stand-in ignores every setting, so a pipeline runs before it is configured.
+    "offline": frozenset(SETTING_NAMES),
+}
+"""Which request settings each provider kind can send."""
+
+
+def unsupported(kind: str, settings: RequestSettings) -> str | None:
+    """Why `settings` cannot be sent to a provider of `kind`, or None when they can."""
+    allowed = SUPPORTED.get(kind, frozenset())
+    refused = [name for name in settings.set_fields() if name not in allowed]
+    if not refused:
+        return None
+    names = ", ".join(repr(n) for n in refused)
+    accepted = ", ".join(sorted(allowed)) or "none"
+    return f"the {kind} wire format does not support {names}; it accepts: {accepted}"
+
+
+def merge_body(body: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """`body` with `extra` merged in: nested objects key by key, anything else replaced."""
+    merged = dict(body)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = merge_body(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def streaming(request: ModelRequest) -> bool:
+    """Whether the request asks for an event stream (the default) or one JSON answer."""
+    return request.settings.stream is not False
+
+
+def headers_for(request: ModelRequest, own: Mapping[str, str]) -> dict[str, str]:
+    """The request's configured headers under the provider's own (authentication wins)."""
+    configured = request.settings.headers or {}
+    lowered = {k.lower() for k in own}
+    return {**{k: v for k, v in configured.items() if k.lower() not in lowered}, **own}
+
+
+def openai_body(request: ModelRequest, *, max_tokens: int | None, max_tokens_field: str) -> Any:
+    """The chat-completions body for `request`."""
+    settings = request.settings
+    messages: list[dict[str, Any]] = [{"role": "user", "content": request.prompt}]
+    if request.system:
+        messages.insert(0, {"role": "system", "content": request.system})
+    body: dict[str, Any] = {"model": request.model, "messages": messages}
+    if streaming(request):
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    if max_tokens:
+        body[max_tokens_field] = max_tokens
+    for name in ("temperature", "top_p", "seed", "stop", "reasoning_effort"):
+        value = getattr(settings, name)
+        if value is not None:
+            body[name] = value
+    return merge_body(body, settings.extra_body or {})
+
+
+def anthropic_body(request: ModelRequest, *, max_tokens: int) -> Any:
+    """The Messages body for `request`.
+
+    Raises:
+        ProviderError: The thinking budget does not leave room below `max_tokens` (the API
+            counts thinking as output).
+    """
+    settings = request.settings
+    cache = {"cache_control": {"type": "ephemeral"}} if settings.cache_prompt else {}
+    content: Any = request.prompt
+    if cache:
+        # The prompt holds the input files: the large, repeated part worth caching.
+        content = [{"type": "text", "text": request.prompt, **cache}]
+    body: dict[str, Any] = {
+        "model": request.model,
+        "max_tokens": max_tokens,
+        "messages": [{"role": "user", "content": content}],
+    }
+    if streaming(request):
+        body["stream"] = True
+    if request.system:
+        body["system"] = (
+            [{"type": "text", "text": request.system, **cache}] if cache else request.system
+        )
+    if settings.temperature is not None:
+        body["temperature"] = settings.temperature
+    if settings.top_p is not None:
+        body["top_p"] = settings.top_p
+    if settings.stop:
+        body["stop_sequences"] = settings.stop
+    if settings.thinking_budget is not None:
+        if settings.thinking_budget >= max_tokens:
+            raise ProviderError(
+                f"model {request.alias!r}: thinking_budget ({settings.thinking_budget}) must be "
+                f"below max_output_tokens ({max_tokens}), which includes the thinking: raise "
+                "max_output_tokens or lower thinking_budget",
+                retryable=False,
+            )
+        body["thinking"] = {"type": "enabled", "budget_tokens": settings.thinking_budget}
+    return merge_body(body, settings.extra_body or {})
