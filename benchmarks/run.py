@@ -1,4 +1,5 @@
-"""interlock's benchmark suite: orchestration overhead, throughput, scale, recovery, peers.
+"""interlock's benchmark suite: orchestration overhead, throughput, scale, recovery, peers,
+and what `check` costs on a wide phase.
 
     python benchmarks/run.py                 # everything (peers need benchmarks/peers/setup.sh)
     python benchmarks/run.py --only sequential,concurrent --runs 200
@@ -458,6 +459,37 @@ def peers(runs: int, concurrent_runs: int) -> list[dict[str, Any]]:
     return list(run_all(runs, concurrent_runs, None))
 
 
+def check_width(width: int) -> dict[str, Any]:
+    """`interlock check`'s work on one parallel phase of `width` no-op workers, then a final one.
+
+    Loading (parse, validate) and exploring are timed apart; exploring used to be exponential
+    in the width (16 workers did not finish in a minute).
+    """
+    from interlock.core.explore import explore
+
+    workers = [{"role": f"w{n}", "call": "bench_noop"} for n in range(width)]
+    phases = [
+        {"id": "fan", "workers": workers},
+        {"id": "out", "workers": [{"role": "z", "call": "bench_noop", "final": True}]},
+    ]
+    text = json.dumps({"wide": {"phases": phases}})
+    cpu, wall = time.process_time(), time.perf_counter()
+    definition = parse_workflow(text, json_only=True).get("wide")
+    loaded_cpu, loaded_wall = time.process_time(), time.perf_counter()
+    report = explore(definition)
+    assert report.sound, report.problems
+    return {
+        "width": width,
+        "file_bytes": len(text),
+        "load_s": round(loaded_wall - wall, 3),
+        "explore_s": round(time.perf_counter() - loaded_wall, 3),
+        "explore_cpu_s": round(time.process_time() - loaded_cpu, 3),
+        "total_cpu_s": round(time.process_time() - cpu, 3),
+        "states": report.states,
+        "peak_rss_mib": round(peak_rss_mib(), 1),
+    }
+
+
 def median_of(repeat: int, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """Run `measure` `repeat` times; the round with the median runs/s, and every round's."""
     rounds = [measure() for _ in range(max(1, repeat))]
@@ -482,6 +514,7 @@ SECTIONS: dict[str, Callable[[argparse.Namespace], Any]] = {
     "recovery": lambda a: recovery(a.recovery),
     "postgres": lambda a: median_of(a.repeat, lambda: postgres(a.runs, a.concurrent)),
     "distributed": lambda a: distributed(),
+    "check": lambda a: check_width(a.check_width),
     "peers": lambda a: peers(a.runs, min(a.concurrent, 200)),
 }
 
@@ -517,6 +550,7 @@ def report(results: dict[str, Any]) -> None:
         "recovery",
         "postgres",
         "distributed",
+        "check",
     ):
         if name in results:
             print(f"\n{name}")
@@ -568,6 +602,9 @@ def main() -> None:
     parser.add_argument("--concurrent", type=positive_count, default=1000)
     parser.add_argument("--scale", type=positive_count, default=10_000)
     parser.add_argument("--recovery", type=positive_count, default=1000)
+    parser.add_argument(
+        "--check-width", type=positive_count, default=10_000, help="workers of the 'check' phase"
+    )
     parser.add_argument("--out", default=str(HERE / "results" / "latest.json"))
     args = parser.parse_args()
     names = [name.strip() for name in args.only.split(",") if name.strip()]

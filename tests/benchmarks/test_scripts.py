@@ -25,6 +25,7 @@ LOCAL_SECTIONS = [
     "scale",
     "recovery",
     "postgres",
+    "check",
 ]
 
 
@@ -62,6 +63,8 @@ def test_every_local_section_runs_and_cleans_up(tmp_path: Path) -> None:
         "30",
         "--recovery",
         "10",
+        "--check-width",
+        "50",
         "--out",
         str(out),
         tmp=tmp_path,
@@ -75,6 +78,7 @@ def test_every_local_section_runs_and_cleans_up(tmp_path: Path) -> None:
     assert results["concurrent"]["runs"] == 20 and results["concurrent"]["steps_per_s"] > 0
     assert results["scale"]["runs"] == 30 and results["scale"]["tick_ratio_long_over_short"] > 0
     assert results["recovery"]["runs"] == 10
+    assert results["check"]["width"] == 50 and results["check"]["states"] > 0
     assert results["postgres"]["concurrent_runs"] == 20
     assert results["floor"]["with_run_files_runs_per_s"] > 0
     assert results["machine"]["cores"] >= 1

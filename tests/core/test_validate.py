@@ -591,3 +591,16 @@ def test_inputs_placeholder_inside_an_argument_is_refused() -> None:
     """`{inputs}` expands to several arguments, so it cannot sit inside one."""
     problem = one_problem(two_phases({"role": "w", "command": ["tool", "--in={inputs}"]}))
     assert "'{inputs}' expands to several arguments" in problem
+
+
+def test_thousands_of_phases_validate_without_exhausting_the_stack() -> None:
+    """The loop check walks 3,000 chained phases without a RecursionError, and finds a loop."""
+    phases: list[dict[str, Any]] = [
+        {"id": f"p{n}", "workers": [worker(f"w{n}")]} for n in range(3000)
+    ]
+    phases[-1]["workers"][0]["final"] = True
+    build_workflow({"long": {"phases": phases}})
+    phases[2000]["next"] = [{"goto": "p10"}, {"goto": "p2001"}]
+    problem = one_problem({"long": {"phases": phases}})
+    assert problem.startswith("pipeline 'long': loop p10 -> p11 -> ")
+    assert problem.endswith("p2000 -> p10 has no bound; give one of its rules 'max_visits: N'")

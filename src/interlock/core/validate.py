@@ -289,29 +289,33 @@ def _check_loops(where: str, pipeline: Pipeline) -> list[str]:
         ids[i]: [to for to, bounded in transitions(pipeline, i) if not bounded and to in ids]
         for i in range(len(ids))
     }
-    state: dict[str, int] = {}  # 0 unseen, 1 on the stack, 2 done
-    stack: list[str] = []
-    for start in ids:
-        cycle = _find_cycle(start, graph, state, stack)
-        if cycle:
-            path = " -> ".join([*cycle, cycle[0]])
-            return [f"{where}: loop {path} has no bound; give one of its rules 'max_visits: N'"]
+    cycle = _find_cycle(ids, graph)
+    if cycle:
+        path = " -> ".join([*cycle, cycle[0]])
+        return [f"{where}: loop {path} has no bound; give one of its rules 'max_visits: N'"]
     return []
 
 
-def _find_cycle(
-    node: str, graph: dict[str, list[str]], state: dict[str, int], stack: list[str]
-) -> list[str] | None:
-    if state.get(node) == 2:
-        return None
-    if state.get(node) == 1:
-        return stack[stack.index(node) :]
-    state[node] = 1
-    stack.append(node)
-    for succ in graph[node]:
-        found = _find_cycle(succ, graph, state, stack)
-        if found:
-            return found
-    stack.pop()
-    state[node] = 2
+def _find_cycle(ids: list[str], graph: dict[str, list[str]]) -> list[str] | None:
+    """The first cycle a depth-first search finds, in file order; iterative, so that a
+    pipeline of thousands of phases does not exhaust Python's stack."""
+    state: dict[str, int] = {}  # 0 unseen, 1 on the stack, 2 done
+    for start in ids:
+        if state.get(start):
+            continue
+        state[start] = 1
+        path = [start]
+        pending = [iter(graph[start])]
+        while pending:
+            succ = next(pending[-1], None)
+            if succ is None:
+                state[path.pop()] = 2
+                pending.pop()
+                continue
+            if state.get(succ) == 1:
+                return path[path.index(succ) :]
+            if not state.get(succ):
+                state[succ] = 1
+                path.append(succ)
+                pending.append(iter(graph[succ]))
     return None
