@@ -16,7 +16,7 @@ from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException
 
 from interlock.errors import InterlockError
-from interlock.server import iterate, routes, ws
+from interlock.server import iterate, review_routes, routes, ws
 from interlock.server.auth import Authenticator, RateLimiter
 from interlock.server.config import ServerConfig
 from interlock.server.deps import reader
@@ -64,6 +64,7 @@ def build_app(config: ServerConfig) -> FastAPI:
     app.state.limiter = RateLimiter(config.rate_limit, config.rate_burst)
     app.include_router(routes.router)
     app.include_router(iterate.router)
+    app.include_router(review_routes.router)
     app.include_router(ws.router)
 
     @app.exception_handler(ApiError)
