@@ -42,6 +42,8 @@ class Fault:
     retry_after_header: str = "Retry-After"  # e.g. LiteLLM's "llm_provider-retry-after"
     finish_reason: str | None = None  # end the stream with this finish/stop reason
     empty: bool = False  # stream no text at all, then finish normally
+    json_answer: bool = False  # answer one JSON document although asked to stream
+    reject_field: str | None = None  # a 400 naming this body field, if the body has it
 
 
 @dataclass
@@ -55,6 +57,7 @@ class FakeState:
     output_tokens: int = 500
     faults: deque[Fault] = field(default_factory=deque)
     requests: list[Recorded] = field(default_factory=list)
+    usage_extra: dict[str, Any] = field(default_factory=dict)  # more usage fields, as sent
     in_flight: int = 0
     max_in_flight: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -67,6 +70,47 @@ def _openai_error(status: int, message: str, kind: str, code: str | None) -> dic
 
 def _anthropic_error(kind: str, message: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def _openai_answer(state: FakeState, body: dict[str, Any], fault: Fault) -> dict[str, Any]:
+    """A complete chat completion, as sent for ``stream: false``."""
+    usage = {
+        "prompt_tokens": state.input_tokens,
+        "completion_tokens": state.output_tokens,
+        "total_tokens": state.input_tokens + state.output_tokens,
+        **state.usage_extra,
+    }
+    message = {"role": "assistant", "content": "" if fault.empty else "".join(state.reply)}
+    choice = {"index": 0, "message": message, "finish_reason": fault.finish_reason or "stop"}
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": body["model"],
+        "choices": [choice],
+        "usage": usage,
+    }
+
+
+def _anthropic_answer(state: FakeState, body: dict[str, Any], fault: Fault) -> dict[str, Any]:
+    """A complete message, as sent without ``stream``."""
+    content = [{"type": "thinking", "thinking": "Let me see.", "signature": "sig"}]
+    if not fault.empty:
+        content.append({"type": "text", "text": "".join(state.reply)})
+    return {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": body["model"],
+        "content": content,
+        "stop_reason": fault.finish_reason or "end_turn",
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": state.input_tokens,
+            "output_tokens": state.output_tokens,
+            **state.usage_extra,
+        },
+    }
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -203,6 +247,11 @@ class Handler(BaseHTTPRequestHandler):
             return self._json(
                 404, _openai_error(404, message, "invalid_request_error", "model_not_found")
             )
+        if fault.reject_field is not None and fault.reject_field in body:
+            message = f"Unrecognized request argument supplied: {fault.reject_field}"
+            return self._json(400, _openai_error(400, message, "invalid_request_error", None))
+        if fault.json_answer or body.get("stream") is not True:
+            return self._json(200, _openai_answer(state, body, fault))
         self._start_stream()
         base = {
             "id": "chatcmpl-1",
@@ -239,6 +288,7 @@ class Handler(BaseHTTPRequestHandler):
                 "prompt_tokens": state.input_tokens,
                 "completion_tokens": state.output_tokens,
                 "total_tokens": state.input_tokens + state.output_tokens,
+                **state.usage_extra,
             }
             self._send(json.dumps({**base, "choices": [], "usage": usage}))
         self._send("[DONE]")
@@ -275,6 +325,11 @@ class Handler(BaseHTTPRequestHandler):
             return self._json(
                 404, _anthropic_error("not_found_error", f"model: {body.get('model')}")
             )
+        if fault.reject_field is not None and fault.reject_field in body:
+            message = f"{fault.reject_field}: Extra inputs are not permitted"
+            return self._json(400, _anthropic_error("invalid_request_error", message))
+        if fault.json_answer or body.get("stream") is not True:
+            return self._json(200, _anthropic_answer(state, body, fault))
         self._start_stream()
         message = {
             "id": "msg_1",
@@ -284,7 +339,7 @@ class Handler(BaseHTTPRequestHandler):
             "model": body["model"],
             "stop_reason": None,
             "stop_sequence": None,
-            "usage": {"input_tokens": state.input_tokens, "output_tokens": 1},
+            "usage": {"input_tokens": state.input_tokens, "output_tokens": 1, **state.usage_extra},
         }
         self._send(json.dumps({"type": "message_start", "message": message}), "message_start")
         start = {

@@ -13,7 +13,7 @@ from httpx_sse import ServerSentEvent
 from interlock.providers.base import ModelRequest, ModelResult, ProviderError, TokenCallback
 from interlock.providers.prompt import estimate_tokens
 from interlock.providers.redaction import Secret
-from interlock.providers.request import anthropic_body, headers_for
+from interlock.providers.request import anthropic_body, headers_for, streaming
 from interlock.providers.settings import ResolvedModel
 from interlock.providers.transport import HttpEndpoint
 
@@ -74,6 +74,8 @@ class AnthropicProvider:
         headers = {"anthropic-version": self._version, "Idempotency-Key": request.idempotency_key}
         if self._api_key is not None:
             headers["x-api-key"] = self._api_key.reveal()
+        if not streaming(request):
+            headers["Accept"] = "application/json"
         return headers_for(request, headers)
 
     async def complete(
@@ -87,6 +89,9 @@ class AnthropicProvider:
         async def consume(events: AsyncIterator[ServerSentEvent]) -> _Stream:
             return await _read_stream(self.name, events, on_token)
 
+        def parse(answer: dict[str, Any]) -> _Stream:
+            return _read_answer(self.name, answer, on_token)
+
         limiter = self._endpoint.limiter
         async with limiter.slot():
             stream = await self._endpoint.stream(
@@ -97,6 +102,7 @@ class AnthropicProvider:
                 estimated_tokens=estimate,
                 secret=self._api_key,
                 consume=consume,
+                parse=parse,
             )
         limiter.settle(estimate, stream.input_tokens + stream.output_tokens)
         return ModelResult(
@@ -115,6 +121,29 @@ def _input_tokens(usage: dict[str, Any]) -> int:
     # Cached prompt tokens are reported apart from input_tokens; they are still input.
     keys = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
     return sum(v for k in keys if isinstance(v := usage.get(k), int))
+
+
+def _read_answer(name: str, answer: dict[str, Any], on_token: TokenCallback | None) -> _Stream:
+    """Read a complete (non-streamed) message; thinking blocks are not part of the text."""
+    if answer.get("type") == "error":
+        error = answer.get("error") or {}
+        raise ProviderError(
+            f"{name}: error in the answer: {error.get('message')} ({error.get('type')})",
+            retryable=error.get("type") in _TRANSIENT_STREAM_ERRORS,
+        )
+    usage = answer.get("usage") or {}
+    state = _Stream(
+        input_tokens=_input_tokens(usage),
+        output_tokens=usage.get("output_tokens", 0),
+        stop_reason=answer.get("stop_reason"),
+        stopped=True,
+    )
+    for block in answer.get("content") or []:
+        if isinstance(block, dict) and block.get("type") == "text" and block.get("text"):
+            state.parts.append(block["text"])
+            if on_token is not None:
+                on_token(block["text"])
+    return state
 
 
 async def _read_stream(

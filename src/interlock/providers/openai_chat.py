@@ -18,7 +18,7 @@ from httpx_sse import ServerSentEvent
 from interlock.providers.base import ModelRequest, ModelResult, ProviderError, TokenCallback
 from interlock.providers.prompt import estimate_tokens
 from interlock.providers.redaction import Secret
-from interlock.providers.request import headers_for, openai_body
+from interlock.providers.request import headers_for, openai_body, streaming
 from interlock.providers.settings import ResolvedModel
 from interlock.providers.transport import HttpEndpoint
 
@@ -71,6 +71,8 @@ class OpenAIChatProvider:
         headers = {"Idempotency-Key": request.idempotency_key}
         if self._api_key is not None:
             headers["Authorization"] = f"Bearer {self._api_key.reveal()}"
+        if not streaming(request):
+            headers["Accept"] = "application/json"
         return headers_for(request, headers)
 
     async def complete(
@@ -84,6 +86,9 @@ class OpenAIChatProvider:
         async def consume(events: AsyncIterator[ServerSentEvent]) -> _Stream:
             return await _read_stream(self.name, events, on_token)
 
+        def parse(answer: dict[str, Any]) -> _Stream:
+            return _read_answer(self.name, answer, on_token)
+
         limiter = self._endpoint.limiter
         async with limiter.slot():
             stream = await self._endpoint.stream(
@@ -94,6 +99,7 @@ class OpenAIChatProvider:
                 estimated_tokens=estimate,
                 secret=self._api_key,
                 consume=consume,
+                parse=parse,
             )
         text = "".join(stream.parts)
         extra: dict[str, str] = {}
@@ -119,6 +125,23 @@ class OpenAIChatProvider:
             finish_reason=stream.finish_reason or "stop",
             extra=extra,
         )
+
+
+def _read_answer(name: str, answer: dict[str, Any], on_token: TokenCallback | None) -> _Stream:
+    """Read a complete (non-streamed) chat completion."""
+    state = _Stream(response_model=answer.get("model"))
+    if isinstance(answer.get("usage"), dict):
+        state.usage = answer["usage"]
+    for choice in answer.get("choices") or []:
+        content = (choice.get("message") or {}).get("content")
+        if isinstance(content, str) and content:
+            state.parts.append(content)
+            if on_token is not None:
+                on_token(content)
+        state.finish_reason = choice.get("finish_reason") or state.finish_reason
+    if state.finish_reason is None:
+        raise ProviderError(f"{name}: the answer has no finish_reason", retryable=True)
+    return state
 
 
 async def _read_stream(

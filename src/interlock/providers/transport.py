@@ -56,6 +56,9 @@ for _name in (
 
 T = TypeVar("T")
 EventConsumer = Callable[[AsyncIterator[ServerSentEvent]], Awaitable[T]]
+AnswerParser = Callable[[dict[str, Any]], T]
+"""Reads a complete JSON answer: the server was asked for one (``stream: false``), or it
+answered JSON although it was asked to stream."""
 
 
 class ClientPool:
@@ -140,8 +143,10 @@ class HttpEndpoint:
         estimated_tokens: int,
         secret: Secret | None,
         consume: EventConsumer[T],
+        parse: AnswerParser[T] | None = None,
     ) -> T:
-        """POST `body` to `path`, retrying before the stream starts, and consume the events.
+        """POST `body` to `path`, retrying before the stream starts, and consume the events
+        (or, when the server answers with one JSON document, `parse` it).
 
         Every failure raised here, the consumer's included (an error event inside the
         stream), has the key masked from its message.
@@ -152,7 +157,9 @@ class HttpEndpoint:
         """
         remember(secret)
         try:
-            return await self._stream(path, headers, body, timeout, estimated_tokens, consume)
+            return await self._stream(
+                path, headers, body, timeout, estimated_tokens, consume, parse
+            )
         except ProviderTimeout as exc:
             raise ProviderTimeout(scrub(str(exc), [secret])) from None
         except ProviderError as exc:
@@ -166,6 +173,7 @@ class HttpEndpoint:
         timeout: float,
         estimated_tokens: int,
         consume: EventConsumer[T],
+        parse: AnswerParser[T] | None,
     ) -> T:
         url = join_url(self.base_url, path)
         shown = safe_url(url)  # user info or a query string may hold a key
@@ -180,10 +188,13 @@ class HttpEndpoint:
             try:
                 async with asyncio.timeout(remaining):
                     client = self.pool.get()
-                    request_headers = {**headers, "Accept": "text/event-stream"}
+                    request_headers = {"Accept": "text/event-stream", **headers}
                     async with client.stream(
                         "POST", url, json=body, headers=request_headers, timeout=remaining
                     ) as response:
+                        if response.is_success and parse is not None and _is_json(response):
+                            started = True
+                            return parse(_json_answer(self.name, await response.aread()))
                         if response.is_success:
                             started = True
                             # aclosing: consumers may stop early (at [DONE]), and the
@@ -252,3 +263,21 @@ class HttpEndpoint:
             delay,
         )
         await self.retry.sleep(delay)
+
+
+def _is_json(response: httpx.Response) -> bool:
+    kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
+    return bool(kind == "application/json" or kind.endswith("+json"))
+
+
+def _json_answer(name: str, raw: bytes) -> dict[str, Any]:
+    """A complete JSON answer as an object; an error object in a 200 answer is a failure."""
+    try:
+        payload = json.loads(raw)
+    except ValueError:
+        raise ProviderError(f"{name}: the JSON answer is unreadable", retryable=True) from None
+    if not isinstance(payload, dict):
+        raise ProviderError(f"{name}: the JSON answer is not an object", retryable=True)
+    if "error" in payload and not payload.get("choices") and not payload.get("content"):
+        raise ProviderError(f"{name}: error in the answer: {error_message(raw)}", retryable=True)
+    return payload
