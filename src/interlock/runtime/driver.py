@@ -100,7 +100,8 @@ class RunDriver:
         """Turn reports, files found on disk and commands into events (applied to state)."""
         observed: list[NewEvent] = []
         committed = False
-        # A large output is renamed into place below: if its commit fails, adoption finds it.
+        # An output from a file is renamed into place below: if its commit fails, adoption
+        # finds it.
         self.observed_reports = [r for r in self.reports if r.tmp is None]
         for report in self.reports:
             event = report.event
@@ -114,8 +115,8 @@ class RunDriver:
             if isinstance(event, ev.TaskCompleted) and report.body is not None:
                 event = self._keep_body(event, report.body)
             elif isinstance(event, ev.TaskCompleted) and report.tmp is not None:
-                event, large = self._commit_output(event, report.tmp)
-                committed = committed or large
+                event = self._commit_output(event, report.tmp)
+                committed = True
             if isinstance(event, ev.TaskCompleted) and self.reuser is not None:
                 event = self.reuser.stamp(self.state, event)
             start = implied_start(self.state, event)
@@ -126,7 +127,7 @@ class RunDriver:
             observed.append(NewEvent(event=event))
         self.reports.clear()
         if committed:
-            artifacts.fsync_dir(self.run_dir)  # large outputs' renames, durable before recorded
+            artifacts.fsync_dir(self.run_dir)  # the renames, durable before they are recorded
         if not self.checked_adoption:
             observed += self._adopt(now)
             self.checked_adoption = True
@@ -200,8 +201,8 @@ class RunDriver:
         worker = self.definition.pipeline.worker(task.role)
         return self.run_dir / artifact_name(worker.output_name, task.visit, task.item)
 
-    def _commit_output(self, event: ev.TaskCompleted, tmp: Path) -> tuple[ev.TaskCompleted, bool]:
-        """Rename the output into place; (the completion to record, whether it was large)."""
+    def _commit_output(self, event: ev.TaskCompleted, tmp: Path) -> ev.TaskCompleted:
+        """Rename the output into place; the completion to record."""
         task = self.state.tasks[event.task_id]
         final = self.final_path(task)
         crash_point("before_commit_output")
@@ -209,7 +210,7 @@ class RunDriver:
         crash_point("after_commit_output")
         if body is not None:
             self.inline.append((sha, body))
-        completed = ev.TaskCompleted(
+        return ev.TaskCompleted(
             at=event.at,
             task_id=event.task_id,
             attempt=event.attempt,
@@ -219,7 +220,6 @@ class RunDriver:
             values=event.values,
             usage=event.usage,
         )
-        return completed, body is None
 
     def _keep_body(self, event: ev.TaskCompleted, body: bytes) -> ev.TaskCompleted:
         """A completion whose output is in memory: stored with it, written after it."""
@@ -244,11 +244,10 @@ class RunDriver:
     def write_outputs(self) -> None:
         """Write the in-memory outputs whose completions are recorded.
 
-        Plain writes, no rename: the ledger already holds each body, and `restore_outputs`
-        rewrites any file a crash left short or damaged.
+        Each is complete and fsynced before its rename: a run that ends is not resumed, so
+        a file that a power loss left empty would never be rewritten from the ledger.
         """
-        for path, body in self.unwritten:
-            artifacts.write_plain(path, body)
+        artifacts.write_files(self.unwritten)
         self.unwritten.clear()
 
     def keep_recorded_outputs(self) -> None:
@@ -290,6 +289,10 @@ class RunDriver:
             final = self.final_path(task)
             if task.task_id in self.handles or final.is_symlink() or not final.is_file():
                 continue  # a symlink was not committed by us and may point outside the run
+            if final.stat().st_size == 0:
+                # Not a commit of ours (those are durable before they appear): what a power
+                # loss can leave of a file renamed unsynced. The task runs again.
+                continue
             worker = self.definition.pipeline.worker(task.role)
             try:
                 values = extract_values(worker.extract, final.read_text(encoding="utf-8"))
@@ -321,14 +324,21 @@ class RunDriver:
     def act(self, orchestrator: Orchestrator) -> None:
         """Carry out what the state calls for; safe to repeat."""
         state = self.state
-        if self.unwritten:
-            if self.placing_reused:
+        if self.unwritten or state.delivered is not None:
+            if self.unwritten and self.placing_reused:
                 crash_point("after_record_reuse")  # recorded, not yet placed: resume repairs
                 self.placing_reused = False
-            if self.placing_edit:
+            if self.unwritten and self.placing_edit:
                 crash_point("after_record_edit")  # recorded, not yet written: resume repairs
                 self.placing_edit = False
-            self.write_outputs()  # before any task that reads them starts
+            # final.md joins the outputs' batch: their fsyncs are committed together.
+            delivering = state.delivered is not None and self._add_final_md()
+            if delivering:
+                crash_point("before_deliver")
+            if self.unwritten:
+                self.write_outputs()  # before any task that reads them starts
+            if delivering:
+                crash_point("after_deliver")
         if self.reuser is not None and self.reuser.to_index:
             self.reuser.flush_index(state)
         if state.status.ended:
@@ -350,19 +360,6 @@ class RunDriver:
                     crash_point("before_dispatch")
                     self.handles[task.task_id] = orchestrator.start_task(self, task)
                     self.handle_attempts[task.task_id] = task.attempt
-        if state.delivered is not None:
-            final_md = self.run_dir / "final.md"
-            if not final_md.exists() and (self.run_dir / state.delivered).exists():
-                crash_point("before_deliver")
-                # A copy of a committed artifact: rebuilt from it if lost, so no fsync needed.
-                # Cut short by a crash, it is found by `restore_outputs` and written again.
-                if self.final_body is not None and self.final_body[0] == state.delivered:
-                    data = self.final_body[1]
-                else:
-                    data = (self.run_dir / state.delivered).read_bytes()
-                artifacts.write_plain(final_md, data)
-                self.final_body = None
-                crash_point("after_deliver")
         if orchestrator.settings.write_status:
             # A projection for people: current at every pause and end, otherwise refreshed at
             # most every `status_interval`, and less often when many runs are held, so that
@@ -386,6 +383,29 @@ class RunDriver:
         crash_point("before_record_reuse")
         self.reusing.add(task.task_id)
         orchestrator.report(self, Report(event=claim.event, body=claim.body))
+        return True
+
+    def _add_final_md(self) -> bool:
+        """Queue `final.md` (a copy of the delivered output) for writing if it is not there;
+        whether it was queued.
+
+        Durable before it appears, like every output: an archived run is never resumed, so a
+        final.md that a power loss emptied would stay empty.
+        """
+        assert self.state.delivered is not None
+        final_md, delivered = self.run_dir / "final.md", self.run_dir / self.state.delivered
+        if final_md.exists():
+            return False
+        if self.final_body is not None and self.final_body[0] == self.state.delivered:
+            data = self.final_body[1]
+        elif any(path == delivered for path, _ in self.unwritten):
+            data = next(body for path, body in self.unwritten if path == delivered)
+        elif delivered.exists():
+            data = delivered.read_bytes()
+        else:
+            return False
+        self.unwritten.append((final_md, data))
+        self.final_body = None
         return True
 
     def write_status(self) -> None:

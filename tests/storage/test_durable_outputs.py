@@ -1,0 +1,117 @@
+"""Outputs are durable before they appear at their final paths, and an empty file left at a
+final path (what a power loss makes of an unsynced rename) is never taken as done."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FLOW = """
+p:
+  phases:
+    - id: one
+      workers:
+        - role: writer
+          command: [{py}, "-c", {script}, "{{output}}"]
+    - id: two
+      workers:
+        - {{role: summary, model: any, final: true, reads: [writer.md], task: "Summarize."}}
+"""
+
+
+def _flow(tmp_path: Path) -> Path:
+    path = tmp_path / "flow.yaml"
+    script = "import sys; open(sys.argv[1], 'w').write('hello\\n')"
+    path.write_text(FLOW.format(py=json.dumps(sys.executable), script=json.dumps(script)))
+    return path
+
+
+def _cli(
+    home: Path, *args: str, crash_at: str | None = None, prefix: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERLOCK_")}
+    if crash_at:
+        env["INTERLOCK_CRASH_AT"] = crash_at
+    command = [*prefix, sys.executable, "-m", "interlock", "--home", str(home), *args]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+
+
+SYSCALL = re.compile(r"^\d+\s+(fsync|fdatasync|rename|renameat2?)\((.*)\)\s+= 0")
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace")
+def test_every_output_is_fsynced_before_its_rename_and_its_folder_after(tmp_path: Path) -> None:
+    """Traced system calls of a real run: each file renamed into a run directory (a command's
+    output, a model's answer written from the ledger, final.md) was fsynced before the rename,
+    and its folder fsynced after it."""
+    home, trace = tmp_path / "home", tmp_path / "trace.txt"
+    prefix = ("strace", "-f", "-y", "-qq", "-e", "trace=fsync,fdatasync,rename,renameat,renameat2")
+    done = _cli(
+        home, "run", str(_flow(tmp_path)), "p", "-t", "x", prefix=(*prefix, "-o", str(trace))
+    )
+    assert done.returncode == 0, done.stderr
+    synced: list[str] = []  # paths fsynced so far, in order
+    renames: list[tuple[int, str, str]] = []
+    for line in trace.read_text().splitlines():
+        match = SYSCALL.match(line)
+        if match is None:
+            continue
+        call, args = match.groups()
+        paths = re.findall(r'"([^"]+)"|<([^>]+)>', args)
+        names = [a or b for a, b in paths]
+        if call.startswith("fs") or call.startswith("fdata"):
+            synced.append(names[0])
+        else:
+            renames.append((len(synced), names[0], names[-1]))
+    runs = str(home / "runs")
+    checked = 0
+    for position, source, target in renames:
+        if not target.startswith(runs) or target.endswith("status.json"):
+            continue
+        if Path(target).parent.parent != home / "runs":
+            continue  # the run directory moving to the archive; prompts/ and logs/
+        checked += 1
+        assert source in synced[:position], f"{target} renamed before {source} was fsynced"
+        assert str(Path(target).parent) in synced[position:], f"{target}'s folder not fsynced"
+    assert checked >= 3, renames  # writer.md, summary.md, final.md
+
+
+def test_an_empty_file_left_at_a_final_path_is_not_adopted(tmp_path: Path) -> None:
+    """Killed after a command's output was renamed into place and before its completion was
+    recorded, with the file then emptied (a power loss on an unsynced rename): resume runs the
+    task again instead of adopting the empty file, and delivers its real output."""
+    home, flow = tmp_path / "home", _flow(tmp_path)
+    first = _cli(
+        home,
+        "run",
+        str(flow),
+        "p",
+        "-t",
+        "x",
+        "--run-id",
+        "empty-1",
+        crash_at="after_commit_output",
+    )
+    assert first.returncode == -9, first.stderr
+    output = home / "runs" / "empty-1" / "writer.md"
+    assert output.read_text() == "hello\n"
+    output.write_bytes(b"")
+    resumed = _cli(home, "resume", "empty-1")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    archived = home / "archive" / "empty-1"
+    assert (archived / "writer.md").read_text() == "hello\n"
+    with sqlite3.connect(home / "ledger.db") as db:
+        rows = db.execute(
+            "SELECT data FROM events WHERE run_id = 'empty-1' AND kind = 'task_completed'"
+        ).fetchall()
+    completions = [json.loads(r[0]) for r in rows]
+    writer = [c for c in completions if c["artifact"] == "writer.md"]
+    assert len(writer) == 1 and not writer[0].get("adopted") and writer[0]["size"] == 6
