@@ -58,16 +58,23 @@ def test_every_output_is_fsynced_before_its_rename_and_its_folder_after(tmp_path
         home, "run", str(_flow(tmp_path)), "p", "-t", "x", prefix=(*prefix, "-o", str(trace))
     )
     assert done.returncode == 0, done.stderr
-    synced: list[str] = []  # paths fsynced so far, in order
+    synced: list[str] = []  # paths fsynced so far, in order of completion
     renames: list[tuple[int, str, str]] = []
+    unfinished: dict[str, str] = {}  # pid -> path of an fsync another thread interrupted
     for line in trace.read_text().splitlines():
+        pid = line.split(" ", 1)[0]
+        if "<unfinished ...>" in line and " fsync(" in line:
+            unfinished[pid] = re.findall(r"<([^>]+)>", line)[0]
+            continue
+        if re.search(r"<\.\.\. fsync resumed>.*= 0", line) and pid in unfinished:
+            synced.append(unfinished.pop(pid))
+            continue
         match = SYSCALL.match(line)
         if match is None:
             continue
         call, args = match.groups()
-        paths = re.findall(r'"([^"]+)"|<([^>]+)>', args)
-        names = [a or b for a, b in paths]
-        if call.startswith("fs") or call.startswith("fdata"):
+        names = [a or b for a, b in re.findall(r'"([^"]+)"|<([^>]+)>', args)]
+        if call.startswith(("fsync", "fdatasync")):
             synced.append(names[0])
         else:
             renames.append((len(synced), names[0], names[-1]))

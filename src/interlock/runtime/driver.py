@@ -72,7 +72,9 @@ class RunDriver:
     observed_reports: list[Report] = field(default_factory=list)
     commands: list[CommandRecord] = field(default_factory=list)
     source: str = ""  # the workflow file the run was started from (may be gone)
-    status_written: float = 0.0
+    status_written: float = 0.0  # when status.json was last written
+    status_shows: int = -1  # the number of events the written status.json reflects
+    status_due: float | None = None  # when a coalesced rewrite is scheduled
     checked_adoption: bool = False
     dirty: bool = True
     inline: list[tuple[str, bytes]] = field(default_factory=list)  # outputs for the next append
@@ -360,16 +362,8 @@ class RunDriver:
                     crash_point("before_dispatch")
                     self.handles[task.task_id] = orchestrator.start_task(self, task)
                     self.handle_attempts[task.task_id] = task.attempt
-        if orchestrator.settings.write_status:
-            # A projection for people: current at every pause and end, otherwise refreshed at
-            # most every `status_interval`, and less often when many runs are held, so that
-            # refreshes never dominate a busy orchestrator.
-            now = orchestrator.clock()
-            settled = state.status is not RunStatus.RUNNING
-            due = settled or now - self.status_written >= orchestrator.status_interval()
-            if due and self.run_dir.is_dir():
-                self.write_status()
-                self.status_written = now
+        if orchestrator.settings.write_status and state.events != self.status_shows:
+            self.refresh_status(orchestrator)
         if state.archived:
             self._archive(orchestrator)
 
@@ -407,6 +401,23 @@ class RunDriver:
         self.unwritten.append((final_md, data))
         self.final_body = None
         return True
+
+    def refresh_status(self, orchestrator: Orchestrator) -> None:
+        """Rewrite status.json for a changed state: at once at a pause or an end, or when
+        `status_interval` has passed since the last write; otherwise at that time (the loop
+        wakes the run then), so that changes in between cost one write."""
+        now = orchestrator.clock()
+        due = self.status_written + orchestrator.status_interval()
+        if self.state.status is RunStatus.RUNNING and now < due:
+            if self.status_due is None:
+                self.status_due = due
+                orchestrator.wake_at(due, self)
+            return
+        if self.run_dir.is_dir():
+            self.write_status()
+            self.status_written = now
+            self.status_shows = self.state.events
+        self.status_due = None
 
     def write_status(self) -> None:
         """Write `status.json` atomically (a projection: no fsync).

@@ -178,6 +178,8 @@ class Orchestrator:
             if isinstance(result, Exception):
                 raise result
             self.drivers[driver.run_id] = driver
+            if self.settings.write_status:
+                driver.refresh_status(self)  # status.json exists once the run is recorded
             self._emit(driver, 1, new)
             self._mark(driver)  # acted on (tasks started) by the loop
         return [driver.run_id for driver, _, _ in prepared]
@@ -215,7 +217,6 @@ class Orchestrator:
         )
         driver.checked_adoption = True  # nothing can be on disk for a run not yet created
         self._attach_reuser(driver)
-        driver.status_written = now  # a run that settles within `status_interval` writes once
         make_dir(driver.run_dir)
         new = first + driver.decide(now)
         registration = RunRegistration(
@@ -379,6 +380,10 @@ class Orchestrator:
     def _mark(self, driver: RunDriver) -> None:
         driver.dirty = True
         self._dirty.add(driver.run_id)
+
+    def wake_at(self, when: float, driver: RunDriver) -> None:
+        """Tick `driver` again at `when` (a status.json rewrite that was coalesced)."""
+        heapq.heappush(self._timers, (when, driver.run_id))
 
     def _schedule(self, driver: RunDriver) -> None:
         """Remember when the engine will next act on its own for this run (a deadline)."""
