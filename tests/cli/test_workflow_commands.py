@@ -127,3 +127,11 @@ def test_a_ten_thousand_worker_phase_checks_in_seconds(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"{flow}: ok (wide)"
     assert time.monotonic() - started < 120  # before: killed after 300 s at 1.7 GB
+
+
+def test_init_into_a_missing_folder_says_so(tmp_path: Path) -> None:
+    """A target in a folder that does not exist is exit 2 naming it, not an internal error."""
+    target = tmp_path / "nodir" / "flow.yaml"
+    code, _, stderr = invoke("init", str(target))
+    assert code == 2
+    assert f"{target}: cannot write it: No such file or directory; create" in stderr

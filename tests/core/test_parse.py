@@ -129,3 +129,10 @@ def test_nul_bytes_and_other_encodings_are_refused(tmp_path: Path) -> None:
     assert "NUL bytes" in only_problem(tmp_path / "nul.yaml")
     (tmp_path / "latin.yaml").write_bytes("p: café\n".encode("latin-1"))
     assert "not UTF-8" in only_problem(tmp_path / "latin.yaml")
+
+
+def test_a_byte_order_mark_is_accepted(tmp_path: Path) -> None:
+    """A file saved with a UTF-8 byte-order mark (as some editors do) loads, JSON included."""
+    path = tmp_path / "flow.json"
+    path.write_bytes(b"\xef\xbb\xbf" + research_text().encode())
+    assert list(load_workflow(path).definitions) == ["research"]

@@ -604,3 +604,14 @@ def test_thousands_of_phases_validate_without_exhausting_the_stack() -> None:
     problem = one_problem({"long": {"phases": phases}})
     assert problem.startswith("pipeline 'long': loop p10 -> p11 -> ")
     assert problem.endswith("p2000 -> p10 has no bound; give one of its rules 'max_visits: N'")
+
+
+def test_input_placeholder_naming_a_pipeline_input_explains_the_difference() -> None:
+    """`{input:language}` for a declared input says inputs are written `{{ language }}`."""
+    data = two_phases({"role": "w", "command": ["tool", "{input:language}"]})
+    data["p"]["inputs"] = {"language": "French"}
+    problem = one_problem(data)
+    assert problem.endswith(
+        "it reads nothing (add it to 'reads'); the pipeline input 'language' is written "
+        "{{ language }}"
+    )

@@ -37,16 +37,16 @@ VALUES = st.recursive(
 BASE = yaml.safe_load((ROOT / "examples" / "translate.yaml").read_text())
 
 
-def _check(runner: CliRunner, text: str) -> tuple[int, str]:
+def _check(runner: CliRunner, text: str, suffix: str = ".yaml") -> tuple[int, str]:
     with tempfile.TemporaryDirectory() as workdir:
-        path = Path(workdir) / "flow.yaml"
+        path = Path(workdir) / f"flow{suffix}"
         path.write_text(text)
         result = runner.invoke(cli, ["check", str(path)], catch_exceptions=True)
     output = result.output + (result.stderr if result.stderr_bytes is not None else "")
     assert result.exit_code in (0, 2), f"exit {result.exit_code}: {output}\n{text[:500]}"
     assert "Traceback" not in output, output
     if result.exit_code == 2:
-        assert "flow.yaml" in output and output.strip(), "an error must name the file"
+        assert f"flow{suffix}" in output and output.strip(), "an error must name the file"
     else:
         assert "ok" in output
     return result.exit_code, output
@@ -186,3 +186,35 @@ def test_call_targets_that_cannot_resolve_are_reported_by_check() -> None:
     assert "worker 'c': call 'unregistered_name' is not a registered name" in output
     assert "worker 'd'" not in output
     assert "worker 'e': call 'json:__doc__' is not a function" in output
+
+
+JSON_PIECES = st.sampled_from(['{', '}', '[', ']', ',', ':', '"p"', '"phases"', '"id"', '"a"',
+                               '"workers"', '"role"', '"model"', '"final"', 'true', '1e3', 'NaN',
+                               ' ', '\n', '"\\u00e9"', '"\\"', '-0', 'null'])  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(JSON_PIECES, max_size=60).map("".join) | st.text(max_size=200))
+def test_arbitrary_json_text_is_never_a_traceback(text: str) -> None:
+    """Any text in a `.json` file, near-JSON included, gets `ok` or a clear error."""
+    _check(CliRunner(), text, ".json")
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(PATHS), VALUES), min_size=1, max_size=3))
+def test_mutated_valid_json_files_pass_or_explain(edits: list[tuple[tuple[Any, ...], Any]]) -> None:
+    """The translation example as JSON, with values replaced, passes or says what is wrong."""
+    data = json.loads(json.dumps(BASE))
+    for path, value in edits:
+        node = data
+        try:
+            for key in path[:-1]:
+                node = node[key]
+            node[path[-1]] = value
+        except (KeyError, IndexError, TypeError):
+            continue
+    try:
+        text = json.dumps(data, indent=1)
+    except ValueError:
+        return  # NaN and friends are not JSON: json.dumps already refuses them strictly
+    _check(CliRunner(), text, ".json")

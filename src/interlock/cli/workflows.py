@@ -59,11 +59,17 @@ def init(file: str, template: str, list_: bool) -> None:
             "('interlock init --list' describes them)"
         )
     target = Path(file)
-    if target.exists():
+    text = (HERE / TEMPLATES[template]).read_text()
+    try:
+        with target.open("x") as stream:  # never overwrite, even a file made a moment ago
+            stream.write(text)
+    except FileExistsError:
         err.print(f"error: {target} already exists; choose another name")
         sys.exit(int(ExitCode.BAD_INPUT))
-    text = (HERE / TEMPLATES[template]).read_text()
-    target.write_text(text)
+    except OSError as exc:
+        folder = target.parent
+        hint = f"; create {folder} first" if not folder.exists() else ""
+        raise UsageError(f"{target}: cannot write it: {exc.strerror or exc}{hint}") from None
     pipeline = next(iter(load_workflow(target).definitions))
     out.print(
         f"wrote {target} ({template}): try 'interlock check {target}' then "

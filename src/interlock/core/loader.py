@@ -88,7 +88,7 @@ def load_workflow(path: str | Path) -> Workflow:
     if len(raw) > MAX_BYTES:
         raise WorkflowError(str(file), [too_large(len(raw))])
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # a byte-order mark (Windows editors) is no error
     except UnicodeDecodeError as exc:
         raise WorkflowError(
             str(file), [f"not UTF-8 text (byte {exc.start}): save the file as UTF-8"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Collection
 
 # name -> what the runner puts in its place (README's table says the same)
 COMMAND_PLACEHOLDERS: dict[str, str] = {
@@ -36,8 +37,12 @@ RESERVED_OUTPUTS = {
 }
 
 
-def command_problems(argv: list[str], reads: list[str]) -> list[str]:
-    """What is wrong with the placeholders of one command (empty when all resolve)."""
+def command_problems(argv: list[str], reads: list[str], inputs: Collection[str] = ()) -> list[str]:
+    """What is wrong with the placeholders of one command (empty when all resolve).
+
+    `reads` are the files the worker reads, `inputs` the pipeline's declared inputs (named
+    only to explain that `{input:NAME}` is a file, not an input).
+    """
     problems = []
     choices = [*COMMAND_PLACEHOLDERS, "inputs", *(f"read:{name}" for name in reads)]
     for number, arg in enumerate(argv, start=1):
@@ -57,10 +62,15 @@ def command_problems(argv: list[str], reads: list[str]) -> list[str]:
                 name = token[len(prefix) :]
                 if name not in reads:
                     listed = ", ".join(reads) or "nothing"
+                    hint = (
+                        f"; the pipeline input {name!r} is written {{{{ {name} }}}}"
+                        if name in inputs
+                        else ""
+                    )
                     problems.append(
                         f"argument {number} ({arg!r}): '{{{token}}}' is the path of a file the "
                         f"worker reads, but it does not read {name!r}{_suggest(name, reads)}; "
-                        f"it reads {listed} (add it to 'reads')"
+                        f"it reads {listed} (add it to 'reads'){hint}"
                     )
                 continue
             problems.append(

@@ -237,7 +237,7 @@ def _check_templates(where: str, pipeline: Pipeline) -> list[str]:
             place = f"{where}, phase {phase.id!r}, worker {worker.role!r}"
             if worker.command is not None:
                 reads = [read_name(entry)[0] for entry in worker.reads]
-                for problem in command_problems(worker.command, reads):
+                for problem in command_problems(worker.command, reads, pipeline.inputs):
                     problems.append(f"{place}: key 'command', {problem}")
             texts = [("task", worker.task)] + [("command", arg) for arg in worker.command or []]
             for key, text in texts:
