@@ -94,6 +94,8 @@ class HistoryChecker:
                 return f"{event.task_id} attempt {event.attempt} dispatched from {task.status}"
             task.status = "dispatched"
             return None
+        if isinstance(event, ev.TaskReused):
+            return self._reuse(event)
         if not isinstance(
             event,
             (ev.TaskStarted, ev.TaskCompleted, ev.TaskFailed, ev.TaskTimedOut, ev.RetryScheduled),
@@ -123,6 +125,17 @@ class HistoryChecker:
             task.status = "completed"
             return None if task.completions == 1 else f"{event.task_id} completed twice"
         task.status = "failed"
+        return None
+
+    def _reuse(self, event: ev.TaskReused) -> str | None:
+        """A reuse takes the place of the first attempt, before anything started it."""
+        task = self.tasks.get(event.task_id)
+        if task is None:
+            return f"{event.task_id}: reused but never dispatched"
+        if event.attempt != 1 or task.attempt != 1 or task.status != "dispatched":
+            return f"{event.task_id}: reused as attempt {event.attempt} while {task.status}"
+        task.completions += 1
+        task.status = "completed"
         return None
 
 

@@ -26,6 +26,7 @@ from interlock.sim.buggify import Buggify
 from interlock.sim.clock import SimClock
 from interlock.sim.invariants import HistoryChecker, end_problems
 from interlock.sim.pipelines import choose
+from interlock.sim.rerun import maybe_rerun
 from interlock.sim.store import FaultyStore
 from interlock.sim.workers import Scheduler, SimDispatcher
 from interlock.testing import MemoryStore
@@ -52,6 +53,8 @@ class SimResult:
     digest: str = ""  # sha256 of the stored history: equal digests, equal runs
     faults: Counter[str] = field(default_factory=Counter)
     violations: list[str] = field(default_factory=list)
+    reruns: int = 0  # the ended run was rerun (see `interlock.sim.rerun`)
+    reused: int = 0  # tasks the rerun carried over
 
     @property
     def ok(self) -> bool:
@@ -71,6 +74,8 @@ class SimResult:
             "history_sha256": self.digest,
             "faults": dict(sorted(self.faults.items())),
             "violations": self.violations,
+            "reruns": self.reruns,
+            "reused": self.reused,
             "rerun": f"python benchmarks/simulate.py --seed {self.seed}",
         }
 
@@ -155,14 +160,23 @@ class Simulation:
             self.definition, topic=f"seed {self.seed}", inputs={}, run_id=self.run_id
         )
         self.creating = False
-        for step in range(MAX_STEPS):
-            self.result.steps = step + 1
+        if self.play_steps():
+            self._finish()
+            maybe_rerun(self)
+
+    def play_steps(self) -> bool:
+        """Step the current run to its end; False when a violation cut it short."""
+        for _ in range(MAX_STEPS):
+            self.result.steps += 1
             if not self._step():
-                break
+                return True
             if self.result.violations:
-                return
-        else:
-            self.result.violations.append(f"no end after {MAX_STEPS} steps")
+                return False
+        self.result.violations.append(f"no end after {MAX_STEPS} steps")
+        return True
+
+    def finish(self) -> None:
+        """Check how the current run ended (after `play_steps`)."""
         self._finish()
 
     def _step(self) -> bool:
