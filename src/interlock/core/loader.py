@@ -95,11 +95,18 @@ def load_workflow(path: str | Path) -> Workflow:
         ) from None
     if "\0" in text:
         raise WorkflowError(str(file), ["the file holds NUL bytes: it is not a text file"])
-    return parse_workflow(text, str(file), json_only=file.suffix.lower() == ".json")
+    return parse_workflow(
+        text, str(file), json_only=file.suffix.lower() == ".json", base_dir=file.parent
+    )
 
 
-def parse_workflow(text: str, source: str = "<workflow>", *, json_only: bool = False) -> Workflow:
+def parse_workflow(
+    text: str, source: str = "<workflow>", *, json_only: bool = False, base_dir: Path | None = None
+) -> Workflow:
     """Parse and validate workflow text; `source` names it in error messages.
+
+    With `base_dir`, a worker's `schema: file.json` is read from there into the definition,
+    so a run pins the schema it started with.
 
     YAML unless `json_only`: then the text must be strict JSON (no trailing commas, no
     comments), as a `.json` file promises.
@@ -108,7 +115,33 @@ def parse_workflow(text: str, source: str = "<workflow>", *, json_only: bool = F
         data = parse_text(text, json_only=json_only)
     except ParseProblem as exc:
         raise WorkflowError(source, [str(exc)]) from None
+    if base_dir is not None:
+        problems = inline_schema_files(data, base_dir)
+        if problems:
+            raise WorkflowError(source, problems)
     return build_workflow(data, source)
+
+
+def inline_schema_files(data: Any, base_dir: Path) -> list[str]:
+    """Replace each worker's `schema: <path>.json` by the document it names (in place)."""
+    problems: list[str] = []
+    pipelines = data.items() if isinstance(data, dict) else []
+    for name, pipeline in pipelines:
+        phases = pipeline.get("phases") if isinstance(pipeline, dict) else None
+        for phase in phases if isinstance(phases, list) else []:
+            workers = phase.get("workers") if isinstance(phase, dict) else None
+            for worker in workers if isinstance(workers, list) else []:
+                path = worker.get("schema") if isinstance(worker, dict) else None
+                if not isinstance(path, str) or not path.endswith(".json"):
+                    continue
+                place = f"pipeline {name!r}, worker {worker.get('role')!r}, key 'schema'"
+                try:
+                    worker["schema"] = json.loads((base_dir / path).read_text(encoding="utf-8"))
+                except OSError as exc:
+                    problems.append(f"{place}: cannot read {path}: {exc.strerror or exc}")
+                except ValueError as exc:
+                    problems.append(f"{place}: {path} is not JSON: {exc}")
+    return problems
 
 
 def build_workflow(data: Any, source: str = "<workflow>") -> Workflow:

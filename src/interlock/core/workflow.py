@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from interlock.core.params import RequestSettings
+from interlock.core.schemas import implied_extract, schema_problem
 
 # A role, phase id or output name becomes part of a path on disk: keep it to one plain segment.
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -133,6 +134,34 @@ class Worker(_Model):
     cache: bool | Cache | None = None  # None: as the pipeline says
     # Request settings over those of the model's alias (and of each fallback model's).
     params: RequestSettings | None = Field(default=None, exclude_if=lambda value: value is None)
+    # The JSON Schema a model's answer must match (a path to a .json file is read when the
+    # workflow file is loaded); its top-level properties are extracted values.
+    output_schema: dict[str, Any] | str | None = Field(
+        default=None, alias="schema", exclude_if=lambda value: value is None
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _schema_values(cls, data: Any) -> Any:
+        # Every top-level property can be read by conditions, as if extracted: an explicit
+        # `extract` rule of the same name wins.
+        schema = data.get("schema") if isinstance(data, dict) else None
+        if isinstance(schema, dict) and schema_problem(schema) is None:
+            implied = implied_extract(schema)
+            if implied:
+                explicit = data.get("extract") if isinstance(data.get("extract"), dict) else {}
+                data = {**data, "extract": {**implied, **explicit}}
+        return data
+
+    @field_validator("output_schema")
+    @classmethod
+    def _valid_schema(cls, value: dict[str, Any] | str | None) -> dict[str, Any] | str | None:
+        if isinstance(value, str) and not value.endswith(".json"):
+            raise ValueError("'schema' is a JSON Schema object or the path of a .json file")
+        problem = schema_problem(value) if isinstance(value, dict) else None
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
     @model_serializer(mode="wrap")
     def _serialize(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -187,6 +216,8 @@ class Worker(_Model):
             raise ValueError("'accept_truncated' only applies to 'model' workers")
         if self.params is not None and self.model is None:
             raise ValueError("'params' only applies to 'model' workers")
+        if self.output_schema is not None and self.model is None:
+            raise ValueError("'schema' only applies to 'model' workers")
         return self
 
     @property

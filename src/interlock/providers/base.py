@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from interlock.core.params import RequestSettings
 
@@ -29,6 +29,9 @@ class ModelRequest:
     idempotency_key: str  # derived from run, task and attempt
     max_output_tokens: int | None = None
     settings: RequestSettings = field(default_factory=RequestSettings)
+    # The JSON Schema to ask for as the provider's native structured output, when any.
+    response_schema: dict[str, Any] | None = None
+    schema_name: str = "output"
 
 
 @dataclass(frozen=True, kw_only=True)

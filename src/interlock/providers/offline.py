@@ -8,7 +8,9 @@ records a warning when it is.
 from __future__ import annotations
 
 import hashlib
+import json
 import time
+from typing import Any
 
 from interlock.providers.base import ModelRequest, ModelResult, TokenCallback
 
@@ -25,6 +27,9 @@ class OfflineProvider:
     ) -> ModelResult:
         started = time.perf_counter()
         text = render_offline(request)
+        if request.response_schema is not None:
+            # A document of the asked shape, so pipelines with a schema run offline too.
+            text = json.dumps(placeholder(request.response_schema, LABEL), indent=2) + "\n"
         if on_token is not None:
             for line in text.splitlines(keepends=True):
                 on_token(line)
@@ -56,3 +61,25 @@ def render_offline(request: ModelRequest) -> str:
         f"{excerpt}\n\n"
         "(end of offline document)\n"
     )
+
+
+def placeholder(schema: Any, label: str) -> Any:
+    """A simple value of the shape `schema` asks for (first enum or const, then by type)."""
+    if not isinstance(schema, dict):
+        return label
+    if "const" in schema:
+        return schema["const"]
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return schema["enum"][0]
+    for key in ("anyOf", "oneOf", "allOf"):
+        if isinstance(schema.get(key), list) and schema[key]:
+            return placeholder(schema[key][0], label)
+    kind = schema.get("type")
+    kind = kind[0] if isinstance(kind, list) and kind else kind
+    if kind == "object" or "properties" in schema:
+        properties = schema.get("properties") or {}
+        return {name: placeholder(spec, label) for name, spec in properties.items()}
+    if kind == "array":
+        return [placeholder(schema.get("items"), label)] * int(schema.get("minItems", 0))
+    simple = {"integer": 0, "number": 0, "boolean": False, "null": None}
+    return simple.get(kind, label) if isinstance(kind, str) else label

@@ -78,6 +78,15 @@ def openai_body(request: ModelRequest, *, max_tokens: int | None, max_tokens_fie
         value = getattr(settings, name)
         if value is not None:
             body[name] = value
+    if request.response_schema is not None:
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {
+                "name": request.schema_name,
+                "schema": request.response_schema,
+                "strict": strict_compatible(request.response_schema),
+            },
+        }
     return merge_body(body, settings.extra_body or {})
 
 
@@ -120,4 +129,25 @@ def anthropic_body(request: ModelRequest, *, max_tokens: int) -> Any:
                 retryable=False,
             )
         body["thinking"] = {"type": "enabled", "budget_tokens": settings.thinking_budget}
+    if request.response_schema is not None:
+        body["output_config"] = {
+            "format": {"type": "json_schema", "schema": request.response_schema}
+        }
     return merge_body(body, settings.extra_body or {})
+
+
+def strict_compatible(schema: Any) -> bool:
+    """Whether OpenAI's strict mode accepts `schema`: every object closes its properties
+    (``additionalProperties: false``) and requires all of them. Otherwise the schema is
+    sent without strict mode, and the answer is validated here all the same."""
+    if isinstance(schema, list):
+        return all(strict_compatible(item) for item in schema)
+    if not isinstance(schema, dict):
+        return True
+    if schema.get("type") == "object" or "properties" in schema:
+        properties = schema.get("properties") or {}
+        if schema.get("additionalProperties") is not False:
+            return False
+        if set(schema.get("required") or []) != set(properties):
+            return False
+    return all(strict_compatible(value) for value in schema.values())

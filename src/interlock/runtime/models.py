@@ -14,6 +14,7 @@ is part of the outcome, failed or not.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -32,6 +33,12 @@ from interlock.providers import (
 )
 from interlock.providers.redaction import Secret, scrub
 from interlock.providers.request import unsupported
+from interlock.providers.schema_output import (
+    NATIVE_KINDS,
+    complete_with_schema,
+    schema_document,
+    schema_instructions,
+)
 from interlock.providers.settings import recorded_settings
 from interlock.providers.verdict import judge
 from interlock.runtime.artifacts import write_atomic
@@ -105,6 +112,14 @@ class ModelRunner:
         if spec.item is not None:
             prompt += f"\n# Item\n\n{spec.item}\n"
         model = resolved.model
+        try:
+            schema = worker_schema(spec)
+        except ProviderError as exc:
+            return self._failed(spec, exc, alias, model)
+        native = schema is not None and model.kind in NATIVE_KINDS
+        instructions = schema_instructions(schema) if schema is not None else ""
+        if schema is not None and not native:
+            prompt += instructions
         header = f"<!-- model {alias} -> {model.provider}:{model.model} -->"
         if recorded_settings(model.settings):
             header += f"\n<!-- settings {json.dumps(recorded_settings(model.settings))} -->"
@@ -132,8 +147,12 @@ class ModelRunner:
                 idempotency_key=spec.idempotency_key,
                 max_output_tokens=model.max_output_tokens,
                 settings=model.settings,
+                response_schema=schema if native else None,
+                schema_name=re.sub(r"[^A-Za-z0-9_-]", "_", spec.worker.role)[:64],
             )
-            result = await resolved.provider.complete(request, progress)
+            result, warnings = await complete_with_schema(
+                resolved.provider, request, progress, instructions=instructions
+            )
         except ProviderError as exc:
             return self._failed(spec, exc, alias, model)
         except Exception as exc:  # a library's own error: a failed attempt, never a crash
@@ -142,8 +161,13 @@ class ModelRunner:
         problem = judge(result, accept_truncated=spec.worker.accept_truncated)
         if problem is not None:
             return self._failed(spec, problem, alias, model)
-        kept = keep_output(spec.output, result.text, durable=False)
-        return replace(kept, usage=usage_of(result, alias, model))
+        try:
+            text = result.text if schema is None else schema_document(result, schema)
+        except ProviderError as exc:
+            return self._failed(spec, exc, alias, model)
+        kept = keep_output(spec.output, text, durable=False)
+        usage = usage_of(result, alias, model)
+        return replace(kept, usage={**usage, "warnings": warnings} if warnings else usage)
 
     def _failed(
         self,
@@ -166,6 +190,22 @@ class ModelRunner:
             retry_after=failure.retry_after,
             usage=None if answered is None else usage_of(answered, alias, model),
         )
+
+
+def worker_schema(spec: TaskSpec) -> dict[str, Any] | None:
+    """The worker's JSON Schema; a path (a pipeline built in code) is read from the workflow
+    file's directory."""
+    schema = spec.worker.output_schema
+    if not isinstance(schema, str):
+        return schema
+    path = (spec.workflow_dir or Path.cwd()) / schema
+    try:
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ProviderError(f"schema: cannot read {path}: {exc}", retryable=False) from None
+    if not isinstance(loaded, dict):
+        raise ProviderError(f"schema {path} is not a JSON object", retryable=False)
+    return loaded
 
 
 def call_timeout(model: ResolvedModel, worker_timeout: float) -> float:

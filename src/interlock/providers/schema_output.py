@@ -1,0 +1,108 @@
+"""Structured output: a worker's answer checked against its `schema:`.
+
+The schema is sent as the provider's native structured output (see `request.py`); whatever
+comes back is still validated here with `jsonschema`, since compatible servers may ignore
+the request. An answer that does not match is a failed attempt that says which field is
+wrong; its cost was spent and is recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import replace
+from typing import Any
+
+from jsonschema.exceptions import best_match
+from jsonschema.validators import validator_for
+
+from interlock.providers.base import (
+    ModelRequest,
+    ModelResult,
+    Provider,
+    ProviderError,
+    TokenCallback,
+)
+
+logger = logging.getLogger("interlock.providers")
+
+# Words of the 400 a server answers when it does not know structured output requests.
+_REJECTED = re.compile(
+    r"response_format|json_schema|output_config|output_format|structured output", re.IGNORECASE
+)
+_FENCE = re.compile(r"^```(?:json)?\s*\n(.*?)\n?```$", re.DOTALL)
+
+
+def rejects_structured_output(failure: ProviderError) -> bool:
+    """Whether `failure` is a server refusing the structured-output part of the request."""
+    return failure.status in (400, 422) and bool(_REJECTED.search(str(failure)))
+
+
+def schema_instructions(schema: dict[str, Any]) -> str:
+    """What the prompt says when the schema cannot be sent natively."""
+    return (
+        "\n# Answer format\n\nAnswer with one JSON document, and nothing else, that matches "
+        f"this JSON Schema:\n\n```json\n{json.dumps(schema, indent=2)}\n```\n"
+    )
+
+
+def schema_document(result: ModelResult, schema: dict[str, Any]) -> str:
+    """The answer as the JSON document the worker writes (pretty-printed).
+
+    Raises:
+        ProviderError: Retryable, carrying `result`: the answer is not JSON, or a field
+            does not match the schema (the message names the field and why).
+    """
+    text = result.text.strip()
+    fenced = _FENCE.match(text)  # a prompt-instructed model may fence its JSON
+    if fenced:
+        text = fenced.group(1).strip()
+    where = f"{result.provider}: model {result.model!r}"
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise ProviderError(
+            f"{where} answered text that is not JSON ({exc}), but the worker's schema "
+            "asks for a JSON document; the answer was discarded",
+            retryable=True,
+            answered=result,
+        ) from None
+    error = best_match(validator_for(schema)(schema).iter_errors(document))
+    if error is not None:
+        field = error.json_path if error.json_path != "$" else "the document"
+        raise ProviderError(
+            f"{where} answered JSON that does not match the worker's schema: at {field}: "
+            f"{error.message}; the answer was discarded",
+            retryable=True,
+            answered=result,
+        )
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
+NATIVE_KINDS = frozenset({"openai", "anthropic", "offline"})
+"""Provider kinds whose requests carry a schema (the offline stand-in answers in its shape);
+an agent command gets it in the prompt."""
+
+
+async def complete_with_schema(
+    provider: Provider,
+    request: ModelRequest,
+    on_token: TokenCallback | None,
+    *,
+    instructions: str,
+) -> tuple[ModelResult, list[str]]:
+    """Call `provider`; when it refuses the native structured output, call it once more with
+    the schema in the prompt instead (`instructions`) and say so in the warnings."""
+    try:
+        return await provider.complete(request, on_token), []
+    except ProviderError as failure:
+        if request.response_schema is None or not rejects_structured_output(failure):
+            raise
+    warning = (
+        f"{provider.name} refused the native structured output request for model "
+        f"{request.alias!r}; the schema was sent in the prompt and the answer validated here"
+    )
+    logger.warning("%s", warning)
+    fallback = replace(request, response_schema=None, prompt=request.prompt + instructions)
+    return await provider.complete(fallback, on_token), [warning]
