@@ -238,3 +238,91 @@ def test_diff_of_a_rerun_shows_what_was_reused(
         ("s@1", "ran", "ran", "same"),
     ]
     assert result.decisions == []
+
+
+FAN_OUT = """
+demo:
+  phases:
+    - id: plan
+      workers:
+        - role: planner
+          command: ["sh", "-c", "echo '{\\"items\\": [\\"x\\", \\"ITEM\\", \\"z\\"]}' > {output}"]
+          extract: {items: {json: items, type: list}}
+    - id: write
+      for_each: planner.items
+      workers:
+        - role: writer
+          task: "Write about {{ item }}"
+          command: ["sh", "-c", "echo $0 > $1; echo w-$0 >> {workflow_dir}/calls.log",
+                    "{item}", "{output}"]
+    - id: merge
+      workers:
+        - role: editor
+          final: true
+          reads: [writer.md]
+          command: ["sh", "-c", "echo e >> {workflow_dir}/calls.log; cat $@ > {output}",
+                    "sh", "{inputs}"]
+"""
+
+LOOP = """
+demo:
+  phases:
+    - id: draft
+      workers:
+        - role: d
+          command: ["sh", "-c", "echo draft-{topic} > {output}; echo d >> {workflow_dir}/calls.log"]
+    - id: review
+      workers:
+        - role: r
+          reads: [d.md]
+          command: ["sh", "-c", "echo '{\\"ok\\": false}' > {output};
+                    echo r >> {workflow_dir}/calls.log"]
+          extract: {ok: {json: ok, type: bool}}
+      next:
+        - {if: "!r.ok", goto: draft, max_visits: 3}
+    - id: publish
+      workers:
+        - role: p
+          final: true
+          reads: [d.md]
+          command: ["sh", "-c", "cp $0 $1", "{input:d.md}", "{output}"]
+"""
+
+
+def test_for_each_matches_item_by_item(
+    app: Interlock, write_workflow: WriteWorkflow, tmp_path: Path
+) -> None:
+    """A changed list item reruns only that item's writer (and the planner and the editor
+    that read what changed); the other items are reused."""
+    workflow = write_workflow(FAN_OUT.replace("ITEM", "y"))
+    first = app.run(workflow, "demo", topic="t")
+    assert first.status is RunStatus.DELIVERED
+    calls(workflow)
+    edited = tmp_path / "edited.yaml"
+    edited.write_text(FAN_OUT.replace("ITEM", "Y"))
+    new = app.rerun(first.run_id, workflow=edited)
+    assert app.drive(new).status is RunStatus.DELIVERED
+    assert calls(workflow) == ["e", "w-Y"]
+    fates = {k: v is not None for k, v in reused(app, new).items()}
+    assert fates == {
+        "planner@1": False,
+        "writer@1.0": True,
+        "writer@1.1": False,
+        "writer@1.2": True,
+        "editor@1": False,
+    }
+
+
+def test_loops_match_visit_by_visit(app: Interlock, write_workflow: WriteWorkflow) -> None:
+    """A rerun of a run that looped reuses every visit; from the review phase on, the first
+    draft is reused and every later visit runs."""
+    workflow = write_workflow(LOOP)
+    first = app.run(workflow, "demo", topic="t")
+    assert first.status is RunStatus.DELIVERED
+    assert sorted(first.tasks) == ["d@1", "d@2", "d@3", "p@1", "r@1", "r@2", "r@3"]
+    calls(workflow)
+    same = app.drive(app.rerun(first.run_id))
+    assert calls(workflow) == [] and all(t.reused_from for t in same.tasks.values())
+    forced = app.drive(app.rerun(first.run_id, from_phase="review"))
+    assert calls(workflow) == ["d", "d", "r", "r", "r"]
+    assert [t for t, v in reused(app, forced.run_id).items() if v] == ["d@1"]
