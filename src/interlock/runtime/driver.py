@@ -86,7 +86,7 @@ class RunDriver:
     reuser: Reuser | None = None
     reusing: set[str] = field(default_factory=set)  # tasks whose reuse awaits recording
     placing_reused: bool = False  # a reused output waits in `unwritten`
-    placing_edit: bool = False  # an output edited at a review waits in `unwritten`
+    reviewed: str | None = None  # "edit" or "reject" just recorded, not yet acted on
 
     @property
     def run_id(self) -> str:
@@ -330,9 +330,8 @@ class RunDriver:
             if self.unwritten and self.placing_reused:
                 crash_point("after_record_reuse")  # recorded, not yet placed: resume repairs
                 self.placing_reused = False
-            if self.unwritten and self.placing_edit:
+            if self.unwritten and self.reviewed == "edit":
                 crash_point("after_record_edit")  # recorded, not yet written: resume repairs
-                self.placing_edit = False
             # final.md joins the outputs' batch: their fsyncs are committed together.
             delivering = state.delivered is not None and self._add_final_md()
             if delivering:
@@ -343,6 +342,10 @@ class RunDriver:
                 crash_point("after_deliver")
         if self.reuser is not None and self.reuser.to_index:
             self.reuser.flush_index(state)
+        if self.reviewed is not None:
+            if self.reviewed == "reject":
+                crash_point("after_record_reject")  # recorded, its visit's tasks not started
+            self.reviewed = None
         if state.status.ended:
             for handle in self.handles.values():
                 handle.cancel()

@@ -25,6 +25,7 @@ from interlock.core.observe import CommandKind
 from interlock.core.review import interpret_edit, interpret_reject, latest_outputs
 from interlock.core.state import RunState, apply
 from interlock.runtime import artifacts
+from interlock.runtime.faults import crash_point
 from interlock.storage.base import CommandRecord, NewEvent
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ REVIEW_KINDS = frozenset({CommandKind.EDIT.value, CommandKind.REJECT.value})
 def review_command(driver: RunDriver, record: CommandRecord, now: float) -> list[NewEvent]:
     """The events an edit or reject command leads to (applied to the driver's state)."""
     pipeline = driver.definition.pipeline
+    crash_point("before_record_review")
     outcome: ev.Event | tuple[ev.OutputEdited, bytes] | str
     if record.kind == CommandKind.REJECT.value:
         outcome = interpret_reject(pipeline, driver.state, record.message, record.by, now)
@@ -50,11 +52,12 @@ def review_command(driver: RunDriver, record: CommandRecord, now: float) -> list
         event, body = outcome
         driver.inline.append((event.sha256, body))  # stored with the event
         driver.unwritten.append((driver.run_dir / event.artifact, body))  # written after it
-        driver.placing_edit = True
+        driver.reviewed = "edit"
         apply(driver.state, event)
         why = f"edit from {record.by}" + (f": {event.note}" if event.note else "")
         return [NewEvent(event=event, why=why)]
     apply(driver.state, outcome)
+    driver.reviewed = "reject"
     return [NewEvent(event=outcome, why=f"reject from {record.by}")]
 
 

@@ -26,6 +26,12 @@ REUSE_CRASH_POINTS = (  # reached only by reruns and cache hits (tests/runtime/t
     "after_record_reuse",  # a reuse was recorded, its file not yet placed
 )
 
+REVIEW_CRASH_POINTS = (  # reached only by edits and rejections (tests/runtime/test_review_crash)
+    "before_record_review",  # an edit or reject command is being turned into an event
+    "after_record_edit",  # an edit was recorded, its new text not yet written
+    "after_record_reject",  # a rejection was recorded, its new visit not yet started
+)
+
 _armed = os.environ.get("INTERLOCK_CRASH_AT") or None
 _name, _, _count = (_armed or "").partition(":")
 _remaining = int(_count or "1")
