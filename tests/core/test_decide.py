@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from interlock.core import events as ev
-from interlock.core.decide import RuleName, backoff_delay, decide, next_wake
+from interlock.core.decide import RuleName, backoff_delay, decide, expression_context, next_wake
 from interlock.core.observe import Command, CommandKind, interpret_command
-from interlock.core.state import RunStatus, TaskStatus, fold
+from interlock.core.state import RunStatus, TaskStatus, artifact_name, fold
 from interlock.core.workflow import Backoff
 
 from .driver import Driver, fixture, pipeline_of, worker
@@ -616,3 +616,106 @@ def test_retry_due_while_paused_does_not_wake_the_engine() -> None:
     assert next_wake(d.pipeline, d.state) is None
     assert [x.rule for x in d.approve()] == [R.RETRY_DUE]
     assert d.in_flight() == ["w2@1"] and d.attempt("w2@1") == 2
+
+
+def budget_and_pause_after() -> Driver:
+    """A started run: phase `a` (w1, w2) pauses after itself; `b` (w3) is final; 100 tokens."""
+    d = Driver(
+        pipeline_of(
+            {
+                "budget": {"max_tokens": 100, "on_exceed": "pause"},
+                "phases": [
+                    {"id": "a", "pause_after": True, "workers": [worker("w1"), worker("w2")]},
+                    {"id": "b", "workers": [worker("w3", final=True)]},
+                ],
+            }
+        )
+    )
+    d.start()
+    return d
+
+
+def test_approving_a_pause_after_does_not_waive_the_budget() -> None:
+    """Only approving a budget pause lets the run spend on: after a pause_after approval,
+    reaching the budget still pauses the run for it."""
+    d = budget_and_pause_after()
+    d.complete("w1@1", input_tokens=20, output_tokens=20)
+    assert [x.rule for x in d.complete("w2@1", input_tokens=5)] == [R.PHASE_DONE, R.PAUSE]
+    assert [x.rule for x in d.approve()] == [R.BRANCH, R.BRANCH, R.DISPATCH]
+    assert not d.state.budget_waived
+    made = d.complete("w3@1", input_tokens=30, output_tokens=30)
+    assert [x.rule for x in made] == [R.BUDGET]
+    assert d.state.status is RunStatus.PAUSED and d.state.pause_reason == "budget"
+    assert [x.rule for x in d.approve()] == [R.PHASE_DONE, R.DELIVER, R.ARCHIVE]
+
+
+def test_approving_a_budget_pause_keeps_the_phase_own_pause_after() -> None:
+    """A budget pause approved in the middle of a pause_after phase does not count as the
+    phase's own approval: the phase still pauses when it completes."""
+    d = budget_and_pause_after()
+    assert [x.rule for x in d.complete("w1@1", input_tokens=150)] == [R.BUDGET]
+    assert d.approve() == []  # w2 still runs
+    assert d.state.budget_waived and not d.state.current.approved  # type: ignore[union-attr]
+    made = d.complete("w2@1", input_tokens=10)
+    assert [x.rule for x in made] == [R.PHASE_DONE, R.PAUSE]
+    assert d.state.pause_reason == "pause_after"
+    assert [x.rule for x in d.approve()] == [R.BRANCH, R.BRANCH, R.DISPATCH]
+
+
+def test_phase_status_after_a_failure_and_a_cancel() -> None:
+    """The phase a run failed or was cancelled in says so; phases done before stay completed."""
+    d = Driver(
+        pipeline_of(
+            {
+                "phases": [
+                    {"id": "a", "workers": [worker("w1")]},
+                    {"id": "b", "workers": [worker("w2", final=True)]},
+                ]
+            }
+        )
+    )
+    d.start()
+    d.complete("w1@1")
+    assert [x.rule for x in d.fail("w2@1")] == [R.GIVE_UP]
+    assert d.state.phase_status == {"a": "completed", "b": "failed"}
+    cancelled = research()
+    cancelled.record(ev.RunCancelled(at=1, reason="no longer needed"))
+    assert cancelled.state.phase_status == {"collect": "cancelled"}
+
+
+def test_the_event_counter_counts_every_event_once() -> None:
+    """`events` (what the server's `since=` and status.json rely on) equals the history's
+    length at every step, live and folded."""
+    d = research()
+    counts = [d.state.events]
+    for task in ("researcher-a@1", "researcher-b@1", "synthesizer@1"):
+        d.complete(task)
+        counts.append(d.state.events)
+        assert d.state.events == len(d.history) == fold(d.history).events
+    assert counts == sorted(set(counts))
+
+
+def test_conditions_see_zero_visits_of_phases_not_yet_run() -> None:
+    """The `visits` conditions read names every phase, 0 for those that have not run yet."""
+    d = research()
+    context = expression_context(d.state, d.pipeline)
+    assert context["visits"] == {"collect": 1, "synthesis": 0}
+    assert expression_context(d.state)["visits"] == {"collect": 1}
+
+
+def test_cancel_abandons_a_task_waiting_for_its_retry() -> None:
+    """A task between attempts (waiting out its backoff) is abandoned with the run too."""
+    d = one_worker(retries=2, backoff={"initial": 30})
+    assert [x.rule for x in d.fail("w@1")] == [R.RETRY]
+    assert d.state.tasks["w@1"].status is TaskStatus.RETRY_WAIT
+    d.record(ev.RunCancelled(at=d.now, reason="stop"))
+    assert d.state.tasks["w@1"].status is TaskStatus.ABANDONED
+    assert d.state.phase_status == {"a": "cancelled"}
+
+
+def test_output_names_without_an_extension_keep_their_name() -> None:
+    """An output named without an extension gets its visit and item suffixes after it."""
+    assert artifact_name("notes", 1, None) == "notes"
+    assert artifact_name("notes", 2, None) == "notes.v2"
+    assert artifact_name("notes", 1, 0) == "notes.0"
+    assert artifact_name("a.md", 2, 1) == "a.1.v2.md"

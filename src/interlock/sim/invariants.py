@@ -13,6 +13,7 @@ from pathlib import Path
 from interlock.core import events as ev
 from interlock.core.state import RunState, RunStatus, TaskStatus, apply
 from interlock.core.workflow import Pipeline
+from interlock.sim.policy import PolicyChecker
 
 
 @dataclass
@@ -37,6 +38,10 @@ class HistoryChecker:
     approvals: int = 0
     seen: int = 0
     problems: list[str] = field(default_factory=list)
+    policy: PolicyChecker = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.policy = PolicyChecker(self.pipeline)
 
     def feed(self, seq: int, event: ev.Event) -> None:
         """Check one more stored event (they must come in order, without gaps)."""
@@ -45,6 +50,8 @@ class HistoryChecker:
         self.seen = seq
         where = f"seq {seq} {event.kind}"
         problem = self._transition(event)
+        policy_problem = self.policy.problem(event)  # always: it keeps its own counts
+        problem = problem or policy_problem
         if problem:
             self.problems.append(f"{where}: {problem}")
         apply(self.shadow, event)

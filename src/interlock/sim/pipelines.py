@@ -1,13 +1,15 @@
 """The pipelines the simulator runs: a fixed catalog of shapes, and random ones.
 
 The catalog covers each feature on its own (parallel, sequential, retries, fallbacks, pause,
-bounded loops, fan-out, budget); random pipelines combine them.
+bounded loops, fan-out, budget) and all of them together (`combined`); random pipelines mix
+them, a third of them under a budget.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import zlib
 from functools import cache
 from typing import Any
 
@@ -101,6 +103,34 @@ CATALOG: dict[str, dict[str, Any]] = {
             {"id": "two", "workers": [_w("c", final=True)]},
         ],
     },
+    # Features together: a budget reached mid-run beside pause_after phases, a loop back into
+    # a fan-out, retries everywhere. A budget pause and a pause_after pause must each be
+    # approved for what they are.
+    "combined": {
+        "budget": {"max_tokens": 60, "on_exceed": "pause"},
+        "phases": [
+            {
+                "id": "plan",
+                "workers": [_w("planner", extract=ITEMS, retries=2)],
+                "pause_after": True,
+            },
+            {
+                "id": "write",
+                "for_each": {"items": "planner.items", "concurrency": 2},
+                "workers": [_w("writer", retries=1)],
+                "pause_after": True,
+            },
+            {
+                "id": "review",
+                "workers": [_w("reviewer", extract=SCORE, retries=1, reads=["writer.md"])],
+                "next": [
+                    {"if": "reviewer.score < 8.0", "goto": "write", "max_visits": 2},
+                    {"goto": "publish"},
+                ],
+            },
+            {"id": "publish", "workers": [_w("publisher", final=True)], "pause_after": True},
+        ],
+    },
 }
 
 
@@ -155,7 +185,13 @@ def random_spec(rng: random.Random) -> dict[str, Any]:
         listers += [w["role"] for w in workers]
         phases.append(phase)
     phases[-1]["workers"][-1]["final"] = True
-    return {"phases": phases}
+    spec: dict[str, Any] = {"phases": phases}
+    # One random pipeline in three has a budget it reaches mid-run. Derived from the shape
+    # drawn, not drawn itself, so that every other draw of a seed stays what it was.
+    shape = zlib.crc32(json.dumps(phases, sort_keys=True).encode())
+    if shape % 3 == 0:
+        spec["budget"] = {"max_tokens": 20 + shape % 100, "on_exceed": "pause"}
+    return spec
 
 
 def choose(rng: random.Random, name: str | None = None) -> tuple[str, Definition]:

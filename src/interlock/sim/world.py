@@ -312,6 +312,7 @@ class Simulation:
         run_dir = self.home.run_dir(self.run_id)
         pipeline: Definition = self.definition
         self.result.violations += end_problems(folded, pipeline.pipeline, run_dir)
+        self.result.violations += self.checker.policy.state_problems(folded)
         self.result.status = folded.status.value
         self.result.events = len(stored)
         self.result.sim_seconds = self.clock() - SimClock().now
