@@ -122,3 +122,23 @@ def test_a_reuse_folds_as_a_free_completion() -> None:
     assert state.values["b"] == {"x": 1}
     kind, data = ev.to_record(reused)
     assert ev.from_record(kind, data) == reused
+
+
+def test_a_kept_worker_part_equals_the_one_computed_per_task() -> None:
+    """For a command without templates the worker part does not depend on the task, so the
+    runtime may keep it; a templated command is recomputed per task."""
+    from interlock.core.fingerprint import renders_per_task, template_values, worker_part
+
+    plain = Pipeline.model_validate(
+        {"phases": [{"id": "p", "workers": [
+            {"role": "a", "command": ["sh", "-c", "echo {output} $x"], "final": True}]}]}
+    ).worker("a")  # fmt: skip
+    state = history()
+    values = template_values(state, state.tasks["a@1"])
+    assert not renders_per_task(plain)
+    assert worker_part(plain, None, {}) == worker_part(plain, None, values)
+    templated = plain.model_copy(update={"command": ["echo", "{{ topic }}"]})
+    assert renders_per_task(templated)
+    assert worker_part(templated, None, {"topic": "t"}) != worker_part(
+        templated, None, {"topic": "u"}
+    )

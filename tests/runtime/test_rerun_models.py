@@ -148,3 +148,19 @@ def test_a_second_run_of_a_cached_pipeline_makes_no_model_call(
     assert app.status(second.run_id)["cost_usd"] == 0
     final = app.final_path(second.run_id)
     assert final is not None and final.read_text() == "Findings."
+
+
+def test_the_plan_needs_no_api_key(
+    app: Interlock, project: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keys are not part of what a worker is: a shell without the key plans every task as
+    reused, and a rerun with nothing to run needs no key at all."""
+    first = app.run(project / "research.json", "research", topic="FSA architecture")
+    monkeypatch.delenv("FAKE_API_KEY")
+    fresh = Interlock(project / "home", settings=Settings(heartbeat=0.05))
+    try:
+        assert [t.reuse for t in fresh.plan_rerun(first.run_id).tasks] == [True, True, True]
+        state = fresh.drive(fresh.rerun(first.run_id))
+        assert state.status is RunStatus.DELIVERED and len(server.requests) == 3
+    finally:
+        fresh.close()

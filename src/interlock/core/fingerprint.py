@@ -18,6 +18,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from interlock.core.state import RunState, TaskState
 from interlock.core.templates import TemplateProblem, render_task
 from interlock.core.validate import read_name
@@ -52,10 +54,13 @@ class Fingerprint:
 
 
 def _hash(value: Any) -> str:
-    # Canonical JSON (sorted keys, no whitespace) so equal values always hash alike; values
-    # JSON cannot hold (never produced by a workflow or the ledger) are spelled by repr.
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=repr)
-    return hashlib.sha256(text.encode()).hexdigest()
+    # Canonical JSON (sorted keys, no whitespace, UTF-8) so equal values always hash alike;
+    # values JSON cannot hold (never produced by a workflow or the ledger) are spelled by repr.
+    try:
+        data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=repr)
+    except TypeError:  # what orjson refuses (huge integers, non-text keys)
+        data = json.dumps(value, sort_keys=True, separators=(",", ":"), default=repr).encode()
+    return hashlib.sha256(data).hexdigest()
 
 
 def template_values(state: RunState, task: TaskState) -> dict[str, Any]:
@@ -125,8 +130,26 @@ def worker_definition(worker: Worker, identity: Any, values: dict[str, Any]) -> 
     return definition
 
 
+def worker_part(worker: Worker, identity: Any, values: dict[str, Any]) -> str:
+    """The hash of `worker_definition` (the same for every task of a worker whose command
+    renders no template: callers may keep it)."""
+    return _hash(worker_definition(worker, identity, values))
+
+
+def renders_per_task(worker: Worker) -> bool:
+    """Whether the worker's command differs from task to task (it renders a template)."""
+    return worker.command is not None and any(
+        token in arg for arg in worker.command for token in ("{{", "{%", "{#")
+    )
+
+
 def fingerprint(
-    pipeline: Pipeline, state: RunState, task: TaskState, identity: Any = None
+    pipeline: Pipeline,
+    state: RunState,
+    task: TaskState,
+    identity: Any = None,
+    *,
+    worker_hash: str | None = None,
 ) -> Fingerprint:
     """The fingerprint of `task` in the run `state` describes.
 
@@ -136,6 +159,7 @@ def fingerprint(
         task: The task.
         identity: What the worker's model aliases resolve to (provider, provider model id,
             request settings), as the runtime found them; None for command and call workers.
+        worker_hash: `worker_part` computed earlier for this worker (see `renders_per_task`).
     """
     worker = pipeline.worker(task.role)
     values = template_values(state, task)
@@ -145,7 +169,7 @@ def fingerprint(
     if worker.kind != "model":
         inputs["inputs"] = state.inputs
     parts = {
-        "worker": _hash(worker_definition(worker, identity, values)),
+        "worker": worker_hash or worker_part(worker, identity, values),
         "task": _hash(_render(worker.task, values)),
         "reads": _hash(read_hashes(pipeline, state, task)),
         "inputs": _hash(inputs),

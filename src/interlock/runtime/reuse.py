@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from interlock.core import events as ev
-from interlock.core.fingerprint import Fingerprint, fingerprint
+from interlock.core.fingerprint import Fingerprint, fingerprint, renders_per_task, worker_part
 from interlock.core.loader import Definition
 from interlock.core.reuse import ReuseReason, ReuseVerdict, judge
 from interlock.core.state import RunState, TaskState, artifact_name, fold
@@ -43,7 +43,7 @@ def model_identity(models: ModelRunner, worker: Worker, workflow_dir: Path | Non
     identity = []
     for alias in (worker.model, *worker.fallback_models):
         try:
-            model = models.resolve(alias, workflow_dir).model
+            model = models.config(workflow_dir).resolve(alias)  # no client, no key needed
         except Exception:  # a configuration problem: reported when the task runs
             identity.append({"alias": alias, "unresolved": True})
             continue
@@ -104,6 +104,7 @@ class Reuser:
     verdicts: dict[str, ReuseVerdict] = field(default_factory=dict)
     to_index: list[CacheEntry] = field(default_factory=list)  # for the cache, once recorded
     _identities: dict[str, Any] = field(default_factory=dict)
+    _worker_hashes: dict[str, str] = field(default_factory=dict)  # role -> its worker part
 
     def identity(self, role: str) -> Any:
         """The worker's resolved identity (once per role and process)."""
@@ -115,7 +116,13 @@ class Reuser:
     def fingerprint(self, state: RunState, task: TaskState) -> Fingerprint:
         """The task's fingerprint in the run's current state."""
         pipeline = self.definition.pipeline
-        return fingerprint(pipeline, state, task, self.identity(task.role))
+        identity = self.identity(task.role)
+        worker = pipeline.worker(task.role)
+        known = self._worker_hashes.get(task.role)
+        if known is None and not renders_per_task(worker):
+            known = worker_part(worker, identity, {})
+            self._worker_hashes[task.role] = known
+        return fingerprint(pipeline, state, task, identity, worker_hash=known)
 
     def stamp(self, state: RunState, event: ev.TaskCompleted) -> ev.TaskCompleted:
         """The completion with the fingerprint of its task (before it is applied)."""
