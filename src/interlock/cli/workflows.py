@@ -93,13 +93,14 @@ def check(ctx: Ctx, file: str, max_states: int, quiet: bool) -> None:
     """Validate FILE, explore every path its pipelines can take, and resolve its models."""
     from interlock.core.explore import explore
     from interlock.providers import ModelConfig
-    from interlock.providers.checks import settings_problems
+    from interlock.providers.checks import price_warnings, settings_problems
     from interlock.runtime.home import Home
     from interlock.runtime.orchestrator import model_aliases
 
     workflow = load_workflow(file)
     problems: list[str] = []
     warnings: list[str] = []
+    priced: list[str] = []  # models without a price under a cost budget
     try:
         config = ModelConfig.load([Path(file).parent.absolute(), Home.at(ctx.home).root])
     except Exception as exc:  # an invalid interlock.toml: its message names the file
@@ -119,7 +120,8 @@ def check(ctx: Ctx, file: str, max_states: int, quiet: bool) -> None:
                 f"add [models.{alias}] to interlock.toml"
             )
         problems += settings_problems(name, definition.pipeline, config)
-    for warning in warnings:
+        priced += price_warnings(name, definition.pipeline, config)
+    for warning in [*warnings, *priced]:
         err.print(f"warning: {warning}", soft_wrap=True)
     if problems:
         err.print(f"{file}: {len(problems)} problem(s)")

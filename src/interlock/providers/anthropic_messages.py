@@ -16,6 +16,7 @@ from interlock.providers.redaction import Secret
 from interlock.providers.request import anthropic_body, headers_for, streaming
 from interlock.providers.settings import ResolvedModel
 from interlock.providers.transport import HttpEndpoint
+from interlock.providers.usage import anthropic_cache
 
 # Errors the API reports inside a started stream that a later attempt may not hit.
 _TRANSIENT_STREAM_ERRORS = frozenset({"overloaded_error", "api_error", "rate_limit_error"})
@@ -30,6 +31,14 @@ class _Stream:
     output_tokens: int = 0
     stop_reason: str | None = None
     stopped: bool = False
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    def cache(self, usage: dict[str, Any]) -> None:
+        """Keep the cache figures of a usage that reports them."""
+        reported = anthropic_cache(usage)
+        if reported is not None:
+            self.cache_read_tokens, self.cache_write_tokens = reported
 
 
 class AnthropicProvider:
@@ -112,8 +121,15 @@ class AnthropicProvider:
             input_tokens=stream.input_tokens,
             output_tokens=stream.output_tokens,
             latency_s=time.perf_counter() - started,
-            cost_usd=self._resolved.cost_usd(stream.input_tokens, stream.output_tokens),
+            cost_usd=self._resolved.cost_usd(
+                stream.input_tokens,
+                stream.output_tokens,
+                cache_read_tokens=stream.cache_read_tokens,
+                cache_write_tokens=stream.cache_write_tokens,
+            ),
             finish_reason=stream.stop_reason or "end_turn",
+            cache_read_tokens=stream.cache_read_tokens,
+            cache_write_tokens=stream.cache_write_tokens,
         )
 
 
@@ -138,6 +154,7 @@ def _read_answer(name: str, answer: dict[str, Any], on_token: TokenCallback | No
         stop_reason=answer.get("stop_reason"),
         stopped=True,
     )
+    state.cache(usage)
     for block in answer.get("content") or []:
         if isinstance(block, dict) and block.get("type") == "text" and block.get("text"):
             state.parts.append(block["text"])
@@ -161,6 +178,7 @@ async def _read_stream(
             usage = payload.get("message", {}).get("usage", {})
             state.input_tokens = _input_tokens(usage)
             state.output_tokens = usage.get("output_tokens", 0)
+            state.cache(usage)
         elif kind == "content_block_delta":
             delta = payload.get("delta", {})
             if delta.get("type") == "text_delta" and delta.get("text"):
@@ -172,6 +190,7 @@ async def _read_stream(
             usage = payload.get("usage", {})
             state.output_tokens = usage.get("output_tokens", state.output_tokens)
             state.input_tokens = _input_tokens(usage) or state.input_tokens
+            state.cache(usage)
         elif kind == "message_stop":
             state.stopped = True
             break

@@ -47,6 +47,10 @@ class ModelResult:
     cost_usd: float
     finish_reason: str
     extra: dict[str, str] = field(default_factory=dict)
+    # Parts of the totals above that are priced apart (see `interlock.providers.usage`).
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
 
 
 class ProviderError(Exception):

@@ -92,6 +92,7 @@ from interlock.providers.config_files import (
     read_toml,
     tables,
 )
+from interlock.providers.prices import PRICE_SOURCE, default_prices
 from interlock.providers.redaction import Secret
 from interlock.providers.secrets_file import read_secrets_file
 from interlock.providers.settings import ModelEntry, ProviderSettings, ResolvedModel
@@ -209,13 +210,18 @@ class ModelConfig:
         if entry is None:
             raise UnknownModelError(self._unknown_alias_message(alias), alias=alias)
         settings = self.providers[entry.provider]
+        model = entry.model or alias
+        given = entry.prices()
+        defaults = default_prices(model, settings.base_url) if settings.base_url else {}
+        prices: dict[str, Any] = {**defaults, **given}
+        sources = [s for s, found in (("interlock.toml", given), (PRICE_SOURCE, defaults)) if found]
         return ResolvedModel(
             alias=alias,
             provider=settings.name,
             kind=settings.kind,
-            model=entry.model or alias,
-            input_price_per_mtok=entry.input_price_per_mtok,
-            output_price_per_mtok=entry.output_price_per_mtok,
+            model=model,
+            **prices,
+            price_source="+".join(sources),
             context_tokens=entry.context_tokens,
             max_output_tokens=entry.max_output_tokens,
             api_key_env=settings.api_key_env,

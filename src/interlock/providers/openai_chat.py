@@ -21,6 +21,7 @@ from interlock.providers.redaction import Secret
 from interlock.providers.request import headers_for, openai_body, streaming
 from interlock.providers.settings import ResolvedModel
 from interlock.providers.transport import HttpEndpoint
+from interlock.providers.usage import openai_details
 
 
 @dataclass
@@ -113,6 +114,7 @@ class OpenAIChatProvider:
             extra["usage"] = "estimated"
         if stream.response_model:
             extra["response_model"] = stream.response_model
+        details = openai_details(usage)
         limiter.settle(estimate, input_tokens + output_tokens)
         return ModelResult(
             text=text,
@@ -121,9 +123,10 @@ class OpenAIChatProvider:
             input_tokens=input_tokens,
             output_tokens=output_tokens,
             latency_s=time.perf_counter() - started,
-            cost_usd=self._resolved.cost_usd(input_tokens, output_tokens),
+            cost_usd=self._resolved.cost_usd(input_tokens, output_tokens, **details),
             finish_reason=stream.finish_reason or "stop",
             extra=extra,
+            **details,
         )
 
 

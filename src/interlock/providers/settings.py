@@ -117,9 +117,19 @@ class ModelEntry(RequestSettings):
 
     provider: str
     model: str | None = None  # defaults to the alias itself
-    input_price_per_mtok: float = Field(default=0.0, ge=0)
-    output_price_per_mtok: float = Field(default=0.0, ge=0)
+    # USD per million tokens; unset ones come from the bundled price table when it knows
+    # the model (`interlock.providers.prices`).
+    input_price_per_mtok: float | None = Field(default=None, ge=0)
+    output_price_per_mtok: float | None = Field(default=None, ge=0)
+    cache_read_price_per_mtok: float | None = Field(default=None, ge=0)
+    cache_write_price_per_mtok: float | None = Field(default=None, ge=0)
+    reasoning_price_per_mtok: float | None = Field(default=None, ge=0)
     context_tokens: int | None = Field(default=None, gt=0)
+
+    def prices(self) -> dict[str, float]:
+        """The prices this table sets, by field name."""
+        return {k: v for k, v in self.model_dump().items() if k.endswith("_price_per_mtok")
+                and v is not None}  # fmt: skip
 
     def settings(self) -> RequestSettings:
         """The request settings this table gives."""
@@ -140,6 +150,12 @@ class ResolvedModel:
         model: The provider's model id.
         input_price_per_mtok: USD per million input tokens.
         output_price_per_mtok: USD per million output tokens.
+        cache_read_price_per_mtok: For input tokens read from the provider's prompt cache
+            (the input price when None).
+        cache_write_price_per_mtok: For input tokens written to it (the input price when None).
+        reasoning_price_per_mtok: For reasoning tokens (the output price when None).
+        price_source: Where the prices came from: "interlock.toml", "genai-prices", both
+            joined by "+", or "" when no price is known (calls then cost 0).
         context_tokens: The model's context window, when known.
         max_output_tokens: Output cap sent with each call, when configured.
         api_key_env: Name of the variable holding the key (in the environment or the
@@ -156,6 +172,10 @@ class ResolvedModel:
     model: str
     input_price_per_mtok: float = 0.0
     output_price_per_mtok: float = 0.0
+    cache_read_price_per_mtok: float | None = None
+    cache_write_price_per_mtok: float | None = None
+    reasoning_price_per_mtok: float | None = None
+    price_source: str = ""
     context_tokens: int | None = None
     max_output_tokens: int | None = None
     api_key_env: str | None = None
@@ -186,11 +206,36 @@ class ResolvedModel:
             identity["settings"] = settings
         return identity
 
-    def cost_usd(self, input_tokens: int, output_tokens: int) -> float:
-        """The price of a call with these token counts at this alias's rates."""
+    def cost_usd(
+        self,
+        input_tokens: int,
+        output_tokens: int,
+        *,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
+        reasoning_tokens: int = 0,
+    ) -> float:
+        """The price of a call with these token counts at this alias's rates.
+
+        `input_tokens` and `output_tokens` are totals: the cached and reasoning tokens are
+        parts of them, charged at their own rates.
+        """
+        uncached = max(0, input_tokens - cache_read_tokens - cache_write_tokens)
+        answer = max(0, output_tokens - reasoning_tokens)
+        read_rate = _or(self.cache_read_price_per_mtok, self.input_price_per_mtok)
+        write_rate = _or(self.cache_write_price_per_mtok, self.input_price_per_mtok)
+        reasoning_rate = _or(self.reasoning_price_per_mtok, self.output_price_per_mtok)
         return (
-            input_tokens * self.input_price_per_mtok + output_tokens * self.output_price_per_mtok
+            uncached * self.input_price_per_mtok
+            + cache_read_tokens * read_rate
+            + cache_write_tokens * write_rate
+            + answer * self.output_price_per_mtok
+            + reasoning_tokens * reasoning_rate
         ) / 1_000_000
+
+
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
 
 
 def recorded_settings(settings: RequestSettings, *, hash_headers: bool = False) -> dict[str, Any]:

@@ -229,4 +229,14 @@ def usage_of(result: ModelResult, alias: str, model: ResolvedModel | None = None
         "latency_s": round(result.latency_s, 4),
         "cost_usd": result.cost_usd,
         "finish_reason": result.finish_reason,
+        # Parts of the totals priced apart, recorded when reported (older records lack them).
+        **{
+            name: count
+            for name, count in (
+                ("cache_read_tokens", result.cache_read_tokens),
+                ("cache_write_tokens", result.cache_write_tokens),
+                ("reasoning_tokens", result.reasoning_tokens),
+            )
+            if count
+        },
     }
