@@ -24,6 +24,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -31,6 +32,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ("core/decide.py", "core/state.py")
@@ -38,7 +40,7 @@ TESTS = (
     "tests/core/test_decide.py",
     "tests/reliability/test_simulation.py::test_thousands_of_seeds_keep_every_invariant",
 )
-SWAPS: dict[type[ast.AST], type[ast.AST]] = {
+SWAPS: dict[type[ast.AST], Any] = {
     ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.Lt: ast.GtE, ast.GtE: ast.Lt,
     ast.Gt: ast.LtE, ast.LtE: ast.Gt, ast.Is: ast.IsNot, ast.IsNot: ast.Is,
     ast.In: ast.NotIn, ast.NotIn: ast.In, ast.And: ast.Or, ast.Or: ast.And,
@@ -91,22 +93,22 @@ def _points(tree: ast.AST) -> Iterator[tuple[ast.AST, str, Change]]:
             yield node, "condition forced False", _force(False)
 
 
-def _set_op(i: int, op: type[ast.AST]) -> Change:
+def _set_op(i: int, op: Any) -> Change:
     def change(node: ast.AST) -> None:
         assert isinstance(node, ast.Compare)
-        node.ops[i] = op()  # type: ignore[call-arg]
+        node.ops[i] = op()
 
     return change
 
 
 def _swap_bool(node: ast.AST) -> None:
     assert isinstance(node, ast.BoolOp)
-    node.op = SWAPS[type(node.op)]()  # type: ignore[assignment]
+    node.op = SWAPS[type(node.op)]()
 
 
 def _swap_bin(node: ast.AST) -> None:
     assert isinstance(node, (ast.BinOp, ast.AugAssign))
-    node.op = SWAPS[type(node.op)]()  # type: ignore[assignment]
+    node.op = SWAPS[type(node.op)]()
 
 
 def _drop_not(node: ast.AST) -> None:
@@ -120,8 +122,8 @@ def _flip_bool(node: ast.AST) -> None:
 
 
 def _increment(node: ast.AST) -> None:
-    assert isinstance(node, ast.Constant)
-    node.value += 1
+    assert isinstance(node, ast.Constant) and isinstance(node.value, int)
+    node.value = node.value + 1
 
 
 def _force(value: bool) -> Change:
@@ -188,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         if not (source_root / file).is_file():
             parser.error(f"--files {file}: no such file under src/interlock")
     scratch = Path(tempfile.mkdtemp(prefix="interlock-mutate-"))
+    # SIGTERM ends the run like Ctrl-C, through the `finally` that removes the scratch copy.
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         package = scratch / "interlock"
         shutil.copytree(source_root, package, ignore=shutil.ignore_patterns("__pycache__"))
@@ -230,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if low else 0
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":
