@@ -139,3 +139,17 @@ def test_without_configuration_the_offline_stand_in_answers_in_the_schemas_shape
     assert state.status is RunStatus.DELIVERED, state.failure
     document = json.loads((app.run_dir(state.run_id) / "reviewer.md").read_text())
     assert document["score"] == 0
+
+
+def test_a_changed_schema_changes_the_workers_fingerprint() -> None:
+    """A rerun does not reuse an answer that was asked for another shape."""
+    from interlock.core.fingerprint import worker_part
+
+    def part(schema: str) -> str:
+        worker = "p:\n  phases:\n  - id: a\n    workers:\n    - role: w\n      final: true\n"
+        pipeline = parse_workflow(worker + f"      model: m\n      schema: {schema}\n")
+        return worker_part(pipeline.get("p").pipeline.worker("w"), None, {})
+
+    closed = "{type: object, properties: {v: {type: string, enum: [a, b]}}}"
+    opened = "{type: object, properties: {v: {type: string}}}"
+    assert part(closed) != part(opened)

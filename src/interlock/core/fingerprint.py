@@ -127,6 +127,8 @@ def worker_definition(worker: Worker, identity: Any, values: dict[str, Any]) -> 
         definition["call"] = worker.call
     else:
         definition["models"] = [worker.model, *worker.fallback_models]
+        if worker.output_schema is not None:  # only when set: older fingerprints still match
+            definition["schema"] = worker.output_schema
     return definition
 
 
