@@ -22,7 +22,12 @@ def accept_result(state: RunState, result: TaskResult) -> bool:
     if task is None or task.attempt != result.attempt or not task.status.in_flight:
         return False
     if isinstance(result, ev.TaskStarted):
-        return task.started_at is None
+        # A second start of the attempt is recorded when another process reports it later:
+        # the one that ran it stopped (its orchestrator died) and the attempt runs again, so
+        # the history shows every run that really happened.
+        return task.started_at is None or (
+            result.worker != task.worker and result.at > task.started_at
+        )
     return True
 
 

@@ -36,6 +36,7 @@ from interlock.providers.prompt import estimate_tokens
 from interlock.providers.settings import ResolvedModel
 
 STDERR_TAIL_BYTES = 2000
+DRAIN_S = 1.0  # how long output is still read after the agent exited
 
 
 def build_invocation(command: Sequence[str], request: ModelRequest) -> tuple[list[str], str | None]:
@@ -178,10 +179,18 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
 async def _communicate(
     process: asyncio.subprocess.Process, stdin_text: str | None, on_token: TokenCallback | None
 ) -> tuple[str, str, int]:
-    """Feed stdin, stream stdout to `on_token`, keep the stderr tail; return all three."""
+    """Feed stdin, stream stdout to `on_token`, keep the stderr tail; return all three.
+
+    The agent's exit decides: a helper it started that still holds stdout open does not
+    keep the call waiting. What was printed is read for `DRAIN_S` more, then the agent's
+    process group is killed and what was read is the answer.
+    """
     assert process.stdout is not None and process.stderr is not None
-    stdout_task = asyncio.ensure_future(_read_stdout(process.stdout, on_token))
-    stderr_task = asyncio.ensure_future(_read_tail(process.stderr))
+    text: list[str] = []
+    tail: list[bytes] = [b""]
+    stdout_task = asyncio.ensure_future(_read_stdout(process.stdout, on_token, text))
+    stderr_task = asyncio.ensure_future(_read_tail(process.stderr, tail))
+    readers = asyncio.gather(stdout_task, stderr_task)
     try:
         if stdin_text is not None and process.stdin is not None:
             try:
@@ -190,18 +199,38 @@ async def _communicate(
                 process.stdin.close()
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the agent does not read stdin; its exit status tells the rest
-        code = await process.wait()
+        code = await exited(process)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(readers), DRAIN_S)
         # Helpers the agent left behind would keep the pipes open forever.
         _signal_group(process.pid, signal.SIGKILL)
-        return await stdout_task, await stderr_task, code
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(readers), DRAIN_S)
+        return "".join(text), tail[0].decode("utf-8", errors="replace").strip(), code
     finally:
         for task in (stdout_task, stderr_task):
             task.cancel()
+        with contextlib.suppress(BaseException):
+            await readers
 
 
-async def _read_stdout(stream: asyncio.StreamReader, on_token: TokenCallback | None) -> str:
+async def exited(process: asyncio.subprocess.Process) -> int:
+    """The exit status, as soon as the process itself ended.
+
+    `Process.wait()` also waits for its pipes to close, which a helper the process left
+    running can hold open for ever.
+    """
+    delay = 0.005
+    while process.returncode is None:
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.05)
+    return process.returncode
+
+
+async def _read_stdout(
+    stream: asyncio.StreamReader, on_token: TokenCallback | None, parts: list[str]
+) -> None:
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    parts: list[str] = []
     while chunk := await stream.read(4096):
         text = decoder.decode(chunk)
         if text:
@@ -209,11 +238,8 @@ async def _read_stdout(stream: asyncio.StreamReader, on_token: TokenCallback | N
             if on_token is not None:
                 on_token(text)
     parts.append(decoder.decode(b"", final=True))
-    return "".join(parts)
 
 
-async def _read_tail(stream: asyncio.StreamReader) -> str:
-    tail = b""
+async def _read_tail(stream: asyncio.StreamReader, tail: list[bytes]) -> None:
     while chunk := await stream.read(4096):
-        tail = (tail + chunk)[-STDERR_TAIL_BYTES:]
-    return tail.decode("utf-8", errors="replace").strip()
+        tail[0] = (tail[0] + chunk)[-STDERR_TAIL_BYTES:]

@@ -125,8 +125,9 @@ class RunDriver:
             if start is not None:
                 apply(self.state, start)
                 observed.append(NewEvent(event=start, why="implied by the attempt's result"))
+            why = restarted(self.state, event)
             apply(self.state, event)
-            observed.append(NewEvent(event=event))
+            observed.append(NewEvent(event=event, why=why))
         self.reports.clear()
         if committed:
             artifacts.fsync_dir(self.run_dir)  # the renames, durable before they are recorded
@@ -528,6 +529,19 @@ class RunDriver:
                 )
             reads += [(name, self.run_dir / f) for f in files]
         return reads
+
+
+def restarted(state: RunState, event: ev.Event) -> str | None:
+    """Why a start is recorded for an attempt that had started already, else None."""
+    if not isinstance(event, ev.TaskStarted):
+        return None
+    task = state.tasks.get(event.task_id)
+    if task is None or task.started_at is None:
+        return None
+    return (
+        f"attempt {event.attempt} started again by {event.worker or 'another process'}: "
+        f"{task.worker or 'the process'} that started it stopped before it ended"
+    )
 
 
 def _intact(path: Path, size: int | None, sha256: str) -> bool:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import functools
 import importlib
 import inspect
@@ -24,7 +23,9 @@ from typing import Any
 
 from interlock.core.placeholders import COMMAND_PLACEHOLDERS, READ_PREFIXES
 from interlock.core.workflow import Worker
+from interlock.runtime import processes
 from interlock.runtime.artifacts import INLINE_LIMIT
+from interlock.runtime.processes import GUARD, die_with_parent
 
 ProgressCallback = Callable[[str, str], None]
 """Called with (task_id, text fragment) as a model streams."""
@@ -190,12 +191,6 @@ def expand_argv(argv: list[str], spec: TaskSpec) -> list[str]:
     return expanded
 
 
-def _die_with_parent() -> None:
-    """In the child: get SIGKILL if the orchestrator dies, so no worker outlives it unseen."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 async def run_command(spec: TaskSpec) -> Outcome:
     """Run a `command:` worker in its own process group; kill the group on timeout or cancel."""
     assert spec.worker.command is not None
@@ -226,11 +221,15 @@ async def run_command(spec: TaskSpec) -> Outcome:
                 stderr=err,
                 env=env,
                 cwd=spec.run_dir,
-                start_new_session=True,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                start_new_session=True,  # its own process group: stopped as a whole
+                preexec_fn=die_with_parent,
             )
         except OSError as exc:
             return Outcome(ok=False, error=f"cannot start {argv[0]!r}: {exc}", retryable=False)
+        # Until the group is gone, the guard kills it if this process dies, and the record
+        # lets the next orchestrator of the run kill it if even the guard is gone.
+        GUARD.watch(process.pid)
+        noted = processes.record(spec.run_dir, spec.task_id, spec.attempt, spec.run_id, process.pid)
         try:
             code = await asyncio.wait_for(process.wait(), spec.worker.timeout)
         except TimeoutError:
@@ -241,6 +240,11 @@ async def run_command(spec: TaskSpec) -> Outcome:
         except asyncio.CancelledError:
             await _kill_group(process)
             raise
+        finally:
+            # The command's exit decides; helpers it left running go with it.
+            processes.kill_group(process.pid)
+            GUARD.release(process.pid)
+            noted.unlink(missing_ok=True)
     if code != 0:
         tail = _tail(Path(f"{base}.stderr"))
         return Outcome(ok=False, error=f"exited with code {code}: {tail}".rstrip(": "))

@@ -39,6 +39,7 @@ from interlock.runtime.driver import Report, RunDriver
 from interlock.runtime.faults import crash_point
 from interlock.runtime.home import Home
 from interlock.runtime.models import ModelRunner
+from interlock.runtime.processes import reap
 from interlock.runtime.reuse import Reuser, SourceRun
 from interlock.runtime.superseded import mark_superseded
 from interlock.storage.base import (
@@ -275,6 +276,7 @@ class Orchestrator:
             definition=definition, state=state, lease=lease, run_dir=run_dir, source=record.source
         )
         driver.run_dir.mkdir(parents=True, exist_ok=True)
+        reap(driver.run_dir, run_id)  # workers a dead orchestrator left: before any restart
         self._attach_reuser(driver)
         driver.restore_outputs(self.store)
         self.drivers[run_id] = driver

@@ -118,9 +118,18 @@ LEDGER_STATUS = {
 def ledger_view(run: RunRecord, state: RunState, events: list[StoredEvent]) -> dict[str, Any]:
     """The dispatch ledger: every task, recorded as dispatched before it started."""
     first_dispatch: dict[str, float] = {}
+    starts: dict[str, list[dict[str, Any]]] = {}  # every start, a restart after a crash too
     for stored in events:
         if stored.kind == "task_dispatched":
             first_dispatch.setdefault(stored.data["task_id"], stored.at)
+        elif stored.kind == "task_started":
+            starts.setdefault(stored.data["task_id"], []).append(
+                {
+                    "attempt": stored.data["attempt"],
+                    "started_at": iso(stored.at),
+                    "by": stored.data.get("worker", ""),
+                }
+            )
     tasks = [
         {
             "task_id": t.task_id,
@@ -130,6 +139,7 @@ def ledger_view(run: RunRecord, state: RunState, events: list[StoredEvent]) -> d
             "completed_at": iso(t.completed_at),
             "output_path": t.artifact,
             "attempt": t.attempt,
+            "starts": starts.get(t.task_id, []),
             "role": t.role,
             "phase": t.phase,
         }

@@ -23,6 +23,7 @@ class _Task:
     visit: int
     status: str  # dispatched, started, completed, failed, retry_wait
     completions: int = 0
+    worker: str = ""  # who reported the attempt's latest start
 
 
 @dataclass
@@ -119,9 +120,11 @@ class HistoryChecker:
         if event.attempt != task.attempt:
             return f"{event.task_id}: result of attempt {event.attempt}, current {task.attempt}"
         if isinstance(event, ev.TaskStarted):
-            if task.status != "dispatched":
+            # Started again: only by another process (the one running it stopped).
+            restart = task.status == "started" and event.worker != task.worker
+            if task.status != "dispatched" and not restart:
                 return f"{event.task_id}: started from {task.status}"
-            task.status = "started"
+            task.status, task.worker = "started", event.worker
             return None
         if task.status not in ("dispatched", "started"):
             return f"{event.task_id}: {event.kind} while {task.status}"

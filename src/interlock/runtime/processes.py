@@ -1,0 +1,181 @@
+"""Worker processes never outlive the orchestrator that owns them.
+
+Each command worker (and command-line agent) runs in a process group of its own, so that
+stopping it stops everything it started. Three layers make sure no group is left behind:
+
+- The child asks the kernel for SIGKILL when its parent dies (`PR_SET_PDEATHSIG`, Linux).
+- A guard process, one per orchestrator, holds the list of running groups. It reads them
+  from a pipe whose only writer is the orchestrator: when the orchestrator dies, even by
+  SIGKILL, the pipe reaches end of file and the guard kills every group still listed (the
+  parent-death signal reaches only the direct child, not what it started).
+- Each group is recorded in the run directory (`.tmp/<task>.<attempt>.pgid`); the next
+  orchestrator to take the run kills what a dead one left (`reap`) before it starts the
+  task again, so a resumed run never runs a second agent beside an orphan.
+
+No module of interlock is imported here: providers use it too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+PR_SET_PDEATHSIG = 1
+
+# The guard: started with -I -S so that it costs a bare interpreter. It ignores the signals
+# a terminal or a service manager sends to everything; end of file on stdin is its only cue.
+_GUARD = """
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+groups = set()
+for line in sys.stdin:
+    line = line.strip()
+    if line.startswith("-"):
+        groups.discard(int(line[1:]))
+    elif line:
+        groups.add(int(line))
+for group in groups:
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+
+
+def die_with_parent() -> None:
+    """In the child, before exec: SIGKILL when the parent dies (Linux; elsewhere a no-op)."""
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before the request was in place
+        os._exit(1)
+
+
+class Guard:
+    """The guard process of this orchestrator (started on first use)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def _send(self, line: str) -> None:
+        with self._lock:
+            for _ in range(2):
+                process = self._process
+                if process is None or process.poll() is not None:
+                    process = self._process = self._start()
+                if process is None or process.stdin is None:
+                    return
+                try:
+                    process.stdin.write(line.encode() + b"\n")
+                    process.stdin.flush()
+                    return
+                except (BrokenPipeError, OSError):
+                    self._process = None  # it died: start another and tell it again
+
+    @staticmethod
+    def _start() -> subprocess.Popen[bytes] | None:
+        try:
+            return subprocess.Popen(  # noqa: S603 (this interpreter, our own code)
+                [sys.executable, "-I", "-S", "-c", _GUARD],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,  # out of reach of the terminal's Ctrl-C
+                close_fds=True,
+            )
+        except OSError:
+            return None  # the parent-death signal and `reap` still apply
+
+    def watch(self, pgid: int) -> None:
+        """Kill process group `pgid` if this process dies before `release(pgid)`."""
+        self._send(str(pgid))
+
+    def release(self, pgid: int) -> None:
+        """The group ended (or was killed) here."""
+        self._send(f"-{pgid}")
+
+
+GUARD = Guard()
+
+
+def record(run_dir: Path, task_id: str, attempt: int, run_id: str, pgid: int) -> Path:
+    """Note a running group in the run directory, for `reap` after a crash."""
+    path = run_dir / ".tmp" / f"{task_id}.{attempt}.pgid"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    entry = {"pgid": pgid, "host": socket.gethostname(), "run_id": run_id, "task_id": task_id}
+    path.write_text(json.dumps(entry))
+    return path
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL a process group; nothing to do when it is gone."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def reap(run_dir: Path, run_id: str, *, wait: float = 5.0) -> list[int]:
+    """Kill the groups a dead orchestrator left running for this run; returns their ids.
+
+    A group is killed only when one of its processes still carries the run's id in its
+    environment, so a process group id reused by an unrelated program is left alone.
+    """
+    folder = run_dir / ".tmp"
+    if not folder.is_dir():
+        return []
+    killed = []
+    for path in sorted(folder.glob("*.pgid")):
+        try:
+            entry = json.loads(path.read_text())
+            pgid = int(entry["pgid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            path.unlink(missing_ok=True)
+            continue
+        if entry.get("host") != socket.gethostname():
+            continue  # another machine's process: only that machine can see it
+        members = group_members(pgid)
+        marker = f"\0INTERLOCK_RUN_ID={run_id}\0".encode()
+        if any(marker in b"\0" + _environ(pid) for pid in members):
+            kill_group(pgid)
+            killed.append(pgid)
+        path.unlink(missing_ok=True)
+    deadline = time.monotonic() + wait
+    while killed and any(group_members(g) for g in killed) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return killed
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live (not zombie) processes of a process group, from /proc."""
+    members = []
+    for entry in os.scandir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != b"Z":
+            members.append(int(entry.name))
+    return members
+
+
+def _environ(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            return handle.read()
+    except OSError:
+        return b""
