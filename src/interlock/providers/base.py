@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from interlock.core.params import RequestSettings
+
+if TYPE_CHECKING:
+    from interlock.providers.attachments import Attachment
 
 TokenCallback = Callable[[str], None]
 """Called with each streamed text fragment, in order, as progress (never as the output)."""
@@ -32,6 +35,7 @@ class ModelRequest:
     # The JSON Schema to ask for as the provider's native structured output, when any.
     response_schema: dict[str, Any] | None = None
     schema_name: str = "output"
+    attachments: tuple[Attachment, ...] = ()  # images and PDFs sent beside the prompt
 
 
 @dataclass(frozen=True, kw_only=True)

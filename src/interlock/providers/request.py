@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from interlock.core.params import SETTING_NAMES, RequestSettings
+from interlock.providers.attachments import anthropic_parts, openai_parts
 from interlock.providers.base import ModelRequest, ProviderError
 
 _COMMON = frozenset(
@@ -65,7 +66,10 @@ def headers_for(request: ModelRequest, own: Mapping[str, str]) -> dict[str, str]
 def openai_body(request: ModelRequest, *, max_tokens: int | None, max_tokens_field: str) -> Any:
     """The chat-completions body for `request`."""
     settings = request.settings
-    messages: list[dict[str, Any]] = [{"role": "user", "content": request.prompt}]
+    content: Any = request.prompt
+    if request.attachments:
+        content = [{"type": "text", "text": request.prompt}, *openai_parts(request.attachments)]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": content}]
     if request.system:
         messages.insert(0, {"role": "system", "content": request.system})
     body: dict[str, Any] = {"model": request.model, "messages": messages}
@@ -100,9 +104,11 @@ def anthropic_body(request: ModelRequest, *, max_tokens: int) -> Any:
     settings = request.settings
     cache = {"cache_control": {"type": "ephemeral"}} if settings.cache_prompt else {}
     content: Any = request.prompt
-    if cache:
-        # The prompt holds the input files: the large, repeated part worth caching.
-        content = [{"type": "text", "text": request.prompt, **cache}]
+    if cache or request.attachments:
+        # The prompt holds the input files: the large, repeated part worth caching. Images
+        # and documents go first, as Anthropic advises.
+        text = {"type": "text", "text": request.prompt, **cache}
+        content = [*anthropic_parts(request.attachments), text]
     body: dict[str, Any] = {
         "model": request.model,
         "max_tokens": max_tokens,

@@ -31,6 +31,7 @@ from interlock.providers import (
     build_provider,
     check_context,
 )
+from interlock.providers.attachments import load_attachment, media_type
 from interlock.providers.redaction import Secret, scrub
 from interlock.providers.request import unsupported
 from interlock.providers.schema_output import (
@@ -99,8 +100,18 @@ class ModelRunner:
         if refused is not None:
             message = f"model {alias!r} ({resolved.model.provider}): {refused}"
             return self._failed(spec, ProviderError(message, retryable=False), alias)
+        try:
+            attachments = tuple(
+                load_attachment(name, path, resolved.model.kind, alias)
+                for name, path in spec.reads
+                if media_type(name) is not None
+            )
+        except ProviderError as exc:
+            return self._failed(spec, exc, alias, resolved.model)
         reads = [
-            (name, path.read_text(encoding="utf-8", errors="replace")) for name, path in spec.reads
+            (name, path.read_text(encoding="utf-8", errors="replace"))
+            for name, path in spec.reads
+            if media_type(name) is None
         ]
         system, prompt = assemble_prompt(
             task=spec.task,
@@ -111,6 +122,9 @@ class ModelRunner:
         )
         if spec.item is not None:
             prompt += f"\n# Item\n\n{spec.item}\n"
+        if attachments:
+            listed = "\n".join(f"- {a.name} ({a.media_type})" for a in attachments)
+            prompt += f"\n# Attached files\n\nAlso source material, attached:\n\n{listed}\n"
         model = resolved.model
         try:
             schema = worker_schema(spec)
@@ -149,6 +163,7 @@ class ModelRunner:
                 settings=model.settings,
                 response_schema=schema if native else None,
                 schema_name=re.sub(r"[^A-Za-z0-9_-]", "_", spec.worker.role)[:64],
+                attachments=attachments,
             )
             result, warnings = await complete_with_schema(
                 resolved.provider, request, progress, instructions=instructions
