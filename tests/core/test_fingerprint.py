@@ -142,3 +142,18 @@ def test_a_kept_worker_part_equals_the_one_computed_per_task() -> None:
     assert worker_part(templated, None, {"topic": "t"}) != worker_part(
         templated, None, {"topic": "u"}
     )
+
+
+def test_every_field_that_shapes_the_output_is_in_the_worker_part() -> None:
+    """A schema, request params or a system prompt change the worker part; a timeout, retries
+    or tags do not (they change how it runs, not what it answers)."""
+    from interlock.core.fingerprint import worker_part
+
+    base = Pipeline.model_validate(
+        {"phases": [{"id": "p", "workers": [{"role": "a", "model": "m", "final": True}]}]}
+    ).worker("a")
+    same = worker_part(base, None, {})
+    for change in ({"system": "be brief"}, {"output": "other.md"}, {"fallback_models": ["n"]}):
+        assert worker_part(base.model_copy(update=change), None, {}) != same, change
+    for change in ({"timeout": 5.0}, {"retries": 3}, {"tags": ["x"]}, {"final": False}):
+        assert worker_part(base.model_copy(update=change), None, {}) == same, change

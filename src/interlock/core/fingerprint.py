@@ -112,23 +112,24 @@ def read_hashes(pipeline: Pipeline, state: RunState, task: TaskState) -> list[li
     return hashes
 
 
+# Worker fields that do not shape the output: how long and how often it may try, where it sits.
+# Every other field (system, schema, request params, extract, output name, ...) counts, so a
+# key added to workers later counts as well unless it is named here.
+_NOT_OUTPUT = frozenset(
+    {"task", "command", "reads", "timeout", "grace", "retries", "backoff", "tags", "cache", "final"}
+)
+
+
 def worker_definition(worker: Worker, identity: Any, values: dict[str, Any]) -> dict[str, Any]:
-    """What the worker is: its kind and target, and what shapes its output file."""
-    definition: dict[str, Any] = {
-        "kind": worker.kind,
-        "system": worker.system,
-        "output": worker.output_name,
-        "extract": {k: v.model_dump(mode="json", by_alias=True) for k, v in worker.extract.items()},
-        "identity": identity,
-    }
+    """What the worker is: its kind and target, and everything that shapes its output file."""
+    definition: dict[str, Any] = worker.model_dump(
+        mode="json", by_alias=True, exclude=set(_NOT_OUTPUT)
+    )
+    definition["kind"] = worker.kind
+    definition["output_file"] = worker.output_name
+    definition["identity"] = identity
     if worker.command is not None:
         definition["command"] = [_render(arg, values) for arg in worker.command]
-    elif worker.call is not None:
-        definition["call"] = worker.call
-    else:
-        definition["models"] = [worker.model, *worker.fallback_models]
-        if worker.output_schema is not None:  # only when set: older fingerprints still match
-            definition["schema"] = worker.output_schema
     return definition
 
 
