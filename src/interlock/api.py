@@ -31,7 +31,7 @@ from interlock.errors import InterlockError, RunNotFound, UsageError
 from interlock.runtime.diff import RunDiff, compare
 from interlock.runtime.edits import hand_edit_message, unrecorded_changes
 from interlock.runtime.home import Home, check_run_id
-from interlock.storage import Store, StoredEvent, open_store
+from interlock.storage import Store, StoredEvent, codec, open_store
 
 # The engine, the runtime and the model clients are imported when first needed: reading a
 # run (`interlock runs`, `status`) should not pay for loading what drives one.
@@ -123,6 +123,10 @@ class Interlock:
         driver = self.orchestrator.drivers[run_id]
         with contextlib.suppress(InterlockError):
             self.orchestrator.release(driver)
+        status = driver.run_dir / "status.json"
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            if codec.loads(status.read_bytes()).get("orchestrator") == self.orchestrator.owner:
+                status.unlink()  # ours, and no longer kept current: the taker writes its own
         for folder in (driver.run_dir, driver.run_dir.parent):
             with contextlib.suppress(OSError):  # not empty (taken already, shared): it stays
                 folder.rmdir()

@@ -159,3 +159,30 @@ def test_orchestrator_that_lost_its_runs_marks_their_status_superseded(procs: Pr
     finals = [second_home / "archive" / run_id / "status.json" for run_id in run_ids]
     wait_until(lambda: all(f.exists() for f in finals), 20, "the new owner's archive")
     assert {json.loads(f.read_text())["status"] for f in finals} == {"delivered"}
+
+
+def test_status_left_running_by_a_killed_orchestrator_is_marked_at_the_next_start(
+    procs: Processes,
+) -> None:
+    """An orchestrator killed outright leaves `running` status files; the next orchestrator
+    started in that state directory marks them superseded once another finished the runs."""
+    first_home, second_home = procs.root / "first-home", procs.root / "second-home"
+    first = procs.orchestrator("first", INTERLOCK_HOME=str(first_home))
+    procs.worker("w", "--concurrency", "8", DIST_TASKS_DELAY="2")
+    run_ids = submit_many(procs.url, procs.root / "submit", 2)
+    stale = [first_home / "runs" / run_id / "status.json" for run_id in run_ids]
+    wait_until(lambda: all(p.exists() for p in stale), 20, "the first's status files")
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    procs.orchestrator("second", INTERLOCK_HOME=str(second_home))
+    wait_until(lambda: statuses(procs.url).get("delivered", 0) == 2, 60, "every run delivered")
+    assert {json.loads(p.read_text())["status"] for p in stale} == {"running"}
+    procs.orchestrator("third", INTERLOCK_HOME=str(first_home))
+
+    def marked() -> bool:
+        return {json.loads(p.read_text())["status"] for p in stale} == {"superseded"}
+
+    wait_until(marked, 20, "the stale copies marked superseded")
+    mark = json.loads(stale[0].read_text())["superseded"]
+    assert mark["last_status"] == "running" and "delivered" in mark["why"]
+    assert "Traceback" not in procs.log("third")

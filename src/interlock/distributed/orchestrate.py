@@ -19,6 +19,7 @@ from interlock.distributed.artifacts import PostgresArtifacts
 from interlock.distributed.dispatcher import QueueDispatcher, Transport
 from interlock.distributed.listen import Listener
 from interlock.distributed.queue import TaskQueue
+from interlock.distributed.stale import supersede_stale
 from interlock.errors import InterlockError
 from interlock.runtime.home import Home
 from interlock.runtime.orchestrator import Orchestrator, Settings
@@ -62,6 +63,12 @@ class Fleet:
             loop.call_soon_threadsafe(look.set)
 
         listener = Listener(self.store.url, ["interlock_events"], notified).start()
+        orchestrator = self.orchestrator
+        try:  # before taking any run: what is marked here is nobody's any more
+            runs = orchestrator.home.root / "runs"
+            await asyncio.to_thread(supersede_stale, self.store, runs, orchestrator.owner)
+        except InterlockError as exc:
+            log.warning("cannot look for stale status files: %s", exc)
         driving = loop.create_task(self._drive(stop))
         try:
             while not stop.is_set():
