@@ -76,8 +76,8 @@ class RedisStreams:
             self.ensure_group()
         except redis.RedisError as exc:
             raise RedisUnavailable(
-                f"cannot use Redis at {_public(url)}: {exc}. Start it (or fix --redis), "
-                "or run without --redis: workers then take tasks from the queue table"
+                f"cannot use Redis at {_public(url)}: {str(exc).rstrip('.')}. Start it (or fix "
+                "--redis), or run without --redis: workers then take tasks from the queue table"
             ) from exc
 
     def ensure_group(self) -> bool:
