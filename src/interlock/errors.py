@@ -74,6 +74,10 @@ class StorageError(InterlockError):
     exit_code = ExitCode.STORAGE
 
 
+class DiskFull(StorageError):
+    """The disk (or file system) holding the ledger or the run directories has no space left."""
+
+
 class VerificationFailed(InterlockError):
     """A run's history or an exported bundle does not match its hashes."""
 

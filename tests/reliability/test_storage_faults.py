@@ -3,8 +3,12 @@ succeed while the caller sees an error. No event may be lost or recorded twice."
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -149,3 +153,92 @@ def test_commits_that_fail_or_succeed_unseen_record_each_event_once(
     assert [n for (run, _, _), n in RAN.items() if run == run_id] == [1, 1, 1, 1]
     assert store.integrity_check() == "ok"
     app.close()
+
+
+# -- a ledger that is gone, empty or damaged beside the runs it recorded ---------------------
+
+OFFLINE_FLOW = """
+p:
+  phases:
+    - id: one
+      workers:
+        - {role: w, model: any, final: true, task: "Write."}
+"""
+
+
+def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERLOCK_")}
+    command = [sys.executable, "-m", "interlock", "--home", str(home), *args]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+
+
+def _delivered_home(tmp_path: Path) -> tuple[Path, Path]:
+    flow = tmp_path / "flow.yaml"
+    flow.write_text(OFFLINE_FLOW)
+    home = tmp_path / "home"
+    done = _cli(home, "run", str(flow), "p", "-t", "first", "--run-id", "first-1")
+    assert done.returncode == 0, done.stderr
+    assert (home / "archive" / "first-1" / "final.md").is_file()
+    return home, flow
+
+
+@pytest.mark.parametrize("damage", ["empty", "missing"])
+def test_an_empty_or_missing_ledger_beside_runs_is_refused(tmp_path: Path, damage: str) -> None:
+    """A 0-byte (or deleted) ledger.db beside an archive of delivered runs is not taken as a
+    new store: `run` exits 5 naming the file and what to do, and writes nothing into it."""
+    home, flow = _delivered_home(tmp_path)
+    ledger = home / "ledger.db"
+    if damage == "empty":
+        ledger.write_bytes(b"")
+    else:
+        ledger.unlink()
+    again = _cli(home, "run", str(flow), "p", "-t", "second")
+    assert again.returncode == 5, again.stdout + again.stderr
+    assert str(ledger) in again.stderr and "holds runs" in again.stderr
+    assert "Traceback" not in again.stderr
+    if damage == "empty":
+        assert ledger.stat().st_size == 0
+    else:
+        assert not ledger.exists()
+
+
+def test_a_ledger_that_fails_its_check_refuses_writes_but_still_reads(tmp_path: Path) -> None:
+    """A byte flipped in a page of the ledger (an index page of the events): opening runs
+    `quick_check`, so a new run is refused with exit 5 and a message pointing to
+    `interlock doctor`, while `runs` still lists what was recorded."""
+    home, flow = _delivered_home(tmp_path)
+    ledger = home / "ledger.db"
+    with sqlite3.connect(ledger) as db:
+        page_size = db.execute("PRAGMA page_size").fetchone()[0]
+        (root,) = db.execute(
+            "SELECT rootpage FROM sqlite_master WHERE type = 'index' AND tbl_name = 'events'"
+        ).fetchone()
+    db.close()
+    with open(ledger, "r+b") as handle:
+        handle.seek((root - 1) * page_size)
+        handle.write(b"\x00")
+    refused = _cli(home, "run", str(flow), "p", "-t", "second")
+    assert refused.returncode == 5, refused.stdout + refused.stderr
+    assert "integrity check" in refused.stderr and "interlock doctor" in refused.stderr
+    listed = _cli(home, "runs")
+    assert listed.returncode == 0 and "first-1" in listed.stdout, listed.stderr
+    with sqlite3.connect(ledger) as db:
+        assert db.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
+    db.close()
+
+
+def test_a_sound_ledger_is_checked_quickly_before_the_first_write(tmp_path: Path) -> None:
+    """Opening reads nothing more than before; the first write runs `quick_check`, cheap
+    for a ledger of a few hundred runs (well under 0.2 s)."""
+    store = SQLiteStore(tmp_path / "ledger.db")
+    app = Interlock(tmp_path, store=store, settings=SETTINGS)
+    flow = definition(OFFLINE_FLOW)
+    app.orchestrator.create_runs([(flow, "t", None, None)] * 300)
+    asyncio.run(app.orchestrator.run_until_settled())
+    app.close()
+    again = SQLiteStore(tmp_path / "ledger.db")
+    assert again.check_seconds == 0.0
+    again.release_leases([])
+    assert again.refusal is None
+    assert 0.0 < again.check_seconds < 0.2, again.check_seconds
+    again.close()

@@ -51,8 +51,11 @@ def write_files(files: list[tuple[Path, bytes]]) -> None:
         staged = list(_pool().map(lambda item: _stage(*item), files))
     for tmp, path in staged:
         os.replace(tmp, path)
-    for folder in {path.parent for _, path in staged}:
-        fsync_dir(folder)
+    folders = list({path.parent for _, path in staged})
+    if len(folders) == 1:
+        fsync_dir(folders[0])
+    else:
+        list(_pool().map(fsync_dir, folders))
 
 
 def _stage(path: Path, data: bytes) -> tuple[Path, Path]:

@@ -244,15 +244,6 @@ class RunDriver:
             usage=event.usage,
         )
 
-    def write_outputs(self) -> None:
-        """Write the in-memory outputs whose completions are recorded.
-
-        Each is complete and fsynced before its rename: a run that ends is not resumed, so
-        a file that a power loss left empty would never be rewritten from the ledger.
-        """
-        artifacts.write_files(self.unwritten)
-        self.unwritten.clear()
-
     def keep_recorded_outputs(self) -> None:
         """After a commit that may have failed: keep for writing only the in-memory outputs
         whose completions the ledger really holds."""
@@ -324,23 +315,31 @@ class RunDriver:
             adopted.append(NewEvent(event=event, why="output found committed on disk"))
         return adopted
 
+    def pending_writes(self) -> tuple[list[tuple[Path, bytes]], bool]:
+        """The files `act` writes before anything else (in-memory outputs whose completions
+        are recorded, and final.md once delivered), handed over to be written; (files,
+        whether final.md is among them). The orchestrator writes those of all the runs of a
+        tick in one batch, so that their fsyncs are committed together."""
+        state = self.state
+        if self.unwritten and self.placing_reused:
+            crash_point("after_record_reuse")  # recorded, not yet placed: resume repairs
+            self.placing_reused = False
+        if self.unwritten and self.reviewed == "edit":
+            crash_point("after_record_edit")  # recorded, not yet written: resume repairs
+        delivering = state.delivered is not None and self._add_final_md()
+        if delivering:
+            crash_point("before_deliver")
+        files, self.unwritten = self.unwritten, []
+        return files, delivering
+
     def act(self, orchestrator: Orchestrator) -> None:
         """Carry out what the state calls for; safe to repeat."""
         state = self.state
-        if self.unwritten or state.delivered is not None:
-            if self.unwritten and self.placing_reused:
-                crash_point("after_record_reuse")  # recorded, not yet placed: resume repairs
-                self.placing_reused = False
-            if self.unwritten and self.reviewed == "edit":
-                crash_point("after_record_edit")  # recorded, not yet written: resume repairs
-            # final.md joins the outputs' batch: their fsyncs are committed together.
-            delivering = state.delivered is not None and self._add_final_md()
-            if delivering:
-                crash_point("before_deliver")
-            if self.unwritten:
-                self.write_outputs()  # before any task that reads them starts
-            if delivering:
-                crash_point("after_deliver")
+        files, delivering = self.pending_writes()
+        if files:
+            artifacts.write_files(files)  # before any task that reads them starts
+        if delivering:
+            crash_point("after_deliver")
         if self.reuser is not None and self.reuser.to_index:
             self.reuser.flush_index(state)
         if self.reviewed is not None:
@@ -417,11 +416,15 @@ class RunDriver:
                 self.status_due = due
                 orchestrator.wake_at(due, self)
             return
+        self.status_due = None
         if self.run_dir.is_dir():
-            self.write_status()
+            try:
+                self.write_status()
+            except OSError as exc:  # a projection: a full disk must not stop the run for it
+                log.warning("cannot write status.json: %s", exc, extra={"run_id": self.run_id})
+                return
             self.status_written = now
             self.status_shows = self.state.events
-        self.status_due = None
 
     def write_status(self) -> None:
         """Write `status.json` atomically (a projection: no fsync).

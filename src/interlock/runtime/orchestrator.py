@@ -27,6 +27,7 @@ from interlock.core.decide import next_wake
 from interlock.core.loader import Definition
 from interlock.core.state import RunState, RunStatus, TaskState, fold
 from interlock.errors import (
+    DiskFull,
     LeaseHeld,
     LeaseLost,
     RunExists,
@@ -34,6 +35,8 @@ from interlock.errors import (
     StorageError,
     UsageError,
 )
+from interlock.runtime import artifacts
+from interlock.runtime.diskfull import DiskFullBackoff, is_enospc, stop_message
 from interlock.runtime.dispatch import Dispatcher, LocalDispatcher
 from interlock.runtime.driver import Report, RunDriver
 from interlock.runtime.faults import crash_point
@@ -67,6 +70,7 @@ class Settings:
     max_concurrency: int = 16  # tasks running at once in this process
     write_status: bool = True  # keep status.json current
     status_interval: float = 1.0  # seconds between status.json refreshes of a running run
+    disk_full_wait: float = 10.0  # seconds to wait for space before stopping (exit 5)
 
 
 STATUS_REFRESHES = 100  # status.json refreshes per second across all running runs, at most
@@ -134,6 +138,7 @@ class Orchestrator:
         self._warnings: dict[str, list[str]] = {}
         self._releases: list[Lease] = []  # ended runs' leases, released in batches
         self._releases_since = 0.0  # when the oldest of them was set aside
+        self._full = DiskFullBackoff(self.settings.disk_full_wait)
 
     # -- taking runs ----------------------------------------------------------------------
 
@@ -174,7 +179,10 @@ class Orchestrator:
             given = resolve_inputs(definition, inputs or {})
             run_id = run_id or new_run_id(definition.name, now)
             prepared.append(self._prepare(definition, topic, given, run_id, now, origin))
-        results = self.store.append_many([batch for _, _, batch in prepared], now)
+        try:
+            results = self.store.append_many([batch for _, _, batch in prepared], now)
+        except DiskFull as exc:
+            raise DiskFull(f"{exc.message}: the run was not recorded; start it again") from None
         for (driver, new, _), result in zip(prepared, results, strict=True):
             if isinstance(result, Exception):
                 raise result
@@ -218,7 +226,15 @@ class Orchestrator:
         )
         driver.checked_adoption = True  # nothing can be on disk for a run not yet created
         self._attach_reuser(driver)
-        make_dir(driver.run_dir)
+        try:
+            make_dir(driver.run_dir)
+        except OSError as exc:
+            if not is_enospc(exc):
+                raise
+            raise DiskFull(
+                f"disk full: cannot make {driver.run_dir} ({exc.strerror}, ENOSPC): the run was "
+                "not recorded; free space and start it again"
+            ) from None
         new = first + driver.decide(now)
         registration = RunRegistration(
             run_id=run_id,
@@ -360,6 +376,8 @@ class Orchestrator:
                 self.flush_releases()  # no commit came along to carry them
             self._poll_commands()
             self._renew_leases(now)
+        if self._full.waiting(now):
+            return  # the disk was full: nothing is tried before the pause is over
         while self._timers and self._timers[0][0] <= now:
             _, run_id = heapq.heappop(self._timers)
             driver = self.drivers.get(run_id)
@@ -396,6 +414,10 @@ class Orchestrator:
 
     async def _sleep(self, now: float) -> None:
         assert self._wake is not None
+        pause = self._full.waiting(now)
+        if pause:
+            await asyncio.sleep(pause)  # reports and commands wait: nothing can be recorded
+            return
         timeout = max(0.0, self._next_housekeeping - now)
         if self._timers:
             timeout = min(timeout, max(0.0, self._timers[0][0] - now))
@@ -442,7 +464,7 @@ class Orchestrator:
                 driver.inline = []
                 batches.append((driver, new, batch))
             else:
-                driver.act(self)
+                self._act(driver)
                 self._schedule(driver)
         if not batches:
             return dirty
@@ -453,8 +475,11 @@ class Orchestrator:
             results = self.store.append_many([b for _, _, b in batches], now, releases=releases)
             crash_point("after_append")
         except StorageError as exc:
-            log.error("append failed: %s", exc, extra={"action": "append_failed"})
             self._releases = releases + self._releases
+            if isinstance(exc, DiskFull):
+                self._full.failed(exc, now, [d.run_id for d, _, _ in batches])
+            else:
+                log.error("append failed: %s", exc, extra={"action": "append_failed"})
             for driver, _, _ in batches:
                 try:
                     self._reload(driver)
@@ -463,14 +488,48 @@ class Orchestrator:
                     # runs out and it is taken up again (here or elsewhere) from the ledger.
                     self._drop(driver, again)
             return dirty
+        self._full.succeeded()
+        recorded = []
         for (driver, new, _), result in zip(batches, results, strict=True):
             if isinstance(result, Exception):
                 self._drop(driver, result)
                 continue
             self._emit(driver, result - len(new) + 1, new)
-            driver.act(self)
+            recorded.append(driver)
+        self._write_outputs(recorded)
+        for driver in recorded:
+            self._act(driver)
             self._schedule(driver)
         return dirty
+
+    def _write_outputs(self, drivers: list[RunDriver]) -> None:
+        """Write the outputs the ledger now holds (and final.md files) of every run of the
+        tick in one batch: each file is fsynced before its rename, and the fsyncs of the
+        batch run at once, so the file system commits them together."""
+        staged = [(driver, *driver.pending_writes()) for driver in drivers]
+        files = [item for _, pending, _ in staged for item in pending]
+        if files:
+            try:
+                artifacts.write_files(files)
+            except OSError as exc:
+                if not is_enospc(exc):
+                    raise
+                cause = f"writing outputs: {exc.strerror}, ENOSPC"
+                raise DiskFull(stop_message(sorted(self.drivers), cause)) from None
+        for _, _, delivering in staged:
+            if delivering:
+                crash_point("after_deliver")
+
+    def _act(self, driver: RunDriver) -> None:
+        """`driver.act`; a full disk while writing outputs stops the loop (the ledger holds
+        them: resume writes them once there is space)."""
+        try:
+            driver.act(self)
+        except OSError as exc:
+            if not is_enospc(exc):
+                raise
+            cause = f"writing into {driver.run_dir}: {exc.strerror}, ENOSPC"
+            raise DiskFull(stop_message(sorted(self.drivers), cause)) from None
 
     def _emit(self, driver: RunDriver, first_seq: int, new: list[NewEvent]) -> None:
         for offset, item in enumerate(new):
@@ -516,6 +575,9 @@ class Orchestrator:
             return
         try:
             renewed = self.store.renew_leases([d.lease for d in due], ttl, now)
+        except DiskFull as exc:
+            self._full.failed(exc, now, self.drivers)  # gives up well before they expire
+            return
         except StorageError as exc:
             # A locked database is transient: the leases still hold until they expire, and
             # appends are fenced, so trying again next heartbeat is safe.
