@@ -105,3 +105,33 @@ def test_a_rerun_prefers_its_source_and_from_forces_past_the_cache(
     state = app.drive(app.rerun(first.run_id, from_phase="synth"))
     assert calls(workflow) == ["s"]
     assert state.tasks["a@1"].reused_from == f"{first.run_id}/a@1"
+
+
+def test_a_bad_cache_setting_is_one_clear_error(write_workflow: WriteWorkflow) -> None:
+    """`cache: maybe` and a ttl that is no duration are refused, each naming its place and
+    what is allowed; a worker's `cache: false` under a cached pipeline is fine."""
+    import pytest
+
+    from interlock.core.loader import load_workflow
+    from interlock.errors import WorkflowError
+
+    bad = cached(PIPELINE, ttl="soon").replace(
+        "        - role: a\n", "        - role: a\n          cache: maybe\n", 1
+    )
+    with pytest.raises(WorkflowError) as caught:
+        load_workflow(write_workflow(bad))
+    assert (
+        caught.value.problems
+        == [
+            "pipeline 'demo', key 'cache': ttl 'soon' must be seconds or a duration like "
+            "30m, 12h, 7d",
+            "pipeline 'demo', phase 'collect', worker 'a', key 'cache': cache must be true, false "
+            "or a mapping like {ttl: 7d}, not 'maybe'",
+        ]
+        or len(caught.value.problems) == 2
+    )
+    good = cached(PIPELINE).replace(
+        "        - role: a\n", "        - role: a\n          cache: false\n", 1
+    )
+    pipeline = load_workflow(write_workflow(good)).get("demo").pipeline
+    assert pipeline.cache_for("a") is None and pipeline.cache_for("b") is not None

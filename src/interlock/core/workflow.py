@@ -17,6 +17,7 @@ from pydantic import (
     Field,
     RootModel,
     SerializerFunctionWrapHandler,
+    ValidationError,
     field_validator,
     model_serializer,
     model_validator,
@@ -69,6 +70,19 @@ class Cache(_Model):
 
 
 DEFAULT_REJECTIONS = 3
+
+
+def cache_setting(value: Any) -> Any:
+    """`cache:` as written: true, false, or a mapping such as {ttl: 7d} (one clear error)."""
+    if value is None or isinstance(value, bool | Cache):
+        return value
+    if isinstance(value, dict):
+        try:
+            return Cache.model_validate(value)
+        except ValidationError as exc:
+            words = (str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+            raise ValueError("; ".join(words)) from None
+    raise ValueError(f"cache must be true, false or a mapping like {{ttl: 7d}}, not {value!r}")
 
 
 def _drop_unset_cache(data: Any, cache: Any) -> Any:
@@ -132,6 +146,12 @@ class Worker(_Model):
     extract: dict[str, Extract] = Field(default_factory=dict)
     tags: list[str] = Field(default_factory=list)
     cache: bool | Cache | None = None  # None: as the pipeline says
+
+    @field_validator("cache", mode="before")
+    @classmethod
+    def _cache_setting(cls, value: Any) -> Any:
+        return cache_setting(value)
+
     # Request settings over those of the model's alias (and of each fallback model's).
     params: RequestSettings | None = Field(default=None, exclude_if=lambda value: value is None)
     # The JSON Schema a model's answer must match (a path to a .json file is read when the
@@ -324,6 +344,12 @@ class Pipeline(_Model):
     schedule: str | None = None
     concurrency: Annotated[int, Field(ge=1)] | None = None
     cache: bool | Cache | None = None  # for every worker that does not say otherwise
+
+    @field_validator("cache", mode="before")
+    @classmethod
+    def _cache_setting(cls, value: Any) -> Any:
+        return cache_setting(value)
+
     # How many times a person may send a run back at a review (`interlock reject`).
     max_rejections: Annotated[int, Field(ge=0, le=1000)] = DEFAULT_REJECTIONS
 
