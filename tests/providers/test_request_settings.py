@@ -113,8 +113,8 @@ def test_a_thinking_budget_above_the_output_limit_fails_without_a_call(
 def test_a_setting_the_provider_cannot_send_is_named_by_check_and_at_run_time(
     tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`seed` on an Anthropic model: check names the worker, model and setting (exit 2), and
-    a run fails the attempt without calling the server."""
+    """`seed` and `temperature` on an Anthropic model: check names the worker, model and
+    settings (exit 2), and a run fails the attempt without calling the server."""
     project = make_project(tmp_path, server, monkeypatch)
     flow = one_worker(project, "      model: claude\n      params: {seed: 3, temperature: 0}\n")
     checked = subprocess.run(
@@ -126,11 +126,11 @@ def test_a_setting_the_provider_cannot_send_is_named_by_check_and_at_run_time(
     assert checked.returncode == 2, checked.stdout + checked.stderr
     assert (
         "worker 'w': model 'claude' (provider 'an'): "
-        "the anthropic wire format does not support 'seed'" in checked.stderr
+        "the anthropic wire format does not support 'temperature', 'seed'" in checked.stderr
     )
     state = app_for(project).run(flow, topic="t")
     assert state.status is RunStatus.FAILED
-    assert "does not support 'seed'" in (state.failure or "")
+    assert "does not support 'temperature', 'seed'" in (state.failure or "")
     assert server.requests == []
 
 

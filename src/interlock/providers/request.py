@@ -15,18 +15,22 @@ from interlock.core.params import SETTING_NAMES, RequestSettings
 from interlock.providers.attachments import anthropic_parts, openai_parts
 from interlock.providers.base import ModelRequest, ProviderError
 
-_COMMON = frozenset(
-    {"temperature", "top_p", "stop", "max_output_tokens", "timeout", "stream", "extra_body"}
-)
+_COMMON = frozenset({"stop", "max_output_tokens", "timeout", "stream", "extra_body", "headers"})
 SUPPORTED: Mapping[str, frozenset[str]] = {
-    "openai": _COMMON | {"seed", "reasoning_effort", "headers"},
-    "anthropic": _COMMON | {"thinking_budget", "cache_prompt", "headers"},
+    "openai": _COMMON | {"temperature", "top_p", "seed", "reasoning_effort"},
+    # The Messages API of the current models takes no sampling settings (temperature,
+    # top_p): the official SDK's request type has none. A server that still takes them gets
+    # them through extra_body. reasoning_effort is sent as output_config.effort.
+    "anthropic": _COMMON | {"reasoning_effort", "thinking_budget", "cache_prompt"},
     # An agent command gets its prompt only; the call's time limit still applies.
     "cli": frozenset({"timeout", "max_output_tokens"}),
     # The offline stand-in ignores every setting, so a pipeline runs before it is configured.
     "offline": frozenset(SETTING_NAMES),
 }
 """Which request settings each provider kind can send."""
+
+
+_ANTHROPIC_EFFORTS = ("low", "medium", "high", "xhigh")
 
 
 def unsupported(kind: str, settings: RequestSettings) -> str | None:
@@ -120,10 +124,6 @@ def anthropic_body(request: ModelRequest, *, max_tokens: int) -> Any:
         body["system"] = (
             [{"type": "text", "text": request.system, **cache}] if cache else request.system
         )
-    if settings.temperature is not None:
-        body["temperature"] = settings.temperature
-    if settings.top_p is not None:
-        body["top_p"] = settings.top_p
     if settings.stop:
         body["stop_sequences"] = settings.stop
     if settings.thinking_budget is not None:
@@ -135,10 +135,19 @@ def anthropic_body(request: ModelRequest, *, max_tokens: int) -> Any:
                 retryable=False,
             )
         body["thinking"] = {"type": "enabled", "budget_tokens": settings.thinking_budget}
+    output: dict[str, Any] = {}
+    if settings.reasoning_effort is not None:
+        if settings.reasoning_effort not in _ANTHROPIC_EFFORTS:
+            raise ProviderError(
+                f"model {request.alias!r}: reasoning_effort {settings.reasoning_effort!r} is not "
+                f"an Anthropic effort; use one of: {', '.join(_ANTHROPIC_EFFORTS)}",
+                retryable=False,
+            )
+        output["effort"] = settings.reasoning_effort
     if request.response_schema is not None:
-        body["output_config"] = {
-            "format": {"type": "json_schema", "schema": request.response_schema}
-        }
+        output["format"] = {"type": "json_schema", "schema": request.response_schema}
+    if output:
+        body["output_config"] = output
     return merge_body(body, settings.extra_body or {})
 
 
