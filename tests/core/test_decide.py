@@ -719,3 +719,27 @@ def test_output_names_without_an_extension_keep_their_name() -> None:
     assert artifact_name("notes", 2, None) == "notes.v2"
     assert artifact_name("notes", 1, 0) == "notes.0"
     assert artifact_name("a.md", 2, 1) == "a.1.v2.md"
+
+
+def test_nothing_is_dispatched_while_a_budget_pause_waits() -> None:
+    """A budget pause in the middle of a sequential phase holds its next worker until the
+    pause is approved."""
+    d = Driver(
+        pipeline_of(
+            {
+                "budget": {"max_tokens": 10, "on_exceed": "pause"},
+                "phases": [
+                    {
+                        "id": "a",
+                        "mode": "sequential",
+                        "workers": [worker("w1"), worker("w2", final=True)],
+                    }
+                ],
+            }
+        )
+    )
+    d.start()
+    assert [x.rule for x in d.complete("w1@1", input_tokens=20)] == [R.BUDGET]
+    assert d.in_flight() == [] and "w2@1" not in d.state.tasks
+    assert [x.rule for x in d.approve()] == [R.DISPATCH]
+    assert d.in_flight() == ["w2@1"]

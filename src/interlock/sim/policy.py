@@ -53,6 +53,8 @@ class PolicyChecker:
         )
 
     def _budget(self, event: ev.Event) -> str | None:
+        if self.paused_for is not None and isinstance(event, SPENDING):
+            return f"{event.kind} recorded while paused ({self.paused_for})"
         if self.paused_for is None and self._over() and isinstance(event, SPENDING):
             return f"{event.kind} recorded over budget ({self.tokens} tokens), not paused"
         late = self.paused_for is None and self._over()
