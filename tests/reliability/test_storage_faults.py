@@ -4,6 +4,8 @@ succeed while the caller sees an error. No event may be lost or recorded twice."
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import logging
 import os
 import sqlite3
@@ -12,6 +14,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -242,3 +245,106 @@ def test_a_sound_ledger_is_checked_quickly_before_the_first_write(tmp_path: Path
     assert again.refusal is None
     assert 0.0 < again.check_seconds < 0.2, again.check_seconds
     again.close()
+
+
+# -- a real full disk: a small tmpfs mounted for the test ----------------------------------
+
+FILL = """
+import os, sys
+open(sys.argv[1], "w").write("written before the disk filled\\n")
+try:
+    with open(sys.argv[2], "wb") as ballast:
+        while True:
+            ballast.write(b"x" * 65536)
+            ballast.flush()
+except OSError:
+    pass
+"""
+
+FULL_FLOW = """
+p:
+  phases:
+    - id: fill
+      workers:
+        - role: filler
+          command: [{py}, {fill}, "{{output}}", {ballast}]
+    - id: after
+      workers:
+        - {{role: last, model: any, final: true, reads: [filler.md], task: "Sum up."}}
+"""
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 6 MiB tmpfs mounted for the test and removed after it (needs root)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def _fill(path: Path) -> None:
+    with contextlib.suppress(OSError), open(path, "wb") as ballast:
+        while True:
+            ballast.write(b"x" * 65536)
+            ballast.flush()
+
+
+def test_a_full_disk_stops_the_run_resumably_and_reads_still_work(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    """A worker fills the disk holding the ledger: the append of its result fails with
+    ENOSPC; the orchestrator backs off (a few log lines, not thousands), then exits 5 with
+    "disk full: free space, then `interlock resume RUN`". `runs` and `status` still answer
+    on the full disk, and once space is freed, `resume` delivers the run."""
+    home, ballast = small_disk / "home", small_disk / "ballast"
+    fill = tmp_path / "fill.py"
+    fill.write_text(FILL)
+    flow = tmp_path / "flow.yaml"
+    quoted = {k: json.dumps(str(v)) for k, v in {"fill": fill, "ballast": ballast}.items()}
+    flow.write_text(FULL_FLOW.format(py=json.dumps(sys.executable), **quoted))
+    started = time.monotonic()
+    stopped = _cli(home, "run", str(flow), "p", "-t", "full", "--run-id", "full-1")
+    assert stopped.returncode == 5, stopped.stdout + stopped.stderr
+    assert "disk full: free space, then `interlock resume full-1`" in stopped.stderr
+    assert "ENOSPC" in stopped.stderr and "Traceback" not in stopped.stderr
+    assert "see the message above" not in stopped.stderr
+    assert len(stopped.stderr.splitlines()) < 40, stopped.stderr
+    assert time.monotonic() - started < 60
+    listed = _cli(home, "runs")
+    assert listed.returncode == 0 and "full-1" in listed.stdout, listed.stderr
+    status = _cli(home, "status", "full-1")
+    assert status.returncode == 0 and "filler" in status.stdout, status.stderr
+    ballast.unlink()
+    resumed = _cli(home, "resume", "full-1")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert (home / "archive" / "full-1" / "final.md").stat().st_size > 0
+    filler = (home / "archive" / "full-1" / "filler.md").read_text()
+    assert filler == "written before the disk filled\n"
+
+
+def test_a_run_started_on_a_full_disk_is_not_told_to_resume(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    """On a disk already full, `interlock run` records nothing and exits 5 saying the disk is
+    full (ENOSPC), without suggesting a `resume` of a run that does not exist."""
+    home = small_disk / "home"
+    flow = tmp_path / "flow.yaml"
+    flow.write_text(OFFLINE_FLOW)
+    assert _cli(home, "runs").returncode == 0  # the ledger exists, the disk still has room
+    _fill(small_disk / "ballast")
+    refused = _cli(home, "run", str(flow), "p", "-t", "full")
+    assert refused.returncode == 5, refused.stdout + refused.stderr
+    assert "disk full" in refused.stderr and "ENOSPC" in refused.stderr
+    assert "resume" not in refused.stderr and "Traceback" not in refused.stderr
+    assert "see the message above" not in refused.stderr

@@ -1,7 +1,7 @@
 """The `interlock` command: a thin layer over the Python API.
 
 The group and its global options live here; each command group is a module of its own
-(`runs`, `inspect`, `workflows`, `fleet`, `server`), registered below.
+(`runs`, `inspect`, `workflows`, `fleet`, `server`, `maintenance`...), registered below.
 """
 
 from __future__ import annotations
@@ -10,7 +10,17 @@ import logging
 
 import click
 
-from interlock.cli import archive, fleet, inspect, iterate, review, runs, server, workflows
+from interlock.cli import (
+    archive,
+    fleet,
+    inspect,
+    iterate,
+    maintenance,
+    review,
+    runs,
+    server,
+    workflows,
+)
 from interlock.cli.base import Ctx
 
 
@@ -40,7 +50,7 @@ def cli(
     ctx.obj = Ctx(home, store, sync, debug)
 
 
-for module in (runs, review, inspect, iterate, archive, workflows, fleet, server):
+for module in (runs, review, inspect, iterate, archive, workflows, fleet, server, maintenance):
     for command in module.COMMANDS:
         cli.add_command(command)
 

@@ -1,0 +1,124 @@
+"""`interlock doctor`: the ledger's integrity, every recorded output against the files on
+disk, and what to do, with exit codes; on SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FLOW = """
+p:
+  phases:
+    - id: one
+      workers:
+        - {role: w, model: any, task: "Write."}
+    - id: two
+      workers:
+        - {role: s, model: any, final: true, reads: [w.md], task: "Sum up."}
+"""
+
+
+def _cli(home: Path, *args: str, store: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERLOCK_")}
+    extra = ["--store", store] if store else []
+    command = [sys.executable, "-m", "interlock", "--home", str(home), *extra, *args]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+
+
+def _home(tmp_path: Path, store: str | None = None) -> Path:
+    flow = tmp_path / "flow.yaml"
+    flow.write_text(FLOW)
+    home = tmp_path / "home"
+    for n in (1, 2):
+        done = _cli(home, "run", str(flow), "p", "-t", f"t{n}", "--run-id", f"r-{n}", store=store)
+        assert done.returncode == 0, done.stderr
+    return home
+
+
+def test_a_sound_state_directory_is_ok(tmp_path: Path) -> None:
+    """Two delivered runs: every output and final.md matches the ledger; exit 0."""
+    home = _home(tmp_path)
+    checked = _cli(home, "doctor")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "ok: 2 runs, 6 outputs checked" in checked.stdout
+
+
+def test_damaged_and_missing_files_are_named_and_repaired(tmp_path: Path) -> None:
+    """An output emptied, a final.md changed and a run directory removed: exit 6 naming each;
+    `--repair` writes back the outputs the ledger holds; the removed run stays reported."""
+    home = _home(tmp_path)
+    (home / "archive" / "r-1" / "w.md").write_bytes(b"")
+    (home / "archive" / "r-1" / "final.md").write_text("edited\n")
+    shutil.rmtree(home / "archive" / "r-2")
+    checked = _cli(home, "doctor")
+    assert checked.returncode == 6, checked.stdout + checked.stderr
+    assert "run r-1: w.md: 0 bytes" in checked.stdout
+    assert "run r-1: final.md" in checked.stdout
+    assert "run r-2: its directory is missing" in checked.stdout
+    _cli(home, "doctor", "--repair")
+    assert (home / "archive" / "r-1" / "w.md").stat().st_size > 0
+    shutil.copytree(home / "archive" / "r-1", home / "archive" / "r-2")  # not r-2's files
+    again = _cli(home, "doctor")
+    assert again.returncode == 6 and "r-1" not in again.stdout, again.stdout
+    assert "run r-2: s.md" in again.stdout
+
+
+def test_an_empty_ledger_names_the_affected_runs(tmp_path: Path) -> None:
+    """A 0-byte ledger.db beside two archived runs: exit 5, the runs named, recovery steps."""
+    home = _home(tmp_path)
+    (home / "ledger.db").write_bytes(b"")
+    checked = _cli(home, "doctor")
+    assert checked.returncode == 5, checked.stdout + checked.stderr
+    assert "is empty (0 bytes)" in checked.stdout
+    assert "affected runs (2): r-1, r-2" in checked.stdout
+    assert (home / "ledger.db").stat().st_size == 0  # doctor writes nothing into it
+
+
+@pytest.mark.skipif(shutil.which("sqlite3") is None, reason="needs the sqlite3 shell")
+def test_a_damaged_ledger_is_reported_and_its_recovery_steps_work(tmp_path: Path) -> None:
+    """A byte flipped in an index page: exit 5 with SQLite's findings and the steps; doing
+    steps 3 to 6 as printed gives a ledger that doctor finds sound and that takes new runs."""
+    home = _home(tmp_path)
+    ledger = home / "ledger.db"
+    with sqlite3.connect(ledger) as db:
+        page_size = db.execute("PRAGMA page_size").fetchone()[0]
+        (root,) = db.execute(
+            "SELECT rootpage FROM sqlite_master WHERE type = 'index' AND tbl_name = 'events'"
+        ).fetchone()
+    db.close()
+    with open(ledger, "r+b") as handle:
+        handle.seek((root - 1) * page_size)
+        handle.write(b"\x00")
+    checked = _cli(home, "doctor")
+    assert checked.returncode == 5, checked.stdout + checked.stderr
+    assert "fails SQLite's integrity check" in checked.stdout and ".recover" in checked.stdout
+    steps = [
+        line.strip()
+        for line in checked.stdout.splitlines()
+        if line.strip()[:2] in ("3.", "4.", "6.")
+    ]
+    for step in steps:
+        command = step.split(": ", 1)[1]
+        shell = ["bash", "-c", command]  # the steps are shell lines, as a person would paste them
+        done = subprocess.run(shell, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, (command, done.stderr)
+    recovered = _cli(home, "doctor")
+    assert recovered.returncode == 0, recovered.stdout + recovered.stderr
+    flow = tmp_path / "flow.yaml"
+    assert _cli(home, "run", str(flow), "p", "-t", "after").returncode == 0
+
+
+def test_doctor_checks_outputs_of_a_postgresql_store(tmp_path: Path, pg_database: str) -> None:
+    """With the ledger in PostgreSQL: outputs are checked against the files the same way, and
+    the integrity of the database is left to PostgreSQL (said so)."""
+    home = _home(tmp_path, store=pg_database)
+    (home / "archive" / "r-2" / "s.md").write_text("changed\n")
+    checked = _cli(home, "doctor", store=pg_database)
+    assert checked.returncode == 6, checked.stdout + checked.stderr
+    assert "run r-2: s.md" in checked.stdout and "PostgreSQL" in checked.stdout
