@@ -186,3 +186,33 @@ def test_the_resolved_identity_changes_with_settings_but_never_shows_header_valu
     params = workflow.get("p").pipeline.worker("w").params
     assert tuned.with_params(params).identity()["settings"]["temperature"] == 0.3
     assert tuned.with_params(params).identity() != identity
+
+
+def test_a_key_sent_in_a_configured_header_is_masked_in_failures(
+    tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gateway key given as a header, echoed back by the server in an error, never
+    reaches the ledger: configured header values are masked like API keys."""
+    from .fake_llm_server import Fault
+
+    phrase = "correct-horse-battery-staple"  # nothing about it looks like a key
+    gateway = f"""
+[providers.gw]
+kind = "anthropic"
+base_url = "{server.url}"
+max_attempts = 1
+
+[models.via-gateway]
+provider = "gw"
+model = "claude-test"
+headers = {{ x-api-key = "{phrase}" }}
+"""
+    project = make_project(tmp_path, server, monkeypatch, gateway)
+    server.fail_next(Fault(echo="text"))
+    app = app_for(project)
+    state = app.run(one_worker(project, "      model: via-gateway\n"), topic="t")
+    assert state.status is RunStatus.FAILED
+    assert server.requests[0].headers["x-api-key"] == phrase
+    recorded = json.dumps([e.data for e in app.events(state.run_id)]) + (state.failure or "")
+    assert "upstream refused" in recorded
+    assert phrase not in recorded

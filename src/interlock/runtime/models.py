@@ -197,6 +197,9 @@ class ModelRunner:
             secrets: list[Secret] = self.config(spec.workflow_dir).secrets()
         except Exception:  # an unreadable configuration: mask by shape alone
             secrets = []
+        if model is not None and model.settings.headers:
+            # A gateway's key often travels in a configured header: mask those values too.
+            secrets += [Secret(v) for v in model.settings.headers.values() if len(v) >= 8]
         answered = failure.answered
         return Outcome(
             ok=False,
