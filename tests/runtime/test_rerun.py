@@ -216,8 +216,8 @@ def test_diff_shows_tasks_values_outputs_and_the_rule_that_fired_differently(
     assert '-{"score": 3}' in rows["a@1"].text_diff
     assert (rows["l@1"].a, rows["l@1"].b) == ("-", "ran")
     assert result.decisions == [
-        "after phase 'score' (visit 1): A went to 'high' by rule 1 (a.score > 2); "
-        "B went to 'low' by rule 2 (always)",
+        "after phase 'score' (visit 1): A went to 'high' by rule 1 (a.score > 2; a.score=3.0); "
+        "B went to 'low' by rule 2 (always; a.score=1.0)",
         "after phase 'low' (visit 1): A never got there; B went to 'high' by rule 1 (always)",
     ]
     assert result.header["rerun_of"] == [None, first.run_id]

@@ -7,11 +7,12 @@ only when their text is asked for.
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from interlock.core import events as ev
-from interlock.core.state import TASK_COMPLETED, RunState, TaskState, fold
+from interlock.core.state import TASK_COMPLETED, RunState, TaskState, apply, fold
 from interlock.runtime.home import Home
 from interlock.storage.base import Store
 
@@ -123,15 +124,15 @@ def _decisions(
     events_a: list[ev.Event], events_b: list[ev.Event], state_a: RunState, state_b: RunState
 ) -> list[str]:
     """The branches that went differently, and how each run ended when that differs."""
-    branches_a = {(e.phase, e.visit): e for e in events_a if isinstance(e, ev.BranchTaken)}
-    branches_b = {(e.phase, e.visit): e for e in events_b if isinstance(e, ev.BranchTaken)}
+    branches_a, branches_b = _branches(events_a), _branches(events_b)
     lines = []
     for key in list(dict.fromkeys([*branches_a, *branches_b])):
         x, y = branches_a.get(key), branches_b.get(key)
-        if x is not None and y is not None and (x.goto, x.rule) == (y.goto, y.rule):
+        if x is not None and y is not None and (x[0].goto, x[0].rule) == (y[0].goto, y[0].rule):
             continue
         where = f"after phase {key[0]!r} (visit {key[1]})"
-        lines.append(f"{where}: A {_branch(x)}; B {_branch(y)}")
+        conditions = [t[0].condition for t in (x, y) if t is not None]
+        lines.append(f"{where}: A {_branch(x, conditions)}; B {_branch(y, conditions)}")
     bounds_a, bounds_b = _loop_bounds(events_a), _loop_bounds(events_b)
     for message in bounds_a:
         if message not in bounds_b:
@@ -147,17 +148,48 @@ def _decisions(
     return lines
 
 
+Taken = tuple[ev.BranchTaken, dict[str, dict[str, Any]]]
+
+
+def _branches(events: list[ev.Event]) -> dict[tuple[str, int], Taken]:
+    """(phase, visit) -> the branch taken and the extracted values at that moment."""
+    state = RunState()
+    found = {}
+    for event in events:
+        if isinstance(event, ev.BranchTaken):
+            snapshot = {role: dict(values) for role, values in state.values.items()}
+            found[(event.phase, event.visit)] = (event, snapshot)
+        apply(state, event)
+    return found
+
+
+def _read_values(conditions: list[str | None], values: dict[str, dict[str, Any]]) -> str:
+    """`role.value=...` for each extracted value the conditions name."""
+    shown = []
+    references = [r for c in conditions if c for r in _REFERENCE.findall(c)]
+    for role, name in dict.fromkeys(references):
+        if name in values.get(role, {}):
+            shown.append(f"{role}.{name}={values[role][name]!r}")
+    return ", ".join(shown)
+
+
+_REFERENCE = re.compile(r"\b([A-Za-z0-9][\w-]*)\.([A-Za-z_]\w*)")
+
+
 def _loop_bounds(events: list[ev.Event]) -> list[str]:
     """The loop-bound warnings (a rule that was skipped because it reached max_visits)."""
     return [e.message for e in events if isinstance(e, ev.Warned) and "max_visits" in e.message]
 
 
-def _branch(event: ev.BranchTaken | None) -> str:
-    if event is None:
+def _branch(taken: Taken | None, conditions: list[str | None]) -> str:
+    if taken is None:
         return "never got there"
+    event, snapshot = taken
+    values = _read_values(conditions, snapshot)
+    read = f"; {values}" if values else ""
     if event.rule is None:
-        return f"went on to {event.goto!r} (no rule applied)"
-    return f"went to {event.goto!r} by rule {event.rule} ({event.condition or 'always'})"
+        return f"went on to {event.goto!r} (no rule applied{read})"
+    return f"went to {event.goto!r} by rule {event.rule} ({event.condition or 'always'}{read})"
 
 
 def _reason(state: RunState) -> str:
