@@ -7,7 +7,6 @@ from pathlib import Path
 import click
 
 from interlock.cli.base import Ctx, handle_errors, out, pass_ctx
-from interlock.runtime import bundle
 
 
 @click.command("export")
@@ -19,6 +18,8 @@ from interlock.runtime import bundle
 @handle_errors
 def export(ctx: Ctx, run_id: str, target: str) -> None:
     """Write a run (definition, events, outputs, prompts, hashes) to one .tar.gz file."""
+    from interlock.runtime import bundle
+
     app = ctx.app
     run_id = app.resolve(run_id)
     manifest = bundle.export_run(app.store, app.home, run_id, Path(target))
@@ -36,6 +37,8 @@ def export(ctx: Ctx, run_id: str, target: str) -> None:
 @handle_errors
 def import_(ctx: Ctx, file: str, run_id: str | None) -> None:
     """Verify a bundle from 'interlock export' and add its run to this store."""
+    from interlock.runtime import bundle
+
     app = ctx.app
     done = bundle.import_run(app.store, app.home, Path(file), run_id=run_id)
     chain = "the same chain" if done.same_chain else "a new chain (new run id)"
@@ -51,6 +54,8 @@ def import_(ctx: Ctx, file: str, run_id: str | None) -> None:
 @handle_errors
 def verify(ctx: Ctx, target: str) -> None:
     """Check a bundle FILE or a stored RUN against its hashes (exit 6 if it fails)."""
+    from interlock.runtime import bundle
+
     path = Path(target)
     if path.is_file():
         found = bundle.read_bundle(path)

@@ -13,7 +13,9 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import os
+import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
@@ -26,6 +28,8 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from interlock.api import Interlock
+    from interlock.storage import Store
+    from interlock.storage.base import RunRecord
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -89,6 +93,7 @@ class Ctx:
     def __init__(self, home: str | None, store: str | None, sync: str, debug: bool) -> None:
         self.home, self.store_url, self.sync, self.debug = home, store, sync, debug
         self._app: Interlock | None = None
+        self._store: Store | None = None
 
     @property
     def app(self) -> Interlock:
@@ -96,9 +101,30 @@ class Ctx:
         if self._app is None:
             from interlock.api import Interlock
 
-            sync: Literal["FULL", "NORMAL"] = "NORMAL" if self.sync == "normal" else "FULL"
-            self._app = Interlock(self.home, store=self.store_url, synchronous=sync)
+            store = self._store if self._store is not None else self.store_url
+            self._app = Interlock(self.home, store=store, synchronous=self._synchronous)
         return self._app
+
+    @property
+    def _synchronous(self) -> Literal["FULL", "NORMAL"]:
+        return "NORMAL" if self.sync == "normal" else "FULL"
+
+    @property
+    def store(self) -> Store:
+        """The ledger alone, for a command that only lists: the engine and the runtime are
+        not loaded for it."""
+        if self._app is not None:
+            return self._app.store
+        if self._store is None:
+            from interlock.runtime.home import Home
+            from interlock.storage import open_store
+
+            url = self.store_url
+            options: dict[str, Any] = {}
+            if not url or url.startswith("sqlite:"):
+                options["synchronous"] = self._synchronous
+            self._store = open_store(url, Home.at(self.home).root, **options)
+        return self._store
 
     def missing_ledger(self) -> Path | None:
         """The SQLite ledger file this context names when it does not exist (else None).
@@ -199,3 +225,26 @@ def driven_elsewhere(app: Interlock, run_id: str) -> bool:
     from interlock.cli.foreground import driven_elsewhere as elsewhere
 
     return elsewhere(app, run_id)
+
+
+def terminate_as_interrupt(signum: int, frame: object) -> None:
+    """SIGTERM outside the event loop (while a run is being set up): like Ctrl-C."""
+    raise KeyboardInterrupt
+
+
+def install_terminate_handler() -> None:
+    """Handle SIGTERM like Ctrl-C in a command that drives runs (systemd, Docker and
+    Kubernetes stop a process with SIGTERM)."""
+    if sys.platform != "win32":
+        signal.signal(signal.SIGTERM, terminate_as_interrupt)
+
+
+def driver_of(record: RunRecord) -> str | None:
+    """The live orchestrator holding the run's lease (host:pid:nonce), or None: the lease
+    was handed back, ran out, or its holder's process on this host is gone."""
+    from interlock.runtime.processes import holder_is_dead
+
+    owner = record.lease_owner
+    if not owner or (record.lease_expires or 0) <= time.time() or holder_is_dead(owner):
+        return None
+    return owner

@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sys
-import time
 from typing import TYPE_CHECKING
 
-from interlock.cli.base import err, out
+from interlock.cli.base import driver_of, err, out, terminate_as_interrupt
 from interlock.errors import ExitCode
 
 if TYPE_CHECKING:
     from interlock.api import Interlock
-    from interlock.storage.base import RunRecord
 
 
 def drive_in_foreground(app: Interlock, run_id: str, *, since: int | None = None) -> int:
@@ -79,11 +76,6 @@ async def _drive(app: Interlock, run_id: str) -> None:
         signal.signal(signal.SIGTERM, terminate_as_interrupt)
 
 
-def terminate_as_interrupt(signum: int, frame: object) -> None:
-    """SIGTERM outside the event loop (while a run is being set up): like Ctrl-C."""
-    raise KeyboardInterrupt
-
-
 def report_end(app: Interlock, run_id: str) -> int:
     """Print how the run stands and return the matching exit code."""
     from interlock.core.state import RunStatus
@@ -102,22 +94,6 @@ def report_end(app: Interlock, run_id: str) -> int:
     return int(ExitCode.RUN_FAILED)
 
 
-def driver_of(record: RunRecord) -> str | None:
-    """The live orchestrator holding the run's lease (host:pid:nonce), or None."""
-    from interlock.runtime.orchestrator import holder_is_dead
-
-    owner = record.lease_owner
-    if not owner or (record.lease_expires or 0) <= time.time() or holder_is_dead(owner):
-        return None
-    return owner
-
-
 def driven_elsewhere(app: Interlock, run_id: str) -> bool:
     """True when a live orchestrator holds the run's lease."""
     return driver_of(app.store.get_run(run_id)) is not None
-
-
-def install_terminate_handler() -> None:
-    """Handle SIGTERM like Ctrl-C in a command that drives runs."""
-    if sys.platform != "win32":
-        signal.signal(signal.SIGTERM, terminate_as_interrupt)

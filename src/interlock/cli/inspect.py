@@ -9,7 +9,7 @@ import json
 
 import click
 
-from interlock.cli.base import Ctx, escape, handle_errors, out, pass_ctx, when
+from interlock.cli.base import Ctx, driver_of, escape, handle_errors, out, pass_ctx, when
 from interlock.core.state import RunStatus
 from interlock.errors import UsageError
 
@@ -29,12 +29,10 @@ STATUSES = [status.value for status in RunStatus]
 @handle_errors
 def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json: bool) -> None:
     """List runs, newest first (a running run that no orchestrator drives says so)."""
-    from interlock.cli.foreground import driver_of
-
     missing = ctx.missing_ledger()
     records = []
     if missing is None:
-        records = ctx.app.store.list_runs(status=status, pipeline=pipeline, limit=limit)
+        records = ctx.store.list_runs(status=status, pipeline=pipeline, limit=limit)
     drivers = {r.run_id: driver_of(r) for r in records if r.summary.status == "running"}
     if as_json:
         rows = [
@@ -96,8 +94,6 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
 @handle_errors
 def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
     """Show a run: phases, workers, retries, cost, warnings, and who drives it."""
-    from interlock.cli.foreground import driver_of
-
     app = ctx.reader(run_id)
     view = app.status(run_id)
     record = app.store.get_run(view["run_id"])

@@ -8,9 +8,6 @@ import sys
 import time
 
 import click
-from pydantic import ValidationError
-from rich.markup import escape
-from rich.table import Table
 
 from interlock.cli.base import (
     Ctx,
@@ -22,8 +19,6 @@ from interlock.cli.base import (
     pass_ctx,
     when,
 )
-from interlock.cli.display import styled
-from interlock.core.workflow import Cache
 from interlock.errors import UsageError
 
 
@@ -59,6 +54,8 @@ def rerun(
     and inputs) equals the source run's and it comes before --from; everything else runs.
     The source run is left as it is.
     """
+    from rich.markup import escape
+
     app = ctx.app
     changes = {
         "from_phase": from_phase,
@@ -99,6 +96,10 @@ def rerun(
 def diff(ctx: Ctx, run_a: str, run_b: str, outputs: bool, as_json: bool) -> None:
     """Compare two runs: per task reused / ran / only in one, outputs, values, cost, and the
     decisions that went differently."""
+    from rich.table import Table
+
+    from interlock.cli.display import styled
+
     result = ctx.app.diff(run_a, run_b, outputs=outputs)
     if as_json:
         click.echo(json.dumps(result.as_dict(), indent=2))
@@ -140,6 +141,8 @@ def cache() -> None:
 @handle_errors
 def cache_list(ctx: Ctx, limit: int, as_json: bool) -> None:
     """The newest cache entries: fingerprint, the task and run that made it, its age."""
+    from rich.table import Table
+
     entries = ctx.app.store.cache_list(limit)
     if as_json:
         rows = [dataclasses.asdict(e) for e in entries]
@@ -168,6 +171,10 @@ def cache_list(ctx: Ctx, limit: int, as_json: bool) -> None:
 @handle_errors
 def cache_clear(ctx: Ctx, older_than: str | None) -> None:
     """Forget cache entries (the runs and their outputs stay as they are)."""
+    from pydantic import ValidationError
+
+    from interlock.core.workflow import Cache
+
     before = None
     if older_than is not None:
         try:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from interlock.api import Interlock
 from interlock.cli.base import (
     Ctx,
     drive_in_foreground,
@@ -17,13 +16,16 @@ from interlock.cli.base import (
     out,
     pass_ctx,
 )
-from interlock.core.review import find_output, revisions
-from interlock.core.state import RunStatus
 from interlock.errors import UsageError
+
+if TYPE_CHECKING:
+    from interlock.api import Interlock
 
 
 def _new_text(app: Interlock, run_id: str, output: str, file: str | None, editor: bool) -> str:
     """The replacement text, from `--file` or from the person's editor."""
+    from interlock.core.review import find_output
+
     if (file is None) == (not editor):
         raise UsageError("give the new text with --file FILE or --editor (one of them)")
     if file is not None:
@@ -55,6 +57,11 @@ def edit(ctx: Ctx, run_id: str, output: str, file: str | None, editor: bool, not
 
     Tasks that read the old version run again when the run goes on; the rest do not.
     """
+    import asyncio
+
+    from interlock.core.review import find_output, revisions
+    from interlock.core.state import RunStatus
+
     app = ctx.app
     run_id = app.resolve(run_id)
     text = _new_text(app, run_id, output, file, editor)

@@ -7,11 +7,16 @@ import time
 
 import click
 
-from interlock.cli.base import Ctx, err, handle_errors, out, parse_inputs, pass_ctx
-from interlock.cli.foreground import (
+from interlock.cli.base import (
+    Ctx,
     drive_in_foreground,
     driven_elsewhere,
+    err,
+    handle_errors,
     install_terminate_handler,
+    out,
+    parse_inputs,
+    pass_ctx,
 )
 from interlock.errors import LeaseHeld
 

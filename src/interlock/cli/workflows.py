@@ -8,13 +8,16 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from interlock.cli.base import Ctx, err, handle_errors, out, pass_ctx
-from interlock.core.loader import Definition, load_workflow
 from interlock.errors import ExitCode, UsageError
+
+if TYPE_CHECKING:
+    from interlock.core.loader import Definition
+
 
 HERE = Path(__file__).parent
 # template name -> file beside this module (one pipeline each, with a description)
@@ -30,6 +33,8 @@ PROGRESS_AFTER_S = 3.0  # off a terminal, progress shows only on explorations th
 
 def _template_summary(name: str) -> str:
     """The template's pipeline and its description."""
+    from interlock.core.loader import load_workflow
+
     pipeline, definition = next(iter(load_workflow(HERE / TEMPLATES[name]).definitions.items()))
     return f"pipeline {pipeline!r}: {definition.pipeline.description}"
 
@@ -48,6 +53,8 @@ def _template_summary(name: str) -> str:
 @handle_errors
 def init(file: str, template: str, list_: bool) -> None:
     """Write a starter workflow file from a template."""
+    from interlock.core.loader import load_workflow
+
     if list_:
         width = max(len(n) for n in TEMPLATES)
         for name in TEMPLATES:
@@ -92,6 +99,7 @@ def init(file: str, template: str, list_: bool) -> None:
 def check(ctx: Ctx, file: str, max_states: int, quiet: bool) -> None:
     """Validate FILE, explore every path its pipelines can take, and resolve its models."""
     from interlock.core.explore import explore
+    from interlock.core.loader import load_workflow
     from interlock.providers import ModelConfig
     from interlock.providers.checks import price_warnings, settings_problems
     from interlock.runtime.home import Home
@@ -142,6 +150,8 @@ def check(ctx: Ctx, file: str, max_states: int, quiet: bool) -> None:
 @handle_errors
 def pipelines(file: str, as_json: bool) -> None:
     """List the pipelines of FILE with their inputs and how to run each."""
+    from interlock.core.loader import load_workflow
+
     workflow = load_workflow(file)
     if as_json:
         for name, definition in workflow.definitions.items():

@@ -42,6 +42,7 @@ from interlock.runtime.driver import Report, RunDriver
 from interlock.runtime.faults import crash_point
 from interlock.runtime.home import Home
 from interlock.runtime.models import ModelRunner
+from interlock.runtime.processes import holder_is_dead as holder_is_dead
 from interlock.runtime.processes import reap
 from interlock.runtime.reuse import Reuser, SourceRun
 from interlock.runtime.superseded import mark_superseded
@@ -79,29 +80,6 @@ STATUS_REFRESHES = 100  # status.json refreshes per second across all running ru
 def new_owner() -> str:
     """This process's identity in leases: host, pid and a nonce."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-def holder_is_dead(holder: str) -> bool:
-    """True when a lease holder was a process on this host that no longer exists."""
-    host, _, rest = holder.partition(":")
-    pid_text = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return False
-    try:
-        os.kill(int(pid_text), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return int(pid_text) != os.getpid() and _is_zombie(int(pid_text))
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return False
 
 
 class Orchestrator:

@@ -179,3 +179,27 @@ def _environ(pid: int) -> bytes:
             return handle.read()
     except OSError:
         return b""
+
+
+def holder_is_dead(holder: str) -> bool:
+    """True when a lease holder (`host:pid:nonce`) was a process on this host that no longer
+    exists (or is a zombie)."""
+    host, _, rest = holder.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return int(pid_text) != os.getpid() and _is_zombie(int(pid_text))
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return False
