@@ -18,7 +18,14 @@ from typing import Any
 
 from interlock.core import events as ev
 from interlock.core.extract import ExtractionError, extract_values
-from interlock.core.state import TASK_COMPLETED, RunState, RunStatus, TaskState, task_id_for
+from interlock.core.state import (
+    TASK_COMPLETED,
+    TASK_RETRY_WAIT,
+    RunState,
+    RunStatus,
+    TaskState,
+    task_id_for,
+)
 from interlock.core.validate import read_name
 from interlock.core.workflow import Pipeline
 
@@ -79,8 +86,11 @@ def check_reject(pipeline: Pipeline, state: RunState, to: str) -> str | None:
     if state.visits.get(to, 0) == 0:
         ran = ", ".join(p for p in phases if state.visits.get(p, 0)) or "none"
         return f"run {run}: phase {to!r} has not run yet; send it back to one that has ({ran})"
-    if any(t.status.in_flight for t in state.tasks.values()):
-        return f"run {run} has tasks still running; wait until they finish, then reject"
+    if any(t.status.in_flight or t.status is TASK_RETRY_WAIT for t in state.tasks.values()):
+        return (
+            f"run {run} has tasks still running or waiting for a retry; approve it and "
+            "reject at its next pause"
+        )
     if state.rejections >= pipeline.max_rejections:
         return (
             f"run {run} was already rejected {state.rejections} time(s), the limit of pipeline "

@@ -14,6 +14,7 @@ from interlock.core import events as ev
 from interlock.core.state import RunState, RunStatus, TaskStatus, apply
 from interlock.core.workflow import Pipeline
 from interlock.sim.policy import PolicyChecker
+from interlock.sim.review import review_transition
 
 
 @dataclass
@@ -37,6 +38,7 @@ class HistoryChecker:
     paused: bool = False
     pauses: int = 0
     approvals: int = 0
+    edited: bool = False  # an edit was recorded since the last rejection (`sim.review`)
     seen: int = 0
     problems: list[str] = field(default_factory=list)
     policy: PolicyChecker = field(init=False)
@@ -85,19 +87,24 @@ class HistoryChecker:
                 return "approved a run that was not paused (a second approval?)"
             self.paused, self.approvals = False, self.approvals + 1
             return None
+        if isinstance(event, (ev.OutputEdited, ev.Rejected)):
+            return review_transition(self, event)
         return self._task_transition(event)
 
     def _task_transition(self, event: ev.Event) -> str | None:
         if isinstance(event, ev.TaskDispatched):
             task = self.tasks.get(event.task_id)
             limit = self.pipeline.worker(event.role).max_attempts
-            if event.attempt > limit:
+            if event.attempt > limit and not self.edited:
                 return f"{event.task_id} attempt {event.attempt} exceeds max_attempts {limit}"
             if task is None:
                 if event.attempt != 1:
                     return f"{event.task_id} first dispatched as attempt {event.attempt}"
                 self.tasks[event.task_id] = _Task(1, event.phase, event.visit, "dispatched")
                 return None
+            if task.status == "completed" and self.edited and event.attempt == task.attempt + 1:
+                task.attempt, task.status, task.completions = event.attempt, "dispatched", 0
+                return None  # a task that read an edited output runs again
             if task.status != "retry_wait" or task.attempt != event.attempt:
                 return f"{event.task_id} attempt {event.attempt} dispatched from {task.status}"
             task.status = "dispatched"

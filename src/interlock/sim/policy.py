@@ -94,6 +94,8 @@ class PolicyChecker:
             if self.paused_for == "pause_after":
                 self.owed = None
             self.paused_for = None
+        elif isinstance(event, ev.Rejected):  # a person sent the paused run back
+            self.paused_for, self.owed = None, None
         elif isinstance(event, (ev.RunFailed, ev.RunCancelled)):
             if self.current is not None and not self.current[1]:
                 ended = "failed" if isinstance(event, ev.RunFailed) else "cancelled"

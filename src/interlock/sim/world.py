@@ -27,6 +27,7 @@ from interlock.sim.clock import SimClock
 from interlock.sim.invariants import HistoryChecker, end_problems
 from interlock.sim.pipelines import choose
 from interlock.sim.rerun import maybe_rerun
+from interlock.sim.review import maybe_review, review_end_problems, review_rng
 from interlock.sim.store import FaultyStore
 from interlock.sim.workers import Scheduler, SimDispatcher
 from interlock.testing import MemoryStore
@@ -107,6 +108,7 @@ class Simulation:
         self.home: Home | None = None
         self.orchestrator: Orchestrator | None = None
         self.leave_paused = self.buggify("leave_paused", 0.3)
+        self.review_rng = review_rng(seed)
         self.creating = False
 
     # -- faults -------------------------------------------------------------------------------
@@ -214,8 +216,12 @@ class Simulation:
             store.post_command(self.run_id, "cancel", "simulated cancel", "sim", self.clock())
         if status is not RunStatus.PAUSED or self.leave_paused:
             return
-        if any(c.kind == "approve" for c in store.pending_commands(self.run_id)):
+        if any(
+            c.kind in ("approve", "edit", "reject") for c in store.pending_commands(self.run_id)
+        ):
             return
+        if maybe_review(self, orchestrator, self.review_rng):
+            return  # approved (or paused again) at a later step
         if self.rng.random() < 0.5:
             return  # people take their time
         copies = 2 if self.buggify("double_approval", 0.5) else 1
@@ -313,6 +319,7 @@ class Simulation:
         pipeline: Definition = self.definition
         self.result.violations += end_problems(folded, pipeline.pipeline, run_dir)
         self.result.violations += self.checker.policy.state_problems(folded)
+        self.result.violations += review_end_problems(folded, pipeline.pipeline)
         self.result.status = folded.status.value
         self.result.events = len(stored)
         self.result.sim_seconds = self.clock() - SimClock().now
