@@ -367,6 +367,8 @@ class Handler(BaseHTTPRequestHandler):
                 "delta": {"type": "text_delta", "text": part},
             }
             self._send(json.dumps(delta), "content_block_delta")
+            if fault.stall and number == 0:
+                state.stopping.wait(fault.stall)
         self._send(json.dumps({"type": "content_block_stop", "index": 0}), "content_block_stop")
         usage = {} if fault.no_usage else {"output_tokens": state.output_tokens}
         delta_event = {

@@ -267,3 +267,37 @@ def _use_anthropic(project: Path, server: FakeServer) -> None:
     (project / "interlock.toml").write_text(text)
     server.state.models.update({"model-s", "model-o"})
     assert "/v1/messages" not in [r.path for r in server.requests]
+
+
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+def test_a_sibling_stopped_mid_answer_is_paid_for(
+    project: Path, server: FakeServer, wire: str
+) -> None:
+    """When one worker fails for good while its parallel sibling is being answered, the run
+    fails, and the sibling's spend (the input the server reported or the prompt, and the
+    text received) is recorded, in the ledger, the run's cost and its listing."""
+    if wire == "anthropic":
+        _use_anthropic(project, server)
+    with (project / "interlock.toml").open("a") as config:
+        config.write('\n[models.ghost]\nprovider = "local"\nmodel = "no-such-model"\n')
+    flow = project / "siblings.yaml"
+    flow.write_text(
+        "p:\n  phases:\n  - id: a\n    workers:\n"
+        "    - {role: doomed, model: ghost}\n"
+        "    - {role: sibling, model: sonnet}\n"
+        "  - id: b\n    workers:\n    - {role: last, model: sonnet, final: true}\n"
+    )
+    server.fail_next(Fault(stall=3.0), Fault(stall=3.0))  # whichever request streams stalls
+    app = Interlock(project / "home", settings=Settings(heartbeat=0.05))
+    state = asyncio.run(_run(app, flow))
+    assert state.status is RunStatus.FAILED and "doomed" in (state.failure or "")
+    events = list(app.events(state.run_id))
+    (late,) = [e for e in events if e.kind == "usage_recorded"]
+    assert late.data["task_id"] == "sibling@1"
+    usage = late.data["usage"]
+    assert usage["output_tokens"] > 0 and usage["cost_usd"] > 0
+    if wire == "anthropic":
+        assert usage["input_tokens"] == 1000  # as the server reported at message_start
+    assert state.cost_usd == pytest.approx(usage["cost_usd"])
+    assert state.tasks["sibling@1"].cost_usd == pytest.approx(usage["cost_usd"])
+    assert app.store.list_runs()[0].summary.cost_usd == pytest.approx(usage["cost_usd"])

@@ -126,6 +126,17 @@ class TaskFailed(Event):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class UsageRecorded(Event):
+    """What an answered call cost, reported after its attempt stopped counting (the run
+    ended, or the attempt was superseded): spent all the same, so recorded all the same."""
+
+    kind: ClassVar[str] = "usage_recorded"
+    task_id: str
+    attempt: int
+    usage: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class TaskTimedOut(Event):
     """The attempt ran past its limit (reported by the worker, or seen by the engine)."""
 
@@ -278,6 +289,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         TaskReused,
         TaskFailed,
         TaskTimedOut,
+        UsageRecorded,
         RetryScheduled,
         PhaseCompleted,
         BranchTaken,

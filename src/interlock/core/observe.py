@@ -47,6 +47,27 @@ def implied_start(state: RunState, result: TaskResult) -> ev.TaskStarted | None:
     return ev.TaskStarted(at=result.at, task_id=result.task_id, attempt=result.attempt)
 
 
+def late_usage(state: RunState, result: TaskResult) -> ev.UsageRecorded | None:
+    """The cost to record from a result that `accept_result` dropped, if it carries one.
+
+    A call the server answered was paid for even when its result no longer counts: a
+    sibling's failure ended the run while it was being answered, or the engine had already
+    timed the attempt out. Each attempt's cost is recorded once, so a duplicate delivery of
+    a result whose cost is recorded adds nothing.
+    """
+    if not isinstance(result, ev.TaskCompleted | ev.TaskFailed) or not result.usage:
+        return None
+    usage = result.usage
+    if not any(usage.get(k) for k in ("cost_usd", "input_tokens", "output_tokens")):
+        return None
+    task = state.tasks.get(result.task_id)
+    if task is None or result.attempt > task.attempt or result.attempt in task.charged:
+        return None
+    return ev.UsageRecorded(
+        at=result.at, task_id=result.task_id, attempt=result.attempt, usage=dict(usage)
+    )
+
+
 class CommandKind(StrEnum):
     """What a person can ask of a run."""
 

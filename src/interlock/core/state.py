@@ -99,6 +99,7 @@ class TaskState:
     dispatch_mark: int = 0
     revised_mark: int = 0
     revising: bool = False
+    charged: set[int] = field(default_factory=set)  # attempts whose cost is recorded
 
 
 @dataclass(slots=True)
@@ -229,6 +230,8 @@ def apply(state: RunState, event: ev.Event) -> None:
         _apply_task_result(state, event)
     elif isinstance(event, ev.TaskReused):
         _apply_reuse(state, event)
+    elif isinstance(event, ev.UsageRecorded):
+        _charge(state, state.tasks[event.task_id], event.attempt, event.usage)
     elif isinstance(event, ev.RetryScheduled):
         task = state.tasks[event.task_id]
         task.status, task.not_before = TASK_RETRY_WAIT, event.not_before
@@ -290,12 +293,7 @@ def _apply_task_result(state: RunState, event: ev.Event) -> None:
         return
     usage = getattr(event, "usage", None)
     if usage:
-        cost = float(usage.get("cost_usd", 0.0))
-        tokens = int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))
-        task.cost_usd += cost
-        task.tokens += tokens
-        state.cost_usd += cost
-        state.tokens += tokens
+        _charge(state, task, event.attempt, usage)  # type: ignore[attr-defined]
     if isinstance(event, ev.TaskCompleted):
         task.status, task.completed_at = TASK_COMPLETED, event.at
         task.artifact, task.sha256, task.size = event.artifact, event.sha256, event.size
@@ -352,3 +350,14 @@ def _apply_review(state: RunState, event: ev.Rejected | ev.OutputEdited) -> None
         task.revised_mark = 0
         if task.status is TASK_RETRY_WAIT:
             task.status = TASK_ABANDONED  # a retry of the visit left behind
+
+
+def _charge(state: RunState, task: TaskState, attempt: int, usage: dict[str, Any]) -> None:
+    """Add what one attempt's call cost to the task and the run (budgets count it)."""
+    cost = float(usage.get("cost_usd", 0.0))
+    tokens = int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))
+    task.cost_usd += cost
+    task.tokens += tokens
+    state.cost_usd += cost
+    state.tokens += tokens
+    task.charged.add(attempt)

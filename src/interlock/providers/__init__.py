@@ -2,6 +2,7 @@
 
 from interlock.providers.anthropic_messages import AnthropicProvider
 from interlock.providers.base import (
+    CallStopped,
     ModelRequest,
     ModelResult,
     Provider,
@@ -33,6 +34,7 @@ from interlock.providers.transport import HttpEndpoint
 
 __all__ = [
     "AnthropicProvider",
+    "CallStopped",
     "CliAgentProvider",
     "ConfigError",
     "ContextTooLarge",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
@@ -10,7 +11,13 @@ from typing import Any
 
 from httpx_sse import ServerSentEvent
 
-from interlock.providers.base import ModelRequest, ModelResult, ProviderError, TokenCallback
+from interlock.providers.base import (
+    CallStopped,
+    ModelRequest,
+    ModelResult,
+    ProviderError,
+    TokenCallback,
+)
 from interlock.providers.prompt import estimate_tokens
 from interlock.providers.redaction import Secret
 from interlock.providers.request import anthropic_body, headers_for, streaming
@@ -31,6 +38,7 @@ class _Stream:
     output_tokens: int = 0
     stop_reason: str | None = None
     stopped: bool = False
+    began: bool = False  # the server started answering
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
 
@@ -95,41 +103,60 @@ class AnthropicProvider:
         estimate = estimate_tokens(request.system) + estimate_tokens(request.prompt)
         estimate += self._max_tokens(request)
 
+        arrived = _Stream()  # what the stream brought so far, also when it is stopped
+
         async def consume(events: AsyncIterator[ServerSentEvent]) -> _Stream:
-            return await _read_stream(self.name, events, on_token)
+            return await _read_stream(self.name, events, on_token, arrived)
 
         def parse(answer: dict[str, Any]) -> _Stream:
             return _read_answer(self.name, answer, on_token)
 
         limiter = self._endpoint.limiter
-        async with limiter.slot():
-            stream = await self._endpoint.stream(
-                path="v1/messages",
-                headers=self._headers(request),
-                body=self._body(request),
-                timeout=request.timeout,
-                estimated_tokens=estimate,
-                secret=self._api_key,
-                consume=consume,
-                parse=parse,
-            )
+        try:
+            async with limiter.slot():
+                stream = await self._endpoint.stream(
+                    path="v1/messages",
+                    headers=self._headers(request),
+                    body=self._body(request),
+                    timeout=request.timeout,
+                    estimated_tokens=estimate,
+                    secret=self._api_key,
+                    consume=consume,
+                    parse=parse,
+                )
+        except asyncio.CancelledError as stopped:
+            if not arrived.began:
+                raise
+            raise CallStopped(self._result(request, arrived, started)) from stopped
         limiter.settle(estimate, stream.input_tokens + stream.output_tokens)
+        return self._result(request, stream, started)
+
+    def _result(self, request: ModelRequest, stream: _Stream, started: float) -> ModelResult:
+        """The call's result from what arrived; a stream stopped part-way counts at least
+        the text received as output."""
+        text = "".join(stream.parts)
+        output_tokens = stream.output_tokens
+        extra: dict[str, str] = {}
+        if not stream.stopped:
+            output_tokens = max(output_tokens, estimate_tokens(text))
+            extra["usage"] = "estimated"
         return ModelResult(
-            text="".join(stream.parts),
+            text=text,
             provider=self.name,
             model=request.model,
             input_tokens=stream.input_tokens,
-            output_tokens=stream.output_tokens,
+            output_tokens=output_tokens,
             latency_s=time.perf_counter() - started,
             cost_usd=self._resolved.cost_usd(
                 stream.input_tokens,
-                stream.output_tokens,
+                output_tokens,
                 cache_read_tokens=stream.cache_read_tokens,
                 cache_write_tokens=stream.cache_write_tokens,
             ),
-            finish_reason=stream.stop_reason or "end_turn",
+            finish_reason=stream.stop_reason or ("end_turn" if stream.stopped else "stopped"),
             cache_read_tokens=stream.cache_read_tokens,
             cache_write_tokens=stream.cache_write_tokens,
+            extra=extra,
         )
 
 
@@ -164,11 +191,14 @@ def _read_answer(name: str, answer: dict[str, Any], on_token: TokenCallback | No
 
 
 async def _read_stream(
-    name: str, events: AsyncIterator[ServerSentEvent], on_token: TokenCallback | None
+    name: str,
+    events: AsyncIterator[ServerSentEvent],
+    on_token: TokenCallback | None,
+    state: _Stream,
 ) -> _Stream:
-    """Collect a Messages stream; raise unless ``message_stop`` arrived."""
-    state = _Stream()
+    """Collect a Messages stream into `state`; raise unless ``message_stop`` arrived."""
     async for event in events:
+        state.began = True
         try:
             payload = json.loads(event.data) if event.data else {}
         except ValueError:

@@ -7,6 +7,7 @@ engine; a provider only retries transport-level failures inside one attempt.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -93,6 +94,20 @@ class ProviderError(Exception):
             answered=self.answered,
         )
         return copy
+
+
+class CallStopped(asyncio.CancelledError):
+    """The call was cancelled after the server had begun answering.
+
+    Still a cancellation (it propagates as one), carrying what had arrived: `answered` has
+    the tokens the server reported, or estimates of them, and their cost, so the spend of
+    a call stopped because its run ended is recorded all the same.
+    """
+
+    def __init__(self, answered: ModelResult) -> None:
+        super().__init__("the call was stopped while the model was answering")
+        self.answered = answered
+        self.usage: dict[str, object] | None = None  # what the runner makes of it
 
 
 class ProviderTimeout(ProviderError):

@@ -7,6 +7,7 @@ everything before ``/chat/completions``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
@@ -15,7 +16,13 @@ from typing import Any
 
 from httpx_sse import ServerSentEvent
 
-from interlock.providers.base import ModelRequest, ModelResult, ProviderError, TokenCallback
+from interlock.providers.base import (
+    CallStopped,
+    ModelRequest,
+    ModelResult,
+    ProviderError,
+    TokenCallback,
+)
 from interlock.providers.prompt import estimate_tokens
 from interlock.providers.redaction import Secret
 from interlock.providers.request import headers_for, openai_body, streaming
@@ -32,6 +39,7 @@ class _Stream:
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
     response_model: str | None = None
+    began: bool = False  # the server started answering
 
 
 class OpenAIChatProvider:
@@ -84,24 +92,38 @@ class OpenAIChatProvider:
         estimate = estimate_tokens(request.system) + estimate_tokens(request.prompt)
         estimate += request.max_output_tokens or self._resolved.max_output_tokens or 0
 
+        arrived = _Stream()  # what the stream brought so far, also when it is stopped
+
         async def consume(events: AsyncIterator[ServerSentEvent]) -> _Stream:
-            return await _read_stream(self.name, events, on_token)
+            return await _read_stream(self.name, events, on_token, arrived)
 
         def parse(answer: dict[str, Any]) -> _Stream:
             return _read_answer(self.name, answer, on_token)
 
         limiter = self._endpoint.limiter
-        async with limiter.slot():
-            stream = await self._endpoint.stream(
-                path="chat/completions",
-                headers=self._headers(request),
-                body=self._body(request),
-                timeout=request.timeout,
-                estimated_tokens=estimate,
-                secret=self._api_key,
-                consume=consume,
-                parse=parse,
-            )
+        try:
+            async with limiter.slot():
+                stream = await self._endpoint.stream(
+                    path="chat/completions",
+                    headers=self._headers(request),
+                    body=self._body(request),
+                    timeout=request.timeout,
+                    estimated_tokens=estimate,
+                    secret=self._api_key,
+                    consume=consume,
+                    parse=parse,
+                )
+        except asyncio.CancelledError as stopped:
+            if not arrived.began:
+                raise
+            arrived.finish_reason = arrived.finish_reason if arrived.usage else "stopped"
+            raise CallStopped(self._result(request, arrived, started)) from stopped
+        result = self._result(request, stream, started)
+        limiter.settle(estimate, result.input_tokens + result.output_tokens)
+        return result
+
+    def _result(self, request: ModelRequest, stream: _Stream, started: float) -> ModelResult:
+        """The call's result from what arrived; token counts estimated when not reported."""
         text = "".join(stream.parts)
         extra: dict[str, str] = {}
         usage = stream.usage or {}
@@ -115,7 +137,6 @@ class OpenAIChatProvider:
         if stream.response_model:
             extra["response_model"] = stream.response_model
         details = openai_details(usage)
-        limiter.settle(estimate, input_tokens + output_tokens)
         return ModelResult(
             text=text,
             provider=self.name,
@@ -148,11 +169,15 @@ def _read_answer(name: str, answer: dict[str, Any], on_token: TokenCallback | No
 
 
 async def _read_stream(
-    name: str, events: AsyncIterator[ServerSentEvent], on_token: TokenCallback | None
+    name: str,
+    events: AsyncIterator[ServerSentEvent],
+    on_token: TokenCallback | None,
+    state: _Stream,
 ) -> _Stream:
-    """Collect a chat-completions stream; raise unless the model reported finishing."""
-    state = _Stream()
+    """Collect a chat-completions stream into `state`; raise unless the model reported
+    finishing."""
     async for event in events:
+        state.began = True
         if event.data.strip() == "[DONE]":
             break
         try:

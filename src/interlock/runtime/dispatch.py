@@ -74,8 +74,18 @@ class LocalDispatcher:
                     await asyncio.to_thread(artifacts.fsync_file, tmp)
                 report = outcome_report(driver, task, attempt, outcome, tmp, clock())
                 orchestrator.report(driver, report)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as stopped:
             artifacts.discard(tmp)
+            spent = getattr(stopped, "usage", None)  # a model call stopped after it was answered
+            if spent:
+                failed = ev.TaskFailed(
+                    at=clock(),
+                    task_id=task_id,
+                    attempt=attempt,
+                    error="stopped: the run ended while the model was answering",
+                    usage=spent,
+                )
+                orchestrator.report(driver, Report(event=failed))
             raise
         except Exception as exc:  # a bug in a worker adapter must not stop the loop
             log.exception("task %s crashed", task_id, extra={"run_id": driver.run_id})

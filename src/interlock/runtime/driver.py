@@ -27,6 +27,7 @@ from interlock.core.observe import (
     accept_result,
     implied_start,
     interpret_command,
+    late_usage,
 )
 from interlock.core.state import RunState, RunStatus, TaskState, apply, artifact_name
 from interlock.core.templates import TemplateProblem, render_task
@@ -67,6 +68,7 @@ class RunDriver:
     handles: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     handle_attempts: dict[str, int] = field(default_factory=dict)  # the attempt each runs
     reports: list[Report] = field(default_factory=list)
+    stopping: set[str] = field(default_factory=set)  # tasks cancelled because the run ended
     # The reports the last `observe` turned into events, handed back by `reobserve` when
     # their commit failed: a worker's finished work is recorded later, never redone.
     observed_reports: list[Report] = field(default_factory=list)
@@ -113,6 +115,10 @@ class RunDriver:
             if not accept_result(self.state, event):
                 if report.tmp is not None:
                     artifacts.discard(report.tmp)  # a stale or duplicate attempt: drop it
+                late = late_usage(self.state, event)  # ...but what its call cost is kept
+                if late is not None:
+                    apply(self.state, late)
+                    observed.append(NewEvent(event=late, why="answered after it stopped counting"))
                 continue
             if isinstance(event, ev.TaskCompleted) and report.body is not None:
                 event = self._keep_body(event, report.body)
@@ -347,8 +353,17 @@ class RunDriver:
                 crash_point("after_record_reject")  # recorded, its visit's tasks not started
             self.reviewed = None
         if state.status.ended:
-            for handle in self.handles.values():
+            for task_id, handle in list(self.handles.items()):
+                if task_id in self.stopping:
+                    continue
                 handle.cancel()
+                if handle.done():  # stopped at once (simulated workers)
+                    del self.handles[task_id]
+                    continue
+                # Stopped, a model call reports what it had cost: the run is looked at again
+                # once the task ended, so that the report is recorded before the lease goes.
+                self.stopping.add(task_id)
+                handle.add_done_callback(lambda _: orchestrator.touch(self))
         else:
             for task in state.in_flight():
                 running = self.handles.get(task.task_id)

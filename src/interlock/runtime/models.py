@@ -13,6 +13,7 @@ is part of the outcome, failed or not.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from interlock.providers import (
+    CallStopped,
     ModelConfig,
     ModelRequest,
     ModelResult,
@@ -30,6 +32,7 @@ from interlock.providers import (
     assemble_prompt,
     build_provider,
     check_context,
+    estimate_tokens,
 )
 from interlock.providers.attachments import load_attachment, media_type
 from interlock.providers.redaction import Secret, scrub
@@ -143,6 +146,13 @@ class ModelRunner:
             record.encode(),
             durable=False,
         )
+        received: list[str] = []
+
+        def relay(text: str) -> None:
+            received.append(text)
+            if progress is not None:
+                progress(text)
+
         try:
             check_context(
                 system=system,
@@ -166,8 +176,20 @@ class ModelRunner:
                 attachments=attachments,
             )
             result, warnings = await complete_with_schema(
-                resolved.provider, request, progress, instructions=instructions
+                resolved.provider, request, relay, instructions=instructions
             )
+        except CallStopped as stopped:
+            # Stopped while the server was answering (the run ended): that much was spent.
+            stopped.usage = usage_of(stopped.answered, alias, model)
+            raise
+        except asyncio.CancelledError as stopped:
+            if not received:
+                raise
+            # A provider that does not say what arrived: count the text it streamed.
+            answered = estimated_result(model, system, prompt, "".join(received))
+            spent = CallStopped(answered)
+            spent.usage = usage_of(answered, alias, model)
+            raise spent from stopped
         except ProviderError as exc:
             return self._failed(spec, exc, alias, model)
         except Exception as exc:  # a library's own error: a failed attempt, never a crash
@@ -226,6 +248,23 @@ def worker_schema(spec: TaskSpec) -> dict[str, Any] | None:
     return loaded
 
 
+def estimated_result(model: ResolvedModel, system: str, prompt: str, received: str) -> ModelResult:
+    """What a call stopped part-way cost at least: the prompt and the text received."""
+    input_tokens = estimate_tokens(system) + estimate_tokens(prompt)
+    output_tokens = estimate_tokens(received)
+    return ModelResult(
+        text=received,
+        provider=model.provider,
+        model=model.model,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        latency_s=0.0,
+        cost_usd=model.cost_usd(input_tokens, output_tokens),
+        finish_reason="stopped",
+        extra={"usage": "estimated"},
+    )
+
+
 def call_timeout(model: ResolvedModel, worker_timeout: float) -> float:
     """Seconds one call may take: the model's own `timeout`, never past the worker's (the
     engine's deadline for the attempt), so a fallback model gets its own limit."""
@@ -257,4 +296,5 @@ def usage_of(result: ModelResult, alias: str, model: ResolvedModel | None = None
             )
             if count
         },
+        **({"estimated": True} if result.extra.get("usage") == "estimated" else {}),
     }

@@ -574,7 +574,8 @@ class Orchestrator:
                 state.archived or state.status != RunStatus.DELIVERED
             )
             paused = stop_when_paused and state.status is RunStatus.PAUSED and not state.in_flight()
-            if (finished or paused) and not driver.dirty and not driver.reports:
+            stopped = all(handle.done() for handle in driver.handles.values())
+            if ((finished and stopped) or paused) and not driver.dirty and not driver.reports:
                 self.release(driver)
 
     def release(self, driver: RunDriver) -> None:
@@ -630,6 +631,12 @@ class Orchestrator:
         if isinstance(report.event, ev.TaskStarted):
             self._lazy.add(driver.run_id)
         else:
+            self._mark(driver)
+            self.wake()
+
+    def touch(self, driver: RunDriver) -> None:
+        """Look at the run again at the next tick (a task of an ended run has stopped)."""
+        if self.drivers.get(driver.run_id) is driver:
             self._mark(driver)
             self.wake()
 

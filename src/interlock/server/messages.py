@@ -50,6 +50,8 @@ def describe(stored: StoredEvent) -> str:
         "task_completed": f"{task} completed: {d.get('artifact')} ({d.get('size', 0)} bytes)",
         "task_failed": f"{task} failed{attempt}: {d.get('error', '')}",
         "task_timed_out": f"{task} timed out{attempt}",
+        "usage_recorded": f"{task}: a call answered after it stopped counting cost "
+        f"${(d.get('usage') or {}).get('cost_usd', 0):.4f}",
         "retry_scheduled": f"{task} will be retried (attempt {d.get('attempt')})",
         "phase_completed": f"phase {d.get('phase')} completed",
         "branch_taken": f"after {d.get('phase')}, going to {d.get('goto')}",

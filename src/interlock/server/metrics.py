@@ -102,8 +102,8 @@ class Metrics:
             return
         if stored.kind == "task_started":
             self.queue_wait.observe(max(0.0, stored.at - task.dispatched_at))
-        elif stored.kind in ("task_completed", "task_failed", "task_timed_out"):
-            if task.started_at is not None:
+        elif stored.kind in ("task_completed", "task_failed", "task_timed_out", "usage_recorded"):
+            if task.started_at is not None and stored.kind != "usage_recorded":
                 outcome = stored.kind.removeprefix("task_")
                 self.step.labels(outcome).observe(max(0.0, stored.at - task.started_at))
             usage = stored.data.get("usage") or {}

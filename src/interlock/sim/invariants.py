@@ -67,7 +67,7 @@ class HistoryChecker:
         if self.ended is not None:
             if isinstance(event, ev.Archived) and self.ended == "delivered":
                 return None
-            if isinstance(event, ev.MessageNoted):
+            if isinstance(event, ev.MessageNoted | ev.UsageRecorded):
                 return None
             return f"recorded after the run ended ({self.ended})"
         if isinstance(event, (ev.Delivered, ev.RunFailed, ev.RunCancelled)):

@@ -73,7 +73,8 @@ class PolicyChecker:
 
     def _count(self, event: ev.Event) -> None:
         usage: Any = getattr(event, "usage", None)
-        if isinstance(event, (ev.TaskCompleted, ev.TaskFailed, ev.TaskTimedOut)) and usage:
+        spending = (ev.TaskCompleted, ev.TaskFailed, ev.TaskTimedOut, ev.UsageRecorded)
+        if isinstance(event, spending) and usage:
             self.tokens += int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))
             self.cost += float(usage.get("cost_usd", 0.0))
         if isinstance(event, ev.PhaseStarted):

@@ -78,6 +78,10 @@ class SimHandle:
         self.cancelled = True
         return True
 
+    def done(self) -> bool:
+        """Like `asyncio.Task.done`: cancelling a simulated attempt stops it at once."""
+        return not self.live
+
     @property
     def live(self) -> bool:
         """Still running: neither finished nor cancelled."""
