@@ -194,9 +194,10 @@ async def _read_stream(
     name: str,
     events: AsyncIterator[ServerSentEvent],
     on_token: TokenCallback | None,
-    state: _Stream,
+    state: _Stream | None = None,
 ) -> _Stream:
     """Collect a Messages stream into `state`; raise unless ``message_stop`` arrived."""
+    state = _Stream() if state is None else state
     async for event in events:
         state.began = True
         try:

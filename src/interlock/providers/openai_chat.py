@@ -172,10 +172,11 @@ async def _read_stream(
     name: str,
     events: AsyncIterator[ServerSentEvent],
     on_token: TokenCallback | None,
-    state: _Stream,
+    state: _Stream | None = None,
 ) -> _Stream:
     """Collect a chat-completions stream into `state`; raise unless the model reported
     finishing."""
+    state = _Stream() if state is None else state
     async for event in events:
         state.began = True
         if event.data.strip() == "[DONE]":
