@@ -18,6 +18,7 @@ from interlock.cli import (
     maintenance,
     review,
     runs,
+    schema,
     server,
     workflows,
 )
@@ -50,7 +51,18 @@ def cli(
     ctx.obj = Ctx(home, store, sync, debug)
 
 
-for module in (runs, review, inspect, iterate, archive, workflows, fleet, server, maintenance):
+for module in (
+    runs,
+    review,
+    inspect,
+    iterate,
+    archive,
+    workflows,
+    schema,
+    fleet,
+    server,
+    maintenance,
+):
     for command in module.COMMANDS:
         cli.add_command(command)
 

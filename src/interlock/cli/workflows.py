@@ -82,6 +82,20 @@ def init(file: str, template: str, list_: bool) -> None:
         f"wrote {target} ({template}): try 'interlock check {target}' then "
         f"'interlock run {target} {pipeline} --topic \"...\"'"
     )
+    _write_schema_beside(target)
+
+
+def _write_schema_beside(target: Path) -> None:
+    """The schema the template's modeline names, for editors; an existing copy is kept."""
+    from interlock.cli.schema import write_schema
+    from interlock.core.workflow_schema import SCHEMA_FILE, schema_text
+
+    schema = target.parent / SCHEMA_FILE
+    if not schema.exists():
+        write_schema(schema)
+        out.print(f"wrote {schema}: editors validate and complete {target} with it")
+    elif schema.read_text(encoding="utf-8", errors="replace") != schema_text():
+        out.print(f"{schema} is not this version's; refresh it: interlock schema -o {schema}")
 
 
 @click.command()

@@ -1,0 +1,196 @@
+"""The JSON Schema of a workflow file, for editors and other tools.
+
+Generated from the models of `interlock.core.workflow`, then completed with what the models
+check in code: the short forms they accept (`for_each: role.list`, `inputs: {n: 5}`,
+`ttl: 7d`), name patterns, and "exactly one of" rules. Cross-place rules (reads, transitions,
+loops) stay with `interlock check`. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from interlock.core.workflow import SAFE_NAME, WorkflowFile
+
+SCHEMA_FILE = "workflow.schema.json"
+"""The name `interlock init` gives the copy it writes beside a workflow file."""
+
+DIALECT = "http://json-schema.org/draft-07/schema#"  # the dialect editors support best
+
+# Field descriptions shown by editors on hover, keyed by model and key as written in a file.
+DESCRIPTIONS: dict[str, dict[str, str]] = {
+    "Pipeline": {
+        "description": "What the pipeline does, shown by 'interlock pipelines' and 'init --list'.",
+        "inputs": "Declared parameters: name -> {default, required, description}, or name -> "
+        "default value. Give them with '--input name=value'.",
+        "phases": "The phases, run in file order unless a phase's 'next' rules say otherwise.",
+        "budget": "Limits on what one run may spend (cost in USD, tokens).",
+        "schedule": "Start a run on a schedule (a cron expression) while the server runs.",
+        "concurrency": "At most this many runs of this pipeline at once.",
+        "cache": "Reuse completed tasks of earlier runs with the same fingerprint: true, "
+        "false, or {ttl: 7d}. Workers may say otherwise.",
+        "max_rejections": "How many times a person may send a run back at a review "
+        "('interlock reject').",
+    },
+    "InputSpec": {
+        "default": "The value used when the run does not give one.",
+        "required": "A run must give this input (unless it has a default).",
+        "description": "What the input is for, shown by 'interlock pipelines'.",
+    },
+    "Budget": {
+        "max_cost_usd": "Most a run may cost, in US dollars.",
+        "max_tokens": "Most tokens (input and output) a run may use.",
+        "on_exceed": "What reaching a limit does: fail the run, or pause it for a person.",
+    },
+    "Phase": {
+        "id": "The phase's name: letters, digits, '.', '_' and '-'.",
+        "mode": "parallel: all workers at once; sequential: one after another, in order.",
+        "workers": "The workers of this phase (at least one).",
+        "pause_after": "Wait for 'interlock approve' after this phase.",
+        "next": "Transitions checked in order: the first whose 'if' holds is taken; "
+        "without any, the next phase in the file.",
+        "for_each": "Fan-out: run the workers once per item of a list an earlier worker "
+        "extracted ('<role>.<value>', or a mapping with items, concurrency, max_items).",
+    },
+    "Rule": {
+        "if": "A CEL condition over extracted values and inputs; without it, always.",
+        "goto": "The id of the phase to go to.",
+        "max_visits": "Take this rule at most this many times (bounds a loop).",
+    },
+    "ForEach": {
+        "items": "'<role>.<value>': a list extracted from an earlier worker's output.",
+        "concurrency": "At most this many items at once.",
+        "max_items": "Fail the phase if the list is longer than this.",
+    },
+    "Worker": {
+        "role": "The worker's name, unique in the pipeline; its output is '<role>.md'.",
+        "task": "The instructions (a template: {{ topic }}, {{ inputs }}, extracted values).",
+        "timeout": "Seconds an attempt may take.",
+        "grace": "Seconds past the timeout before the engine gives up on the attempt.",
+        "reads": "Output files of earlier workers this worker is given.",
+        "final": "This worker's output is the run's result (final.md).",
+        "output": "The file this worker writes, instead of '<role>.md'.",
+        "model": "Run a model: an alias configured in interlock.toml.",
+        "command": "Run a command: an argv list, e.g. ['python', 'x.py', '{output}'].",
+        "call": "Run a Python function: 'package.module:function' or a registered name.",
+        "system": "The system prompt of a model worker.",
+        "retries": "Attempts again after a failure (each after the backoff delay).",
+        "backoff": "The delay between attempts.",
+        "fallback_models": "Model aliases tried in order once the model's retries are spent.",
+        "accept_truncated": "Keep an answer cut off at the model's output limit instead of "
+        "failing the attempt.",
+        "extract": "Named values pulled out of the output (a JSON field or a regex group), "
+        "for conditions and fan-out.",
+        "tags": "Labels for filtering and fleet routing.",
+        "cache": "Reuse this worker's completed task from earlier runs: true, false or "
+        "{ttl: 7d}; unset: as the pipeline says.",
+        "params": "Request settings over those of the model's alias in interlock.toml.",
+        "schema": "The JSON Schema the model's answer must match (an object, or the path of "
+        "a .json file); its top-level properties become extracted values.",
+    },
+    "Backoff": {
+        "initial": "Seconds before the first retry.",
+        "max": "Longest delay in seconds.",
+        "multiplier": "Each delay is this many times the one before.",
+        "jitter": "Random spread, as a fraction of the delay.",
+    },
+    "Extract": {
+        "json": "A field path in the output's JSON, e.g. 'verdict' or 'scores.0'.",
+        "regex": "A regular expression; the value is its capture group (or whole match).",
+        "type": "The value's type.",
+        "required": "Fail the attempt when the value is missing.",
+    },
+    "Cache": {
+        "ttl": "Oldest reusable task: seconds, or a duration like 30m, 12h, 7d; unset: any age.",
+    },
+    "RequestSettings": {
+        "temperature": "Sampling temperature.",
+        "top_p": "Nucleus sampling.",
+        "seed": "Sampling seed, where the provider supports one.",
+        "stop": "Stop sequences (one string or a list).",
+        "max_output_tokens": "Most tokens of the answer.",
+        "reasoning_effort": "Reasoning effort of OpenAI reasoning models.",
+        "thinking_budget": "Tokens for Anthropic extended thinking.",
+        "timeout": "Seconds one call may take, within the worker's timeout.",
+        "stream": "false: ask for one JSON answer instead of an event stream.",
+        "cache_prompt": "Anthropic: mark the system prompt and input files as cacheable.",
+        "extra_body": "Merged into the request body last.",
+        "headers": "Sent with every request; values are never recorded.",
+    },
+}
+
+_NAME = {"type": "string", "pattern": SAFE_NAME.pattern, "not": {"pattern": r"\.\."}}
+_DURATION = {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*[smhdw]?\s*$"}
+_CALL = r"^[A-Za-z_][\w.]*(:[A-Za-z_]\w*)?$"
+_ITEMS = r"^[A-Za-z0-9][A-Za-z0-9_.-]*\.[A-Za-z_]\w*$"
+
+
+def _one_of(*keys_and_types: tuple[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Exactly one of these keys is given (a null counts as not given)."""
+    return [{"required": [key], "properties": {key: kind}} for key, kind in keys_and_types]
+
+
+def _not_null(prop: dict[str, Any]) -> dict[str, Any]:
+    """The non-null members of an `anyOf`."""
+    kinds = [k for k in prop.get("anyOf", [prop]) if k != {"type": "null"}]
+    return kinds[0] if len(kinds) == 1 else {"anyOf": kinds}
+
+
+def workflow_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 7) a workflow file (YAML or JSON) must match."""
+    schema = copy.deepcopy(WorkflowFile.model_json_schema(by_alias=True))
+    defs: dict[str, Any] = schema.pop("$defs")
+    for model, fields in DESCRIPTIONS.items():
+        props = defs[model]["properties"]
+        for key, text in fields.items():
+            props[key].setdefault("description", text)
+        for prop in props.values():
+            prop.pop("title", None)  # "Pause After": the key itself says it better
+    worker = defs["Worker"]["properties"]
+    worker["role"].update(_NAME)
+    worker["output"] = {"anyOf": [_NAME, {"type": "null"}], **_meta(worker["output"])}
+    worker["call"]["anyOf"][0]["pattern"] = _CALL
+    worker["command"]["anyOf"][0].update(minItems=1, items={"type": "string", "minLength": 1})
+    worker["schema"]["anyOf"][1]["pattern"] = r"\.json$"
+    worker["extract"]["propertyNames"] = {"pattern": r"^[A-Za-z_]\w{0,63}$"}
+    defs["Worker"]["oneOf"] = _one_of(
+        *((key, _not_null(worker[key])) for key in ("model", "command", "call"))
+    )
+    extract = defs["Extract"]["properties"]
+    defs["Extract"]["oneOf"] = _one_of(
+        ("json", _not_null(extract["json"])), ("regex", _not_null(extract["regex"]))
+    )
+    defs["Phase"]["properties"]["id"].update(_NAME)
+    for_each = defs["Phase"]["properties"]["for_each"]
+    for_each["anyOf"].insert(1, {"type": "string", "pattern": _ITEMS})
+    defs["ForEach"]["properties"]["items"]["pattern"] = _ITEMS
+    ttl = defs["Cache"]["properties"]["ttl"]
+    ttl["anyOf"].insert(1, _DURATION)
+    inputs = defs["Pipeline"]["properties"]["inputs"]
+    scalar = {"type": ["string", "number", "boolean", "null"]}
+    inputs["additionalProperties"] = {"anyOf": [inputs["additionalProperties"], scalar]}
+    stop = defs["RequestSettings"]["properties"]["stop"]
+    stop["anyOf"].insert(1, {"type": "string"})
+    return {
+        "$schema": DIALECT,
+        "title": "interlock workflow file",
+        "description": "Pipeline name -> pipeline. 'interlock check FILE' checks what a schema "
+        "cannot: reads, transitions, loops and models.",
+        "type": "object",
+        "minProperties": 1,
+        "propertyNames": {"pattern": r"\S"},
+        "additionalProperties": schema["additionalProperties"],
+        "$defs": dict(sorted(defs.items())),
+    }
+
+
+def _meta(prop: dict[str, Any]) -> dict[str, Any]:
+    """A property's annotations (default, description), without its type."""
+    return {k: v for k, v in prop.items() if k in ("default", "description")}
+
+
+def schema_text() -> str:
+    """The schema as the committed file holds it: indented, keys in file order."""
+    return json.dumps(workflow_schema(), indent=2, ensure_ascii=False) + "\n"
