@@ -3,6 +3,7 @@ files and as strict on the mistakes a schema can see; `interlock schema` and `in
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -10,13 +11,17 @@ from typing import Any
 import jsonschema
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
 
 from interlock.cli.main import cli
 from interlock.cli.workflows import TEMPLATES
 from interlock.core.loader import build_workflow, load_workflow
 from interlock.core.parse import parse_text
+from interlock.core.workflow import Pipeline
 from interlock.core.workflow_schema import SCHEMA_FILE, schema_text, workflow_schema
 from interlock.errors import ExitCode, WorkflowError
+
+from .test_properties import pipelines
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "schema" / "workflow.schema.json"
@@ -31,6 +36,7 @@ WORKFLOW_FILES = sorted(
 )
 
 
+@functools.cache
 def validator() -> jsonschema.protocols.Validator:
     schema = workflow_schema()
     cls = jsonschema.validators.validator_for(schema)
@@ -63,6 +69,23 @@ def test_every_example_and_template_validates(path: Path) -> None:
     load_workflow(path)
     data = parse_text(path.read_text(encoding="utf-8"), json_only=path.suffix == ".json")
     assert schema_errors(data) == []
+
+
+@pytest.mark.parametrize("path", WORKFLOW_FILES, ids=lambda p: p.name)
+def test_canonical_forms_validate(path: Path) -> None:
+    """The canonical form a run pins (every default and null spelled out) validates too."""
+    definitions = load_workflow(path).definitions
+    data = {name: json.loads(d.canonical) for name, d in definitions.items()}
+    assert schema_errors(data) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(pipeline=pipelines())
+def test_random_valid_pipelines_validate(pipeline: Pipeline) -> None:
+    """Any pipeline the loader accepts (random shapes: loops, fan-out, budgets) validates."""
+    written = pipeline.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    assert schema_errors({"p": written}) == []
+    assert schema_errors({"p": pipeline.model_dump(mode="json", by_alias=True)}) == []
 
 
 def test_every_key_has_a_description_and_mode_an_enum() -> None:
