@@ -182,3 +182,20 @@ def test_an_agent_exit_decides(cli_env: dict[str, str], tmp_path: Path) -> None:
     assert time.monotonic() - started < 25
     final = Path(result.stdout.strip().splitlines()[-1].removeprefix("delivered: "))
     assert "the answer" in final.read_text()
+
+
+def test_a_worker_is_stopped_at_its_timeout(cli_env: dict[str, str], tmp_path: Path) -> None:
+    """A command past its `timeout` is stopped then and reported timed out by its worker; the
+    engine's own `timeout + grace` deadline is only the backstop for a silent worker."""
+    path = tmp_path / "flow.yaml"
+    path.write_text(
+        "p:\n  phases:\n  - id: a\n    workers:\n    - role: w\n      final: true\n"
+        f"      timeout: 1\n      grace: 600\n"
+        f"      command: ['{sys.executable}', '-c', 'import time; time.sleep(300)']\n"
+    )
+    started = time.monotonic()
+    result = cli(cli_env, "run", str(path), "p", "--topic", "x")
+    assert result.returncode == 1
+    assert time.monotonic() - started < 60
+    assert "timed out after 1s" in result.stdout
+    assert "within timeout + grace" not in result.stdout

@@ -49,5 +49,7 @@ def test_help_loads_nothing_heavy(cli_env: dict[str, str]) -> None:
 
 
 def test_listing_runs_loads_no_engine(cli_env: dict[str, str]) -> None:
-    """`interlock runs` reads the ledger without loading the engine, runtime or model clients."""
+    """`interlock runs` reads the ledger without loading the engine, runtime or model clients,
+    as a table or as JSON."""
     assert loaded(cli_env, "runs", "--json") == []
+    assert loaded(cli_env, "runs") == []

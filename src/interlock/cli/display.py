@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -12,10 +12,11 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from interlock.core.loader import Definition
 from interlock.core.state import RunState, TaskStatus
-from interlock.runtime.projection import status_view
 from interlock.storage.base import NewEvent
+
+if TYPE_CHECKING:  # the engine's models are loaded only when a run is shown live
+    from interlock.core.loader import Definition
 
 STATUS_STYLE = {
     "completed": "green",
@@ -40,6 +41,8 @@ def styled(status: str) -> Text:
 
 def progress_table(definition: Definition, state: RunState, started: float) -> Group:
     """Phases and workers with status, attempts and elapsed time."""
+    from interlock.runtime.projection import status_view
+
     view = status_view(definition.pipeline, state, state.run_id)
     title = Text.assemble(
         (f"{state.pipeline} ", "bold"),
