@@ -147,6 +147,17 @@ VALID = {
             ]
         }
     },
+    "python names": pipeline(
+        {
+            "id": "a",
+            "workers": [
+                worker(
+                    extract={"v": {"json_path": "v"}},
+                    output_schema={"type": "object", "properties": {"s": {"type": "string"}}},
+                )
+            ],
+        }
+    ),
 }
 
 
@@ -172,6 +183,9 @@ INVALID = {
     "timeout too long": pipeline({"id": "a", "workers": [worker(timeout=10**9)]}),
     "schema not json": pipeline({"id": "a", "workers": [worker(schema="answer.txt")]}),
     "empty file": {},
+    "both spellings": pipeline(
+        {"id": "a", "workers": [worker(extract={"v": {"json": "v", "json_path": "v"}})]}
+    ),
 }
 
 

@@ -173,6 +173,7 @@ def workflow_schema() -> dict[str, Any]:
     inputs["additionalProperties"] = {"anyOf": [inputs["additionalProperties"], scalar]}
     stop = defs["RequestSettings"]["properties"]["stop"]
     stop["anyOf"].insert(1, {"type": "string"})
+    _python_names(defs)
     return {
         "$schema": DIALECT,
         "title": "interlock workflow file",
@@ -183,6 +184,32 @@ def workflow_schema() -> dict[str, Any]:
         "propertyNames": {"pattern": r"\S"},
         "additionalProperties": schema["additionalProperties"],
         "$defs": dict(sorted(defs.items())),
+    }
+
+
+# Keys whose Python name the loader also accepts: valid, but not offered for completion.
+_PYTHON_NAMES = {
+    "Rule": ("if", "if_"),
+    "Extract": ("json", "json_path"),
+    "Worker": ("schema", "output_schema"),
+}
+
+
+def _python_names(defs: dict[str, Any]) -> None:
+    """Accept `if_`, `json_path` and `output_schema` as the loader does (one spelling at a time)."""
+    for model, (key, name) in _PYTHON_NAMES.items():
+        props = defs[model]["properties"]
+        props[name] = {
+            **props[key],
+            "description": f"Another spelling of '{key}'.",
+            "doNotSuggest": True,  # yaml-language-server: valid, not offered
+        }
+        defs[model]["not"] = {"required": [key, name]}
+    # `oneOf` must see `json_path` as the `json` source too.
+    defs["Extract"]["oneOf"][0] = {
+        "anyOf": [
+            {"required": [k], "properties": {k: {"type": "string"}}} for k in ("json", "json_path")
+        ]
     }
 
 
