@@ -123,3 +123,16 @@ def test_events_recorded_before_the_chain_are_reported_as_not_chained(tmp_path: 
         assert report.ok and report.unchained == 2 and report.events == 3
     finally:
         store.close()
+
+
+@pytest.mark.parametrize(
+    "value", [1.0, 2.5, 1e16, 1e300, 0.1, -0.0, 2**70, "x.0", [1.0, {"y": 3.0}], None, True]
+)
+def test_the_append_path_digests_as_verification_does(value: object) -> None:
+    """Digesting an event's stored text (appends) equals digesting its parsed data (verify)."""
+    from interlock.storage import codec
+
+    text = codec.dumps({"x": value, "v": 1})
+    assert chain.digest_text(T0, "k", text, "r", None) == chain.digest(
+        T0, "k", codec.loads(text), "r", None
+    )

@@ -40,7 +40,7 @@ class NewEvent:
         """(kind, JSON data, content digest): the record and what its chain link covers."""
         kind, text = self.record()
         # Digested as it reads back (not as built), so that what is hashed is what is stored.
-        content = chain.digest(self.event.at, kind, codec.loads(text), self.rule, self.why)
+        content = chain.digest_text(self.event.at, kind, text, self.rule, self.why)
         return kind, text, content
 
 

@@ -37,12 +37,14 @@ def _normal(value: Any) -> Any:
     if isinstance(value, float):
         if not math.isfinite(value):
             return None
-        if value.is_integer():
+        if value.is_integer() and -(2**63) <= value < 2**64:
             return int(Decimal(repr(value)))  # the decimal text a jsonb number prints as
         return value
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, int):
+        if not -(2**63) <= value < 2**64:  # orjson (and so psycopg) reads these as floats
+            return _normal(float(value))
         return int(value)
     if isinstance(value, str):
         return str(value)
@@ -60,9 +62,36 @@ def canonical(
     body = {"at": float(at), "data": _normal(data), "kind": kind, "rule": rule, "why": why}
     try:
         return orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
-    except orjson.JSONEncodeError:  # an integer beyond 64 bits: the standard encoder takes it
+    except (orjson.JSONEncodeError, TypeError):  # not expected after `_normal`; still hashable
         text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return text.encode()
+
+
+def _parsed_float(text: str) -> Any:
+    return _normal(float(text))
+
+
+# Parses stored JSON text straight into the canonical values (numbers normalised as they are
+# read): what `canonical` does with a walk over parsed data, at a fraction of the cost on the
+# append path.
+_CANONICAL_DECODER = json.JSONDecoder(parse_float=_parsed_float, parse_constant=lambda _: None)
+
+
+def digest_text(at: float, kind: str, text: str, rule: str | None, why: str | None) -> str:
+    """`digest` of an event whose data is the JSON `text` (as the ledger stores it)."""
+    body = {
+        "at": float(at),
+        "data": _CANONICAL_DECODER.decode(text),
+        "kind": kind,
+        "rule": rule,
+        "why": why,
+    }
+    try:
+        data = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    except (orjson.JSONEncodeError, TypeError):  # an integer beyond 64 bits: read as a float
+        body["data"] = _normal(body["data"])
+        data = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(data).hexdigest()
 
 
 def digest(at: float, kind: str, data: dict[str, Any], rule: str | None, why: str | None) -> str:
