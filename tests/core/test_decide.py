@@ -678,6 +678,7 @@ def test_phase_status_after_a_failure_and_a_cancel() -> None:
     d.complete("w1@1")
     assert [x.rule for x in d.fail("w2@1")] == [R.GIVE_UP]
     assert d.state.phase_status == {"a": "completed", "b": "failed"}
+    assert d.state.tasks["w1@1"].status is TaskStatus.COMPLETED  # done work stays done
     cancelled = research()
     cancelled.record(ev.RunCancelled(at=1, reason="no longer needed"))
     assert cancelled.state.phase_status == {"collect": "cancelled"}
