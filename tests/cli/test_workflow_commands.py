@@ -47,6 +47,18 @@ def test_every_template_is_written_and_checks(tmp_path: Path, template: str) -> 
     assert stdout.startswith(f"{target}: ok ({pipeline})")
 
 
+@pytest.mark.parametrize("template", list(workflows.TEMPLATES))
+def test_init_into_a_json_file_writes_json_that_checks(tmp_path: Path, template: str) -> None:
+    """A `.json` target gets the template as JSON (read strictly as JSON), which checks."""
+    target = tmp_path / "flow.json"
+    code, _, stderr = invoke("init", str(target), "--template", template)
+    assert code == 0, stderr
+    json.loads(target.read_text())
+    code, _, stderr = invoke("check", str(target))
+    assert code == 0, stderr
+    assert not (tmp_path / "workflow.schema.json").exists()
+
+
 def test_init_with_an_unknown_template_lists_the_known_ones(tmp_path: Path) -> None:
     """A template name that does not exist is exit 2 naming the ones that do."""
     code, _, stderr = invoke("init", str(tmp_path / "x.yaml"), "--template", "reviw")

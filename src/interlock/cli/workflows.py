@@ -67,6 +67,13 @@ def init(file: str, template: str, list_: bool) -> None:
         )
     target = Path(file)
     text = (HERE / TEMPLATES[template]).read_text()
+    as_json = target.suffix.lower() == ".json"
+    if as_json:  # a .json workflow is read strictly as JSON: write the template as JSON
+        import json
+
+        import yaml
+
+        text = json.dumps(yaml.safe_load(text), indent=2) + "\n"
     try:
         with target.open("x") as stream:  # never overwrite, even a file made a moment ago
             stream.write(text)
@@ -82,7 +89,8 @@ def init(file: str, template: str, list_: bool) -> None:
         f"wrote {target} ({template}): try 'interlock check {target}' then "
         f"'interlock run {target} {pipeline} --topic \"...\"'"
     )
-    _write_schema_beside(target)
+    if not as_json:  # the modeline that names the schema is a YAML comment
+        _write_schema_beside(target)
 
 
 def _write_schema_beside(target: Path) -> None:
