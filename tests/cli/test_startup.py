@@ -53,3 +53,20 @@ def test_listing_runs_loads_no_engine(cli_env: dict[str, str]) -> None:
     as a table or as JSON."""
     assert loaded(cli_env, "runs", "--json") == []
     assert loaded(cli_env, "runs") == []
+
+
+def test_status_of_a_settled_run_loads_no_engine(cli_env: dict[str, str]) -> None:
+    """`interlock status` of a run whose status.json holds its whole history reads that file
+    and the ledger only, and shows the same view as the long way."""
+    import json
+    from pathlib import Path
+
+    from tests.cli.test_cli import RESEARCH, cli, run_id_of
+
+    run_id = run_id_of(cli(cli_env, "run", RESEARCH, "research", "--topic", "x"))
+    assert loaded(cli_env, "status", run_id) == []
+    fast = json.loads(cli(cli_env, "status", run_id, "--json").stdout)
+    status_file = next(Path(cli_env["INTERLOCK_HOME"]).glob(f"*/{run_id}/status.json"))
+    status_file.unlink()  # the long way: folded from the ledger
+    slow = json.loads(cli(cli_env, "status", run_id, "--json").stdout)
+    assert fast == slow

@@ -6,12 +6,16 @@ They never create anything: in a directory with no ledger they say so instead of
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from interlock.cli.base import Ctx, driver_of, escape, handle_errors, out, pass_ctx, when
 from interlock.core.state import RunStatus
 from interlock.errors import UsageError
+
+if TYPE_CHECKING:
+    from interlock.storage.base import RunRecord
 
 STATUSES = [status.value for status in RunStatus]
 
@@ -94,9 +98,13 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
 @handle_errors
 def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
     """Show a run: phases, workers, retries, cost, warnings, and who drives it."""
-    app = ctx.reader(run_id)
-    view = app.status(run_id)
-    record = app.store.get_run(view["run_id"])
+    current = _current_status_file(ctx, run_id)
+    if current is not None:
+        view, record = current
+    else:
+        app = ctx.reader(run_id)
+        view = app.status(run_id)
+        record = app.store.get_run(view["run_id"])
     driver = driver_of(record)
     if as_json:
         out.print_json(data={**view, "driven_by": driver})
@@ -149,7 +157,46 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
     if view["failure"]:
         out.print(f"[red]{view['status']}:[/] {escape(view['failure'])}", markup=True)
     if view["final"]:
-        out.print(f"final: {app.run_dir(view['run_id']) / 'final.md'}")
+        from interlock.runtime.home import Home
+
+        out.print(f"final: {Home.at(ctx.home).run_dir(view['run_id']) / 'final.md'}")
+
+
+STATUS_KEYS = (
+    "run_id pipeline topic status phases cost_usd tokens retry_count warnings failure final events"
+)
+
+
+def _current_status_file(ctx: Ctx, prefix: str) -> tuple[dict[str, Any], RunRecord] | None:
+    """The run's status.json with its record, when the file shows the whole history
+    recorded so far (it holds the number of events it was made from): `status` then needs
+    neither the engine nor the runtime. None sends it the long way (which also gives the
+    errors for an unknown or ambiguous id)."""
+    if ctx.missing_ledger() is not None or not prefix:
+        return None
+    from interlock.runtime.home import Home
+
+    store = ctx.store
+    matches = store.find_runs(prefix)
+    run_id = prefix if prefix in matches else matches[0] if len(matches) == 1 else None
+    if run_id is None:
+        return None
+    record = store.get_run(run_id)
+    home = Home.at(ctx.home)
+    for folder in (home.archive_dir(run_id), home.live_dir(run_id)):
+        try:
+            view = json.loads((folder / "status.json").read_bytes())
+        except (OSError, ValueError):
+            continue
+        if (
+            isinstance(view, dict)
+            and all(key in view for key in STATUS_KEYS.split())
+            and view["run_id"] == run_id
+            and view["events"] == record.last_seq
+        ):
+            view.pop("orchestrator", None)  # who wrote the file; `driven_by` says who drives
+            return view, record
+    return None
 
 
 @click.command()
