@@ -175,3 +175,18 @@ def test_a_hand_edit_is_never_overwritten(app: Interlock, write_workflow: WriteW
     app.approve(run_id)
     assert app.resume(run_id).status is RunStatus.DELIVERED
     assert SEEN["r"][-1] == "changed in my editor\n"
+
+
+def test_feedback_is_part_of_what_a_task_depends_on() -> None:
+    """The task a fingerprint covers is rendered with the rejection's feedback, so an output
+    written for other feedback is never reused for this one."""
+    from interlock.core.fingerprint import template_values
+    from interlock.core.state import RunState, TaskState, TaskStatus
+    from interlock.core.templates import render_task
+
+    state = RunState(run_id="r", topic="t", feedback="shorter")
+    task = TaskState(
+        task_id="w@2", phase="p", role="w", visit=2, item=None, attempt=1,
+        status=TaskStatus.DISPATCHED, model=None, dispatched_at=0.0,
+    )  # fmt: skip
+    assert render_task("fb={{ feedback }}", template_values(state, task)) == "fb=shorter"

@@ -75,6 +75,7 @@ def template_values(state: RunState, task: TaskState) -> dict[str, Any]:
         "item_index": task.item,
         "visit": task.visit,
         "run_id": state.run_id,
+        "feedback": state.feedback,  # a rejection's text: a new visit's task differs with it
     }
 
 
