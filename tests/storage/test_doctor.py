@@ -10,8 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 FLOW = """
 p:
   phases:
@@ -80,7 +78,6 @@ def test_an_empty_ledger_names_the_affected_runs(tmp_path: Path) -> None:
     assert (home / "ledger.db").stat().st_size == 0  # doctor writes nothing into it
 
 
-@pytest.mark.skipif(shutil.which("sqlite3") is None, reason="needs the sqlite3 shell")
 def test_a_damaged_ledger_is_reported_and_its_recovery_steps_work(tmp_path: Path) -> None:
     """A byte flipped in an index page: exit 5 with SQLite's findings and the steps; doing
     steps 3 to 6 as printed gives a ledger that doctor finds sound and that takes new runs."""

@@ -6,13 +6,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 FLOW = """
 p:
@@ -47,7 +44,6 @@ def _cli(
 SYSCALL = re.compile(r"^\d+\s+(fsync|fdatasync|rename|renameat2?)\((.*)\)\s+= 0")
 
 
-@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace")
 def test_every_output_is_fsynced_before_its_rename_and_its_folder_after(tmp_path: Path) -> None:
     """Traced system calls of a real run: each file renamed into a run directory (a command's
     output, a model's answer written from the ledger, final.md) was fsynced before the rename,
