@@ -30,6 +30,18 @@ def test_run_off_a_terminal_prints_every_event_from_the_first(cli_env: dict[str,
     assert any("task_dispatched" in line and "researcher-a@1" in line for line in lines[:6])
 
 
+def test_rerun_off_a_terminal_prints_every_event_from_the_first(cli_env: dict[str, str]) -> None:
+    """Piped, `interlock rerun` shows the new run from its run_created on, reuses included."""
+    source = run_id_of(cli(cli_env, "run", RESEARCH, "research", "--topic", "x"))
+    result = cli(cli_env, "rerun", source, "--from", "synthesis")
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if re.match(r"^\s*\d+ ", line)]
+    assert lines[0].split()[:2] == ["1", "run_created"]
+    seqs = [int(line.split()[0]) for line in lines]
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert any("task_reused" in line for line in lines)
+
+
 def test_piped_events_are_one_line_each(cli_env: dict[str, str]) -> None:
     """`interlock events RUN | cat` prints one unwrapped line per event, however long."""
     topic = "a long topic " * 40

@@ -14,6 +14,7 @@ from interlock.cli.base import (
     drive_in_foreground,
     err,
     handle_errors,
+    install_terminate_handler,
     out,
     parse_inputs,
     pass_ctx,
@@ -81,9 +82,10 @@ def rerun(
         run_count = len(plan.tasks) - plan.reused
         out.print(f"{plan.reused} task(s) reused, {run_count} to run (nothing was called)")
         return
+    install_terminate_handler()
     new = app.rerun(run_id, run_id=new_run_id, **changes)  # type: ignore[arg-type]
     err.print(f"run {new} (rerun of {app.state(new).rerun_of})")
-    sys.exit(drive_in_foreground(app, new))
+    sys.exit(drive_in_foreground(app, new, since=0))  # a new run: show it from its first event
 
 
 @click.command()

@@ -13,6 +13,7 @@ from interlock.cli.base import (
     drive_in_foreground,
     driven_elsewhere,
     handle_errors,
+    install_terminate_handler,
     out,
     pass_ctx,
 )
@@ -96,6 +97,7 @@ def edit(ctx: Ctx, run_id: str, output: str, file: str | None, editor: bool, not
 @handle_errors
 def reject(ctx: Ctx, run_id: str, to: str, feedback: str, no_drive: bool) -> None:
     """Send a paused run back to phase TO with feedback, then continue it here."""
+    install_terminate_handler()
     app = ctx.app
     run_id = app.reject(run_id, to, feedback)
     if no_drive or driven_elsewhere(app, run_id):
