@@ -118,3 +118,14 @@ def test_an_empty_file_left_at_a_final_path_is_not_adopted(tmp_path: Path) -> No
     completions = [json.loads(r[0]) for r in rows]
     writer = [c for c in completions if c["artifact"] == "writer.md"]
     assert len(writer) == 1 and not writer[0].get("adopted") and writer[0]["size"] == 6
+
+
+def test_a_path_given_twice_in_one_batch_gets_its_last_body(tmp_path: Path) -> None:
+    """An output written and edited within one tick is one file with the later text, and no
+    temporary file is left behind."""
+    from interlock.runtime.artifacts import write_files
+
+    out, other = tmp_path / "b.md", tmp_path / "c.md"
+    write_files([(out, b"first"), (other, b"other"), (out, b"edited")])
+    assert out.read_bytes() == b"edited" and other.read_bytes() == b"other"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.md", "c.md"]

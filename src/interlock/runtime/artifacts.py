@@ -44,7 +44,11 @@ def write_files(files: list[tuple[Path, bytes]]) -> None:
 
     The fsyncs of several files run at once: the file system commits them together, so a
     batch costs little more than one file.
+
+    A path given twice (an output written, then edited, within one tick) gets its last body:
+    the two would otherwise share one temporary file.
     """
+    files = list(dict(files).items())
     if len(files) == 1:
         staged = [_stage(*files[0])]
     else:

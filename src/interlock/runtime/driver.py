@@ -408,14 +408,24 @@ class RunDriver:
         final_md, delivered = self.run_dir / "final.md", self.run_dir / self.state.delivered
         if final_md.exists():
             return False
+        # The recorded hash picks the body: an output edited at a review after its worker
+        # completed has a newer text than the one kept at completion.
+        recorded = next(
+            (t.sha256 for t in self.state.tasks.values() if t.artifact == self.state.delivered),
+            None,
+        )
+        candidates = [body for path, body in reversed(self.unwritten) if path == delivered]
         if self.final_body is not None and self.final_body[0] == self.state.delivered:
-            data = self.final_body[1]
-        elif any(path == delivered for path, _ in self.unwritten):
-            data = next(body for path, body in self.unwritten if path == delivered)
-        elif delivered.exists():
-            data = delivered.read_bytes()
+            candidates.append(self.final_body[1])
+        if delivered.is_file():
+            candidates.append(delivered.read_bytes())
+        matching = [b for b in candidates if hashlib.sha256(b).hexdigest() == recorded]
+        if matching:
+            data = matching[0]
+        elif candidates and recorded is None:
+            data = candidates[0]
         else:
-            return False
+            return False  # nothing holds the recorded text yet: restore_outputs writes it
         self.unwritten.append((final_md, data))
         self.final_body = None
         return True
