@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -278,16 +279,17 @@ def test_a_sibling_stopped_mid_answer_is_paid_for(
     text received) is recorded, in the ledger, the run's cost and its listing."""
     if wire == "anthropic":
         _use_anthropic(project, server)
-    with (project / "interlock.toml").open("a") as config:
-        config.write('\n[models.ghost]\nprovider = "local"\nmodel = "no-such-model"\n')
+    # The doomed worker fails for good a second in, by when the sibling's answer has begun
+    # streaming and stalls: the sibling is stopped mid-answer, never before its first byte.
+    doomed = f"[{sys.executable!r}, '-c', 'import time; time.sleep(1); raise SystemExit(1)']"
     flow = project / "siblings.yaml"
     flow.write_text(
         "p:\n  phases:\n  - id: a\n    workers:\n"
-        "    - {role: doomed, model: ghost}\n"
+        f"    - {{role: doomed, command: {doomed}, retries: 0}}\n"
         "    - {role: sibling, model: sonnet}\n"
         "  - id: b\n    workers:\n    - {role: last, model: sonnet, final: true}\n"
     )
-    server.fail_next(Fault(stall=3.0), Fault(stall=3.0))  # whichever request streams stalls
+    server.fail_next(Fault(stall=3.0))
     app = Interlock(project / "home", settings=Settings(heartbeat=0.05))
     state = asyncio.run(_run(app, flow))
     assert state.status is RunStatus.FAILED and "doomed" in (state.failure or "")
