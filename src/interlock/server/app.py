@@ -16,7 +16,7 @@ from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException
 
 from interlock.errors import InterlockError
-from interlock.server import iterate, review_routes, routes, ws
+from interlock.server import insight, iterate, review_routes, routes, ws
 from interlock.server.auth import Authenticator, RateLimiter
 from interlock.server.config import ServerConfig
 from interlock.server.deps import reader
@@ -65,6 +65,7 @@ def build_app(config: ServerConfig) -> FastAPI:
     app.include_router(routes.router)
     app.include_router(iterate.router)
     app.include_router(review_routes.router)
+    app.include_router(insight.router)
     app.include_router(ws.router)
 
     @app.exception_handler(ApiError)

@@ -1,10 +1,10 @@
 """Which files of a run the API serves, and from where.
 
 Only what the ledger names as a worker's committed output, and `final.md` once written, is
-served (to the `read` scope). The rest of a run's directory (`status.json`, whose content
-`GET /api/runs/{id}` already gives; `logs/` with what agents printed; `prompts/` with the
-exact text sent to models) is never served over HTTP: read it on the machine, or with
-`interlock explain --prompts`.
+served as a file (to the `read` scope). The rest of a run's directory (`status.json`, whose
+content `GET /api/runs/{id}` already gives; `logs/` with what agents printed; `prompts/` with
+the exact text sent to models) is never served as files: one attempt's prompt and logs are
+shown, capped and masked, by its detail (`interlock.server.insight`).
 
 Paths are resolved against the real state directory: a run directory (or `runs/`,
 `archive/`) that is a symlink leading elsewhere is refused, and so is a file that resolves

@@ -1,0 +1,193 @@
+"use strict";
+// One run: its state, timeline, graph, costs, outputs and decisions, kept live.
+
+// -- one run -----------------------------------------------------------------------------
+
+async function runPage(runId) {
+  page = { name: "run", runId, lastSeq: 0, events: [], output: null, streams: {}, note: "", toastAfter: 0 };
+  view.replaceChildren(h("div", { class: "empty" }, "Loading…"));
+  try { await loadRun(); } catch (error) { view.replaceChildren(h("div", { class: "panel" }, error.message)); return; }
+  // Only what happens from now on pops up: the history replayed below is old news.
+  page.toastAfter = page.run.last_seq;
+  live(`/ws/runs/${runId}`, () => page.lastSeq, (message) => {
+    if (page.name !== "run" || page.runId !== runId) return;
+    if (message.type === "token") {
+      page.streams[message.task_id] = ((page.streams[message.task_id] || "") + message.text).slice(-400);
+      drawStreams();
+      return;
+    }
+    if (message.type !== "event" || message.seq <= page.lastSeq) return;
+    page.lastSeq = message.seq;
+    page.events.push(message);
+    if (message.data && message.data.task_id) delete page.streams[message.data.task_id];
+    appendTrace(message, true);
+    if (message.notification && message.seq > page.toastAfter) toast(message.notification.title);
+    clearTimeout(page.timer);
+    page.timer = setTimeout(refreshRun, 120);
+  });
+}
+
+async function loadRun() {
+  const [run, outputs, attempts] = await Promise.all([api(`/api/runs/${page.runId}`),
+    api(`/api/runs/${page.runId}/outputs`), api(`/api/runs/${page.runId}/attempts`)]);
+  attempts.loadedAt = Date.now() / 1000;
+  Object.assign(page, { run, outputs, attempts });
+  drawRun();
+}
+
+function ended(run) { return ["delivered", "failed", "cancelled"].includes(run.status); }
+
+// While tasks run, their bars grow between events: redraw the timeline alone once a second.
+function tickTimeline() {
+  if (page.name !== "run" || !page.attempts || ended(page.run)) return;
+  const box = document.getElementById("timeline-box");
+  const focused = document.activeElement && document.activeElement.dataset ? document.activeElement.dataset.seq : null;
+  if (!box || !page.attempts.attempts.some((a) => ["queued", "running"].includes(a.outcome))) return;
+  box.replaceChildren(timelineView(page.attempts, false));
+  if (focused) { const again = box.querySelector(`[data-seq="${focused}"]`); if (again) again.focus(); }
+}
+setInterval(tickTimeline, 1000);
+
+async function refreshRun() {
+  try { await loadRun(); } catch (error) { toast(error.message, true); }
+}
+
+function drawRun() {
+  const run = page.run;
+  // The note survives redraws (a redraw happens exactly when the run pauses), focus included.
+  const old = document.getElementById("note");
+  const typing = old && document.activeElement === old ? [old.selectionStart, old.selectionEnd] : null;
+  // Whatever else had the keyboard's focus keeps it across the redraw.
+  const active = document.activeElement;
+  const focus = active && view.contains(active) ? { id: active.id, seq: active.dataset.seq } : null;
+  const message = h("input", { id: "note", placeholder: "message (optional)", size: 28, value: page.note,
+    disabled: !can("operate"), oninput: (e) => { page.note = e.target.value; } });
+  const denied = can("operate") ? null : NO_OPERATE;
+  const approve = h("button", { class: "ok", id: "approve", title: denied, disabled: !can("operate") || run.status !== "paused", onclick: () => act("approve") }, "Approve");
+  const cancel = h("button", { class: "danger", id: "cancel", title: denied, disabled: !can("operate") || ["delivered", "failed", "cancelled"].includes(run.status), onclick: () => act("cancel") }, "Cancel");
+  const bar = h("div"); bar.style.width = `${Math.round(run.progress * 100)}%`;
+  const head = h("div", { class: "panel" }, h("div", { class: "head" },
+    h("div", { class: "meta" },
+      h("h1", {}, run.pipeline, " ", pill(run.status)),
+      h("div", { class: "mono muted" }, run.run_id),
+      h("div", {}, run.topic),
+      h("div", { class: "stats" },
+        stat(`${Math.round(run.progress * 100)}%`, "progress"), stat(run.phase || "–", "phase"),
+        stat(money(run.cost_usd), "cost"), stat(run.tokens, "tokens"), stat(run.retry_count, "retries"),
+        stat(run.events, "events"), stat(ago(run.created_at), "started"))),
+    ["delivered", "failed", "cancelled"].includes(run.status) ? null : h("div", { class: "actions" }, message, approve, cancel)), h("div", { class: "bar" }, bar));
+  const notes = [];
+  if (run.failure) notes.push(h("div", { class: "warn failure" }, run.status === "cancelled" ? "Cancelled: " : "Failed: ", run.failure));
+  if (run.status === "paused") notes.push(h("div", { class: "warn" }, `Paused (${run.pause_reason || "approval"}): review the outputs, then approve or cancel.`));
+  for (const warning of run.warnings) notes.push(h("div", { class: "warn" }, warning));
+  view.replaceChildren(...[
+    h("div", { class: "toolbar" }, h("a", { href: "#/" }, "← Runs")),
+    head,
+    notes.length ? h("div", { class: "panel" }, h("h2", {}, "Attention"), notes) : null,
+    h("div", { class: "panel" }, h("h2", {}, "Phases"), phaseStrip(run)),
+    h("section", { class: "panel", "aria-labelledby": "timeline-title" }, h("h2", { id: "timeline-title" }, "Timeline"),
+      h("div", { id: "timeline-box" }, timelineView(page.attempts, ended(run)))),
+    h("div", { class: "grid" },
+      h("div", {}, h("div", { class: "panel" }, h("h2", {}, "Workers"), workers(run), h("div", { id: "streams" })),
+        h("div", { class: "panel" }, h("h2", {}, "Outputs"), outputs())),
+      h("div", { class: "panel" }, h("h2", {}, "Decisions: why each step happened"),
+        h("div", { class: "scroll", id: "trace-box" }, h("table", { class: "trace" }, h("tbody", { id: "trace" })))))].filter(Boolean));
+  if (!page.events.length) loadTrace(); else page.events.forEach((m) => appendTrace(m, false));
+  drawStreams();
+  const note = document.getElementById("note");
+  if (note && typing) { note.focus(); note.setSelectionRange(typing[0], typing[1]); }
+  else if (focus) {
+    const again = focus.seq ? view.querySelector(`[data-seq="${focus.seq}"]`) : document.getElementById(focus.id);
+    if (again) again.focus();
+  }
+}
+
+function stat(value, label) { return h("div", { class: "stat" }, h("b", {}, value), h("span", {}, label)); }
+
+function phaseStrip(run) {
+  return h("div", { class: "timeline", role: "list", "aria-label": "Phases" }, run.phases.map((p) => h("div", { role: "listitem", class: `step s-${p.status}${p.id === run.phase ? " current" : ""}` },
+    h("div", { class: "name" }, p.id), h("div", { class: "sub" }, p.status, p.visits > 1 ? ` · visit ${p.visits}` : ""))));
+}
+
+function workers(run) {
+  if (!run.tasks.length) return h("div", { class: "empty" }, "No task dispatched yet.");
+  return h("table", {}, h("thead", {}, h("tr", {}, h("th", {}, "task"), h("th", {}, "phase"), h("th", {}, "status"),
+    h("th", { class: "num" }, "attempt"), h("th", { class: "num" }, "duration"), h("th", {}, "model"), h("th", {}, "output"))),
+  h("tbody", {}, run.tasks.map((t) => h("tr", {},
+    h("td", { class: "mono" }, t.task_id), h("td", {}, t.phase), h("td", {}, pill(t.status), t.error ? h("div", { class: "muted" }, t.error.slice(0, 200)) : null),
+    h("td", { class: "num" }, t.attempt), h("td", { class: "num" }, seconds(t.duration_s)), h("td", { class: "muted" }, t.model || "–"),
+    h("td", {}, t.output ? h("a", { href: "#", onclick: (e) => { e.preventDefault(); showOutput(t.output); } }, t.output) : "–")))));
+}
+
+function outputs() {
+  if (!page.outputs.length) return h("div", { class: "empty" }, "Nothing written yet.");
+  const choice = page.output || page.outputs[page.outputs.length - 1].name;
+  return h("div", {}, h("div", { class: "tabs" }, page.outputs.map((o) => h("button", { class: o.name === choice ? "on" : "", onclick: () => showOutput(o.name) }, o.name))),
+    h("div", { id: "output" }, h("div", { class: "muted" }, "…")), loadOutput(choice));
+}
+
+function showOutput(name) { page.output = name; drawRun(); }
+
+function loadOutput(name) {
+  const path = `/api/runs/${page.runId}/outputs/${encodeURIComponent(name)}`;
+  api(path).then((text) => {
+    const box = document.getElementById("output");
+    if (box) box.replaceChildren(markdown(String(text)), h("a", { id: "download", href: `${path}?download=1`, download: name,
+      onclick: (e) => { e.preventDefault(); download(path, name); } }, "download"));
+  }).catch((error) => toast(error.message, true));
+  return null;
+}
+
+// Fetched with the token in its header (a plain link would go without it), saved from memory.
+async function download(path, name) {
+  try {
+    const response = await fetch(`${path}?download=1`, { headers: token ? { Authorization: `Bearer ${token}` } : {} });
+    if (response.status === 401) askToken();
+    if (!response.ok) {
+      const body = await response.json().catch(() => ({}));
+      throw new Error(body.error ? body.error.message : `HTTP ${response.status}`);
+    }
+    const url = URL.createObjectURL(await response.blob());
+    const link = h("a", { href: url, download: name, hidden: true });
+    document.body.append(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60000);
+  } catch (error) { toast(error.message, true); }
+}
+
+function drawStreams() {
+  const box = document.getElementById("streams");
+  if (!box) return;
+  box.replaceChildren(...Object.entries(page.streams).map(([task, text]) => h("div", { class: "stream" }, `${task}: …${text}`)));
+}
+
+async function loadTrace() {
+  const events = await api(`/api/runs/${page.runId}/events`);
+  for (const e of events) {
+    if (e.seq <= page.lastSeq) continue;
+    page.lastSeq = e.seq;
+    page.events.push(e);
+    appendTrace(e, false);
+  }
+}
+
+function appendTrace(e, fresh) {
+  const body = document.getElementById("trace");
+  if (!body) return;
+  body.prepend(h("tr", { class: fresh ? "new" : "" },
+    h("td", { class: "num muted mono" }, e.seq), h("td", { class: "muted mono" }, clock(e.at)),
+    h("td", {}, e.message, e.rule ? h("div", { class: "why" }, h("code", {}, e.rule), " ", e.why || "") : null)));
+}
+
+async function act(kind) {
+  const note = document.getElementById("note");
+  const body = JSON.stringify({ message: note ? note.value : "" });
+  try {
+    await api(`/api/runs/${page.runId}/${kind}`, { method: "POST", body });
+    page.note = "";
+    if (note) note.value = "";
+    toast(kind === "approve" ? "Approval sent" : "Cancellation sent");
+  } catch (error) { toast(error.message, true); }
+}
+

@@ -1,0 +1,53 @@
+"""The run page in real Chromium: timeline, attempt detail, graph, costs, inputs and controls."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from playwright.sync_api import Browser, expect
+from tests.server.browsing import browser, open_page
+from tests.server.conftest import ServerFactory
+from tests.server.helpers import write_workflow
+from tests.server.test_insight import FLOW
+
+__all__ = ["browser"]
+SHOTS = Path(__file__).resolve().parent / "screenshots"
+
+
+def test_timeline_bars_open_attempt_detail_by_keyboard(
+    browser: Browser, make_server: ServerFactory, tmp_path: Path
+) -> None:
+    """The timeline is a labelled region with a bar per attempt (a retried one and its
+    successful retry in one row); Enter on a bar opens its detail with the command's stderr,
+    a model attempt's detail shows its exact prompt and tokens, and Escape closes it."""
+    server = make_server(workflows=[write_workflow(tmp_path, FLOW)])
+    run_id = server.start_run("flaky", "Tide tables")
+    server.wait_status(run_id, "delivered")
+    page = open_page(browser, f"{server.url}/ui/#/runs/{run_id}")
+    timeline = page.get_by_role("region", name="Timeline of 3 attempts", exact=False)
+    expect(timeline).to_be_visible()
+    shaky = timeline.get_by_role("listitem").filter(has_text="shaky")
+    expect(shaky.locator(".tl-bar")).to_have_count(2)
+    expect(shaky.locator(".tl-bar.o-retried")).to_have_attribute(
+        "aria-label", re.compile(r"^shaky@1 attempt 1: failed, retried, \d+ ms$")
+    )
+    first = shaky.locator(".tl-bar").first
+    first.focus()
+    page.keyboard.press("Enter")
+    dialog = page.get_by_role("dialog", name="shaky@1 · attempt 1")
+    expect(dialog).to_be_visible()
+    expect(dialog.locator("#attempt-stderr")).to_contain_text("first try fails")
+    page.keyboard.press("Escape")
+    expect(dialog).to_be_hidden()
+    expect(first).to_be_focused()  # the keyboard is back where it was
+    page.get_by_role("button", name="author@1 attempt 1", exact=False).click()
+    detail = page.get_by_role("dialog", name="author@1 · attempt 1")
+    expect(detail.locator("#attempt-user")).to_contain_text("Write about Tide tables")
+    expect(detail).to_contain_text("in ·")
+    expect(detail.locator("#attempt-answer")).not_to_be_empty()
+    SHOTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(SHOTS / "attempt.png"))
+    page.keyboard.press("Escape")
+    page.screenshot(path=str(SHOTS / "timeline.png"), full_page=True)
+    assert page.errors == []  # type: ignore[attr-defined]
