@@ -19,6 +19,7 @@ class ExitCode(IntEnum):
     BUSY = 4  # another orchestrator holds the run's lease
     STORAGE = 5  # the state directory or database cannot be used
     NOT_VERIFIED = 6  # a run's history or a bundle fails verification (tampered or damaged)
+    OVER_BUDGET = 7  # with --strict: the worst case of a run is over its pipeline's budget
     INTERNAL = 70  # a bug in interlock itself (EX_SOFTWARE); nothing recorded is lost
     INTERRUPTED = 130  # Ctrl-C or SIGTERM; the run stays resumable
     PIPE_CLOSED = 141  # the reader of stdout went away (`| head`), as git's 128 + SIGPIPE

@@ -28,6 +28,7 @@ from interlock.errors import LeaseHeld
 @click.option("--input", "-i", "inputs", multiple=True, help="A pipeline input, KEY=VALUE.")
 @click.option("--run-id", help="Choose the run id (default: generated).")
 @click.option("--no-cache", is_flag=True, help="Reuse no earlier run's outputs (cache: is off).")
+@click.option("--strict", is_flag=True, help="Refuse to start when the worst case is over budget.")
 @pass_ctx
 @handle_errors
 def run(
@@ -38,12 +39,24 @@ def run(
     inputs: tuple[str, ...],
     run_id: str | None,
     no_cache: bool,
+    strict: bool,
 ) -> None:
     """Start a run of PIPELINE from FILE and drive it in the foreground."""
+    from interlock.cli.quote import run_gate
+    from interlock.core.loader import load_workflow
+
     install_terminate_handler()
-    app = ctx.app
     given = parse_inputs(inputs)
-    run_id = app.start(file, pipeline, topic=topic, inputs=given, run_id=run_id, no_cache=no_cache)
+    workflow = load_workflow(file)
+    if pipeline is None and len(workflow.definitions) == 1:
+        pipeline = next(iter(workflow.definitions))
+    app = ctx.app
+    if pipeline is not None:  # without one, `start` says which pipelines there are
+        definition = workflow.get(pipeline)
+        run_gate(file, definition, app.home.root, topic, given, strict)
+    run_id = app.start(
+        workflow, pipeline, topic=topic, inputs=given, run_id=run_id, no_cache=no_cache
+    )
     err.print(f"run {run_id}")
     sys.exit(drive_in_foreground(app, run_id, since=0))
 

@@ -116,10 +116,16 @@ def _write_schema_beside(target: Path) -> None:
     help="Stop exploring a pipeline after this many states and say what was not covered.",
 )
 @click.option("--quiet", "-q", is_flag=True, help="Print only problems, not the pipelines.")
+@click.option("--cost", is_flag=True, help="Show the most a run can spend, per pipeline.")
+@click.option("--json", "as_json", is_flag=True, help="With --cost: one JSON object per pipeline.")
+@click.option("--strict", is_flag=True, help="A worst case over its budget is an error.")
 @pass_ctx
 @handle_errors
-def check(ctx: Ctx, file: str, max_states: int, quiet: bool) -> None:
+def check(
+    ctx: Ctx, file: str, max_states: int, quiet: bool, cost: bool, as_json: bool, strict: bool
+) -> None:
     """Validate FILE, explore every path its pipelines can take, and resolve its models."""
+    from interlock.cli.quote import budget_gate, quote_lines, quote_of
     from interlock.core.explore import explore
     from interlock.core.loader import load_workflow
     from interlock.providers import ModelConfig
@@ -131,6 +137,7 @@ def check(ctx: Ctx, file: str, max_states: int, quiet: bool) -> None:
     problems: list[str] = []
     warnings: list[str] = []
     priced: list[str] = []  # models without a price under a cost budget
+    quotes = []
     try:
         config = ModelConfig.load([Path(file).parent.absolute(), Home.at(ctx.home).root])
     except Exception as exc:  # an invalid interlock.toml: its message names the file
@@ -151,6 +158,8 @@ def check(ctx: Ctx, file: str, max_states: int, quiet: bool) -> None:
             )
         problems += settings_problems(name, definition.pipeline, config)
         priced += price_warnings(name, definition.pipeline, config)
+        if cost or definition.pipeline.budget is not None:
+            quotes.append((quote_of(definition, config, report=report), definition))
     for warning in [*warnings, *priced]:
         err.print(f"warning: {warning}", soft_wrap=True)
     if problems:
@@ -158,10 +167,19 @@ def check(ctx: Ctx, file: str, max_states: int, quiet: bool) -> None:
         for problem in problems:
             err.print(f"  - {problem}", soft_wrap=True)
         sys.exit(int(ExitCode.BAD_INPUT))
+    budget_gate(quotes, strict=strict, when=file)
+    if cost and as_json:
+        for quote, _ in quotes:
+            out.print(json.dumps(quote.to_json()), soft_wrap=True)
+        return
     names = ", ".join(workflow.definitions)
     partly = " (partly explored, see the warning)" if warnings else ""
     out.print(f"{file}: ok ({names}){partly}")
-    if not quiet:
+    if cost:
+        for quote, _ in quotes:
+            for line in quote_lines(quote):
+                out.print(line, soft_wrap=True)
+    elif not quiet:
         for line in _describe(workflow.definitions, Path(file)):
             out.print(line, soft_wrap=True)
 

@@ -61,6 +61,9 @@ class ExploreReport:
     phases_reached: frozenset[str]
     delivered: bool = False  # some path delivers a result
     unexplored: int = 0  # states found but not explored when `max_states` stopped the search
+    # Each distinct count of visits per phase some state reached: what a run can have done,
+    # path by path (the cost quote weighs them).
+    visit_counts: frozenset[tuple[tuple[str, int], ...]] = frozenset()
 
     def not_covered(self, phases: Sequence[str]) -> str:
         """What a search stopped by `max_states` did not cover, in words (empty when complete)."""
@@ -131,6 +134,7 @@ class _Search:
     reached: set[str] = field(default_factory=set)
     delivered: bool = False
     complete: bool = True
+    visit_counts: set[tuple[tuple[str, int], ...]] = field(default_factory=set)
 
     def problem(self, text: str) -> None:
         self.problems[f"{self.prefix}{text}"] = None
@@ -150,6 +154,7 @@ class _Search:
             self.overflow += 1
             return
         self.seen.add(signature)
+        self.visit_counts.add(tuple(sorted(state.visits.items())))
         if self.progress is not None and len(self.seen) % PROGRESS_EVERY == 0:
             self.progress(len(self.seen), len(self.frontier))
         if state.status is RunStatus.DELIVERED:
@@ -230,6 +235,7 @@ def explore(
         phases_reached=frozenset(search.reached),
         delivered=search.delivered,
         unexplored=len(search.frontier) + search.overflow,
+        visit_counts=frozenset(search.visit_counts),
     )
 
 

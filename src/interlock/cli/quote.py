@@ -1,0 +1,120 @@
+"""The worst-case quote on the command line: `check --cost`, and the budget warning of
+`check` and `run` (an error with `--strict`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from interlock.cli.base import err
+from interlock.errors import ExitCode, InterlockError
+
+if TYPE_CHECKING:
+    from interlock.core.explore import ExploreReport
+    from interlock.core.loader import Definition
+    from interlock.core.quote import Quote, TextSizes
+    from interlock.providers import ModelConfig
+
+RUN_MAX_STATES = 100_000  # as `check`: a run's quote covers what `check` covers
+
+
+class OverBudget(InterlockError):
+    """The worst case of a run is over its pipeline's budget, and `--strict` was given."""
+
+    exit_code = ExitCode.OVER_BUDGET
+
+
+def quote_of(
+    definition: Definition,
+    config: ModelConfig,
+    sizes: TextSizes | None = None,
+    report: ExploreReport | None = None,
+) -> Quote:
+    """The worst case of `definition` (exploring it unless `report` is given)."""
+    from interlock.core.explore import explore
+    from interlock.core.quote import TextSizes, quote
+    from interlock.providers.terms import model_terms
+
+    pipeline = definition.pipeline
+    if report is None:
+        report = explore(definition, max_states=RUN_MAX_STATES)
+    return quote(
+        definition.name,
+        pipeline,
+        terms=model_terms(pipeline, config),
+        sizes=sizes or TextSizes.assumed_for(pipeline),
+        visit_counts=report.visit_counts,
+        complete=report.complete,
+    )
+
+
+def budget_gate(quotes: list[tuple[Quote, Definition]], *, strict: bool, when: str) -> None:
+    """Warn about each budget a worst case is over; raise OverBudget under `strict`."""
+    lines = [line for q, d in quotes for line in q.over_budget(d.pipeline.budget)]
+    if not lines:
+        return
+    if strict:
+        text = "\n".join(f"  - {line}" for line in lines)
+        raise OverBudget(
+            f"{when}: the worst case is over the budget (--strict):\n{text}\n"
+            "  ('interlock check FILE --cost' shows the quote; leave out --strict to go on)"
+        )
+    for line in lines:
+        err.print(f"warning: {line}", soft_wrap=True)
+
+
+def run_gate(
+    file: str, definition: Definition, home: Path, topic: str, inputs: dict[str, Any], strict: bool
+) -> None:
+    """Before a run starts: its worst case, with its own topic and inputs, against its budget."""
+    if definition.pipeline.budget is None:
+        return
+    from interlock.core.quote import TextSizes
+    from interlock.errors import UsageError
+    from interlock.providers import ModelConfig
+
+    try:
+        config = ModelConfig.load([Path(file).parent.absolute(), home])
+    except Exception as exc:  # an invalid interlock.toml: its message names the file
+        raise UsageError(str(exc)) from None
+    defaults = {
+        k: v.default for k, v in definition.pipeline.inputs.items() if v.default is not None
+    }
+    sizes = TextSizes.of_run(topic, {**defaults, **inputs})
+    budget_gate(
+        [(quote_of(definition, config, sizes), definition)],
+        strict=strict,
+        when=f"{file}: pipeline {definition.name!r}",
+    )
+
+
+def quote_lines(quote: Quote) -> list[str]:
+    """The quote in words, one line each."""
+    from interlock.core.quote import ASSUMED_TEXT_TOKENS
+
+    usd = "no bound" if quote.usd is None else f"${quote.usd:,.4f}"
+    tokens = "no bound" if quote.tokens is None else f"{quote.tokens:,} tokens"
+    assumed = (
+        f"; topic and each input taken as {ASSUMED_TEXT_TOKENS:,} tokens" if quote.assumed else ""
+    )
+    lines = [f"  {quote.pipeline}: at most {usd} and {tokens} (worst case{assumed})"]
+    if not quote.complete:
+        lines.append("      not a bound: exploring stopped early (raise --max-states)")
+    if quote.usd_path:
+        path = ", ".join(f"{phase} x{count}" for phase, count in quote.usd_path)
+        lines.append(f"      dearest path: {path}")
+    for task in quote.tasks:
+        if task.calls == 0:
+            continue
+        lanes = f" x {task.lanes} lanes" if task.lanes > 1 else ""
+        cost = "no bound" if task.usd is None else f"${task.usd:,.4f}"
+        used = "no bound" if task.tokens is None else f"{task.tokens:,} tokens"
+        prompt = "no bound" if task.prompt_tokens is None else f"{task.prompt_tokens:,} tokens"
+        lines.append(
+            f"      {task.role} (phase {task.phase}{lanes}): up to {task.calls} call(s), "
+            f"prompt up to {prompt}: {cost}, {used} per task"
+        )
+    reasons = dict.fromkeys([*quote.usd_unbounded, *quote.tokens_unbounded])
+    for reason in reasons:
+        lines.append(f"      no bound: {reason}")
+    return lines

@@ -1,0 +1,380 @@
+"""The most a run can spend: a worst-case quote of cost (USD) and tokens, per pipeline.
+
+Every path the explorer finds is weighed: a path is the number of visits it makes to each
+phase, and each visit costs at most the same, whatever came before it. So the quote is the
+largest, over the visit counts `explore` reached, of the sum of visits times the dearest visit
+of each phase. A visit of a phase runs each worker once per lane (`for_each`: `max_items`
+lanes), and each task makes at most `retries + 1` calls to its model and as many to each
+fallback model, every one of them answered at its output limit and charged at its dearest
+rate (cache writes for input, reasoning for output, when dearer).
+
+The prompt of a call is estimated, since it is only known when it is sent:
+
+    PROMPT_TOKENS (the default system message, headings, the output instruction)
+    + the system message and the task template, at CHARS_PER_TOKEN characters a token
+    + the topic (once more when the template uses it) and each input the template uses
+    + the schema, when the answer has one
+    + for each file read: FILE_TOKENS plus its writer's output limit, once per lane read
+    + the item, in a fan-out whose template uses it: the output limit of the worker whose
+      list is fanned out
+
+and never more than the model's context window, when it is known: a larger prompt is refused
+before any call. At `check` the topic and inputs are not known yet and each is taken to be
+ASSUMED_TEXT_TOKENS long (or its default, when longer); at `run` their real sizes are used.
+
+A model without a price, or a worker whose calls have no output limit, leaves the quote
+without a bound: each such worker is named with the setting that bounds it. Command and call
+workers cost nothing (no usage is recorded for them), and neither does the offline stand-in.
+Reviews are not in the quote: each rejection can add one more pass from the phase it sends
+the run back to (`max_rejections` bounds how many). Pure: prices come in as data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from interlock.core.templates import TemplateProblem, template_names
+from interlock.core.workflow import Budget, Phase, Pipeline, Worker
+
+CHARS_PER_TOKEN = 4  # the same rough rule the runtime uses to check a prompt's size
+PROMPT_TOKENS = 300
+FILE_TOKENS = 30
+ASSUMED_TEXT_TOKENS = 1_000
+
+Visits = tuple[tuple[str, int], ...]
+
+
+def text_tokens(text: str) -> int:
+    """Tokens of `text` by the estimate rule (rounded up)."""
+    return -(-len(text) // CHARS_PER_TOKEN)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelTerms:
+    """What calls to one model alias cost, as one worker makes them (its `params` applied).
+
+    Rates are the dearest that apply (USD per million tokens); None means no known price.
+    """
+
+    input_usd_per_mtok: float | None
+    output_usd_per_mtok: float | None
+    max_output_tokens: int | None  # None: no limit on an answer
+    context_tokens: int | None = None  # no larger prompt is ever sent
+    free: bool = False  # never charged (the offline stand-in)
+    # Why the answer has no limit when no setting could give one (an agent CLI), else None.
+    unlimited_why: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TextSizes:
+    """How long the run's topic and inputs are, in tokens."""
+
+    topic: int
+    inputs: Mapping[str, int] = field(default_factory=dict)
+    assumed: bool = False  # True at `check`, before a run gives them
+
+    @classmethod
+    def assumed_for(cls, pipeline: Pipeline) -> TextSizes:
+        """The sizes `check` assumes: ASSUMED_TEXT_TOKENS each, or a longer default's."""
+        inputs = {
+            key: max(ASSUMED_TEXT_TOKENS, text_tokens(str(spec.default or "")))
+            for key, spec in pipeline.inputs.items()
+        }
+        return cls(topic=ASSUMED_TEXT_TOKENS, inputs=inputs, assumed=True)
+
+    @classmethod
+    def of_run(cls, topic: str, inputs: Mapping[str, Any]) -> TextSizes:
+        """The sizes of a run's own topic and inputs."""
+        return cls(
+            topic=text_tokens(topic), inputs={k: text_tokens(str(v)) for k, v in inputs.items()}
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskQuote:
+    """The most one task of a worker spends in one visit (all its attempts)."""
+
+    role: str
+    phase: str
+    lanes: int  # tasks per visit of the phase
+    calls: int  # the most model calls one task makes (0 for commands)
+    prompt_tokens: int | None  # the largest prompt of one call
+    usd: float | None  # None: no bound
+    tokens: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Quote:
+    """The worst case of one pipeline; None amounts have no bound (see the reasons)."""
+
+    pipeline: str
+    usd: float | None
+    tokens: int | None
+    usd_path: Visits  # the visits of the dearest path
+    tokens_path: Visits
+    tasks: tuple[TaskQuote, ...]
+    usd_unbounded: tuple[str, ...] = ()  # one line per worker: why, and how to bound it
+    tokens_unbounded: tuple[str, ...] = ()
+    complete: bool = True  # False: exploring stopped early, so this is not a bound
+    assumed: bool = False  # topic and inputs were assumed, not measured
+
+    def over_budget(self, budget: Budget | None) -> list[str]:
+        """What in this quote the budget may not cover, one line each (empty: it covers it)."""
+        if budget is None:
+            return []
+        where = f"pipeline {self.pipeline!r}"
+        action = "pause" if budget.on_exceed == "pause" else "fail"
+        lines = []
+        limits = (
+            (budget.max_cost_usd, self.usd, self.usd_unbounded, "max_cost_usd", _usd),
+            (budget.max_tokens, self.tokens, self.tokens_unbounded, "max_tokens", _tokens),
+        )
+        for limit, most, unbounded, key, show in limits:
+            if limit is None:
+                continue
+            if most is None:
+                lines.append(
+                    f"{where}: its budget ({key} {limit:g}) may be reached: the worst case has no "
+                    f"bound ({'; '.join(unbounded)})"
+                )
+            elif most > limit:
+                lines.append(
+                    f"{where}: a run can use up to {show(most)}, over its budget ({key} "
+                    f"{limit:g}): the budget would {action} such a run; raise {key} or lower the "
+                    "worst case (fewer retries, max_visits or max_items, smaller output limits)"
+                )
+        return lines
+
+    def to_json(self) -> dict[str, Any]:
+        """The quote as JSON values."""
+        return {
+            "pipeline": self.pipeline,
+            "max_cost_usd": self.usd,
+            "max_tokens": self.tokens,
+            "cost_unbounded": list(self.usd_unbounded),
+            "tokens_unbounded": list(self.tokens_unbounded),
+            "dearest_path": dict(self.usd_path),
+            "complete": self.complete,
+            "assumed_text_tokens": self.assumed,
+            "tasks": [
+                {
+                    "role": t.role,
+                    "phase": t.phase,
+                    "lanes": t.lanes,
+                    "calls": t.calls,
+                    "prompt_tokens": t.prompt_tokens,
+                    "cost_usd": t.usd,
+                    "tokens": t.tokens,
+                }
+                for t in self.tasks
+            ],
+        }
+
+
+def _usd(value: float) -> str:
+    return f"${value:,.4f}"
+
+
+def _tokens(value: float) -> str:
+    return f"{int(value):,} tokens"
+
+
+@dataclass
+class _Bounds:
+    """What is known so far of one pipeline: task costs and the reasons some have no bound."""
+
+    pipeline: Pipeline
+    terms: Mapping[tuple[str, str], ModelTerms]
+    sizes: TextSizes
+    usd_unbounded: dict[str, None] = field(default_factory=dict)
+    tokens_unbounded: dict[str, None] = field(default_factory=dict)
+
+    def output_limit(self, worker: Worker) -> int | None:
+        """The longest output `worker` can write, in tokens (None: no limit)."""
+        if worker.model is None:
+            return None
+        limits = [self.terms[(worker.role, a)].max_output_tokens for a in _chain(worker)]
+        return None if None in limits else max(x for x in limits if x is not None)
+
+    def prompt(self, phase: Phase, worker: Worker) -> tuple[int | None, list[str]]:
+        """The largest prompt before the context window, and what leaves it without a bound."""
+        pipeline = self.pipeline
+        try:
+            names = template_names(worker.task)
+        except TemplateProblem:
+            names = set()
+        total = PROMPT_TOKENS + text_tokens(worker.system or "") + text_tokens(worker.task)
+        total += self.sizes.topic * (2 if "topic" in names else 1)
+        used = set(pipeline.inputs) if "inputs" in names else names & set(pipeline.inputs)
+        total += sum(self.sizes.inputs.get(k, ASSUMED_TEXT_TOKENS) for k in sorted(used))
+        if isinstance(worker.output_schema, dict):
+            total += text_tokens(str(worker.output_schema))
+        why: list[str] = []
+        if phase.for_each is not None and "item" in names:
+            source = pipeline.worker(phase.for_each.items.rpartition(".")[0])
+            limit = self.output_limit(source)
+            if limit is None:
+                why.append(f"its item comes from {_writer(source)}, whose output has no limit")
+            else:
+                total += limit
+        for entry in worker.reads:
+            name = entry.removesuffix("?")
+            writer = pipeline.worker(pipeline.writers[name])
+            lanes = _lanes(pipeline.phase_of(writer.role))
+            if pipeline.phase_of(writer.role) is phase and phase.for_each is not None:
+                lanes = 1  # a lane reads its own lane's output
+            limit = self.output_limit(writer)
+            if limit is None:
+                why.append(
+                    f"it reads {name!r}, written by {_writer(writer)}, whose output has no limit"
+                )
+            else:
+                total += lanes * (FILE_TOKENS + limit)
+        return (None if why else total), why
+
+    def task(self, phase: Phase, worker: Worker) -> TaskQuote:
+        """The most one task of `worker` spends in one visit of `phase`."""
+        lanes = _lanes(phase)
+        if worker.model is None:
+            return TaskQuote(
+                role=worker.role, phase=phase.id, lanes=lanes, calls=0, prompt_tokens=0,
+                usd=0.0, tokens=0,
+            )  # fmt: skip
+        place = f"phase {phase.id!r}, worker {worker.role!r}"
+        base, why = self.prompt(phase, worker)
+        usd: float | None = 0.0
+        tokens: int | None = 0
+        largest: int | None = 0
+        for alias in _chain(worker):
+            terms = self.terms[(worker.role, alias)]
+            prompt = base
+            if terms.context_tokens is not None:
+                prompt = terms.context_tokens if base is None else min(base, terms.context_tokens)
+            elif why:
+                self._unbounded(
+                    f"{place}: model {alias!r}: {'; '.join(why)}: set context_tokens in "
+                    f"[models.{alias}] (a larger prompt is refused before any call), or give "
+                    "the writer an output limit",
+                    usd=not terms.free,
+                )
+            answer = terms.max_output_tokens
+            if answer is None:
+                fix = terms.unlimited_why or (
+                    f"set max_output_tokens in [models.{alias}] or in the worker's params"
+                )
+                self._unbounded(
+                    f"{place}: model {alias!r} has no output limit: {fix}", usd=not terms.free
+                )
+            rates = (terms.input_usd_per_mtok, terms.output_usd_per_mtok)
+            if not terms.free and None in rates:
+                self.usd_unbounded[
+                    f"{place}: model {alias!r} has no known price: set input_price_per_mtok and "
+                    f"output_price_per_mtok in [models.{alias}]"
+                ] = None
+            calls = worker.retries + 1
+            if prompt is None or answer is None:
+                tokens = largest = None
+                if not terms.free:
+                    usd = None
+                continue
+            largest = None if largest is None else max(largest, prompt)
+            tokens = None if tokens is None else tokens + calls * (prompt + answer)
+            if usd is not None and not terms.free:
+                if rates[0] is None or rates[1] is None:
+                    usd = None
+                else:
+                    usd += calls * (prompt * rates[0] + answer * rates[1]) / 1_000_000
+        return TaskQuote(
+            role=worker.role, phase=phase.id, lanes=lanes, calls=worker.max_attempts,
+            prompt_tokens=largest, usd=usd, tokens=tokens,
+        )  # fmt: skip
+
+    def _unbounded(self, line: str, *, usd: bool) -> None:
+        self.tokens_unbounded[line] = None
+        if usd:
+            self.usd_unbounded[line] = None
+
+
+def _chain(worker: Worker) -> list[str]:
+    return list(dict.fromkeys([worker.model or "", *worker.fallback_models]))
+
+
+def _lanes(phase: Phase) -> int:
+    return phase.for_each.max_items if phase.for_each is not None else 1
+
+
+def _writer(worker: Worker) -> str:
+    return f"{worker.kind} worker {worker.role!r}"
+
+
+def quote(
+    name: str,
+    pipeline: Pipeline,
+    *,
+    terms: Mapping[tuple[str, str], ModelTerms],
+    sizes: TextSizes,
+    visit_counts: Iterable[Visits],
+    complete: bool = True,
+) -> Quote:
+    """The worst case of `pipeline` over the paths `explore` found.
+
+    Args:
+        name: the pipeline's name, for messages.
+        pipeline: the pipeline.
+        terms: (role, alias) -> what that worker's calls to that alias cost, for every model
+            of every model worker (fallbacks included).
+        sizes: how long the topic and inputs are (assumed at `check`).
+        visit_counts: the visit counts per phase that `explore` reached (`visit_counts`).
+        complete: whether exploring covered every path (False: the quote is not a bound).
+    """
+    bounds = _Bounds(pipeline, terms, sizes)
+    tasks = tuple(bounds.task(phase, w) for phase in pipeline.phases for w in phase.workers)
+    per_visit_usd: dict[str, float | None] = {}
+    per_visit_tokens: dict[str, int | None] = {}
+    for phase in pipeline.phases:
+        mine = [t for t in tasks if t.phase == phase.id]
+        usd = [t.usd for t in mine]
+        tokens = [t.tokens for t in mine]
+        per_visit_usd[phase.id] = None if None in usd else sum(t.lanes * (t.usd or 0) for t in mine)
+        per_visit_tokens[phase.id] = (
+            None if None in tokens else sum(t.lanes * (t.tokens or 0) for t in mine)
+        )
+    usd_most, usd_path = _dearest(visit_counts, per_visit_usd)
+    tokens_most, tokens_path = _dearest(visit_counts, per_visit_tokens)
+    order = {phase.id: index for index, phase in enumerate(pipeline.phases)}
+    usd_path, tokens_path = (
+        tuple(sorted(path, key=lambda visit: order.get(visit[0], 0)))
+        for path in (usd_path, tokens_path)
+    )
+    return Quote(
+        pipeline=name,
+        usd=usd_most,
+        tokens=None if tokens_most is None else int(tokens_most),
+        usd_path=usd_path,
+        tokens_path=tokens_path,
+        tasks=tasks,
+        usd_unbounded=tuple(bounds.usd_unbounded) if usd_most is None else (),
+        tokens_unbounded=tuple(bounds.tokens_unbounded) if tokens_most is None else (),
+        complete=complete,
+        assumed=sizes.assumed,
+    )
+
+
+def _dearest(
+    visit_counts: Iterable[Visits], per_visit: Mapping[str, float | int | None]
+) -> tuple[float | None, Visits]:
+    """The largest total over the paths, and that path's visits (None: a path has no bound)."""
+    most: float = 0.0
+    path: Visits = ()
+    for visits in sorted(visit_counts):  # sorted: ties pick the same path every time
+        total = 0.0
+        for phase, count in visits:
+            cost = per_visit.get(phase, 0)
+            if cost is None:
+                return None, visits
+            total += count * cost
+        if total > most or not path:
+            most, path = total, visits
+    return most, path
