@@ -51,3 +51,36 @@ def test_timeline_bars_open_attempt_detail_by_keyboard(
     page.keyboard.press("Escape")
     page.screenshot(path=str(SHOTS / "timeline.png"), full_page=True)
     assert page.errors == []  # type: ignore[attr-defined]
+
+
+def test_graph_shows_path_loop_count_and_opens_worker(
+    browser: Browser, make_server: ServerFactory, tmp_path: Path
+) -> None:
+    """The graph region draws every phase and worker, marks the loop edge taken once with its
+    condition, and a worker node reached by keyboard opens its last attempt; in dark mode the
+    graph's text stays light on the dark panel."""
+    server = make_server(workflows=[write_workflow(tmp_path, FLOW)])
+    run_id = server.start_run("loop", "Loops")
+    server.wait_status(run_id, "delivered")
+    page = open_page(browser, f"{server.url}/ui/#/runs/{run_id}", dark=True)
+    graph = page.get_by_role("region", name="Graph of pipeline loop", exact=False)
+    expect(graph).to_be_visible()
+    expect(graph.locator(".g-phase")).to_have_count(4)  # three phases and the end
+    expect(graph.locator(".g-flow.g-taken")).to_have_count(4)
+    rules = graph.get_by_role("list", name="next rules")
+    times = "\N{MULTIPLICATION SIGN}"
+    expect(rules).to_contain_text(
+        f"review → draft if visits.draft < 2 (at most 2 visits) · taken 1{times}"
+    )
+    loop = graph.locator(".g-label.g-taken").filter(has_text="visits.draft < 2")
+    expect(loop).to_contain_text(f"(max 2) · 1{times}")
+    node = graph.get_by_role("button", name="worker reviewer", exact=False)
+    node.focus()
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("dialog", name="reviewer@2 · attempt 1")).to_be_visible()
+    page.keyboard.press("Escape")
+    fill = graph.locator(".g-title").first.evaluate("e => getComputedStyle(e).fill")
+    assert fill == "rgb(223, 228, 238)", fill  # the dark theme's text colour
+    SHOTS.mkdir(exist_ok=True)
+    graph.screenshot(path=str(SHOTS / "graph-dark.png"))
+    assert page.errors == []  # type: ignore[attr-defined]

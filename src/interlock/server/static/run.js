@@ -28,10 +28,10 @@ async function runPage(runId) {
 }
 
 async function loadRun() {
-  const [run, outputs, attempts] = await Promise.all([api(`/api/runs/${page.runId}`),
-    api(`/api/runs/${page.runId}/outputs`), api(`/api/runs/${page.runId}/attempts`)]);
+  const [run, outputs, attempts, graph] = await Promise.all([api(`/api/runs/${page.runId}`),
+    api(`/api/runs/${page.runId}/outputs`), api(`/api/runs/${page.runId}/attempts`), api(`/api/runs/${page.runId}/graph`)]);
   attempts.loadedAt = Date.now() / 1000;
-  Object.assign(page, { run, outputs, attempts });
+  Object.assign(page, { run, outputs, attempts, graph });
   drawRun();
 }
 
@@ -87,6 +87,7 @@ function drawRun() {
     h("div", { class: "panel" }, h("h2", {}, "Phases"), phaseStrip(run)),
     h("section", { class: "panel", "aria-labelledby": "timeline-title" }, h("h2", { id: "timeline-title" }, "Timeline"),
       h("div", { id: "timeline-box" }, timelineView(page.attempts, ended(run)))),
+    h("section", { class: "panel", "aria-labelledby": "graph-title" }, h("h2", { id: "graph-title" }, "Graph"), graphView(page.graph, run, page.attempts)),
     h("div", { class: "grid" },
       h("div", {}, h("div", { class: "panel" }, h("h2", {}, "Workers"), workers(run), h("div", { id: "streams" })),
         h("div", { class: "panel" }, h("h2", {}, "Outputs"), outputs())),

@@ -92,8 +92,12 @@ function ticks(span, pct, start) {
 
 // -- attempt detail -------------------------------------------------------------------------
 
+let opener = null;  // what had focus when the detail opened: it gets it back, even if redrawn
+
 async function openAttempt(seq) {
   const dialog = document.getElementById("attempt-dialog");
+  const active = document.activeElement;
+  if (!dialog.open) opener = active ? { id: active.id, seq: active.dataset ? active.dataset.seq : null } : null;
   const body = document.getElementById("attempt-body");
   body.replaceChildren(h("div", { class: "muted" }, "Loading…"));
   document.getElementById("attempt-title").textContent = "Attempt";
@@ -130,3 +134,9 @@ function attemptDetail(a) {
 
 function closeAttempt() { document.getElementById("attempt-dialog").close(); }
 document.getElementById("attempt-close").addEventListener("click", closeAttempt);
+document.getElementById("attempt-dialog").addEventListener("close", () => {
+  if (!opener) return;
+  const target = opener.seq ? view.querySelector(`.tl-bar[data-seq="${opener.seq}"]`) : opener.id ? document.getElementById(opener.id) : null;
+  if (target) target.focus();
+  opener = null;
+});
