@@ -83,6 +83,12 @@ class Interlock:
             )
         return self._orchestrator
 
+    @orchestrator.setter
+    def orchestrator(self, orchestrator: Orchestrator) -> None:
+        """Record and drive the runs started here with `orchestrator` (a server's own, which
+        runs its loop): commands posted here wake it."""
+        self._orchestrator = orchestrator
+
     # -- starting and driving -----------------------------------------------------------------
 
     def start(
@@ -174,12 +180,14 @@ class Interlock:
         inputs: dict[str, Any] | None = None,
         run_id: str | None = None,
         no_cache: bool = False,
+        definition: Definition | None = None,
     ) -> str:
         """Record a rerun of a finished run; `drive` carries it out.
 
         Each task whose fingerprint matches the source run's task (and that comes before
         `from_phase`) carries the source's output over at no cost; the rest run. The source
-        run is only read.
+        run is only read. `definition` (instead of `workflow`) runs a definition at hand, such
+        as a server's registered pipeline.
         """
         from interlock.runtime import rerun
 
@@ -194,6 +202,7 @@ class Interlock:
             inputs=inputs,
             run_id=run_id,
             no_cache=no_cache,
+            definition=definition,
         )
         prepared = rerun.prepare(self.store, self.orchestrator, request)
         return rerun.create(self.orchestrator, prepared, run_id)
@@ -208,6 +217,7 @@ class Interlock:
         topic: str | None = None,
         inputs: dict[str, Any] | None = None,
         no_cache: bool = False,
+        definition: Definition | None = None,
     ) -> Plan:
         """What `rerun` would reuse and run, task by task, and why; nothing is recorded or
         called."""
@@ -221,6 +231,7 @@ class Interlock:
             topic=topic,
             inputs=inputs,
             no_cache=no_cache,
+            definition=definition,
         )
         return rerun_plan.dry_run(self.orchestrator, request)
 

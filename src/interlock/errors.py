@@ -20,6 +20,7 @@ class ExitCode(IntEnum):
     STORAGE = 5  # the state directory or database cannot be used
     NOT_VERIFIED = 6  # a run's history or a bundle fails verification (tampered or damaged)
     OVER_BUDGET = 7  # with --strict: the worst case of a run is over its pipeline's budget
+    MISSING_EXTRA = 69  # an optional dependency the command needs is not installed (sysexits)
     INTERNAL = 70  # a bug in interlock itself (EX_SOFTWARE); nothing recorded is lost
     INTERRUPTED = 130  # Ctrl-C or SIGTERM; the run stays resumable
     PIPE_CLOSED = 141  # the reader of stdout went away (`| head`), as git's 128 + SIGPIPE
@@ -47,6 +48,12 @@ class WorkflowError(InterlockError):
 
 class UsageError(InterlockError):
     """A command was given something it cannot use (unknown run, wrong state, bad flag)."""
+
+
+class MissingExtra(InterlockError):
+    """A command needs an optional dependency (an extra) that is not installed."""
+
+    exit_code = ExitCode.MISSING_EXTRA
 
 
 class RunNotFound(UsageError):

@@ -12,7 +12,6 @@ import click
 
 from interlock.cli.base import Ctx, driver_of, escape, handle_errors, out, pass_ctx, when
 from interlock.core.state import RunStatus
-from interlock.errors import UsageError
 
 if TYPE_CHECKING:
     from interlock.storage.base import RunRecord
@@ -236,15 +235,11 @@ def explain(ctx: Ctx, run_id: str, prompt_of: str | None) -> None:
     the exact prompt of a task)."""
     app = ctx.reader(run_id)
     if prompt_of is not None:
-        prompts = app.run_dir(run_id) / "prompts"
-        found = sorted(prompts.glob(f"{prompt_of}*.md")) if prompts.is_dir() else []
-        if not found:
-            raise UsageError(
-                f"no prompt was recorded for {prompt_of!r} (only model tasks have one)"
-            )
-        for path in found:
-            out.print(f"== {path.stem} (task.attempt)")
-            click.echo(path.read_text())
+        from interlock.runtime.explain import prompts
+
+        for name, text in prompts(app.run_dir(run_id), prompt_of):
+            out.print(f"== {name} (task.attempt)")
+            click.echo(text)
         return
     from interlock.cli.why import explain_lines
 

@@ -16,6 +16,7 @@ from interlock.cli import (
     inspect,
     iterate,
     maintenance,
+    mcp,
     review,
     runs,
     schema,
@@ -61,6 +62,7 @@ for module in (
     schema,
     fleet,
     server,
+    mcp,
     maintenance,
 ):
     for command in module.COMMANDS:

@@ -8,14 +8,12 @@ from fastapi import APIRouter, Depends, Response
 from pydantic import BaseModel, Field
 
 from interlock.errors import InterlockError
-from interlock.runtime import rerun_plan
-from interlock.runtime.home import check_run_id
-from interlock.runtime.rerun import RerunRequest, SourceNotEnded, create, prepare
+from interlock.runtime.rerun import SourceNotEnded
 from interlock.server.auth import Principal
 from interlock.server.deps import operator, reader, resolve, service
 from interlock.server.errors import ApiError, from_interlock
-from interlock.server.routes import run_row
 from interlock.server.service import Service
+from interlock.server.views import run_row
 
 router = APIRouter(prefix="/api")
 Svc = Annotated[Service, Depends(service)]
@@ -49,26 +47,31 @@ async def rerun(
     `dry_run`, only the plan (reuse or run, and why, per task) is returned."""
     body = body or Rerun()
     source = resolve(svc, run_id)
+    inputs = {
+        k: v if isinstance(v, str | int | float | bool) else str(v) for k, v in body.inputs.items()
+    }
     try:
-        if body.run_id is not None:
-            check_run_id(body.run_id)
-        request = RerunRequest(
-            source=source,
-            from_phase=body.from_phase,
-            topic=body.topic,
-            inputs={
-                k: v if isinstance(v, str | int | float | bool) else str(v)
-                for k, v in body.inputs.items()
-            },
-            run_id=body.run_id,
-            no_cache=body.no_cache,
-            definition=svc.workflows.get(body.pipeline) if body.pipeline else None,
-        )
+        definition = svc.workflows.get(body.pipeline) if body.pipeline else None
         if body.dry_run:
             response.status_code = 200
-            return rerun_plan.dry_run(svc.orchestrator, request).as_dict()
-        prepared = prepare(svc.store, svc.orchestrator, request)
-        new = create(svc.orchestrator, prepared, body.run_id)
+            plan = svc.api.plan_rerun(
+                source,
+                from_phase=body.from_phase,
+                topic=body.topic,
+                inputs=inputs,
+                no_cache=body.no_cache,
+                definition=definition,
+            )
+            return plan.as_dict()
+        new = svc.api.rerun(
+            source,
+            from_phase=body.from_phase,
+            topic=body.topic,
+            inputs=inputs,
+            run_id=body.run_id,
+            no_cache=body.no_cache,
+            definition=definition,
+        )
     except SourceNotEnded as exc:
         raise ApiError(409, "wrong_state", exc.message) from None
     except InterlockError as exc:

@@ -8,15 +8,14 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import FileResponse, PlainTextResponse, Response
 from pydantic import BaseModel, Field
 
-from interlock.core.state import RunState
-from interlock.runtime.projection import iso, status_view
+from interlock.runtime.projection import iso
 from interlock.server import files
 from interlock.server.auth import Authenticator, Principal
 from interlock.server.deps import download_reader, operator, reader, resolve, service
 from interlock.server.errors import ApiError
-from interlock.server.messages import event_record, progress
+from interlock.server.messages import event_record
 from interlock.server.service import Service
-from interlock.storage.base import RunRecord
+from interlock.server.views import run_detail, run_row
 
 router = APIRouter(prefix="/api")
 Svc = Annotated[Service, Depends(service)]
@@ -42,54 +41,6 @@ class Note(BaseModel):
     """An optional message kept with an approval or a cancellation."""
 
     message: str = Field(default="", max_length=10_000)
-
-
-def run_row(record: RunRecord) -> dict[str, Any]:
-    """A run as listed."""
-    s = record.summary
-    return {
-        "run_id": record.run_id,
-        "pipeline": record.pipeline,
-        "topic": record.topic,
-        "status": s.status,
-        "phase": s.phase,
-        "cost_usd": round(s.cost_usd, 6),
-        "tokens": s.tokens,
-        "warnings": s.warnings,
-        "events": record.last_seq,
-        "created_at": iso(record.created_at),
-        "updated_at": iso(s.updated_at),
-        "driven_by": record.lease_owner,
-    }
-
-
-def task_rows(state: RunState) -> list[dict[str, Any]]:
-    """Every task with its attempts and timing (for the dashboard's worker table)."""
-    rows = []
-    for t in state.tasks.values():
-        end = t.completed_at or (state.updated_at if t.status.in_flight else None)
-        duration = round(end - t.started_at, 3) if end and t.started_at else None
-        rows.append(
-            {
-                "task_id": t.task_id,
-                "phase": t.phase,
-                "role": t.role,
-                "visit": t.visit,
-                "item": t.item,
-                "attempt": t.attempt,
-                "status": t.status.value,
-                "model": t.model,
-                "dispatched_at": iso(t.dispatched_at),
-                "started_at": iso(t.started_at),
-                "completed_at": iso(t.completed_at),
-                "duration_s": duration,
-                "output": t.artifact,
-                "error": t.error,
-                "cost_usd": round(t.cost_usd, 6),
-                "tokens": t.tokens,
-            }
-        )
-    return rows
 
 
 @router.get("/health")
@@ -130,17 +81,11 @@ async def list_runs(
 @router.post("/runs", status_code=201)
 async def start_run(svc: Svc, _: Starter, body: StartRun) -> dict[str, Any]:
     """Start a run of a registered pipeline; the server drives it."""
-    definition = svc.workflows.get(body.pipeline)
-    if body.run_id is not None:
-        from interlock.runtime.home import check_run_id
-
-        check_run_id(body.run_id)
     inputs = {
         k: v if isinstance(v, str | int | float | bool) else str(v) for k, v in body.inputs.items()
     }
-    run_id = svc.orchestrator.create_run(
-        definition, topic=body.topic, inputs=inputs, run_id=body.run_id
-    )
+    definition = svc.workflows.get(body.pipeline)
+    run_id = svc.api.start(definition, topic=body.topic, inputs=inputs, run_id=body.run_id)
     svc.orchestrator.wake()
     return run_row(svc.store.get_run(run_id))
 
@@ -148,18 +93,7 @@ async def start_run(svc: Svc, _: Starter, body: StartRun) -> dict[str, Any]:
 @router.get("/runs/{run_id}")
 async def get_run(svc: Svc, _: Reader, run_id: str) -> dict[str, Any]:
     """A run's state: phases, workers, tasks, costs, warnings."""
-    run_id = resolve(svc, run_id)
-    record = svc.store.get_run(run_id)
-    state = svc.api.state(run_id)
-    pipeline = svc.orchestrator.definition(record.pipeline, record.definition_hash).pipeline
-    view = status_view(pipeline, state, run_id)
-    view["tasks"] = task_rows(state)
-    view["progress"] = progress(pipeline, state)
-    view["phase"] = state.current.phase if state.current else None
-    view["last_seq"] = record.last_seq
-    view["driven_by"] = record.lease_owner
-    view["pause_reason"] = state.pause_reason
-    return view
+    return run_detail(svc.api, resolve(svc, run_id))
 
 
 @router.get("/runs/{run_id}/events")

@@ -78,6 +78,7 @@ class Service:
         self.orchestrator = ServerOrchestrator(
             self.store, self.home, settings=settings, dispatcher=self.dispatcher
         )
+        self.api.orchestrator = self.orchestrator  # runs started through the API are driven here
         self.metrics = Metrics(self.store, self.orchestrator)
         self.orchestrator.on_tick = self.metrics.tick.observe
         self.hub = Hub(

@@ -42,14 +42,18 @@ class Workflows:
 
     def describe(self) -> list[dict[str, Any]]:
         """What `GET /api/workflows` lists."""
-        return [
-            {
-                "pipeline": name,
-                "source": d.source,
-                "description": d.pipeline.description,
-                "schedule": d.pipeline.schedule,
-                "inputs": {k: v.model_dump() for k, v in d.pipeline.inputs.items()},
-                "phases": [p.id for p in d.pipeline.phases],
-            }
-            for name, d in sorted(self.load().items())
-        ]
+        return [describe(name, d) for name, d in sorted(self.load().items())]
+
+
+def describe(name: str, definition: Definition) -> dict[str, Any]:
+    """A pipeline as a client starting it needs it: description, declared inputs (default,
+    whether required), phases and schedule."""
+    pipeline = definition.pipeline
+    return {
+        "pipeline": name,
+        "source": definition.source,
+        "description": pipeline.description,
+        "schedule": pipeline.schedule,
+        "inputs": {k: v.model_dump() for k, v in pipeline.inputs.items()},
+        "phases": [p.id for p in pipeline.phases],
+    }

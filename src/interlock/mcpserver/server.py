@@ -1,0 +1,100 @@
+"""The MCP server: interlock's tools and resources on the official SDK's `MCPServer`."""
+
+from __future__ import annotations
+
+import json
+from importlib.metadata import PackageNotFoundError, version
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError
+from mcp.types import ToolAnnotations
+
+from interlock.errors import InterlockError
+from interlock.mcpserver.backend import Backend
+from interlock.mcpserver.tools import Tools, read_text
+from interlock.runtime.home import check_run_id
+from interlock.server.errors import ApiError
+from interlock.server.views import run_row
+
+INSTRUCTIONS = """\
+interlock runs multi-agent pipelines defined in workflow files. A typical session:
+list_pipelines (what can run, and its inputs) -> start_run -> wait_for_run (or run_status)
+-> when paused: list_outputs / read_output, then approve, reject (back to a phase with
+feedback) or edit_output -> wait_for_run -> read_output final.md. run_events and explain say
+what happened and why. Outputs are also resources: interlock://runs/{run_id}/outputs/{name}.
+"""
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
+ACTS = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
+STOPS = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)
+TOOL_NAMES = (
+    "list_pipelines",
+    "list_runs",
+    "start_run",
+    "rerun",
+    "run_status",
+    "wait_for_run",
+    "run_events",
+    "explain",
+    "list_outputs",
+    "read_output",
+    "approve",
+    "reject",
+    "edit_output",
+    "cancel",
+    "resume",
+)
+
+
+def _version() -> str:
+    try:
+        return version("interlock")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "0"
+
+
+def build(backend: Backend) -> MCPServer:
+    """An MCP server whose tools act on `backend`."""
+    server: MCPServer = MCPServer(
+        "interlock",
+        title="interlock",
+        description="Start, follow, review and steer runs of interlock pipelines.",
+        instructions=INSTRUCTIONS,
+        version=_version(),
+        log_level="WARNING",
+        warn_on_duplicate_tools=True,
+    )
+    tools = Tools(backend)
+    for name in TOOL_NAMES:
+        method = getattr(tools, name)
+        scope = method.scope
+        hints = READ_ONLY if scope == "read" else STOPS if name == "cancel" else ACTS
+        server.add_tool(method, name=name, annotations=hints, structured_output=True)
+
+    @server.resource(
+        "interlock://runs",
+        name="runs",
+        description="The 100 newest runs (JSON), as list_runs gives them.",
+        mime_type="application/json",
+    )
+    def runs() -> str:
+        records = backend.api.store.list_runs(limit=100)
+        return json.dumps([run_row(r) for r in records], indent=2)
+
+    @server.resource(
+        "interlock://runs/{run_id}/outputs/{name}",
+        name="run output",
+        description="An output of a run (a name list_outputs gives, or final.md).",
+        mime_type="text/plain",
+    )
+    async def output(run_id: str, name: str, ctx: Context) -> str:
+        try:
+            backend.allow(backend.caller(ctx.request_context.request), "read", "read_output")
+            run_id = backend.api.resolve(check_run_id(run_id))
+            return read_text(backend, run_id, name)
+        except ApiError as exc:
+            raise ResourceError(f"{exc.code}: {exc.message}") from None
+        except InterlockError as exc:
+            raise ResourceError(exc.message) from None
+
+    return server

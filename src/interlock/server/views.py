@@ -1,0 +1,77 @@
+"""How runs look to the API's clients (the REST routes and the MCP tools): a run as listed,
+its tasks, and the full view of one run. Plain functions over the store: no web framework."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from interlock.core.state import RunState
+from interlock.runtime.projection import iso, status_view
+from interlock.server.messages import progress
+from interlock.storage.base import RunRecord
+
+if TYPE_CHECKING:
+    from interlock.api import Interlock
+
+
+def run_row(record: RunRecord) -> dict[str, Any]:
+    """A run as listed."""
+    s = record.summary
+    return {
+        "run_id": record.run_id,
+        "pipeline": record.pipeline,
+        "topic": record.topic,
+        "status": s.status,
+        "phase": s.phase,
+        "cost_usd": round(s.cost_usd, 6),
+        "tokens": s.tokens,
+        "warnings": s.warnings,
+        "events": record.last_seq,
+        "created_at": iso(record.created_at),
+        "updated_at": iso(s.updated_at),
+        "driven_by": record.lease_owner,
+    }
+
+
+def task_rows(state: RunState) -> list[dict[str, Any]]:
+    """Every task with its attempts and timing (for the dashboard's worker table)."""
+    rows = []
+    for t in state.tasks.values():
+        end = t.completed_at or (state.updated_at if t.status.in_flight else None)
+        duration = round(end - t.started_at, 3) if end and t.started_at else None
+        rows.append(
+            {
+                "task_id": t.task_id,
+                "phase": t.phase,
+                "role": t.role,
+                "visit": t.visit,
+                "item": t.item,
+                "attempt": t.attempt,
+                "status": t.status.value,
+                "model": t.model,
+                "dispatched_at": iso(t.dispatched_at),
+                "started_at": iso(t.started_at),
+                "completed_at": iso(t.completed_at),
+                "duration_s": duration,
+                "output": t.artifact,
+                "error": t.error,
+                "cost_usd": round(t.cost_usd, 6),
+                "tokens": t.tokens,
+            }
+        )
+    return rows
+
+
+def run_detail(api: Interlock, run_id: str) -> dict[str, Any]:
+    """A run's state: phases, workers, tasks, costs, warnings, progress, why it is paused."""
+    record = api.store.get_run(run_id)
+    state = api.state(run_id)
+    pipeline = api.definition_of(record.pipeline, record.definition_hash).pipeline
+    view = status_view(pipeline, state, run_id)
+    view["tasks"] = task_rows(state)
+    view["progress"] = progress(pipeline, state)
+    view["phase"] = state.current.phase if state.current else None
+    view["last_seq"] = record.last_seq
+    view["driven_by"] = record.lease_owner
+    view["pause_reason"] = state.pause_reason
+    return view
