@@ -408,7 +408,8 @@ def _branch(
 
 
 def expression_context(state: RunState, pipeline: Pipeline | None = None) -> dict[str, Any]:
-    """What conditions may read: topic, inputs, visit counts and each role's extracted values."""
+    """What conditions may read: topic, inputs, visit counts, the budget spent and left, and
+    each role's extracted values."""
     visits = dict(state.visits)
     if pipeline is not None:
         # A phase that has not run yet counts 0 visits, so `visits.fix < 2` works before it ran.
@@ -419,11 +420,32 @@ def expression_context(state: RunState, pipeline: Pipeline | None = None) -> dic
         "visits": visits,
         "roles": {role: dict(values) for role, values in state.values.items()},
         "feedback": state.feedback,
+        "budget": budget_values(state, pipeline),
     }
     for role, values in state.values.items():
         if role.isidentifier() and role not in context:
             context[role] = dict(values)
     return context
+
+
+def budget_values(state: RunState, pipeline: Pipeline | None = None) -> dict[str, Any]:
+    """`budget.*` for conditions: what the run spent and has left, from recorded usage only.
+
+    The amounts are those folded from the history, so a replay reads the same values. USD is
+    rounded to a millionth of a dollar so that `explain` shows 0.004, not the float sum's
+    0.0040000000000000001. What is left never goes below 0 (an approved budget pause lets a
+    run spend past it); it is null when the pipeline sets no such limit.
+    """
+    budget = pipeline.budget if pipeline is not None else None
+    spent_usd = round(state.cost_usd, 6)
+    limit_usd = budget.max_cost_usd if budget is not None else None
+    limit_tokens = budget.max_tokens if budget is not None else None
+    return {
+        "spent_usd": spent_usd,
+        "spent_tokens": state.tokens,
+        "remaining_usd": None if limit_usd is None else round(max(0.0, limit_usd - spent_usd), 6),
+        "remaining_tokens": None if limit_tokens is None else max(0, limit_tokens - state.tokens),
+    }
 
 
 def _fan_out_items(phase: Phase, state: RunState) -> tuple[list[Any] | None, str | None]:

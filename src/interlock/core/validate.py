@@ -11,6 +11,8 @@ import re
 
 from interlock.core.expressions import ROOT_NAMES, ExpressionError, compile_expression
 from interlock.core.placeholders import RESERVED_OUTPUTS, command_problems
+from interlock.core.reads import paths as read_paths
+from interlock.core.reads import show_path
 from interlock.core.state import artifact_name
 from interlock.core.templates import TEMPLATE_NAMES, TemplateProblem, template_names
 from interlock.core.workflow import Pipeline, Worker
@@ -220,12 +222,44 @@ def _check_transitions(
             except ExpressionError as exc:
                 problems.append(f"{place}: {exc}")
                 continue
+            problems += [f"{place}: {p}" for p in budget_problems(pipeline, rule.if_)]
             known = ROOT_NAMES | {r for r in roles if r.isidentifier()}
             for unknown in sorted(compiled.names - known):
                 problems.append(
                     f"{place}: expression {rule.if_!r} reads {unknown!r}, which is not a role, "
                     f"'topic', 'inputs', 'visits' or 'roles'{_suggest(unknown, sorted(known))}"
                 )
+    return problems
+
+
+BUDGET_FIELDS = {  # what `budget.*` holds -> the limit it needs, if any
+    "spent_usd": None,
+    "spent_tokens": None,
+    "remaining_usd": "max_cost_usd",
+    "remaining_tokens": "max_tokens",
+}
+
+
+def budget_problems(pipeline: Pipeline, condition: str) -> list[str]:
+    """`budget.*` names a condition reads that do not exist, or need a limit not set."""
+    compiled = compile_expression(condition)
+    if "budget" not in compiled.names:
+        return []
+    problems = []
+    for path in read_paths(compiled.tree, frozenset({"budget"})):
+        name = path[1] if len(path) > 1 else ""
+        if name not in BUDGET_FIELDS:
+            problems.append(
+                f"expression {condition!r} reads {show_path(path)}; the budget has "
+                f"{', '.join('budget.' + f for f in BUDGET_FIELDS)}"
+            )
+            continue
+        limit = BUDGET_FIELDS[name]
+        if limit is not None and getattr(pipeline.budget, limit, None) is None:
+            problems.append(
+                f"expression {condition!r} reads budget.{name}, but the pipeline's budget sets "
+                f"no {limit}; add budget: {{{limit}: ...}} to the pipeline"
+            )
     return problems
 
 
