@@ -44,6 +44,11 @@ class Fault:
     empty: bool = False  # stream no text at all, then finish normally
     json_answer: bool = False  # answer one JSON document although asked to stream
     reject_field: str | None = None  # a 400 naming this body field, if the body has it
+    # Answer by asking for these tool calls, (name, arguments), instead of the reply: the
+    # arguments as an object, or a string sent as written (malformed JSON, say). `tool_text`
+    # is what the model says before its calls.
+    tool_calls: list[tuple[str, Any]] | None = None
+    tool_text: str = ""
 
 
 @dataclass
@@ -64,6 +69,37 @@ class FakeState:
     stopping: threading.Event = field(default_factory=threading.Event)
 
 
+def _arguments(arguments: Any) -> str:
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)
+
+
+def _call_id(state: FakeState, index: int) -> str:
+    return f"call_{len(state.requests)}_{index}"
+
+
+def _openai_calls(state: FakeState, fault: Fault) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": _call_id(state, i),
+            "type": "function",
+            "function": {"name": name, "arguments": _arguments(args)},
+        }
+        for i, (name, args) in enumerate(fault.tool_calls or [])
+    ]
+
+
+def _anthropic_uses(state: FakeState, fault: Fault) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "tool_use",
+            "id": _call_id(state, i),
+            "name": name,
+            "input": args if isinstance(args, dict) else {},
+        }
+        for i, (name, args) in enumerate(fault.tool_calls or [])
+    ]
+
+
 def _openai_error(status: int, message: str, kind: str, code: str | None) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "param": None, "code": code}}
 
@@ -80,8 +116,19 @@ def _openai_answer(state: FakeState, body: dict[str, Any], fault: Fault) -> dict
         "total_tokens": state.input_tokens + state.output_tokens,
         **state.usage_extra,
     }
-    message = {"role": "assistant", "content": "" if fault.empty else "".join(state.reply)}
-    choice = {"index": 0, "message": message, "finish_reason": fault.finish_reason or "stop"}
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": "" if fault.empty else "".join(state.reply),
+    }
+    finish = fault.finish_reason or "stop"
+    if fault.tool_calls is not None:
+        message = {
+            "role": "assistant",
+            "content": fault.tool_text or None,
+            "tool_calls": _openai_calls(state, fault),
+        }
+        finish = "tool_calls"
+    choice = {"index": 0, "message": message, "finish_reason": finish}
     return {
         "id": "chatcmpl-1",
         "object": "chat.completion",
@@ -94,8 +141,16 @@ def _openai_answer(state: FakeState, body: dict[str, Any], fault: Fault) -> dict
 
 def _anthropic_answer(state: FakeState, body: dict[str, Any], fault: Fault) -> dict[str, Any]:
     """A complete message, as sent without ``stream``."""
-    content = [{"type": "thinking", "thinking": "Let me see.", "signature": "sig"}]
-    if not fault.empty:
+    content: list[dict[str, Any]] = [
+        {"type": "thinking", "thinking": "Let me see.", "signature": "sig"}
+    ]
+    stop = fault.finish_reason or "end_turn"
+    if fault.tool_calls is not None:
+        if fault.tool_text:
+            content.append({"type": "text", "text": fault.tool_text})
+        content += _anthropic_uses(state, fault)
+        stop = "tool_use"
+    elif not fault.empty:
         content.append({"type": "text", "text": "".join(state.reply)})
     return {
         "id": "msg_1",
@@ -103,7 +158,7 @@ def _anthropic_answer(state: FakeState, body: dict[str, Any], fault: Fault) -> d
         "role": "assistant",
         "model": body["model"],
         "content": content,
-        "stop_reason": fault.finish_reason or "end_turn",
+        "stop_reason": stop,
         "stop_sequence": None,
         "usage": {
             "input_tokens": state.input_tokens,
@@ -261,6 +316,8 @@ class Handler(BaseHTTPRequestHandler):
         }
         first = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
         self._send(json.dumps({**base, "choices": [first]}))
+        if fault.tool_calls is not None:
+            return self._openai_tool_stream(state, body, fault, base)
         for number, part in enumerate(state.reply):
             if fault.truncate and number == len(state.reply) // 2:
                 return
@@ -292,6 +349,83 @@ class Handler(BaseHTTPRequestHandler):
             }
             self._send(json.dumps({**base, "choices": [], "usage": usage}))
         self._send("[DONE]")
+
+    def _openai_tool_stream(
+        self, state: FakeState, body: dict[str, Any], fault: Fault, base: dict[str, Any]
+    ) -> None:
+        """Stream `fault.tool_calls` as chat-completions deltas: the id and name first, the
+        arguments in two fragments, as OpenAI sends them."""
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> None:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish}
+            self._send(json.dumps({**base, "choices": [choice]}))
+
+        if fault.tool_text:
+            chunk({"content": fault.tool_text})
+        for index, call in enumerate(_openai_calls(state, fault)):
+            arguments = call["function"]["arguments"]
+            head = {**call, "index": index, "function": {"name": call["function"]["name"]}}
+            head["function"]["arguments"] = ""
+            chunk({"tool_calls": [head]})
+            for fragment in (arguments[: len(arguments) // 2], arguments[len(arguments) // 2 :]):
+                chunk({"tool_calls": [{"index": index, "function": {"arguments": fragment}}]})
+        if fault.truncate:
+            return
+        chunk({}, "tool_calls")
+        if (body.get("stream_options") or {}).get("include_usage"):
+            usage = {
+                "prompt_tokens": state.input_tokens,
+                "completion_tokens": state.output_tokens,
+                "total_tokens": state.input_tokens + state.output_tokens,
+            }
+            self._send(json.dumps({**base, "choices": [], "usage": usage}))
+        self._send("[DONE]")
+
+    def _anthropic_tool_stream(self, state: FakeState, fault: Fault) -> None:
+        """Stream `fault.tool_calls` as Messages events: a text block when there is text,
+        then a tool_use block per call with its input in two input_json_delta fragments."""
+        index = 0
+        if fault.tool_text:
+            start = {"type": "text", "text": ""}
+            self._send(
+                json.dumps({"type": "content_block_start", "index": 0, "content_block": start}),
+                "content_block_start",
+            )
+            delta = {"type": "text_delta", "text": fault.tool_text}
+            self._send(
+                json.dumps({"type": "content_block_delta", "index": 0, "delta": delta}),
+                "content_block_delta",
+            )
+            self._send(json.dumps({"type": "content_block_stop", "index": 0}), "content_block_stop")
+            index = 1
+        for number, (use, (_, args)) in enumerate(
+            zip(_anthropic_uses(state, fault), fault.tool_calls or [], strict=True)
+        ):
+            at = index + number
+            block = {**use, "input": {}}
+            self._send(
+                json.dumps({"type": "content_block_start", "index": at, "content_block": block}),
+                "content_block_start",
+            )
+            text = _arguments(args)
+            for fragment in (text[: len(text) // 2], text[len(text) // 2 :]):
+                delta = {"type": "input_json_delta", "partial_json": fragment}
+                self._send(
+                    json.dumps({"type": "content_block_delta", "index": at, "delta": delta}),
+                    "content_block_delta",
+                )
+            self._send(
+                json.dumps({"type": "content_block_stop", "index": at}), "content_block_stop"
+            )
+        if fault.truncate:
+            return
+        delta_event = {
+            "type": "message_delta",
+            "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+            "usage": {"output_tokens": state.output_tokens},
+        }
+        self._send(json.dumps(delta_event), "message_delta")
+        self._send(json.dumps({"type": "message_stop"}), "message_stop")
 
     def _anthropic(
         self, state: FakeState, headers: dict[str, str], body: dict[str, Any], fault: Fault
@@ -342,6 +476,8 @@ class Handler(BaseHTTPRequestHandler):
             "usage": {"input_tokens": state.input_tokens, "output_tokens": 1, **state.usage_extra},
         }
         self._send(json.dumps({"type": "message_start", "message": message}), "message_start")
+        if fault.tool_calls is not None:
+            return self._anthropic_tool_stream(state, fault)
         start = {
             "type": "content_block_start",
             "index": 0,

@@ -25,6 +25,7 @@ from pydantic import (
 
 from interlock.core.params import RequestSettings
 from interlock.core.schemas import implied_extract, schema_problem
+from interlock.core.tools import MAX_TURNS_LIMIT, ToolServer
 
 # A role, phase id or output name becomes part of a path on disk: keep it to one plain segment.
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -159,6 +160,14 @@ class Worker(_Model):
     output_schema: dict[str, Any] | str | None = Field(
         default=None, alias="schema", exclude_if=lambda value: value is None
     )
+    # MCP servers whose tools the model may call, in a loop of at most `max_turns` model
+    # calls; `accept_max_turns` keeps the last answer when the model still asks for tools.
+    # Each is left out of the canonical form when unset, so other workers keep their hashes.
+    tools: list[ToolServer] = Field(default_factory=list, exclude_if=lambda value: not value)
+    max_turns: Annotated[int, Field(ge=1, le=MAX_TURNS_LIMIT)] | None = Field(
+        default=None, exclude_if=lambda value: value is None
+    )
+    accept_max_turns: bool = Field(default=False, exclude_if=lambda value: not value)
 
     @model_validator(mode="before")
     @classmethod
@@ -238,6 +247,13 @@ class Worker(_Model):
             raise ValueError("'params' only applies to 'model' workers")
         if self.output_schema is not None and self.model is None:
             raise ValueError("'schema' only applies to 'model' workers")
+        for key in ("tools", "max_turns", "accept_max_turns"):
+            if getattr(self, key) and self.model is None:
+                raise ValueError(f"{key!r} only applies to 'model' workers")
+        if (self.max_turns is not None or self.accept_max_turns) and not self.tools:
+            raise ValueError(
+                "'max_turns' and 'accept_max_turns' bound a tool loop: give the worker 'tools'"
+            )
         return self
 
     @property

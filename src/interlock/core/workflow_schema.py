@@ -89,6 +89,17 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "params": "Request settings over those of the model's alias in interlock.toml.",
         "schema": "The JSON Schema the model's answer must match (an object, or the path of "
         "a .json file); its top-level properties become extracted values.",
+        "tools": "MCP servers whose tools the model may call: {mcp: [command, args...]} or "
+        "{url: http://host/mcp}.",
+        "max_turns": "Most model calls of the tool loop in one attempt (default 10).",
+        "accept_max_turns": "Keep the last answer when the model still asks for tools at "
+        "max_turns, instead of failing the attempt.",
+    },
+    "ToolServer": {
+        "mcp": "Start this command (an argv list) and speak MCP over its stdin and stdout.",
+        "url": "A streamable HTTP MCP server's endpoint.",
+        "timeout": "Seconds one tool call may take before the attempt fails (default 60).",
+        "env": "More environment variables for a server started with 'mcp'.",
     },
     "Backoff": {
         "initial": "Seconds before the first retry.",

@@ -17,6 +17,7 @@ from interlock.providers.base import (
     ModelResult,
     ProviderError,
     TokenCallback,
+    ToolCall,
 )
 from interlock.providers.prompt import estimate_tokens
 from interlock.providers.redaction import Secret
@@ -41,6 +42,19 @@ class _Stream:
     began: bool = False  # the server started answering
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    # tool_use blocks by their index: id, name, the input given whole and the JSON fragments.
+    uses: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        """The calls the model asked for, in order."""
+        return tuple(
+            ToolCall(
+                id=use["id"],
+                name=use["name"],
+                arguments="".join(use["parts"]) or json.dumps(use["input"] or {}),
+            )
+            for _, use in sorted(self.uses.items())
+        )
 
     def cache(self, usage: dict[str, Any]) -> None:
         """Keep the cache figures of a usage that reports them."""
@@ -157,6 +171,7 @@ class AnthropicProvider:
             cache_read_tokens=stream.cache_read_tokens,
             cache_write_tokens=stream.cache_write_tokens,
             extra=extra,
+            tool_calls=stream.tool_calls(),
         )
 
 
@@ -164,6 +179,16 @@ def _input_tokens(usage: dict[str, Any]) -> int:
     # Cached prompt tokens are reported apart from input_tokens; they are still input.
     keys = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
     return sum(v for k in keys if isinstance(v := usage.get(k), int))
+
+
+def _use(block: dict[str, Any]) -> dict[str, Any]:
+    """A tool_use block as the stream state keeps it."""
+    return {
+        "id": str(block.get("id") or ""),
+        "name": str(block.get("name") or ""),
+        "input": block.get("input"),
+        "parts": [],
+    }
 
 
 def _read_answer(name: str, answer: dict[str, Any], on_token: TokenCallback | None) -> _Stream:
@@ -182,11 +207,13 @@ def _read_answer(name: str, answer: dict[str, Any], on_token: TokenCallback | No
         stopped=True,
     )
     state.cache(usage)
-    for block in answer.get("content") or []:
+    for index, block in enumerate(answer.get("content") or []):
         if isinstance(block, dict) and block.get("type") == "text" and block.get("text"):
             state.parts.append(block["text"])
             if on_token is not None:
                 on_token(block["text"])
+        elif isinstance(block, dict) and block.get("type") == "tool_use":
+            state.uses[index] = _use(block)
     return state
 
 
@@ -210,12 +237,20 @@ async def _read_stream(
             state.input_tokens = _input_tokens(usage)
             state.output_tokens = usage.get("output_tokens", 0)
             state.cache(usage)
+        elif kind == "content_block_start":
+            block = payload.get("content_block") or {}
+            if block.get("type") == "tool_use":
+                state.uses[payload.get("index", len(state.uses))] = _use(block)
         elif kind == "content_block_delta":
             delta = payload.get("delta", {})
             if delta.get("type") == "text_delta" and delta.get("text"):
                 state.parts.append(delta["text"])
                 if on_token is not None:
                     on_token(delta["text"])
+            elif delta.get("type") == "input_json_delta":
+                use = state.uses.get(payload.get("index", -1))
+                if use is not None and isinstance(delta.get("partial_json"), str):
+                    use["parts"].append(delta["partial_json"])
         elif kind == "message_delta":
             state.stop_reason = payload.get("delta", {}).get("stop_reason") or state.stop_reason
             usage = payload.get("usage", {})

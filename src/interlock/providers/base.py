@@ -22,6 +22,42 @@ TokenCallback = Callable[[str], None]
 
 
 @dataclass(frozen=True, kw_only=True)
+class ToolSpec:
+    """A tool the model may call, as its server described it."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]  # JSON Schema of the arguments
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCall:
+    """One call the model asked for."""
+
+    id: str  # the provider's id, echoed with the result
+    name: str
+    arguments: str  # the JSON text the model wrote (not necessarily valid)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolResult:
+    """What one tool call gave back to the model."""
+
+    call_id: str
+    content: str
+    is_error: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolTurn:
+    """An earlier turn of a tool loop: what the model said and asked, and the answers."""
+
+    text: str
+    calls: tuple[ToolCall, ...]
+    results: tuple[ToolResult, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
 class ModelRequest:
     """One model call, exactly as it will be sent."""
 
@@ -37,6 +73,8 @@ class ModelRequest:
     response_schema: dict[str, Any] | None = None
     schema_name: str = "output"
     attachments: tuple[Attachment, ...] = ()  # images and PDFs sent beside the prompt
+    tools: tuple[ToolSpec, ...] = ()  # offered to the model
+    turns: tuple[ToolTurn, ...] = ()  # the tool loop so far, after the prompt
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,6 +94,7 @@ class ModelResult:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
+    tool_calls: tuple[ToolCall, ...] = ()  # what the model asked to call instead of finishing
 
 
 class ProviderError(Exception):

@@ -22,6 +22,7 @@ from interlock.providers.base import (
     ModelResult,
     ProviderError,
     TokenCallback,
+    ToolCall,
 )
 from interlock.providers.prompt import estimate_tokens
 from interlock.providers.redaction import Secret
@@ -40,6 +41,28 @@ class _Stream:
     usage: dict[str, Any] | None = None
     response_model: str | None = None
     began: bool = False  # the server started answering
+    # Tool calls by their index in the answer: id, name and the argument fragments so far.
+    calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    def add_call(self, index: int, part: dict[str, Any]) -> None:
+        """Fold one `tool_calls` entry (whole, or a streamed fragment) into the calls."""
+        call = self.calls.setdefault(index, {"id": "", "name": "", "arguments": []})
+        function = part.get("function") or {}
+        call["id"] = call["id"] or part.get("id") or ""
+        call["name"] = call["name"] or function.get("name") or ""
+        if isinstance(function.get("arguments"), str):
+            call["arguments"].append(function["arguments"])
+
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        """The calls the model asked for, in order (an id made up when a server sent none)."""
+        return tuple(
+            ToolCall(
+                id=call["id"] or f"call_{index}",
+                name=call["name"],
+                arguments="".join(call["arguments"]),
+            )
+            for index, call in sorted(self.calls.items())
+        )
 
 
 class OpenAIChatProvider:
@@ -147,6 +170,7 @@ class OpenAIChatProvider:
             cost_usd=self._resolved.cost_usd(input_tokens, output_tokens, **details),
             finish_reason=stream.finish_reason or "stop",
             extra=extra,
+            tool_calls=stream.tool_calls(),
             **details,
         )
 
@@ -157,11 +181,15 @@ def _read_answer(name: str, answer: dict[str, Any], on_token: TokenCallback | No
     if isinstance(answer.get("usage"), dict):
         state.usage = answer["usage"]
     for choice in answer.get("choices") or []:
-        content = (choice.get("message") or {}).get("content")
+        message = choice.get("message") or {}
+        content = message.get("content")
         if isinstance(content, str) and content:
             state.parts.append(content)
             if on_token is not None:
                 on_token(content)
+        for index, call in enumerate(message.get("tool_calls") or []):
+            if isinstance(call, dict):
+                state.add_call(index, call)
         state.finish_reason = choice.get("finish_reason") or state.finish_reason
     if state.finish_reason is None:
         raise ProviderError(f"{name}: the answer has no finish_reason", retryable=True)
@@ -195,11 +223,16 @@ async def _read_stream(
         if isinstance(chunk.get("usage"), dict):
             state.usage = chunk["usage"]
         for choice in chunk.get("choices") or []:
-            content = (choice.get("delta") or {}).get("content")
+            delta = choice.get("delta") or {}
+            content = delta.get("content")
             if content:
                 state.parts.append(content)
                 if on_token is not None:
                     on_token(content)
+            for number, call in enumerate(delta.get("tool_calls") or []):
+                if isinstance(call, dict):
+                    index = call.get("index")
+                    state.add_call(index if isinstance(index, int) else number, call)
             if choice.get("finish_reason"):
                 state.finish_reason = choice["finish_reason"]
     if state.finish_reason is None:

@@ -8,12 +8,13 @@ setting and what the kind accepts, instead of being dropped silently.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from interlock.core.params import SETTING_NAMES, RequestSettings
 from interlock.providers.attachments import anthropic_parts, openai_parts
-from interlock.providers.base import ModelRequest, ProviderError
+from interlock.providers.base import ModelRequest, ProviderError, ToolCall, ToolTurn
 
 _COMMON = frozenset({"stop", "max_output_tokens", "timeout", "stream", "extra_body", "headers"})
 SUPPORTED: Mapping[str, frozenset[str]] = {
@@ -76,7 +77,20 @@ def openai_body(request: ModelRequest, *, max_tokens: int | None, max_tokens_fie
     messages: list[dict[str, Any]] = [{"role": "user", "content": content}]
     if request.system:
         messages.insert(0, {"role": "system", "content": request.system})
+    messages += openai_turns(request.turns)
     body: dict[str, Any] = {"model": request.model, "messages": messages}
+    if request.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": tool.name,
+                    "description": tool.description,
+                    "parameters": tool.input_schema,
+                },
+            }
+            for tool in request.tools
+        ]
     if streaming(request):
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
@@ -116,8 +130,13 @@ def anthropic_body(request: ModelRequest, *, max_tokens: int) -> Any:
     body: dict[str, Any] = {
         "model": request.model,
         "max_tokens": max_tokens,
-        "messages": [{"role": "user", "content": content}],
+        "messages": [{"role": "user", "content": content}, *anthropic_turns(request.turns)],
     }
+    if request.tools:
+        body["tools"] = [
+            {"name": t.name, "description": t.description, "input_schema": t.input_schema}
+            for t in request.tools
+        ]
     if streaming(request):
         body["stream"] = True
     if request.system:
@@ -149,6 +168,59 @@ def anthropic_body(request: ModelRequest, *, max_tokens: int) -> Any:
     if output:
         body["output_config"] = output
     return merge_body(body, settings.extra_body or {})
+
+
+def openai_turns(turns: tuple[ToolTurn, ...]) -> list[dict[str, Any]]:
+    """The tool loop so far as chat messages: each assistant message with its `tool_calls`,
+    then one `tool` message per result (which has no error flag: an error says so)."""
+    messages: list[dict[str, Any]] = []
+    for turn in turns:
+        calls = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            for call in turn.calls
+        ]
+        messages.append({"role": "assistant", "content": turn.text or None, "tool_calls": calls})
+        for result in turn.results:
+            content = f"error: {result.content}" if result.is_error else result.content
+            messages.append({"role": "tool", "tool_call_id": result.call_id, "content": content})
+    return messages
+
+
+def anthropic_turns(turns: tuple[ToolTurn, ...]) -> list[dict[str, Any]]:
+    """The tool loop so far as Messages: an assistant message of text and `tool_use` blocks,
+    then a user message of the matching `tool_result` blocks."""
+    messages: list[dict[str, Any]] = []
+    for turn in turns:
+        blocks: list[dict[str, Any]] = [{"type": "text", "text": turn.text}] if turn.text else []
+        blocks += [
+            {"type": "tool_use", "id": c.id, "name": c.name, "input": call_input(c)}
+            for c in turn.calls
+        ]
+        results = [
+            {
+                "type": "tool_result",
+                "tool_use_id": r.call_id,
+                "content": r.content,
+                **({"is_error": True} if r.is_error else {}),
+            }
+            for r in turn.results
+        ]
+        messages += [{"role": "assistant", "content": blocks}, {"role": "user", "content": results}]
+    return messages
+
+
+def call_input(call: ToolCall) -> dict[str, Any]:
+    """A call's arguments as an object; arguments that are no JSON object read as none (the
+    loop has already answered such a call with an error)."""
+    try:
+        value = json.loads(call.arguments or "{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def strict_compatible(schema: Any) -> bool:

@@ -47,6 +47,7 @@ from interlock.providers.settings import recorded_settings
 from interlock.providers.verdict import judge
 from interlock.runtime.artifacts import write_atomic
 from interlock.runtime.executors import Outcome, TaskSpec, keep_output
+from interlock.runtime.tool_runs import complete_with_tools
 
 ProgressCallback = Callable[[str], None]
 
@@ -175,9 +176,26 @@ class ModelRunner:
                 schema_name=re.sub(r"[^A-Za-z0-9_-]", "_", spec.worker.role)[:64],
                 attachments=attachments,
             )
-            result, warnings = await complete_with_schema(
-                resolved.provider, request, relay, instructions=instructions
-            )
+            warnings: list[str] = []
+
+            async def complete(request: ModelRequest) -> ModelResult:
+                result, said = await complete_with_schema(
+                    resolved.provider, request, relay, instructions=instructions
+                )
+                warnings.extend(w for w in said if w not in warnings)
+                return result
+
+            if spec.worker.tools:
+                result = await complete_with_tools(
+                    complete,
+                    request,
+                    spec.worker,
+                    kind=model.kind,
+                    transcript=spec.run_dir / "prompts" / f"{spec.task_id}.{spec.attempt}.tools.md",
+                    cwd=spec.workflow_dir,
+                )
+            else:
+                result = await complete(request)
         except CallStopped as stopped:
             # Stopped while the server was answering (the run ended): that much was spent.
             stopped.usage = usage_of(stopped.answered, alias, model)
@@ -297,4 +315,10 @@ def usage_of(result: ModelResult, alias: str, model: ResolvedModel | None = None
             if count
         },
         **({"estimated": True} if result.extra.get("usage") == "estimated" else {}),
+        # A tool loop's model calls and tool calls, whose spend the figures above add up.
+        **{
+            name: int(result.extra[name])
+            for name in ("turns", "tool_calls")
+            if name in result.extra
+        },
     }

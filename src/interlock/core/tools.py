@@ -1,0 +1,68 @@
+"""The `tools:` of a model worker: MCP servers whose tools the model may call.
+
+A worker lists servers as ``{mcp: [command, args...]}`` (started as a subprocess, spoken to
+over stdio) or ``{url: https://...}`` (streamable HTTP); the runtime runs the tool loop. This
+module only checks the shape. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from interlock.core.params import unknown_keys_message
+
+DEFAULT_TOOL_TIMEOUT_S = 60.0  # one tool call; a server that hangs fails the attempt after it
+DEFAULT_MAX_TURNS = 10  # model calls in one attempt's tool loop, when the worker sets none
+MAX_TURNS_LIMIT = 100
+
+
+class ToolServer(BaseModel):
+    """One MCP server a model worker may call tools of."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mcp: list[str] | None = None  # argv of a stdio server
+    url: str | None = None  # a streamable HTTP server's endpoint
+    # Seconds one tool call may take before the attempt fails.
+    timeout: Annotated[float, Field(gt=0, le=3600)] = DEFAULT_TOOL_TIMEOUT_S
+    env: dict[str, str] | None = None  # more environment for a stdio server
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, value: Any) -> Any:
+        message = unknown_keys_message(value, list(cls.model_fields), "tools key")
+        if message is not None:
+            raise ValueError(message)
+        return value
+
+    @field_validator("mcp")
+    @classmethod
+    def _argv(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and (not value or not value[0].strip()):
+            raise ValueError("mcp must be a non-empty argv list, e.g. ['python', 'server.py']")
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(f"url {value!r} must start with http:// or https://")
+        return value
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> ToolServer:
+        if (self.mcp is None) == (self.url is None):
+            raise ValueError(
+                "each tools entry needs exactly one of 'mcp' (a command, e.g. "
+                "{mcp: [python, server.py]}) or 'url' (e.g. {url: http://localhost:8000/mcp})"
+            )
+        if self.env is not None and self.mcp is None:
+            raise ValueError("'env' only applies to 'mcp' servers started as a command")
+        return self
+
+    @property
+    def label(self) -> str:
+        """How messages name this server: its command line or its URL."""
+        return " ".join(self.mcp) if self.mcp is not None else str(self.url)

@@ -1,0 +1,245 @@
+"""The MCP servers of one attempt's tool loop: started, listed, called, stopped.
+
+Uses the official `mcp` SDK (the optional extra ``interlock[mcp]``). Every fault of a server
+becomes a `ProviderError` that names the server and says what to do: a command that is not
+found (not retryable: the workflow must change), a server that exits, fails to start or does
+not answer a call within its `timeout` (retryable: the next attempt starts it afresh). What a
+tool itself reports as an error is no fault: it goes back to the model as an error result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from contextlib import AsyncExitStack
+from pathlib import Path
+from types import TracebackType
+from typing import IO, TYPE_CHECKING, Any
+
+from interlock.core.tools import ToolServer
+from interlock.providers.base import ProviderError, ToolCall, ToolResult, ToolSpec
+
+if TYPE_CHECKING:
+    from mcp import Client
+
+INSTALL_HINT = "pip install 'interlock[mcp]'"
+_STDERR_TAIL = 600  # characters of a server's stderr quoted when it fails
+
+
+def sdk_missing() -> str | None:
+    """Why tools cannot run in this environment (the MCP SDK is missing), or None."""
+    try:
+        import mcp  # noqa: F401  (only whether it imports)
+    except ImportError:
+        return f"tools need the MCP client library, which is not installed: {INSTALL_HINT}"
+    return None
+
+
+class _Server:
+    """One connected server: its client, its settings and where its stderr goes."""
+
+    def __init__(self, server: ToolServer, client: Client, errlog: IO[str] | None) -> None:
+        self.server = server
+        self.client = client
+        self.errlog = errlog
+
+    def said(self) -> str:
+        """The end of what the server wrote to stderr, for error messages."""
+        if self.errlog is None:
+            return ""
+        self.errlog.flush()
+        self.errlog.seek(0)
+        text = self.errlog.read().strip()
+        return f"; it wrote: {text[-_STDERR_TAIL:]}" if text else ""
+
+
+class Toolbox:
+    """The tools of a worker's servers, open for one attempt (an async context manager).
+
+    Args:
+        servers: The worker's `tools:` entries.
+        role: The worker, named in error messages.
+        cwd: Where stdio servers start (the workflow file's folder).
+    """
+
+    def __init__(self, servers: list[ToolServer], *, role: str, cwd: Path | None) -> None:
+        self._servers = servers
+        self._role = role
+        self._cwd = cwd
+        self._stack = AsyncExitStack()
+        self._by_tool: dict[str, _Server] = {}
+        self.specs: tuple[ToolSpec, ...] = ()
+
+    async def __aenter__(self) -> Toolbox:
+        missing = sdk_missing()
+        if missing is not None:
+            raise ProviderError(f"worker {self._role!r}: {missing}", retryable=False)
+        try:
+            specs: list[ToolSpec] = []
+            for server in self._servers:
+                specs += await self._open(server)
+        except BaseException:
+            await self._close()
+            raise
+        self.specs = tuple(specs)
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        await self._close()
+
+    async def _close(self) -> None:
+        # A server that already died cannot be stopped twice: its close errors say nothing.
+        with contextlib.suppress(Exception):
+            await self._stack.aclose()
+
+    def _where(self, server: ToolServer) -> str:
+        return f"worker {self._role!r}: tool server {server.label!r}"
+
+    async def _open(self, server: ToolServer) -> list[ToolSpec]:
+        from mcp import Client, StdioServerParameters
+        from mcp.client.stdio import stdio_client
+
+        errlog: IO[str] | None = None
+        if server.mcp is not None:
+            errlog = self._stack.enter_context(
+                tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115 (the stack closes it)
+            )
+            params = StdioServerParameters(
+                command=server.mcp[0],
+                args=server.mcp[1:],
+                env={**os.environ, **(server.env or {})},
+                cwd=self._cwd,
+            )
+            client = Client(stdio_client(params, errlog=errlog), mode="legacy")
+        else:
+            client = Client(str(server.url), mode="legacy")
+        opened = _Server(server, client, errlog)
+        where = self._where(server)
+        try:
+            await self._stack.enter_async_context(client)
+            listed = await client.list_tools()
+        except OSError as exc:
+            if server.mcp is not None and isinstance(exc, FileNotFoundError):
+                raise ProviderError(
+                    f"{where}: command {server.mcp[0]!r} was not found: install it or fix "
+                    "the 'mcp' entry under the worker's 'tools'",
+                    retryable=False,
+                ) from None
+            raise ProviderError(
+                f"{where} could not be reached: {exc}{opened.said()}", retryable=True
+            ) from None
+        except Exception as exc:
+            raise ProviderError(
+                f"{where} did not start: {_describe(exc)}{opened.said()}", retryable=True
+            ) from None
+        specs = []
+        for tool in listed.tools:
+            if tool.name in self._by_tool:
+                other = self._by_tool[tool.name].server.label
+                raise ProviderError(
+                    f"{where} offers tool {tool.name!r}, which {other!r} offers too: list "
+                    "servers whose tool names differ",
+                    retryable=False,
+                )
+            self._by_tool[tool.name] = opened
+            schema = tool.input_schema if isinstance(tool.input_schema, dict) else {}
+            specs.append(
+                ToolSpec(
+                    name=tool.name,
+                    description=tool.description or "",
+                    input_schema={"type": "object", **schema},
+                )
+            )
+        return specs
+
+    async def call(self, call: ToolCall) -> ToolResult:
+        """Run one call the model asked for.
+
+        A call of a tool no server offers, or with arguments that are no JSON object, is
+        answered with an error result the model can act on.
+
+        Raises:
+            ProviderError: The server exited, or did not answer within its timeout.
+        """
+        from mcp.shared.exceptions import MCPError
+        from mcp_types import REQUEST_TIMEOUT
+
+        opened = self._by_tool.get(call.name)
+        if opened is None:
+            known = ", ".join(sorted(self._by_tool)) or "none"
+            return ToolResult(
+                call_id=call.id,
+                content=f"unknown tool {call.name!r}; the tools are: {known}",
+                is_error=True,
+            )
+        try:
+            arguments = json.loads(call.arguments or "{}")
+        except ValueError as exc:
+            arguments = exc
+        if not isinstance(arguments, dict):
+            return ToolResult(
+                call_id=call.id,
+                content=f"the arguments of {call.name!r} must be a JSON object; got "
+                f"{call.arguments!r}",
+                is_error=True,
+            )
+        server = opened.server
+        where = self._where(server)
+        try:
+            result = await opened.client.call_tool(
+                call.name, arguments, read_timeout_seconds=server.timeout
+            )
+        except MCPError as exc:
+            if exc.code == REQUEST_TIMEOUT:
+                raise ProviderError(
+                    f"{where}: tool {call.name!r} did not answer within {server.timeout:g} s "
+                    "(the entry's 'timeout'); the attempt was stopped",
+                    retryable=True,
+                ) from None
+            if "closed" in exc.message.lower():
+                raise ProviderError(
+                    f"{where} exited while tool {call.name!r} was running{opened.said()}",
+                    retryable=True,
+                ) from None
+            # A protocol-level error about this call (bad arguments, unknown tool on the
+            # server's side): the model gets to see it and try again.
+            return ToolResult(call_id=call.id, content=exc.message, is_error=True)
+        except Exception as exc:
+            raise ProviderError(
+                f"{where} failed while tool {call.name!r} was running: {_describe(exc)}"
+                f"{opened.said()}",
+                retryable=True,
+            ) from None
+        return ToolResult(
+            call_id=call.id,
+            content=_content_text(result.content, result.structured_content),
+            is_error=bool(result.is_error),
+        )
+
+
+def _describe(exc: BaseException) -> str:
+    """A one-line account of an error, looking inside exception groups."""
+    if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        return _describe(exc.exceptions[0])
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _content_text(content: list[Any], structured: Any) -> str:
+    """A tool result as the text the model reads: its text parts, other parts named."""
+    parts = []
+    for block in content:
+        text = getattr(block, "text", None)
+        if isinstance(text, str):
+            parts.append(text)
+        else:
+            parts.append(f"[{getattr(block, 'type', 'unknown')} content not shown]")
+    if not parts and structured is not None:
+        parts.append(json.dumps(structured, ensure_ascii=False))
+    return "\n".join(parts)

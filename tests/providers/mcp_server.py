@@ -1,0 +1,51 @@
+"""A small real MCP server for the tool-loop tests, spoken to over stdio.
+
+Run as ``python mcp_server.py``. Its tools: ``add`` (two integers),
+``lookup`` (a word from a fixed table, an error result for any other word), ``sleep`` (waits,
+for timeouts) and ``crash`` (the process exits at once, as a crashing server does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+server = MCPServer("interlock-test-tools")
+
+_TABLE = {"alpha": "the first letter", "omega": "the last letter"}
+
+
+@server.tool()
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@server.tool()
+def lookup(word: str) -> str:
+    """Look a word up in a small glossary."""
+    if word not in _TABLE:
+        raise ToolError(f"no entry for {word!r}")
+    return _TABLE[word]
+
+
+@server.tool()
+async def sleep(seconds: float) -> str:
+    """Wait, then say so."""
+    await asyncio.sleep(seconds)
+    return f"slept {seconds}"
+
+
+@server.tool()
+def crash() -> str:
+    """Exit the server process at once."""
+    sys.stdout.flush()
+    os._exit(3)
+
+
+if __name__ == "__main__":
+    server.run("stdio")

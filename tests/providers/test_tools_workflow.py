@@ -1,0 +1,89 @@
+"""The `tools:`, `max_turns` and `accept_max_turns` keys of a worker: checked, fingerprinted,
+refused with a clear error when the MCP library is missing."""
+
+from __future__ import annotations
+
+import builtins
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from interlock.cli.main import cli
+from interlock.core.fingerprint import worker_part
+from interlock.core.loader import parse_workflow
+from interlock.errors import WorkflowError
+from interlock.providers import mcp_tools
+
+HEAD = "p:\n  phases:\n  - id: a\n    workers:\n    - role: w\n      final: true\n"
+
+
+def parse(lines: str) -> Any:
+    """The worker `w` of a one-worker pipeline whose definition ends with `lines`."""
+    return parse_workflow(HEAD + lines).get("p").pipeline.worker("w")
+
+
+def test_tools_entries_are_checked_with_did_you_mean(tmp_path: Path) -> None:
+    """A misspelt key of a tools entry, an entry with neither or both of mcp and url, a url
+    that is not http, and tools on a command worker are workflow errors naming the place."""
+    with pytest.raises(
+        WorkflowError, match=r"unknown tools key 'timout' \(did you mean 'timeout'\?\)"
+    ):
+        parse("      model: m\n      tools: [{mcp: [srv], timout: 5}]\n")
+    with pytest.raises(WorkflowError, match="exactly one of 'mcp'"):
+        parse("      model: m\n      tools: [{mcp: [srv], url: 'http://x/mcp'}]\n")
+    with pytest.raises(WorkflowError, match="must start with http:// or https://"):
+        parse("      model: m\n      tools: [{url: 'ftp://x'}]\n")
+    with pytest.raises(WorkflowError, match="'tools' only applies to 'model' workers"):
+        parse("      command: [echo]\n      tools: [{mcp: [srv]}]\n")
+    with pytest.raises(WorkflowError, match="bound a tool loop: give the worker 'tools'"):
+        parse("      model: m\n      max_turns: 3\n")
+    with pytest.raises(WorkflowError, match="worker 'w', key 'max_turns'"):
+        parse("      model: m\n      tools: [{mcp: [srv]}]\n      max_turns: 0\n")
+    worker = parse(
+        "      model: m\n      tools: [{mcp: [srv, -v], timeout: 5}]\n      max_turns: 4\n"
+    )
+    assert (worker.tools[0].mcp, worker.tools[0].timeout, worker.max_turns) == (["srv", "-v"], 5, 4)
+    flow = tmp_path / "flow.yaml"
+    flow.write_text(HEAD + "      model: m\n      tools: [{mcp: [srv]}]\n      max_turn: 3\n")
+    result = CliRunner().invoke(cli, ["check", str(flow)])
+    assert result.exit_code == 2 and "max_turn" in result.output
+
+
+def test_a_change_in_tools_changes_the_fingerprint_and_no_tools_keeps_old_hashes() -> None:
+    """Another server, argument, timeout or turn limit is another worker; a worker without
+    tools hashes as it did before tools existed."""
+    plain = parse("      model: m\n")
+    assert "tools" not in plain.model_dump(mode="json", by_alias=True)
+    parts = {
+        worker_part(parse("      model: m\n" + lines), None, {})
+        for lines in (
+            "",
+            "      tools: [{mcp: [srv]}]\n",
+            "      tools: [{mcp: [srv, --fast]}]\n",
+            "      tools: [{url: 'http://localhost:9/mcp'}]\n",
+            "      tools: [{mcp: [srv]}]\n      max_turns: 3\n",
+            "      tools: [{mcp: [srv]}]\n      max_turns: 3\n      accept_max_turns: true\n",
+        )
+    }
+    assert len(parts) == 6
+
+
+def test_without_the_mcp_library_tools_fail_naming_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An environment without the `mcp` package gets the pip command of the extra."""
+    real_import = builtins.__import__
+
+    def refuse(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "mcp" or name.startswith("mcp."):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.delitem(sys.modules, "mcp", raising=False)
+    monkeypatch.setattr(builtins, "__import__", refuse)
+    assert mcp_tools.sdk_missing() == (
+        "tools need the MCP client library, which is not installed: pip install 'interlock[mcp]'"
+    )
