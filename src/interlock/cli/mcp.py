@@ -48,7 +48,7 @@ def mcp(ctx: Ctx, workflows: tuple[str, ...], scopes: tuple[str, ...]) -> None:
     from interlock.mcpserver.pipelines import Pipelines
     from interlock.mcpserver.stdio import serve_stdio
 
-    pipelines = Pipelines([Path(w) for w in workflows])
+    pipelines = Pipelines.of_files([Path(w) for w in workflows])
     app = ctx.app
     try:
         asyncio.run(serve_stdio(app, pipelines, list(scopes) or None))

@@ -20,9 +20,15 @@ SUFFIXES = (".yaml", ".yml", ".json")
 class Pipelines:
     """Pipelines by name, from named files or from the workflow files of one directory."""
 
-    def __init__(self, files: list[Path], directory: Path | None = None) -> None:
-        self.named = Workflows(files) if files else None  # invalid named files fail here
+    def __init__(self, named: Workflows | None, directory: Path | None = None) -> None:
+        self.named = named  # None: the workflow files of `directory` (default: here)
         self.directory = (directory or Path.cwd()).absolute()
+
+    @classmethod
+    def of_files(cls, files: list[Path]) -> Pipelines:
+        """The pipelines of `files` (an invalid file is an error now), or of this directory's
+        workflow files when none are named."""
+        return cls(Workflows(files) if files else None)
 
     def _read(self) -> tuple[dict[str, Definition], list[str]]:
         """The pipelines, and why each file of the directory that was skipped is not a

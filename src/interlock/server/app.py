@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,8 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from interlock.errors import InterlockError
 from interlock.server import insight, iterate, review_routes, routes, ws
@@ -21,7 +24,7 @@ from interlock.server.auth import Authenticator, RateLimiter
 from interlock.server.config import ServerConfig
 from interlock.server.deps import reader
 from interlock.server.errors import ApiError, body, from_interlock
-from interlock.server.guard import Guard
+from interlock.server.guard import Guard, reply
 from interlock.server.service import Service
 
 STATIC = Path(__file__).with_name("static")
@@ -35,12 +38,16 @@ def build_app(config: ServerConfig) -> FastAPI:
     """An app that runs `config`'s service while it is served."""
     config.check()
     service = Service(config)
+    auth = Authenticator(config)
+    limiter = RateLimiter(config.rate_limit, config.rate_burst)
+    mcp, mcp_running = mcp_endpoint(service, auth, limiter)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await service.start()
         try:
-            yield
+            async with mcp_running():
+                yield
         finally:
             await service.close()
 
@@ -58,10 +65,9 @@ def build_app(config: ServerConfig) -> FastAPI:
         swagger_ui_oauth2_redirect_url="/api/docs/oauth2-redirect",
     )
     with_bearer(app)
-    auth = Authenticator(config)
     app.state.service = service
     app.state.auth = auth
-    app.state.limiter = RateLimiter(config.rate_limit, config.rate_burst)
+    app.state.limiter = limiter
     app.include_router(routes.router)
     app.include_router(iterate.router)
     app.include_router(review_routes.router)
@@ -112,6 +118,7 @@ def build_app(config: ServerConfig) -> FastAPI:
             response.headers["Content-Security-Policy"] = CSP
         return response
 
+    app.router.routes.append(Route("/mcp", mcp, include_in_schema=False))
     app.mount("/ui", StaticFiles(directory=STATIC, html=True), name="ui")
     app.add_middleware(Guard, auth=auth, max_body=config.max_body)
     if auth.allowed_origins:
@@ -127,6 +134,27 @@ def build_app(config: ServerConfig) -> FastAPI:
             max_age=600,
         )
     return app
+
+
+def mcp_endpoint(
+    service: Service, auth: Authenticator, limiter: RateLimiter
+) -> tuple[ASGIApp, Callable[[], AbstractAsyncContextManager[None]]]:
+    """The MCP server's app for `/mcp` and what runs beside it while serving; without the
+    `mcp` extra, an answer that names it."""
+    try:
+        from interlock.mcpserver.http import McpEndpoint
+    except ImportError:
+        return NotInstalled(), contextlib.nullcontext
+    endpoint = McpEndpoint(service, auth, limiter)
+    return endpoint, endpoint.running
+
+
+class NotInstalled:
+    """`/mcp` without the MCP SDK: an error that names the extra to install."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        message = "the MCP server needs an extra: pip install 'interlock[mcp]'"
+        await reply(send, ApiError(501, "not_installed", message))
 
 
 def with_bearer(app: FastAPI) -> None:

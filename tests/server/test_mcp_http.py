@@ -1,0 +1,80 @@
+"""The MCP server at `/mcp` of a real `interlock serve` with auth on, driven by the MCP SDK's
+client over streamable HTTP: the API's tokens and scopes apply to every tool."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from tests.mcpserver.helpers import call, refused
+from tests.server.conftest import ServerFactory
+from tests.server.helpers import SECRET, token
+
+
+@asynccontextmanager
+async def http_session(url: str, bearer: str) -> AsyncIterator[Client]:
+    """A client of `url`/mcp sending `bearer` with every request."""
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {bearer}"}, timeout=30)
+    transport = streamable_http_client(f"{url}/mcp", http_client=http)
+    async with http, Client(transport, cache=None) as client:
+        yield client
+
+
+def test_tokens_and_scopes_guard_every_tool(make_server: ServerFactory) -> None:
+    """A read-only token lists pipelines and reads runs but cannot start one; an operate
+    token starts a run, approves it at its pause and reads the final output; prompts are
+    not served over HTTP."""
+    server = make_server(auth_secret=SECRET)
+
+    async def scenario() -> dict[str, Any]:
+        async with http_session(server.url, token(["read"])) as reader:
+            listed = await call(reader, "list_pipelines")
+            assert "review" in {p["pipeline"] for p in listed["pipelines"]}
+            forbidden = await refused(reader, "start_run", pipeline="review", topic="x")
+            assert forbidden["code"] == "forbidden"
+            assert "needs the 'operate' scope" in forbidden["message"]
+            assert (await call(reader, "list_runs"))["runs"] == []
+
+        async with http_session(server.url, token(["read", "operate"])) as operator:
+            row = await call(operator, "start_run", pipeline="review", topic="HTTP")
+            run_id = row["run_id"]
+            assert (await call(operator, "wait_for_run", run_id=run_id))["status"] == "paused"
+            await call(operator, "approve", run_id=run_id, note="from an agent")
+            done = await call(operator, "wait_for_run", run_id=run_id)
+            assert done["status"] == "delivered"
+            final = await call(operator, "read_output", run_id=run_id, name="final.md")
+            assert "Approved text" in final["text"]
+            hidden = await refused(operator, "explain", run_id=run_id, prompts_of="draft")
+            assert hidden["code"] == "not_served"
+
+        async with http_session(server.url, token(["read"])) as reader:
+            status = await call(reader, "run_status", run_id=run_id)
+            events = (await call(reader, "run_events", run_id=run_id))["events"]
+            assert any(e["kind"] == "approved" and e["data"]["by"] == "tester" for e in events)
+            return status
+
+    status = asyncio.run(scenario())
+    assert status["status"] == "delivered"
+
+
+def test_requests_without_a_good_token_are_refused(make_server: ServerFactory) -> None:
+    """`/mcp` answers 401 without a token, 403 to a token without `read` and to a foreign
+    web origin, as the API does, before the MCP app sees the request."""
+    server = make_server(auth_secret=SECRET)
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    accept = {"Accept": "application/json, text/event-stream"}
+    anonymous = server.http.post("/mcp", json=hello, headers=accept)
+    assert anonymous.status_code == 401
+    assert anonymous.json()["error"]["code"] == "unauthorized"
+    operate_only = {**accept, "Authorization": f"Bearer {token(['operate'])}"}
+    refused_scope = server.http.post("/mcp", json=hello, headers=operate_only)
+    assert refused_scope.status_code == 403 and "'read'" in refused_scope.json()["error"]["message"]
+    foreign = {**accept, "Authorization": f"Bearer {token(['read'])}", "Origin": "http://evil"}
+    refused_origin = server.http.post("/mcp", json=hello, headers=foreign)
+    assert refused_origin.status_code == 403
+    assert refused_origin.json()["error"]["code"] == "bad_origin"
