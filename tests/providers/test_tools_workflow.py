@@ -72,9 +72,10 @@ def test_a_change_in_tools_changes_the_fingerprint_and_no_tools_keeps_old_hashes
 
 
 def test_without_the_mcp_library_tools_fail_naming_the_extra(
-    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An environment without the `mcp` package gets the pip command of the extra."""
+    """An environment without the `mcp` package gets the pip command of the extra, from
+    `interlock check` as well."""
     real_import = builtins.__import__
 
     def refuse(name: str, *args: Any, **kwargs: Any) -> Any:
@@ -87,3 +88,27 @@ def test_without_the_mcp_library_tools_fail_naming_the_extra(
     assert mcp_tools.sdk_missing() == (
         "tools need the MCP client library, which is not installed: pip install 'interlock[mcp]'"
     )
+    flow = tmp_path / "flow.yaml"
+    flow.write_text(HEAD + "      model: m\n      tools: [{mcp: [srv]}]\n")
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["check", str(flow)])
+    assert result.exit_code == 2
+    assert "worker 'w': tools need the MCP client library" in result.output
+    assert "pip install 'interlock[mcp]'" in result.output
+
+
+def test_check_refuses_tools_on_an_agent_command_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent command makes its own calls: `check` says the worker's tools cannot run."""
+    for name in ("INTERLOCK_CONFIG", "INTERLOCK_MODELS", "INTERLOCK_SECRETS_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "interlock.toml").write_text(
+        '[providers.agent]\nkind = "cli"\ncommand = ["cat"]\n\n'
+        '[models.m]\nprovider = "agent"\nmodel = "x"\n'
+    )
+    flow = tmp_path / "flow.yaml"
+    flow.write_text(HEAD + "      model: m\n      tools: [{mcp: [srv]}]\n")
+    result = CliRunner().invoke(cli, ["--home", str(tmp_path / "home"), "check", str(flow)])
+    assert result.exit_code == 2, result.output
+    assert "model 'm' is an agent command, which cannot call the worker's tools" in result.output

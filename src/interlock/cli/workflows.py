@@ -129,7 +129,7 @@ def check(
     from interlock.core.explore import explore
     from interlock.core.loader import load_workflow
     from interlock.providers import ModelConfig
-    from interlock.providers.checks import price_warnings, settings_problems
+    from interlock.providers.checks import price_warnings, settings_problems, tool_problems
     from interlock.runtime.home import Home
     from interlock.runtime.orchestrator import model_aliases
 
@@ -157,6 +157,7 @@ def check(
                 f"add [models.{alias}] to interlock.toml"
             )
         problems += settings_problems(name, definition.pipeline, config)
+        problems += tool_problems(name, definition.pipeline, config)
         priced += price_warnings(name, definition.pipeline, config)
         if cost or definition.pipeline.budget is not None:
             quotes.append((quote_of(definition, config, report=report), definition))

@@ -61,3 +61,30 @@ def price_warnings(name: str, pipeline: Pipeline, config: ModelConfig) -> list[s
             f"count as $0: set input_price_per_mtok and output_price_per_mtok in [models.{alias}]"
         )
     return warnings
+
+
+def tool_problems(name: str, pipeline: Pipeline, config: ModelConfig) -> list[str]:
+    """Workers whose `tools:` cannot run here: the MCP library is missing, or one of their
+    models is an agent command, which makes its own calls."""
+    from interlock.providers.mcp_tools import sdk_missing
+
+    problems: list[str] = []
+    missing = sdk_missing()
+    for phase in pipeline.phases:
+        for worker in phase.workers:
+            if not worker.tools:
+                continue
+            place = f"pipeline {name!r}, phase {phase.id!r}, worker {worker.role!r}"
+            if missing is not None:
+                problems.append(f"{place}: {missing}")
+            for alias in dict.fromkeys([worker.model or "", *worker.fallback_models]):
+                try:
+                    kind = config.resolve(alias).kind
+                except Exception:  # an unknown alias: reported by the caller
+                    continue
+                if kind == "cli":
+                    problems.append(
+                        f"{place}: model {alias!r} is an agent command, which cannot call the "
+                        "worker's tools: use a model served over the OpenAI or Anthropic API"
+                    )
+    return problems
