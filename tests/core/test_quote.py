@@ -174,7 +174,7 @@ def test_reading_a_command_output_is_bounded_only_by_the_context_window() -> Non
     q = quoted(p)
     assert q.usd is None and q.tokens is None
     assert "it reads 'fetch.md', written by command worker 'fetch'" in q.usd_unbounded[0]
-    assert "set context_tokens in [models.m]" in q.usd_unbounded[0]
+    assert "set context_tokens in [models.m] (the model's window" in q.usd_unbounded[0]
     windowed = ModelTerms(
         input_usd_per_mtok=1.0, output_usd_per_mtok=2.0, max_output_tokens=1000,
         context_tokens=8000,
@@ -217,3 +217,25 @@ def test_text_sizes_assumed_at_check_and_measured_at_run() -> None:
     assert assumed.topic == 1000 and dict(assumed.inputs) == {"short": 1000, "long": 2000}
     run = TextSizes.of_run("abcdefghi", {"short": "xy"})
     assert run.topic == 3 and dict(run.inputs) == {"short": 1} and not run.assumed
+
+
+def test_a_tool_loop_counts_max_turns_calls_each_at_the_window() -> None:
+    """With tools, an attempt is up to max_turns calls whose prompts hold tool results: each
+    counts at the context window, and without one the quote has no bound."""
+    tools = [{"mcp": ["python", "server.py"]}]
+    w = worker("w", retries=1, tools=tools, max_turns=3, final=True)
+    p = pipeline_of({"phases": [{"id": "a", "workers": [w]}]})
+    unbounded = quoted(p)
+    assert unbounded.tokens is None
+    assert unbounded.tokens_unbounded == (
+        "phase 'a', worker 'w': model 'm': its prompt holds tool results, whose size has no "
+        "limit: set context_tokens in [models.m] (the model's window: no larger prompt is sent)",
+    )
+    windowed = ModelTerms(
+        input_usd_per_mtok=1.0, output_usd_per_mtok=2.0, max_output_tokens=1000,
+        context_tokens=8000,
+    )  # fmt: skip
+    q = quoted(p, {"m": windowed})
+    assert q.tasks[0].calls == 2 * 3
+    assert q.tokens == 2 * 3 * (8000 + 1000)
+    assert q.usd == pytest.approx(2 * 3 * (8000 * 1.0 + 1000 * 2.0) / 1e6)

@@ -4,9 +4,11 @@ Every path the explorer finds is weighed: a path is the number of visits it make
 phase, and each visit costs at most the same, whatever came before it. So the quote is the
 largest, over the visit counts `explore` reached, of the sum of visits times the dearest visit
 of each phase. A visit of a phase runs each worker once per lane (`for_each`: `max_items`
-lanes), and each task makes at most `retries + 1` calls to its model and as many to each
-fallback model, every one of them answered at its output limit and charged at its dearest
-rate (cache writes for input, reasoning for output, when dearer).
+lanes), and each task makes at most `retries + 1` attempts with its model and as many with
+each fallback model, every call answered at its output limit and charged at its dearest rate
+(cache writes for input, reasoning for output, when dearer). An attempt is one call, or up to
+`max_turns` calls for a worker with `tools`; their prompts hold tool results, which nothing
+limits, so they count at the model's context window.
 
 The prompt of a call is estimated, since it is only known when it is sent:
 
@@ -36,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from interlock.core.templates import TemplateProblem, template_names
+from interlock.core.tools import DEFAULT_MAX_TURNS
 from interlock.core.workflow import Budget, Phase, Pipeline, Worker
 
 CHARS_PER_TOKEN = 4  # the same rough rule the runtime uses to check a prompt's size
@@ -244,6 +247,12 @@ class _Bounds:
             )  # fmt: skip
         place = f"phase {phase.id!r}, worker {worker.role!r}"
         base, why = self.prompt(phase, worker)
+        turns = 1
+        if worker.tools:
+            # A tool loop calls the model up to max_turns times in one attempt, each call
+            # with every earlier turn and tool result, whose size nothing limits.
+            turns = worker.max_turns or DEFAULT_MAX_TURNS
+            base, why = None, [*why, "its prompt holds tool results, whose size has no limit"]
         usd: float | None = 0.0
         tokens: int | None = 0
         largest: int | None = 0
@@ -255,8 +264,7 @@ class _Bounds:
             elif why:
                 self._unbounded(
                     f"{place}: model {alias!r}: {'; '.join(why)}: set context_tokens in "
-                    f"[models.{alias}] (a larger prompt is refused before any call), or give "
-                    "the writer an output limit",
+                    f"[models.{alias}] (the model's window: no larger prompt is sent)",
                     usd=not terms.free,
                 )
             answer = terms.max_output_tokens
@@ -273,7 +281,7 @@ class _Bounds:
                     f"{place}: model {alias!r} has no known price: set input_price_per_mtok and "
                     f"output_price_per_mtok in [models.{alias}]"
                 ] = None
-            calls = worker.retries + 1
+            calls = (worker.retries + 1) * turns
             if prompt is None or answer is None:
                 tokens = largest = None
                 if not terms.free:
@@ -287,7 +295,7 @@ class _Bounds:
                 else:
                     usd += calls * (prompt * rates[0] + answer * rates[1]) / 1_000_000
         return TaskQuote(
-            role=worker.role, phase=phase.id, lanes=lanes, calls=worker.max_attempts,
+            role=worker.role, phase=phase.id, lanes=lanes, calls=worker.max_attempts * turns,
             prompt_tokens=largest, usd=usd, tokens=tokens,
         )  # fmt: skip
 
