@@ -14,6 +14,7 @@ import contextlib
 import getpass
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -27,7 +28,7 @@ from interlock.core.review import (
 )
 from interlock.core.state import RunState, RunStatus, fold
 from interlock.core.workflow import Pipeline
-from interlock.errors import InterlockError, RunNotFound, UsageError
+from interlock.errors import InterlockError, InvalidSignal, RunNotFound, UsageError
 from interlock.runtime.diff import RunDiff, compare
 from interlock.runtime.edits import hand_edit_message, unrecorded_changes
 from interlock.runtime.home import Home, check_run_id
@@ -297,6 +298,49 @@ class Interlock:
         )
         return run_id
 
+    def signal(
+        self,
+        run_id: str,
+        name: str,
+        data: Any = None,
+        *,
+        key: str | None = None,
+        by: str | None = None,
+    ) -> SignalReceipt:
+        """Send signal `name` (with JSON `data`) to a run; its driver records it at its next
+        tick, and the phase waiting for it (now or later) goes on with `signals.NAME`.
+
+        A signal is accepted while the run is running, waiting or paused, and kept until a
+        wait takes it. `data` must match the `schema` of the `wait_for` that names it. A
+        second signal with the same idempotency `key` is ignored (the receipt says so).
+
+        Raises:
+            UsageError: the run ended, or the pipeline waits for no such signal.
+            InvalidSignal: `data` does not match the signal's schema.
+        """
+        from interlock.core.observe import SignalMessage, signal_refusal
+
+        run_id = self.resolve(run_id)
+        state = self.state(run_id)
+        record = self.store.get_run(run_id)
+        pipeline = self.definition_of(record.pipeline, record.definition_hash).pipeline
+        refused = signal_refusal(state, name, None)
+        if refused is not None:
+            raise UsageError(refused)
+        check_signal(pipeline, record.pipeline, name, data)
+        if key is not None:
+            duplicate = signal_refusal(state, name, key)
+            if duplicate is None and key in _pending_keys(self.store, run_id):
+                duplicate = f"run {run_id} already has a signal with key {key!r} to record: ignored"
+            if duplicate is not None:
+                return SignalReceipt(
+                    run_id=run_id, name=name, key=key, duplicate=True, note=duplicate
+                )
+        message = SignalMessage(name=name, data=data, key=key, sent_at=time.time())
+        self._post(run_id, CommandKind.SIGNAL, message.to_message(), by)
+        note = f"signal {name!r} sent to run {run_id}"
+        return SignalReceipt(run_id=run_id, name=name, key=key, duplicate=False, note=note)
+
     def _review(self, run_id: str) -> tuple[Pipeline, RunState]:
         """The pinned pipeline and state of a run a person reviews (nothing else waiting)."""
         waiting = {c.kind for c in self.store.pending_commands(run_id)}
@@ -327,7 +371,7 @@ class Interlock:
     def _post(self, run_id: str, kind: CommandKind, message: str, by: str | None) -> None:
         self.store.post_command(run_id, kind.value, message, by or _user(), time.time())
         if self._orchestrator is not None:
-            self._orchestrator.wake()
+            self._orchestrator.look_now()
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -422,6 +466,57 @@ class Interlock:
                 raise UsageError(f"{loaded.source}: name the pipeline to run ({names})")
             pipeline = next(iter(loaded.definitions))
         return loaded.get(pipeline)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SignalReceipt:
+    """What became of a signal sent with `Interlock.signal`."""
+
+    run_id: str
+    name: str
+    key: str | None
+    duplicate: bool  # True: a signal with the same key was received before; this one is ignored
+    note: str  # the same in words
+
+
+def check_signal(pipeline: Pipeline, pipeline_name: str, name: str, data: Any) -> None:
+    """Refuse a signal the pipeline never waits for, or data its schema does not accept."""
+    from interlock.core.waits import waited_signals
+
+    waits = waited_signals(pipeline)
+    if name not in waits:
+        known = ", ".join(sorted(waits)) or "none (no phase has wait_for)"
+        raise UsageError(
+            f"pipeline {pipeline_name!r} waits for no signal {name!r}; it waits for: {known}"
+        )
+    for phase in waits[name]:
+        schema = phase.wait_for.data_schema if phase.wait_for else None
+        if schema is None:
+            continue
+        import jsonschema
+
+        error = jsonschema.exceptions.best_match(
+            jsonschema.Draft202012Validator(schema).iter_errors(data)
+        )
+        if error is not None:
+            where = "/".join(str(p) for p in error.absolute_path) or "(the whole data)"
+            raise InvalidSignal(
+                f"signal {name!r} data does not match the schema of phase {phase.id!r}'s "
+                f"wait_for at {where}: {error.message}; send data that matches it"
+            )
+
+
+def _pending_keys(store: Store, run_id: str) -> set[str]:
+    """Idempotency keys of signals posted to the run and not yet recorded."""
+    from interlock.core.observe import SignalMessage
+
+    keys = set()
+    for command in store.pending_commands(run_id):
+        if command.kind == CommandKind.SIGNAL.value:
+            message = SignalMessage.from_message(command.message)
+            if message is not None and message.key is not None:
+                keys.add(message.key)
+    return keys
 
 
 def _user() -> str:

@@ -56,6 +56,10 @@ class MissingExtra(InterlockError):
     exit_code = ExitCode.MISSING_EXTRA
 
 
+class InvalidSignal(UsageError):
+    """A signal's data does not match the schema of the wait that names it."""
+
+
 class RunNotFound(UsageError):
     """No run matches the given id or prefix."""
 

@@ -107,6 +107,12 @@ modelled:
     - id: write
       workers:
         - {role: author, model: sonnet, task: "Write about {{ topic }}", final: true}
+signalled:
+  phases:
+    - id: ship
+      wait_for: {signal: payment, schema: {type: object, required: [amount]}}
+      workers:
+        - {role: shipper, call: srv.slow, final: true}
 broken:
   phases:
     - id: crash

@@ -26,6 +26,7 @@ STATUS_STYLE = {
     "failed": "red",
     "timed_out": "red",
     "paused": "cyan",
+    "waiting": "cyan",
     "delivered": "green bold",
     "cancelled": "red",
     "abandoned": "dim",

@@ -87,6 +87,16 @@ def report_end(app: Interlock, run_id: str) -> int:
     if state.status is RunStatus.PAUSED:
         out.print(f"paused for approval: interlock approve {run_id} [--message TEXT]")
         return int(ExitCode.PAUSED)
+    if state.status is RunStatus.RUNNING and state.waiting is not None:
+        waiting = state.waiting
+        if waiting.signal is not None:
+            out.print(
+                f"waiting for signal {waiting.signal!r}: interlock signal {run_id} "
+                f"{waiting.signal} [--data JSON]; then interlock resume {run_id}"
+            )
+        else:
+            out.print(f"waiting: interlock resume {run_id} drives it on")
+        return int(ExitCode.INTERRUPTED)
     if state.status is RunStatus.RUNNING:
         out.print(f"still running: interlock resume {run_id}")
         return int(ExitCode.INTERRUPTED)

@@ -16,7 +16,7 @@ from interlock.core.state import RunStatus
 if TYPE_CHECKING:
     from interlock.storage.base import RunRecord
 
-STATUSES = [status.value for status in RunStatus]
+STATUSES = [status.value for status in RunStatus] + ["waiting"]  # listed, not folded
 
 
 @click.command()
@@ -36,7 +36,9 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
     records = []
     if missing is None:
         records = ctx.store.list_runs(status=status, pipeline=pipeline, limit=limit)
-    drivers = {r.run_id: driver_of(r) for r in records if r.summary.status == "running"}
+    live = ("running", "waiting")
+    drivers = {r.run_id: driver_of(r) for r in records if r.summary.status in live}
+    waits = {r.run_id: _waits_for(ctx, r.run_id) for r in records if r.summary.status == "waiting"}
     if as_json:
         rows = [
             {
@@ -50,6 +52,7 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
                 "created_at": r.created_at,
                 "updated_at": r.summary.updated_at,
                 "driven_by": drivers.get(r.run_id),
+                "waiting": waits.get(r.run_id),
             }
             for r in records
         ]
@@ -70,6 +73,10 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
     stopped = []
     for r in records:
         state = styled(r.summary.status)
+        if r.run_id in waits:
+            from interlock.runtime.projection import waiting_text
+
+            state.append(" " + waiting_text(waits[r.run_id]).removeprefix("waiting "))
         if r.run_id in drivers and drivers[r.run_id] is None:
             state.append(" (not driven)", style="dim")
             stopped.append(r.run_id)
@@ -144,7 +151,18 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
         out.print(f"rerun of {view['rerun_of']}{start}; reused outputs cost nothing here")
     for warning in view["warnings"]:
         out.print(f"[yellow]warning:[/] {escape(warning)}", markup=True)
-    if view["status"] == "running":
+    waiting = view.get("waiting")
+    if waiting:
+        from interlock.runtime.projection import waiting_text
+
+        line = f"{waiting_text(waiting)} (phase {waiting['phase']!r}, {waiting['when']} it)"
+        if waiting.get("signal"):
+            line += f"; send it: interlock signal {view['run_id']} {waiting['signal']} --data JSON"
+        out.print(line)
+    pending = (view.get("signals") or {}).get("pending")
+    if pending:
+        out.print(f"signals kept for a later wait: {', '.join(pending)}")
+    if view["status"] in ("running", "waiting"):
         if driver is None:
             out.print(
                 "[yellow]not driven:[/] no orchestrator holds this run (it was interrupted or "
@@ -159,6 +177,14 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
         from interlock.runtime.home import Home
 
         out.print(f"final: {Home.at(ctx.home).run_dir(view['run_id']) / 'final.md'}")
+
+
+def _waits_for(ctx: Ctx, run_id: str) -> dict[str, Any] | None:
+    """What a waiting run waits for (folded from its history: a listing shows few of them)."""
+    from interlock.core.state import fold
+    from interlock.runtime.projection import waiting_view
+
+    return waiting_view(fold([s.event for s in ctx.store.events(run_id)]))
 
 
 STATUS_KEYS = (

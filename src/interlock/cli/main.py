@@ -21,6 +21,7 @@ from interlock.cli import (
     runs,
     schema,
     server,
+    signals,
     workflows,
 )
 from interlock.cli.base import Ctx
@@ -55,6 +56,7 @@ def cli(
 for module in (
     runs,
     review,
+    signals,
     inspect,
     iterate,
     archive,

@@ -31,6 +31,7 @@ from interlock.core.state import (
     apply,
     task_id_for,
 )
+from interlock.core.waits import decide_wait, signal_values, wake_time
 from interlock.core.workflow import Backoff, Phase, Pipeline, Worker
 
 
@@ -54,6 +55,10 @@ class RuleName(StrEnum):
     DELIVER = "deliver"  # the final phase completed: its output is the result
     REJECT = "reject"  # a person rejected the run at a review: its phase starts again
     REVISE = "revise"  # a task read an output edited at a review: it runs again
+    WAIT = "wait"  # a phase waits for a signal or a time before it starts or after it ends
+    SIGNAL = "signal"  # the signal a wait was waiting for arrived (or had arrived before)
+    WAIT_TIMEOUT = "wait_timeout"  # a signal did not arrive in time: signals.NAME is null
+    WAIT_DUE = "wait_due"  # a delay's due time came
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,10 +85,22 @@ def decide(
     if state.current is None:
         first = pipeline.phases[0]
         return [_start_phase(first, 1, None, now, RuleName.START, "the run was created")]
-    for rule in (_timeouts, _failures, _budget, _retries_due, _rejected, _dispatch):
+    for rule in (_timeouts, _failures, _budget, _retries_due, _rejected):
         decisions = rule(pipeline, state, now)
         if decisions:
             return decisions
+    waits = decide_wait(
+        pipeline,
+        state,
+        now,
+        lambda: expression_context(state, pipeline),
+        exploring=evaluator is not evaluate,
+    )
+    if waits is not None:  # a wait starts, ends, or holds the run (no rows)
+        return [Decision(RuleName(rule), event, why) for rule, event, why in waits]
+    decisions = _dispatch(pipeline, state, now)
+    if decisions:
+        return decisions
     if state.revisions and state.status is RUN_RUNNING:
         ready, pending = revisions(pipeline, state)
         if pending:  # edited at a review: what read the old version runs again first
@@ -145,6 +162,9 @@ def next_wake(pipeline: Pipeline, state: RunState) -> float | None:
             for t in state.tasks.values()
             if t.status is TASK_RETRY_WAIT and t.not_before is not None
         ]
+        due = wake_time(state)
+        if due is not None:
+            times.append(due)
     return min(times) if times else None
 
 
@@ -421,6 +441,7 @@ def expression_context(state: RunState, pipeline: Pipeline | None = None) -> dic
         "roles": {role: dict(values) for role, values in state.values.items()},
         "feedback": state.feedback,
         "budget": budget_values(state, pipeline),
+        "signals": signal_values(pipeline, state),
     }
     for role, values in state.values.items():
         if role.isidentifier() and role not in context:

@@ -236,6 +236,54 @@ class OutputEdited(Event):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class WaitStarted(Event):
+    """The run waits before phase `phase` starts or after it ends (`core.waits`).
+
+    `gate` is "delay" (a `delay:` or `not_before:`), "before" or "after" (a `wait_for:`);
+    `until` is when the wait ends on its own (the delay's due time, the signal's timeout),
+    fixed here once from the engine's clock so that restarts neither shorten nor lengthen it.
+    """
+
+    kind: ClassVar[str] = "wait_started"
+    phase: str
+    visit: int
+    gate: str
+    signal: str | None = None
+    until: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SignalReceived(Event):
+    """A signal sent to the run (kept until a wait for it takes it, if none does yet).
+
+    `sent_at` is when it was sent (the sender's clock): a signal sent before a wait's timeout
+    counts even when no orchestrator was recording at the time.
+    """
+
+    kind: ClassVar[str] = "signal_received"
+    name: str
+    data: Any = None
+    key: str | None = None  # the idempotency key: a second signal with it is ignored
+    by: str = ""
+    sent_at: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WaitEnded(Event):
+    """The wait ended: the signal arrived (`outcome` "signal", with its data), its timeout
+    passed ("timeout") or the delay's due time came ("due")."""
+
+    kind: ClassVar[str] = "wait_ended"
+    phase: str
+    visit: int
+    gate: str
+    outcome: str
+    signal: str | None = None
+    data: Any = None
+    key: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class MessageNoted(Event):
     """A person's message, kept with the run's history."""
 
@@ -298,6 +346,9 @@ EVENT_TYPES: dict[str, type[Event]] = {
         Approved,
         Rejected,
         OutputEdited,
+        WaitStarted,
+        SignalReceived,
+        WaitEnded,
         MessageNoted,
         RunCancelled,
         RunFailed,

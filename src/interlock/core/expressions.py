@@ -20,7 +20,7 @@ from lark import Tree
 
 from interlock.core import reads
 
-ROOT_NAMES = frozenset({"topic", "inputs", "visits", "roles", "feedback", "budget"})
+ROOT_NAMES = frozenset({"topic", "inputs", "visits", "roles", "feedback", "budget", "signals"})
 
 
 class ExpressionError(ValueError):

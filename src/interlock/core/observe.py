@@ -7,8 +7,10 @@ not paused is refused. This is what makes feeding the same observation twice har
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass
 from enum import StrEnum
+from typing import Any
 
 from interlock.core import events as ev
 from interlock.core.state import RunState, RunStatus
@@ -76,6 +78,7 @@ class CommandKind(StrEnum):
     MESSAGE = "message"  # note something in the run's history
     REJECT = "reject"  # send a paused run back to a phase, with feedback (`core.review`)
     EDIT = "edit"  # replace an output of a paused run (`core.review`)
+    SIGNAL = "signal"  # a signal from outside the run (`core.waits`), a `SignalMessage`
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,9 +90,62 @@ class Command:
     by: str = ""
 
 
+@dataclass(frozen=True, kw_only=True)
+class SignalMessage:
+    """What a signal command carries in its message (JSON)."""
+
+    name: str
+    data: Any = None
+    key: str | None = None
+    sent_at: float | None = None
+
+    def to_message(self) -> str:
+        """The command's message text."""
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_message(cls, text: str) -> SignalMessage | None:
+        """The signal a command's message holds (None: not one)."""
+        try:
+            data = json.loads(text)
+            return cls(**data) if isinstance(data, dict) else None
+        except (ValueError, TypeError):
+            return None
+
+
+SIGNAL_STATES = ("running", "waiting", "paused")  # a run accepts signals in these states
+
+
+def signal_refusal(state: RunState, name: str, key: str | None) -> str | None:
+    """Why a signal cannot be recorded for the run now (None: it can)."""
+    if state.status.ended:
+        return (
+            f"run {state.run_id} is {state.status.value}: a signal can be sent to a run that is "
+            f"{', '.join(SIGNAL_STATES[:-1])} or {SIGNAL_STATES[-1]}"
+        )
+    if key is not None and key in state.signal_keys:
+        return f"run {state.run_id} already received a signal with key {key!r}: ignored"
+    return None
+
+
 def interpret_command(state: RunState, command: Command, now: float) -> ev.Event | str:
     """The event a command leads to, or why it is refused (a message for the person)."""
     run = state.run_id
+    if command.kind is CommandKind.SIGNAL:
+        signal = SignalMessage.from_message(command.message)
+        if signal is None:
+            return f"run {run}: a signal command without a signal ({command.message[:80]!r})"
+        refused = signal_refusal(state, signal.name, signal.key)
+        if refused is not None:
+            return refused
+        return ev.SignalReceived(
+            at=now,
+            name=signal.name,
+            data=signal.data,
+            key=signal.key,
+            by=command.by,
+            sent_at=signal.sent_at,
+        )
     if command.kind is CommandKind.APPROVE:
         if state.status is not RunStatus.PAUSED:
             return f"run {run} is not paused (it is {state.status.value}); nothing to approve"

@@ -114,6 +114,29 @@ class PhaseVisit:
     completed: bool = False
     paused: bool = False
     approved: bool = False
+    gates: set[str] = field(default_factory=set)  # waits of this visit that ended
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A wait in progress (`core.waits`): for a signal, or for a due time."""
+
+    phase: str
+    visit: int
+    gate: str  # "delay", "before" or "after"
+    signal: str | None
+    until: float | None  # when it ends on its own (None: only a signal ends it)
+    since: float
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """A received signal no wait has taken yet."""
+
+    name: str
+    data: Any
+    key: str | None
+    at: float  # when it was sent (or recorded, if the sender did not say)
 
 
 @dataclass(slots=True)
@@ -152,6 +175,10 @@ class RunState:
     reject_to: str | None = None  # a recorded rejection's phase, until its new visit starts
     revisions: int = 0  # edits since the last rejection (0: nothing can be stale)
     edits: list[tuple[str, str, str]] = field(default_factory=list)  # task, old sha, new sha
+    waiting: Waiting | None = None  # the wait in progress, if any
+    inbox: list[Signal] = field(default_factory=list)  # received, not yet taken by a wait
+    signals: dict[str, Any] = field(default_factory=dict)  # taken: data (None: timed out)
+    signal_keys: set[str] = field(default_factory=set)  # idempotency keys seen
 
     def in_flight(self) -> list[TaskState]:
         """Tasks dispatched and not finished, in dispatch order."""
@@ -162,13 +189,18 @@ class RunState:
         clone = dataclasses.replace(self)
         clone.tasks = {k: dataclasses.replace(v) for k, v in self.tasks.items()}
         if self.current is not None:
-            clone.current = dataclasses.replace(self.current, task_ids=list(self.current.task_ids))
+            clone.current = dataclasses.replace(
+                self.current, task_ids=list(self.current.task_ids), gates=set(self.current.gates)
+            )
         clone.visits = dict(self.visits)
         clone.values = dict(self.values)
         clone.outputs = {k: (v[0], dict(v[1])) for k, v in self.outputs.items()}
         clone.phase_status = dict(self.phase_status)
         clone.warnings = list(self.warnings)
         clone.edits = list(self.edits)
+        clone.inbox = list(self.inbox)
+        clone.signals = dict(self.signals)
+        clone.signal_keys = set(self.signal_keys)
         return clone
 
 
@@ -261,6 +293,8 @@ def apply(state: RunState, event: ev.Event) -> None:
         state.pause_reason = None
     elif isinstance(event, (ev.Rejected, ev.OutputEdited)):
         _apply_review(state, event)
+    elif isinstance(event, (ev.WaitStarted, ev.SignalReceived, ev.WaitEnded)):
+        _apply_wait(state, event)
     elif isinstance(event, ev.BranchTaken):
         pass  # the PhaseStarted that follows carries the new position
     elif isinstance(event, ev.Warned):
@@ -282,8 +316,54 @@ def apply(state: RunState, event: ev.Event) -> None:
         for task in state.tasks.values():
             if task.status in IN_FLIGHT or task.status == TASK_RETRY_WAIT:
                 task.status = TASK_ABANDONED
+        state.waiting = None
         if state.current is not None and not state.current.completed:
             state.phase_status[state.current.phase] = "failed" if failed else "cancelled"
+
+
+def _apply_wait(state: RunState, event: ev.WaitStarted | ev.SignalReceived | ev.WaitEnded) -> None:
+    """A wait starts or ends, or a signal arrives (`interlock.core.waits`)."""
+    if isinstance(event, ev.SignalReceived):
+        if event.key is not None:
+            if event.key in state.signal_keys:
+                return  # a second delivery of the same signal: it was kept once already
+            state.signal_keys.add(event.key)
+        sent = event.at if event.sent_at is None else event.sent_at
+        state.inbox.append(Signal(name=event.name, data=event.data, key=event.key, at=sent))
+    elif isinstance(event, ev.WaitStarted):
+        state.waiting = Waiting(
+            phase=event.phase,
+            visit=event.visit,
+            gate=event.gate,
+            signal=event.signal,
+            until=event.until,
+            since=event.at,
+        )
+    else:
+        state.waiting = None
+        if state.current is not None:
+            state.current.gates.add(event.gate)
+        if event.signal is None:
+            return
+        state.signals[event.signal] = event.data if event.outcome == "signal" else None
+        if event.outcome == "signal":
+            taken = next(
+                (
+                    i
+                    for i, s in enumerate(state.inbox)
+                    if s.name == event.signal and s.key == event.key
+                ),
+                None,
+            )
+            if taken is not None:
+                del state.inbox[taken]
+
+
+def listed_status(state: RunState) -> str:
+    """The status runs are listed with: `waiting` for a running run held by a wait."""
+    if state.status is RUN_RUNNING and state.waiting is not None:
+        return "waiting"
+    return state.status.value
 
 
 def _apply_task_result(state: RunState, event: ev.Event) -> None:

@@ -13,7 +13,9 @@ from typing import Any
 from jinja2 import StrictUndefined, TemplateError, meta
 from jinja2.sandbox import SandboxedEnvironment
 
-TEMPLATE_NAMES = frozenset({"topic", "inputs", "item", "item_index", "visit", "run_id", "feedback"})
+TEMPLATE_NAMES = frozenset(
+    {"topic", "inputs", "item", "item_index", "visit", "run_id", "feedback", "signals"}
+)
 
 _ENV = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
 

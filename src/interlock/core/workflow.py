@@ -304,6 +304,57 @@ class ForEach(_Model):
         return value
 
 
+def duration_seconds(value: Any, what: str) -> Any:
+    """`30s`, `5m`, `2h`, `1d`, `1w` or a number of seconds, as seconds (others unchanged)."""
+    if isinstance(value, str):
+        match = _DURATION.match(value)
+        if match is None:
+            raise ValueError(f"{what} {value!r} must be seconds or a duration like 30s, 5m, 2h, 1d")
+        return float(match.group(1)) * _UNIT_S[match.group(2)]
+    return value
+
+
+SIGNAL_NAME = re.compile(r"^[A-Za-z_]\w{0,63}$")  # read as `signals.NAME` by conditions
+
+
+class WaitFor(_Model):
+    """Wait for a signal from outside the run before the phase starts or after it ends."""
+
+    signal: str
+    # Seconds (or "30m", "2h", "1d"); None: wait as long as it takes. When it passes, the
+    # phase's `next` rules decide with `signals.NAME == null` (a phase waiting to start
+    # does not run).
+    timeout: Annotated[float, Field(gt=0)] | None = None
+    # The JSON Schema the signal's data must match (checked when it is sent).
+    data_schema: dict[str, Any] | None = Field(
+        default=None, alias="schema", exclude_if=lambda value: value is None
+    )
+    when: Literal["before", "after"] = "before"
+
+    @field_validator("signal")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not SIGNAL_NAME.match(value):
+            raise ValueError(
+                f"signal name {value!r} must be an identifier (letters, digits, '_'), "
+                "since conditions read it as signals.NAME"
+            )
+        return value
+
+    @field_validator("timeout", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        return duration_seconds(value, "timeout")
+
+    @field_validator("data_schema")
+    @classmethod
+    def _valid_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        problem = schema_problem(value) if value is not None else None
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+
 class Phase(_Model):
     """A group of workers run in parallel or one after another."""
 
@@ -313,11 +364,30 @@ class Phase(_Model):
     pause_after: bool = False
     next: list[Rule] = Field(default_factory=list)
     for_each: ForEach | None = None
+    # Durable waits (`core.waits`), left out of the canonical form when unset so that
+    # existing definitions keep their hashes.
+    wait_for: WaitFor | None = Field(default=None, exclude_if=lambda value: value is None)
+    delay: Annotated[float, Field(ge=0)] | None = Field(
+        default=None, exclude_if=lambda value: value is None
+    )  # seconds (or "2h", "1d") between the phase being entered and its start
+    # A CEL expression giving the earliest start: a timestamp, RFC 3339 text or epoch seconds.
+    not_before: str | None = Field(default=None, exclude_if=lambda value: value is None)
 
     @field_validator("id")
     @classmethod
     def _safe_id(cls, value: str) -> str:
         return check_safe_name(value, "phase id")
+
+    @field_validator("delay", mode="before")
+    @classmethod
+    def _delay(cls, value: Any) -> Any:
+        return duration_seconds(value, "delay")
+
+    @model_validator(mode="after")
+    def _one_start_time(self) -> Phase:
+        if self.delay is not None and self.not_before is not None:
+            raise ValueError("give 'delay' or 'not_before', not both")
+        return self
 
     @field_validator("for_each", mode="before")
     @classmethod

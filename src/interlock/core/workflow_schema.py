@@ -53,6 +53,20 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "without any, the next phase in the file.",
         "for_each": "Fan-out: run the workers once per item of a list an earlier worker "
         "extracted ('<role>.<value>', or a mapping with items, concurrency, max_items).",
+        "wait_for": "Wait for a signal from outside the run ('interlock signal', the HTTP API "
+        "or a webhook) before the phase starts or after it ends.",
+        "delay": "Wait this long before the phase starts: seconds, or 30s, 5m, 2h, 1d.",
+        "not_before": "A CEL expression giving the earliest start (a timestamp, RFC 3339 text "
+        "or epoch seconds), e.g. inputs.publish_at.",
+    },
+    "WaitFor": {
+        "signal": "The signal's name; conditions and task templates read its data as signals.NAME.",
+        "timeout": "How long to wait: seconds, or 30s, 5m, 2h, 1d; when it passes, the phase's "
+        "next rules decide with signals.NAME == null (a phase waiting to start does not run). "
+        "Unset: as long as it takes.",
+        "schema": "The JSON Schema the signal's data must match (checked when it is sent).",
+        "when": "before: the phase starts once the signal arrives; after: the phase's next "
+        "rules wait for it.",
     },
     "Rule": {
         "if": "A CEL condition over extracted values and inputs; without it, always.",
@@ -179,6 +193,9 @@ def workflow_schema() -> dict[str, Any]:
     defs["ForEach"]["properties"]["items"]["pattern"] = _ITEMS
     ttl = defs["Cache"]["properties"]["ttl"]
     ttl["anyOf"].insert(1, _DURATION)
+    defs["Phase"]["properties"]["delay"]["anyOf"].insert(1, _DURATION)
+    defs["WaitFor"]["properties"]["timeout"]["anyOf"].insert(1, _DURATION)
+    defs["WaitFor"]["properties"]["signal"]["pattern"] = r"^[A-Za-z_]\w{0,63}$"
     inputs = defs["Pipeline"]["properties"]["inputs"]
     scalar = {"type": ["string", "number", "boolean", "null"]}
     inputs["additionalProperties"] = {"anyOf": [inputs["additionalProperties"], scalar]}
@@ -203,11 +220,13 @@ _PYTHON_NAMES = {
     "Rule": ("if", "if_"),
     "Extract": ("json", "json_path"),
     "Worker": ("schema", "output_schema"),
+    "WaitFor": ("schema", "data_schema"),
 }
 
 
 def _python_names(defs: dict[str, Any]) -> None:
-    """Accept `if_`, `json_path` and `output_schema` as the loader does (one spelling at a time)."""
+    """Accept `if_`, `json_path`, `output_schema` and `data_schema` as the loader does (one
+    spelling at a time)."""
     for model, (key, name) in _PYTHON_NAMES.items():
         props = defs[model]["properties"]
         props[name] = {

@@ -30,7 +30,7 @@ def supersede_stale(store: Store, runs: Path, owner: str) -> int:
         return 0  # no runs/ yet
     for folder in folders:
         view = _status(folder)
-        if view is None or view.get("status") != "running":
+        if view is None or view.get("status") not in ("running", "waiting"):
             continue
         writer = view.get("orchestrator")
         if not isinstance(writer, str) or writer == owner:
@@ -39,7 +39,7 @@ def supersede_stale(store: Store, runs: Path, owner: str) -> int:
             record = store.get_run(folder.name)
         except InterlockError:
             continue  # not a run of this ledger
-        if record.lease_owner == writer and record.summary.status == "running":
+        if record.lease_owner == writer and record.summary.status in ("running", "waiting"):
             continue  # its writer still drives it
         why = (
             f"the orchestrator that wrote this ({writer}) no longer drives the run; "

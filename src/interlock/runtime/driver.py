@@ -29,9 +29,17 @@ from interlock.core.observe import (
     interpret_command,
     late_usage,
 )
-from interlock.core.state import RunState, RunStatus, TaskState, apply, artifact_name
+from interlock.core.state import (
+    RunState,
+    RunStatus,
+    TaskState,
+    apply,
+    artifact_name,
+    listed_status,
+)
 from interlock.core.templates import TemplateProblem, render_task
 from interlock.core.validate import read_name
+from interlock.core.waits import signal_values
 from interlock.runtime import artifacts
 from interlock.runtime.edits import REVIEW_KINDS, keep_hand_edit, review_command
 from interlock.runtime.executors import Outcome, TaskSpec, escape_braces
@@ -197,7 +205,7 @@ class RunDriver:
         """The listing row for the current state."""
         state = self.state
         return RunSummary(
-            status=state.status.value,
+            status=listed_status(state),
             phase=state.current.phase if state.current else None,
             cost_usd=state.cost_usd,
             tokens=state.tokens,
@@ -495,6 +503,7 @@ class RunDriver:
                     "visit": task.visit,
                     "run_id": self.run_id,
                     "feedback": self.state.feedback,
+                    "signals": signal_values(self.definition.pipeline, self.state),
                 }
                 text = render_task(text, values)
             if command is not None:

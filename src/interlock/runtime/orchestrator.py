@@ -375,6 +375,11 @@ class Orchestrator:
         if self._wake is not None:
             self._wake.set()
 
+    def look_now(self) -> None:
+        """Look at the commands at once, not at the next heartbeat (one was just posted)."""
+        self._next_housekeeping = 0.0
+        self.wake()
+
     def _mark(self, driver: RunDriver) -> None:
         driver.dirty = True
         self._dirty.add(driver.run_id)
@@ -671,7 +676,7 @@ def refuse_existing(store: Store, run_id: str) -> None:
     commands = [f"'interlock status {run_id}'"]
     if status == "paused":
         commands.append(f"'interlock approve {run_id}'")
-    if status in ("running", "paused"):
+    if status in ("running", "waiting", "paused"):
         commands.append(f"'interlock resume {run_id}'")
     raise RunExists(
         f"run {run_id!r} already exists ({status}); to look at it or go on with it: "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from interlock.core.state import RunState, TaskStatus
+from interlock.core.state import RunState, TaskStatus, listed_status
 from interlock.core.workflow import Pipeline
 from interlock.storage.base import RunRecord, StoredEvent
 
@@ -35,6 +35,8 @@ def status_view(pipeline: Pipeline, state: RunState, run_dir_name: str) -> dict[
             current_index = index
             if state.status.value == "paused" and state.current.completed:
                 status = "paused"
+            elif state.waiting is not None and state.waiting.phase == phase.id:
+                status = "waiting"
         workers = {}
         for worker in phase.workers:
             tasks = latest.get(worker.role, {})
@@ -73,7 +75,12 @@ def status_view(pipeline: Pipeline, state: RunState, run_dir_name: str) -> dict[
         "dir": run_dir_name,
         "topic": state.topic,
         "inputs": state.inputs,
-        "status": state.status.value,
+        "status": listed_status(state),
+        "waiting": waiting_view(state),
+        "signals": {
+            "received": dict(state.signals),
+            "pending": [s.name for s in state.inbox],
+        },
         "current_phase": current_index,
         "retry_count": sum(max(0, t.attempt - 1) for t in state.tasks.values()),
         "phases": phases,
@@ -91,6 +98,32 @@ def status_view(pipeline: Pipeline, state: RunState, run_dir_name: str) -> dict[
         "rerun_of": state.rerun_of,
         "rerun_from": state.rerun_from,
     }
+
+
+def waiting_view(state: RunState) -> dict[str, Any] | None:
+    """What a waiting run waits for, and until when (None: it is not waiting)."""
+    waiting = state.waiting
+    if waiting is None or state.status.ended:
+        return None
+    return {
+        "phase": waiting.phase,
+        "visit": waiting.visit,
+        "for": "time" if waiting.signal is None else "signal",
+        "when": waiting.gate,
+        "signal": waiting.signal,
+        "until": iso(waiting.until),
+        "since": iso(waiting.since),
+    }
+
+
+def waiting_text(waiting: dict[str, Any] | None) -> str:
+    """`waiting for signal 'payment' until 2026-...Z` (empty when not waiting)."""
+    if not waiting:
+        return ""
+    until = f" until {waiting['until']}" if waiting.get("until") else ""
+    if waiting.get("signal"):
+        return f"waiting for signal {waiting['signal']!r}{until}"
+    return f"waiting{until}"
 
 
 def _worker_status(tasks: list[Any]) -> str:

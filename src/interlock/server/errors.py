@@ -6,6 +6,7 @@ from typing import Any
 
 from interlock.errors import (
     InterlockError,
+    InvalidSignal,
     LeaseHeld,
     LeaseLost,
     RunNotFound,
@@ -34,13 +35,15 @@ def from_interlock(exc: InterlockError) -> ApiError:
     """The HTTP form of an error the CLI would print (same message)."""
     if isinstance(exc, RunNotFound):
         return ApiError(404, "run_not_found", exc.message)
+    if isinstance(exc, InvalidSignal):
+        return ApiError(422, "invalid_signal", exc.message)
     if isinstance(exc, WorkflowError):
         return ApiError(422, "invalid_workflow", exc.message)
     if isinstance(exc, LeaseHeld | LeaseLost):
         return ApiError(409, "busy", exc.message)
     if isinstance(exc, StorageError):
         return ApiError(503, "storage", exc.message)
-    state_words = ("not paused", "already ended", "nothing to")
+    state_words = ("not paused", "already ended", "nothing to", "can be sent to a run")
     if any(word in exc.message for word in state_words):
         return ApiError(409, "wrong_state", exc.message)
     return ApiError(400, "bad_request", exc.message)

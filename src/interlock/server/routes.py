@@ -26,6 +26,7 @@ Starter = Annotated[Principal, Depends(operator("start"))]
 Approver = Annotated[Principal, Depends(operator("approve"))]
 Canceller = Annotated[Principal, Depends(operator("cancel"))]
 Resumer = Annotated[Principal, Depends(operator("resume"))]
+Signaller = Annotated[Principal, Depends(operator("signal"))]
 
 
 class StartRun(BaseModel):
@@ -41,6 +42,13 @@ class Note(BaseModel):
     """An optional message kept with an approval or a cancellation."""
 
     message: str = Field(default="", max_length=10_000)
+
+
+class SignalBody(BaseModel):
+    """A signal's data (any JSON) and optional idempotency key."""
+
+    data: Any = None
+    key: str | None = Field(default=None, min_length=1, max_length=200)
 
 
 @router.get("/health")
@@ -143,6 +151,31 @@ async def cancel(svc: Svc, who: Canceller, run_id: str, body: Note | None = None
     run_id = svc.api.cancel(resolve(svc, run_id), body.message if body else "", who.subject)
     svc.orchestrator.wake()
     return {"run_id": run_id, "accepted": "cancel"}
+
+
+@router.post("/runs/{run_id}/signals/{name}", status_code=202)
+async def send_signal(
+    svc: Svc,
+    who: Signaller,
+    request: Request,
+    run_id: str,
+    name: str,
+    body: SignalBody | None = None,
+) -> dict[str, Any]:
+    """Send signal `name` to a run (kept until a wait takes it); the `Idempotency-Key` header
+    or the body's `key` makes a repeated request harmless."""
+    body = body or SignalBody()
+    key = body.key or request.headers.get("idempotency-key") or None
+    receipt = svc.api.signal(resolve(svc, run_id), name, body.data, key=key, by=who.subject)
+    svc.orchestrator.look_now()
+    return {
+        "run_id": receipt.run_id,
+        "signal": receipt.name,
+        "key": receipt.key,
+        "accepted": "ignored" if receipt.duplicate else "signal",
+        "duplicate": receipt.duplicate,
+        "message": receipt.note,
+    }
 
 
 @router.post("/runs/{run_id}/resume")

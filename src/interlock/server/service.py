@@ -150,9 +150,9 @@ class Service:
         self.store.close()
 
     def adopt(self, now: float, min_age: float = ADOPT_AGE) -> list[str]:
-        """Take the lease of every running or paused run that no live process holds."""
+        """Take the lease of every running, waiting or paused run that no live process holds."""
         taken = []
-        for status in ("running", "paused", "delivered"):
+        for status in ("running", "waiting", "paused", "delivered"):
             for record in self.store.list_runs(status=status, limit=10_000):
                 if record.run_id in self.orchestrator.drivers or now - record.created_at < min_age:
                     continue

@@ -454,7 +454,7 @@ class PostgresStore:
     # -- beyond the protocol: what a fleet of orchestrators needs ---------------------------
 
     def unowned_runs(self, now: float, limit: int = 10) -> list[str]:
-        """Live runs (running or paused) nobody holds a valid lease on, in random order so
+        """Live runs (running, waiting or paused) nobody holds a valid lease on, in random order so
         that orchestrators looking at once spread over different runs."""
         return [r[0] for r in self._read(Q["unowned_runs"], now, limit)]
 

@@ -45,8 +45,12 @@ WHERE id > %s ORDER BY id LIMIT %s;
 SELECT run_id FROM runs WHERE run_id >= %s AND run_id < %s ORDER BY run_id LIMIT 10;
 
 -- name: insert_command
-INSERT INTO commands (run_id, kind, message, by, created_at) VALUES (%s, %s, %s, %s, %s)
-RETURNING id;
+-- Orchestrators listening on interlock_commands look at their inbox at once (at commit).
+WITH posted AS (
+    INSERT INTO commands (run_id, kind, message, by, created_at) VALUES (%s, %s, %s, %s, %s)
+    RETURNING id, run_id
+)
+SELECT posted.id FROM posted, LATERAL (SELECT pg_notify('interlock_commands', posted.run_id)) note;
 
 -- name: pending_commands
 SELECT id, run_id, kind, message, by, created_at FROM commands
@@ -59,7 +63,7 @@ WHERE consumed_at IS NULL ORDER BY id;
 -- name: unowned_runs
 SELECT run_id FROM runs
 WHERE (lease_expires IS NULL OR lease_expires <= %s)
-  AND (status IN ('running', 'paused')
+  AND (status IN ('running', 'waiting', 'paused')
        -- ended, but its driver died before acting on it (final.md, archive): finish that
        OR (status = 'delivered' AND lease_owner IS NOT NULL))
 ORDER BY random() LIMIT %s;
