@@ -13,17 +13,23 @@ from tests.mcpserver.helpers import call, environment, project, refused, stdio_s
 
 
 def test_pipeline_end_to_end(tmp_path: Path) -> None:
-    """A client lists pipelines, starts a run, sees it pause, reads the draft, approves it,
+    """A client lists the directory's pipelines (files that are not workflows are skipped
+    and named), starts a run, sees it pause, reads the draft, approves it,
     reads the final output as a tool result and as a resource, then reruns its last phase."""
 
     async def scenario() -> None:
-        async with stdio_session(project(tmp_path)) as client:
+        folder = project(tmp_path)
+        (folder / "notes.yaml").write_text("just: [notes\n")  # not a workflow: skipped, said why
+        (folder / "workflow.schema.json").write_text("{}")  # what init writes beside a file
+        async with stdio_session(folder) as client:
             names = {t.name for t in (await client.list_tools()).tools}
             assert {"start_run", "approve", "reject", "edit_output", "cancel"} <= names
             listed = await call(client, "list_pipelines")
             (announce,) = listed["pipelines"]
             assert announce["pipeline"] == "announce"
             assert announce["inputs"]["audience"]["default"] == "engineers"
+            (skipped,) = listed["skipped"]
+            assert "notes.yaml" in skipped
 
             row = await call(
                 client, "start_run", pipeline="announce", topic="MCP", inputs={"audience": "ops"}
@@ -147,3 +153,17 @@ def test_missing_extra_is_named(tmp_path: Path) -> None:
     assert done.returncode == 69
     assert "pip install 'interlock[mcp]'" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_scopes_without_read_are_refused(tmp_path: Path) -> None:
+    """`interlock mcp --scope operate` is a usage error: a client needs `read` to list tools."""
+    done = subprocess.run(
+        [sys.executable, "-m", "interlock", "mcp", "--scope", "operate"],
+        cwd=tmp_path,
+        env=environment(tmp_path / "home"),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2
+    assert "add --scope read" in done.stderr

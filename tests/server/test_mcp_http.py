@@ -4,16 +4,20 @@ client over streamable HTTP: the API's tokens and scopes apply to every tool."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
+import httpx
 import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from tests.mcpserver.helpers import call, refused
 from tests.server.conftest import ServerFactory
-from tests.server.helpers import SECRET, token
+from tests.server.helpers import SECRET, token, write_workflow
 
 
 @asynccontextmanager
@@ -78,3 +82,46 @@ def test_requests_without_a_good_token_are_refused(make_server: ServerFactory) -
     refused_origin = server.http.post("/mcp", json=hello, headers=foreign)
     assert refused_origin.status_code == 403
     assert refused_origin.json()["error"]["code"] == "bad_origin"
+
+
+def test_actions_share_the_api_rate_limits(make_server: ServerFactory) -> None:
+    """Starting runs through MCP spends the token's `start` bucket: past the burst, the tool
+    answers `rate_limited`, while reading goes on."""
+    server = make_server(auth_secret=SECRET, rate_limit=0.001, rate_burst=1)
+
+    async def scenario() -> None:
+        async with http_session(server.url, token(["read", "operate"])) as client:
+            await call(client, "start_run", pipeline="quick", topic="one")
+            limited = await refused(client, "start_run", pipeline="quick", topic="two")
+            assert limited["code"] == "rate_limited"
+            assert len((await call(client, "list_runs"))["runs"]) == 1
+
+    asyncio.run(scenario())
+
+
+def test_without_the_extra_mcp_names_it(tmp_path: Path) -> None:
+    """A server without the MCP SDK installed serves its API, and `/mcp` answers 501 naming
+    the extra to install."""
+    hide = (
+        "import sys; sys.modules['mcp'] = None; sys.argv[0] = 'interlock';"
+        "from interlock.cli.main import main; main()"
+    )
+    workflow = write_workflow(tmp_path)
+    command = [sys.executable, "-c", hide, "--home", str(tmp_path / "home"), "serve"]
+    with subprocess.Popen(
+        [*command, "--port", "0", "-w", str(workflow)],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as server:
+        try:
+            assert server.stderr is not None
+            line = server.stderr.readline()
+            url = line.split("serving on ")[1].removesuffix("/ui/\n")
+            hello = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+            answer = httpx.post(f"{url}/mcp", json=hello)
+            assert answer.status_code == 501
+            assert "pip install 'interlock[mcp]'" in answer.json()["error"]["message"]
+            assert httpx.get(f"{url}/api/health").json() == {"ok": True}
+        finally:
+            server.terminate()

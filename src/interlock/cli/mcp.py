@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import click
@@ -39,12 +38,14 @@ def mcp(ctx: Ctx, workflows: tuple[str, ...], scopes: tuple[str, ...]) -> None:
     Runs started here are driven while the client stays connected. Add it to a client with
     the command 'interlock mcp' (see the README's MCP section).
     """
+    if scopes and "read" not in scopes:
+        raise UsageError("--scope: an MCP client needs 'read' to list tools; add --scope read")
     try:
         import mcp.server.mcpserver  # noqa: F401  (only to know it is there)
     except ImportError:
         raise MissingExtra(MISSING) from None
-    if scopes and "read" not in scopes:
-        raise UsageError("--scope: an MCP client needs 'read' to list tools; add --scope read")
+    import asyncio
+
     from interlock.mcpserver.pipelines import Pipelines
     from interlock.mcpserver.stdio import serve_stdio
 

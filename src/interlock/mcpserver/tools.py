@@ -211,8 +211,10 @@ class Tools:
             raise ApiError(
                 403,
                 "not_served",
-                "prompts are not served over HTTP: read them on the server's machine "
-                "(interlock explain RUN --prompt TASK)",
+                "prompts are not served by the MCP endpoint over HTTP: GET "
+                f"/api/runs/{run_id}/attempts/SEQ shows an attempt's prompt (credentials "
+                "masked), or read them on the server's machine (interlock explain RUN --prompt "
+                "TASK)",
             )
         found = prompts(self.api.run_dir(run_id), prompts_of)
         return {"run_id": run_id, "prompts": [{"attempt": a, "text": t} for a, t in found]}
