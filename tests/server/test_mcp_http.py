@@ -125,3 +125,25 @@ def test_without_the_extra_mcp_names_it(tmp_path: Path) -> None:
             assert httpx.get(f"{url}/api/health").json() == {"ok": True}
         finally:
             server.terminate()
+
+
+def test_a_signal_lets_a_waiting_run_go_on(make_server: ServerFactory) -> None:
+    """A run waiting for a signal is listed as waiting; data that does not match the wait's
+    schema is refused; the right signal lets it deliver, and a signal to an ended run names
+    the states that accept one."""
+    server = make_server(auth_secret=SECRET)
+
+    async def scenario() -> None:
+        async with http_session(server.url, token(["read", "operate"])) as client:
+            run_id = (await call(client, "start_run", pipeline="signalled", topic="s"))["run_id"]
+            assert (await call(client, "wait_for_run", run_id=run_id))["status"] == "waiting"
+            invalid = await refused(client, "signal", run_id=run_id, name="payment", data={})
+            assert invalid["code"] == "invalid_signal"
+            sent = await call(client, "signal", run_id=run_id, name="payment", data={"amount": 3})
+            assert sent["accepted"] == "signal"
+            assert (await call(client, "wait_for_run", run_id=run_id))["status"] == "delivered"
+            late = await refused(client, "signal", run_id=run_id, name="payment", data={})
+            assert late["code"] == "wrong_state"
+            assert "signal needs a run that is running or paused" in late["message"]
+
+    asyncio.run(scenario())

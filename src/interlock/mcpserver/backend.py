@@ -77,7 +77,7 @@ class Backend:
             if not live:
                 with contextlib.suppress(LeaseHeld):  # taken by another process just now
                     orchestrator.take(run_id)
-        orchestrator.wake()
+        orchestrator.look_now()
 
 
 def local_principal(user: str, scopes: list[str] | None) -> Principal:

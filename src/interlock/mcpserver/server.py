@@ -20,7 +20,8 @@ INSTRUCTIONS = """\
 interlock runs multi-agent pipelines defined in workflow files. A typical session:
 list_pipelines (what can run, and its inputs) -> start_run -> wait_for_run (or run_status)
 -> when paused: list_outputs / read_output, then approve, reject (back to a phase with
-feedback) or edit_output -> wait_for_run -> read_output final.md. run_events and explain say
+feedback) or edit_output -> wait_for_run -> read_output final.md. A run waiting for a signal
+(status waiting) goes on when it is sent with signal. run_events and explain say
 what happened and why. Outputs are also resources: interlock://runs/{run_id}/outputs/{name}.
 """
 
@@ -42,6 +43,7 @@ TOOL_NAMES = (
     "reject",
     "edit_output",
     "cancel",
+    "signal",
     "resume",
 )
 

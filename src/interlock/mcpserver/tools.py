@@ -173,8 +173,9 @@ class Tools:
 
     @tool("read")
     async def wait_for_run(self, run_id: str, timeout_s: float = 30.0, *, ctx: Context) -> Result:
-        """Wait until a run is no longer running (paused, delivered, failed, cancelled) or
-        `timeout_s` passes (at most 120), then return its state as run_status does."""
+        """Wait until a run is no longer running (waiting for a signal or a time, paused,
+        delivered, failed, cancelled) or `timeout_s` passes (at most 120), then return its
+        state as run_status does."""
         run_id = self._run(run_id)
         deadline = time.monotonic() + max(0.0, min(timeout_s, WAIT_LIMIT))
         while True:
@@ -273,6 +274,25 @@ class Tools:
         self.api.cancel(run_id, reason, by=self._by(ctx))
         self.backend.drive(run_id)
         return {"run_id": run_id, "accepted": "cancel"}
+
+    @tool("operate")
+    async def signal(
+        self, run_id: str, name: str, data: Any = None, key: str | None = None, *, ctx: Context
+    ) -> Result:
+        """Send signal `name` with JSON `data` to a run (running, waiting or paused): the phase
+        that waits for it (`wait_for`) goes on, reading `signals.NAME`. A signal sent before
+        the wait is kept until then; a repeated idempotency `key` is ignored."""
+        run_id = self._in_state(run_id, "signal", ("running", "paused"))
+        receipt = self.api.signal(run_id, name, data, key=key, by=self._by(ctx))
+        self.backend.drive(run_id)
+        return {
+            "run_id": receipt.run_id,
+            "signal": receipt.name,
+            "key": receipt.key,
+            "accepted": "ignored" if receipt.duplicate else "signal",
+            "duplicate": receipt.duplicate,
+            "message": receipt.note,
+        }
 
     @tool("operate")
     async def resume(self, run_id: str, *, ctx: Context) -> Result:
