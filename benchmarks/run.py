@@ -516,7 +516,17 @@ SECTIONS: dict[str, Callable[[argparse.Namespace], Any]] = {
     "distributed": lambda a: distributed(),
     "check": lambda a: check_width(a.check_width),
     "peers": lambda a: peers(a.runs, min(a.concurrent, 200)),
+    "llm": lambda a: llm_section(a),
 }
+
+
+def llm_section(args: argparse.Namespace) -> dict[str, Any]:
+    """Model calls at scale against a local streaming server (`llm.py`)."""
+    from llm import llm  # type: ignore[import-not-found]
+
+    return dict(
+        llm(args.llm_runs, args.llm_latency, args.llm_chunks, args.llm_cap, args.llm_clients)
+    )
 
 
 def machine() -> dict[str, Any]:
@@ -551,11 +561,17 @@ def report(results: dict[str, Any]) -> None:
         "postgres",
         "distributed",
         "check",
+        "llm",
     ):
         if name in results:
             print(f"\n{name}")
             for key, value in results[name].items():
-                print(f"  {key:<32} {value}")
+                if isinstance(value, dict):  # one client of the 'llm' section
+                    print(f"  {key}")
+                    for inner, figure in value.items():
+                        print(f"    {inner:<30} {figure}")
+                else:
+                    print(f"  {key:<32} {value}")
     ours = {  # a peer is compared with interlock on the same kind of backend
         "sqlite": (
             results.get("sequential", {}).get("runs_per_s"),
@@ -604,6 +620,17 @@ def main() -> None:
     parser.add_argument("--recovery", type=positive_count, default=1000)
     parser.add_argument(
         "--check-width", type=positive_count, default=10_000, help="workers of the 'check' phase"
+    )
+    parser.add_argument(
+        "--llm-runs", type=positive_count, default=500, help="runs of the 'llm' section"
+    )
+    parser.add_argument("--llm-latency", type=float, default=1.0, help="seconds per model call")
+    parser.add_argument("--llm-chunks", type=int, default=20, help="fragments per model answer")
+    parser.add_argument(
+        "--llm-cap", type=positive_count, default=2000, help="model calls at once, at most"
+    )
+    parser.add_argument(
+        "--llm-clients", default="aiohttp,httpx,httpx2", help="bare clients measured beside"
     )
     parser.add_argument("--out", default=str(HERE / "results" / "latest.json"))
     args = parser.parse_args()
