@@ -54,9 +54,9 @@ STREAM_BODY = {**BODY, "stream": True, "stream_options": {"include_usage": True}
 @contextmanager
 def model_server(latency: float, chunks: int) -> Iterator[str]:
     """The local model server's base URL, while it runs."""
+    server = [sys.executable, str(HERE / "llm_server.py")]
     child = subprocess.Popen(
-        [sys.executable, str(HERE / "llm_server.py"), "--latency", str(latency)]
-        + ["--chunks", str(chunks)],
+        [*server, "--latency", str(latency), "--chunks", str(chunks)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -227,9 +227,7 @@ def llm(runs: int, latency: float, chunks: int, cap: int, clients: str) -> dict[
     reference = results.get("bare_aiohttp")
     if reference:
         ours = results["interlock"]
-        results["throughput_vs_aiohttp"] = round(
-            ours["calls_per_s"] / reference["calls_per_s"], 2
-        )
+        results["throughput_vs_aiohttp"] = round(ours["calls_per_s"] / reference["calls_per_s"], 2)
         results["cpu_vs_aiohttp"] = round(
             ours["cpu_ms_per_call"] / max(reference["cpu_ms_per_call"], 1e-9), 1
         )
