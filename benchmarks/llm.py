@@ -137,13 +137,14 @@ def bare_aiohttp(url: str, runs: int, cap: int) -> int:
     return asyncio.run(go())
 
 
-def bare_httpx(module_name: str, url: str, runs: int, cap: int) -> int:
-    """httpx (or its fork httpx2) alone, with as many connections as calls allowed at once."""
+def bare_httpx(module_name: str, url: str, runs: int, cap: int, connections: int) -> int:
+    """httpx (or its fork httpx2) alone, with `connections` in its pool: as many as calls
+    allowed at once, or fewer, so that calls queue in the pool as they did in interlock."""
     module: Any = __import__(module_name)
 
     async def go() -> int:
         limit = asyncio.Semaphore(cap)
-        limits = module.Limits(max_connections=cap, max_keepalive_connections=cap)
+        limits = module.Limits(max_connections=connections, max_keepalive_connections=connections)
         async with module.AsyncClient(limits=limits, timeout=None) as client:
 
             async def call() -> int:
@@ -194,7 +195,7 @@ def interlock_runs(url: str, runs: int, cap: int) -> tuple[int, dict[str, int]]:
         shutil.rmtree(home, ignore_errors=True)
 
 
-CLIENTS = ("aiohttp", "httpx", "httpx2")
+CLIENTS = ("aiohttp", "httpx", "httpx2", "httpx-pool100", "httpx2-pool100")
 
 
 def llm(runs: int, latency: float, chunks: int, cap: int, clients: str) -> dict[str, Any]:
@@ -219,8 +220,11 @@ def llm(runs: int, latency: float, chunks: int, cap: int, clients: str) -> dict[
         for name in [c.strip() for c in clients.split(",") if c.strip()]:
             if name == "aiohttp":
                 drive = lambda: bare_aiohttp(url, runs, cap)  # noqa: E731
-            elif name in ("httpx", "httpx2"):
-                drive = lambda n=name: bare_httpx(n, url, runs, cap)  # type: ignore[misc]  # noqa: E731
+            elif name.split("-pool")[0] in ("httpx", "httpx2"):
+                # "httpx-pool100": a pool of 100 connections (httpx's default) for the calls
+                module, _, pool = name.partition("-pool")
+                size = int(pool) if pool.isdigit() else cap
+                drive = lambda m=module, n=size: bare_httpx(m, url, runs, cap, n)  # type: ignore[misc]  # noqa: E731
             else:
                 raise ValueError(f"--llm-clients: no client {name!r}; clients: {CLIENTS}")
             results[f"bare_{name}"] = measured(runs, latency, cap, drive)

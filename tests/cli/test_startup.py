@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 HEAVY = (
+    "aiohttp",
     "asyncio",
     "celpy",
     "httpx",

@@ -12,8 +12,6 @@ import random
 import time
 from dataclasses import dataclass
 
-import httpx
-
 from interlock.providers.anthropic_messages import AnthropicProvider
 from interlock.providers.base import Provider
 from interlock.providers.cli_agent import CliAgentProvider
@@ -40,7 +38,6 @@ class ProviderRegistry:
         sleep: Used for backoff and rate-limit waits (tests inject a fast one).
         clock: Monotonic clock of the rate limiters.
         rng: Jitter source.
-        transport: An httpx transport for every client (tests may pass a mock transport).
     """
 
     def __init__(
@@ -49,12 +46,10 @@ class ProviderRegistry:
         sleep: SleepFn = asyncio.sleep,
         clock: Clock = time.monotonic,
         rng: random.Random | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._sleep = sleep
         self._clock = clock
         self._rng = rng or random.Random()
-        self._transport = transport
         self._shared: dict[str, _Shared] = {}
 
     def _shared_for(self, settings: ProviderSettings) -> _Shared:
@@ -83,7 +78,7 @@ class ProviderRegistry:
                 base_url=settings.base_url,
                 limiter=limiter,
                 retry=retry,
-                pool=ClientPool(transport=self._transport),
+                pool=ClientPool(max_connections=settings.max_concurrency),
             )
         # A changed configuration for the same name replaces the old pool and limiter.
         shared = _Shared(settings=settings, limiter=limiter, endpoint=endpoint)

@@ -4,6 +4,10 @@
 provider-specific consumer. Before the response starts it retries what `RetryPolicy`
 allows; once the stream has started nothing is retried here, because fragments were
 already forwarded as progress and the engine decides about a new attempt.
+
+Requests go through aiohttp: with a thousand calls at once, its connection pool hands out
+connections in constant time per request, where httpx's (httpcore's) pool rescans every
+queued request on each change and cost 20 ms of CPU per call (benchmarks/README.md, `llm`).
 """
 
 from __future__ import annotations
@@ -13,11 +17,11 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import aclosing
+from contextlib import aclosing, suppress
 from typing import Any, TypeVar
 
-import httpx
-from httpx_sse import EventSource, ServerSentEvent, SSEError
+import aiohttp
+import orjson
 
 from interlock.providers.base import ProviderError, ProviderTimeout
 from interlock.providers.limits import ProviderLimiter
@@ -28,14 +32,15 @@ from interlock.providers.retry import (
     is_retryable_status,
     retry_after_of,
 )
+from interlock.providers.sse import ServerSentEvent, events_of
 
 logger = logging.getLogger("interlock.providers")
 
 
 class _ScrubRecords(logging.Filter):
-    """Masks keys in the HTTP libraries' own log lines: httpx logs each request's full URL,
-    and httpcore's debug trace each response's status line and headers, which a server may
-    have filled with the key it was sent."""
+    """Masks keys in the HTTP libraries' own log lines: a library may log a request's full
+    URL, or a response's status line and headers, which a server may have filled with the
+    key it was sent."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         record.msg, record.args = scrub(record.getMessage()), None
@@ -44,6 +49,13 @@ class _ScrubRecords(logging.Filter):
 
 # A filter applies to the records of its own logger only, so each one gets it.
 for _name in (
+    "aiohttp",
+    "aiohttp.client",
+    "aiohttp.internal",
+    "aiohttp.access",
+    "aiohttp.server",
+    "aiohttp.web",
+    "aiohttp.websocket",
     "httpx",
     "httpcore.connection",
     "httpcore.connection_pool",
@@ -60,28 +72,60 @@ AnswerParser = Callable[[dict[str, Any]], T]
 """Reads a complete JSON answer: the server was asked for one (``stream: false``), or it
 answered JSON although it was asked to stream."""
 
+_NO_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=None, sock_read=None)
+
+
+class NotAnEventStream(Exception):
+    """A successful answer to a stream request that is neither an event stream nor JSON."""
+
 
 class ClientPool:
-    """One `httpx.AsyncClient` per event loop, reused by every call to a provider."""
+    """One `aiohttp.ClientSession` per event loop, reused by every call to a provider.
 
-    def __init__(self, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
-        self._transport = transport
-        self._current: tuple[asyncio.AbstractEventLoop, httpx.AsyncClient] | None = None
+    Args:
+        max_connections: Connections open at once (None: as many as calls need; the
+            provider's `ProviderLimiter` already bounds the calls).
+    """
 
-    def get(self) -> httpx.AsyncClient:
-        """The client for the running loop, created on first use."""
+    def __init__(self, *, max_connections: int | None = None) -> None:
+        self.max_connections = max_connections
+        self._current: tuple[asyncio.AbstractEventLoop, aiohttp.ClientSession] | None = None
+        self._closers: set[asyncio.Task[None]] = set()
+
+    def get(self) -> aiohttp.ClientSession:
+        """The session for the running loop, created on first use."""
         loop = asyncio.get_running_loop()
-        if self._current is None or self._current[0] is not loop or self._current[1].is_closed:
+        current = self._current
+        if current is None or current[0] is not loop or current[1].closed:
             # Connections are bound to the loop that opened them, so a new loop needs a
-            # new client.
-            self._current = (loop, httpx.AsyncClient(transport=self._transport, timeout=None))
-        return self._current[1]
+            # new session.
+            connector = aiohttp.TCPConnector(limit=self.max_connections or 0, limit_per_host=0)
+            session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=_NO_TIMEOUT,  # each call's own deadline applies (see `stream`)
+                trust_env=True,  # proxies and certificates from the environment, as curl
+                auto_decompress=True,
+            )
+            current = self._current = (loop, session)
+            closer = loop.create_task(_close_at_loop_end(session))
+            self._closers.add(closer)
+            closer.add_done_callback(self._closers.discard)
+        return current[1]
 
     async def aclose(self) -> None:
-        """Close the client of the running loop, if any."""
+        """Close the session of the running loop, if any."""
         if self._current is not None and self._current[0] is asyncio.get_running_loop():
-            await self._current[1].aclose()
+            await self._current[1].close()
         self._current = None
+
+
+async def _close_at_loop_end(session: aiohttp.ClientSession) -> None:
+    """Wait until the loop's end cancels this task (asyncio.run cancels what is left), then
+    close `session`: its connections must not outlive their loop unclosed."""
+    with suppress(asyncio.CancelledError):
+        await asyncio.get_running_loop().create_future()
+    if not session.closed:
+        await session.close()
 
 
 def error_message(raw: bytes) -> str:
@@ -178,6 +222,12 @@ class HttpEndpoint:
         url = join_url(self.base_url, path)
         shown = safe_url(url)  # user info or a query string may hold a key
         deadline = time.monotonic() + timeout
+        payload = _encode(body)
+        request_headers = {
+            "Accept": "text/event-stream",
+            "Content-Type": "application/json",
+            **headers,
+        }
         for attempt in range(1, self.retry.max_attempts + 1):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -187,22 +237,24 @@ class HttpEndpoint:
             retry_after: float | None = None
             try:
                 async with asyncio.timeout(remaining):
-                    client = self.pool.get()
-                    request_headers = {"Accept": "text/event-stream", **headers}
-                    async with client.stream(
-                        "POST", url, json=body, headers=request_headers, timeout=remaining
+                    session = self.pool.get()
+                    async with session.post(
+                        url, data=payload, headers=request_headers, allow_redirects=False
                     ) as response:
-                        if response.is_success and parse is not None and _is_json(response):
+                        success = 200 <= response.status < 300
+                        if success and parse is not None and _is_json(response):
                             started = True
-                            return parse(_json_answer(self.name, await response.aread()))
-                        if response.is_success:
+                            return parse(_json_answer(self.name, await response.read()))
+                        if success:
                             started = True
+                            _check_event_stream(response)
                             # aclosing: consumers may stop early (at [DONE]), and the
                             # generator must be closed while the response is still open.
-                            async with aclosing(EventSource(response).aiter_sse()) as events:
+                            chunks = response.content.iter_any()
+                            async with aclosing(events_of(chunks)) as events:
                                 return await consume(events)
-                        raw = await response.aread()
-                        status = response.status_code
+                        raw = await response.read()
+                        status = response.status
                         retry_after = retry_after_of(response.headers)
                         failure = ProviderError(
                             f"{self.name}: HTTP {status} from {shown}: {error_message(raw)}",
@@ -210,16 +262,16 @@ class HttpEndpoint:
                             status=status,
                             retry_after=retry_after,
                         )
-            except (TimeoutError, httpx.TimeoutException):
+            except TimeoutError:  # aiohttp's own timeouts are TimeoutErrors too
                 raise ProviderTimeout(
                     f"{self.name}: no complete answer within {timeout:g}s from {shown}"
                 ) from None
-            except SSEError as exc:
+            except NotAnEventStream as exc:
                 raise ProviderError(
                     f"{self.name}: {shown} did not answer with an event stream ({exc})",
                     retryable=False,
                 ) from None
-            except httpx.TransportError as exc:
+            except aiohttp.ClientError as exc:
                 detail = f"{type(exc).__name__}: {exc}"
                 failure = ProviderError(
                     f"{self.name}: connection to {shown} failed: {detail}", retryable=True
@@ -265,9 +317,27 @@ class HttpEndpoint:
         await self.retry.sleep(delay)
 
 
-def _is_json(response: httpx.Response) -> bool:
+def _encode(body: dict[str, Any]) -> bytes:
+    """The request body as JSON; what orjson refuses (integers beyond 64 bits, keys that are
+    not strings) goes through the standard encoder."""
+    try:
+        return orjson.dumps(body)
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _is_json(response: aiohttp.ClientResponse) -> bool:
     kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
     return bool(kind == "application/json" or kind.endswith("+json"))
+
+
+def _check_event_stream(response: aiohttp.ClientResponse) -> None:
+    """Raise `NotAnEventStream` unless the answer says it is one."""
+    kind = response.headers.get("content-type", "")
+    if "text/event-stream" not in kind.lower():
+        raise NotAnEventStream(
+            f"expected Content-Type 'text/event-stream', got {kind or '(none)'!r}"
+        )
 
 
 def _json_answer(name: str, raw: bytes) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from interlock.runtime.dispatch import Dispatcher, LocalDispatcher
 from interlock.runtime.driver import Report, RunDriver
 from interlock.runtime.faults import crash_point
 from interlock.runtime.home import Home
+from interlock.runtime.leases import LeaseKeeper
 from interlock.runtime.models import ModelRunner
 from interlock.runtime.processes import holder_is_dead as holder_is_dead
 from interlock.runtime.processes import reap
@@ -72,6 +73,8 @@ class Settings:
     write_status: bool = True  # keep status.json current
     status_interval: float = 1.0  # seconds between status.json refreshes of a running run
     disk_full_wait: float = 10.0  # seconds to wait for space before stopping (exit 5)
+    # A loop that has not turned for this long is hung, not busy: its leases are let go.
+    stall_limit: float = 300.0
 
 
 STATUS_REFRESHES = 100  # status.json refreshes per second across all running runs, at most
@@ -117,6 +120,18 @@ class Orchestrator:
         self._releases: list[Lease] = []  # ended runs' leases, released in batches
         self._releases_since = 0.0  # when the oldest of them was set aside
         self._full = DiskFullBackoff(self.settings.disk_full_wait)
+        ttl = self.settings.lease_ttl
+        self.leases: LeaseKeeper[RunDriver] = LeaseKeeper(
+            store,
+            self.drivers,
+            ttl=ttl,
+            interval=min(self.settings.heartbeat, ttl / 6),
+            clock=clock,
+            on_lost=self._lease_gone,
+            stall_limit=self.settings.stall_limit,
+        )
+        self._gone: list[tuple[RunDriver, Exception]] = []  # from the keeper's thread
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- taking runs ----------------------------------------------------------------------
 
@@ -322,7 +337,9 @@ class Orchestrator:
     async def run_until_settled(self, *, stop_when_paused: bool = True) -> None:
         """Drive every taken run until each has ended (or is paused, if asked)."""
         self._wake = asyncio.Event()
-        self._next_housekeeping = 0.0  # look at commands and leases right away
+        self._next_housekeeping = 0.0  # look at commands right away
+        self._loop = asyncio.get_running_loop()
+        self.leases.start()
         try:
             while self.drivers:
                 now = self.clock()
@@ -331,21 +348,32 @@ class Orchestrator:
                     break
                 await self._sleep(now)
         finally:
+            self.leases.stop()
             self._wake = None
 
     async def serve_forever(self, stop: asyncio.Event) -> None:
         """Drive taken runs, including paused ones, until `stop` is set."""
         self._wake = asyncio.Event()
         self._next_housekeeping = 0.0
+        self._loop = asyncio.get_running_loop()
+        self.leases.start()
         try:
             while not stop.is_set():
                 now = self.clock()
                 self._iterate(now, stop_when_paused=False)
                 await self._sleep(now)
         finally:
+            self.leases.stop()
             self._wake = None
 
     def _iterate(self, now: float, stop_when_paused: bool) -> None:
+        self.leases.turned()
+        while self._gone:
+            holder, error = self._gone.pop(0)
+            if isinstance(error, DiskFull):
+                self._full.failed(error, now, self.drivers)  # gives up well before they expire
+            elif self.drivers.get(holder.run_id) is holder:
+                self._drop(holder, error)
         if now >= self._next_housekeeping:
             self._next_housekeeping = now + self.settings.heartbeat
             self._dirty |= self._lazy
@@ -353,7 +381,6 @@ class Orchestrator:
             if self._releases and now - self._releases_since >= self.settings.heartbeat:
                 self.flush_releases()  # no commit came along to carry them
             self._poll_commands()
-            self._renew_leases(now)
         if self._full.waiting(now):
             return  # the disk was full: nothing is tried before the pause is over
         while self._timers and self._timers[0][0] <= now:
@@ -473,9 +500,9 @@ class Orchestrator:
             return dirty
         self._full.succeeded()
         recorded = []
-        for (driver, new, _), result in zip(batches, results, strict=True):
+        for (driver, new, batch), result in zip(batches, results, strict=True):
             if isinstance(result, Exception):
-                self._drop(driver, result)
+                self._refused(driver, batch, result)
                 continue
             self._emit(driver, result - len(new) + 1, new)
             recorded.append(driver)
@@ -550,27 +577,25 @@ class Orchestrator:
         except OSError as exc:
             log.warning("cannot mark status.json superseded: %s", exc)
 
-    def _renew_leases(self, now: float) -> None:
-        """Renew, in one transaction, every lease that has used a third of its time."""
-        ttl = self.settings.lease_ttl
-        due = [d for d in self.drivers.values() if d.lease.expires_at - now < ttl * 2 / 3]
-        if not due:
-            return
-        try:
-            renewed = self.store.renew_leases([d.lease for d in due], ttl, now)
-        except DiskFull as exc:
-            self._full.failed(exc, now, self.drivers)  # gives up well before they expire
-            return
-        except StorageError as exc:
-            # A locked database is transient: the leases still hold until they expire, and
-            # appends are fenced, so trying again next heartbeat is safe.
-            log.warning("cannot renew leases: %s", exc, extra={"action": "renew_failed"})
-            return
-        for driver, lease in zip(due, renewed, strict=True):
-            if isinstance(lease, LeaseLost):
-                self._drop(driver, lease)
-            else:
-                driver.lease = lease
+    def _lease_gone(self, holder: RunDriver, error: Exception) -> None:
+        """From the keeper's thread: a lease is lost for good (or the disk is full); the
+        loop lets the run go at its next turn."""
+        self._gone.append((holder, error))
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop has just closed
+                loop.call_soon_threadsafe(self.wake)
+
+    def _refused(self, driver: RunDriver, batch: AppendBatch, error: Exception) -> None:
+        """A run's append was refused: carry on from the ledger if its lease is (again) this
+        orchestrator's, otherwise let the run go."""
+        if isinstance(error, LeaseLost) and self.leases.take_back(driver, batch.lease.token):
+            try:
+                self._reload(driver)
+                return
+            except StorageError as again:
+                error = again
+        self._drop(driver, error)
 
     def _retire(self, ticked: list[RunDriver], stop_when_paused: bool) -> None:
         for driver in ticked:

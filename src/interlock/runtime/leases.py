@@ -1,0 +1,191 @@
+"""Keeping the leases of the runs an orchestrator drives, whatever its event loop is doing.
+
+A lease says "this process is alive and driving the run". Renewing it from the loop made it
+say "this loop is idle enough": with thousands of model calls streaming, a loop busy for
+longer than the lease's time lost every lease to its own load, and the runs were left
+`running` with nobody driving them. So renewal has a thread of its own: Python hands the
+interpreter to a waiting thread every few milliseconds however busy the loop is, and the
+stores are thread-safe (SQLite behind a lock, PostgreSQL through a pool of connections), so
+a renewal waits at most for one statement of the loop's, never for the loop's work.
+
+A loop that has not turned for `stall_limit` seconds is taken as hung rather than busy: its
+leases are left to run out, so that another orchestrator can take its runs over.
+
+A lease that ran out anyway (the machine was suspended, the database was locked for longer
+than the lease) is taken back when nobody else took it in the meantime: every acquisition
+raises the fencing token by one, so getting exactly the next token proves that no other
+orchestrator held the run in between, and nothing was appended but by this one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Generic, Protocol, TypeVar
+
+from interlock.errors import DiskFull, LeaseHeld, LeaseLost, StorageError
+from interlock.storage.base import Lease, Store
+
+log = logging.getLogger("interlock.runtime")
+
+
+class Holder(Protocol):
+    """What holds a lease: a run's driver."""
+
+    lease: Lease
+
+    @property
+    def run_id(self) -> str:
+        """The run whose lease this is."""
+        ...
+
+
+H = TypeVar("H", bound=Holder)
+
+
+class LeaseKeeper(Generic[H]):
+    """Renews, from a thread, every lease of `holders` that has used a third of its time.
+
+    Args:
+        store: The ledger (thread-safe).
+        holders: The runs held, by run id; read from the keeper's thread, written by the loop.
+        ttl: Seconds a lease lasts.
+        interval: Seconds between looks at which leases are due.
+        clock: Wall-clock seconds, as leases are stamped.
+        on_lost: Called for a lease lost and not taken back, and with a `DiskFull`.
+        stall_limit: Seconds without a turn of the loop after which renewal stops.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        holders: Mapping[str, H],
+        *,
+        ttl: float,
+        interval: float,
+        clock: Callable[[], float],
+        on_lost: Callable[[H, Exception], None],
+        stall_limit: float,
+    ) -> None:
+        self.store = store
+        self.holders = holders
+        self.ttl = ttl
+        self.interval = interval
+        self.clock = clock
+        self.on_lost = on_lost
+        self.stall_limit = stall_limit
+        self._lock = threading.Lock()  # one renewal or take-back at a time
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._users = 0
+        self._turned = time.monotonic()
+        self._stalled = False
+
+    def start(self) -> None:
+        """Keep leases from now on (the keeper is shared by nested drives of one loop)."""
+        self._users += 1
+        self.turned()
+        if self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name="interlock-leases", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop keeping leases once the last drive has ended."""
+        self._users = max(0, self._users - 1)
+        if self._users == 0 and self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+
+    def turned(self) -> None:
+        """The loop is alive: called on each of its turns."""
+        self._turned = time.monotonic()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.renew_due()
+            except Exception:  # the keeper must outlive any surprise; the next look retries
+                log.exception("renewing leases failed", extra={"action": "renew_failed"})
+
+    def renew_due(self) -> None:
+        """Renew, in one transaction, every lease that has used a third of its time."""
+        lost: list[tuple[H, Exception]] = []
+        with self._lock:
+            stalled = time.monotonic() - self._turned
+            if stalled > self.stall_limit:
+                if not self._stalled:
+                    log.error(
+                        "the event loop has not turned for %.1fs; its leases are left to run "
+                        "out so that another orchestrator can take its runs over",
+                        stalled,
+                        extra={"action": "loop_stalled"},
+                    )
+                self._stalled = True
+                return
+            self._stalled = False
+            now = self.clock()
+            due = [
+                h for h in _snapshot(self.holders) if h.lease.expires_at - now < self.ttl * 2 / 3
+            ]
+            if not due:
+                return
+            try:
+                renewed = self.store.renew_leases([h.lease for h in due], self.ttl, now)
+            except DiskFull as exc:
+                lost.append((due[0], exc))
+                renewed = []
+            except StorageError as exc:
+                # A locked database is transient: the leases still hold until they expire,
+                # and appends are fenced, so trying again at the next look is safe.
+                log.warning("cannot renew leases: %s", exc, extra={"action": "renew_failed"})
+                return
+            for holder, lease in zip(due, renewed, strict=False):
+                if isinstance(lease, LeaseLost):
+                    if not self._take_back(holder, holder.lease.token, now):
+                        lost.append((holder, lease))
+                elif holder.lease.token == lease.token:
+                    holder.lease = lease
+        for holder, error in lost:
+            self.on_lost(holder, error)
+
+    def take_back(self, holder: H, token: int) -> bool:
+        """After an append refused with the lease of fencing token `token`: whether the run's
+        lease is this orchestrator's again (taken back now, or already), so that it may carry
+        on from what the ledger holds."""
+        with self._lock:
+            return self._take_back(holder, token, self.clock())
+
+    def _take_back(self, holder: H, token: int, now: float) -> bool:
+        if holder.lease.token != token:
+            return True  # taken back already, since the refused append was built
+        try:
+            lease = self.store.acquire_lease(holder.run_id, holder.lease.owner, self.ttl, now)
+        except (LeaseHeld, StorageError):
+            return False  # held by another orchestrator now, or not to be known now
+        if lease.token != token + 1:
+            # Someone else held the run in between and may have appended: what this
+            # orchestrator holds in memory may be behind. Let it go.
+            with contextlib.suppress(StorageError, LeaseLost):
+                self.store.release_lease(lease)
+            return False
+        holder.lease = lease
+        log.warning(
+            "run %s: its lease had run out and nobody took it; taken back",
+            holder.run_id,
+            extra={"run_id": holder.run_id, "action": "lease_taken_back"},
+        )
+        return True
+
+
+def _snapshot(holders: Mapping[str, H]) -> list[H]:
+    """The holders now; the loop may change the mapping while this thread reads it."""
+    while True:
+        try:
+            return list(holders.values())
+        except RuntimeError:  # "dictionary changed size during iteration": look again
+            continue

@@ -1,0 +1,115 @@
+"""Leases under load: a busy loop keeps them, and one that ran out while nobody took it is
+taken back; one that somebody else held in the meantime is not."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import pytest
+
+from interlock import Interlock, register
+from interlock.core.state import RunStatus
+from interlock.errors import LeaseHeld
+from interlock.runtime.executors import TaskContext
+from interlock.runtime.orchestrator import Settings
+
+from .conftest import WriteWorkflow
+
+TTL = 0.6
+FLOW = """
+    p:
+      phases:
+        - id: a
+          workers: [{role: w, call: hog, final: true}]
+"""
+
+
+def hog_the_loop(seconds: float) -> None:
+    """CPU work on the event loop's own thread: nothing else of the loop runs meanwhile."""
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        pass
+
+
+def actions(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [getattr(r, "action", "") for r in caplog.records]
+
+
+def test_a_loop_blocked_longer_than_the_lease_keeps_it(
+    tmp_path: Path, write_workflow: WriteWorkflow, caplog: pytest.LogCaptureFixture
+) -> None:
+    """While a worker holds the event loop for three lease times, the run's lease stays
+    renewed (another orchestrator cannot take it), and the run ends delivered."""
+    caplog.set_level(logging.INFO)
+    home = tmp_path / "home"
+    app = Interlock(home, settings=Settings(heartbeat=0.05, lease_ttl=TTL))
+    intruder = Interlock(home)
+    refused: list[bool] = []
+
+    async def hog(ctx: TaskContext) -> str:
+        hog_the_loop(3 * TTL)
+        try:
+            intruder.store.acquire_lease(ctx.spec.run_id, "intruder", TTL, time.time())
+        except LeaseHeld:
+            refused.append(True)
+        return "done"
+
+    register("hog", hog)
+    run_id = app.start(write_workflow(FLOW), topic="t")
+    assert app.drive(run_id).status is RunStatus.DELIVERED
+    assert refused == [True]
+    assert "lease_lost" not in actions(caplog)
+    intruder.close()
+    app.close()
+
+
+def test_a_lease_that_ran_out_while_nobody_took_it_is_taken_back(
+    tmp_path: Path, write_workflow: WriteWorkflow, caplog: pytest.LogCaptureFixture
+) -> None:
+    """When renewal stopped (the loop stalled past `stall_limit`) and the lease ran out, but
+    no other orchestrator took the run, the orchestrator takes the lease back once its loop
+    turns again and delivers the run, its worker having run once."""
+    caplog.set_level(logging.INFO)
+    settings = Settings(heartbeat=0.05, lease_ttl=TTL, stall_limit=0.1)
+    app = Interlock(tmp_path / "home", settings=settings)
+    calls: list[str] = []
+
+    async def hog(ctx: TaskContext) -> str:
+        calls.append(ctx.spec.task_id)
+        hog_the_loop(3 * TTL)  # renewal stops after 0.1 s of it; the lease runs out
+        return "done"
+
+    register("hog", hog)
+    run_id = app.start(write_workflow(FLOW), topic="t")
+    assert app.drive(run_id).status is RunStatus.DELIVERED
+    assert calls == ["w@1"]
+    assert "lease_taken_back" in actions(caplog) and "lease_lost" not in actions(caplog)
+    app.close()
+
+
+def test_a_lease_somebody_else_held_meanwhile_is_not_taken_back(
+    tmp_path: Path, write_workflow: WriteWorkflow, caplog: pytest.LogCaptureFixture
+) -> None:
+    """When another orchestrator took the expired lease and gave it up again, the first one
+    does not take it back (what it holds in memory may be behind): it lets the run go."""
+    caplog.set_level(logging.INFO)
+    home = tmp_path / "home"
+    settings = Settings(heartbeat=0.05, lease_ttl=TTL, stall_limit=0.1)
+    app = Interlock(home, settings=settings)
+    intruder = Interlock(home)
+
+    async def hog(ctx: TaskContext) -> str:
+        hog_the_loop(3 * TTL)
+        lease = intruder.store.acquire_lease(ctx.spec.run_id, "intruder", TTL, time.time())
+        intruder.store.release_lease(lease)
+        return "done"
+
+    register("hog", hog)
+    run_id = app.start(write_workflow(FLOW), topic="t")
+    assert app.drive(run_id).status is RunStatus.RUNNING
+    assert "lease_lost" in actions(caplog) and "lease_taken_back" not in actions(caplog)
+    assert app.store.get_run(run_id).lease_owner is None  # free for whoever resumes it
+    intruder.close()
+    app.close()
