@@ -26,6 +26,7 @@ LOCAL_SECTIONS = [
     "recovery",
     "postgres",
     "check",
+    "llm",
 ]
 
 
@@ -65,6 +66,12 @@ def test_every_local_section_runs_and_cleans_up(tmp_path: Path) -> None:
         "10",
         "--check-width",
         "50",
+        "--llm-runs",
+        "5",
+        "--llm-latency",
+        "0.05",
+        "--llm-clients",
+        "aiohttp",
         "--out",
         str(out),
         tmp=tmp_path,
@@ -78,6 +85,10 @@ def test_every_local_section_runs_and_cleans_up(tmp_path: Path) -> None:
     assert results["concurrent"]["runs"] == 20 and results["concurrent"]["steps_per_s"] > 0
     assert results["scale"]["runs"] == 30 and results["scale"]["tick_ratio_long_over_short"] > 0
     assert results["recovery"]["runs"] == 10
+    assert (
+        results["llm"]["interlock"]["delivered"] == 5 and results["llm"]["interlock"]["lost"] == 0
+    )
+    assert results["llm"]["bare_aiohttp"]["completed"] == 15
     assert results["check"]["width"] == 50 and results["check"]["states"] > 0
     assert results["postgres"]["concurrent_runs"] == 20
     assert results["floor"]["with_run_files_runs_per_s"] > 0

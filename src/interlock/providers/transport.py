@@ -16,9 +16,11 @@ import asyncio
 import json
 import logging
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import aclosing, suppress
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
@@ -103,7 +105,9 @@ class ClientPool:
             session = aiohttp.ClientSession(
                 connector=connector,
                 timeout=_NO_TIMEOUT,  # each call's own deadline applies (see `stream`)
-                trust_env=True,  # proxies and certificates from the environment, as curl
+                # Proxies come from the environment once per endpoint (`proxy_for`): with
+                # trust_env aiohttp would read them, and ~/.netrc, on every request.
+                trust_env=False,
                 auto_decompress=True,
             )
             current = self._current = (loop, session)
@@ -126,6 +130,18 @@ async def _close_at_loop_end(session: aiohttp.ClientSession) -> None:
         await asyncio.get_running_loop().create_future()
     if not session.closed:
         await session.close()
+
+
+def proxy_for(url: str) -> str | None:
+    """The proxy the environment names for `url` (HTTPS_PROXY, HTTP_PROXY, ALL_PROXY, with
+    NO_PROXY honoured), or None."""
+    proxies = urllib.request.getproxies()
+    if not proxies:
+        return None
+    parts = urlsplit(url)
+    if urllib.request.proxy_bypass(parts.hostname or ""):
+        return None
+    return proxies.get(parts.scheme) or proxies.get("all")
 
 
 def error_message(raw: bytes) -> str:
@@ -173,6 +189,7 @@ class HttpEndpoint:
         self.limiter = limiter
         self.retry = retry
         self.pool = pool or ClientPool()
+        self.proxy = proxy_for(self.base_url)
 
     def __repr__(self) -> str:
         return f"HttpEndpoint(name={self.name!r}, base_url={safe_url(self.base_url)!r})"
@@ -239,7 +256,11 @@ class HttpEndpoint:
                 async with asyncio.timeout(remaining):
                     session = self.pool.get()
                     async with session.post(
-                        url, data=payload, headers=request_headers, allow_redirects=False
+                        url,
+                        data=payload,
+                        headers=request_headers,
+                        allow_redirects=False,
+                        proxy=self.proxy,
                     ) as response:
                         success = 200 <= response.status < 300
                         if success and parse is not None and _is_json(response):
