@@ -147,3 +147,45 @@ def test_a_signal_lets_a_waiting_run_go_on(make_server: ServerFactory) -> None:
             assert "signal needs a run that is running or paused" in late["message"]
 
     asyncio.run(scenario())
+
+
+OPERATE = {
+    "start_run": {"pipeline": "quick", "topic": "x"},
+    "rerun": {"run_id": "x"},
+    "approve": {"run_id": "x"},
+    "reject": {"run_id": "x", "to": "draft", "feedback": "x"},
+    "edit_output": {"run_id": "x", "output": "draft.md", "text": "x"},
+    "cancel": {"run_id": "x"},
+    "signal": {"run_id": "x", "name": "go"},
+    "resume": {"run_id": "x"},
+}
+READ = {
+    "list_pipelines": {},
+    "list_runs": {},
+    "run_status": {"run_id": "x"},
+    "wait_for_run": {"run_id": "x"},
+    "run_events": {"run_id": "x"},
+    "explain": {"run_id": "x"},
+    "list_outputs": {"run_id": "x"},
+    "read_output": {"run_id": "x", "name": "final.md"},
+}
+
+
+def test_each_tool_needs_the_scope_of_its_route(make_server: ServerFactory) -> None:
+    """With a read-only token every acting tool is refused for want of `operate` (before it
+    looks at its arguments) and no reading tool is."""
+    server = make_server(auth_secret=SECRET)
+
+    async def scenario() -> None:
+        async with http_session(server.url, token(["read"])) as client:
+            listed = {t.name for t in (await client.list_tools()).tools}
+            assert listed == set(OPERATE) | set(READ)
+            for name, arguments in OPERATE.items():
+                error = await refused(client, name, **arguments)
+                assert error["code"] == "forbidden", name
+            for name, arguments in READ.items():
+                result = await client.call_tool(name, arguments)
+                body = result.structured_content or {}
+                assert body.get("error", {}).get("code") != "forbidden", name
+
+    asyncio.run(scenario())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from importlib.metadata import PackageNotFoundError, version
 
@@ -71,7 +72,10 @@ def build(backend: Backend) -> MCPServer:
         method = getattr(tools, name)
         scope = method.scope
         hints = READ_ONLY if scope == "read" else STOPS if name == "cancel" else ACTS
-        server.add_tool(method, name=name, annotations=hints, structured_output=True)
+        description = inspect.cleandoc(method.__doc__ or "")  # no docstring indentation
+        server.add_tool(
+            method, name=name, description=description, annotations=hints, structured_output=True
+        )
 
     @server.resource(
         "interlock://runs",

@@ -112,7 +112,8 @@ class Tools:
         *,
         ctx: Context,
     ) -> Result:
-        """Runs, newest first (status: running, paused, delivered, failed or cancelled)."""
+        """Runs, newest first (status: running, waiting, paused, delivered, failed or
+        cancelled)."""
         limit = max(1, min(limit, 1000))
         records = self.api.store.list_runs(status=status, pipeline=pipeline, limit=limit)
         return {"runs": [run_row(r) for r in records]}
