@@ -309,3 +309,81 @@ def test_bad_wait_keys_are_refused_with_the_fix() -> None:
         pipeline_of(
             {"phases": [{"id": "a", "delay": "soon", "workers": [worker("w", final=True)]}]}
         )
+
+
+def _explore(data: dict[str, Any]) -> list[str]:
+    from interlock.core.explore import explore
+
+    report = explore(pipeline_of(data), name="p")
+    assert report.complete
+    return report.problems
+
+
+def _waiting_flow(wait: dict[str, Any], **ship: Any) -> dict[str, Any]:
+    return {
+        "phases": [
+            {"id": "a", "workers": [worker("wa")]},
+            {"id": "ship", "wait_for": wait, "workers": [worker("ws")], **ship},
+            {"id": "z", "workers": [worker("wz", final=True)]},
+        ]
+    }
+
+
+def test_check_explores_arrival_timeout_and_delay_and_finds_them_sound() -> None:
+    """Signals that arrive or time out, and delays that pass, all lead to a delivery."""
+    read = {"next": [{"if": "signals.pay == null", "goto": "z"}]}
+    assert _explore(_waiting_flow({"signal": "pay", "timeout": 60, "schema": {}}, **read)) == []
+    assert _explore(_waiting_flow({"signal": "pay", "when": "after"}, delay="1h")) == []
+
+
+def test_check_reports_signal_data_no_path_reads() -> None:
+    """A wait whose signal carries data (a schema) that nothing reads is a dead end."""
+    problems = _explore(_waiting_flow({"signal": "pay", "schema": {"type": "object"}}))
+    assert problems == [
+        "pipeline 'p', phase 'ship': signal 'pay' carries data (its wait has a schema), but no "
+        "path reads it after the wait: read signals.pay in a later next rule or task template "
+        "(e.g. {{ signals.pay }}), or drop the schema"
+    ]
+    templated = _waiting_flow({"signal": "pay", "schema": {}})
+    templated["phases"][2]["workers"][0]["task"] = "Ship for {{ signals.pay.amount }}"
+    assert _explore(templated) == []
+
+
+def test_check_reports_a_timeout_before_the_last_phase() -> None:
+    """A run that times out waiting to start its last phase fails: check says where."""
+    problems = _explore(
+        {
+            "phases": [
+                {"id": "a", "workers": [worker("wa")]},
+                {
+                    "id": "z",
+                    "wait_for": {"signal": "go", "timeout": 5},
+                    "workers": [worker("wz", final=True)],
+                },
+            ]
+        }
+    )
+    assert problems == [
+        "pipeline 'p', a run can fail on a path where phase 'z': signal 'go' did not arrive "
+        "within its timeout, and the last phase cannot be skipped"
+    ]
+
+
+def test_reading_a_signal_no_phase_waits_for_is_an_error_naming_the_fix() -> None:
+    """A condition reading signals.X with no wait for X names the place and the fix."""
+    data = _waiting_flow({"signal": "pay"}, next=[{"if": "signals.payed != null", "goto": "z"}])
+    with pytest.raises(WorkflowError) as caught:
+        pipeline_of(data)
+    assert caught.value.problems == [
+        "pipeline 'p', phase 'ship', next rule 1: reads signals.payed, but no phase waits for "
+        "signal 'payed' (signals waited for: pay); add 'wait_for: {signal: payed}' to the phase "
+        "that should wait for it, or fix the name"
+    ]
+
+
+def test_one_signal_with_two_schemas_is_an_error() -> None:
+    """Two waits for one signal must agree on its schema (it is checked when sent)."""
+    data = _waiting_flow({"signal": "pay", "schema": {"type": "object"}})
+    data["phases"][2]["wait_for"] = {"signal": "pay", "schema": {"type": "string"}}
+    with pytest.raises(WorkflowError, match="wait for signal 'pay' with different schemas"):
+        pipeline_of(data)

@@ -34,6 +34,7 @@ from interlock.core import events as ev
 from interlock.core.decide import Decision, RuleName, decide, settle
 from interlock.core.expressions import ExpressionError, compile_expression
 from interlock.core.loader import Definition
+from interlock.core.signal_checks import signals_read, unread_signal_data
 from interlock.core.state import (
     RunState,
     RunStatus,
@@ -100,6 +101,7 @@ class _Forced:
     def __init__(self, outcomes: list[bool]) -> None:
         self.outcomes = outcomes
         self.asked = 0
+        self.sources: list[str] = []  # the conditions evaluated (for what reads signals)
 
     def __call__(self, source: str, context: dict[str, Any]) -> bool:
         missing = compile_expression(source).names - context.keys()
@@ -107,6 +109,7 @@ class _Forced:
             raise ExpressionError(
                 f"expression {source!r} reads {', '.join(sorted(missing))}, which has no value yet"
             )
+        self.sources.append(source)
         if self.asked == len(self.outcomes):
             raise _NeedChoice
         self.asked += 1
@@ -134,6 +137,7 @@ class _Search:
     reached: set[str] = field(default_factory=set)
     delivered: bool = False
     complete: bool = True
+    used: set[str] = field(default_factory=set)  # signals read after a wait took them
     visit_counts: set[tuple[tuple[str, int], ...]] = field(default_factory=set)
 
     def problem(self, text: str) -> None:
@@ -142,7 +146,10 @@ class _Search:
     def add(self, node: _Node, decisions: list[Decision]) -> None:
         """Record a settled state, and queue it when it is new and may go on."""
         for decision in decisions:
-            if decision.rule is RuleName.BRANCH_ERROR:
+            failing = isinstance(decision.event, ev.RunFailed)
+            if decision.rule is RuleName.BRANCH_ERROR or (
+                decision.rule is RuleName.WAIT_TIMEOUT and failing
+            ):
                 self.problem(f"a run can fail on a path where {decision.why}")
         state = node.state
         self.reached |= set(state.visits)
@@ -228,6 +235,8 @@ def explore(
                 search.problem(f"phase {phase.id!r}: no path reaches it, so it can never run")
         if not search.delivered:
             search.problem(f"phase {pipeline.phases[-1].id!r}: no path delivers a result")
+        for problem in unread_signal_data(pipeline, search.used):
+            search.problem(problem)
     return ExploreReport(
         problems=list(search.problems),
         states=len(search.seen),
@@ -245,8 +254,8 @@ def stuck_reason(pipeline: Pipeline, state: RunState, now: float) -> str | None:
     A run moves when it has ended or waits for a person, when a task is in flight or a retry is
     scheduled, or when the table has a decision.
     """
-    if state.status.ended or state.status is RunStatus.PAUSED:
-        return None
+    if state.status.ended or state.status is RunStatus.PAUSED or state.waiting is not None:
+        return None  # a person, a signal or the clock moves it
     waiting = any(
         t.status.in_flight or t.status is TaskStatus.RETRY_WAIT for t in state.tasks.values()
     )
@@ -269,8 +278,9 @@ def _settle_all(
         trial = _fork(state)
         for event in events:
             apply(trial, event)
+        forced = _Forced(outcomes)
         try:
-            decisions = settle(search.pipeline, trial, now, evaluator=_Forced(outcomes))
+            decisions = settle(search.pipeline, trial, now, evaluator=forced)
         except _NeedChoice:
             pending += [[*outcomes, False], [*outcomes, True]]
             continue
@@ -278,7 +288,25 @@ def _settle_all(
             where = f"phase {state.current.phase!r}" if state.current else "the start"
             search.problem(f"{where}: the engine cannot go on: {type(exc).__name__}: {exc}")
             continue
+        if trial.signals:
+            _note_signal_reads(search, trial, decisions, forced.sources)
         yield trial, decisions
+
+
+def _note_signal_reads(
+    search: _Search, state: RunState, decisions: list[Decision], conditions: list[str]
+) -> None:
+    """Remember the signals that conditions and dispatched tasks read once a wait took them."""
+    texts = list(conditions)
+    for decision in decisions:
+        if isinstance(decision.event, ev.TaskDispatched):
+            worker = search.pipeline.worker(decision.event.role)
+            texts += [worker.task, *(worker.command or [])]
+        elif isinstance(decision.event, ev.WaitStarted):
+            phase = search.pipeline.phase(decision.event.phase)
+            texts += [phase.not_before or ""]
+    for text in texts:
+        search.used |= signals_read(text) & state.signals.keys()
 
 
 def _fork(state: RunState) -> RunState:
@@ -313,6 +341,9 @@ def _moves(search: _Search, node: _Node) -> Iterator[Move]:
     state, clock = node.state, node.clock
     if state.status is RunStatus.PAUSED:
         yield (ev.Approved(at=clock, by="check"),), clock
+    if state.waiting is not None:
+        yield from _wait_moves(state, clock)
+        return
     for task in state.in_flight():
         for kind in _REPORTS_PER_TASK:
             yield (_report(search.pipeline, state, task.task_id, kind, clock),), clock
@@ -334,6 +365,9 @@ def _reduced_moves(search: _Search, node: _Node) -> Iterator[Move]:
     pipeline = search.pipeline
     if state.status is RunStatus.PAUSED:
         yield (ev.Approved(at=clock, by="check"),), clock
+    if state.waiting is not None:
+        yield from _wait_moves(state, clock)
+        return
     untouched: list[TaskState] = []
     for task in state.tasks.values():
         if task.status.in_flight and task.attempt == 1:
@@ -360,6 +394,16 @@ def _reduced_moves(search: _Search, node: _Node) -> Iterator[Move]:
     if first is None or len(untouched) > 1:
         together = tuple(_report(pipeline, state, t.task_id, "complete", clock) for t in untouched)
         yield together, clock
+
+
+def _wait_moves(state: RunState, clock: float) -> Iterator[Move]:
+    """A waiting run moves when its signal arrives, or when the wait's time comes."""
+    waiting = state.waiting
+    assert waiting is not None
+    if waiting.signal is not None:
+        yield (ev.SignalReceived(at=clock, name=waiting.signal, data={}),), clock
+    if waiting.until is not None:
+        yield (), max(clock, waiting.until)
 
 
 def _kind(worker: Worker) -> Hashable:
@@ -430,7 +474,15 @@ def _signature(state: RunState) -> Hashable:
     position = None
     if current is not None:
         items = None if current.items is None else len(current.items)
-        position = (current.phase, current.visit, items, current.completed, current.approved)
+        position = (
+            current.phase,
+            current.visit,
+            items,
+            current.completed,
+            current.approved,
+            tuple(sorted(current.gates)),
+        )
+    waiting = None if state.waiting is None else (state.waiting.gate, state.waiting.signal)
     # A completed task never runs again: how many attempts it took no longer matters. Whether a
     # failure was retryable is settled into the next attempt number before a state is kept.
     tasks = tuple(
@@ -449,4 +501,7 @@ def _signature(state: RunState) -> Hashable:
         tuple(sorted(state.visits.items())),
         tasks,
         tuple(sorted(state.values)),
+        waiting,
+        tuple(s.name for s in state.inbox),
+        tuple(sorted((k, v is None) for k, v in state.signals.items())),
     )

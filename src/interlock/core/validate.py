@@ -13,6 +13,7 @@ from interlock.core.expressions import ROOT_NAMES, ExpressionError, compile_expr
 from interlock.core.placeholders import RESERVED_OUTPUTS, command_problems
 from interlock.core.reads import paths as read_paths
 from interlock.core.reads import show_path
+from interlock.core.signal_checks import check_waits
 from interlock.core.state import artifact_name
 from interlock.core.templates import TEMPLATE_NAMES, TemplateProblem, template_names
 from interlock.core.workflow import Pipeline, Worker
@@ -90,6 +91,7 @@ def validate_pipeline(name: str, pipeline: Pipeline) -> list[str]:
     problems += _check_templates(where, pipeline)
     problems += _check_for_each(where, pipeline)
     problems += _check_loops(where, pipeline)
+    problems += check_waits(where, pipeline)
     return problems
 
 
