@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import pytest
 from tests.server.conftest import ServerFactory
 from tests.server.helpers import Server, token
+
+from interlock.errors import UsageError
+from interlock.server.hooks import SIGNATURE_HEADER, load_hooks, signature
 
 
 def test_signal_route_delivers_and_repeats_are_ignored(server: Server) -> None:
@@ -13,6 +20,9 @@ def test_signal_route_delivers_and_repeats_are_ignored(server: Server) -> None:
     assert waiting["waiting"]["signal"] == "payment" and waiting["tasks"] == []
     listed = server.http.get("/api/runs", params={"status": "waiting"}).json()
     assert [r["run_id"] for r in listed] == [run_id]
+    metrics = server.http.get("/metrics").text
+    assert 'interlock_runs_waiting{signal="payment"} 1.0' in metrics
+    assert 'interlock_runs{status="waiting"} 1.0' in metrics
     bad = server.http.post(f"/api/runs/{run_id}/signals/payment", json={"data": {}})
     assert bad.status_code == 422 and bad.json()["error"]["code"] == "invalid_signal"
     unknown = server.http.post(f"/api/runs/{run_id}/signals/nope", json={"data": {}})
@@ -48,3 +58,63 @@ def test_signal_route_needs_the_operate_scope(make_server: ServerFactory) -> Non
     assert refused.status_code == 403
     accepted = server.http.post(url, json={"data": {"amount": 1}}, headers=operate)
     assert accepted.status_code == 202
+
+
+HOOKS = """
+[hooks.payments]
+signal = "payment"
+run_id = "metadata.run"
+data = "payload"
+key = "id"
+secret_env = "TEST_PAYMENTS_SECRET"
+"""
+
+
+def test_webhook_signals_a_run_when_its_signature_is_right(
+    make_server: ServerFactory, tmp_path: Path
+) -> None:
+    """A signed hook body signals the run it names; a wrong signature or body is refused."""
+    config = tmp_path / "interlock.toml"
+    config.write_text(HOOKS)
+    secret = "s" * 32
+    hooks = load_hooks(config, {"TEST_PAYMENTS_SECRET": secret})
+    server = make_server(hooks=hooks)
+    run_id = server.start_run("signalled")
+    server.wait_status(run_id, "waiting")
+    body = json.dumps({"id": "evt_1", "metadata": {"run": run_id}, "payload": {"amount": 2}})
+    url = "/api/hooks/payments"
+    forged = server.http.post(url, content=body, headers={SIGNATURE_HEADER: "sha256=00"})
+    assert forged.status_code == 401 and forged.json()["error"]["code"] == "bad_signature"
+    unknown = server.http.post("/api/hooks/other", content=body)
+    assert unknown.status_code == 404
+    missing = json.dumps({"id": "evt_0"})
+    no_run = server.http.post(
+        url,
+        content=missing,
+        headers={SIGNATURE_HEADER: signature(secret.encode(), missing.encode())},
+    )
+    assert no_run.status_code == 400 and "'metadata.run'" in no_run.text
+    signed = {SIGNATURE_HEADER: signature(secret.encode(), body.encode())}
+    sent = server.http.post(url, content=body, headers=signed)
+    assert sent.status_code == 202 and sent.json()["accepted"] == "signal", sent.text
+    replayed = server.http.post(url, content=body, headers=signed)
+    assert replayed.json()["duplicate"] is True
+    done = server.wait_status(run_id, "delivered")
+    assert done["signals"]["received"] == {"payment": {"amount": 2}}
+    events = server.http.get(f"/api/runs/{run_id}/events").json()
+    received = [e for e in events if e["kind"] == "signal_received"]
+    assert [e["data"]["by"] for e in received] == ["hook:payments"]
+
+
+def test_hook_configuration_errors_name_the_table_and_the_fix(tmp_path: Path) -> None:
+    """A secret in the file, a missing variable or a bad key is refused with the fix."""
+    config = tmp_path / "interlock.toml"
+    config.write_text(HOOKS.replace('secret_env = "TEST_PAYMENTS_SECRET"', 'secret = "x"'))
+    with pytest.raises(UsageError, match=r"\[hooks.payments\] has secret; secrets are never"):
+        load_hooks(config, {})
+    config.write_text(HOOKS)
+    with pytest.raises(UsageError, match="TEST_PAYMENTS_SECRET must hold the hook's secret"):
+        load_hooks(config, {})
+    config.write_text(HOOKS.replace('signal = "payment"', 'signal = "pay-ment"'))
+    with pytest.raises(UsageError, match=r"\[hooks.payments\]: signal"):
+        load_hooks(config, {"TEST_PAYMENTS_SECRET": "s" * 32})

@@ -54,6 +54,12 @@ def worker(
 @click.command()
 @click.option("--capacity", default=200, show_default=True, help="Runs driven at most.")
 @click.option("--lease-ttl", default=15.0, show_default=True, help="Run lease (seconds).")
+@click.option(
+    "--heartbeat",
+    default=0.5,
+    show_default=True,
+    help="Seconds between looks at leases and the command inbox (a NOTIFY looks at once).",
+)
 @click.option("--priority", multiple=True, help="PIPELINE=N: higher goes first.")
 @click.option(
     "--limit",
@@ -78,6 +84,7 @@ def orchestrate(
     store_here: str | None,
     capacity: int,
     lease_ttl: float,
+    heartbeat: float,
     priority: tuple[str, ...],
     limit: tuple[str, ...],
     redis_url: str | None,
@@ -93,6 +100,7 @@ def orchestrate(
         ctx.home,
         capacity=capacity,
         lease_ttl=lease_ttl,
+        heartbeat=heartbeat,
         priorities=priority,
         limits=limit,
         redis_url=redis_url,

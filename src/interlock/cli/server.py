@@ -42,6 +42,12 @@ from interlock.errors import ExitCode
 @click.option(
     "--store", "store_here", help="Ledger URL (as the global --store, given after the command)."
 )
+@click.option(
+    "--hooks",
+    "hooks_file",
+    type=click.Path(dir_okay=False),
+    help="An interlock.toml whose [hooks.*] send signals (default: ./interlock.toml, if any).",
+)
 @pass_ctx
 @handle_errors
 def serve(
@@ -62,6 +68,7 @@ def serve(
     issue_token: str | None,
     token_ttl: float,
     dispatch: str,
+    hooks_file: str | None,
 ) -> None:
     """Serve the HTTP API, live streams and dashboard, and drive runs (Ctrl-C stops)."""
     if store_here:
@@ -80,7 +87,12 @@ def serve(
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
         return
+    from interlock.server.hooks import load_hooks
     from interlock.server.run import serve as run_server
+
+    hooks = {}
+    if hooks_file is not None or Path("interlock.toml").is_file():
+        hooks = load_hooks(Path(hooks_file or "interlock.toml"))
 
     config = ServerConfig(
         home=Home.at(ctx.home).root,
@@ -98,6 +110,7 @@ def serve(
         body_timeout=body_timeout,
         schedules=not no_schedules,
         otel=otel,
+        hooks=hooks,
     )
     run_server(config, log_level="debug" if ctx.debug else "warning")
 

@@ -105,6 +105,7 @@ def run_orchestrate(
     limits: tuple[str, ...],
     redis_url: str | None,
     queue_retention: float = 3600.0,
+    heartbeat: float = 0.5,
 ) -> None:
     """Drive unowned runs of the shared ledger until SIGTERM/SIGINT."""
     store = open_shared(url, pool_size=6)
@@ -116,7 +117,7 @@ def run_orchestrate(
         from interlock.distributed.redis_streams import RedisStreams
 
         streams = RedisStreams(redis_url)
-    settings = Settings(lease_ttl=lease_ttl, max_concurrency=capacity)
+    settings = Settings(lease_ttl=lease_ttl, max_concurrency=capacity, heartbeat=heartbeat)
     fleet = Fleet(
         store,
         Home.at(home),

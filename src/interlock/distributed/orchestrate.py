@@ -3,8 +3,9 @@
 Each run is driven by whoever holds its lease. An orchestrator takes live runs whose lease is
 free or expired (new runs, runs whose orchestrator died or stalled), up to its `capacity`,
 a few at a time and in random order so that several orchestrators spread the runs between
-them. A new run's first event wakes every orchestrator through `NOTIFY`; a slow poll
-catches expired leases and anything a dropped connection missed.
+them. A new run's first event wakes every orchestrator through `NOTIFY`, and so does a posted
+command (a signal, an approval) for the inbox; a slow poll catches expired leases and
+anything a dropped connection missed.
 """
 
 from __future__ import annotations
@@ -59,10 +60,14 @@ class Fleet:
         loop = asyncio.get_running_loop()
         look = asyncio.Event()
 
-        def notified(_channel: str, _payload: str) -> None:
-            loop.call_soon_threadsafe(look.set)
+        def notified(channel: str, _payload: str) -> None:
+            if channel != "interlock_events":  # a command (a signal, an approval) was posted
+                loop.call_soon_threadsafe(self.orchestrator.look_now)
+            if channel != "interlock_commands":
+                loop.call_soon_threadsafe(look.set)
 
-        listener = Listener(self.store.url, ["interlock_events"], notified).start()
+        channels = ["interlock_events", "interlock_commands"]
+        listener = Listener(self.store.url, channels, notified).start()
         orchestrator = self.orchestrator
         try:  # before taking any run: what is marked here is nobody's any more
             runs = orchestrator.home.root / "runs"

@@ -19,7 +19,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from interlock.errors import InterlockError
-from interlock.server import insight, iterate, review_routes, routes, ws
+from interlock.server import hooks, insight, iterate, review_routes, routes, ws
 from interlock.server.auth import Authenticator, RateLimiter
 from interlock.server.config import ServerConfig
 from interlock.server.deps import reader
@@ -69,6 +69,7 @@ def build_app(config: ServerConfig) -> FastAPI:
     app.state.auth = auth
     app.state.limiter = limiter
     app.include_router(routes.router)
+    app.include_router(hooks.router)
     app.include_router(iterate.router)
     app.include_router(review_routes.router)
     app.include_router(insight.router)

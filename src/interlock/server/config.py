@@ -5,8 +5,12 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from interlock.errors import UsageError
+
+if TYPE_CHECKING:
+    from interlock.server.hooks import Hook
 
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain")
 
@@ -46,6 +50,7 @@ class ServerConfig:
     heartbeat: float = 0.5
     lease_ttl: float = 15.0
     otel: bool = False
+    hooks: dict[str, Hook] = field(default_factory=dict)  # inbound webhooks that send signals
 
     def check(self) -> None:
         """Refuse settings that would expose runs to the network without protection."""

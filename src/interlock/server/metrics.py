@@ -31,7 +31,7 @@ class _Live(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         runs = GaugeMetricFamily("interlock_runs", "Runs in the store by status", labels=["status"])
-        for status in ("running", "paused", "delivered", "failed", "cancelled"):
+        for status in ("running", "waiting", "paused", "delivered", "failed", "cancelled"):
             count = len(self.store.list_runs(status=status, limit=1_000_000))
             runs.add_metric([status], count)
         yield runs
@@ -46,6 +46,19 @@ class _Live(Collector):
         for state in ("dispatched", "running", "retry_wait", "completed", "failed", "timed_out"):
             tasks.add_metric([state], tally.get(state, 0))
         yield tasks
+        waiting = GaugeMetricFamily(
+            "interlock_runs_waiting",
+            "Runs driven here that wait, by the signal they wait for ('' for a delay)",
+            labels=["signal"],
+        )
+        waits = Tally(
+            d.state.waiting.signal or ""
+            for d in list(self.orchestrator.drivers.values())
+            if d.state.waiting is not None and not d.state.status.ended
+        )
+        for signal, count in sorted(waits.items()):
+            waiting.add_metric([signal], count)
+        yield waiting
         driven = GaugeMetricFamily("interlock_runs_driven", "Runs this server holds leases of")
         driven.add_metric([], len(self.orchestrator.drivers))
         yield driven
