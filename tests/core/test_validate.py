@@ -70,7 +70,7 @@ def test_unknown_key_is_a_typo() -> None:
     data["t"]["phases"][0]["workers"][0]["timout"] = 30
     assert one_problem(data) == (
         "pipeline 't', phase 'translate', worker 'translator', key 'timout': "
-        "unknown key (a typo?); remove it or check the spelling"
+        "unknown key (a typo?); remove it or check the spelling (did you mean 'timeout'?)"
     )
 
 

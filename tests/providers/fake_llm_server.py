@@ -6,8 +6,12 @@ events, records every request, and can be told to misbehave for the next request
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import struct
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,6 +25,7 @@ class Recorded:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    at: float = field(default_factory=time.monotonic)  # when it arrived
 
 
 @dataclass
@@ -31,6 +36,9 @@ class Fault:
     retry_after: str | None = None  # Retry-After header on the error
     delay: float = 0.0  # wait before answering at all
     truncate: bool = False  # stream part of the text, then close without finishing
+    # With truncate: cut the connection (a TCP reset), as a network failure does, instead
+    # of closing it in order.
+    reset: bool = False
     stall: float = 0.0  # after the first fragment, wait this long
     no_usage: bool = False  # never report token usage
     stream_error: bool = False  # send an error event in the middle of the stream
@@ -251,6 +259,18 @@ class Handler(BaseHTTPRequestHandler):
         }
         self._json(400, {"error": error})
 
+    def _cut(self, fault: Fault) -> None:
+        """End a stream part-way: in order, or with a reset when the fault says so."""
+        if fault.reset:
+            self.wfile.flush()
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()
+            self.close_connection = True
+
+    def finish(self) -> None:
+        with contextlib.suppress(OSError):  # a connection cut on purpose cannot be flushed
+            super().finish()
+
     def _start_stream(self) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -320,7 +340,7 @@ class Handler(BaseHTTPRequestHandler):
             return self._openai_tool_stream(state, body, fault, base)
         for number, part in enumerate(state.reply):
             if fault.truncate and number == len(state.reply) // 2:
-                return
+                return self._cut(fault)
             if fault.stream_error and number == 1:
                 return self._send(
                     json.dumps(
@@ -487,7 +507,7 @@ class Handler(BaseHTTPRequestHandler):
         self._send(json.dumps({"type": "ping"}), "ping")
         for number, part in enumerate(state.reply):
             if fault.truncate and number == len(state.reply) // 2:
-                return
+                return self._cut(fault)
             if fault.stream_error and number == 1:
                 return self._send(
                     json.dumps(_anthropic_error("overloaded_error", "Overloaded")), "error"

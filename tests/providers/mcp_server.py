@@ -1,6 +1,7 @@
 """A small real MCP server for the tool-loop tests, spoken to over stdio.
 
-Run as ``python mcp_server.py``. Its tools: ``add`` (two integers),
+Run as ``python mcp_server.py`` (stdio) or ``python mcp_server.py --http PORT`` (streamable
+HTTP on 127.0.0.1:PORT/mcp). Its tools: ``add`` (two integers),
 ``lookup`` (a word from a fixed table, an error result for any other word), ``sleep`` (waits,
 for timeouts) and ``crash`` (the process exits at once, as a crashing server does).
 """
@@ -48,4 +49,7 @@ def crash() -> str:
 
 
 if __name__ == "__main__":
-    server.run("stdio")
+    if sys.argv[1:2] == ["--http"]:
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        server.run("stdio")

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -194,3 +198,51 @@ model = "x"
     state = app.run(tool_flow(project, "agent"), topic="t")
     assert state.status is RunStatus.FAILED
     assert "cannot call the worker's tools" in failure(app, state.run_id)["error"]
+
+
+@pytest.fixture
+def http_tools() -> Iterator[str]:
+    """The test MCP server over streamable HTTP: its endpoint URL, the server stopped after."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, str(SERVER), "--http", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert process.poll() is None, "the MCP test server exited"
+                assert time.monotonic() < deadline, "the MCP test server did not listen"
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def test_a_streamable_http_tool_server_is_called_by_url(
+    tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch, http_tools: str
+) -> None:
+    """`{url: ...}` reaches a server over streamable HTTP; a URL where nothing listens fails
+    the attempt naming it."""
+    server.fail_next(Fault(tool_calls=[("lookup", {"word": "alpha"})]))
+    project = make_project(tmp_path, server, monkeypatch)
+    app = app_for(project)
+    state = app.run(tool_flow(project, "gpt", tools=f"[{{url: '{http_tools}'}}]"), topic="t")
+    assert state.status is RunStatus.DELIVERED, state.failure
+    assert server.requests[1].body["messages"][-1]["content"] == "the first letter"
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        nowhere = f"http://127.0.0.1:{probe.getsockname()[1]}/mcp"
+    tools = f"[{{url: '{nowhere}'}}]"
+    state = app.run(tool_flow(project, "gpt", tools=tools, name="nowhere.yaml"), topic="t")
+    assert state.status is RunStatus.FAILED
+    assert f"tool server '{nowhere}' could not be reached" in failure(app, state.run_id)["error"]

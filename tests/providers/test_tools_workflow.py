@@ -49,7 +49,9 @@ def test_tools_entries_are_checked_with_did_you_mean(tmp_path: Path) -> None:
     flow = tmp_path / "flow.yaml"
     flow.write_text(HEAD + "      model: m\n      tools: [{mcp: [srv]}]\n      max_turn: 3\n")
     result = CliRunner().invoke(cli, ["check", str(flow)])
-    assert result.exit_code == 2 and "max_turn" in result.output
+    assert result.exit_code == 2
+    assert "key 'max_turn': unknown key" in result.output
+    assert "(did you mean 'max_turns'?)" in result.output
 
 
 def test_a_change_in_tools_changes_the_fingerprint_and_no_tools_keeps_old_hashes() -> None:

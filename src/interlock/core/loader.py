@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ from pydantic import ValidationError
 
 from interlock.core.parse import MAX_BYTES, ParseProblem, parse_text, too_large
 from interlock.core.validate import validate_pipeline
-from interlock.core.workflow import Pipeline, WorkflowFile
+from interlock.core.workflow import Phase, Pipeline, Rule, Worker, WorkflowFile
 from interlock.errors import UsageError, WorkflowError
 
 
@@ -206,7 +207,22 @@ def _describe(error: Any, data: Any) -> str:
     message = error["msg"]
     if error["type"] == "extra_forbidden":
         message = "unknown key (a typo?); remove it or check the spelling"
+        message += _did_you_mean(key, parts[-2] if len(parts) > 1 else "")
     elif error["type"] == "missing":
         message = "required key is missing"
     message = message.removeprefix("Value error, ")
     return f"{', '.join(parts)}: {message}"
+
+
+# What each place of a file is, by the word its errors name it with: for "did you mean".
+_MODELS: dict[str, Any] = {"pipeline": Pipeline, "phase": Phase, "worker": Worker, "next": Rule}
+
+
+def _did_you_mean(key: Any, place: str) -> str:
+    """' (did you mean ...?)' naming the known key of `place` closest to `key`, or ''."""
+    model = _MODELS.get(place.split(" ")[0])
+    if model is None or not isinstance(key, str):
+        return ""
+    known = [field.alias or name for name, field in model.model_fields.items()]
+    close = difflib.get_close_matches(key, known, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""

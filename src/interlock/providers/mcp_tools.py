@@ -136,8 +136,9 @@ class Toolbox:
                 f"{where} could not be reached: {exc}{opened.said()}", retryable=True
             ) from None
         except Exception as exc:
+            failed = "did not start" if server.mcp is not None else "could not be reached"
             raise ProviderError(
-                f"{where} did not start: {_describe(exc)}{opened.said()}", retryable=True
+                f"{where} {failed}: {_describe(exc)}{opened.said()}", retryable=True
             ) from None
         specs = []
         for tool in listed.tools:
