@@ -85,16 +85,24 @@ def test_requests_without_a_good_token_are_refused(make_server: ServerFactory) -
 
 
 def test_actions_share_the_api_rate_limits(make_server: ServerFactory) -> None:
-    """Starting runs through MCP spends the token's `start` bucket: past the burst, the tool
-    answers `rate_limited`, while reading goes on."""
+    """Starting a run through MCP spends the same `start` bucket as the REST route: after one
+    start over REST, the tool answers `rate_limited`, while reading goes on."""
     server = make_server(auth_secret=SECRET, rate_limit=0.001, rate_burst=1)
+    bearer = token(["read", "operate"])
+    started = server.http.post(
+        "/api/runs",
+        json={"pipeline": "quick", "topic": "one"},
+        headers={"Authorization": f"Bearer {bearer}"},
+    )
+    assert started.status_code == 201
 
     async def scenario() -> None:
-        async with http_session(server.url, token(["read", "operate"])) as client:
-            await call(client, "start_run", pipeline="quick", topic="one")
+        async with http_session(server.url, bearer) as client:
             limited = await refused(client, "start_run", pipeline="quick", topic="two")
             assert limited["code"] == "rate_limited"
             assert len((await call(client, "list_runs"))["runs"]) == 1
+            approve = await refused(client, "approve", run_id=started.json()["run_id"])
+            assert approve["code"] == "wrong_state"  # another action has a bucket of its own
 
     asyncio.run(scenario())
 

@@ -54,16 +54,17 @@ class Backend:
             raise ApiError(401, "unauthorized", "a bearer token is required")
         return found
 
-    def allow(self, principal: Principal, scope: str, action: str) -> None:
-        """Refuse a caller without `scope`; count an action against its rate limit."""
+    def allow(self, principal: Principal, scope: str, tool: str, action: str = "") -> None:
+        """Refuse a caller without `scope`; an `action` spends the caller's rate-limit bucket
+        for it (the REST route's, so both ways in share one limit)."""
         if scope not in principal.scopes:
             raise ApiError(
                 403,
                 "forbidden",
-                f"{action} needs the {scope!r} scope; this caller has "
+                f"{tool} needs the {scope!r} scope; this caller has "
                 f"{', '.join(sorted(principal.scopes)) or 'none'}",
             )
-        if scope != "read" and self.limit is not None:
+        if action and self.limit is not None:
             self.limit(f"{principal.key}:{action}")
 
     def drive(self, run_id: str) -> None:

@@ -47,15 +47,16 @@ def failure(error: ApiError) -> CallToolResult:
     )
 
 
-def tool(scope: str) -> Callable[[F], F]:
-    """A tool method that needs `scope`; interlock's errors become error results."""
+def tool(scope: str, action: str = "") -> Callable[[F], F]:
+    """A tool method that needs `scope`; an acting one spends the rate-limit bucket of the
+    REST route doing the same `action`. Interlock's errors become error results."""
 
     def decorate(method: F) -> F:
         @functools.wraps(method)
         async def wrapper(self: Tools, *args: Any, ctx: Context, **kwargs: Any) -> Any:
             try:
                 principal = self.backend.caller(ctx.request_context.request)
-                self.backend.allow(principal, scope, method.__name__)
+                self.backend.allow(principal, scope, method.__name__, action)
                 return await method(self, *args, ctx=ctx, **kwargs)
             except ApiError as exc:
                 return failure(exc)
@@ -118,7 +119,7 @@ class Tools:
         records = self.api.store.list_runs(status=status, pipeline=pipeline, limit=limit)
         return {"runs": [run_row(r) for r in records]}
 
-    @tool("operate")
+    @tool("operate", "start")
     async def start_run(
         self,
         pipeline: str,
@@ -135,7 +136,7 @@ class Tools:
         self.backend.orchestrator.wake()
         return run_row(self.api.store.get_run(new))
 
-    @tool("operate")
+    @tool("operate", "rerun")
     async def rerun(
         self,
         run_id: str,
@@ -239,7 +240,7 @@ class Tools:
 
     # -- a person's commands ------------------------------------------------------------------
 
-    @tool("operate")
+    @tool("operate", "approve")
     async def approve(self, run_id: str, note: str = "", *, ctx: Context) -> Result:
         """Approve a paused run (with an optional note kept in its history); it goes on."""
         run_id = self._in_state(run_id, "approve", ("paused",))
@@ -247,7 +248,7 @@ class Tools:
         self.backend.drive(run_id)
         return {"run_id": run_id, "accepted": "approve"}
 
-    @tool("operate")
+    @tool("operate", "reject")
     async def reject(self, run_id: str, to: str, feedback: str, *, ctx: Context) -> Result:
         """Send a paused run back to phase `to`; `feedback` is what its tasks are told to
         change ({{ feedback }} in their templates)."""
@@ -256,7 +257,7 @@ class Tools:
         self.backend.drive(run_id)
         return {"run_id": run_id, "accepted": "reject", "to": to}
 
-    @tool("operate")
+    @tool("operate", "edit")
     async def edit_output(
         self, run_id: str, output: str, text: str, note: str = "", *, ctx: Context
     ) -> Result:
@@ -268,7 +269,7 @@ class Tools:
         self.backend.drive(run_id)
         return {"run_id": run_id, "accepted": "edit", "output": output}
 
-    @tool("operate")
+    @tool("operate", "cancel")
     async def cancel(self, run_id: str, reason: str = "", *, ctx: Context) -> Result:
         """Cancel a running or paused run; its in-flight tasks are stopped."""
         run_id = self._in_state(run_id, "cancel", ("running", "paused"))
@@ -276,7 +277,7 @@ class Tools:
         self.backend.drive(run_id)
         return {"run_id": run_id, "accepted": "cancel"}
 
-    @tool("operate")
+    @tool("operate", "signal")
     async def signal(
         self, run_id: str, name: str, data: Any = None, key: str | None = None, *, ctx: Context
     ) -> Result:
@@ -295,7 +296,7 @@ class Tools:
             "message": receipt.note,
         }
 
-    @tool("operate")
+    @tool("operate", "resume")
     async def resume(self, run_id: str, *, ctx: Context) -> Result:
         """Drive a running or paused run here again when nothing drives it (its process was
         stopped); a run another live process drives is left to it."""
