@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from interlock.errors import LeaseHeld
@@ -37,7 +37,6 @@ class Backend:
     local: bool  # stdio: the caller is on this machine (prompts may be read)
     principal: Principal | None = None  # stdio: fixed; HTTP: None, taken from each request
     limit: Callable[[str], None] | None = None  # HTTP: the rate limit of one action key
-    started: float = field(default_factory=time.time)
 
     @property
     def orchestrator(self) -> Orchestrator:
