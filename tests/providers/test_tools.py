@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from interlock import Interlock, RunStatus
+from interlock.runtime.explain import prompts
 
 from .fake_llm_server import FakeServer, Fault
 from .project import app_for, attempt_usage, make_project, one_worker
@@ -78,6 +79,8 @@ def test_a_tool_call_runs_on_the_mcp_server_and_its_result_goes_back_to_the_mode
     assert (usage["turns"], usage["tool_calls"]) == (2, 1)
     written = transcript(app, state.run_id)
     assert "## Call `add`" in written and '"a": 2' in written
+    shown = [name for name, _ in prompts(app.run_dir(state.run_id), "w@1")]
+    assert shown == ["w@1.1", "w@1.1.tools"]  # explain --prompt shows it beside the prompt
     assert "## Result of `add`" in written and "\n5\n" in written
 
 

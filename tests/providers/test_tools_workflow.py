@@ -114,3 +114,23 @@ def test_check_refuses_tools_on_an_agent_command_model(
     result = CliRunner().invoke(cli, ["--home", str(tmp_path / "home"), "check", str(flow)])
     assert result.exit_code == 2, result.output
     assert "model 'm' is an agent command, which cannot call the worker's tools" in result.output
+
+
+def test_an_edited_tool_server_script_changes_the_workers_identity(tmp_path: Path) -> None:
+    """The script a stdio server runs is hashed into the worker's identity: an edited server
+    (which may offer other tools) is not reused from an earlier run; a worker without tools
+    keeps the identity it had."""
+    from interlock.runtime.models import ModelRunner
+    from interlock.runtime.reuse import model_identity
+
+    script = tmp_path / "server.py"
+    script.write_text("# version 1\n")
+    models = ModelRunner(home=tmp_path / "home")
+    worker = parse("      model: m\n      tools: [{mcp: [python, server.py]}]\n")
+    before = model_identity(models, worker, tmp_path)
+    script.write_text("# version 2\n")
+    after = model_identity(models, worker, tmp_path)
+    assert before != after
+    assert worker_part(worker, before, {}) != worker_part(worker, after, {})
+    plain = parse("      model: m\n")
+    assert not any("tool_files" in part for part in model_identity(models, plain, tmp_path))

@@ -48,7 +48,27 @@ def model_identity(models: ModelRunner, worker: Worker, workflow_dir: Path | Non
             identity.append({"alias": alias, "unresolved": True})
             continue
         identity.append(model.with_params(worker.params).identity())
+    if worker.tools:
+        identity.append({"tool_files": tool_files(worker, workflow_dir)})
     return identity
+
+
+_TOOL_FILE_LIMIT = 1 << 20  # a script, not an interpreter or a binary: those are left out
+
+
+def tool_files(worker: Worker, workflow_dir: Path | None) -> dict[str, str]:
+    """The SHA-256 of each file a stdio tool server's command line names (its script), so
+    that an edited server, which may offer other tools, is not reused from an earlier run."""
+    hashes: dict[str, str] = {}
+    for server in worker.tools:
+        for arg in server.mcp or []:
+            path = Path(arg) if Path(arg).is_absolute() else (workflow_dir or Path.cwd()) / arg
+            try:
+                if path.is_file() and path.stat().st_size <= _TOOL_FILE_LIMIT:
+                    hashes[arg] = hashlib.sha256(path.read_bytes()).hexdigest()
+            except OSError:  # unreadable: the attempt will say so when it starts the server
+                continue
+    return hashes
 
 
 @dataclass
