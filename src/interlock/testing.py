@@ -49,6 +49,7 @@ class MemoryStore:
         self._cursors: dict[str, int] = {}
         # key -> (item, next_at, claimed_by, claimed_until)
         self._outbox: dict[str, tuple[OutboxItem, float, str | None, float]] = {}
+        self._slots: dict[str, tuple[str, bool]] = {}  # run -> (concurrency key, holds one)
 
     def create_run(
         self,
@@ -102,6 +103,31 @@ class MemoryStore:
             self._leases[run_id] = (owner, lease.token, lease.expires_at)
             self._lease_times[run_id] = (now, now)
             return lease
+
+    def take_slot(self, run_id: str, key: str, limit: int, now: float) -> bool:
+        """See `Store.take_slot`."""
+        with self._lock:
+            if run_id not in self._runs:
+                raise RunNotFound(f"no run {run_id!r}")
+            held = self._slots.get(run_id, (key, False))[1]
+            self._slots[run_id] = (key, held)
+            if held:
+                return True
+            mine = (self._runs[run_id].created_at, run_id)
+            running = ahead = 0
+            for other, (other_key, held) in self._slots.items():
+                record = self._runs[other]
+                live = record.summary.status in ("running", "waiting", "paused")
+                if other_key != key or not live:
+                    continue
+                if held:
+                    running += 1
+                elif (record.created_at, other) < mine and (self._leases[other][2] or 0) > now:
+                    ahead += 1
+            if running + ahead >= limit:
+                return False
+            self._slots[run_id] = (key, True)
+            return True
 
     def _holds(self, lease: Lease, now: float) -> bool:
         holder, token, expires = self._leases.get(lease.run_id, (None, 0, None))

@@ -35,3 +35,10 @@ def merge(context: TaskContext) -> str:
     """All paragraphs, in item order."""
     _log(context)
     return context.read("writer.md")
+
+
+def merge_free(context: TaskContext) -> str:
+    """Half a second of work that reads nothing."""
+    _log(context)
+    time.sleep(0.5)
+    return f"Done for {context.topic}.\n"

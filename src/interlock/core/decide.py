@@ -83,6 +83,8 @@ def decide(
             return [Decision(RuleName.ARCHIVE, ev.Archived(at=now), "the result was delivered")]
         return []
     if state.current is None:
+        if waits_for_slot(pipeline, state):
+            return []  # the runtime records SlotTaken once the key has room
         first = pipeline.phases[0]
         return [_start_phase(first, 1, None, now, RuleName.START, "the run was created")]
     for rule in (_timeouts, _failures, _budget, _retries_due, _rejected):
@@ -106,6 +108,16 @@ def decide(
         if pending:  # edited at a review: what read the old version runs again first
             return [_revise(pipeline, task, changed, now) for task, changed in ready]
     return _phase_end(pipeline, state, now, evaluator)
+
+
+def waits_for_slot(pipeline: Pipeline, state: RunState) -> bool:
+    """A new run of a pipeline with `concurrency` starts only once it has a slot."""
+    return (
+        pipeline.concurrency is not None
+        and state.slot is None
+        and state.current is None
+        and state.status is RUN_RUNNING
+    )
 
 
 def _rejected(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]:

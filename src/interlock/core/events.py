@@ -39,6 +39,14 @@ class RunCreated(Event):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class SlotTaken(Event):
+    """The run got one of its concurrency key's slots: it may start (see `concurrency`)."""
+
+    kind: ClassVar[str] = "slot_taken"
+    key: str  # the key's value for this run
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class PhaseStarted(Event):
     """A phase began its `visit`-th run; `items` are the fan-out items when it has for_each."""
 
@@ -330,6 +338,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (
         RunCreated,
+        SlotTaken,
         PhaseStarted,
         TaskDispatched,
         TaskStarted,

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from interlock.core import events as ev
-from interlock.core.decide import Decision, RuleName, decide, settle
+from interlock.core.decide import Decision, RuleName, decide, settle, waits_for_slot
 from interlock.core.expressions import ExpressionError, compile_expression
 from interlock.core.loader import Definition
 from interlock.core.signal_checks import signals_read, unread_signal_data
@@ -254,8 +254,13 @@ def stuck_reason(pipeline: Pipeline, state: RunState, now: float) -> str | None:
     A run moves when it has ended or waits for a person, when a task is in flight or a retry is
     scheduled, or when the table has a decision.
     """
-    if state.status.ended or state.status is RunStatus.PAUSED or state.waiting is not None:
-        return None  # a person, a signal or the clock moves it
+    if (
+        state.status.ended
+        or state.status is RunStatus.PAUSED
+        or state.waiting is not None
+        or waits_for_slot(pipeline, state)
+    ):
+        return None  # a person, a signal, the clock or another run of its key moves it
     waiting = any(
         t.status.in_flight or t.status is TaskStatus.RETRY_WAIT for t in state.tasks.values()
     )
@@ -341,6 +346,8 @@ def _moves(search: _Search, node: _Node) -> Iterator[Move]:
     state, clock = node.state, node.clock
     if state.status is RunStatus.PAUSED:
         yield (ev.Approved(at=clock, by="check"),), clock
+    if waits_for_slot(search.pipeline, state):
+        yield (ev.SlotTaken(at=clock, key="check"),), clock
     if state.waiting is not None:
         yield from _wait_moves(state, clock)
         return
@@ -365,6 +372,8 @@ def _reduced_moves(search: _Search, node: _Node) -> Iterator[Move]:
     pipeline = search.pipeline
     if state.status is RunStatus.PAUSED:
         yield (ev.Approved(at=clock, by="check"),), clock
+    if waits_for_slot(pipeline, state):
+        yield (ev.SlotTaken(at=clock, key="check"),), clock
     if state.waiting is not None:
         yield from _wait_moves(state, clock)
         return
@@ -495,6 +504,7 @@ def _signature(state: RunState) -> Hashable:
     )
     return (
         state.status.value,
+        state.slot is not None,
         state.pause_reason,
         state.budget_waived,
         position,

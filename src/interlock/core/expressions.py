@@ -7,6 +7,7 @@ from model output, so they are converted to CEL data and never parsed as code.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -104,6 +105,43 @@ def _bare_ident(node: Any) -> str | None:
             return None
         node = node.children[0]
     return None
+
+
+def evaluate_text(source: str, context: Mapping[str, Any]) -> str:
+    """Evaluate an expression to text: a string as it is, any other value as JSON (for keys
+    such as a concurrency key). Raises ExpressionError as `evaluate` does."""
+    compiled = compile_expression(source)
+    activation = {k: json_to_cel(v) for k, v in context.items() if k in compiled.names}
+    missing = compiled.names - activation.keys()
+    if missing:
+        raise ExpressionError(
+            f"expression {source!r} reads {', '.join(sorted(missing))}, which has no value"
+        )
+    try:
+        result = compiled.program.evaluate(activation)
+    except Exception as exc:  # CEL raises its own error types; all mean "cannot evaluate"
+        result = CELEvalError(exc.args[0] if exc.args else "")
+    if isinstance(result, CELEvalError):
+        problem = reads.why_not(compiled.tree, compiled.names, context, "")
+        raise ExpressionError(f"expression {source!r} cannot be evaluated: {problem}")
+    if isinstance(result, str):
+        return str(result)
+    return json.dumps(_plain(result), sort_keys=True)
+
+
+def _plain(value: Any) -> Any:
+    """A CEL value as plain JSON data."""
+    if isinstance(value, (celpy.celtypes.BoolType, bool)):
+        return bool(value)
+    if isinstance(value, (celpy.celtypes.IntType, celpy.celtypes.UintType, int)):
+        return int(value)
+    if isinstance(value, (celpy.celtypes.DoubleType, float)):
+        return float(value)
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return None if value is None else str(value)
 
 
 def evaluate(source: str, context: Mapping[str, Any]) -> bool:

@@ -162,6 +162,7 @@ class RunState:
     approvals: int = 0
     pause_reason: str | None = None
     budget_waived: bool = False
+    slot: str | None = None  # the concurrency key's value, once the run has a slot
     failure: str | None = None
     delivered: str | None = None
     cost_usd: float = 0.0
@@ -295,6 +296,8 @@ def apply(state: RunState, event: ev.Event) -> None:
         _apply_review(state, event)
     elif isinstance(event, (ev.WaitStarted, ev.SignalReceived, ev.WaitEnded)):
         _apply_wait(state, event)
+    elif isinstance(event, ev.SlotTaken):
+        state.slot = event.key
     elif isinstance(event, ev.BranchTaken):
         pass  # the PhaseStarted that follows carries the new position
     elif isinstance(event, ev.Warned):

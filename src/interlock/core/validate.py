@@ -92,6 +92,26 @@ def validate_pipeline(name: str, pipeline: Pipeline) -> list[str]:
     problems += _check_for_each(where, pipeline)
     problems += _check_loops(where, pipeline)
     problems += check_waits(where, pipeline)
+    problems += _check_concurrency(where, pipeline)
+    return problems
+
+
+def _check_concurrency(where: str, pipeline: Pipeline) -> list[str]:
+    """A concurrency key is known when the run is created: it may read topic and inputs."""
+    slots = pipeline.slots
+    if slots is None:
+        return []
+    place = f"{where}, concurrency, key"
+    try:
+        names = compile_expression(slots.key).names
+    except ExpressionError as exc:
+        return [f"{place}: {exc}"]
+    problems = []
+    for name in sorted(names - {"topic", "inputs"}):
+        problems.append(
+            f"{place}: {slots.key!r} reads {name!r}; a key may read only 'topic' and 'inputs' "
+            "(it is computed when the run is created), e.g. inputs.customer"
+        )
     return problems
 
 

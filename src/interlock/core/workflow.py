@@ -420,6 +420,14 @@ class Budget(_Model):
     on_exceed: Literal["fail", "pause"] = "fail"
 
 
+class ConcurrencyKey(_Model):
+    """At most `limit` runs at once per value of `key`, a CEL expression over topic and inputs
+    (`inputs.customer`): runs past it wait for a slot, in order within a key."""
+
+    key: str
+    limit: Annotated[int, Field(ge=1, le=100_000)]
+
+
 class Pipeline(_Model):
     """A static pipeline definition; a run pins the exact one it started with."""
 
@@ -428,7 +436,8 @@ class Pipeline(_Model):
     phases: Annotated[list[Phase], Field(min_length=1)]
     budget: Budget | None = None
     schedule: str | None = None
-    concurrency: Annotated[int, Field(ge=1)] | None = None
+    # At most this many runs of the pipeline at once, or per value of a key.
+    concurrency: Annotated[int, Field(ge=1)] | ConcurrencyKey | None = None
     cache: bool | Cache | None = None  # for every worker that does not say otherwise
 
     @field_validator("cache", mode="before")
@@ -445,6 +454,13 @@ class Pipeline(_Model):
         if self.max_rejections == DEFAULT_REJECTIONS and isinstance(data, dict):
             data.pop("max_rejections", None)  # the hash of a pipeline that does not set it
         return data
+
+    @property
+    def slots(self) -> ConcurrencyKey | None:
+        """The run concurrency as a key and a limit (a plain number: one key, the pipeline)."""
+        if isinstance(self.concurrency, int):
+            return ConcurrencyKey(key='""', limit=self.concurrency)
+        return self.concurrency
 
     def cache_for(self, role: str) -> Cache | None:
         """The cache settings of worker `role` (None: off)."""

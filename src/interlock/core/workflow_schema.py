@@ -28,11 +28,16 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "phases": "The phases, run in file order unless a phase's 'next' rules say otherwise.",
         "budget": "Limits on what one run may spend (cost in USD, tokens).",
         "schedule": "Start a run on a schedule (a cron expression) while the server runs.",
-        "concurrency": "At most this many runs of this pipeline at once.",
+        "concurrency": "At most this many runs of this pipeline at once, or "
+        "{key: CEL over topic and inputs, limit: N}: at most N runs at once per key value.",
         "cache": "Reuse completed tasks of earlier runs with the same fingerprint: true, "
         "false, or {ttl: 7d}. Workers may say otherwise.",
         "max_rejections": "How many times a person may send a run back at a review "
         "('interlock reject').",
+    },
+    "ConcurrencyKey": {
+        "key": "A CEL expression over topic and inputs, e.g. inputs.customer.",
+        "limit": "At most this many runs at once per value of the key.",
     },
     "InputSpec": {
         "default": "The value used when the run does not give one.",

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from interlock.core import events as ev
-from interlock.core.decide import next_wake
+from interlock.core.decide import next_wake, waits_for_slot
 from interlock.core.loader import Definition
 from interlock.core.state import RunState, RunStatus, TaskState, fold
 from interlock.errors import (
@@ -46,6 +46,7 @@ from interlock.runtime.models import ModelRunner
 from interlock.runtime.processes import holder_is_dead as holder_is_dead
 from interlock.runtime.processes import reap
 from interlock.runtime.reuse import Reuser, SourceRun
+from interlock.runtime.slots import SLOT_POLL_S, slot_key, take_slot
 from interlock.runtime.superseded import mark_superseded
 from interlock.storage.base import (
     AppendBatch,
@@ -170,6 +171,7 @@ class Orchestrator:
             if run_id is not None:
                 refuse_existing(self.store, run_id)
             given = resolve_inputs(definition, inputs or {})
+            slot_key(definition, topic, given)  # a key that cannot be computed refuses the run
             run_id = run_id or new_run_id(definition.name, now)
             prepared.append(self._prepare(definition, topic, given, run_id, now, origin))
         try:
@@ -462,7 +464,7 @@ class Orchestrator:
         for driver in dirty:
             driver.dirty = False
             observed, consumed = driver.observe(now)
-            new = observed + driver.decide(now)
+            new = observed + self._slot(driver, now) + driver.decide(now)
             if new or consumed:
                 batch = AppendBatch(
                     lease=driver.lease,
@@ -511,6 +513,16 @@ class Orchestrator:
             self._act(driver)
             self._schedule(driver)
         return dirty
+
+    def _slot(self, driver: RunDriver, now: float) -> list[NewEvent]:
+        """A new run of a pipeline with `concurrency`: its slot, or a look again soon."""
+        if not waits_for_slot(driver.definition.pipeline, driver.state):
+            return []
+        taken = take_slot(self.store, driver.definition, driver.state, now)
+        if taken is None:
+            self.wake_at(now + SLOT_POLL_S, driver)
+            return []
+        return [taken]
 
     def _write_outputs(self, drivers: list[RunDriver]) -> None:
         """Write the outputs the ledger now holds (and final.md files) of every run of the

@@ -212,6 +212,16 @@ class Store(Protocol):
         """Extend a lease we still hold (raises LeaseLost otherwise)."""
         ...
 
+    def take_slot(self, run_id: str, key: str, limit: int, now: float) -> bool:
+        """Give the run one of the `limit` slots of concurrency key `key`, atomically.
+
+        True when it holds one (also when it did already). False when live runs of the key
+        hold `limit` slots, or, with the ones that are free, runs of the key that wait with a
+        current lease and were created earlier go first: within a key, runs start in order.
+        The run is marked as waiting on `key` either way; it keeps its slot until it ends.
+        """
+        ...
+
     def artifact(self, sha256: str) -> bytes | None:
         """The body of an output stored with its completion (None if it was not stored)."""
         ...

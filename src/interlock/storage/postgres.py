@@ -246,6 +246,28 @@ class PostgresStore:
 
         return self.retrying(acquire)
 
+    def take_slot(self, run_id: str, key: str, limit: int, now: float) -> bool:
+        """See `Store.take_slot`: orchestrators taking slots of one key queue on a lock of
+        the key, so two never both see the last free slot."""
+
+        def take(db: psycopg.Connection[Any]) -> bool:
+            db.execute(Q["slot_lock"], (key,))
+            row = db.execute(Q["slot_claim"], (key, run_id)).fetchone()
+            if row is None:
+                raise RunNotFound(f"no run {run_id!r}")
+            held, created = row
+            if held:
+                return True
+            args = {"key": key, "now": now, "created": created, "run": run_id}
+            counted = db.execute(Q["slot_count"], args).fetchone()
+            assert counted is not None
+            if counted[0] + counted[1] >= limit:
+                return False
+            db.execute(Q["slot_hold"], (run_id,))
+            return True
+
+        return self.retrying(take)
+
     def renew_lease(self, lease: Lease, ttl: float, now: float) -> Lease:
         """See `Store.renew_lease`."""
         expires = now + ttl
@@ -454,7 +476,8 @@ class PostgresStore:
     # -- beyond the protocol: what a fleet of orchestrators needs ---------------------------
 
     def unowned_runs(self, now: float, limit: int = 10) -> list[str]:
-        """Live runs (running, waiting or paused) nobody holds a valid lease on, in random order so
+        """Live runs (running, waiting or paused) nobody holds a valid lease on: round-robin
+        between concurrency keys (each key's oldest first), and at random within a turn, so
         that orchestrators looking at once spread over different runs."""
         return [r[0] for r in self._read(Q["unowned_runs"], now, limit)]
 

@@ -264,6 +264,22 @@ class SQLiteStore:
             db.execute(Q["set_lease"], (owner, lease.token, lease.expires_at, now, now, run_id))
             return lease
 
+    def take_slot(self, run_id: str, key: str, limit: int, now: float) -> bool:
+        """See `Store.take_slot` (writers take turns, so counting and taking are atomic)."""
+        with self._write() as db:
+            row = db.execute(Q["slot_claim"], (key, run_id)).fetchone()
+            if row is None:
+                raise RunNotFound(f"no run {run_id!r}")
+            held, created = row
+            if held:
+                return True
+            args = (key, key, now, created, created, run_id)
+            running, ahead = db.execute(Q["slot_count"], args).fetchone()
+            if running + ahead >= limit:
+                return False
+            db.execute(Q["slot_hold"], (run_id,))
+            return True
+
     def renew_lease(self, lease: Lease, ttl: float, now: float) -> Lease:
         """See `Store.renew_lease`."""
         with self._write() as db:

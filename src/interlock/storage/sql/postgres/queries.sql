@@ -61,12 +61,19 @@ SELECT id, run_id, kind, message, by, created_at FROM commands
 WHERE consumed_at IS NULL ORDER BY id;
 
 -- name: unowned_runs
-SELECT run_id FROM runs
-WHERE (lease_expires IS NULL OR lease_expires <= %s)
-  AND (status IN ('running', 'waiting', 'paused')
-       -- ended, but its driver died before acting on it (final.md, archive): finish that
-       OR (status = 'delivered' AND lease_owner IS NOT NULL))
-ORDER BY random() LIMIT %s;
+-- Round-robin between concurrency keys: the oldest run of each key comes before the second
+-- oldest of any, so a key with a long backlog does not crowd out the others.
+SELECT run_id FROM (
+  SELECT run_id,
+         row_number() OVER (PARTITION BY coalesce(slot_key, run_id)
+                            ORDER BY created_at, run_id) AS turn
+  FROM runs
+  WHERE (lease_expires IS NULL OR lease_expires <= %s)
+    AND (status IN ('running', 'waiting', 'paused')
+         -- ended, but its driver died before acting on it (final.md, archive): finish that
+         OR (status = 'delivered' AND lease_owner IS NOT NULL))
+) AS unowned
+ORDER BY turn, random() LIMIT %s;
 
 -- name: get_cursor
 SELECT position FROM cursors WHERE name = %s;
@@ -173,3 +180,22 @@ FROM task_cache ORDER BY completed_at DESC, run_id, task_id LIMIT %s;
 
 -- name: cache_clear
 DELETE FROM task_cache WHERE completed_at < %s;
+
+-- name: slot_lock
+SELECT pg_advisory_xact_lock(hashtextextended(%s, 7));
+
+-- name: slot_claim
+UPDATE runs SET slot_key = %s WHERE run_id = %s RETURNING slot_held, created_at;
+
+-- name: slot_count
+-- Slots held by live runs of the key, and live runs waiting ahead of this one (created
+-- earlier) whose lease is current: someone is trying for them, so they go first.
+SELECT
+  (SELECT count(*) FROM runs WHERE slot_key = %(key)s AND slot_held
+     AND status IN ('running', 'waiting', 'paused')),
+  (SELECT count(*) FROM runs WHERE slot_key = %(key)s AND NOT slot_held
+     AND status IN ('running', 'waiting', 'paused') AND lease_expires > %(now)s
+     AND (created_at, run_id) < (%(created)s, %(run)s));
+
+-- name: slot_hold
+UPDATE runs SET slot_held = true WHERE run_id = %s;

@@ -125,3 +125,19 @@ FROM task_cache ORDER BY completed_at DESC, run_id, task_id LIMIT ?;
 
 -- name: cache_clear
 DELETE FROM task_cache WHERE completed_at < ?;
+
+-- name: slot_claim
+UPDATE runs SET slot_key = ? WHERE run_id = ? RETURNING slot_held, created_at;
+
+-- name: slot_count
+-- Slots held by live runs of the key, and live runs waiting ahead of this one (created
+-- earlier) whose lease is current: someone is trying for them, so they go first.
+SELECT
+  (SELECT count(*) FROM runs WHERE slot_key = ? AND slot_held = 1
+     AND status IN ('running', 'waiting', 'paused')),
+  (SELECT count(*) FROM runs WHERE slot_key = ? AND slot_held = 0
+     AND status IN ('running', 'waiting', 'paused') AND lease_expires > ?
+     AND (created_at < ? OR (created_at = ? AND run_id < ?)));
+
+-- name: slot_hold
+UPDATE runs SET slot_held = 1 WHERE run_id = ?;

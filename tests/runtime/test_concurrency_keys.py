@@ -1,0 +1,74 @@
+"""Concurrency keys across processes on one SQLite ledger: of two `interlock run`s for one
+customer under `limit: 1`, the second starts only when the first has ended, while a run for
+another customer starts at once."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from interlock import Interlock
+
+FLOW = """
+p:
+  inputs:
+    customer: {required: true}
+  concurrency: {key: inputs.customer, limit: 1}
+  phases:
+  - id: work
+    workers:
+    - role: w
+      final: true
+      command: ["{python}", "-c", "import time; time.sleep(1.0); print('done')"]
+"""
+
+
+def test_at_most_limit_runs_per_key_at_once_across_processes(tmp_path: Path) -> None:
+    """Each run's slot and end, read from the ledger: the two acme runs never overlap, and
+    beta did not wait behind them."""
+    flow = tmp_path / "flow.yaml"
+    flow.write_text(FLOW)
+    home = tmp_path / "home"
+    Interlock(home).close()  # the ledger exists before the processes open it at once
+    customers = ["acme", "acme", "beta"]
+    env = {**os.environ, "INTERLOCK_HOME": str(home)}
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "interlock",
+                "run",
+                str(flow),
+                "--topic",
+                f"t{n}",
+                "--input",
+                f"customer={customer}",
+                "--run-id",
+                f"run-{n}",
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n, customer in enumerate(customers)
+    ]
+    for proc in procs:
+        _, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 0, stderr
+    app = Interlock(home)
+    spans: dict[str, tuple[float, float]] = {}
+    for n, customer in enumerate(customers):
+        events = app.events(f"run-{n}")
+        slot = next(e for e in events if e.kind == "slot_taken")
+        assert slot.data["key"] == customer
+        assert slot.why == f"a slot of inputs.customer = {customer} (at most 1 at once)"
+        ended = next(e for e in events if e.kind == "delivered")
+        spans[f"run-{n}"] = (slot.at, ended.at)
+    app.close()
+    first, second = sorted([spans["run-0"], spans["run-1"]])
+    assert second[0] >= first[1]  # the second acme run got its slot once the first ended
+    assert spans["run-2"][0] < second[0]  # beta did not wait behind acme
