@@ -130,7 +130,8 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
     for column in ("phase", "worker", "status", "attempt", "visit", "cost", "output"):
         table.add_column(column)
     for phase in view["phases"]:
-        for index, (role, w) in enumerate(phase["workers"].items()):
+        shown, rest = _shown_workers(phase["workers"])
+        for index, (role, w) in enumerate(shown):
             table.add_row(
                 phase["id"] if index == 0 else "",
                 role,
@@ -139,6 +140,13 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
                 str(w.get("visit", "")),
                 f"${w.get('cost_usd', 0):.4f}",
                 w.get("output") or "",
+            )
+        if rest:
+            count = sum(rest.values())
+            table.add_row(
+                "" if shown else phase["id"],
+                f"{count} more" if shown else f"{count} workers",
+                ", ".join(f"{count} {state}" for state, count in sorted(rest.items())),
             )
     out.print(table)
     out.print(
@@ -185,6 +193,31 @@ def _waits_for(ctx: Ctx, run_id: str) -> dict[str, Any] | None:
     from interlock.runtime.projection import waiting_view
 
     return waiting_view(fold([s.event for s in ctx.store.events(run_id)]))
+
+
+WIDE = 30  # a phase with more workers shows those that need a look, and counts the rest
+SHOWN = 10  # of those, at most this many
+
+
+def _shown_workers(
+    workers: dict[str, dict[str, Any]],
+) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, int]]:
+    """The workers of a phase to list, and how many of the others are in each status.
+
+    A wide phase (thousands of workers) lists those not completed (the first few) and
+    counts the rest: the table stays readable and quick to print; `--json` has them all.
+    """
+    if len(workers) <= WIDE:
+        return list(workers.items()), {}
+    shown: list[tuple[str, dict[str, Any]]] = []
+    rest: dict[str, int] = {}
+    for role, worker in workers.items():
+        status = worker["status"]
+        if status not in ("completed", "reused", "pending") and len(shown) < SHOWN:
+            shown.append((role, worker))
+        else:
+            rest[status] = rest.get(status, 0) + 1
+    return shown, rest
 
 
 STATUS_KEYS = (
@@ -267,10 +300,15 @@ def explain(ctx: Ctx, run_id: str, prompt_of: str | None) -> None:
             out.print(f"== {name} (task.attempt)")
             click.echo(text)
         return
-    from interlock.cli.why import explain_lines
+    from interlock.cli.why import explain_lines, plain_lines
 
-    for line in explain_lines(app, app.resolve(run_id)):
-        out.print(line, markup=True)
+    run_id = app.resolve(run_id)
+    if out.is_terminal:
+        # One print for all lines: rich renders a wide run's tens of thousands of events in
+        # one pass, instead of paying its per-call setup for each.
+        out.print("\n".join(explain_lines(app, run_id)), markup=True)
+    else:
+        click.echo("\n".join(plain_lines(app, run_id)))
 
 
 @click.command()

@@ -19,13 +19,11 @@ from interlock.core.expressions import ExpressionError, evaluate
 from interlock.core.review import revisions
 from interlock.core.state import (
     ENDED,
-    IN_FLIGHT,
     RUN_DELIVERED,
     RUN_RUNNING,
     TASK_COMPLETED,
     TASK_FAILED,
-    TASK_RETRY_WAIT,
-    TASK_TIMED_OUT,
+    PhaseVisit,
     RunState,
     TaskState,
     apply,
@@ -166,14 +164,13 @@ def settle(
 
 def next_wake(pipeline: Pipeline, state: RunState) -> float | None:
     """The earliest time the table would act without a new observation (None: never)."""
-    times = [_deadline(pipeline, t) for t in state.tasks.values() if t.status in IN_FLIGHT]
+    times = []
+    due = state.earliest_deadline(lambda t: _deadline(pipeline, t), pipeline.shortest_deadline)
+    if due is not None:
+        times.append(due)
     if state.status is RUN_RUNNING:
         # A paused run holds its retries until approval; waking for them would find nothing to do.
-        times += [
-            t.not_before
-            for t in state.tasks.values()
-            if t.status is TASK_RETRY_WAIT and t.not_before is not None
-        ]
+        times += [t.not_before for t in state.in_group(state.retrying) if t.not_before is not None]
         due = wake_time(state)
         if due is not None:
             times.append(due)
@@ -198,16 +195,14 @@ def _timeouts(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]
             ),
             f"task {t.task_id} attempt {t.attempt} passed its deadline",
         )
-        for t in state.tasks.values()
-        if t.status in IN_FLIGHT and now >= _deadline(pipeline, t)
+        for t in state.flight_starts(now - pipeline.shortest_deadline)
+        if now >= _deadline(pipeline, t)
     ]
 
 
 def _failures(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]:
     decisions = []
-    for task in state.tasks.values():
-        if task.status not in (TASK_FAILED, TASK_TIMED_OUT):
-            continue
+    for task in state.in_group(state.failing):
         worker = pipeline.worker(task.role)
         attempt = task.attempt + 1
         per_model = worker.retries + 1
@@ -295,8 +290,8 @@ def _retries_due(pipeline: Pipeline, state: RunState, now: float) -> list[Decisi
             ),
             f"backoff for attempt {t.attempt} of {t.task_id} has passed",
         )
-        for t in state.tasks.values()
-        if t.status is TASK_RETRY_WAIT and t.not_before is not None and now >= t.not_before
+        for t in state.in_group(state.retrying)
+        if t.not_before is not None and now >= t.not_before
     ]
 
 
@@ -309,22 +304,50 @@ def planned_tasks(
             yield worker, item, task_id_for(worker.role, visit, item)
 
 
+def planned_count(phase: Phase, items: list[Any] | None) -> int:
+    """How many tasks a phase visit has."""
+    return len(phase.workers) * (1 if items is None else len(items))
+
+
+def _planned_from(
+    phase: Phase, visit: int, items: list[Any] | None, start: int
+) -> Iterator[tuple[Worker, int | None, str]]:
+    """`planned_tasks` from the `start`-th task on, without walking those before it."""
+    workers = phase.workers
+    for index in range(start, planned_count(phase, items)):
+        lane, worker = divmod(index, len(workers))
+        item = None if items is None else lane
+        yield workers[worker], item, task_id_for(workers[worker].role, visit, item)
+
+
 def _dispatch(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]:
     current = state.current
     if state.status is not RUN_RUNNING or current is None or current.completed:
         return []
     phase = pipeline.phase(current.phase)
     cap = phase.for_each.concurrency if phase.for_each else None
-    active = sum(1 for tid in current.task_ids if state.tasks[tid].status is not TASK_COMPLETED)
+    dispatched = len(current.task_ids)
+    active = dispatched - current.done
+    planned: Iterator[tuple[Worker, int | None, str]]
+    if phase.mode == "parallel" and _is_prefix(phase, current.visit, current.items, current):
+        # A parallel phase dispatches in plan order, so what it dispatched is a prefix of the
+        # plan: the scan starts after it (what makes a wide phase cost per task, not per tick).
+        if dispatched == planned_count(phase, current.items) or (cap and active >= cap):
+            return []
+        planned = _planned_from(phase, current.visit, current.items, dispatched)
+    else:
+        planned = planned_tasks(phase, current.visit, current.items)
     decisions = []
     lane_blocked: set[int | None] = set()
-    for worker, item, tid in planned_tasks(phase, current.visit, current.items):
+    for worker, item, tid in planned:
         task = state.tasks.get(tid)
         if task is not None:
             if phase.mode == "sequential" and task.status is not TASK_COMPLETED:
                 lane_blocked.add(item)  # the next worker of this lane waits for this one
             continue
-        if item in lane_blocked or (cap is not None and active >= cap):
+        if cap is not None and active >= cap:
+            break  # `active` only grows: nothing further can start now
+        if item in lane_blocked:
             continue
         if phase.mode == "sequential":
             lane_blocked.add(item)
@@ -345,6 +368,18 @@ def _dispatch(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]
     return decisions
 
 
+def _is_prefix(phase: Phase, visit: int, items: list[Any] | None, current: PhaseVisit) -> bool:
+    """Whether the visit's dispatched tasks are the first ones of its plan (checked at the
+    last: tasks are recorded in plan order, so the last one in place means all are)."""
+    count = len(current.task_ids)
+    if count == 0:
+        return True
+    if count > planned_count(phase, items):
+        return False
+    last = next(_planned_from(phase, visit, items, count - 1))
+    return last[2] == current.task_ids[-1]
+
+
 def _phase_end(
     pipeline: Pipeline, state: RunState, now: float, evaluator: Evaluator
 ) -> list[Decision]:
@@ -352,15 +387,13 @@ def _phase_end(
     assert current is not None
     phase = pipeline.phase(current.phase)
     if not current.completed:
-        planned = list(planned_tasks(phase, current.visit, current.items))
-        done = all(
-            tid in state.tasks and state.tasks[tid].status is TASK_COMPLETED
-            for _, _, tid in planned
-        )
+        # `done` counts the completed tasks among those dispatched, all of them planned ones.
+        planned = planned_count(phase, current.items)
+        done = current.done == planned and len(current.task_ids) == planned
         if not done or state.status is not RUN_RUNNING:
             return []
         event: ev.Event = ev.PhaseCompleted(at=now, phase=phase.id, visit=current.visit)
-        return [Decision(RuleName.PHASE_DONE, event, f"all {len(planned)} task(s) completed")]
+        return [Decision(RuleName.PHASE_DONE, event, f"all {planned} task(s) completed")]
     if state.status is not RUN_RUNNING:
         return []
     if phase.pause_after and not current.approved:

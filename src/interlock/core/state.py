@@ -8,6 +8,9 @@ new events as it records them, so a tick never re-reads the whole history.
 from __future__ import annotations
 
 import dataclasses
+import heapq
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -100,6 +103,7 @@ class TaskState:
     revised_mark: int = 0
     revising: bool = False
     charged: set[int] = field(default_factory=set)  # attempts whose cost is recorded
+    order: int = 0  # place among the run's tasks by first dispatch: the order rules scan in
 
 
 @dataclass(slots=True)
@@ -111,6 +115,7 @@ class PhaseVisit:
     items: list[Any] | None
     started_at: float
     task_ids: list[str] = field(default_factory=list)
+    done: int = 0  # how many of `task_ids` are completed (kept by `apply`)
     completed: bool = False
     paused: bool = False
     approved: bool = False
@@ -180,10 +185,60 @@ class RunState:
     inbox: list[Signal] = field(default_factory=list)  # received, not yet taken by a wait
     signals: dict[str, Any] = field(default_factory=dict)  # taken: data (None: timed out)
     signal_keys: set[str] = field(default_factory=set)  # idempotency keys seen
+    # Indexes `apply` keeps so that a rule looks only at the tasks it can concern: a phase of
+    # 10,000 workers must not cost 10,000 steps per event. Task ids by status group, each in
+    # the order its tasks entered the group, and the in-flight tasks by when their current
+    # attempt began (a heap; entries a task has since left are skipped, then swept).
+    flight: dict[str, None] = field(default_factory=dict)  # dispatched or running
+    failing: dict[str, None] = field(default_factory=dict)  # failed or timed out
+    retrying: dict[str, None] = field(default_factory=dict)  # waiting for a retry
+    starts: list[tuple[float, int, str]] = field(default_factory=list)
 
     def in_flight(self) -> list[TaskState]:
         """Tasks dispatched and not finished, in dispatch order."""
-        return [t for t in self.tasks.values() if t.status in IN_FLIGHT]
+        return sorted((self.tasks[t] for t in self.flight), key=_by_order)
+
+    def in_group(self, group: dict[str, None]) -> list[TaskState]:
+        """The tasks of one index (`flight`, `failing`, `retrying`) in dispatch order."""
+        return sorted((self.tasks[t] for t in group), key=_by_order)
+
+    def flight_starts(self, until: float) -> list[TaskState]:
+        """In-flight tasks whose current attempt began at or before `until`, dispatch order.
+
+        Walks the heap only where entries are that early: the cost follows the answer's size.
+        """
+        heap, found, stack = self.starts, {}, [0]
+        while stack:
+            index = stack.pop()
+            if index >= len(heap) or heap[index][0] > until:
+                continue  # a heap's children are never earlier than their parent
+            start, _, task_id = heap[index]
+            task = self.tasks[task_id]
+            if task.status in IN_FLIGHT and _began(task) == start:
+                found[task_id] = task
+            stack += (2 * index + 1, 2 * index + 2)
+        return sorted(found.values(), key=_by_order)
+
+    def earliest_deadline(
+        self, deadline: Callable[[TaskState], float], shortest: float
+    ) -> float | None:
+        """The least `deadline(task)` of the tasks in flight, where no deadline is less than
+        `shortest` after its attempt began (None: nothing in flight).
+
+        Walks the heap only while an attempt that began there could still be due first: with
+        one timeout for all workers, little more than the earliest attempt.
+        """
+        heap, best, stack = self.starts, math.inf, [0]
+        while stack:
+            index = stack.pop()
+            if index >= len(heap) or heap[index][0] + shortest >= best:
+                continue
+            start, _, task_id = heap[index]
+            task = self.tasks[task_id]
+            if task.status in IN_FLIGHT and _began(task) == start:
+                best = min(best, deadline(task))
+            stack += (2 * index + 1, 2 * index + 2)
+        return None if best == math.inf else best
 
     def copy(self) -> RunState:
         """An independent copy (for exploring alternatives in `check` and in tests)."""
@@ -202,7 +257,58 @@ class RunState:
         clone.inbox = list(self.inbox)
         clone.signals = dict(self.signals)
         clone.signal_keys = set(self.signal_keys)
+        clone.flight, clone.failing = dict(self.flight), dict(self.failing)
+        clone.retrying, clone.starts = dict(self.retrying), list(self.starts)
         return clone
+
+
+def _by_order(task: TaskState) -> int:
+    return task.order
+
+
+def _began(task: TaskState) -> float:
+    """When the task's current attempt began: its start if reported, else its dispatch."""
+    return task.started_at or task.dispatched_at
+
+
+def _group(state: RunState, status: TaskStatus) -> dict[str, None] | None:
+    if status is TASK_DISPATCHED or status is TASK_RUNNING:
+        return state.flight
+    if status is TASK_FAILED or status is TASK_TIMED_OUT:
+        return state.failing
+    if status is TASK_RETRY_WAIT:
+        return state.retrying
+    return None
+
+
+def _set_status(state: RunState, task: TaskState, status: TaskStatus) -> None:
+    """Change a task's status and the indexes that follow it."""
+    old = task.status
+    before, after = _group(state, old), _group(state, status)
+    if before is not after:  # a start stays where its dispatch put it in `flight`
+        if before is not None:
+            before.pop(task.task_id, None)
+        if after is not None:
+            after[task.task_id] = None
+    current = state.current
+    if (
+        current is not None
+        and (old is TASK_COMPLETED) is not (status is TASK_COMPLETED)
+        and task.phase == current.phase
+        and task.visit == current.visit
+    ):
+        current.done += 1 if status is TASK_COMPLETED else -1
+    task.status = status
+
+
+def _track_start(state: RunState, task: TaskState) -> None:
+    """Index when the task's current attempt began; sweep the heap when mostly stale."""
+    heap = state.starts
+    heapq.heappush(heap, (_began(task), task.order, task.task_id))
+    if len(heap) > 2 * len(state.flight) + 64:
+        tasks = state.tasks
+        heap[:] = [(_began(tasks[t]), tasks[t].order, t) for t in state.flight]
+        heapq.heapify(heap)
 
 
 def task_id_for(role: str, visit: int, item: int | None) -> str:
@@ -245,20 +351,21 @@ def apply(state: RunState, event: ev.Event) -> None:
                 model=event.model,
                 dispatched_at=event.at,
                 dispatch_mark=state.events,
+                order=len(state.tasks),
             )
             state.tasks[event.task_id] = task
+            state.flight[event.task_id] = None
             if state.current is not None and state.current.phase == event.phase:
                 state.current.task_ids.append(event.task_id)
         else:
             if task.status is TASK_COMPLETED:
                 task.revising = True  # a completed task dispatched again: an edit's re-run
-            task.attempt, task.status, task.model = (
-                event.attempt,
-                TASK_DISPATCHED,
-                event.model,
-            )
+            state.flight.pop(event.task_id, None)  # dispatched again: last in dispatch order
+            _set_status(state, task, TASK_DISPATCHED)
+            task.attempt, task.model = event.attempt, event.model
             task.dispatched_at, task.started_at, task.not_before = event.at, None, None
             task.dispatch_mark = state.events
+        _track_start(state, task)
     elif isinstance(event, (ev.TaskStarted, ev.TaskCompleted, ev.TaskFailed, ev.TaskTimedOut)):
         _apply_task_result(state, event)
     elif isinstance(event, ev.TaskReused):
@@ -267,8 +374,8 @@ def apply(state: RunState, event: ev.Event) -> None:
         _charge(state, state.tasks[event.task_id], event.attempt, event.usage)
     elif isinstance(event, ev.RetryScheduled):
         task = state.tasks[event.task_id]
-        task.status, task.not_before = TASK_RETRY_WAIT, event.not_before
-        task.attempt, task.model = event.attempt, event.model
+        _set_status(state, task, TASK_RETRY_WAIT)
+        task.not_before, task.attempt, task.model = event.not_before, event.attempt, event.model
     elif isinstance(event, ev.PhaseStarted):
         state.visits[event.phase] = event.visit
         state.reject_to = None
@@ -316,9 +423,8 @@ def apply(state: RunState, event: ev.Event) -> None:
         failed = isinstance(event, ev.RunFailed)
         state.status = RUN_FAILED if failed else RUN_CANCELLED
         state.failure = event.reason if failed else (event.reason or "cancelled")
-        for task in state.tasks.values():
-            if task.status in IN_FLIGHT or task.status == TASK_RETRY_WAIT:
-                task.status = TASK_ABANDONED
+        for task_id in [*state.flight, *state.retrying]:
+            _set_status(state, state.tasks[task_id], TASK_ABANDONED)
         state.waiting = None
         if state.current is not None and not state.current.completed:
             state.phase_status[state.current.phase] = "failed" if failed else "cancelled"
@@ -372,13 +478,16 @@ def listed_status(state: RunState) -> str:
 def _apply_task_result(state: RunState, event: ev.Event) -> None:
     task = state.tasks[event.task_id]  # type: ignore[attr-defined]
     if isinstance(event, ev.TaskStarted):
-        task.status, task.started_at, task.worker = TASK_RUNNING, event.at, event.worker
+        _set_status(state, task, TASK_RUNNING)
+        task.started_at, task.worker = event.at, event.worker
+        _track_start(state, task)
         return
     usage = getattr(event, "usage", None)
     if usage:
         _charge(state, task, event.attempt, usage)  # type: ignore[attr-defined]
     if isinstance(event, ev.TaskCompleted):
-        task.status, task.completed_at = TASK_COMPLETED, event.at
+        _set_status(state, task, TASK_COMPLETED)
+        task.completed_at = event.at
         task.artifact, task.sha256, task.size = event.artifact, event.sha256, event.size
         task.values, task.error = dict(event.values), None
         task.fingerprint = event.fingerprint
@@ -386,12 +495,14 @@ def _apply_task_result(state: RunState, event: ev.Event) -> None:
             task.revising, task.revised_mark = False, state.events
         _record_output(state, task, event.artifact)
     elif isinstance(event, ev.TaskFailed):
-        task.status, task.error, task.retryable = TASK_FAILED, event.error, event.retryable
+        _set_status(state, task, TASK_FAILED)
+        task.error, task.retryable = event.error, event.retryable
         # The provider's Retry-After: the next attempt of the same model waits for it.
         wait = event.retry_after
         task.not_before = None if wait is None else event.at + wait
     elif isinstance(event, ev.TaskTimedOut):
-        task.status, task.retryable = TASK_TIMED_OUT, True
+        _set_status(state, task, TASK_TIMED_OUT)
+        task.retryable = True
         task.error = event.detail or "timed out"
 
 
@@ -407,7 +518,8 @@ def _record_output(state: RunState, task: TaskState, artifact: str) -> None:
 def _apply_reuse(state: RunState, event: ev.TaskReused) -> None:
     """A reused output completes its task like a result would, at no cost."""
     task = state.tasks[event.task_id]
-    task.status, task.completed_at = TASK_COMPLETED, event.at
+    _set_status(state, task, TASK_COMPLETED)
+    task.completed_at = event.at
     task.artifact, task.sha256, task.size = event.artifact, event.sha256, event.size
     task.values, task.error = dict(event.values), None
     task.fingerprint = event.fingerprint
@@ -431,8 +543,8 @@ def _apply_review(state: RunState, event: ev.Rejected | ev.OutputEdited) -> None
     state.revisions = 0  # the phases visited again read the edited outputs anyway
     for task in state.tasks.values():
         task.revised_mark = 0
-        if task.status is TASK_RETRY_WAIT:
-            task.status = TASK_ABANDONED  # a retry of the visit left behind
+    for task_id in list(state.retrying):
+        _set_status(state, state.tasks[task_id], TASK_ABANDONED)  # a retry left behind
 
 
 def _charge(state: RunState, task: TaskState, attempt: int, usage: dict[str, Any]) -> None:

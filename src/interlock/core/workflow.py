@@ -497,6 +497,11 @@ class Pipeline(_Model):
         return roles
 
     @cached_property
+    def shortest_deadline(self) -> float:
+        """The least timeout + grace of any worker: no attempt can time out sooner."""
+        return min(w.timeout + w.grace for p in self.phases for w in p.workers)
+
+    @cached_property
     def writers(self) -> dict[str, str]:
         """Output file name -> the role that writes it."""
         return {w.output_name: w.role for p in self.phases for w in p.workers}

@@ -13,6 +13,7 @@ import functools
 import hashlib
 import logging
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
     from interlock.runtime.orchestrator import Orchestrator
 
 log = logging.getLogger("interlock.runtime")
+STATUS_COST_FACTOR = 20  # status.json rewrites take at most about 1/20 of a running run's time
 
 
 @dataclass
@@ -85,7 +87,9 @@ class RunDriver:
     status_written: float = 0.0  # when status.json was last written
     status_shows: int = -1  # the number of events the written status.json reflects
     status_due: float | None = None  # when a coalesced rewrite is scheduled
+    status_cost: float = 0.0  # seconds the last status.json write took
     checked_adoption: bool = False
+    acted_mark: int = 0  # the number of events the state held when `act` last ran (0: never)
     dirty: bool = True
     inline: list[tuple[str, bytes]] = field(default_factory=list)  # outputs for the next append
     # Outputs held in memory, written into the run directory once their completion is
@@ -373,7 +377,7 @@ class RunDriver:
                 self.stopping.add(task_id)
                 handle.add_done_callback(lambda _: orchestrator.touch(self))
         else:
-            for task in state.in_flight():
+            for task in self._to_start():
                 running = self.handles.get(task.task_id)
                 if running is not None and self.handle_attempts.get(task.task_id) != task.attempt:
                     # The engine timed that attempt out and recorded the next one: the old
@@ -388,10 +392,31 @@ class RunDriver:
                     crash_point("before_dispatch")
                     self.handles[task.task_id] = orchestrator.start_task(self, task)
                     self.handle_attempts[task.task_id] = task.attempt
+        self.acted_mark = state.events
         if orchestrator.settings.write_status and state.events != self.status_shows:
             self.refresh_status(orchestrator)
         if state.archived:
             self._archive(orchestrator)
+
+    def _to_start(self) -> list[TaskState]:
+        """The tasks in flight that `act` may have to start: those dispatched since it last
+        ran (all of them the first time), oldest first. Every other task in flight has its
+        worker, or a claim of an earlier output, since that act; should one not, all are
+        looked at again."""
+        state = self.state
+        flight = state.flight
+        if self.acted_mark == 0:
+            return state.in_flight()
+        fresh = []
+        for task_id in reversed(flight):  # in dispatch order: the newest dispatch last
+            task = state.tasks[task_id]
+            if task.dispatch_mark <= self.acted_mark:
+                break
+            fresh.append(task)
+        if len(flight) - len(fresh) > len(self.handles) + len(self.reusing):
+            return state.in_flight()
+        fresh.reverse()
+        return fresh
 
     def _claim(self, orchestrator: Orchestrator, task: TaskState) -> bool:
         """Carry an earlier output over instead of starting the task, when one matches."""
@@ -443,7 +468,10 @@ class RunDriver:
         `status_interval` has passed since the last write; otherwise at that time (the loop
         wakes the run then), so that changes in between cost one write."""
         now = orchestrator.clock()
-        due = self.status_written + orchestrator.status_interval()
+        # A wide run's status.json costs time to build: it is then rewritten less often, so
+        # that the rewrites never take more than a small share of the loop.
+        spacing = max(orchestrator.status_interval(), self.status_cost * STATUS_COST_FACTOR)
+        due = self.status_written + spacing
         if self.state.status is RunStatus.RUNNING and now < due:
             if self.status_due is None:
                 self.status_due = due
@@ -451,6 +479,7 @@ class RunDriver:
             return
         self.status_due = None
         if self.run_dir.is_dir():
+            began = time.perf_counter()
             try:
                 self.write_status()
             except OSError as exc:  # a projection: a full disk must not stop the run for it
@@ -458,6 +487,7 @@ class RunDriver:
                 return
             self.status_written = now
             self.status_shows = self.state.events
+            self.status_cost = time.perf_counter() - began
 
     def write_status(self) -> None:
         """Write `status.json` atomically (a projection: no fsync).

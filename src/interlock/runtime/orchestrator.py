@@ -561,6 +561,7 @@ class Orchestrator:
     def _reload(self, driver: RunDriver) -> None:
         """After a failed or ambiguous commit: rebuild from what is really stored."""
         driver.state = fold([s.event for s in self.store.events(driver.run_id)])
+        driver.acted_mark = 0  # a state rebuilt: every task in flight is looked at again
         driver.inline = []
         driver.keep_recorded_outputs()
         driver.reobserve()
@@ -615,9 +616,10 @@ class Orchestrator:
             finished = state.status.ended and (
                 state.archived or state.status != RunStatus.DELIVERED
             )
-            paused = stop_when_paused and state.status is RunStatus.PAUSED and not state.in_flight()
-            stopped = all(handle.done() for handle in driver.handles.values())
-            if ((finished and stopped) or paused) and not driver.dirty and not driver.reports:
+            paused = stop_when_paused and state.status is RunStatus.PAUSED and not state.flight
+            if driver.dirty or driver.reports or not (finished or paused):
+                continue
+            if paused or all(handle.done() for handle in driver.handles.values()):
                 self.release(driver)
 
     def release(self, driver: RunDriver) -> None:
