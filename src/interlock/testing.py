@@ -23,6 +23,7 @@ from interlock.storage.base import (
     RunSummary,
     StoredEvent,
 )
+from interlock.storage.run_list import RunQuery
 
 __all__ = ["MemoryStore"]
 
@@ -286,6 +287,37 @@ class MemoryStore:
             ]
             runs.sort(key=lambda r: (r.created_at, r.run_id), reverse=True)
             return runs[:limit]
+
+    def search_runs(self, query: RunQuery) -> list[RunRecord]:
+        """See `Store.search_runs`."""
+        text = (query.text or "").lower()
+        with self._lock:
+            found = []
+            for r in self._runs.values():
+                created = r.created_at
+                if (
+                    (query.status and r.summary.status != query.status)
+                    or (query.pipeline and r.pipeline != query.pipeline)
+                    or (query.created_from is not None and created < query.created_from)
+                    or (query.created_to is not None and created >= query.created_to)
+                ):
+                    continue
+                if text:
+                    first = self._by_run.get(r.run_id, [])[:1]
+                    inputs = json.dumps(first[0].data.get("inputs", {})) if first else ""
+                    if not any(text in part.lower() for part in (r.run_id, r.topic, inputs)):
+                        continue
+                found.append(self.get_run(r.run_id))
+
+        def key(record: RunRecord) -> tuple[float, str]:
+            value = record.created_at if query.sort == "created_at" else record.summary.cost_usd
+            return (value, record.run_id)
+
+        found.sort(key=key, reverse=query.descending)
+        if query.after is not None:
+            after = query.after
+            found = [r for r in found if (key(r) < after if query.descending else key(r) > after)]
+        return found[: query.limit]
 
     def post_command(self, run_id: str, kind: str, message: str, by: str, now: float) -> int:
         """See `Store.post_command`."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,15 +89,24 @@ def test_watch_approve_and_deliver_live(browser: Browser, server: Server, tmp_pa
 def test_cancel_from_dashboard_in_dark_mode(
     browser: Browser, server: Server, tmp_path: Path
 ) -> None:
-    """The Cancel button stops a running run, and the page follows the dark color scheme."""
+    """The Cancel button asks first (keeping the run when told to), then stops it with the
+    reason given, and the page follows the dark color scheme."""
     run_id = server.start_run("gated", "Waits for a signal")
     page = open_page(browser, f"{server.url}/ui/#/runs/{run_id}", dark=True)
     expect(page.locator("h1 .pill")).to_have_text("running")
     background = page.evaluate("getComputedStyle(document.body).backgroundColor")
     assert background == "rgb(15, 18, 24)"
     page.click("#cancel")
+    expect(page.get_by_role("dialog", name="Cancel this run?")).to_be_visible()
+    page.click("#cancel-keep")
+    expect(page.locator("#cancel")).to_be_focused()
+    page.wait_for_timeout(300)
+    expect(page.locator("h1 .pill")).to_have_text("running")  # kept: nothing was sent
+    page.click("#cancel")
+    page.fill("#cancel-reason", "Wrong topic")
+    page.click("#cancel-confirm")
     expect(page.locator("h1 .pill")).to_have_text("cancelled", timeout=15_000)
-    expect(page.locator(".failure")).to_contain_text("Cancelled")
+    expect(page.locator(".failure")).to_contain_text("Cancelled: Wrong topic")
     page.screenshot(path=str(tmp_path / "dark.png"), full_page=True)
     assert page.errors == []  # type: ignore[attr-defined]
 
@@ -168,8 +176,8 @@ def test_note_toasts_and_download(
 def test_read_only_token_cannot_press_actions(
     browser: Browser, make_server: ServerFactory, tmp_path: Path
 ) -> None:
-    """With a token that may only read, Approve, Cancel and Start run are disabled and say why;
-    with an operate token on the same page they are enabled."""
+    """With a token that may only read, Approve, Cancel, the review controls and the start
+    form are not shown and the page says why; with an operate token they are."""
     server = make_server(auth_secret=SECRET)
     operator = {"Authorization": f"Bearer {token(['read', 'operate'])}"}
     run_id = server.http.post(
@@ -182,20 +190,21 @@ def test_read_only_token_cannot_press_actions(
     page = open_page(browser, f"{server.url}/ui/#/runs/{run_id}")
     with_token(page, token(["read"]), asked=True)
     expect(page.locator("h1 .pill")).to_have_text("paused")
-    for button in ("#approve", "#cancel"):
-        expect(page.locator(button)).to_be_disabled()
-        expect(page.locator(button)).to_have_attribute("title", re.compile("operate scope"))
-    expect(page.locator("#note")).to_be_disabled()
+    for control in ("#approve", "#cancel", "#note", "#reject", "#edit-output"):
+        expect(page.locator(control)).to_have_count(0)
+    expect(page.locator("#read-only")).to_contain_text("operate scope")
     page.screenshot(path=str(tmp_path / "read-only.png"), full_page=True)
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / "read-only.png"))
     page.goto(f"{server.url}/ui/#/")
     expect(page.locator("#runs tr")).to_have_count(1)
-    expect(page.get_by_role("button", name="Start run")).to_be_disabled()
+    expect(page.get_by_role("button", name="Start run")).to_have_count(0)
     with_token(page, token(["read", "operate"]))
     expect(page.get_by_role("button", name="Start run")).to_be_enabled()
     page.goto(f"{server.url}/ui/#/runs/{run_id}")
     expect(page.locator("#approve")).to_be_enabled()
+    expect(page.locator("#reject")).to_be_enabled()
+    expect(page.locator("#read-only")).to_have_count(0)
     assert page.errors == []  # type: ignore[attr-defined]
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from playwright.sync_api import Browser, expect
-from tests.server.browsing import browser, open_page
+from tests.server.browsing import browser, open_page, with_token
 from tests.server.conftest import ServerFactory
-from tests.server.helpers import write_workflow
+from tests.server.helpers import HOLD, SECRET, token, write_workflow
 from tests.server.test_insight import FLOW
 
 __all__ = ["browser"]
@@ -83,4 +84,56 @@ def test_graph_shows_path_loop_count_and_opens_worker(
     assert fill == "rgb(223, 228, 238)", fill  # the dark theme's text colour
     SHOTS.mkdir(exist_ok=True)
     graph.screenshot(path=str(SHOTS / "graph-dark.png"))
+    assert page.errors == []  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("auth", [False, True], ids=["auth-off", "auth-on"])
+def test_review_controls_edit_reject_approve_rerun(
+    browser: Browser, make_server: ServerFactory, auth: bool
+) -> None:
+    """At a pause the draft is edited in place, the run is sent back to its phase with
+    feedback (typed text surviving the redraws while it works), approved with a note once it
+    pauses again, and rerun from its last phase, which reuses the draft: with auth on and off."""
+    HOLD.set()
+    server = make_server(auth_secret=SECRET) if auth else make_server()
+    operator = token(["read", "operate"])
+    headers = {"Authorization": f"Bearer {operator}"} if auth else {}
+    started = server.http.post(
+        "/api/runs", json={"pipeline": "review", "topic": "Reefs"}, headers=headers
+    )
+    run_id = started.json()["run_id"]
+    page = open_page(browser, f"{server.url}/ui/#/runs/{run_id}")
+    if auth:
+        with_token(page, operator, asked=True)
+    expect(page.locator("h1 .pill")).to_have_text("paused")
+    page.click("#edit-output")
+    expect(page.locator("#edit-text")).to_be_focused()
+    page.fill("#edit-text", "# Draft\n\nEdited by hand.\n")
+    page.fill("#edit-note", "tone")
+    page.click("#edit-save")
+    expect(page.locator("#output")).to_contain_text("Edited by hand.")
+    page.get_by_role("button", name="drafter@1 attempt 1", exact=False).click()
+    expect(page.locator("#attempt-dialog")).to_contain_text("tone")
+    page.keyboard.press("Escape")
+    page.select_option("#reject-to", "draft")
+    page.fill("#feedback", "Shorter, please")
+    page.click("#reject")
+    expect(page.locator("#trace")).to_contain_text("sent back to draft by")
+    expect(page.locator("#trace")).to_contain_text("Shorter, please")
+    expect(page.locator(".tl-row .tl-bar")).to_have_count(2)  # the draft's second visit
+    expect(page.locator("h1 .pill")).to_have_text("paused")
+    expect(page.locator("#feedback")).to_have_value("")  # sent, so cleared
+    page.click("#note")
+    page.keyboard.type("Good now")
+    expect(page.locator("#note")).to_have_value("Good now")
+    SHOTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"review-{auth}.png"), full_page=True)
+    page.click("#approve")
+    expect(page.locator("h1 .pill")).to_have_text("delivered")
+    expect(page.locator("#trace")).to_contain_text("Good now")
+    page.select_option("#rerun-from", "edit")
+    page.click("#rerun")
+    expect(page).not_to_have_url(re.compile(f"{run_id}$"))
+    expect(page.locator("h1 .pill")).to_have_text(re.compile("paused|delivered"))
+    expect(page.locator(".tl-bar.o-reused")).to_have_count(1)
     assert page.errors == []  # type: ignore[attr-defined]

@@ -131,7 +131,7 @@ def build_app(config: ServerConfig) -> FastAPI:
             allow_origins=sorted(auth.allowed_origins),
             allow_methods=["GET", "POST"],
             allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
-            expose_headers=["Retry-After", "Content-Disposition"],
+            expose_headers=["Retry-After", "Content-Disposition", "X-Next-Cursor"],
             max_age=600,
         )
     return app

@@ -59,6 +59,10 @@ def describe(stored: StoredEvent) -> str:
         "paused": f"paused after {d.get('phase')}: waiting for approval",
         "approved": f"approved by {d.get('by') or 'someone'}"
         + (f": {d['message']}" if d.get("message") else ""),
+        "rejected": f"sent back to {d.get('to')} by {d.get('by') or 'someone'}"
+        + (f": {d['feedback']}" if d.get("feedback") else ""),
+        "output_edited": f"{d.get('artifact')} edited by {d.get('by') or 'someone'}"
+        + (f": {d['note']}" if d.get("note") else ""),
         "message_noted": f"note from {d.get('by') or 'someone'}: {d.get('message', '')}",
         "run_cancelled": f"cancelled by {d.get('by') or 'someone'}"
         + (f": {d['reason']}" if d.get("reason") else ""),

@@ -10,12 +10,14 @@ from pydantic import BaseModel, Field
 
 from interlock.runtime.projection import iso
 from interlock.server import files
+from interlock.server import run_list as run_list_api
 from interlock.server.auth import Authenticator, Principal
 from interlock.server.deps import download_reader, operator, reader, resolve, service
 from interlock.server.errors import ApiError
 from interlock.server.messages import event_record
 from interlock.server.service import Service
 from interlock.server.views import run_detail, run_row
+from interlock.storage import run_list
 
 router = APIRouter(prefix="/api")
 Svc = Annotated[Service, Depends(service)]
@@ -78,12 +80,35 @@ async def workflows(svc: Svc, _: Reader) -> list[dict[str, Any]]:
 async def list_runs(
     svc: Svc,
     _: Reader,
+    response: Response,
     status: str | None = None,
     pipeline: str | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    q: Annotated[str | None, Query(max_length=200)] = None,
+    since: str | None = None,
+    until: str | None = None,
+    sort: Annotated[str, Query(pattern="^(created|cost)$")] = "created",
+    order: Annotated[str, Query(pattern="^(desc|asc)$")] = "desc",
+    cursor: Annotated[str | None, Query(max_length=400)] = None,
 ) -> list[dict[str, Any]]:
-    """Runs, newest first."""
-    return [run_row(r) for r in svc.store.list_runs(status=status, pipeline=pipeline, limit=limit)]
+    """Runs, newest first (or by `sort` and `order`), filtered by status, pipeline, creation
+    time (`since`, `until`: ISO 8601 dates or times) and a search `q` of ids, topics and input
+    values. A full page answers with `X-Next-Cursor`: pass it as `cursor` for the next one."""
+    query = run_list.RunQuery(
+        text=(q.strip() or None) if q else None,
+        status=status or None,
+        pipeline=pipeline or None,
+        created_from=run_list_api.moment(since, "since"),
+        created_to=run_list_api.moment(until, "until", end=True),
+        sort="cost_usd" if sort == "cost" else "created_at",
+        descending=order == "desc",
+        after=run_list_api.decode(cursor, sort) if cursor else None,
+        limit=limit,
+    )
+    records = svc.store.search_runs(query)
+    if len(records) == limit:
+        response.headers["X-Next-Cursor"] = run_list_api.encode(records[-1], sort)
+    return [run_row(r) for r in records]
 
 
 @router.post("/runs", status_code=201)

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from interlock.core.events import Event, from_record, to_record
 from interlock.errors import LeaseLost
 from interlock.storage import chain, codec
+from interlock.storage.run_list import RunQuery
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -276,6 +277,10 @@ class Store(Protocol):
         self, *, status: str | None = None, pipeline: str | None = None, limit: int = 100
     ) -> list[RunRecord]:
         """Runs, newest first, optionally filtered."""
+        ...
+
+    def search_runs(self, query: RunQuery) -> list[RunRecord]:
+        """One page of the runs list: `query`'s filters, search and sort, after its cursor."""
         ...
 
     def post_command(self, run_id: str, kind: str, message: str, by: str, now: float) -> int:

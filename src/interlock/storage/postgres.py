@@ -24,7 +24,7 @@ from psycopg.types.json import set_json_dumps, set_json_loads
 from psycopg_pool import ConnectionPool
 
 from interlock.errors import LeaseHeld, LeaseLost, RunNotFound, StorageError
-from interlock.storage import codec
+from interlock.storage import codec, run_list
 from interlock.storage.base import (
     AppendBatch,
     CacheEntry,
@@ -36,6 +36,7 @@ from interlock.storage.base import (
 )
 from interlock.storage.queries import migrations, queries
 from interlock.storage.rows import event_from_row, outbox_from_row, registration_row, run_from_row
+from interlock.storage.run_list import RunQuery
 
 log = logging.getLogger("interlock.storage")
 Q = queries("postgres")
@@ -381,6 +382,11 @@ class PostgresStore:
         clause = f" WHERE {' AND '.join(where)}" if where else ""
         query = f"{Q['select_runs']}{clause} ORDER BY created_at DESC, run_id DESC LIMIT %s"
         return [run_from_row(r) for r in self._read(query, *args, limit)]
+
+    def search_runs(self, query: RunQuery) -> list[RunRecord]:
+        """See `Store.search_runs`."""
+        clause, args = run_list.where(query, "postgres")
+        return [run_from_row(r) for r in self._read(f"{Q['select_runs']}{clause}", *args)]
 
     def post_command(self, run_id: str, kind: str, message: str, by: str, now: float) -> int:
         """See `Store.post_command`."""

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from interlock.errors import DiskFull, LeaseHeld, LeaseLost, RunNotFound, StorageError
-from interlock.storage import chain, codec
+from interlock.storage import chain, codec, run_list
 from interlock.storage.base import (
     AppendBatch,
     CacheEntry,
@@ -31,6 +31,7 @@ from interlock.storage.base import (
 )
 from interlock.storage.queries import migrations, queries
 from interlock.storage.rows import event_from_row, outbox_from_row, registration_row, run_from_row
+from interlock.storage.run_list import RunQuery
 
 APPLICATION_ID = 0x494E544C  # "INTL": marks the file as an interlock ledger
 Q = queries("sqlite")
@@ -407,6 +408,12 @@ class SQLiteStore:
         query = Q["get_run"].replace("WHERE run_id = ?", clause)
         rows = self._read(f"{query} ORDER BY created_at DESC, run_id DESC LIMIT ?", *args, limit)
         return [run_from_row(r) for r in rows]
+
+    def search_runs(self, query: RunQuery) -> list[RunRecord]:
+        """See `Store.search_runs`."""
+        clause, args = run_list.where(query, "sqlite")
+        select = Q["get_run"].replace(" WHERE run_id = ?", "")
+        return [run_from_row(r) for r in self._read(f"{select}{clause}", *args)]
 
     def post_command(self, run_id: str, kind: str, message: str, by: str, now: float) -> int:
         """See `Store.post_command`."""

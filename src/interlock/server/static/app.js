@@ -27,13 +27,13 @@ function toast(text, error = false) {
 async function api(path, options = {}) {
   const headers = { ...(options.headers || {}) };
   if (token) headers.Authorization = `Bearer ${token}`;
-  if (options.body) headers["Content-Type"] = "application/json";
+  if (options.body && !headers["Content-Type"]) headers["Content-Type"] = "application/json";
   const response = await fetch(path, { ...options, headers });
   if (response.status === 401) askToken();
   const type = response.headers.get("content-type") || "";
   const body = type.includes("json") ? await response.json() : await response.text();
   if (!response.ok) throw new Error(body.error ? body.error.message : `HTTP ${response.status}`);
-  return body;
+  return options.withHeaders ? { body, headers: response.headers } : body;
 }
 
 function askToken() {

@@ -54,7 +54,7 @@ function graphView(graph, run, attempts) {
       s("rect", { x: box.x, y: box.y, width: box.w, height: box.h, rx: 8 }),
       s("text", { x: box.x + 10, y: box.y + 20, class: "g-title" }, clip(p.id, 18)),
       s("text", { x: box.x + box.w - 10, y: box.y + 20, class: "g-sub", "text-anchor": "end" },
-        `${p.pause_after ? "⏸ " : ""}${p.for_each ? "⋔ " : ""}${seen ? `${seen}×` : ""}`)));
+        [p.pause_after ? "pauses" : null, p.for_each ? "each" : null, seen ? `${seen}×` : null].filter(Boolean).join(" · "))));
     p.workers.forEach((w) => {
       const wb = place[`@${w.role}`];
       const last = latest[w.role];

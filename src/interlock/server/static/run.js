@@ -4,7 +4,7 @@
 // -- one run -----------------------------------------------------------------------------
 
 async function runPage(runId) {
-  page = { name: "run", runId, lastSeq: 0, events: [], output: null, streams: {}, note: "", toastAfter: 0 };
+  page = { name: "run", runId, lastSeq: 0, events: [], output: null, streams: {}, typed: {}, editing: null, toastAfter: 0 };
   view.replaceChildren(h("div", { class: "empty" }, "Loading…"));
   try { await loadRun(); } catch (error) { view.replaceChildren(h("div", { class: "panel" }, error.message)); return; }
   // Only what happens from now on pops up: the history replayed below is old news.
@@ -54,39 +54,37 @@ async function refreshRun() {
 
 function drawRun() {
   const run = page.run;
-  // The note survives redraws (a redraw happens exactly when the run pauses), focus included.
-  const old = document.getElementById("note");
-  const typing = old && document.activeElement === old ? [old.selectionStart, old.selectionEnd] : null;
-  // Whatever else had the keyboard's focus keeps it across the redraw.
+  // Whatever had the keyboard's focus keeps it across the redraw (a redraw happens whenever
+  // the run records something), a text field its selection too; typed text lives in `page.typed`.
   const active = document.activeElement;
-  const focus = active && view.contains(active) ? { id: active.id, seq: active.dataset.seq } : null;
-  const message = h("input", { id: "note", placeholder: "message (optional)", size: 28, value: page.note,
-    disabled: !can("operate"), oninput: (e) => { page.note = e.target.value; } });
-  const denied = can("operate") ? null : NO_OPERATE;
-  const approve = h("button", { class: "ok", id: "approve", title: denied, disabled: !can("operate") || run.status !== "paused", onclick: () => act("approve") }, "Approve");
-  const cancel = h("button", { class: "danger", id: "cancel", title: denied, disabled: !can("operate") || ["delivered", "failed", "cancelled"].includes(run.status), onclick: () => act("cancel") }, "Cancel");
+  const focus = active && view.contains(active) ? { id: active.id, seq: active.dataset.seq,
+    range: "selectionStart" in active && active.type !== "checkbox" ? [active.selectionStart, active.selectionEnd] : null } : null;
   const bar = h("div"); bar.style.width = `${Math.round(run.progress * 100)}%`;
   const head = h("div", { class: "panel" }, h("div", { class: "head" },
     h("div", { class: "meta" },
       h("h1", {}, run.pipeline, " ", pill(run.status)),
       h("div", { class: "mono muted" }, run.run_id),
       h("div", {}, run.topic),
+      inputsView(run.inputs),
       h("div", { class: "stats" },
         stat(`${Math.round(run.progress * 100)}%`, "progress"), stat(run.phase || "–", "phase"),
         stat(money(run.cost_usd), "cost"), stat(run.tokens, "tokens"), stat(run.retry_count, "retries"),
         stat(run.events, "events"), stat(ago(run.created_at), "started"))),
-    ["delivered", "failed", "cancelled"].includes(run.status) ? null : h("div", { class: "actions" }, message, approve, cancel)), h("div", { class: "bar" }, bar));
+    headerControls(run)), h("div", { class: "bar" }, bar));
   const notes = [];
   if (run.failure) notes.push(h("div", { class: "warn failure" }, run.status === "cancelled" ? "Cancelled: " : "Failed: ", run.failure));
-  if (run.status === "paused") notes.push(h("div", { class: "warn" }, `Paused (${run.pause_reason || "approval"}): review the outputs, then approve or cancel.`));
+  if (run.status === "paused") notes.push(h("div", { class: "warn" }, `Paused (${run.pause_reason || "approval"}): review the outputs, then approve, edit, send back or cancel.`));
   for (const warning of run.warnings) notes.push(h("div", { class: "warn" }, warning));
   view.replaceChildren(...[
     h("div", { class: "toolbar" }, h("a", { href: "#/" }, "← Runs")),
     head,
     notes.length ? h("div", { class: "panel" }, h("h2", {}, "Attention"), notes) : null,
+    reviewPanel(run),
+    rerunPanel(run),
     h("div", { class: "panel" }, h("h2", {}, "Phases"), phaseStrip(run)),
     h("section", { class: "panel", "aria-labelledby": "timeline-title" }, h("h2", { id: "timeline-title" }, "Timeline"),
       h("div", { id: "timeline-box" }, timelineView(page.attempts, ended(run)))),
+    h("section", { class: "panel", "aria-labelledby": "cost-title" }, h("h2", { id: "cost-title" }, "Cost"), costView(page.attempts.costs)),
     h("section", { class: "panel", "aria-labelledby": "graph-title" }, h("h2", { id: "graph-title" }, "Graph"), graphView(page.graph, run, page.attempts)),
     h("div", { class: "grid" },
       h("div", {}, h("div", { class: "panel" }, h("h2", {}, "Workers"), workers(run), h("div", { id: "streams" })),
@@ -95,11 +93,9 @@ function drawRun() {
         h("div", { class: "scroll", id: "trace-box" }, h("table", { class: "trace" }, h("tbody", { id: "trace" })))))].filter(Boolean));
   if (!page.events.length) loadTrace(); else page.events.forEach((m) => appendTrace(m, false));
   drawStreams();
-  const note = document.getElementById("note");
-  if (note && typing) { note.focus(); note.setSelectionRange(typing[0], typing[1]); }
-  else if (focus) {
-    const again = focus.seq ? view.querySelector(`[data-seq="${focus.seq}"]`) : document.getElementById(focus.id);
-    if (again) again.focus();
+  if (focus) {
+    const again = focus.seq ? view.querySelector(`[data-seq="${focus.seq}"]`) : focus.id ? document.getElementById(focus.id) : null;
+    if (again) { again.focus(); if (focus.range && again.setSelectionRange) again.setSelectionRange(...focus.range); }
   }
 }
 
@@ -123,8 +119,10 @@ function workers(run) {
 function outputs() {
   if (!page.outputs.length) return h("div", { class: "empty" }, "Nothing written yet.");
   const choice = page.output || page.outputs[page.outputs.length - 1].name;
-  return h("div", {}, h("div", { class: "tabs" }, page.outputs.map((o) => h("button", { class: o.name === choice ? "on" : "", onclick: () => showOutput(o.name) }, o.name))),
-    h("div", { id: "output" }, h("div", { class: "muted" }, "…")), loadOutput(choice));
+  const tabs = h("div", { class: "tabs", role: "group", "aria-label": "Outputs" }, page.outputs.map((o) => h("button", { type: "button", class: o.name === choice ? "on" : "",
+    "aria-pressed": o.name === choice ? "true" : "false", onclick: () => showOutput(o.name) }, o.name)), editButton(choice));
+  if (page.editing === choice && editable(choice)) return h("div", {}, tabs, editor(choice));
+  return h("div", {}, tabs, h("div", { id: "output" }, h("div", { class: "muted" }, "…")), loadOutput(choice));
 }
 
 function showOutput(name) { page.output = name; drawRun(); }
@@ -181,14 +179,4 @@ function appendTrace(e, fresh) {
     h("td", {}, e.message, e.rule ? h("div", { class: "why" }, h("code", {}, e.rule), " ", e.why || "") : null)));
 }
 
-async function act(kind) {
-  const note = document.getElementById("note");
-  const body = JSON.stringify({ message: note ? note.value : "" });
-  try {
-    await api(`/api/runs/${page.runId}/${kind}`, { method: "POST", body });
-    page.note = "";
-    if (note) note.value = "";
-    toast(kind === "approve" ? "Approval sent" : "Cancellation sent");
-  } catch (error) { toast(error.message, true); }
-}
 

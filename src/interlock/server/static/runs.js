@@ -1,37 +1,58 @@
 "use strict";
-// The runs list: search, filters, sorting, pages; and the form that starts a run.
+// The runs list: search, filters, sorting and pages (keyset cursors from the server).
 
-// -- runs list ---------------------------------------------------------------------------
+const STATUSES = ["running", "waiting", "paused", "delivered", "failed", "cancelled"];
+const SORTS = { "created:desc": "newest first", "created:asc": "oldest first", "cost:desc": "highest cost", "cost:asc": "lowest cost" };
 
 async function runsPage() {
-  page = { name: "runs", filter: page.filter || "" };
-  const status = h("select", { onchange: (e) => { page.filter = e.target.value; loadRuns(); } },
-    ["", "running", "paused", "delivered", "failed", "cancelled"].map((s) =>
-      h("option", { value: s, selected: s === page.filter }, s || "all statuses")));
-  const pipeline = h("select", { id: "start-pipeline" });
-  const topic = h("input", { id: "start-topic", placeholder: "topic", size: 36 });
-  const start = h("button", { type: "submit", disabled: !can("operate"), title: can("operate") ? null : NO_OPERATE }, "Start run");
-  const form = h("form", { class: "toolbar", onsubmit: startRun }, pipeline, topic, start);
+  const keep = page.list || { q: "", status: "", pipeline: "", since: "", until: "", sort: "created:desc" };
+  page = { name: "runs", list: keep, cursors: [""], index: 0, next: null };
+  const set = (key) => (e) => { page.list[key] = e.target.value; firstPage(); };
+  let typing = null;
+  const search = h("input", { id: "run-search", type: "search", value: keep.q, placeholder: "search id, topic, input value", size: 30,
+    "aria-label": "Search runs by id, topic or input value",
+    oninput: (e) => { page.list.q = e.target.value; clearTimeout(typing); typing = setTimeout(firstPage, 250); } });
+  const status = h("select", { id: "filter-status", "aria-label": "Filter by status", onchange: set("status") },
+    ["", ...STATUSES].map((s) => h("option", { value: s, selected: s === keep.status }, s || "all statuses")));
+  const pipeline = h("select", { id: "filter-pipeline", "aria-label": "Filter by pipeline", onchange: set("pipeline") },
+    h("option", { value: "" }, "all pipelines"));
+  const since = h("input", { id: "filter-since", type: "date", value: keep.since, "aria-label": "Created on or after", onchange: set("since") });
+  const until = h("input", { id: "filter-until", type: "date", value: keep.until, "aria-label": "Created on or before", onchange: set("until") });
+  const sort = h("select", { id: "sort", "aria-label": "Sort by", onchange: set("sort") },
+    Object.entries(SORTS).map(([v, text]) => h("option", { value: v, selected: v === keep.sort }, text)));
+  const newer = h("button", { id: "page-newer", type: "button", class: "ghost", onclick: () => turn(-1) }, "← Previous");
+  const older = h("button", { id: "page-older", type: "button", class: "ghost", onclick: () => turn(1) }, "Next →");
   view.replaceChildren(
-    h("div", { class: "toolbar" }, h("h1", {}, "Runs"), h("span", { class: "spacer" }), status),
-    h("div", { class: "panel" }, h("h2", {}, "Start"), form),
-    h("div", { class: "panel" }, h("table", {}, h("thead", {}, h("tr", {},
-      h("th", {}, "status"), h("th", {}, "run"), h("th", {}, "pipeline"), h("th", {}, "topic"),
-      h("th", {}, "phase"), h("th", { class: "num" }, "events"), h("th", { class: "num" }, "cost"),
-      h("th", { class: "num" }, "age"))), h("tbody", { id: "runs" }))));
+    h("div", { class: "toolbar" }, h("h1", {}, "Runs")),
+    can("operate") ? startPanel() : null,
+    h("section", { class: "panel", "aria-label": "Runs" },
+      h("form", { class: "toolbar filters", role: "search", onsubmit: (e) => { e.preventDefault(); firstPage(); } },
+        search, status, pipeline, h("label", { class: "muted" }, "from ", since), h("label", { class: "muted" }, "to ", until), sort),
+      h("table", { "aria-label": "Runs" }, h("thead", {}, h("tr", {},
+        h("th", { scope: "col" }, "status"), h("th", { scope: "col" }, "run"), h("th", { scope: "col" }, "pipeline"), h("th", { scope: "col" }, "topic"),
+        h("th", { scope: "col" }, "phase"), h("th", { scope: "col", class: "num" }, "events"), h("th", { scope: "col", class: "num" }, "tokens"),
+        h("th", { scope: "col", class: "num" }, "cost"), h("th", { scope: "col", class: "num" }, "age"))), h("tbody", { id: "runs" })),
+      h("nav", { class: "pager", "aria-label": "Pages" }, newer, h("span", { id: "page-number", class: "muted", "aria-live": "polite" }), older)));
   api("/api/workflows").then((list) => {
-    pipeline.replaceChildren(...list.map((w) => h("option", { value: w.pipeline }, w.pipeline)));
-    if (!list.length) { start.disabled = true; pipeline.append(h("option", {}, "no workflows registered")); }
-    else start.disabled = !can("operate");
+    pipeline.append(...list.map((w) => h("option", { value: w.pipeline, selected: w.pipeline === keep.pipeline }, w.pipeline)));
   }).catch(() => {});
   await loadRuns();
-  let since = null;
-  live("/ws/runs", () => since, (message) => {
-    if (message.type === "hello") since = message.since;
+  let cursor = null;
+  live("/ws/runs", () => cursor, (message) => {
+    if (message.type === "hello") cursor = message.since;
     if (message.type !== "event") return;
-    since = message.id;
+    cursor = message.id;
     if (page.name === "runs") scheduleReload();
   });
+}
+
+function firstPage() { page.cursors = [""]; page.index = 0; loadRuns(); }
+
+function turn(step) {
+  if (step > 0 && !page.next) return;
+  if (step > 0) { page.cursors[page.index + 1] = page.next; page.index += 1; }
+  else page.index = Math.max(0, page.index - 1);
+  loadRuns();
 }
 
 let reloadTimer = null;
@@ -40,28 +61,31 @@ function scheduleReload() {
   reloadTimer = setTimeout(loadRuns, 150);
 }
 
+function listQuery() {
+  const l = page.list;
+  const [sort, order] = l.sort.split(":");
+  const query = new URLSearchParams({ limit: "50", sort, order });
+  for (const key of ["q", "status", "pipeline", "since", "until"]) if (l[key]) query.set(key, l[key]);
+  if (page.cursors[page.index]) query.set("cursor", page.cursors[page.index]);
+  return query.toString();
+}
+
 async function loadRuns() {
-  const query = page.filter ? `?status=${encodeURIComponent(page.filter)}` : "";
-  let runs;
-  try { runs = await api(`/api/runs${query}`); } catch (error) { toast(error.message, true); return; }
+  if (page.name !== "runs") return;
+  let answer;
+  try { answer = await api(`/api/runs?${listQuery()}`, { withHeaders: true }); } catch (error) { toast(error.message, true); return; }
   const body = document.getElementById("runs");
   if (!body) return;
-  if (!runs.length) { body.replaceChildren(h("tr", {}, h("td", { colspan: 8, class: "empty" }, "No runs yet."))); return; }
-  body.replaceChildren(...runs.map((r) => h("tr", { class: "link", onclick: () => { location.hash = `#/runs/${r.run_id}`; } },
+  const runs = answer.body;
+  page.next = answer.headers.get("x-next-cursor");
+  document.getElementById("page-older").disabled = !page.next;
+  document.getElementById("page-newer").disabled = page.index === 0;
+  document.getElementById("page-number").textContent = `page ${page.index + 1}`;
+  const filtered = Object.entries(page.list).some(([k, v]) => k !== "sort" && v);
+  if (!runs.length) { body.replaceChildren(h("tr", {}, h("td", { colspan: 9, class: "empty" }, filtered ? "No run matches." : "No runs yet."))); return; }
+  body.replaceChildren(...runs.map((r) => h("tr", { class: "link", onclick: (e) => { if (e.target.tagName !== "A") location.hash = `#/runs/${r.run_id}`; } },
     h("td", {}, pill(r.status)), h("td", { class: "mono" }, h("a", { href: `#/runs/${r.run_id}` }, r.run_id)),
     h("td", {}, r.pipeline), h("td", {}, r.topic.length > 60 ? `${r.topic.slice(0, 60)}…` : r.topic),
-    h("td", {}, r.phase || "–"), h("td", { class: "num" }, r.events), h("td", { class: "num" }, money(r.cost_usd)),
-    h("td", { class: "num muted", title: r.created_at }, ago(r.created_at)))));
+    h("td", {}, r.phase || "–"), h("td", { class: "num" }, r.events), h("td", { class: "num" }, r.tokens || "–"),
+    h("td", { class: "num" }, money(r.cost_usd)), h("td", { class: "num muted", title: r.created_at }, ago(r.created_at)))));
 }
-
-async function startRun(event) {
-  event.preventDefault();
-  const pipeline = document.getElementById("start-pipeline").value;
-  const topic = document.getElementById("start-topic").value.trim();
-  if (!topic) { toast("give the run a topic", true); return; }
-  try {
-    const run = await api("/api/runs", { method: "POST", body: JSON.stringify({ pipeline, topic }) });
-    location.hash = `#/runs/${run.run_id}`;
-  } catch (error) { toast(error.message, true); }
-}
-

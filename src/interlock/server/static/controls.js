@@ -1,0 +1,129 @@
+"use strict";
+// What a person can do to a run: approve with a note, send it back to a phase with feedback,
+// edit an output at a pause, rerun it from a phase, cancel it (after a confirmation). Each is
+// shown only to a token with the operate scope; what is typed survives the live redraws.
+
+const READ_ONLY = "Read-only: your token has the read scope only; acting on runs needs the operate scope.";
+
+function typed(key, attrs, tag = "input") {
+  return h(tag, { ...attrs, value: tag === "input" ? page.typed[key] || "" : null,
+    oninput: (e) => { page.typed[key] = e.target.value; } }, tag === "textarea" ? page.typed[key] || "" : null);
+}
+
+function headerControls(run) {
+  if (ended(run)) return null;
+  if (!can("operate")) return h("div", { class: "muted read-only", id: "read-only" }, READ_ONLY);
+  // The note can be written while the run still works; approving waits for the pause.
+  const paused = run.status === "paused";
+  return h("div", { class: "actions", role: "group", "aria-label": "Run controls" },
+    typed("note", { id: "note", placeholder: "note (optional)", size: 28, "aria-label": "Note kept with the approval" }),
+    h("button", { class: "ok", id: "approve", type: "button", disabled: !paused, title: paused ? null : "the run is not paused", onclick: approve }, "Approve"),
+    h("button", { class: "danger", id: "cancel", type: "button", onclick: askCancel }, "Cancel…"));
+}
+
+function reviewPanel(run) {
+  if (run.status !== "paused" || !can("operate")) return null;
+  const visited = run.phases.filter((p) => p.visits > 0).map((p) => p.id);
+  const to = page.typed.rejectTo && visited.includes(page.typed.rejectTo) ? page.typed.rejectTo : run.phase;
+  return h("section", { class: "panel", "aria-labelledby": "review-title" }, h("h2", { id: "review-title" }, "Send back"),
+    h("form", { class: "review", onsubmit: reject },
+      h("label", { for: "reject-to" }, "Run again from phase "),
+      h("select", { id: "reject-to", onchange: (e) => { page.typed.rejectTo = e.target.value; } },
+        visited.map((id) => h("option", { value: id, selected: id === to }, id))),
+      typed("feedback", { id: "feedback", rows: 3, placeholder: "feedback for the workers ({{ feedback }} in their task)", "aria-label": "Feedback" }, "textarea"),
+      h("button", { id: "reject", type: "submit", class: "ghost" }, "Reject and send back")));
+}
+
+function rerunPanel(run) {
+  if (!ended(run) || !can("operate")) return null;
+  return h("section", { class: "panel", "aria-labelledby": "rerun-title" }, h("h2", { id: "rerun-title" }, "Rerun"),
+    h("form", { class: "toolbar", onsubmit: rerun },
+      h("label", { for: "rerun-from" }, "Run again from "),
+      h("select", { id: "rerun-from", onchange: (e) => { page.typed.rerunFrom = e.target.value; } },
+        h("option", { value: "" }, "wherever inputs changed (reuse the rest)"),
+        run.phases.map((p) => h("option", { value: p.id, selected: p.id === page.typed.rerunFrom }, `phase ${p.id}`))),
+      h("button", { id: "rerun", type: "submit" }, "Rerun"),
+      h("span", { class: "muted" }, "Tasks before that phase whose inputs match are reused at no cost.")));
+}
+
+async function send(path, body, done) {
+  try {
+    const answer = await api(`/api/runs/${page.runId}/${path}`, { method: "POST", body: JSON.stringify(body) });
+    done(answer);
+  } catch (error) { toast(error.message, true); }
+}
+
+function approve() {
+  send("approve", { message: page.typed.note || "" }, () => {
+    page.typed.note = "";
+    const note = document.getElementById("note");
+    if (note) note.value = "";
+    toast("Approval sent");
+  });
+}
+
+function reject(event) {
+  event.preventDefault();
+  const to = document.getElementById("reject-to").value;
+  send("reject", { to, message: page.typed.feedback || "" }, () => { page.typed.feedback = ""; toast(`Sent back to ${to}`); });
+}
+
+function rerun(event) {
+  event.preventDefault();
+  const from = document.getElementById("rerun-from").value;
+  send("rerun", from ? { from_phase: from } : {}, (run) => { toast(`Rerun ${run.run_id} started`); location.hash = `#/runs/${run.run_id}`; });
+}
+
+function askCancel() {
+  document.getElementById("cancel-run-id").textContent = page.runId;
+  document.getElementById("cancel-reason").value = "";
+  document.getElementById("cancel-dialog").showModal();
+}
+
+document.getElementById("cancel-dialog").addEventListener("close", (event) => {
+  if (event.target.returnValue !== "confirm") { const button = document.getElementById("cancel"); if (button) button.focus(); return; }
+  send("cancel", { message: document.getElementById("cancel-reason").value }, () => toast("Cancellation sent"));
+});
+
+// -- editing an output at a pause ------------------------------------------------------------
+
+function editable(name) {
+  return page.run.status === "paused" && can("operate") && name !== "final.md";
+}
+
+function editButton(name) {
+  if (!editable(name) || page.editing === name) return null;
+  return h("button", { id: "edit-output", type: "button", class: "ghost", onclick: () => startEdit(name) }, `Edit ${name}`);
+}
+
+async function startEdit(name) {
+  try {
+    page.typed.edit = String(await api(`/api/runs/${page.runId}/outputs/${encodeURIComponent(name)}`));
+    page.editing = name;
+    drawRun();
+    document.getElementById("edit-text").focus();
+  } catch (error) { toast(error.message, true); }
+}
+
+function editor(name) {
+  if (page.editing !== name || !editable(name)) return null;
+  return h("form", { class: "editor", onsubmit: saveEdit, "aria-label": `Edit ${name}` },
+    typed("edit", { id: "edit-text", rows: 14, "aria-label": `New text of ${name}` }, "textarea"),
+    h("div", { class: "toolbar" }, typed("editNote", { id: "edit-note", placeholder: "why (optional)", size: 30, "aria-label": "Note kept with the edit" }),
+      h("button", { id: "edit-save", type: "submit" }, "Save edit"),
+      h("button", { id: "edit-discard", type: "button", class: "ghost", onclick: () => { page.editing = null; drawRun(); } }, "Discard")));
+}
+
+async function saveEdit(event) {
+  event.preventDefault();
+  const name = page.editing;
+  if (!/^[\x20-\x7e]*$/.test(page.typed.editNote || "")) { toast("the edit's note goes in a header: plain ASCII only", true); return; }
+  try {
+    await api(`/api/runs/${page.runId}/outputs/${encodeURIComponent(name)}`, { method: "PUT", body: page.typed.edit || "",
+      headers: { "Content-Type": "text/plain; charset=utf-8", "X-Interlock-Note": page.typed.editNote || "" } });
+    page.editing = null;
+    page.typed.editNote = "";
+    toast(`${name} edited: tasks that read it run again when the run goes on`);
+    refreshRun();
+  } catch (error) { toast(error.message, true); }
+}

@@ -1,0 +1,47 @@
+"use strict";
+// Where the money went: cost and tokens by kind per phase and per task, the run's total, and
+// how much of the pipeline's budget it used.
+
+const KINDS = [["input_tokens", "input"], ["output_tokens", "output"], ["cache_read_tokens", "cache read"],
+  ["cache_write_tokens", "cache write"], ["reasoning_tokens", "reasoning"]];
+
+function costView(costs) {
+  const used = KINDS.filter(([key]) => costs.run.tokens[key]);
+  const shown = used.length ? used : KINDS.slice(0, 2);
+  const cells = (b) => [h("td", { class: "num" }, b.attempts), ...shown.map(([key]) => h("td", { class: "num" }, b.tokens[key] || "–")),
+    h("td", { class: "num" }, b.cost_usd ? `$${b.cost_usd.toFixed(4)}` : "–")];
+  const rows = [];
+  for (const [phase, bucket] of Object.entries(costs.phases)) {
+    rows.push(h("tr", { class: "phase-row" }, h("th", { scope: "row" }, phase), ...cells(bucket)));
+    for (const [task, t] of Object.entries(costs.tasks)) if (t.phase === phase) rows.push(h("tr", {}, h("td", { class: "mono indent" }, task), ...cells(t)));
+  }
+  const table = h("table", { class: "cost", "aria-label": "Cost per phase and task" },
+    h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "phase / task"), h("th", { scope: "col", class: "num" }, "attempts"),
+      ...shown.map(([, label]) => h("th", { scope: "col", class: "num" }, `${label} tokens`)), h("th", { scope: "col", class: "num" }, "cost"))),
+    h("tbody", {}, rows),
+    h("tfoot", {}, h("tr", {}, h("th", { scope: "row" }, "run"), ...cells(costs.run))));
+  return h("div", {}, budgetView(costs), table);
+}
+
+function budgetView(costs) {
+  const b = costs.budget;
+  if (!b) return null;
+  const parts = [];
+  if (b.max_cost_usd) parts.push(meter("cost", b.cost_fraction, `${money(costs.run.cost_usd) === "–" ? "$0" : money(costs.run.cost_usd)} of $${b.max_cost_usd}`));
+  if (b.max_tokens) parts.push(meter("tokens", b.token_fraction, `${costs.run.tokens.input_tokens + costs.run.tokens.output_tokens} of ${b.max_tokens} tokens`));
+  return h("div", { class: "budget" }, h("span", { class: "muted" }, `Budget (${b.on_exceed} when reached): `), parts);
+}
+
+function meter(what, fraction, text) {
+  const pct = Math.round(Math.min(1, fraction || 0) * 100);
+  const fill = h("div", { class: pct >= 90 ? "over" : "" });
+  fill.style.width = `${pct}%`;
+  return h("span", { class: "meter-wrap" }, h("span", { class: "meter", role: "meter", "aria-label": `Budget used: ${what}`, "aria-valuemin": 0,
+    "aria-valuemax": 100, "aria-valuenow": pct, "aria-valuetext": `${pct}%: ${text}` }, fill), ` ${text} (${pct}%)`);
+}
+
+function inputsView(inputs) {
+  const entries = Object.entries(inputs || {});
+  if (!entries.length) return null;
+  return h("dl", { class: "inputs", "aria-label": "Inputs" }, entries.map(([k, v]) => h("div", {}, h("dt", {}, k), h("dd", {}, String(v)))));
+}
