@@ -137,3 +137,40 @@ def test_review_controls_edit_reject_approve_rerun(
     expect(page.locator("h1 .pill")).to_have_text(re.compile("paused|delivered"))
     expect(page.locator(".tl-bar.o-reused")).to_have_count(1)
     assert page.errors == []  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("auth", [False, True], ids=["auth-off", "auth-on"])
+def test_waiting_run_shows_its_wait_and_takes_a_signal(
+    browser: Browser, make_server: ServerFactory, auth: bool
+) -> None:
+    """A run waiting for a signal says so (status, phase, which signal); bad JSON data is
+    refused in the page, data the schema refuses gets the server's message, and a good
+    signal sent from the form lets the run deliver, its wait a shaded span of the timeline;
+    a read-only token sees no signal form."""
+    server = make_server(auth_secret=SECRET) if auth else make_server()
+    operator = token(["read", "operate"])
+    headers = {"Authorization": f"Bearer {operator}"} if auth else {}
+    started = server.http.post(
+        "/api/runs", json={"pipeline": "signalled", "topic": "Parcel"}, headers=headers
+    )
+    run_id = started.json()["run_id"]
+    page = open_page(browser, f"{server.url}/ui/#/runs/{run_id}")
+    if auth:
+        with_token(page, token(["read"]), asked=True)
+        expect(page.locator("h1 .pill")).to_have_text("waiting")
+        expect(page.locator("#send-signal")).to_have_count(0)
+        with_token(page, operator)
+    expect(page.locator("h1 .pill")).to_have_text("waiting")
+    expect(page.locator("#waiting")).to_contain_text("before phase ship for signal “payment”")
+    expect(page.locator("#signal-name")).to_have_value("payment")
+    page.fill("#signal-data", "{not json")
+    page.click("#send-signal")
+    expect(page.locator("#toast")).to_contain_text("not JSON")
+    page.fill("#signal-data", '{"currency": "EUR"}')
+    page.click("#send-signal")
+    expect(page.locator("#toast")).to_contain_text("amount")
+    page.fill("#signal-data", '{"amount": 12}')
+    page.click("#send-signal")
+    expect(page.locator("h1 .pill")).to_have_text("delivered")
+    expect(page.locator(".tl-pause.tl-wait")).to_have_count(1)
+    assert page.errors == []  # type: ignore[attr-defined]

@@ -132,3 +132,17 @@ def test_graph_gives_edges_conditions_and_path(make_server: ServerFactory, tmp_p
         "publish->end": 1,
     }
     assert server.http.get("/api/workflows/nope/graph").status_code == 404
+
+
+def test_a_wait_for_a_signal_is_a_span_of_the_timeline(make_server: ServerFactory) -> None:
+    """The time a run waited for a signal is listed with the pauses: its phase, the signal,
+    and how it ended."""
+    server = make_server()
+    run_id = server.start_run("signalled", "Parcel")
+    server.wait_status(run_id, "waiting")
+    sent = server.http.post(f"/api/runs/{run_id}/signals/payment", json={"data": {"amount": 3}})
+    assert sent.status_code == 202, sent.text
+    server.wait_status(run_id, "delivered")
+    (wait,) = server.http.get(f"/api/runs/{run_id}/attempts").json()["pauses"]
+    assert wait["kind"] == "wait" and wait["reason"] == "signal payment"
+    assert wait["phase"] == "ship" and wait["how"] == "signal" and wait["end"]

@@ -101,7 +101,8 @@ def _span(start: float | None, end: float | None) -> float | None:
 
 @dataclass(slots=True)
 class Timeline:
-    """A run's attempts in dispatch order, and the spans it spent paused."""
+    """A run's attempts in dispatch order, and the spans it spent paused or waiting (for a
+    signal or a delay)."""
 
     attempts: list[Attempt] = field(default_factory=list)
     pauses: list[dict[str, Any]] = field(default_factory=list)
@@ -114,6 +115,7 @@ def timeline(events: list[StoredEvent]) -> Timeline:
     found = Timeline()
     latest: dict[str, Attempt] = {}  # task id -> its current attempt
     paused: dict[str, Any] | None = None
+    waiting: dict[str, Any] | None = None
     for stored in events:
         event = stored.event
         at = event.at
@@ -133,8 +135,17 @@ def timeline(events: list[StoredEvent]) -> Timeline:
             )
             found.attempts.append(attempt)
             latest[event.task_id] = attempt
+        elif isinstance(event, ev.WaitStarted):
+            reason = f"signal {event.signal}" if event.signal else "delay"
+            waiting = {"phase": event.phase, "reason": reason, "start": at, "end": None}
+            waiting["kind"] = "wait"
+            found.pauses.append(waiting)
+        elif isinstance(event, ev.WaitEnded) and waiting is not None:
+            waiting["end"], waiting["how"] = at, event.outcome
+            waiting = None
         elif isinstance(event, ev.Paused):
             paused = {"phase": event.phase, "reason": event.reason, "start": at, "end": None}
+            paused["kind"] = "pause"
             found.pauses.append(paused)
         elif isinstance(event, (ev.Approved, ev.Rejected, ev.RunCancelled, ev.RunFailed)):
             if paused is not None:
@@ -143,6 +154,8 @@ def timeline(events: list[StoredEvent]) -> Timeline:
                 paused["how"] = event.kind
                 paused = None
             if isinstance(event, (ev.RunCancelled, ev.RunFailed)):
+                if waiting is not None:
+                    waiting["end"], waiting["how"], waiting = at, event.kind, None
                 for open_attempt in latest.values():
                     if open_attempt.outcome in ("queued", "running", "retry_wait"):
                         open_attempt.outcome = "abandoned"

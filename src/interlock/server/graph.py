@@ -27,6 +27,9 @@ def describe(pipeline: Pipeline) -> dict[str, Any]:
                 "mode": phase.mode,
                 "pause_after": phase.pause_after,
                 "for_each": phase.for_each.items if phase.for_each else None,
+                "wait_for": phase.wait_for.signal if phase.wait_for else None,
+                "wait_when": phase.wait_for.when if phase.wait_for else None,
+                "delay": phase.delay is not None or phase.not_before is not None,
                 "workers": [
                     {
                         "role": w.role,

@@ -127,3 +127,42 @@ async function saveEdit(event) {
     refreshRun();
   } catch (error) { toast(error.message, true); }
 }
+
+// -- signals -----------------------------------------------------------------------------------
+
+function signalPanel(run) {
+  const waited = run.waiting && run.waiting.signal;
+  const declared = (page.graph.phases || []).map((p) => p.wait_for).filter(Boolean);
+  if (ended(run) || !can("operate") || (!waited && !declared.length)) return null;
+  if (page.typed.signal === undefined) page.typed.signal = waited || declared[0];
+  return h("section", { class: "panel", "aria-labelledby": "signal-title" }, h("h2", { id: "signal-title" }, "Send a signal"),
+    h("form", { class: "review", onsubmit: sendSignal },
+      h("label", { for: "signal-name" }, "Signal"),
+      typed("signal", { id: "signal-name", list: "signal-names", autocomplete: "off", size: 24 }),
+      h("datalist", { id: "signal-names" }, [...new Set(declared)].map((name) => h("option", { value: name }))),
+      typed("signalData", { id: "signal-data", rows: 3, placeholder: "data as JSON (optional), e.g. {\"approved\": true}", "aria-label": "Signal data as JSON" }, "textarea"),
+      h("button", { id: "send-signal", type: "submit" }, "Send signal")));
+}
+
+function sendSignal(event) {
+  event.preventDefault();
+  const name = (page.typed.signal || "").trim();
+  if (!name) { toast("name the signal to send", true); return; }
+  let data = null;
+  const text = (page.typed.signalData || "").trim();
+  if (text) {
+    try { data = JSON.parse(text); } catch (error) { toast(`the data is not JSON: ${error.message}`, true); return; }
+  }
+  send(`signals/${encodeURIComponent(name)}`, { data }, (answer) => {
+    page.typed.signalData = "";
+    toast(answer.duplicate ? `Signal ${name} was already sent` : `Signal ${name} sent`);
+  });
+}
+
+function waitingNote(run) {
+  const w = run.waiting;
+  if (!w) return null;
+  const until = w.until ? ` until ${new Date(w.until).toLocaleString()}` : "";
+  const what = w.signal ? `for signal “${w.signal}”${until}` : `until ${new Date(w.until).toLocaleString()}`;
+  return h("div", { class: "warn waiting", id: "waiting" }, `Waiting ${w.when === "after" ? "after" : "before"} phase ${w.phase} ${what}.`);
+}

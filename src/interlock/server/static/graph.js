@@ -48,13 +48,14 @@ function graphView(graph, run, attempts) {
     const seen = visits[p.id] || 0;
     const current = run && run.phase === p.id && !["delivered", "failed", "cancelled"].includes(run.status);
     const status = run ? (run.phases.find((q) => q.id === p.id) || {}).status : null;
-    const kind = [p.mode === "sequential" ? "sequential" : null, p.for_each ? `for each ${p.for_each}` : null, p.pause_after ? "pauses after" : null].filter(Boolean).join(", ");
+    const kind = [p.mode === "sequential" ? "sequential" : null, p.for_each ? `for each ${p.for_each}` : null, p.pause_after ? "pauses after" : null,
+      p.wait_for ? `waits ${p.wait_when} for signal ${p.wait_for}` : null, p.delay ? "waits for a time" : null].filter(Boolean).join(", ");
     nodes.push(s("g", { class: `g-phase${seen ? " g-visited" : ""}${current ? " g-current" : ""}` },
       s("title", {}, `phase ${p.id}${kind ? ` (${kind})` : ""}: ${status || "not run"}, ${seen} visit(s)`),
       s("rect", { x: box.x, y: box.y, width: box.w, height: box.h, rx: 8 }),
       s("text", { x: box.x + 10, y: box.y + 20, class: "g-title" }, clip(p.id, 18)),
       s("text", { x: box.x + box.w - 10, y: box.y + 20, class: "g-sub", "text-anchor": "end" },
-        [p.pause_after ? "pauses" : null, p.for_each ? "each" : null, seen ? `${seen}×` : null].filter(Boolean).join(" · "))));
+        [p.wait_for || p.delay ? "waits" : null, p.pause_after ? "pauses" : null, p.for_each ? "each" : null, seen ? `${seen}×` : null].filter(Boolean).join(" · "))));
     p.workers.forEach((w) => {
       const wb = place[`@${w.role}`];
       const last = latest[w.role];

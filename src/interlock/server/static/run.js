@@ -73,6 +73,7 @@ function drawRun() {
     headerControls(run)), h("div", { class: "bar" }, bar));
   const notes = [];
   if (run.failure) notes.push(h("div", { class: "warn failure" }, run.status === "cancelled" ? "Cancelled: " : "Failed: ", run.failure));
+  if (run.waiting) notes.push(waitingNote(run));
   if (run.status === "paused") notes.push(h("div", { class: "warn" }, `Paused (${run.pause_reason || "approval"}): review the outputs, then approve, edit, send back or cancel.`));
   for (const warning of run.warnings) notes.push(h("div", { class: "warn" }, warning));
   view.replaceChildren(...[
@@ -80,6 +81,7 @@ function drawRun() {
     head,
     notes.length ? h("div", { class: "panel" }, h("h2", {}, "Attention"), notes) : null,
     reviewPanel(run),
+    signalPanel(run),
     rerunPanel(run),
     h("div", { class: "panel" }, h("h2", {}, "Phases"), phaseStrip(run)),
     h("section", { class: "panel", "aria-labelledby": "timeline-title" }, h("h2", { id: "timeline-title" }, "Timeline"),

@@ -40,7 +40,9 @@ function timelineView(data, ended) {
     rows.get(key).bars.push(a);
   }
   const bands = data.pauses.map((p) => {
-    const band = h("div", { class: "tl-pause", title: `paused (${p.reason})${p.by ? `, ended by ${p.by}` : ""}` });
+    const wait = p.kind === "wait";
+    const band = h("div", { class: wait ? "tl-pause tl-wait" : "tl-pause",
+      title: wait ? `waiting for ${p.reason}${p.how ? ` (ended: ${p.how})` : ""}` : `paused (${p.reason})${p.by ? `, ended by ${p.by}` : ""}` });
     const from = epoch(p.start);
     const to = epoch(p.end) || end;
     band.style.left = pct(from);
@@ -56,7 +58,8 @@ function timelineView(data, ended) {
       h("div", { role: "list", "aria-label": "Tasks" }, lines)),
     h("div", { class: "tl-legend muted", "aria-hidden": "true" }, ["done", "running", "retried", "failed", "timed_out", "reused", "edited"].map((o) =>
       h("span", {}, h("i", { class: `tl-key o-${o}` }), OUTCOME_TEXT[o])), h("span", {}, h("i", { class: "tl-key tl-q" }), "queued"),
-    data.pauses.length ? h("span", {}, h("i", { class: "tl-key tl-pk" }), "paused") : null));
+    data.pauses.some((p) => p.kind !== "wait") ? h("span", {}, h("i", { class: "tl-key tl-pk" }), "paused") : null,
+    data.pauses.some((p) => p.kind === "wait") ? h("span", {}, h("i", { class: "tl-key tl-wk" }), "waiting") : null));
 }
 
 function bar(a, start, end, pct, ended, data) {
