@@ -39,7 +39,14 @@ function graphView(graph, run, attempts) {
   });
   const endX = G.pad + graph.phases.length * (G.col + G.gap);
   place[graph.end] = { x: endX, y: G.top + 4, w: 56, h: 30 };
-  const loops = graph.flow.filter((e) => e.to !== graph.end && place[e.to].x <= place[e.from].x);
+  // Edges to the next column are straight; those that skip columns arc above the phases,
+  // those that go back (loops) arc below, each on a lane of its own.
+  const column = (id) => (id === graph.end ? graph.phases.length : graph.phases.findIndex((p) => p.id === id));
+  const loops = graph.flow.filter((e) => column(e.to) <= column(e.from));
+  const skips = graph.flow.filter((e) => column(e.to) > column(e.from) + 1);
+  const lift = skips.length * 24;
+  for (const box of Object.values(place)) box.y += lift;
+  bottom += lift;
   const height = bottom + 34 + loops.length * 26;
   const width = endX + 56 + G.pad;
   const nodes = [], edges = [], labels = [];
@@ -81,18 +88,27 @@ function graphView(graph, run, attempts) {
     const d = x2 > x1 ? `M${x1},${y1} C${x1 + 40},${y1} ${x2 - 40},${y2} ${x2},${y2}` : `M${a.x},${y1} C${a.x - 30},${y1} ${b.x - 30},${y2} ${b.x},${y2}`;
     edges.push(s("path", { d, class: "g-read", "marker-end": "url(#g-arrow-read)" }, s("title", {}, `${e.to} reads ${e.file} (written by ${e.from})`)));
   }
-  let loop = 0;
+  let loop = 0, skip = 0;
   for (const e of graph.flow) {
     const a = place[e.from], b = place[e.to];
     const count = taken[`${e.from}->${e.to}`] || 0;
-    const text = e.rule ? `${e.condition ? clip(e.condition, 26) : "always"}${e.max_visits ? ` (max ${e.max_visits})` : ""}` : "";
+    // A label between two neighbouring phases has only the gap: the condition is shortened
+    // there (its whole text is in the edge's title and in the list of rules).
+    const room = column(e.to) === column(e.from) + 1 ? 14 : 30;
+    const text = e.rule ? `${e.condition ? clip(e.condition, room) : "always"}${e.max_visits && room > 14 ? ` (max ${e.max_visits})` : ""}` : "";
     const cls = `g-flow${count ? " g-taken" : ""}`;
     const title = `${e.from} → ${e.to}: ${e.rule ? `rule ${e.rule}, ${e.condition ? `if ${e.condition}` : "always"}` : "in order"}${count ? `, taken ${count}×` : ", not taken"}`;
     let d, lx, ly;
-    if (b.x > a.x) {
-      const y = G.top + 19;
+    if (column(e.to) === column(e.from) + 1) {
+      const y = a.y + 19;
       d = `M${a.x + a.w},${y} L${b.x},${e.to === graph.end ? b.y + 15 : y}`;
       lx = (a.x + a.w + b.x) / 2; ly = y - 6;
+    } else if (column(e.to) > column(e.from)) {
+      const y = G.top + 4 + skip * 24;
+      skip += 1;
+      const x1 = a.x + a.w * 0.75, x2 = b.x + Math.min(b.w, 56) / 2;
+      d = `M${x1},${a.y} L${x1},${y} L${x2},${y} L${x2},${b.y}`;
+      lx = (x1 + x2) / 2; ly = y - 5;
     } else {
       const y = bottom + 22 + loop * 26;
       loop += 1;
