@@ -3,7 +3,8 @@
 Run as ``python mcp_server.py`` (stdio) or ``python mcp_server.py --http PORT`` (streamable
 HTTP on 127.0.0.1:PORT/mcp). Its tools: ``add`` (two integers),
 ``lookup`` (a word from a fixed table, an error result for any other word), ``sleep`` (waits,
-for timeouts) and ``crash`` (the process exits at once, as a crashing server does).
+for timeouts), ``getenv`` (what the server was given) and ``crash`` (the process exits at
+once, as a crashing server does).
 """
 
 from __future__ import annotations
@@ -39,6 +40,12 @@ async def sleep(seconds: float) -> str:
     """Wait, then say so."""
     await asyncio.sleep(seconds)
     return f"slept {seconds}"
+
+
+@server.tool()
+def getenv(name: str) -> str:
+    """The value of an environment variable of the server, or <unset>."""
+    return os.environ.get(name, "<unset>")
 
 
 @server.tool()

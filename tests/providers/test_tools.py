@@ -71,7 +71,7 @@ def test_a_tool_call_runs_on_the_mcp_server_and_its_result_goes_back_to_the_mode
         assert result["content"] == [
             {"type": "tool_result", "tool_use_id": use["id"], "content": "5"}
         ]
-    assert names == ["add", "lookup", "sleep", "crash"]
+    assert names == ["add", "lookup", "sleep", "getenv", "crash"]
     usage = attempt_usage(app, state.run_id)[0]
     assert (usage["input_tokens"], usage["output_tokens"]) == (2000, 1000)
     price = (2.0, 8.0) if model == "gpt" else (3.0, 15.0)
@@ -89,24 +89,39 @@ def test_tool_errors_and_unknown_tools_are_answered_to_the_model(
     tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch, model: str
 ) -> None:
     """A tool's own error, a tool no server offers and arguments that are not JSON come
-    back to the model as error results it can act on; the attempt goes on."""
-    calls = [("lookup", {"word": "zeta"}), ("nope", {}), ("add", '{"a": 1,')]
+    back to the model as error results it can act on; the attempt goes on. (Asked for one
+    JSON answer; the server sees the variables its entry names, and no key of this process.)"""
+    calls = [
+        ("lookup", {"word": "zeta"}),
+        ("nope", {}),
+        ("add", '{"a": 1,'),
+        ("getenv", {"name": "PASSED_TO_TOOLS"}),
+        ("getenv", {"name": "FAKE_KEY"}),
+    ]
     server.fail_next(Fault(tool_calls=calls))
+    monkeypatch.setenv("PASSED_TO_TOOLS", "visible")
     project = make_project(tmp_path, server, monkeypatch)
     app = app_for(project)
-    state = app.run(tool_flow(project, model), topic="t")
+    tools = f"[{{mcp: {MCP}, env: [PASSED_TO_TOOLS]}}]"
+    flow = tool_flow(project, model, "      params: {stream: false}\n", tools=tools)
+    state = app.run(flow, topic="t")
     assert state.status is RunStatus.DELIVERED, state.failure
     messages = server.requests[1].body["messages"]
+    assert "stream" not in server.requests[0].body
     if model == "gpt":
         results = [m["content"] for m in messages if m["role"] == "tool"]
-        assert all(text.startswith("error: ") for text in results)
+        assert all(text.startswith("error: ") for text in results[:3])
     else:
+        thinking = {"type": "thinking", "thinking": "Let me see.", "signature": "sig"}
+        assert messages[-2]["content"][0] == thinking  # sent back first, unchanged
         blocks = messages[-1]["content"]
-        assert all(b["is_error"] is True for b in blocks)
+        assert [b.get("is_error", False) for b in blocks] == [True, True, True, False, False]
         results = [b["content"] for b in blocks]
     assert "no entry for 'zeta'" in results[0]
-    assert "unknown tool 'nope'; the tools are: add, crash, lookup, sleep" in results[1]
-    assert "must be a JSON object" in results[2]
+    assert "unknown tool 'nope'; the tools are: add, crash, getenv, lookup, sleep" in results[1]
+    # Whole Messages answers carry the input as an object: the server refuses the empty one.
+    assert ("must be a JSON object" if model == "gpt" else "Field required") in results[2]
+    assert results[3:] == ["visible", "<unset>"]
     assert transcript(app, state.run_id).count("## Error result of") == 3
 
 

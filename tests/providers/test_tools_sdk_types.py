@@ -190,11 +190,16 @@ def test_anthropic_sdk_tool_use_events_and_messages_parse_into_calls() -> None:
         return kind, types[kind].model_validate({"type": kind, **fields})
 
     use = {"type": "tool_use", "id": "toolu_1", "name": "add", "input": {}}
+    thought = {"type": "thinking", "thinking": "", "signature": ""}
     events: list[tuple[str | None, BaseModel | str]] = [
         ("message_start", t.RawMessageStartEvent(type="message_start", message=message)),
-        event("content_block_start", index=0, content_block={"type": "text", "text": ""}),
-        event("content_block_delta", index=0, delta={"type": "text_delta", "text": "Adding."}),
+        event("content_block_start", index=0, content_block=thought),
+        event("content_block_delta", index=0, delta={"type": "thinking_delta", "thinking": "Sum"}),
+        event("content_block_delta", index=0, delta={"type": "signature_delta", "signature": "s1"}),
         event("content_block_stop", index=0),
+        event("content_block_start", index=2, content_block={"type": "text", "text": ""}),
+        event("content_block_delta", index=2, delta={"type": "text_delta", "text": "Adding."}),
+        event("content_block_stop", index=2),
         event("content_block_start", index=1, content_block=use),
         event(
             "content_block_delta",
@@ -217,6 +222,17 @@ def test_anthropic_sdk_tool_use_events_and_messages_parse_into_calls() -> None:
     state = asyncio.run(anthropic_messages._read_stream("sdk", _events(events), None))
     assert "".join(state.parts) == "Adding." and state.stop_reason == "tool_use"
     assert state.tool_calls() == (ToolCall(id="toolu_1", name="add", arguments='{"a": 2, "b": 3}'),)
+    thinking = {"type": "thinking", "thinking": "Sum", "signature": "s1"}
+    assert state.thinking == {0: thinking}
+    turn = ToolTurn(
+        text="Adding.",
+        calls=state.tool_calls(),
+        results=(ToolResult(call_id="toolu_1", content="5"),),
+        thinking=(thinking,),
+    )
+    sent = anthropic_body(request(turns=(turn,)), max_tokens=4096)["messages"][1]
+    assert sent["content"][0] == thinking  # sent back first, as the API requires
+    each_conforms(anthropic_types.MessageParam, [sent])
     whole = t.Message.model_validate(
         {**message, "stop_reason": "tool_use", "content": [{**use, "input": {"a": 2, "b": 3}}]}
     )

@@ -27,7 +27,9 @@ class ToolServer(BaseModel):
     url: str | None = None  # a streamable HTTP server's endpoint
     # Seconds one tool call may take before the attempt fails.
     timeout: Annotated[float, Field(gt=0, le=3600)] = DEFAULT_TOOL_TIMEOUT_S
-    env: dict[str, str] | None = None  # more environment for a stdio server
+    # Names of variables a stdio server gets besides the few every started program gets
+    # (see `interlock.providers.cli_env`): names only, so no value is pinned with the run.
+    env: list[str] | None = None
 
     @model_validator(mode="before")
     @classmethod

@@ -118,7 +118,8 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "mcp": "Start this command (an argv list) and speak MCP over its stdin and stdout.",
         "url": "A streamable HTTP MCP server's endpoint.",
         "timeout": "Seconds one tool call may take before the attempt fails (default 60).",
-        "env": "More environment variables for a server started with 'mcp'.",
+        "env": "Names of environment variables passed to a server started with 'mcp' (it "
+        "gets PATH, HOME, the locale and proxies, and no others).",
     },
     "Backoff": {
         "initial": "Seconds before the first retry.",

@@ -26,6 +26,9 @@ from interlock.providers.settings import ResolvedModel
 from interlock.providers.transport import HttpEndpoint
 from interlock.providers.usage import anthropic_cache
 
+# Blocks of the model's reasoning, which a tool turn sends back as they came.
+_THINKING = frozenset({"thinking", "redacted_thinking"})
+
 # Errors the API reports inside a started stream that a later attempt may not hit.
 _TRANSIENT_STREAM_ERRORS = frozenset({"overloaded_error", "api_error", "rate_limit_error"})
 
@@ -44,6 +47,7 @@ class _Stream:
     cache_write_tokens: int = 0
     # tool_use blocks by their index: id, name, the input given whole and the JSON fragments.
     uses: dict[int, dict[str, Any]] = field(default_factory=dict)
+    thinking: dict[int, dict[str, Any]] = field(default_factory=dict)  # blocks by index
 
     def tool_calls(self) -> tuple[ToolCall, ...]:
         """The calls the model asked for, in order."""
@@ -172,6 +176,7 @@ class AnthropicProvider:
             cache_write_tokens=stream.cache_write_tokens,
             extra=extra,
             tool_calls=stream.tool_calls(),
+            thinking=tuple(block for _, block in sorted(stream.thinking.items())),
         )
 
 
@@ -214,6 +219,8 @@ def _read_answer(name: str, answer: dict[str, Any], on_token: TokenCallback | No
                 on_token(block["text"])
         elif isinstance(block, dict) and block.get("type") == "tool_use":
             state.uses[index] = _use(block)
+        elif isinstance(block, dict) and block.get("type") in _THINKING:
+            state.thinking[index] = dict(block)
     return state
 
 
@@ -239,8 +246,11 @@ async def _read_stream(
             state.cache(usage)
         elif kind == "content_block_start":
             block = payload.get("content_block") or {}
+            index = payload.get("index", -1)
             if block.get("type") == "tool_use":
-                state.uses[payload.get("index", len(state.uses))] = _use(block)
+                state.uses[index] = _use(block)
+            elif block.get("type") in _THINKING:
+                state.thinking[index] = dict(block)
         elif kind == "content_block_delta":
             delta = payload.get("delta", {})
             if delta.get("type") == "text_delta" and delta.get("text"):
@@ -251,6 +261,11 @@ async def _read_stream(
                 use = state.uses.get(payload.get("index", -1))
                 if use is not None and isinstance(delta.get("partial_json"), str):
                     use["parts"].append(delta["partial_json"])
+            elif delta.get("type") in ("thinking_delta", "signature_delta"):
+                thought = state.thinking.get(payload.get("index", -1))
+                key = "thinking" if delta["type"] == "thinking_delta" else "signature"
+                if thought is not None and isinstance(delta.get(key), str):
+                    thought[key] = str(thought.get(key) or "") + delta[key]
         elif kind == "message_delta":
             state.stop_reason = payload.get("delta", {}).get("stop_reason") or state.stop_reason
             usage = payload.get("usage", {})

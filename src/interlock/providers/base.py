@@ -55,6 +55,7 @@ class ToolTurn:
     text: str
     calls: tuple[ToolCall, ...]
     results: tuple[ToolResult, ...]
+    thinking: tuple[dict[str, Any], ...] = ()  # Anthropic thinking blocks, sent back as given
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,6 +96,8 @@ class ModelResult:
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
     tool_calls: tuple[ToolCall, ...] = ()  # what the model asked to call instead of finishing
+    # Anthropic's thinking blocks of the answer: a tool turn must send them back unchanged.
+    thinking: tuple[dict[str, Any], ...] = ()
 
 
 class ProviderError(Exception):

@@ -1,5 +1,9 @@
 """The MCP servers of one attempt's tool loop: started, listed, called, stopped.
 
+A stdio server is a program that runs on model-chosen arguments: like an agent command, it
+gets only the environment a program needs plus the variables its entry names (`env`), never
+the keys of the process that runs interlock.
+
 Uses the official `mcp` SDK (the optional extra ``interlock[mcp]``). Every fault of a server
 becomes a `ProviderError` that names the server and says what to do: a command that is not
 found (not retryable: the workflow must change), a server that exits, fails to start or does
@@ -20,6 +24,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from interlock.core.tools import ToolServer
 from interlock.providers.base import ProviderError, ToolCall, ToolResult, ToolSpec
+from interlock.providers.cli_env import allowed_env
 
 if TYPE_CHECKING:
     from mcp import Client
@@ -114,7 +119,7 @@ class Toolbox:
             params = StdioServerParameters(
                 command=server.mcp[0],
                 args=server.mcp[1:],
-                env={**os.environ, **(server.env or {})},
+                env=allowed_env(os.environ, server.env or ()),
                 cwd=self._cwd,
             )
             client = Client(stdio_client(params, errlog=errlog), mode="legacy")

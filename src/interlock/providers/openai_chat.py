@@ -171,7 +171,9 @@ class OpenAIChatProvider:
             finish_reason=stream.finish_reason or "stop",
             extra=extra,
             tool_calls=stream.tool_calls(),
-            **details,
+            cache_read_tokens=details["cache_read_tokens"],
+            cache_write_tokens=details["cache_write_tokens"],
+            reasoning_tokens=details["reasoning_tokens"],
         )
 
 

@@ -195,7 +195,9 @@ def anthropic_turns(turns: tuple[ToolTurn, ...]) -> list[dict[str, Any]]:
     then a user message of the matching `tool_result` blocks."""
     messages: list[dict[str, Any]] = []
     for turn in turns:
-        blocks: list[dict[str, Any]] = [{"type": "text", "text": turn.text}] if turn.text else []
+        # Thinking first, as it came: the API checks it is the answer's own (its signature).
+        blocks: list[dict[str, Any]] = list(turn.thinking)
+        blocks += [{"type": "text", "text": turn.text}] if turn.text else []
         blocks += [
             {"type": "tool_use", "id": c.id, "name": c.name, "input": call_input(c)}
             for c in turn.calls

@@ -120,7 +120,14 @@ async def run_tool_loop(
                 }
             )
             results.append(outcome)
-        turns.append(ToolTurn(text=result.text, calls=result.tool_calls, results=tuple(results)))
+        turns.append(
+            ToolTurn(
+                text=result.text,
+                calls=result.tool_calls,
+                results=tuple(results),
+                thinking=result.thinking,
+            )
+        )
     last = summed(spent)
     if accept_max_turns:
         return replace(last, tool_calls=())
