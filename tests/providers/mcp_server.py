@@ -1,10 +1,10 @@
 """A small real MCP server for the tool-loop tests, spoken to over stdio.
 
 Run as ``python mcp_server.py`` (stdio) or ``python mcp_server.py --http PORT`` (streamable
-HTTP on 127.0.0.1:PORT/mcp). Its tools: ``add`` (two integers),
-``lookup`` (a word from a fixed table, an error result for any other word), ``sleep`` (waits,
-for timeouts), ``getenv`` (what the server was given) and ``crash`` (the process exits at
-once, as a crashing server does).
+HTTP on 127.0.0.1:PORT/mcp). Its tools: ``add`` (two integers), ``lookup`` (a word from a
+fixed table, an error result for any other word), ``sleep`` (waits, for timeouts), ``getenv``
+(what the server was given), ``notes.count`` (a name the model APIs refuse) and ``crash``
+(the process exits at once, as a crashing server does).
 """
 
 from __future__ import annotations
@@ -46,6 +46,12 @@ async def sleep(seconds: float) -> str:
 def getenv(name: str) -> str:
     """The value of an environment variable of the server, or <unset>."""
     return os.environ.get(name, "<unset>")
+
+
+@server.tool(name="notes.count")
+def count(text: str) -> int:
+    """Count the words of a text (a dotted name, as MCP allows and the model APIs do not)."""
+    return len(text.split())
 
 
 @server.tool()

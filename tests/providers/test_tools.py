@@ -71,7 +71,7 @@ def test_a_tool_call_runs_on_the_mcp_server_and_its_result_goes_back_to_the_mode
         assert result["content"] == [
             {"type": "tool_result", "tool_use_id": use["id"], "content": "5"}
         ]
-    assert names == ["add", "lookup", "sleep", "getenv", "crash"]
+    assert names == ["add", "lookup", "sleep", "getenv", "notes_count", "crash"]
     usage = attempt_usage(app, state.run_id)[0]
     assert (usage["input_tokens"], usage["output_tokens"]) == (2000, 1000)
     price = (2.0, 8.0) if model == "gpt" else (3.0, 15.0)
@@ -90,13 +90,15 @@ def test_tool_errors_and_unknown_tools_are_answered_to_the_model(
 ) -> None:
     """A tool's own error, a tool no server offers and arguments that are not JSON come
     back to the model as error results it can act on; the attempt goes on. (Asked for one
-    JSON answer; the server sees the variables its entry names, and no key of this process.)"""
+    JSON answer; the server sees the variables its entry names, and no key of this process;
+    a dotted tool name is offered as one the APIs accept.)"""
     calls = [
         ("lookup", {"word": "zeta"}),
         ("nope", {}),
         ("add", '{"a": 1,'),
         ("getenv", {"name": "PASSED_TO_TOOLS"}),
         ("getenv", {"name": "FAKE_KEY"}),
+        ("notes_count", {"text": "one two three"}),
     ]
     server.fail_next(Fault(tool_calls=calls))
     monkeypatch.setenv("PASSED_TO_TOOLS", "visible")
@@ -115,13 +117,16 @@ def test_tool_errors_and_unknown_tools_are_answered_to_the_model(
         thinking = {"type": "thinking", "thinking": "Let me see.", "signature": "sig"}
         assert messages[-2]["content"][0] == thinking  # sent back first, unchanged
         blocks = messages[-1]["content"]
-        assert [b.get("is_error", False) for b in blocks] == [True, True, True, False, False]
+        assert [b.get("is_error", False) for b in blocks] == [True, True, True, False, False, False]
         results = [b["content"] for b in blocks]
     assert "no entry for 'zeta'" in results[0]
-    assert "unknown tool 'nope'; the tools are: add, crash, getenv, lookup, sleep" in results[1]
+    assert (
+        "unknown tool 'nope'; the tools are: add, crash, getenv, lookup, notes_count, sleep"
+        in results[1]
+    )
     # Whole Messages answers carry the input as an object: the server refuses the empty one.
     assert ("must be a JSON object" if model == "gpt" else "Field required") in results[2]
-    assert results[3:] == ["visible", "<unset>"]
+    assert results[3:] == ["visible", "<unset>", "3"]  # notes.count, by its safe name
     assert transcript(app, state.run_id).count("## Error result of") == 3
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import tempfile
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 
 INSTALL_HINT = "pip install 'interlock[mcp]'"
 _STDERR_TAIL = 600  # characters of a server's stderr quoted when it fails
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 
 def sdk_missing() -> str | None:
@@ -74,7 +76,8 @@ class Toolbox:
         self._role = role
         self._cwd = cwd
         self._stack = AsyncExitStack()
-        self._by_tool: dict[str, _Server] = {}
+        self._by_tool: dict[str, _Server] = {}  # by the name the model knows
+        self._names: dict[str, str] = {}  # the name the model knows -> the server's name
         self.specs: tuple[ToolSpec, ...] = ()
 
     async def __aenter__(self) -> Toolbox:
@@ -147,18 +150,20 @@ class Toolbox:
             ) from None
         specs = []
         for tool in listed.tools:
-            if tool.name in self._by_tool:
-                other = self._by_tool[tool.name].server.label
+            name = wire_name(tool.name)
+            if name in self._by_tool:
+                other = self._by_tool[name].server.label
                 raise ProviderError(
-                    f"{where} offers tool {tool.name!r}, which {other!r} offers too: list "
-                    "servers whose tool names differ",
+                    f"{where} offers tool {tool.name!r}, which {other!r} offers too (as "
+                    f"{name!r}): list servers whose tool names differ",
                     retryable=False,
                 )
-            self._by_tool[tool.name] = opened
+            self._by_tool[name] = opened
+            self._names[name] = tool.name
             schema = tool.input_schema if isinstance(tool.input_schema, dict) else {}
             specs.append(
                 ToolSpec(
-                    name=tool.name,
+                    name=name,
                     description=tool.description or "",
                     input_schema={"type": "object", **schema},
                 )
@@ -200,7 +205,7 @@ class Toolbox:
         where = self._where(server)
         try:
             result = await opened.client.call_tool(
-                call.name, arguments, read_timeout_seconds=server.timeout
+                self._names[call.name], arguments, read_timeout_seconds=server.timeout
             )
         except MCPError as exc:
             if exc.code == REQUEST_TIMEOUT:
@@ -228,6 +233,12 @@ class Toolbox:
             content=_content_text(result.content, result.structured_content),
             is_error=bool(result.is_error),
         )
+
+
+def wire_name(name: str) -> str:
+    """A tool's name as both APIs accept it (letters, digits, '_' and '-', at most 64): MCP
+    allows more, such as dots and slashes."""
+    return _UNSAFE.sub("_", name)[:64] or "tool"
 
 
 def _describe(exc: BaseException) -> str:
