@@ -87,6 +87,10 @@ def report_end(app: Interlock, run_id: str) -> int:
     if state.status is RunStatus.PAUSED:
         out.print(f"paused for approval: interlock approve {run_id} [--message TEXT]")
         return int(ExitCode.PAUSED)
+    if state.status is RunStatus.RUNNING and state.slot_awaited is not None:
+        key = state.slot_awaited.key
+        out.print(f"waiting for a slot of {key!r}: interlock resume {run_id} drives it on")
+        return int(ExitCode.INTERRUPTED)
     if state.status is RunStatus.RUNNING and state.waiting is not None:
         waiting = state.waiting
         if waiting.signal is not None:

@@ -163,7 +163,9 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
     if waiting:
         from interlock.runtime.projection import waiting_text
 
-        line = f"{waiting_text(waiting)} (phase {waiting['phase']!r}, {waiting['when']} it)"
+        line = waiting_text(waiting)
+        if waiting.get("for") != "slot":
+            line += f" (phase {waiting['phase']!r}, {waiting['when']} it)"
         if waiting.get("signal"):
             line += f"; send it: interlock signal {view['run_id']} {waiting['signal']} --data JSON"
         out.print(line)

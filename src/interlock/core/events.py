@@ -39,6 +39,15 @@ class RunCreated(Event):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class SlotAwaited(Event):
+    """The run waits for a slot of its concurrency key: `limit` runs of `key` hold them."""
+
+    kind: ClassVar[str] = "slot_awaited"
+    key: str  # the key's value for this run
+    limit: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class SlotTaken(Event):
     """The run got one of its concurrency key's slots: it may start (see `concurrency`)."""
 
@@ -338,6 +347,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (
         RunCreated,
+        SlotAwaited,
         SlotTaken,
         PhaseStarted,
         TaskDispatched,

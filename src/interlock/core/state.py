@@ -168,6 +168,7 @@ class RunState:
     pause_reason: str | None = None
     budget_waived: bool = False
     slot: str | None = None  # the concurrency key's value, once the run has a slot
+    slot_awaited: ev.SlotAwaited | None = None  # while it waits for one
     failure: str | None = None
     delivered: str | None = None
     cost_usd: float = 0.0
@@ -404,7 +405,9 @@ def apply(state: RunState, event: ev.Event) -> None:
     elif isinstance(event, (ev.WaitStarted, ev.SignalReceived, ev.WaitEnded)):
         _apply_wait(state, event)
     elif isinstance(event, ev.SlotTaken):
-        state.slot = event.key
+        state.slot, state.slot_awaited = event.key, None
+    elif isinstance(event, ev.SlotAwaited):
+        state.slot_awaited = event
     elif isinstance(event, ev.BranchTaken):
         pass  # the PhaseStarted that follows carries the new position
     elif isinstance(event, ev.Warned):
@@ -469,8 +472,11 @@ def _apply_wait(state: RunState, event: ev.WaitStarted | ev.SignalReceived | ev.
 
 
 def listed_status(state: RunState) -> str:
-    """The status runs are listed with: `waiting` for a running run held by a wait."""
-    if state.status is RUN_RUNNING and state.waiting is not None:
+    """The status runs are listed with: `waiting` for a running run held by a wait, or by
+    its concurrency key."""
+    if state.status is RUN_RUNNING and (
+        state.waiting is not None or state.slot_awaited is not None
+    ):
         return "waiting"
     return state.status.value
 

@@ -46,7 +46,7 @@ from interlock.runtime.models import ModelRunner
 from interlock.runtime.processes import holder_is_dead as holder_is_dead
 from interlock.runtime.processes import reap
 from interlock.runtime.reuse import Reuser, SourceRun
-from interlock.runtime.slots import SLOT_POLL_S, slot_key, take_slot
+from interlock.runtime.slots import SLOT_POLL_S, awaiting, slot_key, take_slot
 from interlock.runtime.superseded import mark_superseded
 from interlock.storage.base import (
     AppendBatch,
@@ -521,7 +521,7 @@ class Orchestrator:
         taken = take_slot(self.store, driver.definition, driver.state, now)
         if taken is None:
             self.wake_at(now + SLOT_POLL_S, driver)
-            return []
+            return awaiting(driver.definition, driver.state, now)
         return [taken]
 
     def _write_outputs(self, drivers: list[RunDriver]) -> None:

@@ -103,6 +103,9 @@ def status_view(pipeline: Pipeline, state: RunState, run_dir_name: str) -> dict[
 def waiting_view(state: RunState) -> dict[str, Any] | None:
     """What a waiting run waits for, and until when (None: it is not waiting)."""
     waiting = state.waiting
+    awaited = state.slot_awaited
+    if awaited is not None and not state.status.ended:
+        return {"for": "slot", "key": awaited.key, "limit": awaited.limit, "since": iso(awaited.at)}
     if waiting is None or state.status.ended:
         return None
     return {
@@ -120,6 +123,8 @@ def waiting_text(waiting: dict[str, Any] | None) -> str:
     """`waiting for signal 'payment' until 2026-...Z` (empty when not waiting)."""
     if not waiting:
         return ""
+    if waiting.get("for") == "slot":
+        return f"waiting for a slot of {waiting['key']!r} ({waiting['limit']} at once)"
     until = f" until {waiting['until']}" if waiting.get("until") else ""
     if waiting.get("signal"):
         return f"waiting for signal {waiting['signal']!r}{until}"

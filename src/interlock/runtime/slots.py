@@ -49,6 +49,23 @@ def store_key(definition: Definition, value: str) -> str:
     return f"{definition.name}\x1f{value}"
 
 
+def awaiting(definition: Definition, state: RunState, now: float) -> list[NewEvent]:
+    """`SlotAwaited` the first time the run finds no slot (applied to `state`), so that it is
+    listed as waiting and says for what; nothing after that."""
+    slots = definition.pipeline.slots
+    if slots is None or state.slot_awaited is not None or state.slot is not None:
+        return []
+    value = slot_key(definition, state.topic, state.inputs)
+    assert value is not None
+    event = ev.SlotAwaited(at=now, key=value, limit=slots.limit)
+    apply(state, event)
+    return [NewEvent(event=event, why=f"{_shown(slots.key, value)} has no free slot")]
+
+
+def _shown(key: str, value: str) -> str:
+    return f"{key} = {value}" if key != '""' else "the pipeline"
+
+
 def take_slot(store: Store, definition: Definition, state: RunState, now: float) -> NewEvent | None:
     """The `SlotTaken` to record when the waiting run gets a slot now; None otherwise
     (then the caller asks again after `SLOT_POLL_S`). Applies the event to `state`."""
@@ -67,5 +84,5 @@ def take_slot(store: Store, definition: Definition, state: RunState, now: float)
         return None
     event = ev.SlotTaken(at=now, key=value)
     apply(state, event)
-    shown = f"{slots.key} = {value}" if slots.key != '""' else "the pipeline"
+    shown = _shown(slots.key, value)
     return NewEvent(event=event, why=f"a slot of {shown} (at most {slots.limit} at once)")
