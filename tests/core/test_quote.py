@@ -239,3 +239,28 @@ def test_a_tool_loop_counts_max_turns_calls_each_at_the_window() -> None:
     assert q.tasks[0].calls == 2 * 3
     assert q.tokens == 2 * 3 * (8000 + 1000)
     assert q.usd == pytest.approx(2 * 3 * (8000 * 1.0 + 1000 * 2.0) / 1e6)
+
+
+def test_a_task_holding_signal_data_counts_at_the_window() -> None:
+    """Signal data comes from outside with no size limit: a task that uses it has no bound
+    without a context window, and counts at the window with one."""
+    w = worker("w", task="Act on {{ signals.approval }}", final=True)
+    p = pipeline_of(
+        {
+            "phases": [
+                {
+                    "id": "a",
+                    "wait_for": {"signal": "approval", "timeout": 60},
+                    "workers": [w],
+                }
+            ]
+        }
+    )
+    q = quoted(p)
+    assert q.tokens is None
+    assert "its task holds signal data, whose size has no limit" in q.tokens_unbounded[0]
+    windowed = ModelTerms(
+        input_usd_per_mtok=1.0, output_usd_per_mtok=2.0, max_output_tokens=1000,
+        context_tokens=5000,
+    )  # fmt: skip
+    assert quoted(p, {"m": windowed}).tokens == 5000 + 1000

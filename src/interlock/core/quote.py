@@ -19,6 +19,7 @@ The prompt of a call is estimated, since it is only known when it is sent:
     + for each file read: FILE_TOKENS plus its writer's output limit, once per lane read
     + the item, in a fan-out whose template uses it: the output limit of the worker whose
       list is fanned out
+    + signal data, when the template uses it: no limit, so the context window
 
 and never more than the model's context window, when it is known: a larger prompt is refused
 before any call. At `check` the topic and inputs are not known yet and each is taken to be
@@ -215,6 +216,8 @@ class _Bounds:
         if isinstance(worker.output_schema, dict):
             total += text_tokens(str(worker.output_schema))
         why: list[str] = []
+        if "signals" in names:
+            why.append("its task holds signal data, whose size has no limit")
         if phase.for_each is not None and "item" in names:
             source = pipeline.worker(phase.for_each.items.rpartition(".")[0])
             limit = self.output_limit(source)
