@@ -490,6 +490,42 @@ def check_width(width: int) -> dict[str, Any]:
     }
 
 
+def check_depth(depths: list[int]) -> dict[str, Any]:
+    """`interlock check`'s exploring of a pipeline of n phases of one no-op worker each, for
+    each n in `depths`, with each phase's way on a condition over the previous worker's value.
+
+    Exploring used to be quadratic in the number of phases (each fork copied, and each state's
+    key hashed, the whole history: 600 phases took ~4 s); the CPU per phase should stay flat.
+    """
+    from interlock.core.explore import explore
+
+    rows = []
+    for depth in depths:
+        phases: list[dict[str, Any]] = []
+        for n in range(depth):
+            extract = {"ok": {"json": "ok", "type": "bool"}}
+            phases.append({"id": f"p{n}", "workers": [{"role": f"w{n}", "call": "bench_noop"}]})
+            phases[-1]["workers"][0]["extract"] = extract
+            if 0 < n < depth - 1:
+                phases[-1]["next"] = [{"if": f"w{n - 1}.ok", "goto": f"p{n + 1}"}]
+        phases[-1]["workers"][0]["final"] = True
+        definition = parse_workflow(json.dumps({"deep": {"phases": phases}}), json_only=True)
+        cpu, wall = time.process_time(), time.perf_counter()
+        report = explore(definition.get("deep"), max_states=10 * depth + 100)
+        assert report.sound, report.problems
+        spent = time.process_time() - cpu
+        rows.append(
+            {
+                "phases": depth,
+                "states": report.states,
+                "explore_s": round(time.perf_counter() - wall, 3),
+                "explore_cpu_s": round(spent, 3),
+                "cpu_ms_per_phase": round(1000 * spent / depth, 3),
+            }
+        )
+    return {"depths": rows, "peak_rss_mib": round(peak_rss_mib(), 1)}
+
+
 def median_of(repeat: int, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """Run `measure` `repeat` times; the round with the median runs/s, and every round's."""
     rounds = [measure() for _ in range(max(1, repeat))]
@@ -515,6 +551,7 @@ SECTIONS: dict[str, Callable[[argparse.Namespace], Any]] = {
     "postgres": lambda a: median_of(a.repeat, lambda: postgres(a.runs, a.concurrent)),
     "distributed": lambda a: distributed(),
     "check": lambda a: check_width(a.check_width),
+    "check_depth": lambda a: check_depth(a.check_depths),
     "peers": lambda a: peers(a.runs, min(a.concurrent, 200)),
     "llm": lambda a: llm_section(a),
 }
@@ -562,6 +599,7 @@ def report(results: dict[str, Any]) -> None:
         "distributed",
         "check",
         "llm",
+        "check_depth",
     ):
         if name in results:
             print(f"\n{name}")
@@ -631,6 +669,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--llm-clients", default="aiohttp,httpx,httpx2", help="bare clients measured beside"
+    )
+    parser.add_argument(
+        "--check-depths",
+        type=lambda text: [positive_count(n) for n in text.split(",")],
+        default=[100, 600, 2000],
+        help="phases of the 'check_depth' pipelines, comma-separated",
     )
     parser.add_argument("--out", default=str(HERE / "results" / "latest.json"))
     args = parser.parse_args()

@@ -9,12 +9,13 @@ first that applies returns its decisions, each naming the rule and saying why in
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from interlock.core import events as ev
+from interlock.core.context import Context
 from interlock.core.expressions import ExpressionError, evaluate
 from interlock.core.review import revisions
 from interlock.core.state import (
@@ -68,7 +69,7 @@ class Decision:
     why: str
 
 
-Evaluator = Callable[[str, dict[str, Any]], bool]
+Evaluator = Callable[[str, Mapping[str, Any]], bool]
 """How conditions are evaluated; `check` passes one that explores every outcome."""
 
 
@@ -472,26 +473,28 @@ def _branch(
     return decisions
 
 
-def expression_context(state: RunState, pipeline: Pipeline | None = None) -> dict[str, Any]:
-    """What conditions may read: topic, inputs, visit counts, the budget spent and left, and
-    each role's extracted values."""
-    visits = dict(state.visits)
-    if pipeline is not None:
+def expression_context(state: RunState, pipeline: Pipeline | None = None) -> Context:
+    """What conditions may read: topic, inputs, visit counts, the budget spent and left, the
+    signals received, and each role's extracted values. Each is looked up when a condition
+    reads it (`interlock.core.context`), so a branch costs what it reads, not the run's size.
+    """
+
+    def visits() -> dict[str, int]:
+        if pipeline is None:
+            return dict(state.visits)
         # A phase that has not run yet counts 0 visits, so `visits.fix < 2` works before it ran.
-        visits = {p.id: state.visits.get(p.id, 0) for p in pipeline.phases}
-    context: dict[str, Any] = {
-        "topic": state.topic,
-        "inputs": dict(state.inputs),
-        "visits": visits,
-        "roles": {role: dict(values) for role, values in state.values.items()},
-        "feedback": state.feedback,
-        "budget": budget_values(state, pipeline),
-        "signals": signal_values(pipeline, state),
-    }
-    for role, values in state.values.items():
-        if role.isidentifier() and role not in context:
-            context[role] = dict(values)
-    return context
+        return dict.fromkeys(pipeline.phase_ids, 0) | state.visits
+
+    return Context(
+        state.values,
+        topic=lambda: state.topic,
+        inputs=lambda: state.inputs,
+        visits=visits,
+        roles=lambda: state.values,
+        feedback=lambda: state.feedback,
+        budget=lambda: budget_values(state, pipeline),
+        signals=lambda: signal_values(pipeline, state),
+    )
 
 
 def budget_values(state: RunState, pipeline: Pipeline | None = None) -> dict[str, Any]:

@@ -19,14 +19,16 @@ and tasks whose workers are alike (same executor, timeouts, retries, backoff, mo
 interchangeable (symmetry): the first of each kind lives every life; then all untouched tasks
 complete in one step. A phase of 10,000 alike workers then costs a handful of states, and the
 same problems are found as by the full search (`reduce=False`), which tests compare.
+
+Each trial is a lean fork (`interlock.core.trial`): it keeps only what the table reads and
+shares the history until it writes to it, so a phase costs the same late in a pipeline of
+thousands of phases as early in a short one.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import operator
 from collections import deque
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +45,7 @@ from interlock.core.state import (
     apply,
     artifact_name,
 )
+from interlock.core.trial import Digested, SharedWrite, fork, track
 from interlock.core.workflow import Extract, Pipeline, Worker
 
 PLACEHOLDER_ITEMS = 2  # a fan-out list long enough to show lanes and the concurrency cap
@@ -103,8 +106,8 @@ class _Forced:
         self.asked = 0
         self.sources: list[str] = []  # the conditions evaluated (for what reads signals)
 
-    def __call__(self, source: str, context: dict[str, Any]) -> bool:
-        missing = compile_expression(source).names - context.keys()
+    def __call__(self, source: str, context: Mapping[str, Any]) -> bool:
+        missing = {n for n in compile_expression(source).names if n not in context}
         if missing:
             raise ExpressionError(
                 f"expression {source!r} reads {', '.join(sorted(missing))}, which has no value yet"
@@ -131,6 +134,7 @@ class _Search:
     progress: Progress | None = None
     overflow: int = 0  # new states refused by `max_states`
     kinds: dict[str, Hashable] = field(default_factory=dict)  # role -> kind of worker
+    visit_limit: int = 0  # more visits to one phase than this: a loop nothing ends
     seen: set[Hashable] = field(default_factory=set)
     frontier: deque[_Node] = field(default_factory=deque)
     problems: dict[str, None] = field(default_factory=dict)  # ordered and without repeats
@@ -152,7 +156,9 @@ class _Search:
             ):
                 self.problem(f"a run can fail on a path where {decision.why}")
         state = node.state
-        self.reached |= set(state.visits)
+        assert isinstance(state.visits, Digested) and isinstance(state.values, Digested)
+        written = state.visits.written  # since the parent, whose own were looked at before
+        self.reached.update(written)
         signature = _signature(state)
         if signature in self.seen:
             return
@@ -168,14 +174,14 @@ class _Search:
             self.delivered = True
         if state.status.ended:
             return
-        limit = _visit_limit(self.pipeline)
-        for phase, count in state.visits.items():
-            if count > limit:
-                self.problem(
-                    f"phase {phase!r}: a path visits it more than {limit} times; a loop through "
-                    "it is not ended by any max_visits"
-                )
-                return
+        limit = self.visit_limit
+        phase = next((p for p in written if state.visits[p] > limit), None)
+        if phase is not None:
+            self.problem(
+                f"phase {phase!r}: a path visits it more than {limit} times; a loop through "
+                "it is not ended by any max_visits"
+            )
+            return
         why = stuck_reason(self.pipeline, state, node.clock)
         if why is not None:
             self.problem(why)
@@ -208,6 +214,7 @@ def explore(
         pipeline = definition_pipeline
     search = _Search(pipeline, f"pipeline {name!r}, " if name else "", max_states, reduce, progress)
     search.kinds = {w.role: _kind(w) for p in pipeline.phases for w in p.workers}
+    search.visit_limit = _visit_limit(pipeline)
     start = RunState()
     inputs = {k: v.default for k, v in pipeline.inputs.items() if v.default is not None}
     apply(
@@ -221,6 +228,7 @@ def explore(
             inputs=inputs,
         ),
     )
+    track(start)
     for settled, decisions in _settle_all(search, start, (), 0.0):
         search.add(_Node(settled, 0.0), decisions)
     moves = _reduced_moves if reduce else _moves
@@ -280,12 +288,10 @@ def _settle_all(
     pending: list[list[bool]] = [[]]
     while pending:
         outcomes = pending.pop()
-        trial = _fork(state)
-        for event in events:
-            apply(trial, event)
-        forced = _Forced(outcomes)
         try:
-            decisions = settle(search.pipeline, trial, now, evaluator=forced)
+            trial, decisions, conditions = _settle_one(
+                search.pipeline, state, events, now, outcomes
+            )
         except _NeedChoice:
             pending += [[*outcomes, False], [*outcomes, True]]
             continue
@@ -294,7 +300,7 @@ def _settle_all(
             search.problem(f"{where}: the engine cannot go on: {type(exc).__name__}: {exc}")
             continue
         if trial.signals:
-            _note_signal_reads(search, trial, decisions, forced.sources)
+            _note_signal_reads(search, trial, decisions, conditions)
         yield trial, decisions
 
 
@@ -314,28 +320,28 @@ def _note_signal_reads(
         search.used |= signals_read(text) & state.signals.keys()
 
 
-def _fork(state: RunState) -> RunState:
-    """`state.copy()`, sharing completed tasks: no event the explorer applies changes them.
-
-    Copying only the open tasks keeps each trial cheap in runs that have done a lot already,
-    and each open task is copied field by field: a phase of 10,000 tasks forks in milliseconds.
-    """
-    everything = state.tasks
-    state.tasks = {}
-    try:
-        clone = state.copy()
-    finally:
-        state.tasks = everything
-    completed = TaskStatus.COMPLETED
-    clone.tasks = {  # dispatch order kept
-        k: t if t.status is completed else TaskState(*_TASK_FIELDS(t))
-        for k, t in everything.items()
-    }
-    return clone
-
-
-# Every field of a task, in the order its constructor takes them (~6x faster than replace()).
-_TASK_FIELDS = operator.attrgetter(*(f.name for f in dataclasses.fields(TaskState)))
+def _settle_one(
+    pipeline: Pipeline,
+    state: RunState,
+    events: Sequence[ev.Event],
+    now: float,
+    outcomes: list[bool],
+) -> tuple[RunState, list[Decision], list[str]]:
+    """Fork `state`, apply `events` and settle: the trial, its decisions and the conditions
+    it evaluated. A trial that writes to the history it shares with `state` (`trial.fork`)
+    starts again with its own copy of that part."""
+    own: set[str] = set()
+    while True:
+        trial = fork(state, own)
+        forced = _Forced(outcomes)
+        try:
+            for event in events:
+                apply(trial, event)
+            return trial, settle(pipeline, trial, now, evaluator=forced), forced.sources
+        except SharedWrite as write:
+            if write.name in own:
+                raise
+            own.add(write.name)
 
 
 Move = tuple[Sequence[ev.Event], float]  # observations at one instant (none: time passes)
@@ -494,6 +500,9 @@ def _signature(state: RunState) -> Hashable:
     waiting = None if state.waiting is None else (state.waiting.gate, state.waiting.signal)
     # A completed task never runs again: how many attempts it took no longer matters. Whether a
     # failure was retryable is settled into the next attempt number before a state is kept.
+    # The tasks are those of the current visit and the open ones (`trial.fork`); the history
+    # enters by its digests, so a key costs the same early and late in a long pipeline.
+    assert isinstance(state.visits, Digested) and isinstance(state.values, Digested)
     tasks = tuple(
         sorted(
             (t.task_id, "completed")
@@ -508,9 +517,9 @@ def _signature(state: RunState) -> Hashable:
         state.pause_reason,
         state.budget_waived,
         position,
-        tuple(sorted(state.visits.items())),
+        state.visits.digest,
         tasks,
-        tuple(sorted(state.values)),
+        state.values.digest,  # which roles have values (not the placeholder values)
         waiting,
         tuple(s.name for s in state.inbox),
         tuple(sorted((k, v is None) for k, v in state.signals.items())),

@@ -18,7 +18,7 @@ phase's tasks do not run: it goes straight to its `next` rules. Pure: no I/O, no
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from celpy import celtypes
@@ -64,7 +64,7 @@ def decide_wait(
     pipeline: Pipeline,
     state: RunState,
     now: float,
-    context: Callable[[], dict[str, Any]],
+    context: Callable[[], Mapping[str, Any]],
     *,
     exploring: bool = False,
 ) -> list[Row] | None:
@@ -94,7 +94,7 @@ def _start(
     visit: int,
     gate: str,
     now: float,
-    context: Callable[[], dict[str, Any]],
+    context: Callable[[], Mapping[str, Any]],
     exploring: bool,
 ) -> Row:
     if gate == "delay":
@@ -190,16 +190,16 @@ def signal_values(pipeline: Pipeline | None, state: RunState) -> dict[str, Any]:
     return values
 
 
-def start_time(source: str, context: dict[str, Any]) -> float:
+def start_time(source: str, context: Mapping[str, Any]) -> float:
     """The epoch seconds a `not_before` expression gives (a timestamp, RFC 3339 text with a
     time zone, or a number of epoch seconds)."""
     compiled = compile_expression(source)
-    missing = compiled.names - context.keys()
+    missing = {n for n in compiled.names if n not in context}
     if missing:
         raise ExpressionError(
             f"expression {source!r} reads {', '.join(sorted(missing))}, which has no value"
         )
-    activation = {k: json_to_cel(v) for k, v in context.items() if k in compiled.names}
+    activation = {k: json_to_cel(context[k]) for k in compiled.names if k in context}
     try:
         value = compiled.program.evaluate(activation)
     except Exception as exc:  # CEL raises its own error types; all mean "cannot evaluate"

@@ -8,6 +8,7 @@ A workflow file maps pipeline names to pipelines. These models check the shape o
 from __future__ import annotations
 
 import re
+from collections.abc import KeysView
 from functools import cached_property
 from typing import Annotated, Any, Literal
 
@@ -505,6 +506,11 @@ class Pipeline(_Model):
     def writers(self) -> dict[str, str]:
         """Output file name -> the role that writes it."""
         return {w.output_name: w.role for p in self.phases for w in p.workers}
+
+    @property
+    def phase_ids(self) -> KeysView[str]:
+        """Every phase's id, in file order."""
+        return self._phase_positions.keys()
 
     def phase(self, phase_id: str) -> Phase:
         """The phase named `phase_id` (KeyError if none)."""
