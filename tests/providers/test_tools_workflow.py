@@ -134,3 +134,20 @@ def test_an_edited_tool_server_script_changes_the_workers_identity(tmp_path: Pat
     assert worker_part(worker, before, {}) != worker_part(worker, after, {})
     plain = parse("      model: m\n")
     assert not any("tool_files" in part for part in model_identity(models, plain, tmp_path))
+
+
+def test_check_warns_when_a_tool_server_command_is_not_found(tmp_path: Path) -> None:
+    """A stdio server command found neither on PATH nor beside the workflow is a warning
+    (the host that runs the pipeline may have it); one that is found says nothing."""
+    flow = tmp_path / "flow.yaml"
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "server.sh").write_text("#!/bin/sh\n")
+    workers = (
+        "      model: m\n      tools: [{mcp: [no-such-mcp-server-here]}, "
+        "{mcp: [tools/server.sh]}, {mcp: [python, server.py]}]\n"
+    )
+    flow.write_text(HEAD + workers)
+    result = CliRunner().invoke(cli, ["--home", str(tmp_path / "home"), "check", str(flow)])
+    assert result.exit_code == 0, result.output
+    warned = [line for line in result.output.splitlines() if "is not found on PATH" in line]
+    assert len(warned) == 1 and "'no-such-mcp-server-here'" in warned[0]

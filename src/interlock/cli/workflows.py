@@ -129,14 +129,20 @@ def check(
     from interlock.core.explore import explore
     from interlock.core.loader import load_workflow
     from interlock.providers import ModelConfig
-    from interlock.providers.checks import price_warnings, settings_problems, tool_problems
+    from interlock.providers.checks import (
+        price_warnings,
+        settings_problems,
+        tool_problems,
+        tool_warnings,
+    )
     from interlock.runtime.home import Home
     from interlock.runtime.orchestrator import model_aliases
 
     workflow = load_workflow(file)
     problems: list[str] = []
     warnings: list[str] = []
-    priced: list[str] = []  # models without a price under a cost budget
+    # Models without a price under a cost budget, tool server commands not found.
+    priced: list[str] = []
     quotes = []
     try:
         config = ModelConfig.load([Path(file).parent.absolute(), Home.at(ctx.home).root])
@@ -159,6 +165,7 @@ def check(
         problems += settings_problems(name, definition.pipeline, config)
         problems += tool_problems(name, definition.pipeline, config)
         priced += price_warnings(name, definition.pipeline, config)
+        priced += tool_warnings(name, definition.pipeline, Path(file).parent.absolute())
         if cost or definition.pipeline.budget is not None:
             quotes.append((quote_of(definition, config, report=report), definition))
     for warning in [*warnings, *priced]:

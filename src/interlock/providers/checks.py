@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 from interlock.core.workflow import Pipeline
 from interlock.providers.config import ModelConfig
 from interlock.providers.request import unsupported
@@ -88,3 +91,23 @@ def tool_problems(name: str, pipeline: Pipeline, config: ModelConfig) -> list[st
                         "worker's tools: use a model served over the OpenAI or Anthropic API"
                     )
     return problems
+
+
+def tool_warnings(name: str, pipeline: Pipeline, folder: Path) -> list[str]:
+    """Stdio tool servers whose command is not found here (nor in `folder`, where they
+    start): a warning, since the host that runs the pipeline may have it."""
+    warnings: list[str] = []
+    for phase in pipeline.phases:
+        for worker in phase.workers:
+            for server in worker.tools:
+                if server.mcp is None:
+                    continue
+                command = server.mcp[0]
+                local = folder / command if "/" in command else None
+                if shutil.which(command) is None and not (local and local.is_file()):
+                    place = f"pipeline {name!r}, phase {phase.id!r}, worker {worker.role!r}"
+                    warnings.append(
+                        f"{place}: tool server command {command!r} is not found on PATH; the "
+                        "worker's attempts fail unless the host that runs them has it"
+                    )
+    return warnings
