@@ -95,3 +95,12 @@ def test_a_run_waiting_for_a_slot_is_listed_as_waiting_and_says_for_what() -> No
         [created, ev.SlotAwaited(at=2.0, key="acme", limit=1), ev.SlotTaken(at=3.0, key="acme")]
     )
     assert listed_status(state) == "running" and waiting_view(state) is None
+
+
+def test_many_waiting_runs_ask_for_slots_less_often() -> None:
+    """Half a second between asks, stretched so that one orchestrator's waiting runs ask
+    about a hundred times a second together, not more."""
+    from interlock.runtime.slots import slot_poll
+
+    assert slot_poll(1) == slot_poll(50) == 0.5
+    assert slot_poll(1000) == 10.0

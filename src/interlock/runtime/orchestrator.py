@@ -46,7 +46,7 @@ from interlock.runtime.models import ModelRunner
 from interlock.runtime.processes import holder_is_dead as holder_is_dead
 from interlock.runtime.processes import reap
 from interlock.runtime.reuse import Reuser, SourceRun
-from interlock.runtime.slots import SLOT_POLL_S, awaiting, slot_key, take_slot
+from interlock.runtime.slots import awaiting, slot_key, slot_poll, take_slot
 from interlock.runtime.superseded import mark_superseded
 from interlock.storage.base import (
     AppendBatch,
@@ -118,6 +118,7 @@ class Orchestrator:
         self._wake_at: dict[str, float] = {}
         self._next_housekeeping = 0.0  # commands and leases are looked at every heartbeat
         self._warnings: dict[str, list[str]] = {}
+        self._slot_waiters: set[str] = set()  # runs asking for a slot of their key
         self._releases: list[Lease] = []  # ended runs' leases, released in batches
         self._releases_since = 0.0  # when the oldest of them was set aside
         self._full = DiskFullBackoff(self.settings.disk_full_wait)
@@ -520,8 +521,11 @@ class Orchestrator:
             return []
         taken = take_slot(self.store, driver.definition, driver.state, now)
         if taken is None:
-            self.wake_at(now + SLOT_POLL_S, driver)
+            self._slot_waiters.add(driver.run_id)
+            self._slot_waiters &= self.drivers.keys()  # forget runs let go meanwhile
+            self.wake_at(now + slot_poll(len(self._slot_waiters)), driver)
             return awaiting(driver.definition, driver.state, now)
+        self._slot_waiters.discard(driver.run_id)
         return [taken]
 
     def _write_outputs(self, drivers: list[RunDriver]) -> None:

@@ -4,8 +4,9 @@ The key (a CEL expression over topic and inputs) is computed when the run is cre
 error there refuses the run. The engine waits before a run's first phase until `SlotTaken`
 is recorded (`interlock.core.decide.waits_for_slot`); the orchestrator asks the store for a
 slot (`Store.take_slot`, atomic across every orchestrator of the store) each time it looks
-at the run, and again every `SLOT_POLL_S` while there is none. Within a key runs start in
-the order they were created; runs of different keys never wait for each other.
+at the run, and again every `SLOT_POLL_S` while there is none (less often when many wait).
+Within a key runs start in the order they were created; runs of different keys never wait
+for each other.
 """
 
 from __future__ import annotations
@@ -24,6 +25,13 @@ from interlock.storage.base import NewEvent, Store
 
 log = logging.getLogger("interlock.runtime")
 SLOT_POLL_S = 0.5  # how often a run waiting for a slot asks again
+SLOT_ASKS_PER_S = 100  # at most, from one orchestrator, however many runs it holds wait
+
+
+def slot_poll(waiting: int) -> float:
+    """Seconds before a waiting run asks again, when `waiting` runs of one orchestrator wait:
+    SLOT_POLL_S, or longer so that their asks stay near SLOT_ASKS_PER_S together."""
+    return max(SLOT_POLL_S, waiting / SLOT_ASKS_PER_S)
 
 
 def slot_key(definition: Definition, topic: str, inputs: Mapping[str, Any]) -> str | None:
