@@ -84,7 +84,7 @@ def call(base: str, path: str, body: dict[str, Any] | None = None) -> Any:
 
 
 def wait_for(base: str, run_id: str, *statuses: str) -> None:
-    for _ in range(300):
+    for _ in range(1200):  # a loaded machine can take a while
         if call(base, f"/api/runs/{run_id}")["status"] in statuses:
             return
         time.sleep(0.1)

@@ -93,7 +93,8 @@ def test_review_controls_edit_reject_approve_rerun(
 ) -> None:
     """At a pause the draft is edited in place, the run is sent back to its phase with
     feedback (typed text surviving the redraws while it works), approved with a note once it
-    pauses again, and rerun from its last phase, which reuses the draft: with auth on and off."""
+    pauses again, rerun from its last phase (which reuses the draft) and forked with a new
+    topic (which reuses nothing): with auth on and off."""
     HOLD.set()
     server = make_server(auth_secret=SECRET) if auth else make_server()
     operator = token(["read", "operate"])
@@ -136,6 +137,11 @@ def test_review_controls_edit_reject_approve_rerun(
     expect(page).not_to_have_url(re.compile(f"{run_id}$"))
     expect(page.locator("h1 .pill")).to_have_text(re.compile("paused|delivered"))
     expect(page.locator(".tl-bar.o-reused")).to_have_count(1)
+    page.goto(f"{server.url}/ui/#/runs/{run_id}")
+    page.fill("#rerun-topic", "Reefs, a fork")  # a new topic: nothing matches, all runs again
+    page.click("#rerun")
+    expect(page.get_by_text("Reefs, a fork", exact=True)).to_be_visible()
+    expect(page.locator(".tl-bar.o-reused")).to_have_count(0)
     assert page.errors == []  # type: ignore[attr-defined]
 
 
@@ -173,4 +179,65 @@ def test_waiting_run_shows_its_wait_and_takes_a_signal(
     page.click("#send-signal")
     expect(page.locator("h1 .pill")).to_have_text("delivered")
     expect(page.locator(".tl-pause.tl-wait")).to_have_count(1)
+    assert page.errors == []  # type: ignore[attr-defined]
+
+
+UNNAMED = re.compile(
+    r"^\s*- (button|textbox|combobox|checkbox|link|searchbox|spinbutton)\s*(\[.*\])?:?\s*$"
+)
+CONTRAST = """() => {
+  const rgb = (c) => c.match(/[\\d.]+/g).slice(0, 4).map(Number);
+  const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+  const lum = ([r, g, b]) => 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+  const back = (e) => {
+    for (; e; e = e.parentElement) {
+      const c = rgb(getComputedStyle(e).backgroundColor);
+      if (c.length < 4 || c[3] > 0.9) return c;
+    }
+    return [255, 255, 255];
+  };
+  const worst = {};
+  const texts = ["body", "h1", "h2", ".muted", ".tl-label", ".pill", "th", "td", ".warn", "code"];
+  for (const sel of [...texts, "button"]) {
+    for (const e of document.querySelectorAll(sel)) {
+      if (!e.offsetParent || !e.textContent.trim()) continue;
+      const a = lum(rgb(getComputedStyle(e).color)), b = lum(back(e));
+      const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+      worst[sel] = Math.min(worst[sel] || 99, ratio);
+    }
+  }
+  return worst;
+}"""
+
+
+@pytest.mark.parametrize("dark", [False, True], ids=["light", "dark"])
+def test_keyboard_reaches_every_control_with_a_name_and_text_is_readable(
+    browser: Browser, make_server: ServerFactory, dark: bool
+) -> None:
+    """On a paused run every control is reached with Tab alone (approve, note, cancel, the
+    send-back form, output tabs, edit, the timeline's bars, the graph's workers), no button,
+    field or link lacks an accessible name, and text contrasts with its background at 4.5:1
+    or more (3:1 for the bold status pills), in light and dark mode."""
+    server = make_server()
+    run_id = server.start_run("review", "Reachable")
+    server.wait_status(run_id, "paused")
+    page = open_page(browser, f"{server.url}/ui/#/runs/{run_id}", dark=dark)
+    expect(page.locator(".g-node[role=button]")).to_have_count(1)
+    reached: set[str] = set()
+    for _ in range(60):
+        page.keyboard.press("Tab")
+        reached.add(
+            page.evaluate(
+                "(() => { const e = document.activeElement;"
+                " return e.id || e.className.baseVal || e.className || e.tagName; })()"
+            )
+        )
+    for wanted in ("note", "approve", "cancel", "reject-to", "feedback", "reject", "edit-output"):
+        assert wanted in reached, (wanted, reached)
+    assert "g-node-drafter" in reached and any("tl-bar" in r for r in reached), reached
+    snapshot = page.locator("body").aria_snapshot()
+    unnamed = [line for line in snapshot.splitlines() if UNNAMED.match(line)]
+    assert unnamed == [], unnamed
+    for selector, ratio in page.evaluate(CONTRAST).items():
+        assert ratio >= (3 if selector == ".pill" else 4.5), (selector, ratio)
     assert page.errors == []  # type: ignore[attr-defined]

@@ -42,6 +42,7 @@ function rerunPanel(run) {
       h("select", { id: "rerun-from", onchange: (e) => { page.typed.rerunFrom = e.target.value; } },
         h("option", { value: "" }, "wherever inputs changed (reuse the rest)"),
         run.phases.map((p) => h("option", { value: p.id, selected: p.id === page.typed.rerunFrom }, `phase ${p.id}`))),
+      typed("rerunTopic", { id: "rerun-topic", placeholder: "new topic (optional: a fork)", size: 30, "aria-label": "Topic of the new run" }),
       h("button", { id: "rerun", type: "submit" }, "Rerun"),
       h("span", { class: "muted" }, "Tasks before that phase whose inputs match are reused at no cost.")));
 }
@@ -71,7 +72,9 @@ function reject(event) {
 function rerun(event) {
   event.preventDefault();
   const from = document.getElementById("rerun-from").value;
-  send("rerun", from ? { from_phase: from } : {}, (run) => { toast(`Rerun ${run.run_id} started`); location.hash = `#/runs/${run.run_id}`; });
+  const topic = (page.typed.rerunTopic || "").trim();
+  const body = { ...(from ? { from_phase: from } : {}), ...(topic ? { topic } : {}) };
+  send("rerun", body, (run) => { toast(`Rerun ${run.run_id} started`); location.hash = `#/runs/${run.run_id}`; });
 }
 
 function askCancel() {
