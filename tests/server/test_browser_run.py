@@ -21,10 +21,15 @@ def test_timeline_bars_open_attempt_detail_by_keyboard(
 ) -> None:
     """The timeline is a labelled region with a bar per attempt (a retried one and its
     successful retry in one row); Enter on a bar opens its detail with the command's stderr,
-    a model attempt's detail shows its exact prompt and tokens, and Escape closes it."""
+    a model attempt's detail shows its exact prompt, tokens and tool transcript, and Escape
+    closes it."""
     server = make_server(workflows=[write_workflow(tmp_path, FLOW)])
     run_id = server.start_run("flaky", "Tide tables")
     server.wait_status(run_id, "delivered")
+    prompts = server.service.home.run_dir(run_id) / "prompts"
+    (prompts / "author@1.1.tools.md").write_text(
+        "# Turn 1: model (tool_calls)\n\n## Call `lookup`\n"
+    )
     page = open_page(browser, f"{server.url}/ui/#/runs/{run_id}")
     timeline = page.get_by_role("region", name="Timeline of 3 attempts", exact=False)
     expect(timeline).to_be_visible()
@@ -47,6 +52,7 @@ def test_timeline_bars_open_attempt_detail_by_keyboard(
     expect(detail.locator("#attempt-user")).to_contain_text("Write about Tide tables")
     expect(detail).to_contain_text("in ·")
     expect(detail.locator("#attempt-answer")).not_to_be_empty()
+    expect(detail.get_by_role("region", name="Tool calls")).to_contain_text("Call `lookup`")
     SHOTS.mkdir(exist_ok=True)
     page.screenshot(path=str(SHOTS / "attempt.png"))
     page.keyboard.press("Escape")

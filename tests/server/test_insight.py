@@ -7,6 +7,8 @@ from pathlib import Path
 from tests.server.conftest import ServerFactory
 from tests.server.helpers import write_workflow
 
+from interlock.server.attempts import Attempt
+
 FLOW = """
 flaky:
   budget: {max_cost_usd: 10}
@@ -146,3 +148,25 @@ def test_a_wait_for_a_signal_is_a_span_of_the_timeline(make_server: ServerFactor
     (wait,) = server.http.get(f"/api/runs/{run_id}/attempts").json()["pauses"]
     assert wait["kind"] == "wait" and wait["reason"] == "signal payment"
     assert wait["phase"] == "ship" and wait["how"] == "signal" and wait["end"]
+
+
+def test_detail_gives_a_tool_transcript_masked_and_counts_tool_calls(
+    make_server: ServerFactory,
+) -> None:
+    """An attempt's tool transcript (kept beside its prompt) is in its detail with anything
+    shaped like a key masked, and the tool calls and model turns its calls reported add up."""
+    server = make_server()
+    run_id = server.start_run("modelled", "Tools")
+    server.wait_status(run_id, "delivered")
+    (author,) = server.http.get(f"/api/runs/{run_id}/attempts").json()["attempts"]
+    assert author["tool_calls"] is None  # no tool loop
+    prompts = server.service.home.run_dir(run_id) / "prompts"
+    key = "sk-" + "a1b2c3d4" * 6
+    (prompts / "author@1.1.tools.md").write_text(f"## Call `search`\n\nkey {key}\n")
+    detail = server.http.get(f"/api/runs/{run_id}/attempts/{author['seq']}").json()
+    assert "## Call `search`" in detail["tools"] and key not in detail["tools"]
+    attempt = Attempt(
+        seq=1, task_id="t@1", phase="p", role="t", visit=1, item=None, attempt=1, model="m",
+        queued_at=0.0, usage=[{"turns": 2, "tool_calls": 3}, {"turns": 1, "tool_calls": 1}],
+    )  # fmt: skip
+    assert attempt.as_dict()["tool_calls"] == 4 and attempt.as_dict()["turns"] == 3

@@ -84,6 +84,10 @@ class Attempt:
             if self.usage
             else None,
             "estimated": any(u.get("estimated") for u in self.usage),
+            # A tool loop's model calls and the tools it called (its transcript is in the
+            # attempt's detail).
+            "turns": sum(int(u.get("turns") or 0) for u in self.usage) or None,
+            "tool_calls": sum(int(u.get("tool_calls") or 0) for u in self.usage) or None,
             "cost_usd": round(self.cost(), 6),
             "tokens": self.tokens(),
             "error": self.error,

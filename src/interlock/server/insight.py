@@ -60,7 +60,8 @@ async def attempts(svc: Svc, _: Reader, run_id: str) -> dict[str, Any]:
 @router.get("/runs/{run_id}/attempts/{seq}")
 async def attempt_detail(svc: Svc, _: Reader, run_id: str, seq: int) -> dict[str, Any]:
     """One attempt (named by the seq of its dispatch) with the exact prompt it was sent
-    (system and user), its answer, and a command's stdout and stderr."""
+    (system and user), a tool loop's transcript, its answer, and a command's stdout and
+    stderr."""
     run_id, events = _history(svc, run_id)
     found = next((a for a in timeline(events).attempts if a.seq == seq), None)
     if found is None:
@@ -74,6 +75,8 @@ async def attempt_detail(svc: Svc, _: Reader, run_id: str, seq: int) -> dict[str
     prompt = _read(svc, directory, f"prompts/{stem}.md", TEXT_LIMIT, tail=False)
     detail = found.as_dict()
     detail["prompt"] = _split_prompt(prompt) if prompt is not None else None
+    # A worker with `tools:` keeps its tool loop (each model turn, call and result) beside it.
+    detail["tools"] = _read(svc, directory, f"prompts/{stem}.tools.md", TEXT_LIMIT, tail=False)
     detail["answer"] = None
     if found.artifact:
         # The output as it stands (after an edit, the edited text): only a served file.

@@ -120,6 +120,7 @@ function attemptDetail(a) {
     row("model", a.model ? `${a.model}${a.alias && a.alias !== a.model ? ` (as ${a.alias})` : ""}` : null), row("provider", a.provider),
     row("tokens", tokenText(a.tokens)), row("cost", a.cost_usd ? `$${a.cost_usd.toFixed(6)}${a.estimated ? " (estimated)" : ""}` : null),
     row("latency", a.latency_s !== null ? seconds(a.latency_s) : null), row("finish reason", a.finish_reason),
+    row("tool calls", a.tool_calls ? `${a.tool_calls} over ${a.turns} model turns` : null),
     row("queued", a.queued_at), row("started", a.started_at), row("finished", a.finished_at),
     row("waited", a.queued_s !== null ? seconds(a.queued_s) : null), row("ran", a.duration_s !== null ? seconds(a.duration_s) : null),
     row("worker", a.worker), row("output", a.output), row("reused from", from), row("retry at", a.retry_at),
@@ -129,7 +130,8 @@ function attemptDetail(a) {
   const values = Object.keys(a.values || {}).length ? JSON.stringify(a.values, null, 2) : null;
   const parts = [facts, block("Extracted values", values, "attempt-values")];
   if (a.prompt) parts.push(block("System prompt", a.prompt.system, "attempt-system"), block("User prompt", a.prompt.user, "attempt-user"));
-  parts.push(block(a.edits.length ? "Answer (as edited)" : "Answer", a.answer, "attempt-answer"),
+  parts.push(block("Tool calls", a.tools, "attempt-tools"),
+    block(a.edits.length ? "Answer (as edited)" : "Answer", a.answer, "attempt-answer"),
     block("stdout", a.logs.stdout, "attempt-stdout"), block("stderr", a.logs.stderr, "attempt-stderr"));
   if (!a.prompt && !a.answer && !a.logs.stdout && !a.logs.stderr) parts.push(h("p", { class: "muted" }, "No prompt, answer or log was kept for this attempt."));
   return parts.filter(Boolean);
