@@ -8,7 +8,7 @@ worker's `params` applied, as the runtime would call the model.
 from __future__ import annotations
 
 from interlock.core.quote import ModelTerms
-from interlock.core.workflow import Pipeline
+from interlock.core.workflow import Pipeline, Worker
 from interlock.providers.config import ConfigError, ModelConfig
 from interlock.providers.settings import ResolvedModel
 
@@ -16,23 +16,32 @@ from interlock.providers.settings import ResolvedModel
 def model_terms(pipeline: Pipeline, config: ModelConfig) -> dict[tuple[str, str], ModelTerms]:
     """(role, alias) -> ModelTerms, for every model (fallbacks included) of every worker."""
     terms: dict[tuple[str, str], ModelTerms] = {}
+    # Workers calling one alias with the same params share terms: resolve each pair once
+    # (a phase of thousands of alike workers quotes in a moment).
+    known: dict[tuple[str, str | None], ModelTerms] = {}
     for phase in pipeline.phases:
         for worker in phase.workers:
             if worker.model is None:
                 continue
+            params = worker.params.model_dump_json() if worker.params is not None else None
             for alias in (worker.model, *worker.fallback_models):
-                try:
-                    resolved = config.resolve(alias).with_params(worker.params)
-                except ConfigError:
-                    terms[(worker.role, alias)] = ModelTerms(
-                        input_usd_per_mtok=None,
-                        output_usd_per_mtok=None,
-                        max_output_tokens=None,
-                        unlimited_why=f"the alias is not configured: add [models.{alias}]",
-                    )
-                    continue
-                terms[(worker.role, alias)] = _terms(resolved, config)
+                if (alias, params) not in known:
+                    known[(alias, params)] = _resolved_terms(alias, worker, config)
+                terms[(worker.role, alias)] = known[(alias, params)]
     return terms
+
+
+def _resolved_terms(alias: str, worker: Worker, config: ModelConfig) -> ModelTerms:
+    try:
+        resolved = config.resolve(alias).with_params(worker.params)
+    except ConfigError:
+        return ModelTerms(
+            input_usd_per_mtok=None,
+            output_usd_per_mtok=None,
+            max_output_tokens=None,
+            unlimited_why=f"the alias is not configured: add [models.{alias}]",
+        )
+    return _terms(resolved, config)
 
 
 def _terms(model: ResolvedModel, config: ModelConfig) -> ModelTerms:
