@@ -30,7 +30,7 @@ def test_init_lists_its_templates() -> None:
     code, stdout, _ = invoke("init", "--list")
     assert code == 0
     names = [line.split()[0] for line in stdout.splitlines()]
-    assert names == ["research", "review-loop", "fan-out", "approval"]
+    assert names == ["research", "review-loop", "fan-out", "approval", "signal"]
     assert "pipeline 'review': Draft, review with a score" in stdout
 
 
@@ -63,7 +63,8 @@ def test_init_with_an_unknown_template_lists_the_known_ones(tmp_path: Path) -> N
     """A template name that does not exist is exit 2 naming the ones that do."""
     code, _, stderr = invoke("init", str(tmp_path / "x.yaml"), "--template", "reviw")
     assert code == 2
-    assert "no template 'reviw'; templates are research, review-loop, fan-out, approval" in stderr
+    known = "research, review-loop, fan-out, approval, signal"
+    assert f"no template 'reviw'; templates are {known}" in stderr
     assert not (tmp_path / "x.yaml").exists()
 
 

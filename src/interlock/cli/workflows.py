@@ -26,6 +26,7 @@ TEMPLATES = {
     "review-loop": "review-loop.yaml",
     "fan-out": "fan-out.yaml",
     "approval": "approval.yaml",
+    "signal": "signal.yaml",
 }
 DEFAULT_MAX_STATES = 100_000
 PROGRESS_AFTER_S = 3.0  # off a terminal, progress shows only on explorations this long

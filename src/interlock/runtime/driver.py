@@ -101,6 +101,7 @@ class RunDriver:
     reusing: set[str] = field(default_factory=set)  # tasks whose reuse awaits recording
     placing_reused: bool = False  # a reused output waits in `unwritten`
     reviewed: str | None = None  # "edit" or "reject" just recorded, not yet acted on
+    waits: set[str] = field(default_factory=set)  # signal/wait events recorded, not acted on
 
     @property
     def run_id(self) -> str:
@@ -165,8 +166,12 @@ class RunDriver:
                 consumed.append(record.id)
                 continue
             command = Command(kind=CommandKind(record.kind), message=record.message, by=record.by)
+            if command.kind is CommandKind.SIGNAL:
+                crash_point("before_record_signal")
             outcome = interpret_command(self.state, command, now)
             if isinstance(outcome, ev.Event):
+                if isinstance(outcome, ev.SignalReceived):
+                    self.waits.add("after_record_signal")
                 apply(self.state, outcome)
                 observed.append(NewEvent(event=outcome, why=f"{record.kind} from {record.by}"))
             else:
@@ -203,6 +208,11 @@ class RunDriver:
     def decide(self, now: float) -> list[NewEvent]:
         """Settle the engine on the current state (decisions are applied to state)."""
         decisions = settle(self.definition.pipeline, self.state, now)
+        for decision in decisions:
+            if isinstance(decision.event, ev.WaitStarted):
+                self.waits.add("after_record_wait")
+            elif isinstance(decision.event, ev.WaitEnded):
+                self.waits.add("after_end_wait")
         return [NewEvent(event=d.event, rule=d.rule.value, why=d.why) for d in decisions]
 
     def summary(self) -> RunSummary:
@@ -360,6 +370,9 @@ class RunDriver:
             crash_point("after_deliver")
         if self.reuser is not None and self.reuser.to_index:
             self.reuser.flush_index(state)
+        for point in sorted(self.waits):  # recorded, not yet acted on: resume repairs
+            crash_point(point)
+        self.waits.clear()
         if self.reviewed is not None:
             if self.reviewed == "reject":
                 crash_point("after_record_reject")  # recorded, its visit's tasks not started

@@ -32,6 +32,13 @@ REVIEW_CRASH_POINTS = (  # reached only by edits and rejections (tests/runtime/t
     "after_record_reject",  # a rejection was recorded, its new visit not yet started
 )
 
+WAIT_CRASH_POINTS = (  # reached only by signals and waits (tests/runtime/test_waits_crash)
+    "before_record_signal",  # a signal command is being turned into an event
+    "after_record_signal",  # a signal was recorded, not yet acted on
+    "after_record_wait",  # a wait (and its due time) was recorded, nothing acted on
+    "after_end_wait",  # a wait's end was recorded, the phase's tasks not yet started
+)
+
 _armed = os.environ.get("INTERLOCK_CRASH_AT") or None
 _name, _, _count = (_armed or "").partition(":")
 _remaining = int(_count or "1")

@@ -15,6 +15,7 @@ from interlock.core.state import RunState, RunStatus, TaskStatus, apply
 from interlock.core.workflow import Pipeline
 from interlock.sim.policy import PolicyChecker
 from interlock.sim.review import review_transition
+from interlock.sim.signals import WaitChecker
 
 
 @dataclass
@@ -42,6 +43,7 @@ class HistoryChecker:
     seen: int = 0
     problems: list[str] = field(default_factory=list)
     policy: PolicyChecker = field(init=False)
+    waits: WaitChecker = field(default_factory=WaitChecker)
 
     def __post_init__(self) -> None:
         self.policy = PolicyChecker(self.pipeline)
@@ -54,7 +56,8 @@ class HistoryChecker:
         where = f"seq {seq} {event.kind}"
         problem = self._transition(event)
         policy_problem = self.policy.problem(event)  # always: it keeps its own counts
-        problem = problem or policy_problem
+        wait_problem = self.waits.problem(event)  # so does this one
+        problem = problem or policy_problem or wait_problem
         if problem:
             self.problems.append(f"{where}: {problem}")
         apply(self.shadow, event)

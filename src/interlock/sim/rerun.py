@@ -72,7 +72,7 @@ def reuse_problems(history: list[ev.Event], source: RunState, from_phase: str | 
     problems = []
     reused: dict[str, ev.TaskReused] = {}
     ran: set[str] = set()
-    entered_from = False
+    entered_from = edited = False
     for event in history:
         if isinstance(event, ev.PhaseStarted) and event.phase == from_phase:
             entered_from = True
@@ -87,7 +87,9 @@ def reuse_problems(history: list[ev.Event], source: RunState, from_phase: str | 
                 problems.append(
                     f"{event.task_id} reused an output the source never completed as recorded"
                 )
-        elif isinstance(event, (ev.TaskStarted, ev.TaskCompleted)):
+        elif isinstance(event, ev.OutputEdited):
+            edited = True  # from here on, a reused task that read the edit runs again
+        elif isinstance(event, (ev.TaskStarted, ev.TaskCompleted)) and not edited:
             ran.add(event.task_id)
     for task_id in sorted(set(reused) & ran):
         problems.append(f"{task_id} was both reused and run")

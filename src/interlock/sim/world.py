@@ -25,9 +25,10 @@ from interlock.runtime.orchestrator import Orchestrator, Settings
 from interlock.sim.buggify import Buggify
 from interlock.sim.clock import SimClock
 from interlock.sim.invariants import HistoryChecker, end_problems
-from interlock.sim.pipelines import choose
+from interlock.sim.pipelines import CATALOG, choose, definition, wait_seed
 from interlock.sim.rerun import maybe_rerun
 from interlock.sim.review import maybe_review, review_end_problems, review_rng
+from interlock.sim.signals import SignalPeople
 from interlock.sim.store import FaultyStore
 from interlock.sim.workers import Scheduler, SimDispatcher
 from interlock.testing import MemoryStore
@@ -95,6 +96,8 @@ class Simulation:
         self.seed = seed
         self.rng = random.Random(seed)
         name, self.definition = choose(self.rng, pipeline)
+        if pipeline is None and wait_seed(seed):
+            name, self.definition = "waits", definition("waits", CATALOG["waits"])
         self.result = SimResult(seed=seed, pipeline=name)
         self.buggify = Buggify(self.rng, faults=faults)
         self.clock = SimClock()
@@ -109,6 +112,7 @@ class Simulation:
         self.orchestrator: Orchestrator | None = None
         self.leave_paused = self.buggify("leave_paused", 0.3)
         self.review_rng = review_rng(seed)
+        self.signal_people = SignalPeople.for_seed(seed, self.definition.pipeline, faults)
         self.creating = False
 
     # -- faults -------------------------------------------------------------------------------
@@ -212,6 +216,7 @@ class Simulation:
 
     def _people(self, orchestrator: Orchestrator, status: RunStatus) -> None:
         store = self.store
+        self.signal_people.act(self, orchestrator)
         if self.buggify("cancel", 0.005) and not status.ended:
             store.post_command(self.run_id, "cancel", "simulated cancel", "sim", self.clock())
         if status is not RunStatus.PAUSED or self.leave_paused:
@@ -242,7 +247,7 @@ class Simulation:
         now = self.clock()
         if orchestrator._dirty:
             return True  # the next iteration has work right away
-        wakes = [self.scheduler.next_time()]
+        wakes = [self.scheduler.next_time(), self.signal_people.next_time()]
         if orchestrator._timers:
             wakes.append(orchestrator._timers[0][0])
         if orchestrator._lazy or self.store.pending_commands(self.run_id):
@@ -253,10 +258,18 @@ class Simulation:
             if state.status is RunStatus.PAUSED and not self.leave_paused:
                 self.clock.advance_to(now + 1)  # somebody will approve
                 return True
+            waiting = state.waiting
+            if waiting is not None and self.signal_people.will_answer(waiting.signal):
+                self.clock.advance_to(now + 1)  # somebody will send the signal
+                return True
             return False
         # Never jump further than a third of the lease, as the real loop's heartbeat renews it.
         self.clock.advance_to(min(min(found), now + LEASE_TTL / 3))
         return True
+
+    def restart(self) -> None:
+        """The orchestrator dies now (a person's action crossed a crash)."""
+        self._restart()
 
     def _restart(self) -> None:
         """The orchestrator died: its workers die too; a new one waits out the lease."""
