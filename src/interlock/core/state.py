@@ -214,8 +214,10 @@ class RunState:
             if index >= len(heap) or heap[index][0] > until:
                 continue  # a heap's children are never earlier than their parent
             start, _, task_id = heap[index]
-            task = self.tasks[task_id]
-            if task.status in IN_FLIGHT and _began(task) == start:
+            # A fork for `check` keeps only open tasks and the current visit's: an entry of a
+            # task completed earlier may name one it does not hold.
+            task = self.tasks.get(task_id)
+            if task is not None and task.status in IN_FLIGHT and _began(task) == start:
                 found[task_id] = task
             stack += (2 * index + 1, 2 * index + 2)
         return sorted(found.values(), key=_by_order)
@@ -235,8 +237,8 @@ class RunState:
             if index >= len(heap) or heap[index][0] + shortest >= best:
                 continue
             start, _, task_id = heap[index]
-            task = self.tasks[task_id]
-            if task.status in IN_FLIGHT and _began(task) == start:
+            task = self.tasks.get(task_id)  # see `flight_starts`
+            if task is not None and task.status in IN_FLIGHT and _began(task) == start:
                 best = min(best, deadline(task))
             stack += (2 * index + 1, 2 * index + 2)
         return None if best == math.inf else best
