@@ -20,8 +20,8 @@ def test_search_filters_sort_and_pages(
     browser: Browser, make_server: ServerFactory, tmp_path: Path
 ) -> None:
     """55 runs: the list shows 50 and a second page of 5 (and back); a search by topic or by
-    an input value, the pipeline filter, the status filter and a date range narrow it; the
-    cost sort and the filters are reached by keyboard."""
+    an input value, the pipeline filter (kept across a visit to a run), the status filter
+    and a date range narrow it; the sorts reorder it."""
     server = make_server(workflows=[write_workflow(tmp_path, FLOW)], rate_burst=100)
     runs = [server.start_run("quick", f"Survey {n}") for n in range(53)]
     special = server.start_run(
@@ -51,6 +51,11 @@ def test_search_filters_sort_and_pages(
     search.fill("")
     page.get_by_role("combobox", name="Filter by pipeline").select_option("params")
     expect(rows).to_have_count(2)
+    rows.first.get_by_role("link").click()  # to a run and back: the filter still applies
+    expect(page.locator("h1 .pill")).to_be_visible()
+    page.go_back()
+    expect(rows).to_have_count(2)
+    expect(page.get_by_role("combobox", name="Filter by pipeline")).to_have_value("params")
     page.get_by_role("combobox", name="Filter by status").select_option("failed")
     expect(rows).to_have_count(1)
     expect(rows.first).to_contain_text("No run matches.")

@@ -37,7 +37,8 @@ def test_canaries_appear_in_no_response_stream_or_page(
     make_server: ServerFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A run that fails calling a provider with a canary key, on a server whose JWT secret is
-    a canary, shows neither canary in any endpoint, WebSocket message or dashboard file."""
+    a canary, shows neither canary in any endpoint (the attempt detail with its exact prompt
+    included), WebSocket message or dashboard file."""
     monkeypatch.setenv("SERVER_CANARY_KEY", API_KEY)
     (tmp_path / "interlock.toml").write_text(CONFIG)
     flow = tmp_path / "leaky.yaml"
@@ -59,6 +60,9 @@ def test_canaries_appear_in_no_response_stream_or_page(
         "/api/runs", f"/api/runs/{run_id}", f"/api/runs/{run_id}/events",
         f"/api/runs/{run_id}/outputs", f"/api/runs/{run_id}/notifications", "/api/workflows",
         "/metrics", "/api/openapi.json", "/ui/", "/ui/app.js",
+        f"/api/runs/{run_id}/attempts", f"/api/runs/{run_id}/graph",
+        *(f"/api/runs/{run_id}/attempts/{a['seq']}"
+          for a in client.get(f"/api/runs/{run_id}/attempts").json()["attempts"]),
     ):  # fmt: skip
         response = client.get(path)
         seen.append(f"{path} {response.status_code} {response.text}")

@@ -4,8 +4,11 @@
 const STATUSES = ["running", "waiting", "paused", "delivered", "failed", "cancelled"];
 const SORTS = { "created:desc": "newest first", "created:asc": "oldest first", "cost:desc": "highest cost", "cost:asc": "lowest cost" };
 
+// The search, filters and sort outlive a visit to a run: back on the list, they still apply.
+const listState = { q: "", status: "", pipeline: "", since: "", until: "", sort: "created:desc" };
+
 async function runsPage() {
-  const keep = page.list || { q: "", status: "", pipeline: "", since: "", until: "", sort: "created:desc" };
+  const keep = listState;
   page = { name: "runs", list: keep, cursors: [""], index: 0, next: null };
   const set = (key) => (e) => { page.list[key] = e.target.value; firstPage(); };
   let typing = null;
