@@ -8,17 +8,20 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 
 from interlock.errors import LeaseHeld, LeaseLost, RunNotFound, StorageError
 from interlock.storage import chain
 from interlock.storage.base import (
+    ENDED_STATUSES,
     AppendBatch,
     CacheEntry,
     CommandRecord,
     Lease,
     OutboxItem,
+    PrunedRun,
     RunRecord,
     RunSummary,
     StoredEvent,
@@ -51,6 +54,7 @@ class MemoryStore:
         # key -> (item, next_at, claimed_by, claimed_until)
         self._outbox: dict[str, tuple[OutboxItem, float, str | None, float]] = {}
         self._slots: dict[str, tuple[str, bool]] = {}  # run -> (concurrency key, holds one)
+        self._pruned: dict[str, PrunedRun] = {}
 
     def create_run(
         self,
@@ -318,6 +322,86 @@ class MemoryStore:
             after = query.after
             found = [r for r in found if (key(r) < after if query.descending else key(r) > after)]
         return found[: query.limit]
+
+    def count_runs(self) -> dict[str, int]:
+        """See `Store.count_runs`."""
+        with self._lock:
+            return dict(Counter(self.get_run(r).summary.status for r in self._runs))
+
+    def _prunable(self, run_id: str, before: float, statuses: Sequence[str], now: float) -> bool:
+        record = self.get_run(run_id)
+        owner, _, expires = self._leases[run_id]
+        return (
+            record.summary.status in ENDED_STATUSES
+            and record.summary.status in statuses
+            and record.summary.updated_at < before
+            and (owner is None or (expires or 0.0) <= now)
+        )
+
+    def prunable_runs(
+        self, before: float, statuses: Sequence[str], now: float, limit: int
+    ) -> list[str]:
+        """See `Store.prunable_runs`."""
+        with self._lock:
+            found = [r for r in self._runs if self._prunable(r, before, statuses, now)]
+            found.sort(key=lambda r: (self.get_run(r).summary.updated_at, r))
+            return found[:limit]
+
+    def prune_runs(self, run_ids: Sequence[str], now: float) -> tuple[list[PrunedRun], set[str]]:
+        """See `Store.prune_runs`."""
+        receipts, shas = [], set()
+        with self._lock:
+            for run_id in run_ids:
+                if run_id not in self._runs or not self._prunable(
+                    run_id, float("inf"), ENDED_STATUSES, now
+                ):
+                    continue
+                record = self.get_run(run_id)
+                events = self._by_run.pop(run_id, [])
+                shas |= {
+                    str(e.data["sha256"])
+                    for e in events
+                    if e.kind in ("task_completed", "task_reused", "output_edited")
+                    and e.data.get("sha256")
+                }
+                receipt = PrunedRun(
+                    run_id=run_id,
+                    pipeline=record.pipeline,
+                    status=record.summary.status,
+                    created_at=record.created_at,
+                    ended_at=record.summary.updated_at,
+                    last_seq=record.last_seq,
+                    chain_head=self._heads.pop(run_id, None),
+                    pruned_at=now,
+                )
+                self._pruned[run_id] = receipt
+                receipts.append(receipt)
+                del self._runs[run_id], self._leases[run_id]
+                self._lease_times.pop(run_id, None)
+                self._slots.pop(run_id, None)
+            gone = {r.run_id for r in receipts}
+            self._events = [e for e in self._events if e.run_id not in gone]
+            self._commands = [c for c in self._commands if c[0].run_id not in gone]
+            self._outbox = {k: v for k, v in self._outbox.items() if v[0].run_id not in gone}
+            self._cache = {k: e for k, e in self._cache.items() if e.run_id not in gone}
+        return receipts, shas
+
+    def drop_artifacts(self, candidates: set[str]) -> int:
+        """See `Store.drop_artifacts`."""
+        with self._lock:
+            named = {
+                str(e.data.get("sha256"))
+                for e in self._events
+                if e.kind in ("task_completed", "task_reused", "output_edited")
+            }
+            gone = [sha for sha in candidates if sha in self._artifacts and sha not in named]
+            for sha in gone:
+                del self._artifacts[sha]
+            return len(gone)
+
+    def pruned_run(self, run_id: str) -> PrunedRun | None:
+        """See `Store.pruned_run`."""
+        return self._pruned.get(run_id)
 
     def post_command(self, run_id: str, kind: str, message: str, by: str, now: float) -> int:
         """See `Store.post_command`."""

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from interlock.cli.base import Ctx, handle_errors, out, pass_ctx
+from interlock.cli.base import Ctx, handle_errors, out, pass_ctx, when
+from interlock.errors import RunNotFound, VerificationFailed
 
 
 @click.command("export")
@@ -61,8 +62,27 @@ def verify(ctx: Ctx, target: str) -> None:
         found = bundle.read_bundle(path)
         report, head = found.report, found.manifest.get("chain_head")
         what = f"bundle {target} (run {found.run_id}, {len(found.files)} files)"
+        # A bundle of a run pruned here must end where the run's recorded history ended.
+        known = ctx.missing_ledger() is None
+        receipt = ctx.store.pruned_run(found.run_id) if known else None
+        if receipt is not None and receipt.chain_head != head:
+            raise VerificationFailed(
+                f"{target}: run {found.run_id} was pruned from this store with chain head "
+                f"{receipt.chain_head or 'none'}, but the bundle ends in {head or 'none'}: "
+                "the copy differs from the history that was recorded"
+            )
+        if receipt is not None:
+            what += ", the same history as the receipt of its prune"
     else:
         app = ctx.app
+        receipt = app.store.pruned_run(target)
+        if receipt is not None:
+            raise RunNotFound(
+                f"run {target} was pruned on {when(receipt.pruned_at)}: its history is no longer "
+                f"stored; it had {receipt.last_seq} events, the last with hash "
+                f"{receipt.chain_head or 'none'} (a copy exported before, checked with "
+                "'interlock verify FILE', must end in the same hash)"
+            )
         run_id = app.resolve(target)
         check = bundle.verify_run(app.store, run_id)
         report, head = check.report, check.head

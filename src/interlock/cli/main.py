@@ -17,6 +17,7 @@ from interlock.cli import (
     iterate,
     maintenance,
     mcp,
+    prune,
     review,
     runs,
     schema,
@@ -66,6 +67,7 @@ for module in (
     server,
     mcp,
     maintenance,
+    prune,
 ):
     for command in module.COMMANDS:
         cli.add_command(command)

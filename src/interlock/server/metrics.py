@@ -3,6 +3,7 @@ the store and the orchestrator's drivers at scrape time. Each server has its own
 
 from __future__ import annotations
 
+import time
 from collections import Counter as Tally
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -20,6 +21,27 @@ if TYPE_CHECKING:
 
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 TICK_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
+COUNT_EVERY = 60.0  # seconds a count of runs by status is reused for at most
+# Events that never change a run's status: the frequent ones, which leave the count standing.
+TASK_KINDS = frozenset(
+    {
+        "task_dispatched",
+        "task_started",
+        "task_completed",
+        "task_failed",
+        "task_timed_out",
+        "task_reused",
+        "retry_scheduled",
+        "usage_recorded",
+        "warned",
+        "phase_started",
+        "phase_completed",
+        "branch_taken",
+        "message_noted",
+        "output_edited",
+        "archived",
+    }
+)
 ENDED = {"delivered": "delivered", "run_failed": "failed", "run_cancelled": "cancelled"}
 
 
@@ -28,12 +50,26 @@ class _Live(Collector):
 
     def __init__(self, store: Store, orchestrator: Orchestrator) -> None:
         self.store, self.orchestrator = store, orchestrator
+        self._counted: tuple[float, dict[str, int]] | None = None  # (when, runs by status)
+
+    def run_counts(self) -> dict[str, int]:
+        """Runs by status, counted by the store again only after an event that can change a
+        run's status (or `COUNT_EVERY` seconds, for what no event says: a prune): scrapes in
+        between cost nothing, however many runs the store holds."""
+        now = time.monotonic()
+        if self._counted is None or now - self._counted[0] >= COUNT_EVERY:
+            self._counted = (now, self.store.count_runs())
+        return self._counted[1]
+
+    def stale(self) -> None:
+        """A run's status may have changed: count again at the next scrape."""
+        self._counted = None
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         runs = GaugeMetricFamily("interlock_runs", "Runs in the store by status", labels=["status"])
+        counts = self.run_counts()
         for status in ("running", "waiting", "paused", "delivered", "failed", "cancelled"):
-            count = len(self.store.list_runs(status=status, limit=1_000_000))
-            runs.add_metric([status], count)
+            runs.add_metric([status], counts.get(status, 0))
         yield runs
         tasks = GaugeMetricFamily(
             "interlock_tasks", "Tasks of runs driven here, by state", labels=["state"]
@@ -103,10 +139,13 @@ class Metrics:
         self.notifications = Counter(
             "interlock_notifications", "Webhook sends", ["outcome"], registry=r
         )
-        r.register(_Live(store, orchestrator))
+        self.live = _Live(store, orchestrator)
+        r.register(self.live)
 
     def on_event(self, stored: StoredEvent, state: RunState) -> None:
         """Hub hook: count what one committed event says."""
+        if stored.kind not in TASK_KINDS:
+            self.live.stale()
         if stored.kind in ENDED:
             self.finished.labels(ENDED[stored.kind]).inc()
             return

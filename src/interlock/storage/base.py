@@ -164,6 +164,40 @@ class OutboxItem:
     last_error: str | None = None
 
 
+ENDED_STATUSES = ("delivered", "failed", "cancelled")  # runs nothing more happens to
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PrunedRun:
+    """The receipt a pruned run leaves: what it was and where its hash chain ended, so that a
+    copy of its history kept elsewhere (`interlock export`) can still be matched to it."""
+
+    run_id: str
+    pipeline: str
+    status: str
+    created_at: float
+    ended_at: float
+    last_seq: int
+    chain_head: str | None  # the hash of its last event (None: recorded before the chain)
+    pruned_at: float
+
+
+def receipt_from_row(row: Sequence[Any]) -> PrunedRun:
+    """A receipt from its columns (run_id, pipeline, status, created_at, ended_at, last_seq,
+    chain_head, pruned_at)."""
+    run_id, pipeline, status, created_at, ended_at, last_seq, head, pruned_at = row
+    return PrunedRun(
+        run_id=str(run_id),
+        pipeline=str(pipeline),
+        status=str(status),
+        created_at=float(created_at),
+        ended_at=float(ended_at),
+        last_seq=int(last_seq),
+        chain_head=None if head is None else str(head),
+        pruned_at=float(pruned_at),
+    )
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CacheEntry:
     """A completed task in the cache index: where its output is, by fingerprint."""
@@ -281,6 +315,32 @@ class Store(Protocol):
 
     def search_runs(self, query: RunQuery) -> list[RunRecord]:
         """One page of the runs list: `query`'s filters, search and sort, after its cursor."""
+        ...
+
+    def count_runs(self) -> dict[str, int]:
+        """How many runs the store holds, by status (statuses with none are left out)."""
+        ...
+
+    def prunable_runs(
+        self, before: float, statuses: Sequence[str], now: float, limit: int
+    ) -> list[str]:
+        """Ids of ended runs in `statuses` last changed before `before` and no longer leased,
+        oldest first: what `prune_runs` may remove."""
+        ...
+
+    def prune_runs(self, run_ids: Sequence[str], now: float) -> tuple[list[PrunedRun], set[str]]:
+        """Remove these runs whole, in one transaction: their events, commands, notifications,
+        cache entries and queued tasks, leaving a receipt for each. A run that is not ended,
+        or is leased again, is kept. Returns the receipts, and the stored outputs the removed
+        runs named (for `drop_artifacts`: other runs may name them too)."""
+        ...
+
+    def drop_artifacts(self, candidates: set[str]) -> int:
+        """Delete the stored outputs among `candidates` that no event names; how many."""
+        ...
+
+    def pruned_run(self, run_id: str) -> PrunedRun | None:
+        """The receipt of a pruned run (None if it was never pruned)."""
         ...
 
     def post_command(self, run_id: str, kind: str, message: str, by: str, now: float) -> int:

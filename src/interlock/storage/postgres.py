@@ -31,8 +31,10 @@ from interlock.storage.base import (
     CommandRecord,
     Lease,
     OutboxItem,
+    PrunedRun,
     RunRecord,
     StoredEvent,
+    receipt_from_row,
 )
 from interlock.storage.queries import migrations, queries
 from interlock.storage.rows import event_from_row, outbox_from_row, registration_row, run_from_row
@@ -387,6 +389,44 @@ class PostgresStore:
         """See `Store.search_runs`."""
         clause, args = run_list.where(query, "postgres")
         return [run_from_row(r) for r in self._read(f"{Q['select_runs']}{clause}", *args)]
+
+    def count_runs(self) -> dict[str, int]:
+        """See `Store.count_runs`."""
+        return {str(status): int(n) for status, n in self._read(Q["count_runs"])}
+
+    def prunable_runs(
+        self, before: float, statuses: Sequence[str], now: float, limit: int
+    ) -> list[str]:
+        """See `Store.prunable_runs`."""
+        args = {"before": before, "statuses": list(statuses), "now": now, "limit": limit}
+        rows = self.single(lambda db: db.execute(Q["prunable_runs"], args).fetchall())
+        return [str(row[0]) for row in rows]
+
+    def prune_runs(self, run_ids: Sequence[str], now: float) -> tuple[list[PrunedRun], set[str]]:
+        """See `Store.prune_runs`."""
+
+        def prune(db: psycopg.Connection[Any]) -> tuple[list[PrunedRun], set[str]]:
+            rows = db.execute(Q["prune_receipts"], {"runs": list(run_ids), "now": now})
+            receipts = [receipt_from_row(row) for row in rows.fetchall()]
+            gone = {"runs": [r.run_id for r in receipts]}
+            found = db.execute(Q["prune_artifact_refs"], gone).fetchall()
+            for statement in Q["prune_rows"].split(";\n"):
+                db.execute(statement, gone)
+            return receipts, {str(r[0]) for r in found if r[0]}
+
+        return self.retrying(prune)
+
+    def drop_artifacts(self, candidates: set[str]) -> int:
+        """See `Store.drop_artifacts`."""
+        if not candidates:
+            return 0
+        with self.transaction() as db:
+            return int(db.execute(Q["drop_artifacts"], {"shas": sorted(candidates)}).rowcount)
+
+    def pruned_run(self, run_id: str) -> PrunedRun | None:
+        """See `Store.pruned_run`."""
+        rows = self._read(Q["pruned_run"], run_id)
+        return receipt_from_row(rows[0]) if rows else None
 
     def post_command(self, run_id: str, kind: str, message: str, by: str, now: float) -> int:
         """See `Store.post_command`."""

@@ -9,6 +9,7 @@ may lose the last commits on power loss, and is offered only as an explicit sett
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sqlite3
 import threading
@@ -26,8 +27,10 @@ from interlock.storage.base import (
     CommandRecord,
     Lease,
     OutboxItem,
+    PrunedRun,
     RunRecord,
     StoredEvent,
+    receipt_from_row,
 )
 from interlock.storage.queries import migrations, queries
 from interlock.storage.rows import event_from_row, outbox_from_row, registration_row, run_from_row
@@ -414,6 +417,40 @@ class SQLiteStore:
         clause, args = run_list.where(query, "sqlite")
         select = Q["get_run"].replace(" WHERE run_id = ?", "")
         return [run_from_row(r) for r in self._read(f"{select}{clause}", *args)]
+
+    def count_runs(self) -> dict[str, int]:
+        """See `Store.count_runs`."""
+        return {str(status): int(n) for status, n in self._read(Q["count_runs"])}
+
+    def prunable_runs(
+        self, before: float, statuses: Sequence[str], now: float, limit: int
+    ) -> list[str]:
+        """See `Store.prunable_runs`."""
+        found = self._read(Q["prunable_runs"], before, json.dumps(list(statuses)), now, limit)
+        return [str(row[0]) for row in found]
+
+    def prune_runs(self, run_ids: Sequence[str], now: float) -> tuple[list[PrunedRun], set[str]]:
+        """See `Store.prune_runs`."""
+        with self._write() as db:
+            rows = db.execute(Q["prune_receipts"], (now, json.dumps(list(run_ids)), now))
+            receipts = [receipt_from_row(row) for row in rows]
+            gone = json.dumps([r.run_id for r in receipts])
+            shas = {str(r[0]) for r in db.execute(Q["prune_artifact_refs"], (gone,)) if r[0]}
+            for name in ("events", "commands", "outbox", "cache", "runs"):
+                db.execute(Q[f"prune_{name}"], (gone,))
+        return receipts, shas
+
+    def drop_artifacts(self, candidates: set[str]) -> int:
+        """See `Store.drop_artifacts`."""
+        if not candidates:
+            return 0
+        with self._write() as db:
+            return int(db.execute(Q["drop_artifacts"], (json.dumps(sorted(candidates)),)).rowcount)
+
+    def pruned_run(self, run_id: str) -> PrunedRun | None:
+        """See `Store.pruned_run`."""
+        rows = self._read(Q["pruned_run"], run_id)
+        return receipt_from_row(rows[0]) if rows else None
 
     def post_command(self, run_id: str, kind: str, message: str, by: str, now: float) -> int:
         """See `Store.post_command`."""

@@ -199,3 +199,57 @@ SELECT
 
 -- name: slot_hold
 UPDATE runs SET slot_held = true WHERE run_id = %s;
+
+-- name: count_runs
+SELECT status, count(*) FROM runs GROUP BY status;
+
+-- name: prunable_runs
+-- Ended runs, last changed before the cutoff, whose lease nobody holds any more: an ended run
+-- still leased has not been fully acted on (delivered, archived) and is left alone.
+SELECT run_id FROM runs
+WHERE updated_at < %(before)s AND status = ANY(%(statuses)s)
+  AND status IN ('delivered', 'failed', 'cancelled')
+  AND (lease_owner IS NULL OR lease_expires <= %(now)s)
+ORDER BY updated_at, run_id LIMIT %(limit)s;
+
+-- name: prune_receipts
+-- The runs are locked first: one that an orchestrator takes over meanwhile waits, and is then
+-- seen leased and kept.
+WITH locked AS (
+    SELECT run_id, pipeline, status, created_at, updated_at, last_seq, chain_head FROM runs
+    WHERE run_id = ANY(%(runs)s)
+      AND status IN ('delivered', 'failed', 'cancelled')
+      AND (lease_owner IS NULL OR lease_expires <= %(now)s)
+    ORDER BY run_id
+    FOR UPDATE
+)
+INSERT INTO pruned_runs
+    (run_id, pipeline, status, created_at, ended_at, last_seq, chain_head, pruned_at)
+SELECT run_id, pipeline, status, created_at, updated_at, last_seq, chain_head, %(now)s
+FROM locked
+ON CONFLICT (run_id) DO UPDATE SET pruned_at = excluded.pruned_at
+RETURNING run_id, pipeline, status, created_at, ended_at, last_seq, chain_head, pruned_at;
+
+-- name: prune_artifact_refs
+SELECT DISTINCT data ->> 'sha256' FROM events
+WHERE run_id = ANY(%(runs)s) AND kind IN ('task_completed', 'task_reused', 'output_edited');
+
+-- name: prune_rows
+DELETE FROM events WHERE run_id = ANY(%(runs)s);
+DELETE FROM commands WHERE run_id = ANY(%(runs)s);
+DELETE FROM outbox WHERE run_id = ANY(%(runs)s);
+DELETE FROM task_cache WHERE run_id = ANY(%(runs)s);
+DELETE FROM task_queue WHERE run_id = ANY(%(runs)s);
+DELETE FROM runs WHERE run_id = ANY(%(runs)s);
+
+-- name: drop_artifacts
+-- Stored outputs no remaining event names (content-addressed: another run may share one).
+DELETE FROM artifacts WHERE sha256 = ANY(%(shas)s)
+  AND sha256 NOT IN (
+      SELECT data ->> 'sha256' FROM events
+      WHERE kind IN ('task_completed', 'task_reused', 'output_edited')
+        AND data ? 'sha256');
+
+-- name: pruned_run
+SELECT run_id, pipeline, status, created_at, ended_at, last_seq, chain_head, pruned_at
+FROM pruned_runs WHERE run_id = %s;

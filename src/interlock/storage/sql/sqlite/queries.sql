@@ -141,3 +141,56 @@ SELECT
 
 -- name: slot_hold
 UPDATE runs SET slot_held = 1 WHERE run_id = ?;
+
+-- name: count_runs
+SELECT status, count(*) FROM runs GROUP BY status;
+
+-- name: prunable_runs
+-- Ended runs, last changed before the cutoff, whose lease nobody holds any more: an ended run
+-- still leased has not been fully acted on (delivered, archived) and is left alone.
+SELECT run_id FROM runs
+WHERE updated_at < ? AND status IN (SELECT value FROM json_each(?))
+  AND status IN ('delivered', 'failed', 'cancelled')
+  AND (lease_owner IS NULL OR lease_expires <= ?)
+ORDER BY updated_at, run_id LIMIT ?;
+
+-- name: prune_receipts
+INSERT OR REPLACE INTO pruned_runs
+    (run_id, pipeline, status, created_at, ended_at, last_seq, chain_head, pruned_at)
+SELECT run_id, pipeline, status, created_at, updated_at, last_seq, chain_head, ? FROM runs
+WHERE run_id IN (SELECT value FROM json_each(?))
+  AND status IN ('delivered', 'failed', 'cancelled')
+  AND (lease_owner IS NULL OR lease_expires <= ?)
+RETURNING run_id, pipeline, status, created_at, ended_at, last_seq, chain_head, pruned_at;
+
+-- name: prune_artifact_refs
+SELECT DISTINCT json_extract(data, '$.sha256') FROM events
+WHERE run_id IN (SELECT value FROM json_each(?))
+  AND kind IN ('task_completed', 'task_reused', 'output_edited');
+
+-- name: prune_events
+DELETE FROM events WHERE run_id IN (SELECT value FROM json_each(?));
+
+-- name: prune_commands
+DELETE FROM commands WHERE run_id IN (SELECT value FROM json_each(?));
+
+-- name: prune_outbox
+DELETE FROM outbox WHERE run_id IN (SELECT value FROM json_each(?));
+
+-- name: prune_cache
+DELETE FROM task_cache WHERE run_id IN (SELECT value FROM json_each(?));
+
+-- name: prune_runs
+DELETE FROM runs WHERE run_id IN (SELECT value FROM json_each(?));
+
+-- name: drop_artifacts
+-- Stored outputs no remaining event names (content-addressed: another run may share one).
+DELETE FROM artifacts WHERE sha256 IN (SELECT value FROM json_each(?))
+  AND sha256 NOT IN (
+      SELECT json_extract(data, '$.sha256') FROM events
+      WHERE kind IN ('task_completed', 'task_reused', 'output_edited')
+        AND json_extract(data, '$.sha256') IS NOT NULL);
+
+-- name: pruned_run
+SELECT run_id, pipeline, status, created_at, ended_at, last_seq, chain_head, pruned_at
+FROM pruned_runs WHERE run_id = ?;
