@@ -101,6 +101,12 @@ class LeaseKeeper(Generic[H]):
             self._thread.join()
             self._thread = None
 
+    @property
+    def running(self) -> bool:
+        """Whether the keeper's thread is renewing leases (a loop driven one step at a
+        time, as the simulator does, renews them itself with `renew_due`)."""
+        return self._thread is not None
+
     def turned(self) -> None:
         """The loop is alive: called on each of its turns."""
         self._turned = time.monotonic()

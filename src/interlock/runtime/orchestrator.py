@@ -371,12 +371,6 @@ class Orchestrator:
 
     def _iterate(self, now: float, stop_when_paused: bool) -> None:
         self.leases.turned()
-        while self._gone:
-            holder, error = self._gone.pop(0)
-            if isinstance(error, DiskFull):
-                self._full.failed(error, now, self.drivers)  # gives up well before they expire
-            elif self.drivers.get(holder.run_id) is holder:
-                self._drop(holder, error)
         if now >= self._next_housekeeping:
             self._next_housekeeping = now + self.settings.heartbeat
             self._dirty |= self._lazy
@@ -384,6 +378,14 @@ class Orchestrator:
             if self._releases and now - self._releases_since >= self.settings.heartbeat:
                 self.flush_releases()  # no commit came along to carry them
             self._poll_commands()
+            if not self.leases.running:  # driven a step at a time: no keeper thread
+                self.leases.renew_due()
+        while self._gone:  # leases the keeper could neither renew nor take back
+            holder, error = self._gone.pop(0)
+            if isinstance(error, DiskFull):
+                self._full.failed(error, now, self.drivers)  # gives up well before they expire
+            elif self.drivers.get(holder.run_id) is holder:
+                self._drop(holder, error)
         if self._full.waiting(now):
             return  # the disk was full: nothing is tried before the pause is over
         while self._timers and self._timers[0][0] <= now:
