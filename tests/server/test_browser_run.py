@@ -22,10 +22,12 @@ def test_timeline_bars_open_attempt_detail_by_keyboard(
     """The timeline is a labelled region with a bar per attempt (a retried one and its
     successful retry in one row); Enter on a bar opens its detail with the command's stderr,
     a model attempt's detail shows its exact prompt, tokens and tool transcript, and Escape
-    closes it."""
+    closes it; the cost table adds up the tokens and folds a phase's tasks away."""
     server = make_server(workflows=[write_workflow(tmp_path, FLOW)])
     run_id = server.start_run("flaky", "Tide tables")
     server.wait_status(run_id, "delivered")
+    attempts = server.http.get(f"/api/runs/{run_id}/attempts").json()["attempts"]
+    author = next(a for a in attempts if a["role"] == "author")
     prompts = server.service.home.run_dir(run_id) / "prompts"
     (prompts / "author@1.1.tools.md").write_text(
         "# Turn 1: model (tool_calls)\n\n## Call `lookup`\n"
@@ -53,6 +55,14 @@ def test_timeline_bars_open_attempt_detail_by_keyboard(
     expect(detail).to_contain_text("in ·")
     expect(detail.locator("#attempt-answer")).not_to_be_empty()
     expect(detail.get_by_role("region", name="Tool calls")).to_contain_text("Call `lookup`")
+    page.keyboard.press("Escape")
+    costs = page.get_by_role("table", name="Cost per phase and task")
+    expect(costs.locator("tfoot")).to_contain_text(str(author["tokens"]["input_tokens"]))
+    expect(costs).to_contain_text("shaky@1")
+    page.get_by_role("button", name="▾ try").click()  # folds the phase's tasks away
+    expect(costs).not_to_contain_text("shaky@1")
+    expect(page.get_by_role("button", name="▸ try")).to_have_attribute("aria-expanded", "false")
+    page.get_by_role("button", name="author@1 attempt 1", exact=False).click()
     SHOTS.mkdir(exist_ok=True)
     page.screenshot(path=str(SHOTS / "attempt.png"))
     page.keyboard.press("Escape")

@@ -10,10 +10,16 @@ function costView(costs) {
   const shown = used.length ? used : KINDS.slice(0, 2);
   const cells = (b) => [h("td", { class: "num" }, b.attempts), ...shown.map(([key]) => h("td", { class: "num" }, b.tokens[key] || "–")),
     h("td", { class: "num" }, b.cost_usd ? `$${b.cost_usd.toFixed(4)}` : "–")];
+  // A phase's tasks are listed under it; a wide fan-out starts folded (its button unfolds it).
   const rows = [];
+  page.costOpen = page.costOpen || {};
   for (const [phase, bucket] of Object.entries(costs.phases)) {
-    rows.push(h("tr", { class: "phase-row" }, h("th", { scope: "row" }, phase), ...cells(bucket)));
-    for (const [task, t] of Object.entries(costs.tasks)) if (t.phase === phase) rows.push(h("tr", {}, h("td", { class: "mono indent" }, task), ...cells(t)));
+    const tasks = Object.entries(costs.tasks).filter(([, t]) => t.phase === phase);
+    const open = page.costOpen[phase] ?? tasks.length <= 12;
+    const toggle = h("button", { type: "button", class: "fold", id: `cost-${phase}`, "aria-expanded": String(open),
+      onclick: () => { page.costOpen[phase] = !open; drawRun(); } }, `${open ? "▾" : "▸"} ${phase}`);
+    rows.push(h("tr", { class: "phase-row" }, h("th", { scope: "row" }, tasks.length ? toggle : phase), ...cells(bucket)));
+    if (open) for (const [task, t] of tasks) rows.push(h("tr", {}, h("td", { class: "mono indent" }, task), ...cells(t)));
   }
   const table = h("table", { class: "cost", "aria-label": "Cost per phase and task" },
     h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "phase / task"), h("th", { scope: "col", class: "num" }, "attempts"),
