@@ -141,7 +141,8 @@ class Interlock:
 
     def drive(self, *run_ids: str, stop_when_paused: bool = True) -> RunState:
         """Drive runs (taking their leases if needed) until they end or pause; returns the
-        state of the first."""
+        state of the first. A run that waits (for a signal, or a delay) is driven on through
+        the wait: the loop sleeps until the wait's time or a posted signal."""
         asyncio.run(self.drive_async(*run_ids, stop_when_paused=stop_when_paused))
         return self.state(run_ids[0])
 

@@ -39,6 +39,9 @@ def test_signal_route_delivers_and_repeats_are_ignored(server: Server) -> None:
     assert again.status_code == 202 and again.json()["duplicate"] is True
     done = server.wait_status(run_id, "delivered")
     assert done["signals"]["received"] == {"payment": {"amount": 5}}
+    said = [e["message"] for e in server.http.get(f"/api/runs/{run_id}/events").json()]
+    assert "ship waits for signal payment" in said and "ship: signal payment arrived" in said
+    assert "signal payment received from anonymous (key order-5)" in said, said
     ended = server.http.post(f"/api/runs/{run_id}/signals/payment", json={"data": {"amount": 1}})
     assert ended.status_code == 409 and "running, waiting or paused" in ended.text
 

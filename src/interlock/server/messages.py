@@ -7,6 +7,7 @@ from typing import Any
 
 from interlock.core.state import RunState, RunStatus
 from interlock.core.workflow import Pipeline
+from interlock.runtime.projection import iso
 from interlock.storage.base import StoredEvent
 
 
@@ -63,6 +64,13 @@ def describe(stored: StoredEvent) -> str:
         + (f": {d['feedback']}" if d.get("feedback") else ""),
         "output_edited": f"{d.get('artifact')} edited by {d.get('by') or 'someone'}"
         + (f": {d['note']}" if d.get("note") else ""),
+        "wait_started": _wait_sentence(d),
+        "signal_received": f"signal {d.get('name')} received from {d.get('by') or 'someone'}"
+        + (f" (key {d['key']})" if d.get("key") else ""),
+        "wait_ended": f"{d.get('phase')}: "
+        + {"signal": f"signal {d.get('signal')} arrived", "due": "the wait is over"}.get(
+            str(d.get("outcome")), f"signal {d.get('signal')} did not arrive in time"
+        ),
         "message_noted": f"note from {d.get('by') or 'someone'}: {d.get('message', '')}",
         "run_cancelled": f"cancelled by {d.get('by') or 'someone'}"
         + (f": {d['reason']}" if d.get("reason") else ""),
@@ -71,6 +79,13 @@ def describe(stored: StoredEvent) -> str:
         "archived": "archived",
     }
     return texts.get(stored.kind, stored.kind)
+
+
+def _wait_sentence(d: dict[str, Any]) -> str:
+    """`review waits for signal go until 2026-...Z`, `publish waits until ...`."""
+    until = f" until {iso(d['until'])}" if d.get("until") is not None else ""
+    what = f" for signal {d['signal']}" if d.get("signal") else ""
+    return f"{d.get('phase')} waits{what}{until}"
 
 
 def event_message(
