@@ -91,7 +91,26 @@ def test_unowned_runs_take_turns_between_keys(pg_database: str) -> None:
         names = [f"acme-{n}" for n in range(4)] + [f"beta-{n}" for n in range(2)]
         for number, name in enumerate(names):
             make_run(store, name, at=T0 + number)
-            store.take_slot(name, f"p/{name.split('-')[0]}", 1, T0)  # marks its key
+            store.take_slot(name, f"p/{name.split('-')[0]}", 10, T0)  # marks its key
         assert set(store.unowned_runs(T0, 4)) == {"acme-0", "acme-1", "beta-0", "beta-1"}
+    finally:
+        store.close()
+
+
+def test_unowned_runs_pass_over_runs_whose_key_has_no_free_slot(pg_database: str) -> None:
+    """A run waiting for a slot of a full key is not offered to orchestrators; once the run
+    holding the slot ends, it is."""
+    from interlock.storage.postgres import PostgresStore
+
+    store = PostgresStore(pg_database)
+    try:
+        make_run(store, "holder", at=T0)
+        make_run(store, "waiter", at=T0 + 1)
+        assert store.take_slot("holder", "p/acme", 1, T0)
+        assert not store.take_slot("waiter", "p/acme", 1, T0)
+        store.acquire_lease("holder", "orch", TTL, T0)
+        assert store.unowned_runs(T0, 10) == []
+        end(store, "holder")
+        assert store.unowned_runs(T0, 10) == ["waiter"]
     finally:
         store.close()

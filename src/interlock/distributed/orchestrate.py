@@ -11,6 +11,7 @@ anything a dropped connection missed.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,9 @@ class Fleet:
         self.dispatcher = QueueDispatcher(
             TaskQueue(store), PostgresArtifacts(store), priorities=priorities, transport=transport
         )
+        # Runs waiting for a slot of their key are handed back, not held: a key's backlog then
+        # takes none of the capacity that other keys' runs need.
+        settings = dataclasses.replace(settings or Settings(), let_slot_waiters_go=True)
         self.orchestrator = Orchestrator(store, home, settings=settings, dispatcher=self.dispatcher)
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -76,6 +76,9 @@ class Settings:
     disk_full_wait: float = 10.0  # seconds to wait for space before stopping (exit 5)
     # A loop that has not turned for this long is hung, not busy: its leases are let go.
     stall_limit: float = 300.0
+    # Hand back a run that waits for a slot of its concurrency key (a fleet's runs): it then
+    # holds none of this process's capacity, and is taken again once its key has room.
+    let_slot_waiters_go: bool = False
 
 
 STATUS_REFRESHES = 100  # status.json refreshes per second across all running runs, at most
@@ -464,10 +467,11 @@ class Orchestrator:
         dirty = [self.drivers[r] for r in sorted(self._dirty) if r in self.drivers]
         self._dirty.clear()
         batches: list[tuple[RunDriver, list[NewEvent], AppendBatch]] = []
+        slots = self._slots(dirty, now)
         for driver in dirty:
             driver.dirty = False
             observed, consumed = driver.observe(now)
-            new = observed + self._slot(driver, now) + driver.decide(now)
+            new = observed + slots.get(driver.run_id, []) + driver.decide(now)
             if new or consumed:
                 batch = AppendBatch(
                     lease=driver.lease,
@@ -517,18 +521,24 @@ class Orchestrator:
             self._schedule(driver)
         return dirty
 
-    def _slot(self, driver: RunDriver, now: float) -> list[NewEvent]:
-        """A new run of a pipeline with `concurrency`: its slot, or a look again soon."""
-        if not waits_for_slot(driver.definition.pipeline, driver.state):
-            return []
-        taken = take_slot(self.store, driver.definition, driver.state, now)
-        if taken is None:
+    def _slots(self, dirty: list[RunDriver], now: float) -> dict[str, list[NewEvent]]:
+        """New runs of pipelines with `concurrency`: each its slot, or a look again soon.
+
+        Asked oldest run first: the store lets runs of a key start in the order they were
+        created only among runs that have asked, and the tick's order is by run id."""
+        waiting = [d for d in dirty if waits_for_slot(d.definition.pipeline, d.state)]
+        found: dict[str, list[NewEvent]] = {}
+        for driver in sorted(waiting, key=lambda d: (d.state.created_at, d.run_id)):
+            taken = take_slot(self.store, driver.definition, driver.state, now)
+            if taken is not None:
+                self._slot_waiters.discard(driver.run_id)
+                found[driver.run_id] = [taken]
+                continue
             self._slot_waiters.add(driver.run_id)
             self._slot_waiters &= self.drivers.keys()  # forget runs let go meanwhile
             self.wake_at(now + slot_poll(len(self._slot_waiters)), driver)
-            return awaiting(driver.definition, driver.state, now)
-        self._slot_waiters.discard(driver.run_id)
-        return [taken]
+            found[driver.run_id] = awaiting(driver.definition, driver.state, now)
+        return found
 
     def _write_outputs(self, drivers: list[RunDriver]) -> None:
         """Write the outputs the ledger now holds (and final.md files) of every run of the
@@ -623,10 +633,22 @@ class Orchestrator:
                 state.archived or state.status != RunStatus.DELIVERED
             )
             paused = stop_when_paused and state.status is RunStatus.PAUSED and not state.flight
+            if self._lets_go(driver) and not driver.reports:
+                self.release(driver)
+                continue
             if driver.dirty or driver.reports or not (finished or paused):
                 continue
             if paused or all(handle.done() for handle in driver.handles.values()):
                 self.release(driver)
+
+    def _lets_go(self, driver: RunDriver) -> bool:
+        """A run this process hands back while it waits for a slot (see Settings)."""
+        if not self.settings.let_slot_waiters_go or driver.state.slot_awaited is None:
+            return False
+        if not waits_for_slot(driver.definition.pipeline, driver.state):
+            return False
+        self._slot_waiters.discard(driver.run_id)
+        return True
 
     def release(self, driver: RunDriver) -> None:
         """Stop driving a run and hand its lease back.

@@ -255,7 +255,7 @@ class PostgresStore:
 
         def take(db: psycopg.Connection[Any]) -> bool:
             db.execute(Q["slot_lock"], (key,))
-            row = db.execute(Q["slot_claim"], (key, run_id)).fetchone()
+            row = db.execute(Q["slot_claim"], (key, limit, run_id)).fetchone()
             if row is None:
                 raise RunNotFound(f"no run {run_id!r}")
             held, created = row

@@ -271,7 +271,7 @@ class SQLiteStore:
     def take_slot(self, run_id: str, key: str, limit: int, now: float) -> bool:
         """See `Store.take_slot` (writers take turns, so counting and taking are atomic)."""
         with self._write() as db:
-            row = db.execute(Q["slot_claim"], (key, run_id)).fetchone()
+            row = db.execute(Q["slot_claim"], (key, limit, run_id)).fetchone()
             if row is None:
                 raise RunNotFound(f"no run {run_id!r}")
             held, created = row

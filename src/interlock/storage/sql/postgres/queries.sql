@@ -67,11 +67,16 @@ SELECT run_id FROM (
   SELECT run_id,
          row_number() OVER (PARTITION BY coalesce(slot_key, run_id)
                             ORDER BY created_at, run_id) AS turn
-  FROM runs
+  FROM runs r
   WHERE (lease_expires IS NULL OR lease_expires <= %s)
     AND (status IN ('running', 'waiting', 'paused')
          -- ended, but its driver died before acting on it (final.md, archive): finish that
          OR (status = 'delivered' AND lease_owner IS NOT NULL))
+    -- a run waiting for a slot of a key that has none free: nothing to do for it yet
+    AND NOT (r.slot_key IS NOT NULL AND NOT r.slot_held AND r.slot_limit IS NOT NULL
+             AND (SELECT count(*) FROM runs h
+                  WHERE h.slot_key = r.slot_key AND h.slot_held
+                    AND h.status IN ('running', 'waiting', 'paused')) >= r.slot_limit)
 ) AS unowned
 ORDER BY turn, random() LIMIT %s;
 
@@ -185,7 +190,7 @@ DELETE FROM task_cache WHERE completed_at < %s;
 SELECT pg_advisory_xact_lock(hashtextextended(%s, 7));
 
 -- name: slot_claim
-UPDATE runs SET slot_key = %s WHERE run_id = %s RETURNING slot_held, created_at;
+UPDATE runs SET slot_key = %s, slot_limit = %s WHERE run_id = %s RETURNING slot_held, created_at;
 
 -- name: slot_count
 -- Slots held by live runs of the key, and live runs waiting ahead of this one (created

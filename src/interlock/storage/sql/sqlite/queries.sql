@@ -127,7 +127,7 @@ FROM task_cache ORDER BY completed_at DESC, run_id, task_id LIMIT ?;
 DELETE FROM task_cache WHERE completed_at < ?;
 
 -- name: slot_claim
-UPDATE runs SET slot_key = ? WHERE run_id = ? RETURNING slot_held, created_at;
+UPDATE runs SET slot_key = ?, slot_limit = ? WHERE run_id = ? RETURNING slot_held, created_at;
 
 -- name: slot_count
 -- Slots held by live runs of the key, and live runs waiting ahead of this one (created
