@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from tests.server.conftest import ServerFactory
 from tests.server.helpers import Server, token
 
+from interlock.api import Interlock
 from interlock.errors import UsageError
 from interlock.server.hooks import SIGNATURE_HEADER, load_hooks, signature
 
@@ -121,3 +125,38 @@ def test_hook_configuration_errors_name_the_table_and_the_fix(tmp_path: Path) ->
     config.write_text(HOOKS.replace('signal = "payment"', 'signal = "pay-ment"'))
     with pytest.raises(UsageError, match=r"\[hooks.payments\]: signal"):
         load_hooks(config, {"TEST_PAYMENTS_SECRET": "s" * 32})
+
+
+@pytest.fixture
+def pg_store() -> Iterator[str]:
+    """A fresh, migrated PostgreSQL database for one test (ask for it before the server, so
+    that it is dropped after the server stopped)."""
+    from tests.distributed.helpers import PG_ADMIN, admin
+
+    from interlock.storage.postgres import PostgresStore
+
+    name = f"il_sig_{uuid.uuid4().hex[:12]}"
+    admin(f"CREATE DATABASE {name}")
+    url = PG_ADMIN.rsplit("/", 1)[0] + "/" + name
+    PostgresStore(url).close()
+    yield url
+    admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def test_a_signal_posted_elsewhere_wakes_a_postgres_server_at_once(
+    pg_store: str, make_server: ServerFactory, tmp_path: Path
+) -> None:
+    """A server on PostgreSQL that looks at its inbox every 30 s records a signal another
+    process posted within seconds: it hears the post's NOTIFY."""
+    server = make_server(store_url=pg_store, heartbeat=30.0, lease_ttl=120.0)
+    run_id = server.start_run("signalled")
+    server.wait_status(run_id, "waiting")
+    elsewhere = Interlock(tmp_path / "elsewhere", store=pg_store)
+    try:
+        sent = time.time()
+        elsewhere.signal(run_id, "payment", {"amount": 4})
+        server.wait_status(run_id, "delivered", timeout=20)
+        recorded = next(e.at for e in elsewhere.events(run_id) if e.kind == "signal_received")
+    finally:
+        elsewhere.close()
+    assert recorded - sent < 5.0

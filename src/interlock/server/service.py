@@ -100,6 +100,7 @@ class Service:
         )
         self.stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._listener: Any = None  # PostgreSQL notifications of posted commands
         if config.otel:
             from interlock.server.tracing import Tracer
 
@@ -132,10 +133,28 @@ class Service:
             self.webhooks.start()
             tasks.append(self.webhooks.run(self.stop, self.state_at))
         self._tasks = [asyncio.create_task(t) for t in tasks]
+        self._listener = self._listen_for_commands()
+
+    def _listen_for_commands(self) -> Any:
+        """On PostgreSQL, look at the inbox as soon as another process posts a command (a
+        signal, an approval); the heartbeat's look stays as the safety net. None elsewhere."""
+        url = getattr(self.store, "url", None)
+        if not isinstance(url, str) or not url.startswith(("postgresql://", "postgres://")):
+            return None
+        from interlock.distributed.listen import Listener
+
+        loop = asyncio.get_running_loop()
+
+        def heard(_channel: str, _payload: str) -> None:
+            loop.call_soon_threadsafe(self.orchestrator.look_now)
+
+        return Listener(url, ["interlock_commands"], heard).start()
 
     async def close(self) -> None:
         """Stop the loops, stop running tasks and hand every lease back."""
         self.stop.set()
+        if self._listener is not None:
+            await asyncio.to_thread(self._listener.stop)
         self.orchestrator.wake()
         self.hub.wake()
         self.webhooks.wake.set()
