@@ -249,20 +249,26 @@ class Interlock:
     # -- people's commands --------------------------------------------------------------------
 
     def approve(self, run_id: str, message: str = "", by: str | None = None) -> str:
-        """Approve a paused run; its driver records it (exactly once) at the next tick."""
+        """Approve a paused run; its driver records it (exactly once) at the next tick. A run
+        paused because its child run paused approves the child (both go on)."""
         run_id = self.resolve(run_id)
         state = self.state(run_id)
         if state.status is not RunStatus.PAUSED:
             raise UsageError(
                 f"run {run_id} is not paused (it is {state.status.value}); nothing to approve"
             )
-        waiting = self.store.pending_commands(run_id)
+        target = run_id
+        # A run paused by its child run goes on when that child does: the approval is the
+        # child's (the deepest paused one, when children nest).
+        while state.pause_reason == "child" and (child := state.held_by_child("paused")):
+            target, state = child.run, self.state(child.run)
+        waiting = self.store.pending_commands(target)
         if any(c.kind == CommandKind.APPROVE.value for c in waiting):
-            raise UsageError(f"run {run_id} already has an approval waiting to be recorded")
-        changes = unrecorded_changes(state, self.run_dir(run_id))
+            raise UsageError(f"run {target} already has an approval waiting to be recorded")
+        changes = unrecorded_changes(state, self.run_dir(target))
         if changes:  # never let the run go on over a change it would not read
-            raise UsageError(hand_edit_message(run_id, changes))
-        self._post(run_id, CommandKind.APPROVE, message, by)
+            raise UsageError(hand_edit_message(target, changes))
+        self._post(target, CommandKind.APPROVE, message, by)
         return run_id
 
     def edit(

@@ -297,12 +297,12 @@ def test_negative_grace_and_retries() -> None:
 
 
 def test_model_and_command_both_given() -> None:
-    """A worker runs one way only: model, command or call."""
+    """A worker runs one way only: model, command, call or pipeline."""
     data = translate()
     data["t"]["phases"][0]["workers"][0]["command"] = ["python", "x.py"]
     assert one_problem(data) == (
         "pipeline 't', phase 'translate', worker 'translator': worker 'translator' needs exactly "
-        "one of 'model', 'command' or 'call' (found: model, command)"
+        "one of 'model', 'command', 'call' or 'pipeline' (found: model, command)"
     )
 
 

@@ -164,11 +164,21 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
         from interlock.runtime.projection import waiting_text
 
         line = waiting_text(waiting)
-        if waiting.get("for") != "slot":
+        if waiting.get("for") not in ("slot", "child"):
             line += f" (phase {waiting['phase']!r}, {waiting['when']} it)"
         if waiting.get("signal"):
             line += f"; send it: interlock signal {view['run_id']} {waiting['signal']} --data JSON"
         out.print(line)
+    pause = view.get("pause") or {}
+    if pause.get("child"):
+        child = pause["child"]
+        out.print(
+            f"paused because child run {child['run']} is paused ({escape(child['detail'])}); "
+            f"'interlock approve {view['run_id']}' approves it"
+        )
+    parent = view.get("parent")
+    if parent:
+        out.print(f"child run of {parent['run']} (task {parent['task']})")
     pending = (view.get("signals") or {}).get("pending")
     if pending:
         out.print(f"signals kept for a later wait: {', '.join(pending)}")

@@ -32,12 +32,20 @@ def quote_of(
 ) -> Quote:
     """The worst case of `definition` (exploring it unless `report` is given)."""
     from interlock.core.explore import explore
+    from interlock.core.loader import Definition
     from interlock.core.quote import TextSizes, quote
+    from interlock.core.subpipelines import children
     from interlock.providers.terms import model_terms
 
     pipeline = definition.pipeline
     if report is None:
         report = explore(definition, max_states=RUN_MAX_STATES)
+    child_quotes = {
+        worker.role: quote_of(
+            Definition.of(worker.child_name, child), config, None, report.children.get(worker.role)
+        )
+        for worker, child in children(pipeline)
+    }
     return quote(
         definition.name,
         pipeline,
@@ -45,6 +53,7 @@ def quote_of(
         sizes=sizes or TextSizes.assumed_for(pipeline),
         visit_counts=report.visit_counts,
         complete=report.complete,
+        children=child_quotes,
     )
 
 

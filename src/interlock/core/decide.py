@@ -9,6 +9,7 @@ first that applies returns its decisions, each naming the rule and saying why in
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -21,6 +22,7 @@ from interlock.core.review import revisions
 from interlock.core.state import (
     ENDED,
     RUN_DELIVERED,
+    RUN_PAUSED,
     RUN_RUNNING,
     TASK_COMPLETED,
     TASK_FAILED,
@@ -58,6 +60,8 @@ class RuleName(StrEnum):
     SIGNAL = "signal"  # the signal a wait was waiting for arrived (or had arrived before)
     WAIT_TIMEOUT = "wait_timeout"  # a signal did not arrive in time: signals.NAME is null
     WAIT_DUE = "wait_due"  # a delay's due time came
+    CHILD_PAUSED = "child_paused"  # a child run paused for a person: so does its parent
+    CHILD_RESUMED = "child_resumed"  # the child that paused the run went on: so does the run
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +90,7 @@ def decide(
             return []  # the runtime records SlotTaken once the key has room
         first = pipeline.phases[0]
         return [_start_phase(first, 1, None, now, RuleName.START, "the run was created")]
-    for rule in (_timeouts, _failures, _budget, _retries_due, _rejected):
+    for rule in (_children, _timeouts, _failures, _budget, _retries_due, _rejected):
         decisions = rule(pipeline, state, now)
         if decisions:
             return decisions
@@ -117,6 +121,21 @@ def waits_for_slot(pipeline: Pipeline, state: RunState) -> bool:
         and state.current is None
         and state.status is RUN_RUNNING
     )
+
+
+def _children(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]:
+    """A run pauses while one of its child runs is paused, and goes on when none is."""
+    paused = state.held_by_child("paused")
+    if state.status is RUN_RUNNING and paused is not None and state.current is not None:
+        event: ev.Event = ev.Paused(
+            at=now, phase=state.current.phase, visit=state.current.visit, reason="child"
+        )
+        why = f"child run {paused.run} is paused" + (f" ({paused.detail})" if paused.detail else "")
+        return [Decision(RuleName.CHILD_PAUSED, event, why)]
+    if state.status is RUN_PAUSED and state.pause_reason == "child" and paused is None:
+        why = "the child run that paused it went on"
+        return [Decision(RuleName.CHILD_RESUMED, ev.Resumed(at=now, reason=why), why)]
+    return []
 
 
 def _rejected(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]:
@@ -180,6 +199,9 @@ def next_wake(pipeline: Pipeline, state: RunState) -> float | None:
 
 def _deadline(pipeline: Pipeline, task: TaskState) -> float:
     worker = pipeline.worker(task.role)
+    if worker.pipeline is not None:
+        # A child run is bounded by its own tasks' limits, and may wait for a person for days.
+        return math.inf
     return (task.started_at or task.dispatched_at) + worker.timeout + worker.grace
 
 

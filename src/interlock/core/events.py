@@ -36,6 +36,9 @@ class RunCreated(Event):
     rerun_of: str | None = None  # the run this one reruns (its outputs may be reused)
     rerun_from: str | None = None  # the phase from which every task runs again
     no_cache: bool = False  # never reuse other runs' outputs through `cache:`
+    # A child run (`core.subpipelines`): the run and the task whose output it makes.
+    parent_run: str | None = None
+    parent_task: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -301,6 +304,31 @@ class WaitEnded(Event):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ChildUpdated(Event):
+    """The child run that attempt `attempt` of a `pipeline` worker's task started changed:
+    it was started ("running"), paused for a person ("paused"), waits for a signal or a time
+    ("waiting"), or went on again ("running"). `detail` says what it waits for.
+
+    Its end is not recorded here: the task completes (its final.md) or fails with it.
+    """
+
+    kind: ClassVar[str] = "child_updated"
+    task_id: str
+    attempt: int
+    child_run: str
+    status: str
+    detail: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Resumed(Event):
+    """The run went on without a person: the child run that had paused it went on."""
+
+    kind: ClassVar[str] = "resumed"
+    reason: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class MessageNoted(Event):
     """A person's message, kept with the run's history."""
 
@@ -368,6 +396,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         WaitStarted,
         SignalReceived,
         WaitEnded,
+        ChildUpdated,
+        Resumed,
         MessageNoted,
         RunCancelled,
         RunFailed,
@@ -383,7 +413,7 @@ _FIELDS = {
 
 # Optional fields added after version 1 are written only when set, so that interlock
 # versions that predate them still read every record that does not use them.
-_SPARSE = frozenset({"retry_after"})
+_SPARSE = frozenset({"retry_after", "parent_run", "parent_task"})
 
 
 def to_record(event: Event) -> tuple[str, dict[str, Any]]:

@@ -45,6 +45,7 @@ from interlock.core.state import (
     apply,
     artifact_name,
 )
+from interlock.core.subpipelines import MAX_DEPTH
 from interlock.core.trial import Digested, SharedWrite, fork, track
 from interlock.core.workflow import Extract, Pipeline, Worker
 
@@ -68,6 +69,9 @@ class ExploreReport:
     # Each distinct count of visits per phase some state reached: what a run can have done,
     # path by path (the cost quote weighs them).
     visit_counts: frozenset[tuple[tuple[str, int], ...]] = frozenset()
+    paused: bool = False  # some path pauses the run (for a person, or a signal or a time)
+    # The worst case of each `pipeline` worker's child (role -> the child's report).
+    children: dict[str, ExploreReport] = field(default_factory=dict)
 
     def not_covered(self, phases: Sequence[str]) -> str:
         """What a search stopped by `max_states` did not cover, in words (empty when complete)."""
@@ -135,6 +139,8 @@ class _Search:
     overflow: int = 0  # new states refused by `max_states`
     kinds: dict[str, Hashable] = field(default_factory=dict)  # role -> kind of worker
     visit_limit: int = 0  # more visits to one phase than this: a loop nothing ends
+    reports: dict[str, tuple[str, ...]] = field(default_factory=dict)  # role -> what it can say
+    paused: bool = False
     seen: set[Hashable] = field(default_factory=set)
     frontier: deque[_Node] = field(default_factory=deque)
     problems: dict[str, None] = field(default_factory=dict)  # ordered and without repeats
@@ -172,6 +178,8 @@ class _Search:
             self.progress(len(self.seen), len(self.frontier))
         if state.status is RunStatus.DELIVERED:
             self.delivered = True
+        if state.status is RunStatus.PAUSED or state.waiting is not None:
+            self.paused = True
         if state.status.ended:
             return
         limit = self.visit_limit
@@ -196,8 +204,13 @@ def explore(
     max_states: int = 50_000,
     reduce: bool = True,
     progress: Progress | None = None,
+    depth: int = 0,
 ) -> ExploreReport:
     """Explore every path from a new run and report what can go wrong.
+
+    A `pipeline` worker's child is explored first (to `MAX_DEPTH`): its problems are reported
+    at the worker, its task completes only if the child can deliver, and its run pauses on
+    the paths where the child can pause.
 
     Args:
         definition_pipeline: a pinned definition, or a pipeline.
@@ -207,6 +220,7 @@ def explore(
         reduce: skip orders of sibling reports that cannot change what happens (see the
             module's docstring); False tries every order, exponential in a phase's width.
         progress: called with (states explored, states waiting) every `PROGRESS_EVERY` states.
+        depth: how deep in children this pipeline is (0: the pipeline run by a person).
     """
     if isinstance(definition_pipeline, Definition):
         pipeline, name = definition_pipeline.pipeline, name or definition_pipeline.name
@@ -215,6 +229,7 @@ def explore(
     search = _Search(pipeline, f"pipeline {name!r}, " if name else "", max_states, reduce, progress)
     search.kinds = {w.role: _kind(w) for p in pipeline.phases for w in p.workers}
     search.visit_limit = _visit_limit(pipeline)
+    child_reports = _explore_children(search, max_states, reduce, depth)
     start = RunState()
     inputs = {k: v.default for k, v in pipeline.inputs.items() if v.default is not None}
     apply(
@@ -253,7 +268,42 @@ def explore(
         delivered=search.delivered,
         unexplored=len(search.frontier) + search.overflow,
         visit_counts=frozenset(search.visit_counts),
+        paused=search.paused,
+        children=child_reports,
     )
+
+
+def _explore_children(
+    search: _Search, max_states: int, reduce: bool, depth: int
+) -> dict[str, ExploreReport]:
+    """Explore each `pipeline` worker's child; set what its task can report."""
+    reports: dict[str, ExploreReport] = {}
+    for phase in search.pipeline.phases:
+        for worker in phase.workers:
+            child = worker.pipeline_definition
+            if child is None:
+                continue
+            place = f"phase {phase.id!r}, worker {worker.role!r}"
+            if depth + 1 >= MAX_DEPTH:
+                search.problem(f"{place}: children are nested more than {MAX_DEPTH} deep")
+                search.reports[worker.role] = ("fail", "fatal")
+                continue
+            report = explore(child, max_states=max_states, reduce=reduce, depth=depth + 1)
+            reports[worker.role] = report
+            for problem in report.problems:
+                search.problem(f"{place}, child pipeline {worker.child_name!r}: {problem}")
+            kinds: tuple[str, ...] = ("fail", "fatal")
+            if report.delivered or not report.complete:
+                kinds = ("complete", *kinds)
+            elif report.complete:
+                search.problem(
+                    f"{place}: its child pipeline {worker.child_name!r} can never deliver, so "
+                    "the worker can never complete: fix the child (see its problems above)"
+                )
+            if report.paused:
+                kinds = (*kinds, "child_paused")
+            search.reports[worker.role] = kinds
+    return reports
 
 
 def stuck_reason(pipeline: Pipeline, state: RunState, now: float) -> str | None:
@@ -351,14 +401,14 @@ def _moves(search: _Search, node: _Node) -> Iterator[Move]:
     """Every observation that can come next, in every order."""
     state, clock = node.state, node.clock
     if state.status is RunStatus.PAUSED:
-        yield (ev.Approved(at=clock, by="check"),), clock
+        yield _go_on(state, clock), clock
     if waits_for_slot(search.pipeline, state):
         yield (ev.SlotTaken(at=clock, key="check"),), clock
     if state.waiting is not None:
         yield from _wait_moves(state, clock)
         return
     for task in state.in_flight():
-        for kind in _REPORTS_PER_TASK:
+        for kind in search.reports.get(task.role, _REPORTS_PER_TASK):
             yield (_report(search.pipeline, state, task.task_id, kind, clock),), clock
     due = {t.not_before for t in state.tasks.values() if t.status is TaskStatus.RETRY_WAIT}
     for when in sorted(d for d in due if d is not None):
@@ -377,7 +427,7 @@ def _reduced_moves(search: _Search, node: _Node) -> Iterator[Move]:
     state, clock = node.state, node.clock
     pipeline = search.pipeline
     if state.status is RunStatus.PAUSED:
-        yield (ev.Approved(at=clock, by="check"),), clock
+        yield _go_on(state, clock), clock
     if waits_for_slot(pipeline, state):
         yield (ev.SlotTaken(at=clock, key="check"),), clock
     if state.waiting is not None:
@@ -388,7 +438,7 @@ def _reduced_moves(search: _Search, node: _Node) -> Iterator[Move]:
         if task.status.in_flight and task.attempt == 1:
             untouched.append(task)
         elif task.status.in_flight:
-            for kind in _REPORTS_PER_TASK:
+            for kind in search.reports.get(task.role, _REPORTS_PER_TASK):
                 yield (_report(pipeline, state, task.task_id, kind, clock),), clock
             return
         elif task.status is TaskStatus.RETRY_WAIT and task.not_before is not None:
@@ -404,11 +454,27 @@ def _reduced_moves(search: _Search, node: _Node) -> Iterator[Move]:
     }
     first = next((t for t in untouched if search.kinds.get(t.role) not in done_kinds), None)
     if first is not None:
-        for kind in _REPORTS_PER_TASK:
+        for kind in search.reports.get(first.role, _REPORTS_PER_TASK):
             yield (_report(pipeline, state, first.task_id, kind, clock),), clock
-    if first is None or len(untouched) > 1:
+    can_complete = all(
+        "complete" in search.reports.get(t.role, _REPORTS_PER_TASK) for t in untouched
+    )
+    if (first is None or len(untouched) > 1) and can_complete:
         together = tuple(_report(pipeline, state, t.task_id, "complete", clock) for t in untouched)
         yield together, clock
+
+
+def _go_on(state: RunState, clock: float) -> tuple[ev.Event, ...]:
+    """What moves a paused run: a person's approval, or its paused child going on."""
+    child = state.held_by_child("paused") if state.pause_reason == "child" else None
+    if child is None:
+        return (ev.Approved(at=clock, by="check"),)
+    task_id = next(k for k, v in state.children.items() if v is child)
+    return (
+        ev.ChildUpdated(
+            at=clock, task_id=task_id, attempt=child.attempt, child_run=child.run, status="running"
+        ),
+    )
 
 
 def _wait_moves(state: RunState, clock: float) -> Iterator[Move]:
@@ -451,6 +517,10 @@ def _report(pipeline: Pipeline, state: RunState, task_id: str, kind: str, at: fl
         )
     if kind == "timeout":
         return ev.TaskTimedOut(at=at, task_id=task_id, attempt=task.attempt, detail="check")
+    if kind == "child_paused":
+        return ev.ChildUpdated(
+            at=at, task_id=task_id, attempt=task.attempt, child_run="check", status="paused"
+        )
     return ev.TaskFailed(
         at=at, task_id=task_id, attempt=task.attempt, error="check", retryable=kind == "fail"
     )
@@ -523,4 +593,5 @@ def _signature(state: RunState) -> Hashable:
         waiting,
         tuple(s.name for s in state.inbox),
         tuple(sorted((k, v is None) for k, v in state.signals.items())),
+        tuple(sorted((k, c.attempt, c.status) for k, c in state.children.items())),
     )

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from interlock.core.parse import MAX_BYTES, ParseProblem, parse_text, too_large
+from interlock.core.subpipelines import children, embed_children
 from interlock.core.validate import validate_pipeline
 from interlock.core.workflow import Phase, Pipeline, Rule, Worker, WorkflowFile
 from interlock.errors import UsageError, WorkflowError
@@ -120,7 +121,7 @@ def parse_workflow(
         problems = inline_schema_files(data, base_dir)
         if problems:
             raise WorkflowError(source, problems)
-    return build_workflow(data, source)
+    return build_workflow(data, source, base_dir=base_dir)
 
 
 def inline_schema_files(data: Any, base_dir: Path) -> list[str]:
@@ -145,12 +146,18 @@ def inline_schema_files(data: Any, base_dir: Path) -> list[str]:
     return problems
 
 
-def build_workflow(data: Any, source: str = "<workflow>") -> Workflow:
-    """Validate already-parsed data (a dict of pipelines)."""
+def build_workflow(
+    data: Any, source: str = "<workflow>", *, base_dir: Path | None = None
+) -> Workflow:
+    """Validate already-parsed data (a dict of pipelines); sub-pipelines in other files are
+    read relative to `base_dir`."""
     if not isinstance(data, dict) or not data:
         raise WorkflowError(
             source, ["the top level must map pipeline names to pipelines, e.g. 'research: {...}'"]
         )
+    embedding = embed_children(data, source, _FileReader(source, base_dir))
+    if embedding:
+        raise WorkflowError(source, embedding)
     try:
         parsed = WorkflowFile.model_validate(data)
     except ValidationError as exc:
@@ -162,10 +169,54 @@ def build_workflow(data: Any, source: str = "<workflow>") -> Workflow:
             problems.append(f"pipeline name {name!r} must be a non-empty string")
             continue
         problems += validate_pipeline(name, pipeline)
+        problems += _validate_other_files(name, pipeline)
         definitions[name] = Definition.of(name, pipeline, source)
     if problems:
         raise WorkflowError(source, problems)
     return Workflow(source=source, definitions=definitions)
+
+
+class _FileReader:
+    """Reads the workflow files that sub-pipelines name (`other.yaml#name`), each once."""
+
+    def __init__(self, source: str, base_dir: Path | None) -> None:
+        self.dirs = {source: base_dir}
+        self.files: dict[str, Any] = {}
+
+    def __call__(self, ref: str, source: str) -> tuple[Any, str]:
+        base = self.dirs.get(source)
+        if base is None:
+            raise ValueError("a file reference needs a workflow file on disk to be relative to")
+        path = base / ref
+        key = str(path)
+        if key not in self.files:
+            try:
+                raw = path.read_bytes()
+            except OSError as exc:
+                raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
+            if len(raw) > MAX_BYTES:
+                raise ValueError(too_large(len(raw)))
+            try:
+                data = parse_text(raw.decode("utf-8-sig"), json_only=path.suffix == ".json")
+            except (ParseProblem, UnicodeDecodeError) as exc:
+                raise ValueError(f"{path}: {exc}") from None
+            problems = inline_schema_files(data, path.parent)
+            if problems:
+                raise ValueError(f"{path}: {'; '.join(problems)}")
+            self.files[key], self.dirs[key] = data, path.parent
+        return self.files[key], key
+
+
+def _validate_other_files(name: str, pipeline: Pipeline) -> list[str]:
+    """Check the children that come from other files (those of this file are checked as
+    pipelines of their own)."""
+    problems = []
+    for worker, child in children(pipeline):
+        if "#" in (worker.pipeline or ""):
+            label = f"{name} > {worker.pipeline}"
+            problems += validate_pipeline(label, child)
+            problems += _validate_other_files(label, child)
+    return problems
 
 
 def _describe(error: Any, data: Any) -> str:

@@ -33,6 +33,20 @@ def accept_result(state: RunState, result: TaskResult) -> bool:
     return True
 
 
+def accept_child_update(state: RunState, update: ev.ChildUpdated) -> bool:
+    """Whether a child run's new status should be recorded on its parent (False: the attempt
+    is no longer current, or the status is the one recorded already)."""
+    task = state.tasks.get(update.task_id)
+    if task is None or task.attempt != update.attempt or not task.status.in_flight:
+        return False
+    known = state.children.get(update.task_id)
+    return known is None or (known.attempt, known.status, known.detail) != (
+        update.attempt,
+        update.status,
+        update.detail,
+    )
+
+
 def implied_start(state: RunState, result: TaskResult) -> ev.TaskStarted | None:
     """The start a worker's completion implies when the ledger holds none for its attempt.
 
@@ -149,6 +163,9 @@ def interpret_command(state: RunState, command: Command, now: float) -> ev.Event
     if command.kind is CommandKind.APPROVE:
         if state.status is not RunStatus.PAUSED:
             return f"run {run} is not paused (it is {state.status.value}); nothing to approve"
+        child = state.held_by_child("paused") if state.pause_reason == "child" else None
+        if child is not None:
+            return f"run {run} is paused by its child run {child.run}: approve that run"
         return ev.Approved(at=now, message=command.message, by=command.by)
     if command.kind is CommandKind.CANCEL:
         if state.status.ended:

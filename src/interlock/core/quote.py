@@ -28,6 +28,7 @@ ASSUMED_TEXT_TOKENS long (or its default, when longer); at `run` their real size
 A model without a price, or a worker whose calls have no output limit, leaves the quote
 without a bound: each such worker is named with the setting that bounds it. Command and call
 workers cost nothing (no usage is recorded for them), and neither does the offline stand-in.
+A `pipeline` worker costs its child's worst case once per attempt (a retry starts a new child).
 Reviews are not in the quote: each rejection can add one more pass from the phase it sends
 the run back to (`max_rejections` bounds how many). Pure: prices come in as data.
 """
@@ -192,6 +193,7 @@ class _Bounds:
     pipeline: Pipeline
     terms: Mapping[tuple[str, str], ModelTerms]
     sizes: TextSizes
+    children: Mapping[str, Quote] = field(default_factory=dict)
     usd_unbounded: dict[str, None] = field(default_factory=dict)
     tokens_unbounded: dict[str, None] = field(default_factory=dict)
 
@@ -243,6 +245,8 @@ class _Bounds:
     def task(self, phase: Phase, worker: Worker) -> TaskQuote:
         """The most one task of `worker` spends in one visit of `phase`."""
         lanes = _lanes(phase)
+        if worker.pipeline is not None:
+            return self._child(phase, worker, lanes)
         if worker.model is None:
             return TaskQuote(
                 role=worker.role, phase=phase.id, lanes=lanes, calls=0, prompt_tokens=0,
@@ -302,6 +306,32 @@ class _Bounds:
             prompt_tokens=largest, usd=usd, tokens=tokens,
         )  # fmt: skip
 
+    def _child(self, phase: Phase, worker: Worker, lanes: int) -> TaskQuote:
+        """A child run's worst case, once per attempt of the worker."""
+        attempts = worker.retries + 1
+        child = self.children.get(worker.role)
+        place = f"phase {phase.id!r}, worker {worker.role!r}, child pipeline {worker.child_name!r}"
+        if child is None:
+            self._unbounded(f"{place}: not quoted", usd=True)
+            return TaskQuote(
+                role=worker.role, phase=phase.id, lanes=lanes, calls=attempts,
+                prompt_tokens=None, usd=None, tokens=None,
+            )  # fmt: skip
+        for line in child.usd_unbounded:
+            self.usd_unbounded[f"{place}: {line}"] = None
+        for line in child.tokens_unbounded:
+            self.tokens_unbounded[f"{place}: {line}"] = None
+        calls = sum(t.calls * t.lanes for t in child.tasks)
+        prompts = [t.prompt_tokens for t in child.tasks if t.calls]
+        known = [p for p in prompts if p is not None]
+        largest = max(known, default=0) if len(known) == len(prompts) else None
+        return TaskQuote(
+            role=worker.role, phase=phase.id, lanes=lanes, calls=attempts * calls,
+            prompt_tokens=largest,
+            usd=None if child.usd is None else attempts * child.usd,
+            tokens=None if child.tokens is None else attempts * child.tokens,
+        )  # fmt: skip
+
     def _unbounded(self, line: str, *, usd: bool) -> None:
         self.tokens_unbounded[line] = None
         if usd:
@@ -328,6 +358,7 @@ def quote(
     sizes: TextSizes,
     visit_counts: Iterable[Visits],
     complete: bool = True,
+    children: Mapping[str, Quote] | None = None,
 ) -> Quote:
     """The worst case of `pipeline` over the paths `explore` found.
 
@@ -339,8 +370,10 @@ def quote(
         sizes: how long the topic and inputs are (assumed at `check`).
         visit_counts: the visit counts per phase that `explore` reached (`visit_counts`).
         complete: whether exploring covered every path (False: the quote is not a bound).
+        children: role -> the worst case of the child run a `pipeline` worker starts (each
+            attempt starts one).
     """
-    bounds = _Bounds(pipeline, terms, sizes)
+    bounds = _Bounds(pipeline, terms, sizes, dict(children or {}))
     tasks = tuple(bounds.task(phase, w) for phase in pipeline.phases for w in phase.workers)
     per_visit_usd: dict[str, float | None] = {}
     per_visit_tokens: dict[str, int | None] = {}
@@ -368,7 +401,7 @@ def quote(
         tasks=tasks,
         usd_unbounded=tuple(bounds.usd_unbounded) if usd_most is None else (),
         tokens_unbounded=tuple(bounds.tokens_unbounded) if tokens_most is None else (),
-        complete=complete,
+        complete=complete and all(q.complete for q in (children or {}).values()),
         assumed=sizes.assumed,
     )
 

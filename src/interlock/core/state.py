@@ -135,6 +135,16 @@ class Waiting:
 
 
 @dataclass(frozen=True, slots=True)
+class Child:
+    """The child run a `pipeline` worker's attempt started, as last reported."""
+
+    run: str
+    attempt: int
+    status: str  # "running", "paused" or "waiting" (its end is the task's)
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Signal:
     """A received signal no wait has taken yet."""
 
@@ -194,6 +204,9 @@ class RunState:
     failing: dict[str, None] = field(default_factory=dict)  # failed or timed out
     retrying: dict[str, None] = field(default_factory=dict)  # waiting for a retry
     starts: list[tuple[float, int, str]] = field(default_factory=list)
+    parent_run: str | None = None  # a child run: the run whose task it works for
+    parent_task: str | None = None
+    children: dict[str, Child] = field(default_factory=dict)  # task id -> its latest child
 
     def in_flight(self) -> list[TaskState]:
         """Tasks dispatched and not finished, in dispatch order."""
@@ -262,7 +275,21 @@ class RunState:
         clone.signal_keys = set(self.signal_keys)
         clone.flight, clone.failing = dict(self.flight), dict(self.failing)
         clone.retrying, clone.starts = dict(self.retrying), list(self.starts)
+        clone.children = dict(self.children)
         return clone
+
+    def held_by_child(self, status: str) -> Child | None:
+        """A child of a task in flight that is `status` ("paused", "waiting"), if any."""
+        for task_id, child in self.children.items():
+            task = self.tasks.get(task_id)
+            if (
+                child.status == status
+                and task is not None
+                and task.attempt == child.attempt
+                and task.status in IN_FLIGHT
+            ):
+                return child
+        return None
 
 
 def _by_order(task: TaskState) -> int:
@@ -410,6 +437,12 @@ def apply(state: RunState, event: ev.Event) -> None:
         state.slot, state.slot_awaited = event.key, None
     elif isinstance(event, ev.SlotAwaited):
         state.slot_awaited = event
+    elif isinstance(event, ev.ChildUpdated):
+        state.children[event.task_id] = Child(
+            run=event.child_run, attempt=event.attempt, status=event.status, detail=event.detail
+        )
+    elif isinstance(event, ev.Resumed):
+        state.status, state.pause_reason = RUN_RUNNING, None
     elif isinstance(event, ev.BranchTaken):
         pass  # the PhaseStarted that follows carries the new position
     elif isinstance(event, ev.Warned):
@@ -420,6 +453,7 @@ def apply(state: RunState, event: ev.Event) -> None:
         state.created_at = event.at
         state.rerun_of, state.rerun_from = event.rerun_of, event.rerun_from
         state.no_cache = event.no_cache
+        state.parent_run, state.parent_task = event.parent_run, event.parent_task
     elif isinstance(event, ev.Delivered):
         state.status, state.delivered = RUN_DELIVERED, event.artifact
     elif isinstance(event, ev.Archived):
@@ -474,10 +508,12 @@ def _apply_wait(state: RunState, event: ev.WaitStarted | ev.SignalReceived | ev.
 
 
 def listed_status(state: RunState) -> str:
-    """The status runs are listed with: `waiting` for a running run held by a wait, or by
-    its concurrency key."""
+    """The status runs are listed with: `waiting` for a running run held by a wait, by its
+    concurrency key, or by a child run that waits."""
     if state.status is RUN_RUNNING and (
-        state.waiting is not None or state.slot_awaited is not None
+        state.waiting is not None
+        or state.slot_awaited is not None
+        or state.held_by_child("waiting") is not None
     ):
         return "waiting"
     return state.status.value

@@ -15,6 +15,7 @@ from interlock.core.reads import paths as read_paths
 from interlock.core.reads import show_path
 from interlock.core.signal_checks import check_waits
 from interlock.core.state import artifact_name
+from interlock.core.subpipelines import check_children
 from interlock.core.templates import TEMPLATE_NAMES, TemplateProblem, template_names
 from interlock.core.workflow import Pipeline, Worker
 
@@ -93,6 +94,7 @@ def validate_pipeline(name: str, pipeline: Pipeline) -> list[str]:
     problems += _check_loops(where, pipeline)
     problems += check_waits(where, pipeline)
     problems += _check_concurrency(where, pipeline)
+    problems += check_children(where, pipeline)
     return problems
 
 
@@ -296,6 +298,9 @@ def _check_templates(where: str, pipeline: Pipeline) -> list[str]:
                 for problem in command_problems(worker.command, reads, pipeline.inputs):
                     problems.append(f"{place}: key 'command', {problem}")
             texts = [("task", worker.task)] + [("command", arg) for arg in worker.command or []]
+            texts += [
+                (f"inputs.{k}", v) for k, v in sorted(worker.inputs.items()) if isinstance(v, str)
+            ]
             for key, text in texts:
                 try:
                     names = template_names(text)

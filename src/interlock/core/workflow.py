@@ -30,6 +30,8 @@ from interlock.core.tools import MAX_TURNS_LIMIT, ToolServer
 
 # A role, phase id or output name becomes part of a path on disk: keep it to one plain segment.
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+# `name`, or `file.yaml#name` (a workflow file relative to the one that names it).
+PIPELINE_REF = re.compile(r"^(?:[^#\s][^#]*\.(?:ya?ml|json)#)?[^#\s/][^#/]*$")
 MAX_TIMEOUT_S = 7 * 24 * 3600  # a week; anything longer is a typo for minutes or ms
 DEFAULT_GRACE_S = 120.0  # how long past its timeout a task may run before the engine acts
 
@@ -169,6 +171,18 @@ class Worker(_Model):
         default=None, exclude_if=lambda value: value is None
     )
     accept_max_turns: bool = Field(default=False, exclude_if=lambda value: not value)
+    # A sub-pipeline: `NAME` (same file) or `file.yaml#NAME` (relative to this file) runs as
+    # a child run, whose final.md is this worker's output; `inputs` are its inputs (task
+    # templates) and `task` its topic (the parent's topic when empty). The loader pins the
+    # child's definition into `pipeline_definition`, so a run keeps the child it started with.
+    # Each is left out of the canonical form when unset, so other workers keep their hashes.
+    pipeline: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    inputs: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, exclude_if=lambda value: not value
+    )
+    pipeline_definition: Pipeline | None = Field(
+        default=None, exclude_if=lambda value: value is None
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -223,6 +237,16 @@ class Worker(_Model):
             )
         return value
 
+    @field_validator("pipeline")
+    @classmethod
+    def _pipeline_ref(cls, value: str | None) -> str | None:
+        if value is not None and not PIPELINE_REF.match(value):
+            raise ValueError(
+                f"pipeline {value!r} must be a pipeline name of this file or "
+                "'other.yaml#name' (a file next to this one)"
+            )
+        return value
+
     @field_validator("extract")
     @classmethod
     def _value_names(cls, value: dict[str, Extract]) -> dict[str, Extract]:
@@ -233,12 +257,23 @@ class Worker(_Model):
 
     @model_validator(mode="after")
     def _one_executor(self) -> Worker:
-        given = [k for k in ("model", "command", "call") if getattr(self, k) is not None]
+        given = [
+            k for k in ("model", "command", "call", "pipeline") if getattr(self, k) is not None
+        ]
         if len(given) != 1:
             found = ", ".join(given) if given else "none"
             raise ValueError(
-                f"worker {self.role!r} needs exactly one of 'model', 'command' or 'call' "
-                f"(found: {found})"
+                f"worker {self.role!r} needs exactly one of 'model', 'command', 'call' or "
+                f"'pipeline' (found: {found})"
+            )
+        if self.pipeline_definition is not None and self.pipeline is None:
+            raise ValueError("'pipeline_definition' is filled in from 'pipeline': remove it")
+        if self.inputs and self.pipeline is None:
+            raise ValueError("'inputs' only applies to 'pipeline' workers (a child run's inputs)")
+        if self.pipeline is not None and self.reads:
+            raise ValueError(
+                "a 'pipeline' worker reads no files: pass what the child needs through "
+                "'inputs' (templates such as '{{ topic }}')"
             )
         if self.fallback_models and self.model is None:
             raise ValueError("'fallback_models' only applies to 'model' workers")
@@ -263,11 +298,18 @@ class Worker(_Model):
         return self.output or f"{self.role}.md"
 
     @property
-    def kind(self) -> Literal["model", "command", "call"]:
+    def kind(self) -> Literal["model", "command", "call", "pipeline"]:
         """How this worker runs."""
         if self.model is not None:
             return "model"
+        if self.pipeline is not None:
+            return "pipeline"
         return "command" if self.command is not None else "call"
+
+    @property
+    def child_name(self) -> str:
+        """The name of the pipeline a `pipeline` worker runs (after any `file#`)."""
+        return (self.pipeline or "").rpartition("#")[2]
 
     @property
     def max_attempts(self) -> int:
@@ -535,6 +577,11 @@ class Pipeline(_Model):
     def final_worker(self) -> Worker:
         """The worker whose output is the run's result."""
         return next(w for p in self.phases for w in p.workers if w.final)
+
+
+Worker.model_rebuild()
+Phase.model_rebuild()
+Pipeline.model_rebuild()
 
 
 class WorkflowFile(RootModel[dict[str, Pipeline]]):

@@ -113,6 +113,9 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "max_turns": "Most model calls of the tool loop in one attempt (default 10).",
         "accept_max_turns": "Keep the last answer when the model still asks for tools at "
         "max_turns, instead of failing the attempt.",
+        "pipeline": "Run another pipeline as a child run: a name in this file, or "
+        "'other.yaml#name'; its final.md is this worker's output.",
+        "inputs": "The child run's inputs (templates, like 'task'); 'task' is its topic.",
     },
     "ToolServer": {
         "mcp": "Start this command (an argv list) and speak MCP over its stdin and stdout.",
@@ -186,8 +189,10 @@ def workflow_schema() -> dict[str, Any]:
     worker["command"]["anyOf"][0].update(minItems=1, items={"type": "string", "minLength": 1})
     worker["schema"]["anyOf"][1]["pattern"] = r"\.json$"
     worker["extract"]["propertyNames"] = {"pattern": r"^[A-Za-z_]\w{0,63}$"}
+    # Filled in by the loader from `pipeline`, never written by hand.
+    worker.pop("pipeline_definition")
     defs["Worker"]["oneOf"] = _one_of(
-        *((key, _not_null(worker[key])) for key in ("model", "command", "call"))
+        *((key, _not_null(worker[key])) for key in ("model", "command", "call", "pipeline"))
     )
     extract = defs["Extract"]["properties"]
     defs["Extract"]["oneOf"] = _one_of(

@@ -25,6 +25,7 @@ from interlock.core.loader import Definition
 from interlock.core.observe import (
     Command,
     CommandKind,
+    accept_child_update,
     accept_result,
     implied_start,
     interpret_command,
@@ -62,7 +63,14 @@ class Report:
     """A worker's report waiting for the next tick, with its output: a temporary file, or
     a small body held in memory."""
 
-    event: ev.TaskStarted | ev.TaskCompleted | ev.TaskFailed | ev.TaskTimedOut | ev.TaskReused
+    event: (
+        ev.TaskStarted
+        | ev.TaskCompleted
+        | ev.TaskFailed
+        | ev.TaskTimedOut
+        | ev.TaskReused
+        | ev.ChildUpdated
+    )
     tmp: Path | None = None
     body: bytes | None = None
 
@@ -102,6 +110,7 @@ class RunDriver:
     placing_reused: bool = False  # a reused output waits in `unwritten`
     reviewed: str | None = None  # "edit" or "reject" just recorded, not yet acted on
     waits: set[str] = field(default_factory=set)  # signal/wait events recorded, not acted on
+    children_stopped: bool = False  # the children of the ended run were asked to stop
 
     @property
     def run_id(self) -> str:
@@ -124,6 +133,11 @@ class RunDriver:
             event = report.event
             if isinstance(event, ev.TaskReused):
                 observed += self._reused(event, report.body)
+                continue
+            if isinstance(event, ev.ChildUpdated):
+                if accept_child_update(self.state, event):
+                    apply(self.state, event)
+                    observed.append(NewEvent(event=event, why=event.detail or None))
                 continue
             if not accept_result(self.state, event):
                 if report.tmp is not None:
@@ -377,6 +391,9 @@ class RunDriver:
             if self.reviewed == "reject":
                 crash_point("after_record_reject")  # recorded, its visit's tasks not started
             self.reviewed = None
+        if state.status.ended and not self.children_stopped:
+            self.children_stopped = True
+            orchestrator.cancel_children(self)  # a child never outlives its parent's end
         if state.status.ended:
             for task_id, handle in list(self.handles.items()):
                 if task_id in self.stopping:
@@ -399,6 +416,11 @@ class RunDriver:
                     del self.handles[task.task_id]
                 if task.task_id in self.reusing:
                     continue
+                if self.definition.pipeline.worker(task.role).pipeline is not None:
+                    if task.task_id not in self.handles:
+                        self.handles[task.task_id] = orchestrator.start_task(self, task)
+                        self.handle_attempts[task.task_id] = task.attempt
+                    continue  # a child run: never carried over from another run
                 if task.task_id not in self.handles and self._claim(orchestrator, task):
                     continue
                 if task.task_id not in self.handles:
@@ -537,17 +559,7 @@ class RunDriver:
         text, command = worker.task, worker.command
         try:
             if "{" in text or command is not None:  # most tasks are plain text
-                values: dict[str, Any] = {
-                    **self.state.inputs,
-                    "topic": self.state.topic,
-                    "inputs": self.state.inputs,
-                    "item": item,
-                    "item_index": task.item,
-                    "visit": task.visit,
-                    "run_id": self.run_id,
-                    "feedback": self.state.feedback,
-                    "signals": signal_values(self.definition.pipeline, self.state),
-                }
+                values = self._template_values(task, item)
                 text = render_task(text, values)
             if command is not None:
                 # Values rendered into an argument keep their braces literal, so that a topic
@@ -583,6 +595,37 @@ class RunDriver:
             workflow_dir=self.workflow_dir,
             idempotency_key=key[:32],
         )
+
+    def _template_values(self, task: TaskState, item: Any) -> dict[str, Any]:
+        """What a task's templates may use."""
+        return {
+            **self.state.inputs,
+            "topic": self.state.topic,
+            "inputs": self.state.inputs,
+            "item": item,
+            "item_index": task.item,
+            "visit": task.visit,
+            "run_id": self.run_id,
+            "feedback": self.state.feedback,
+            "signals": signal_values(self.definition.pipeline, self.state),
+        }
+
+    def child_request(self, task: TaskState) -> tuple[str, dict[str, Any]] | str:
+        """The topic and inputs of the child run a `pipeline` task starts (its `task` and
+        `inputs` rendered), or why they cannot be rendered."""
+        worker = self.definition.pipeline.worker(task.role)
+        items = self.state.current.items if self.state.current else None
+        item = items[task.item] if items is not None and task.item is not None else None
+        values = self._template_values(task, item)
+        try:
+            topic = render_task(worker.task, values) if worker.task else self.state.topic
+            inputs = {
+                key: render_task(value, values) if isinstance(value, str) else value
+                for key, value in worker.inputs.items()
+            }
+        except TemplateProblem as exc:
+            return str(exc)
+        return topic, inputs
 
     def _reads(self, task: TaskState) -> list[tuple[str, Path]] | Outcome:
         pipeline = self.definition.pipeline

@@ -39,6 +39,13 @@ WAIT_CRASH_POINTS = (  # reached only by signals and waits (tests/runtime/test_w
     "after_end_wait",  # a wait's end was recorded, the phase's tasks not yet started
 )
 
+# Reached only by child runs (tests/reliability/test_subpipelines_crash).
+SUBPIPELINE_CRASH_POINTS = (
+    "before_child_start",  # a pipeline task started, its child run not yet recorded
+    "after_child_start",  # the child run recorded, the parent not yet told
+    "before_child_result",  # the child ended, the parent's task not yet completed
+)
+
 _armed = os.environ.get("INTERLOCK_CRASH_AT") or None
 _name, _, _count = (_armed or "").partition(":")
 _remaining = int(_count or "1")

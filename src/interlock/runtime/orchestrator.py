@@ -81,6 +81,7 @@ class Settings:
     let_slot_waiters_go: bool = False
 
 
+ENDED_STATUSES = ("delivered", "failed", "cancelled")
 STATUS_REFRESHES = 100  # status.json refreshes per second across all running runs, at most
 
 
@@ -136,6 +137,9 @@ class Orchestrator:
             stall_limit=self.settings.stall_limit,
         )
         self._gone: list[tuple[RunDriver, Exception]] = []  # from the keeper's thread
+        self._watched: dict[str, list[asyncio.Event]] = {}  # child runs that parents watch
+        # Child runs paused for a person and driven by no one: their parents may be let go.
+        self.idle_children: set[str] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- taking runs ----------------------------------------------------------------------
@@ -296,7 +300,24 @@ class Orchestrator:
         driver.restore_outputs(self.store)
         self.drivers[run_id] = driver
         self._mark(driver)
+        if state.parent_run is not None and not state.status.ended:
+            self._take_parent(state.parent_run, run_id)
         return driver
+
+    def _take_parent(self, parent_id: str, child_id: str) -> None:
+        """A child run taken here: drive its parent too (resuming either resumes both); a
+        child whose parent ended (it was cancelled while no one drove the child) is
+        cancelled."""
+        try:
+            record = self.store.get_run(parent_id)
+        except RunNotFound:
+            return
+        if record.summary.status in ENDED_STATUSES:
+            self._cancel_child(child_id, f"its parent run {parent_id} {record.summary.status}")
+            return
+        if parent_id not in self.drivers:
+            with contextlib.suppress(LeaseHeld):  # driven elsewhere: it watches the child
+                self.take(parent_id)
 
     def _attach_reuser(self, driver: RunDriver) -> None:
         """Give the run its fingerprints and, for a rerun, the source it may reuse from."""
@@ -570,6 +591,8 @@ class Orchestrator:
             raise DiskFull(stop_message(sorted(self.drivers), cause)) from None
 
     def _emit(self, driver: RunDriver, first_seq: int, new: list[NewEvent]) -> None:
+        for event in self._watched.get(driver.run_id, ()):
+            event.set()
         for offset, item in enumerate(new):
             for listener in self.listeners:
                 listener(driver.run_id, first_seq + offset, item, driver.state)
@@ -632,7 +655,14 @@ class Orchestrator:
             finished = state.status.ended and (
                 state.archived or state.status != RunStatus.DELIVERED
             )
-            paused = stop_when_paused and state.status is RunStatus.PAUSED and not state.flight
+            paused = (
+                stop_when_paused
+                and state.status is RunStatus.PAUSED
+                and (
+                    not state.flight
+                    or all(self._held_by_idle_child(driver, t) for t in state.in_flight())
+                )
+            )
             if self._lets_go(driver) and not driver.reports:
                 self.release(driver)
                 continue
@@ -649,6 +679,14 @@ class Orchestrator:
             return False
         self._slot_waiters.discard(driver.run_id)
         return True
+
+    def _held_by_idle_child(self, driver: RunDriver, task: TaskState) -> bool:
+        """A run paused by its child holds only the child's task: it is let go with it."""
+        from interlock.core.subpipelines import child_run_id
+
+        if driver.definition.pipeline.worker(task.role).pipeline is None:
+            return False
+        return child_run_id(driver.run_id, task.task_id, task.attempt) in self.idle_children
 
     def release(self, driver: RunDriver) -> None:
         """Stop driving a run and hand its lease back.
@@ -691,7 +729,53 @@ class Orchestrator:
 
     def start_task(self, driver: RunDriver, task: TaskState) -> asyncio.Task[None]:
         """Start the recorded attempt of `task`; its report arrives at a later tick."""
+        if driver.definition.pipeline.worker(task.role).pipeline is not None:
+            from interlock.runtime import children
+
+            return children.start(self, driver, task)  # a child run, driven from here
         return self.dispatcher.start(self, driver, task)
+
+    def watch_run(self, run_id: str) -> asyncio.Event:
+        """An event set whenever something is recorded for `run_id` (a child run)."""
+        event = asyncio.Event()
+        self._watched.setdefault(run_id, []).append(event)
+        return event
+
+    def unwatch_run(self, run_id: str, event: asyncio.Event) -> None:
+        """Stop setting `event` (from `watch_run`)."""
+        watchers = self._watched.get(run_id, [])
+        if event in watchers:
+            watchers.remove(event)
+        if not watchers:
+            self._watched.pop(run_id, None)
+
+    def cancel_children(self, driver: RunDriver) -> None:
+        """Ask every child run of an ended run that has not ended to stop (once per run)."""
+        from interlock.core.subpipelines import child_run_id
+
+        pipeline = driver.definition.pipeline
+        for task in driver.state.tasks.values():
+            if pipeline.worker(task.role).pipeline is None or task.status.value == "completed":
+                continue
+            child_id = child_run_id(driver.run_id, task.task_id, task.attempt)
+            try:
+                record = self.store.get_run(child_id)
+            except RunNotFound:
+                continue
+            if record.summary.status in ENDED_STATUSES:
+                continue
+            reason = f"its parent run {driver.run_id} {driver.state.status.value}"
+            self._cancel_child(child_id, reason)
+            if child_id not in self.drivers:
+                with contextlib.suppress(LeaseHeld):  # its driver elsewhere records it
+                    self.take(child_id)  # paused and let go: recorded here
+
+    def _cancel_child(self, child_id: str, reason: str) -> None:
+        """Post a cancellation to a child run, unless one is waiting already."""
+        if any(c.kind == "cancel" for c in self.store.pending_commands(child_id)):
+            return
+        self.store.post_command(child_id, "cancel", reason, "interlock", self.clock())
+        self.look_now()
 
     def report(self, driver: RunDriver, report: Report) -> None:
         """Hand a worker's report to the next tick.

@@ -55,6 +55,9 @@ def status_view(pipeline: Pipeline, state: RunState, run_dir_name: str) -> dict[
                     "error": last.error,
                     "cost_usd": round(sum(t.cost_usd for t in ordered), 6),
                 }
+                child = state.children.get(last.task_id)
+                if child is not None and child.attempt == last.attempt:
+                    entry["child"] = child.run
                 if len(ordered) > 1 or last.item is not None:
                     entry["items"] = len(ordered)
                     entry["items_completed"] = sum(
@@ -97,6 +100,27 @@ def status_view(pipeline: Pipeline, state: RunState, run_dir_name: str) -> dict[
         "definition_hash": state.definition_hash,
         "rerun_of": state.rerun_of,
         "rerun_from": state.rerun_from,
+        "pause": pause_view(state),
+        "parent": (
+            None
+            if state.parent_run is None
+            else {"run": state.parent_run, "task": state.parent_task}
+        ),
+        "children": {
+            task_id: {"run": c.run, "attempt": c.attempt, "status": c.status, "detail": c.detail}
+            for task_id, c in state.children.items()
+        },
+    }
+
+
+def pause_view(state: RunState) -> dict[str, Any] | None:
+    """Why a paused run is paused, and the child run that paused it, if one did."""
+    if state.status.value != "paused":
+        return None
+    child = state.held_by_child("paused") if state.pause_reason == "child" else None
+    return {
+        "reason": state.pause_reason,
+        "child": None if child is None else {"run": child.run, "detail": child.detail},
     }
 
 
@@ -106,8 +130,13 @@ def waiting_view(state: RunState) -> dict[str, Any] | None:
     awaited = state.slot_awaited
     if awaited is not None and not state.status.ended:
         return {"for": "slot", "key": awaited.key, "limit": awaited.limit, "since": iso(awaited.at)}
-    if waiting is None or state.status.ended:
+    if state.status.ended:
         return None
+    if waiting is None:
+        child = state.held_by_child("waiting")
+        if child is None:
+            return None
+        return {"for": "child", "child": child.run, "detail": child.detail}
     return {
         "phase": waiting.phase,
         "visit": waiting.visit,
@@ -125,6 +154,8 @@ def waiting_text(waiting: dict[str, Any] | None) -> str:
         return ""
     if waiting.get("for") == "slot":
         return f"waiting for a slot of {waiting['key']!r} ({waiting['limit']} at once)"
+    if waiting.get("for") == "child":
+        return f"waiting for child run {waiting['child']} ({waiting['detail']})"
     until = f" until {waiting['until']}" if waiting.get("until") else ""
     if waiting.get("signal"):
         return f"waiting for signal {waiting['signal']!r}{until}"

@@ -1,0 +1,236 @@
+"""Child runs: how the orchestrator carries out an attempt of a `pipeline` worker.
+
+The attempt starts a child run in the same store (its id derived from the parent, the task
+and the attempt, so that a parent resuming after a crash finds the child it had started),
+drives it in this orchestrator when nobody else does, and reports what becomes of it: a child
+that pauses or waits is recorded on the parent (`ChildUpdated`, and the decision table pauses
+the parent), a child that delivers completes the task with its final output and its cost, and
+a child that fails or is cancelled fails the attempt (the worker's retries start a new child).
+A child that ended before a crash is never run again: its end is read back and reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from interlock.core import events as ev
+from interlock.core.loader import Definition
+from interlock.core.state import RunState, RunStatus, TaskState, fold, listed_status
+from interlock.core.subpipelines import child_run_id
+from interlock.errors import InterlockError, LeaseHeld, RunNotFound
+from interlock.runtime.driver import Report, RunDriver
+from interlock.runtime.faults import crash_point
+from interlock.storage.base import Store
+
+if TYPE_CHECKING:
+    from interlock.runtime.orchestrator import Orchestrator
+
+log = logging.getLogger("interlock.runtime")
+
+USAGE_KEYS = ("cost_usd", "input_tokens", "output_tokens")
+
+
+def start(orchestrator: Orchestrator, driver: RunDriver, task: TaskState) -> asyncio.Task[None]:
+    """Begin the attempt: start (or find) its child run and watch it to its end."""
+    coroutine = _supervise(orchestrator, driver, task.task_id, task.attempt)
+    return asyncio.get_running_loop().create_task(coroutine, name=task.task_id)
+
+
+async def _supervise(
+    orchestrator: Orchestrator, driver: RunDriver, task_id: str, attempt: int
+) -> None:
+    clock = orchestrator.clock
+    child_id = child_run_id(driver.run_id, task_id, attempt)
+    wake = orchestrator.watch_run(child_id)
+    try:
+        started = ev.TaskStarted(
+            at=clock(), task_id=task_id, attempt=attempt, worker=orchestrator.owner
+        )
+        orchestrator.report(driver, Report(event=started))
+        refused = _ensure_child(orchestrator, driver, driver.state.tasks[task_id], child_id)
+        if refused is not None:
+            report = _failed(task_id, attempt, refused, clock(), retryable=False)
+            orchestrator.report(driver, report)
+            return
+        shown: tuple[str, str] | None = None
+        while True:
+            wake.clear()
+            state = child_state(orchestrator, child_id)
+            if state.status.ended:
+                break
+            now_showing = child_status(state)
+            if now_showing != shown:
+                shown = now_showing
+                update = ev.ChildUpdated(
+                    at=clock(),
+                    task_id=task_id,
+                    attempt=attempt,
+                    child_run=child_id,
+                    status=shown[0],
+                    detail=shown[1],
+                )
+                orchestrator.report(driver, Report(event=update))
+            _drive(orchestrator, driver, child_id, state)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(orchestrator.settings.heartbeat):
+                    await wake.wait()
+        crash_point("before_child_result")
+        orchestrator.report(driver, _result(orchestrator, task_id, attempt, child_id, state))
+    except asyncio.CancelledError:
+        raise  # the parent ended or was let go: the child is left to its own lease
+    except Exception as exc:  # a bug here must not stop the loop
+        log.exception("child run of %s crashed", task_id, extra={"run_id": driver.run_id})
+        error = f"internal error: {type(exc).__name__}: {exc}"
+        orchestrator.report(driver, _failed(task_id, attempt, error, clock()))
+    finally:
+        orchestrator.unwatch_run(child_id, wake)
+        orchestrator.idle_children.discard(child_id)
+        if driver.handles.get(task_id) is asyncio.current_task():
+            del driver.handles[task_id]
+
+
+def _ensure_child(
+    orchestrator: Orchestrator, driver: RunDriver, task: TaskState, child_id: str
+) -> str | None:
+    """Create the child run unless it exists already; why it cannot be, else None."""
+    with contextlib.suppress(RunNotFound):
+        orchestrator.store.get_run(child_id)
+        return None  # started before a crash or a hand-over: go on with it
+    worker = driver.definition.pipeline.worker(task.role)
+    assert worker.pipeline is not None and worker.pipeline_definition is not None
+    request = driver.child_request(task)
+    if isinstance(request, str):
+        return request
+    topic, inputs = request
+    file_part = worker.pipeline.rpartition("#")[0]
+    source = driver.source
+    if file_part and driver.workflow_dir is not None:
+        source = str(driver.workflow_dir / file_part)
+    definition = Definition.of(worker.child_name, worker.pipeline_definition, source)
+    crash_point("before_child_start")
+    origin: dict[str, Any] = {"parent_run": driver.run_id, "parent_task": task.task_id}
+    try:
+        orchestrator.create_runs([(definition, topic, inputs, child_id)], origin=origin)
+    except InterlockError as exc:  # inputs the child does not take
+        return f"cannot start child pipeline {worker.child_name!r}: {exc.message}"
+    crash_point("after_child_start")
+    return None
+
+
+def child_state(orchestrator: Orchestrator, child_id: str) -> RunState:
+    """The child's state: live when driven here, else folded from the store."""
+    driver = orchestrator.drivers.get(child_id)
+    if driver is not None:
+        return driver.state
+    return fold([s.event for s in orchestrator.store.events(child_id)])
+
+
+def child_status(state: RunState) -> tuple[str, str]:
+    """("running" | "paused" | "waiting", what it waits for) of a child that has not ended."""
+    listed = listed_status(state)
+    if listed == "paused":
+        phase = state.current.phase if state.current else "?"
+        detail = f"run {state.run_id} {state.pause_reason or 'paused'} at phase {phase!r}"
+        deeper = state.held_by_child("paused")
+        return "paused", deeper.detail if deeper is not None and deeper.detail else detail
+    if listed == "waiting":
+        waiting, deeper = state.waiting, state.held_by_child("waiting")
+        if waiting is not None and waiting.signal is not None:
+            return "waiting", f"run {state.run_id} waits for signal {waiting.signal!r}"
+        if waiting is not None:
+            return "waiting", f"run {state.run_id} waits until {waiting.until}"
+        return "waiting", deeper.detail if deeper is not None else ""
+    return "running", ""
+
+
+def _drive(orchestrator: Orchestrator, driver: RunDriver, child_id: str, state: RunState) -> None:
+    """Take the child when nobody drives it and it has something to do."""
+    idle = orchestrator.idle_children
+    if child_id in orchestrator.drivers or state.status.ended:
+        idle.discard(child_id)
+        return
+    store = orchestrator.store
+    if state.status is RunStatus.PAUSED and not store.pending_commands(child_id):
+        # Paused for a person and let go: taken again once an approval is posted to it.
+        # The parent, paused because of it, may be let go too.
+        if child_id not in idle:
+            idle.add(child_id)
+            orchestrator.touch(driver)
+        return
+    idle.discard(child_id)
+    with contextlib.suppress(LeaseHeld):  # driven by another orchestrator: watched from here
+        orchestrator.take(child_id)
+
+
+def _result(
+    orchestrator: Orchestrator, task_id: str, attempt: int, child_id: str, state: RunState
+) -> Report:
+    """The attempt's end, from its child's: its final output, or why it failed."""
+    now = orchestrator.clock()
+    usage = child_usage(orchestrator.store, child_id)
+    if state.status is RunStatus.DELIVERED and state.delivered is not None:
+        body = final_body(orchestrator, child_id, state)
+        if body is not None:
+            done = ev.TaskCompleted(
+                at=now,
+                task_id=task_id,
+                attempt=attempt,
+                artifact="",
+                sha256="",
+                size=0,
+                usage=usage,
+            )
+            return Report(event=done, body=body)
+        error = f"child run {child_id} delivered, but its output cannot be read"
+        return _failed(task_id, attempt, error, now, usage)
+    why = state.failure or state.status.value
+    error = f"child run {child_id} {state.status.value}: {why}"
+    # A child a person cancelled is not tried again; a failed one is, as the retries say.
+    retryable = state.status is RunStatus.FAILED
+    return _failed(task_id, attempt, error, now, usage, retryable=retryable)
+
+
+def _failed(
+    task_id: str,
+    attempt: int,
+    error: str,
+    now: float,
+    usage: dict[str, Any] | None = None,
+    *,
+    retryable: bool = True,
+) -> Report:
+    failed = ev.TaskFailed(
+        at=now, task_id=task_id, attempt=attempt, error=error, usage=usage, retryable=retryable
+    )
+    return Report(event=failed)
+
+
+def final_body(orchestrator: Orchestrator, child_id: str, state: RunState) -> bytes | None:
+    """The child's delivered output, as recorded (the ledger's copy, else its file)."""
+    task = next((t for t in state.tasks.values() if t.artifact == state.delivered), None)
+    if task is None or task.sha256 is None or state.delivered is None:
+        return None
+    body = orchestrator.store.artifact(task.sha256)
+    if body is not None:
+        return body
+    for folder in (orchestrator.home.live_dir(child_id), orchestrator.home.archive_dir(child_id)):
+        with contextlib.suppress(OSError):
+            return Path(folder, state.delivered).read_bytes()
+    return None
+
+
+def child_usage(store: Store, child_id: str) -> dict[str, Any]:
+    """What the child spent, as one usage record: the parent's budget counts it."""
+    totals: dict[str, Any] = dict.fromkeys(USAGE_KEYS, 0)
+    totals["cost_usd"] = 0.0
+    for stored in store.events(child_id):
+        usage = getattr(stored.event, "usage", None)
+        if not usage:
+            continue
+        for key in USAGE_KEYS:
+            totals[key] += usage.get(key) or 0
+    return totals

@@ -1,0 +1,162 @@
+"""Sub-pipelines end to end: child runs in the same SQLite store, with the offline provider."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+from interlock import Interlock, RunStatus
+from interlock.core.subpipelines import child_run_id
+
+from .conftest import WriteWorkflow
+
+PY = sys.executable
+WRITE_ARG = "import os, sys; open(os.environ['INTERLOCK_OUTPUT'], 'w').write(sys.argv[1])"
+
+FLOW = """
+parent:
+  inputs: {lang: French}
+  budget: {max_cost_usd: 10}
+  phases:
+    - id: gather
+      workers:
+        - {role: notes, model: offline-model}
+    - id: delegate
+      workers:
+        - role: summary
+          pipeline: "lib.yaml#summarise"
+          task: "Summary of {{ topic }}"
+          inputs: {language: "{{ inputs.lang }}"}
+          final: true
+reviewed:
+  phases:
+    - id: delegate
+      workers:
+        - {role: summary, pipeline: "lib.yaml#checked", final: true}
+"""
+
+LIBRARY = f"""
+summarise:
+  inputs: {{language: {{required: true}}}}
+  phases:
+    - id: draft
+      workers:
+        - {{role: drafter, model: offline-model}}
+    - id: write
+      workers:
+        - role: writer
+          final: true
+          command: ['{PY}', '-c', "{WRITE_ARG}", 'summary in {{{{ inputs.language }}}}']
+checked:
+  phases:
+    - id: draft
+      pause_after: true
+      workers:
+        - {{role: drafter, model: offline-model}}
+    - id: write
+      workers:
+        - {{role: writer, final: true, command: ['{PY}', '-c', "{WRITE_ARG}", 'checked']}}
+"""
+
+
+def workflow(write_workflow: WriteWorkflow) -> Path:
+    """The parent file and the library file beside it."""
+    path = write_workflow(FLOW)
+    (path.parent / "lib.yaml").write_text(textwrap.dedent(LIBRARY))
+    return path
+
+
+def only_child(app: Interlock, run_id: str, task_id: str = "summary@1") -> str:
+    """The id of the child run the first attempt of `task_id` started."""
+    return child_run_id(run_id, task_id, 1)
+
+
+def test_a_child_run_delivers_and_its_final_output_is_the_workers_output(
+    app: Interlock, write_workflow: WriteWorkflow
+) -> None:
+    """The child is a real run with its parent link; its final.md is the worker's output."""
+    run_id = app.start(workflow(write_workflow), "parent", topic="cats")
+    state = app.drive(run_id)
+    assert state.status is RunStatus.DELIVERED
+    child = only_child(app, run_id)
+    child_state = app.state(child)
+    assert child_state.status is RunStatus.DELIVERED
+    assert (child_state.parent_run, child_state.parent_task) == (run_id, "summary@1")
+    assert child_state.topic == "Summary of cats"
+    assert child_state.inputs == {"language": "French"}
+    assert (app.run_dir(run_id) / "final.md").read_text() == "summary in French"
+    assert (app.run_dir(child) / "final.md").read_text() == "summary in French"
+    assert state.children["summary@1"].run == child
+
+
+def test_a_pause_in_the_child_pauses_the_parent_and_approving_the_parent_resumes_both(
+    app: Interlock, write_workflow: WriteWorkflow
+) -> None:
+    """A child paused at approval shows the parent paused because of it; approving the
+    parent approves the child, and both go on to deliver."""
+    run_id = app.start(workflow(write_workflow), "reviewed", topic="t")
+    state = app.drive(run_id)
+    child = only_child(app, run_id)
+    assert state.status is RunStatus.PAUSED and state.pause_reason == "child"
+    assert app.state(child).status is RunStatus.PAUSED
+    assert app.status(run_id)["pause"]["child"]["run"] == child
+    assert app.status(child)["parent"] == {"run": run_id, "task": "summary@1"}
+    app.approve(run_id)
+    assert app.drive(run_id).status is RunStatus.DELIVERED
+    assert app.state(child).status is RunStatus.DELIVERED
+    assert (app.run_dir(run_id) / "final.md").read_text() == "checked"
+    assert [e.kind for e in app.events(child)].count("approved") == 1
+
+
+def test_approving_the_child_resumes_the_parent_too(
+    app: Interlock, write_workflow: WriteWorkflow
+) -> None:
+    """Approving and driving the paused child also takes and finishes its parent."""
+    run_id = app.start(workflow(write_workflow), "reviewed", topic="t")
+    app.drive(run_id)
+    child = only_child(app, run_id)
+    app.approve(child)
+    app.drive(child)
+    assert app.state(child).status is RunStatus.DELIVERED
+    assert app.state(run_id).status is RunStatus.DELIVERED
+    kinds = [e.kind for e in app.events(run_id)]
+    assert kinds.count("resumed") == 1 and "approved" not in kinds
+
+
+def test_cancelling_the_parent_cancels_the_child(
+    app: Interlock, write_workflow: WriteWorkflow
+) -> None:
+    """A cancelled parent stops its child run, which is recorded as cancelled too."""
+    run_id = app.start(workflow(write_workflow), "reviewed", topic="t")
+    app.drive(run_id)
+    child = only_child(app, run_id)
+    app.cancel(run_id, "no longer needed")
+    app.drive(run_id)
+    assert app.state(run_id).status is RunStatus.CANCELLED
+    assert app.state(child).status is RunStatus.CANCELLED
+    assert f"parent run {run_id}" in (app.state(child).failure or "")
+
+
+def test_a_failed_child_fails_the_attempt_and_a_retry_starts_a_new_child(
+    app: Interlock, write_workflow: WriteWorkflow
+) -> None:
+    """Each attempt of the worker is its own child run; the last failure fails the parent."""
+    path = write_workflow(f"""
+        parent:
+          phases:
+            - id: delegate
+              workers:
+                - {{role: sub, pipeline: broken, retries: 1, backoff: {{initial: 0}}, final: true}}
+        broken:
+          phases:
+            - id: only
+              workers:
+                - {{role: crash, final: true, command: ['{PY}', '-c', 'raise SystemExit(3)']}}
+        """)
+    run_id = app.start(path, "parent", topic="t")
+    state = app.drive(run_id)
+    assert state.status is RunStatus.FAILED
+    children = [child_run_id(run_id, "sub@1", attempt) for attempt in (1, 2)]
+    assert [app.state(c).status for c in children] == [RunStatus.FAILED] * 2
+    assert "child run" in (state.failure or "")
