@@ -27,6 +27,7 @@ TEMPLATES = {
     "fan-out": "fan-out.yaml",
     "approval": "approval.yaml",
     "signal": "signal.yaml",
+    "subpipeline": "subpipeline.yaml",
 }
 DEFAULT_MAX_STATES = 100_000
 PROGRESS_AFTER_S = 3.0  # off a terminal, progress shows only on explorations this long
