@@ -3,9 +3,14 @@ the stream clients subscribed to it.
 
 The orchestrator's listener only wakes the tail; the events themselves are always read back
 from the store, so what clients see is what was committed (by this process or any other
-writer of the same store), in commit order, each with its global id. Fan-out never waits: each
-client has a bounded queue, and a client that falls too far behind is marked dropped and told
-so, instead of slowing the orchestrator down.
+writer of the same store), in commit order, each with its global id.
+
+Fan-out costs the same whatever the number of clients: each message is encoded once, and
+clients of every run share one log of encoded messages, each with its own position in it (a
+client of one run has its own short queue). Each client's writer sends what arrived since its
+last send in one go, so a client costs per send, not per event. Fan-out never waits: a client
+that falls more than `queue_size` messages behind (one that stopped reading, or reads too
+slowly) is marked dropped and told so, instead of slowing anyone else down.
 """
 
 from __future__ import annotations
@@ -13,9 +18,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from interlock.core.state import RunState, apply, fold
 from interlock.core.workflow import Pipeline
@@ -29,12 +37,49 @@ Annotate = Callable[[StoredEvent, RunState], dict[str, Any] | None]
 EventHook = Callable[[StoredEvent, RunState], None]
 
 
+class Dropped(Exception):
+    """The client fell further behind than its queue allows."""
+
+    def __init__(self, resume: dict[str, Any]) -> None:
+        super().__init__("client fell behind")
+        self.resume = resume
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """A message as sent (JSON text, encoded once for every client) with what streams need
+    to know about it without parsing it again."""
+
+    text: str
+    type: str
+    seq: int = 0  # for events: the run's seq...
+    id: int = 0  # ...and the global id
+    final: bool = False
+
+
+def encode(message: dict[str, Any]) -> Encoded:
+    """Encode a stream message once."""
+    text = orjson.dumps(message, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+    if message.get("type") != "event":
+        return Encoded(text=text, type=str(message.get("type")))
+    return Encoded(
+        text=text,
+        type="event",
+        seq=int(message["seq"]),
+        id=int(message["id"]),
+        final=bool(message.get("final")),
+    )
+
+
 @dataclass(eq=False)
 class Subscriber:
-    """One stream client: the run it follows (None: every run) and its bounded queue."""
+    """One stream client: the run it follows (None: every run), where it is in the shared log
+    (every run) or its own queue (one run), and whether it was dropped."""
 
     run_id: str | None
-    queue: asyncio.Queue[dict[str, Any]]
+    position: int = 0
+    queue: deque[Encoded] = field(default_factory=deque)
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)  # (one run) queue not empty
     dropped: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -59,6 +104,12 @@ class Hub:
         self.cursor = 0
         self.states: dict[str, RunState] = {}
         self._subscribers: set[Subscriber] = set()
+        self._by_run: dict[str, set[Subscriber]] = {}
+        self._everyone: set[Subscriber] = set()
+        # The shared log of clients of every run: `_log[0]` is at position `_start`.
+        self._log: list[Encoded] = []
+        self._start = 0
+        self._published = asyncio.Event()  # replaced after each wake: set once per round
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -80,28 +131,98 @@ class Hub:
         """Orchestrator progress listener: a streamed model fragment (never recorded)."""
         message = {"type": "token", "run_id": run_id, "task_id": task_id, "text": text}
         if self._loop is not None:
-            self._loop.call_soon_threadsafe(self.publish, message)
+            self._loop.call_soon_threadsafe(self._publish_now, message)
 
     def subscribe(self, run_id: str | None) -> Subscriber:
         """Start receiving live messages (of one run, or of all)."""
-        subscriber = Subscriber(run_id, asyncio.Queue(self.queue_size))
+        subscriber = Subscriber(run_id, position=self._start + len(self._log))
         self._subscribers.add(subscriber)
+        if run_id is None:
+            self._everyone.add(subscriber)
+        else:
+            self._by_run.setdefault(run_id, set()).add(subscriber)
         return subscriber
 
     def unsubscribe(self, subscriber: Subscriber) -> None:
         """Stop receiving."""
         self._subscribers.discard(subscriber)
+        self._everyone.discard(subscriber)
+        followers = self._by_run.get(subscriber.run_id or "")
+        if followers is not None:
+            followers.discard(subscriber)
+            if not followers:
+                del self._by_run[subscriber.run_id or ""]
+
+    def _drop(self, subscriber: Subscriber) -> None:
+        subscriber.dropped.set()
+        subscriber.arrived.set()
+        self.unsubscribe(subscriber)
 
     def publish(self, message: dict[str, Any]) -> None:
-        """Hand `message` to every subscriber it concerns, without ever waiting."""
-        for subscriber in list(self._subscribers):
-            if subscriber.run_id not in (None, message.get("run_id")):
+        """Hand `message` to every subscriber it concerns, without ever waiting (woken at the
+        end of the round: see `_flush`)."""
+        encoded = encode(message)
+        if self._everyone:
+            self._log.append(encoded)
+            if len(self._log) >= 2 * self.queue_size:
+                self._trim()
+        for subscriber in list(self._by_run.get(str(message.get("run_id")), ())):
+            subscriber.queue.append(encoded)
+            if len(subscriber.queue) > self.queue_size:
+                self._drop(subscriber)
+            else:
+                subscriber.arrived.set()
+
+    def _publish_now(self, message: dict[str, Any]) -> None:
+        self.publish(message)
+        self._flush()
+
+    def _flush(self) -> None:
+        """Wake the writers of every-run clients once for all that was published."""
+        if not self._everyone:
+            self._log.clear()
+            self._start = 0
+            return
+        head = self._start + len(self._log)
+        for subscriber in [s for s in self._everyone if head - s.position > self.queue_size]:
+            self._drop(subscriber)
+        published, self._published = self._published, asyncio.Event()
+        published.set()
+
+    def _trim(self) -> None:
+        """Forget the log's older half; clients that had not read it are dropped."""
+        cut = len(self._log) - self.queue_size
+        self._start += cut
+        del self._log[:cut]
+        for subscriber in [s for s in self._everyone if s.position < self._start]:
+            self._drop(subscriber)
+
+    async def next_live(self, subscriber: Subscriber) -> list[Encoded]:
+        """What arrived for `subscriber` since it last asked (waiting until something did).
+
+        Raises:
+            Dropped: it fell too far behind.
+        """
+        while True:
+            if subscriber.dropped.is_set():
+                raise Dropped({})
+            if subscriber.run_id is not None:
+                if subscriber.queue:
+                    taken = list(subscriber.queue)
+                    subscriber.queue.clear()
+                    return taken
+                subscriber.arrived.clear()
+                await subscriber.arrived.wait()
                 continue
-            try:
-                subscriber.queue.put_nowait(message)
-            except asyncio.QueueFull:
-                subscriber.dropped.set()
-                self._subscribers.discard(subscriber)
+            head = self._start + len(self._log)
+            if subscriber.position < self._start:
+                self._drop(subscriber)
+                continue
+            if subscriber.position < head:
+                taken = self._log[subscriber.position - self._start :]
+                subscriber.position = head
+                return taken
+            await self._published.wait()
 
     async def run(self, stop: asyncio.Event) -> None:
         """The tail loop, until `stop` is set."""
@@ -110,12 +231,12 @@ class Hub:
                 await asyncio.wait_for(self._wake.wait(), self.poll)
             self._wake.clear()
             try:
-                self.pump()
+                await self.pump()
             except Exception:  # a bad read must not end the feed; the next wake retries
                 log.exception("event feed failed")
 
-    def pump(self) -> None:
-        """Publish everything committed since the cursor."""
+    async def pump(self) -> None:
+        """Publish everything committed since the cursor, waking writers after each batch."""
         while True:
             batch = self.store.all_events(self.cursor, 500)
             for stored in batch:
@@ -126,8 +247,10 @@ class Hub:
                 self.publish(self.message(stored, state))
                 if is_final(state):
                     self.states.pop(stored.run_id, None)
+            self._flush()
             if len(batch) < 500:
                 return
+            await asyncio.sleep(0)  # a long backlog: writers send between batches
 
     def state_after(self, stored: StoredEvent) -> RunState:
         """The run's state after `stored`, folded incrementally."""

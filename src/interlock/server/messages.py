@@ -29,7 +29,7 @@ def progress(pipeline: Pipeline | None, state: RunState) -> float:
     done: float = sum(1 for p in pipeline.phases if state.phase_status.get(p.id) == "completed")
     current = state.current
     if current is not None and not current.completed and current.task_ids:
-        finished = sum(1 for t in current.task_ids if state.tasks[t].status.value == "completed")
+        finished = current.done  # kept by the fold: no walk over a wide phase's tasks
         # Out of every task the visit will have, not those dispatched so far: a sequential
         # phase dispatches one at a time, and 1 of 1 done must not become 1 of 2.
         phase = next((p for p in pipeline.phases if p.id == current.phase), None)

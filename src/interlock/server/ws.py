@@ -18,19 +18,27 @@ from interlock.runtime.home import check_run_id
 from interlock.server.auth import WS_PROTOCOL, Authenticator, Principal, token_from_protocols
 from interlock.server.deps import resolve, service, stream_reader
 from interlock.server.errors import ApiError, from_interlock
-from interlock.server.hub import Subscriber
+from interlock.server.hub import Dropped, Encoded, Subscriber
 from interlock.server.service import Service
-from interlock.server.streams import Dropped, all_stream, run_stream
+from interlock.server.streams import all_stream, run_stream
 
 router = APIRouter()
 KEEPALIVE = 15.0  # seconds between SSE comments, so proxies keep idle streams open
 
 
-def resume_hint(message: dict[str, Any], per_run: bool, last: int) -> int:
+def resume_hint(message: Encoded, per_run: bool, last: int) -> int:
     """The cursor after `message`: seq for one run's stream, global id for all runs."""
-    if message.get("type") != "event":
+    if message.type != "event":
         return last
-    return int(message["seq"] if per_run else message["id"])
+    return message.seq if per_run else message.id
+
+
+def frames(chunk: list[Encoded], batch: bool) -> list[str]:
+    """The frames that carry a chunk: one JSON array of them all (`?batch=1`: one send per
+    chunk, whatever the event rate), or one message per frame."""
+    if batch and len(chunk) > 1:
+        return ["[" + ",".join(m.text for m in chunk) + "]"]
+    return [m.text for m in chunk]
 
 
 def dropped_message(last: int) -> dict[str, Any]:
@@ -72,6 +80,7 @@ async def _serve(
     stream: AsyncIterator[Any],
     per_run: bool,
     since: int,
+    batch: bool = False,
 ) -> None:
     """Send the stream until it ends, the client leaves, or the client falls behind."""
     last = since
@@ -79,9 +88,11 @@ async def _serve(
 
     async def pump() -> None:
         nonlocal last
-        async for message in stream:
-            await websocket.send_text(json.dumps(message, default=str))
-            last = resume_hint(message, per_run, last)
+        async for chunk in stream:
+            for frame in frames(chunk, batch):
+                await websocket.send_text(frame)
+            for message in chunk:
+                last = resume_hint(message, per_run, last)
 
     left = asyncio.Event()  # the client closed (or the connection broke)
 
@@ -134,8 +145,9 @@ async def aclose(stream: AsyncIterator[Any]) -> None:
 
 
 @router.websocket("/ws/runs/{run_id}")
-async def ws_run(websocket: WebSocket, run_id: str, since: int = 0) -> None:
-    """One message per event of the run (replayed after `since`, then live)."""
+async def ws_run(websocket: WebSocket, run_id: str, since: int = 0, batch: bool = False) -> None:
+    """One message per event of the run (replayed after `since`, then live); with `batch`,
+    a frame may hold a JSON array of several messages."""
     svc: Service = websocket.app.state.service
     accepted, _ = await _open(websocket, svc)
     if not accepted:
@@ -151,19 +163,21 @@ async def ws_run(websocket: WebSocket, run_id: str, since: int = 0) -> None:
         return
     subscriber = svc.hub.subscribe(run_id)
     stream = run_stream(svc.hub, subscriber, run_id, max(0, since))
-    await _serve(websocket, svc, subscriber, stream, True, since)
+    await _serve(websocket, svc, subscriber, stream, True, since, batch)
 
 
 @router.websocket("/ws/runs")
-async def ws_all(websocket: WebSocket, since: int | None = None) -> None:
-    """One message per event of every run (after global id `since`, or from now)."""
+async def ws_all(websocket: WebSocket, since: int | None = None, batch: bool = False) -> None:
+    """One message per event of every run (after global id `since`, or from now); with
+    `batch`, a frame may hold a JSON array of several messages."""
     svc: Service = websocket.app.state.service
     accepted, _ = await _open(websocket, svc)
     if not accepted:
         return
     subscriber = svc.hub.subscribe(None)
     start = svc.hub.cursor if since is None else since
-    await _serve(websocket, svc, subscriber, all_stream(svc.hub, subscriber, start), False, start)
+    stream = all_stream(svc.hub, subscriber, start)
+    await _serve(websocket, svc, subscriber, stream, False, start, batch)
 
 
 async def _sse(
@@ -185,16 +199,19 @@ async def _sse(
                 continue
             arrived, coming = coming, None
             try:
-                message = arrived.result()
+                chunk = arrived.result()
             except StopAsyncIteration:
                 return
             except Dropped:
                 svc.metrics.dropped.inc()
                 yield f"event: dropped\ndata: {json.dumps(dropped_message(last))}\n\n"
                 return
-            last = resume_hint(message, per_run, last)
-            ident = f"id: {last}\n" if message.get("type") == "event" else ""
-            yield f"{ident}event: {message['type']}\ndata: {json.dumps(message, default=str)}\n\n"
+            parts = []  # a chunk's events leave in one write
+            for message in chunk:
+                last = resume_hint(message, per_run, last)
+                ident = f"id: {last}\n" if message.type == "event" else ""
+                parts.append(f"{ident}event: {message.type}\ndata: {message.text}\n\n")
+            yield "".join(parts)
     finally:
         if coming is not None:
             await _stop({coming})

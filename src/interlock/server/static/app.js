@@ -55,14 +55,17 @@ function live(path, cursor, onMessage) {
   const scheme = location.protocol === "https:" ? "wss" : "ws";
   const protocols = token ? ["interlock", `bearer.${token}`] : ["interlock"];
   const open = () => {
-    const since = cursor() === null ? "" : `?since=${cursor()}`;
+    // batch=1: a frame may carry an array of messages (one send per client per burst).
+    const since = cursor() === null ? "?batch=1" : `?batch=1&since=${cursor()}`;
     const ws = new WebSocket(`${scheme}://${location.host}${path}${since}`, protocols);
     socket = ws;
     ws.onopen = () => { conn.textContent = "live"; conn.className = "conn live"; };
     ws.onmessage = (event) => {
-      const message = JSON.parse(event.data);
-      if (message.type === "error") { toast(message.error.message, true); if (message.error.code.includes("token") || message.error.code === "unauthorized") askToken(); return; }
-      onMessage(message);
+      const data = JSON.parse(event.data);
+      for (const message of Array.isArray(data) ? data : [data]) {
+        if (message.type === "error") { toast(message.error.message, true); if (message.error.code.includes("token") || message.error.code === "unauthorized") askToken(); return; }
+        onMessage(message);
+      }
     };
     ws.onclose = (event) => {
       if (socket !== ws) return;
