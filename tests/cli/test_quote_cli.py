@@ -79,7 +79,7 @@ def test_check_names_the_worker_without_an_output_limit(tmp_path: Path) -> None:
     done = interlock(tmp_path / "home", "check", str(flow), "--cost")
     assert done.returncode == 0, done.stderr
     text = " ".join(done.stdout.split())
-    assert "p: at most no bound and no bound" in text
+    assert "p: no bound on cost or tokens" in text
     assert (
         "no bound: phase 'a', worker 'w': model 'm' has no output limit: set "
         "max_output_tokens in [models.m] or in the worker's params"

@@ -264,3 +264,24 @@ def test_a_task_holding_signal_data_counts_at_the_window() -> None:
         context_tokens=5000,
     )  # fmt: skip
     assert quoted(p, {"m": windowed}).tokens == 5000 + 1000
+
+
+def test_when_every_path_is_free_the_longest_is_shown() -> None:
+    """Equal totals ($0 offline) pick the path with the most visits, not the shortest."""
+    free = ModelTerms(
+        input_usd_per_mtok=None, output_usd_per_mtok=None, max_output_tokens=10, free=True
+    )
+    p = pipeline_of(
+        {
+            "phases": [
+                {
+                    "id": "draft",
+                    "workers": [worker("writer", extract={"ok": {"json": "ok", "type": "bool"}})],
+                    "next": [{"if": "!writer.ok", "goto": "draft", "max_visits": 3}],
+                },
+                {"id": "publish", "workers": [worker("publisher", final=True)]},
+            ]
+        }
+    )
+    q = quoted(p, {"m": free})
+    assert q.usd == 0.0 and dict(q.usd_path) == {"draft": 3, "publish": 1}

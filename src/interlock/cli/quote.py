@@ -101,12 +101,18 @@ def quote_lines(quote: Quote) -> list[str]:
     """The quote in words, one line each."""
     from interlock.core.quote import ASSUMED_TEXT_TOKENS
 
-    usd = "no bound" if quote.usd is None else f"${quote.usd:,.4f}"
-    tokens = "no bound" if quote.tokens is None else f"{quote.tokens:,} tokens"
+    if quote.usd is not None and quote.tokens is not None:
+        most = f"at most ${quote.usd:,.4f} and {quote.tokens:,} tokens"
+    elif quote.usd is not None:
+        most = f"at most ${quote.usd:,.4f}; tokens: no bound"
+    elif quote.tokens is not None:
+        most = f"cost: no bound; at most {quote.tokens:,} tokens"
+    else:
+        most = "no bound on cost or tokens"
     assumed = (
         f"; topic and each input taken as {ASSUMED_TEXT_TOKENS:,} tokens" if quote.assumed else ""
     )
-    lines = [f"  {quote.pipeline}: at most {usd} and {tokens} (worst case{assumed})"]
+    lines = [f"  {quote.pipeline}: {most} (worst case{assumed})"]
     if not quote.complete:
         lines.append("      not a bound: exploring stopped early (raise --max-states)")
     if quote.usd_path:
@@ -118,10 +124,14 @@ def quote_lines(quote: Quote) -> list[str]:
         lanes = f" x {task.lanes} lanes" if task.lanes > 1 else ""
         cost = "no bound" if task.usd is None else f"${task.usd:,.4f}"
         used = "no bound" if task.tokens is None else f"{task.tokens:,} tokens"
-        prompt = "no bound" if task.prompt_tokens is None else f"{task.prompt_tokens:,} tokens"
+        prompt = (
+            "prompt with no bound"
+            if task.prompt_tokens is None
+            else f"prompt up to {task.prompt_tokens:,} tokens"
+        )
         lines.append(
             f"      {task.role} (phase {task.phase}{lanes}): up to {task.calls} call(s), "
-            f"prompt up to {prompt}: {cost}, {used} per task"
+            f"{prompt}: {cost}, {used} per task"
         )
     reasons = dict.fromkeys([*quote.usd_unbounded, *quote.tokens_unbounded])
     for reason in reasons:

@@ -205,7 +205,8 @@ class _Bounds:
         return None if None in limits else max(x for x in limits if x is not None)
 
     def prompt(self, phase: Phase, worker: Worker) -> tuple[int | None, list[str]]:
-        """The largest prompt before the context window, and what leaves it without a bound."""
+        """The largest prompt before the context window (None: no bound), and why it has no
+        bound, when the cause is not a model worker whose own line says so."""
         pipeline = self.pipeline
         try:
             names = template_names(worker.task)
@@ -218,15 +219,16 @@ class _Bounds:
         if isinstance(worker.output_schema, dict):
             total += text_tokens(str(worker.output_schema))
         why: list[str] = []
+        open_ended = False  # holds the output of a model worker with no output limit
         if "signals" in names:
             why.append("its task holds signal data, whose size has no limit")
         if phase.for_each is not None and "item" in names:
             source = pipeline.worker(phase.for_each.items.rpartition(".")[0])
             limit = self.output_limit(source)
-            if limit is None:
+            if limit is None and source.model is None:
                 why.append(f"its item comes from {_writer(source)}, whose output has no limit")
-            else:
-                total += limit
+            open_ended |= limit is None
+            total += limit or 0
         for entry in worker.reads:
             name = entry.removesuffix("?")
             writer = pipeline.worker(pipeline.writers[name])
@@ -234,13 +236,13 @@ class _Bounds:
             if pipeline.phase_of(writer.role) is phase and phase.for_each is not None:
                 lanes = 1  # a lane reads its own lane's output
             limit = self.output_limit(writer)
-            if limit is None:
+            if limit is None and writer.model is None:
                 why.append(
                     f"it reads {name!r}, written by {_writer(writer)}, whose output has no limit"
                 )
-            else:
-                total += lanes * (FILE_TOKENS + limit)
-        return (None if why else total), why
+            open_ended |= limit is None
+            total += lanes * (FILE_TOKENS + (limit or 0))
+        return (None if why or open_ended else total), why
 
     def task(self, phase: Phase, worker: Worker) -> TaskQuote:
         """The most one task of `worker` spends in one visit of `phase`."""
@@ -289,12 +291,12 @@ class _Bounds:
                     f"output_price_per_mtok in [models.{alias}]"
                 ] = None
             calls = (worker.retries + 1) * turns
+            largest = None if largest is None or prompt is None else max(largest, prompt)
             if prompt is None or answer is None:
-                tokens = largest = None
+                tokens = None
                 if not terms.free:
                     usd = None
                 continue
-            largest = None if largest is None else max(largest, prompt)
             tokens = None if tokens is None else tokens + calls * (prompt + answer)
             if usd is not None and not terms.free:
                 if rates[0] is None or rates[1] is None:
@@ -410,7 +412,7 @@ def _dearest(
     visit_counts: Iterable[Visits], per_visit: Mapping[str, float | int | None]
 ) -> tuple[float | None, Visits]:
     """The largest total over the paths, and that path's visits (None: a path has no bound)."""
-    most: float = 0.0
+    best: tuple[float, int] = (0.0, 0)
     path: Visits = ()
     for visits in sorted(visit_counts):  # sorted: ties pick the same path every time
         total = 0.0
@@ -419,6 +421,8 @@ def _dearest(
             if cost is None:
                 return None, visits
             total += count * cost
-        if total > most or not path:
-            most, path = total, visits
-    return most, path
+        # Equal totals (free phases): the longest path is the one worth showing.
+        mine = (total, sum(count for _, count in visits))
+        if mine > best or not path:
+            best, path = mine, visits
+    return best[0], path
