@@ -12,7 +12,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from interlock.api import Interlock
+    from interlock.api import Interlock, SignalReceipt
     from interlock.core.decide import Decision, RuleName, decide, next_wake, settle
     from interlock.core.events import Event
     from interlock.core.loader import Definition, Workflow, load_workflow, parse_workflow
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from interlock.errors import (
         ExitCode,
         InterlockError,
+        InvalidSignal,
         LeaseHeld,
         LeaseLost,
         RunNotFound,
@@ -39,6 +40,7 @@ __all__ = [
     "ForEach",
     "Interlock",
     "InterlockError",
+    "InvalidSignal",
     "LeaseHeld",
     "LeaseLost",
     "Phase",
@@ -48,6 +50,7 @@ __all__ = [
     "RunNotFound",
     "RunState",
     "RunStatus",
+    "SignalReceipt",
     "StorageError",
     "TaskContext",
     "TaskStatus",
@@ -73,6 +76,8 @@ _EXPORTS = {
     "ForEach": "interlock.core.workflow",
     "Interlock": "interlock.api",
     "InterlockError": "interlock.errors",
+    "InvalidSignal": "interlock.errors",
+    "SignalReceipt": "interlock.api",
     "LeaseHeld": "interlock.errors",
     "LeaseLost": "interlock.errors",
     "Phase": "interlock.core.workflow",

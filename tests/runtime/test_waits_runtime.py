@@ -100,6 +100,14 @@ def test_a_waiting_run_holds_nothing_and_wakes_when_the_signal_is_posted(
         app.close()
 
 
+def test_the_signal_types_are_public() -> None:
+    """`SignalReceipt` and `InvalidSignal` are part of the package's public surface."""
+    import interlock
+
+    assert {"SignalReceipt", "InvalidSignal"} <= set(interlock.__all__)
+    assert interlock.InvalidSignal is InvalidSignal
+
+
 def test_bad_signals_are_refused_with_the_fix(
     app: Interlock, write_workflow: WriteWorkflow
 ) -> None:
