@@ -141,3 +141,13 @@ def test_peer_driver_reports_a_missing_environment(
     assert "benchmarks/peers/setup.sh celery" in missing["error"]
     unknown = run_peers.run_one("airflow", runs=1, concurrent=1)
     assert "unknown peer" in unknown["error"] and "dbos-sqlite" in unknown["error"]
+
+
+def test_history_and_watchers_scripts_run_tiny(tmp_path: Path) -> None:
+    """history.py (a store with history, a wide run) and watchers.py (0 and N watchers)."""
+    done = run("history.py", "--runs", "20", "--width", "6", tmp=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert '"prune"' in done.stdout and '"resume_to_end_s"' in done.stdout
+    done = run("watchers.py", "--clients", "2", "--runs", "3", tmp=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "orchestration_slowed" in done.stdout.splitlines()[-1]

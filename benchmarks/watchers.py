@@ -1,0 +1,202 @@
+"""Fan-out to watchers: live-update lag and orchestration throughput with 0 and N WebSocket
+clients watching every run, in one invocation.
+
+    python benchmarks/watchers.py                      # 0 and 200 clients, 400 runs each
+    python benchmarks/watchers.py --clients 200 --runs 400 --mode single
+
+`interlock serve` runs in a child process with the SQLite ledger. The runs (research-3 with
+no-op Python workers, from `watch_tasks.py`) are started through its API (8 requests at a
+time) and driven by it. Each client (all in this process, on one event loop) connects to `/ws/runs`
+(`--mode batch`: `?batch=1`, the dashboard's way; `single`: one message per frame) and notes,
+for every frame, how long after the oldest event in it was recorded it arrived: the lag.
+Throughput is runs delivered per second from the first submission to the last delivery, as
+one extra client sees it (present in both rounds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import websockets
+
+HERE = Path(__file__).resolve().parent
+WORKFLOW = {
+    "research-3": {
+        "phases": [
+            {
+                "id": "collect",
+                "workers": [
+                    {"role": "a", "call": "watch_tasks:noop"},
+                    {"role": "b", "call": "watch_tasks:noop"},
+                ],
+            },
+            {
+                "id": "synthesis",
+                "workers": [{"role": "s", "call": "watch_tasks:noop", "final": True}],
+            },
+        ]
+    }
+}
+FIRST_AT = re.compile(rb'"at":([0-9.e+]+)')
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+async def client(url: str, lags: list[float], stop: asyncio.Event) -> None:
+    """A watcher of every run: the lag of each frame's oldest event."""
+    async with websockets.connect(url, max_size=None, max_queue=None) as ws:
+        while not stop.is_set():
+            try:
+                frame = await asyncio.wait_for(ws.recv(decode=False), 0.5)
+            except TimeoutError:
+                continue
+            now = time.time()
+            found = FIRST_AT.search(frame)
+            if found:
+                lags.append(now - float(found.group(1)))
+
+
+async def observer(
+    url: str, runs: int, done: asyncio.Event, finished: list[float], lags: list[float]
+) -> None:
+    """Counts final events until every submitted run ended (noting the lag of each event)."""
+    async with websockets.connect(url, max_size=None, max_queue=None) as ws:
+        while len(finished) < runs:
+            data = json.loads(await ws.recv())
+            now = time.time()
+            for message in data if isinstance(data, list) else [data]:
+                if message.get("type") == "event":
+                    lags.append(now - message["at"])
+                    if message.get("final"):
+                        finished.append(now)
+    done.set()
+
+
+async def round_of(port: int, home: Path, flow: Path, clients: int, runs: int, mode: str) -> Any:
+    """Submit `runs` runs with `clients` watchers connected; lag and throughput."""
+    query = "?batch=1" if mode == "batch" else ""
+    url = f"ws://127.0.0.1:{port}/ws/runs{query}"
+    stop, done = asyncio.Event(), asyncio.Event()
+    lags: list[float] = []
+    watchers = [asyncio.create_task(client(url, lags, stop)) for _ in range(clients)]
+    finished: list[float] = []
+    seen: list[float] = []
+    counting = asyncio.create_task(observer(url, runs, done, finished, seen))
+    await asyncio.sleep(1.0 + clients / 100)  # every client connected and said hello
+    began = time.time()
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
+        slots = asyncio.Semaphore(8)
+
+        async def start(number: int) -> None:
+            async with slots:
+                body = {"pipeline": "research-3", "topic": f"watched {number}"}
+                answer = await http.post("/api/runs", json=body)
+                assert answer.status_code == 201, answer.text
+
+        await asyncio.gather(*(start(n) for n in range(runs)))
+    await asyncio.wait_for(done.wait(), 600)
+    took = max(finished) - began
+    stop.set()
+    await asyncio.gather(*watchers, counting, return_exceptions=True)
+    return {
+        "clients": clients,
+        "runs": runs,
+        "runs_per_s": round(runs / took, 1),
+        "frames": len(lags),
+        "lag_p50_s": round(percentile(lags, 0.5), 3) if lags else None,
+        "lag_p99_s": round(percentile(lags, 0.99), 3) if lags else None,
+        "lag_max_s": round(max(lags), 3) if lags else None,
+        "observer_lag_p50_s": round(percentile(seen, 0.5), 3),
+        "observer_lag_p99_s": round(percentile(seen, 0.99), 3),
+    }
+
+
+def serve(home: Path, flow: Path, port: int) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+    }
+    argv = [sys.executable, "-m", "interlock", "--home", str(home), "serve", "--port", str(port)]
+    home.mkdir(parents=True, exist_ok=True)
+    log = (home.parent / f"serve-{port}.log").open("wb")
+    process = subprocess.Popen(
+        [*argv, "-w", str(flow), "--no-schedules", "--rate-limit", "1000000"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline and process.poll() is None:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return process
+        time.sleep(0.1)
+    process.kill()
+    said = (home.parent / f"serve-{port}.log").read_text()[-2000:]
+    raise RuntimeError(f"the server did not start: {said}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, default=200)
+    parser.add_argument("--runs", type=int, default=400)
+    parser.add_argument("--mode", choices=["batch", "single"], default="batch")
+    args = parser.parse_args()
+    scratch = Path(tempfile.mkdtemp(prefix="interlock-watchers-"))
+    results = []
+    try:
+        flow = scratch / "research3.json"
+        flow.write_text(json.dumps(WORKFLOW))
+        for clients in (0, args.clients):
+            home = scratch / f"home-{clients}"
+            port = free_port()
+            server = serve(home, flow, port)
+            try:
+                results.append(
+                    asyncio.run(round_of(port, home, flow, clients, args.runs, args.mode))
+                )
+            finally:
+                server.terminate()
+                server.wait(30)
+            print(json.dumps(results[-1]), flush=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    base, loaded = results
+    slowdown = 1 - loaded["runs_per_s"] / base["runs_per_s"]
+    print(
+        json.dumps(
+            {
+                "mode": args.mode,
+                "orchestration_slowed": f"{100 * slowdown:.1f}%",
+                "lag_p50_s": loaded["lag_p50_s"],
+                "lag_p99_s": loaded["lag_p99_s"],
+                "lag_p50_s_one_client": base["observer_lag_p50_s"],
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
