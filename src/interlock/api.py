@@ -319,18 +319,26 @@ class Interlock:
 
         A signal is accepted while the run is running, waiting or paused, and kept until a
         wait takes it. `data` must match the `schema` of the `wait_for` that names it. A
-        second signal with the same idempotency `key` is ignored (the receipt says so).
+        second signal with the same idempotency `key` is ignored (the receipt says so). A run
+        that waits because its child run waits passes a signal it does not wait for itself to
+        that child (the receipt names the child).
 
         Raises:
             UsageError: the run ended, or the pipeline waits for no such signal.
             InvalidSignal: `data` does not match the signal's schema.
         """
         from interlock.core.observe import SignalMessage, signal_refusal
+        from interlock.core.waits import waited_signals
 
         run_id = self.resolve(run_id)
         state = self.state(run_id)
         record = self.store.get_run(run_id)
         pipeline = self.definition_of(record.pipeline, record.definition_hash).pipeline
+        child = state.held_by_child("waiting")
+        if child is not None and name not in waited_signals(pipeline):
+            # The run waits because its child run does: a signal only the child waits for
+            # is the child's.
+            return self.signal(child.run, name, data, key=key, by=by)
         refused = signal_refusal(state, name, None)
         if refused is not None:
             raise UsageError(refused)

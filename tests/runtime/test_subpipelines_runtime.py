@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import textwrap
 from pathlib import Path
@@ -34,6 +35,11 @@ reviewed:
     - id: delegate
       workers:
         - {role: summary, pipeline: "lib.yaml#checked", final: true}
+waiting:
+  phases:
+    - id: delegate
+      workers:
+        - {role: summary, pipeline: "lib.yaml#signalled", final: true}
 """
 
 LIBRARY = f"""
@@ -48,6 +54,14 @@ summarise:
         - role: writer
           final: true
           command: ['{PY}', '-c', "{WRITE_ARG}", 'summary in {{{{ inputs.language }}}}']
+signalled:
+  phases:
+    - id: ship
+      wait_for: {{signal: go, timeout: 60}}
+      workers:
+        - role: shipper
+          final: true
+          command: ['{PY}', '-c', "{WRITE_ARG}", 'went {{{{ signals.go.where }}}}']
 checked:
   phases:
     - id: draft
@@ -160,3 +174,34 @@ def test_a_failed_child_fails_the_attempt_and_a_retry_starts_a_new_child(
     children = [child_run_id(run_id, "sub@1", attempt) for attempt in (1, 2)]
     assert [app.state(c).status for c in children] == [RunStatus.FAILED] * 2
     assert "child run" in (state.failure or "")
+
+
+def test_a_child_waiting_for_a_signal_lists_its_parent_waiting_and_takes_the_parents_signal(
+    app: Interlock, write_workflow: WriteWorkflow
+) -> None:
+    """While the child waits for a signal the parent is listed as waiting for the child; a
+    signal sent to the parent that only the child waits for reaches the child."""
+    run_id = app.start(workflow(write_workflow), "waiting", topic="t")
+    child = only_child(app, run_id)
+    seen: dict[str, object] = {}
+
+    async def send_when_waiting() -> None:
+        while app.store.get_run(run_id).summary.status != "waiting":
+            await asyncio.sleep(0.02)
+        seen["view"] = app.status(run_id)["waiting"]
+        seen["receipt"] = app.signal(run_id, "go", {"where": "north"}).run_id
+
+    async def both() -> None:
+        sender = asyncio.create_task(send_when_waiting())
+        await app.drive_async(run_id)
+        await sender
+
+    asyncio.run(both())
+    assert seen["view"] == {
+        "for": "child",
+        "child": child,
+        "detail": f"run {child} waits for signal 'go'",
+    }
+    assert seen["receipt"] == child
+    assert app.state(run_id).status is RunStatus.DELIVERED
+    assert (app.run_dir(run_id) / "final.md").read_text() == "went north"
