@@ -89,7 +89,8 @@ def only_child(app: Interlock, run_id: str, task_id: str = "summary@1") -> str:
 def test_a_child_run_delivers_and_its_final_output_is_the_workers_output(
     app: Interlock, write_workflow: WriteWorkflow
 ) -> None:
-    """The child is a real run with its parent link; its final.md is the worker's output."""
+    """The child is a real run with its parent link; its final.md is the worker's output and
+    its spend is the task's."""
     run_id = app.start(workflow(write_workflow), "parent", topic="cats")
     state = app.drive(run_id)
     assert state.status is RunStatus.DELIVERED
@@ -102,6 +103,9 @@ def test_a_child_run_delivers_and_its_final_output_is_the_workers_output(
     assert (app.run_dir(run_id) / "final.md").read_text() == "summary in French"
     assert (app.run_dir(child) / "final.md").read_text() == "summary in French"
     assert state.children["summary@1"].run == child
+    # What the child spent is charged to the parent's task, so the parent's budget counts it.
+    assert child_state.tokens > 0 and state.tasks["summary@1"].tokens == child_state.tokens
+    assert state.tokens == state.tasks["notes@1"].tokens + child_state.tokens
 
 
 def test_a_pause_in_the_child_pauses_the_parent_and_approving_the_parent_resumes_both(
@@ -205,3 +209,29 @@ def test_a_child_waiting_for_a_signal_lists_its_parent_waiting_and_takes_the_par
     assert seen["receipt"] == child
     assert app.state(run_id).status is RunStatus.DELIVERED
     assert (app.run_dir(run_id) / "final.md").read_text() == "went north"
+
+
+def test_what_the_child_spends_counts_toward_the_parents_budget(
+    app: Interlock, write_workflow: WriteWorkflow
+) -> None:
+    """A parent whose only spender is its child reaches its token budget with the child's."""
+    path = write_workflow("""
+        parent:
+          budget: {max_tokens: 1}
+          phases:
+            - id: delegate
+              workers:
+                - {role: sub, pipeline: spender, final: true}
+        spender:
+          phases:
+            - id: only
+              workers:
+                - {role: talker, model: offline-model, final: true}
+        """)
+    run_id = app.start(path, "parent", topic="t")
+    state = app.drive(run_id)
+    assert state.status is RunStatus.FAILED
+    assert "budget exceeded" in (state.failure or "") and "reached the budget of 1" in (
+        state.failure or ""
+    )
+    assert app.state(child_run_id(run_id, "sub@1", 1)).status is RunStatus.DELIVERED
