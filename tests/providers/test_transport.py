@@ -7,6 +7,8 @@ import asyncio
 import random
 import warnings
 
+import pytest
+
 from interlock.providers import (
     HttpEndpoint,
     OpenAIChatProvider,
@@ -15,7 +17,7 @@ from interlock.providers import (
     Secret,
 )
 from interlock.providers.sse import EventDecoder
-from interlock.providers.transport import ClientPool
+from interlock.providers.transport import ClientPool, proxy_for
 
 from .conftest import API_KEY, RecordingSleep
 from .fake_llm_server import FakeServer, Fault
@@ -98,3 +100,17 @@ def test_each_loop_gets_a_session_closed_when_the_loop_ends(server: FakeServer) 
         assert asyncio.run(call()) == asyncio.run(call()) == "Hello, world."
     assert sessions[0] is not sessions[1]
     assert all(session.closed for session in sessions)
+
+
+def test_the_proxy_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An endpoint goes through the proxy the environment names for its scheme, and through
+    none for a host NO_PROXY lists."""
+    for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    assert proxy_for("https://api.example.com/v1") is None
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.local:3128")
+    monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.1")
+    assert proxy_for("https://api.example.com/v1") == "http://proxy.local:3128"
+    assert proxy_for("http://api.example.com/v1") is None  # no proxy named for http
+    assert proxy_for("https://127.0.0.1:8080/v1") is None
