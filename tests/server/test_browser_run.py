@@ -126,11 +126,11 @@ def test_review_controls_edit_reject_approve_rerun(
     page.click("#edit-output")
     expect(page.locator("#edit-text")).to_be_focused()
     page.fill("#edit-text", "# Draft\n\nEdited by hand.\n")
-    page.fill("#edit-note", "tone")
+    page.fill("#edit-note", "ton plus sobre, déjà relu")  # not ASCII: no header can carry it
     page.click("#edit-save")
     expect(page.locator("#output")).to_contain_text("Edited by hand.")
     page.get_by_role("button", name="drafter@1 attempt 1", exact=False).click()
-    expect(page.locator("#attempt-dialog")).to_contain_text("tone")
+    expect(page.locator("#attempt-dialog")).to_contain_text("ton plus sobre, déjà relu")
     page.keyboard.press("Escape")
     page.select_option("#reject-to", "draft")
     page.fill("#feedback", "Shorter, please")

@@ -33,6 +33,23 @@ def test_edit_reject_and_export_over_http(server: Server) -> None:
     while not _events(server, run_id, "output_edited"):
         assert time.time() < deadline, "the edit was never recorded"
         time.sleep(0.1)
+    assert _events(server, run_id, "output_edited")[0]["data"]["note"] == "tone"
+    # A note in any script rides in the query string; the header keeps plain ASCII.
+    again = server.http.put(
+        f"/api/runs/{run_id}/outputs/draft.md",
+        params={"note": "nuance: «ton» — 語調"},
+        content=b"# drafter\n\nRewritten twice.\n",
+    )
+    assert again.status_code == 200, again.text
+    deadline = time.time() + 15
+    while len(_events(server, run_id, "output_edited")) < 2:
+        assert time.time() < deadline, "the second edit was never recorded"
+        time.sleep(0.1)
+    assert _events(server, run_id, "output_edited")[1]["data"]["note"] == "nuance: «ton» — 語調"
+    too_long = server.http.put(
+        f"/api/runs/{run_id}/outputs/draft.md", params={"note": "x" * 2_001}, content=b"y"
+    )
+    assert too_long.status_code == 413 and "note" in too_long.text
     rejected = server.http.post(
         f"/api/runs/{run_id}/reject", json={"to": "draft", "message": "start over"}
     )

@@ -28,6 +28,9 @@ Rejecter = Annotated[Principal, Depends(operator("reject"))]
 Exporter = Annotated[Principal, Depends(download_reader)]
 
 
+NOTE_LIMIT = 2_000
+
+
 class Rejection(BaseModel):
     """Where a paused run goes back to, and why."""
 
@@ -39,8 +42,9 @@ class Rejection(BaseModel):
 async def edit_output(
     svc: Svc, who: Editor, run_id: str, name: str, request: Request
 ) -> dict[str, Any]:
-    """Replace output `name` of a paused run with the request body (UTF-8 text); an optional
-    `X-Interlock-Note` header is kept with the edit."""
+    """Replace output `name` of a paused run with the request body (UTF-8 text). A note kept
+    with the edit comes as the `note` query parameter (any text, URL-encoded) or, for plain
+    ASCII, the `X-Interlock-Note` header; the parameter wins when both are given."""
     body = await request.body()
     if len(body) > EDIT_LIMIT:
         raise ApiError(413, "too_large", f"an edited output may have at most {EDIT_LIMIT} bytes")
@@ -48,7 +52,11 @@ async def edit_output(
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         raise ApiError(400, "bad_request", "the new output must be UTF-8 text") from None
-    note = request.headers.get("x-interlock-note", "")
+    # Header values are Latin-1 on the wire, so a note in any other script would be mangled
+    # there: the query parameter carries it URL-encoded instead.
+    note = request.query_params.get("note", request.headers.get("x-interlock-note", ""))
+    if len(note) > NOTE_LIMIT:
+        raise ApiError(413, "too_large", f"an edit's note may have at most {NOTE_LIMIT} characters")
     run_id = svc.api.edit(resolve(svc, run_id), name, text, note=note, by=who.subject)
     svc.orchestrator.wake()
     return {"run_id": run_id, "accepted": "edit", "output": name}

@@ -120,10 +120,10 @@ function editor(name) {
 async function saveEdit(event) {
   event.preventDefault();
   const name = page.editing;
-  if (!/^[\x20-\x7e]*$/.test(page.typed.editNote || "")) { toast("the edit's note goes in a header: plain ASCII only", true); return; }
   try {
-    await api(`/api/runs/${page.runId}/outputs/${encodeURIComponent(name)}`, { method: "PUT", body: page.typed.edit || "",
-      headers: { "Content-Type": "text/plain; charset=utf-8", "X-Interlock-Note": page.typed.editNote || "" } });
+    const note = encodeURIComponent(page.typed.editNote || "");
+    await api(`/api/runs/${page.runId}/outputs/${encodeURIComponent(name)}?note=${note}`, { method: "PUT", body: page.typed.edit || "",
+      headers: { "Content-Type": "text/plain; charset=utf-8" } });
     page.editing = null;
     page.typed.editNote = "";
     toast(`${name} edited: tasks that read it run again when the run goes on`);
