@@ -78,6 +78,7 @@ async def _supervise(
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(orchestrator.settings.heartbeat):
                     await wake.wait()
+        _tidy(orchestrator, child_id, state)
         crash_point("before_child_result")
         orchestrator.report(driver, _result(orchestrator, task_id, attempt, child_id, state))
     except asyncio.CancelledError:
@@ -164,6 +165,17 @@ def _drive(orchestrator: Orchestrator, driver: RunDriver, child_id: str, state: 
     idle.discard(child_id)
     with contextlib.suppress(LeaseHeld):  # driven by another orchestrator: watched from here
         orchestrator.take(child_id)
+
+
+def _tidy(orchestrator: Orchestrator, child_id: str, state: RunState) -> None:
+    """A delivered child whose process died before it wrote final.md or moved to the
+    archive is taken once more, as `interlock resume` would, so that acting on it finishes
+    that; nothing of it runs again."""
+    live = orchestrator.home.live_dir(child_id)
+    delivered = state.status is RunStatus.DELIVERED
+    if delivered and child_id not in orchestrator.drivers and live.is_dir():
+        with contextlib.suppress(LeaseHeld):  # its own driver finishes it
+            orchestrator.take(child_id)
 
 
 def _result(
