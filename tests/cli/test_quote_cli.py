@@ -120,3 +120,18 @@ def test_run_warns_or_refuses_under_strict(tmp_path: Path) -> None:
     ran = interlock(home, "run", str(flow), "--topic", "x")
     assert "warning: pipeline 'p': a run can use up to 1,053 tokens" in " ".join(ran.stderr.split())
     assert "\nrun " in ran.stderr  # started after the warning
+
+
+def test_check_cost_counts_a_child_pipeline_once_per_attempt(tmp_path: Path) -> None:
+    """A worker running the pipeline `p` with one retry can spend two of its worst cases."""
+    flow = project(tmp_path, PRICED)
+    flow.write_text(
+        flow.read_text()
+        + "parent:\n  phases:\n  - id: d\n    workers:\n"
+        + "    - {role: sub, pipeline: p, retries: 1, final: true}\n"
+    )
+    done = interlock(tmp_path / "home", "check", str(flow), "--cost")
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert "parent: at most $0.0198 and 13,800 tokens (worst case" in text
+    assert "sub (phase d): up to 6 call(s)" in text

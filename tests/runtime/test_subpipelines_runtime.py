@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -120,6 +121,11 @@ def test_a_pause_in_the_child_pauses_the_parent_and_approving_the_parent_resumes
     assert app.state(child).status is RunStatus.PAUSED
     assert app.status(run_id)["pause"]["child"]["run"] == child
     assert app.status(child)["parent"] == {"run": run_id, "task": "summary@1"}
+    shown = subprocess.run(
+        [sys.executable, "-m", "interlock", "--home", str(app.home.root), "status", run_id],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    assert f"paused because child run {child} is paused" in " ".join(shown.split())
     app.approve(run_id)
     assert app.drive(run_id).status is RunStatus.DELIVERED
     assert app.state(child).status is RunStatus.DELIVERED
