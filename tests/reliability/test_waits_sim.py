@@ -33,8 +33,8 @@ def test_signal_and_delay_faults_keep_every_invariant() -> None:
     assert outcomes["signal"] and outcomes["timeout"] and outcomes["due"], outcomes
 
 
-def test_seeds_that_name_no_pipeline_play_waits_one_time_in_six() -> None:
+def test_seeds_that_name_no_pipeline_play_waits_one_time_in_eight() -> None:
     """The large seed runs include the waits pipeline without moving other seeds' draws."""
-    assert sum(wait_seed(s) for s in range(600)) in range(70, 130)
+    assert sum(wait_seed(s) for s in range(600)) in range(50, 100)
     seed = next(s for s in range(100) if wait_seed(s))
     assert simulate(seed).pipeline == "waits"

@@ -78,7 +78,7 @@ class SignalPeople:
                 mode=mode,
                 twice=twice,
                 across_crash=twice and rng.random() < 0.5,
-                delay=rng.choice([0.0, 1.0, 5.0, 20.0]),
+                delay=rng.choice([0.0, 1.0, 4.0, 10.0]),
             )
         return people
 
