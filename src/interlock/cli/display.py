@@ -83,9 +83,10 @@ def progress_table(definition: Definition, state: RunState, started: float) -> G
 class LiveProgress:
     """Redraws the progress table on every recorded event (or prints lines off a TTY)."""
 
-    def __init__(self, console: Console, definition: Definition) -> None:
+    def __init__(self, console: Console, definition: Definition, run_id: str = "") -> None:
         self.console = console
         self.definition = definition
+        self.run_id = run_id  # the run shown; others driven with it (its children) get lines
         self.started = time.time()
         self.live: Live | None = None
         self.state: RunState | None = None
@@ -104,6 +105,14 @@ class LiveProgress:
 
     def on_event(self, run_id: str, seq: int, new: NewEvent, state: RunState) -> None:
         """Listener for the orchestrator."""
+        if self.run_id and run_id != self.run_id:
+            # A child run (or the parent of the one shown) driven in the same process: a
+            # line off a terminal, never the table, which shows the run's own pipeline.
+            if self.live is None:
+                self.console.print(
+                    f"     {run_id} {seq:>4} {new.event.kind:<16} {describe(new)}", soft_wrap=True
+                )
+            return
         self.state = state
         if self.live is not None:
             self.live.update(progress_table(self.definition, state, self.started))

@@ -30,7 +30,7 @@ def drive_in_foreground(app: Interlock, run_id: str, *, since: int | None = None
     orchestrator = app.orchestrator
     driver = orchestrator.drivers.get(run_id) or orchestrator.take(run_id)
     try:
-        with LiveProgress(out, driver.definition) as progress:
+        with LiveProgress(out, driver.definition, run_id) as progress:
             progress.state = driver.state
             if since is not None and progress.live is None:
                 # What was recorded before the loop starts: the run's creation, warnings and
