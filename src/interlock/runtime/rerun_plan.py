@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from interlock.core import events as ev
-from interlock.core.decide import RuleName, settle
+from interlock.core.decide import RuleName, settle, waits_for_slot
 from interlock.core.reuse import ReuseReason, ReuseVerdict
-from interlock.core.state import RunStatus, TaskState, apply, fold
+from interlock.core.state import RunState, RunStatus, TaskState, apply, fold
+from interlock.core.workflow import Pipeline
 from interlock.runtime.orchestrator import Orchestrator
 from interlock.runtime.rerun import PreparedRerun, RerunRequest, prepare
 from interlock.runtime.reuse import Reuser, SourceRun
@@ -93,6 +94,10 @@ def plan(prepared: PreparedRerun, reuser: Reuser, source: SourceRun, now: float)
     guessed: set[str] = set()  # roles whose values are the source's, though they run again
     source_branches = source.branches
     for _ in range(MAX_STEPS):
+        if waits_for_slot(pipeline, state):
+            # The plan asks what the rerun would do once it runs; waiting for a slot of its
+            # concurrency key only delays that, so it is taken at once.
+            apply(state, ev.SlotTaken(at=0.0, key=source.state.slot or ""))
         for decision in settle(pipeline, state, 0.0):
             event = decision.event
             if isinstance(event, ev.BranchTaken):
@@ -105,6 +110,12 @@ def plan(prepared: PreparedRerun, reuser: Reuser, source: SourceRun, now: float)
                 where = state.current.phase if state.current else "?"
                 notes.append(f"pauses for approval after phase {where!r}")
                 apply(state, ev.Approved(at=0.0))
+                continue
+            if state.status is RunStatus.RUNNING and state.waiting is not None:
+                note = _end_wait(pipeline, state, source)
+                notes.append(note)
+                if note.startswith("cannot foresee"):
+                    break
                 continue
             break
         for task in pending:
@@ -131,6 +142,29 @@ def plan(prepared: PreparedRerun, reuser: Reuser, source: SourceRun, now: float)
     if state.status is RunStatus.FAILED and state.failure:
         notes.append(f"the plan ends failed: {state.failure}")
     return Plan(source=source.run_id, tasks=tasks, notes=notes)
+
+
+def _end_wait(pipeline: Pipeline, state: RunState, source: SourceRun) -> str:
+    """Carry a wait to its end as the source run's went: a delay passes, a signal the source
+    received arrives with the same data, one it did not get times out. Returns the note."""
+    waiting = state.waiting
+    assert waiting is not None
+    if waiting.signal is None:
+        settle(pipeline, state, waiting.until or 0.0)
+        return f"waits before phase {waiting.phase!r} (delay)"
+    name = waiting.signal
+    data = source.state.signals.get(name)
+    if data is not None:
+        apply(state, ev.SignalReceived(at=0.0, name=name, data=data, by="dry-run"))
+        settle(pipeline, state, 0.0)
+        return f"waits for signal {name!r} (planned with the data run {source.run_id} received)"
+    if waiting.until is None:
+        return (
+            f"cannot foresee beyond this point: phase {waiting.phase!r} waits for signal "
+            f"{name!r}, which run {source.run_id} never received"
+        )
+    settle(pipeline, state, waiting.until)
+    return f"waits for signal {name!r} (planned as timing out, as in run {source.run_id})"
 
 
 def _recomputed(task: TaskState, candidate: TaskState | None) -> ev.TaskCompleted:
