@@ -260,6 +260,22 @@ def test_each_visit_waits_again() -> None:
     assert d.state.current is not None and d.state.current.phase == "c"
 
 
+def test_a_rejection_at_a_budget_pause_during_a_wait_leaves_no_wait_behind() -> None:
+    """A run rejected while a budget pause interrupted its wait waits afresh in the new
+    visit, instead of ending the old visit's wait there."""
+    d = gated({"signal": "go", "timeout": 50})
+    d.complete("wa@1")
+    assert d.state.waiting is not None and d.state.waiting.phase == "b"
+    d.record(ev.Paused(at=d.now, phase="b", visit=1, reason="budget"))
+    d.record(ev.Rejected(at=d.now, to="a", feedback="again"))
+    d.settle()
+    assert d.state.current is not None and d.state.current.phase == "a"
+    assert d.state.waiting is None and d.in_flight() == ["wa@2"]
+    d.complete("wa@2")
+    waiting = d.state.waiting
+    assert waiting is not None and (waiting.phase, waiting.visit) == ("b", 2)
+
+
 def test_wait_after_the_last_phase_holds_the_delivery() -> None:
     """A wait after the final phase delivers only once the signal arrived."""
     d = Driver(

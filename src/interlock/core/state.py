@@ -409,6 +409,7 @@ def apply(state: RunState, event: ev.Event) -> None:
     elif isinstance(event, ev.PhaseStarted):
         state.visits[event.phase] = event.visit
         state.reject_to = None
+        state.waiting = None  # a wait belongs to one visit (a rejection may leave one behind)
         state.current = PhaseVisit(
             phase=event.phase, visit=event.visit, items=event.items, started_at=event.at
         )

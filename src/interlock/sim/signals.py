@@ -178,8 +178,8 @@ class WaitChecker:
             return self._ended(event)
         if isinstance(event, ev.TaskDispatched) and self.waiting is not None:
             return f"{event.task_id} dispatched while the run waits"
-        if isinstance(event, (ev.RunFailed, ev.RunCancelled)):
-            self.waiting = None
+        if isinstance(event, (ev.RunFailed, ev.RunCancelled, ev.PhaseStarted)):
+            self.waiting = None  # a wait belongs to one phase visit of a live run
         return None
 
     def _ended(self, event: ev.WaitEnded) -> str | None:
