@@ -6,6 +6,7 @@ a merge: ITEMS + 2 tasks each, trivial `call:` workers so the figure measures th
 and times from the first submission until every run is delivered.
 
     python benchmarks/distributed.py [--runs 60] [--items 8] [--workers 1,2,4] [--latency 0.05]
+                                     [--orchestrators 1]
 
 Two series: no-op tasks (the machinery alone: on a small machine the CPU it shares with
 PostgreSQL and the orchestrator is the limit) and tasks that wait `--latency` seconds in
@@ -22,14 +23,17 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
 from interlock.api import Interlock
 
+COMMIT_ORDER_LOCK = 4849676  # the advisory lock of `commit_order` (storage/sql/postgres)
 ADMIN = os.environ.get("INTERLOCK_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 WORKFLOW = """
@@ -78,9 +82,8 @@ def admin(statement: str) -> None:
         db.execute(statement)
 
 
-def delivered(url: str) -> int:
-    with psycopg.connect(url) as db:
-        row = db.execute("SELECT count(*) FROM runs WHERE status = 'delivered'").fetchone()
+def delivered(db: psycopg.Connection[Any]) -> int:
+    row = db.execute("SELECT count(*) FROM runs WHERE status = 'delivered'").fetchone()
     return int(row[0]) if row else 0
 
 
@@ -91,10 +94,61 @@ def cpu_times() -> tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system, all threads) a process has used so far; 0 once gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def backends(url: str, name: str) -> list[int]:
+    """Process ids of the PostgreSQL server processes serving database `name`."""
+    with psycopg.connect(url, autocommit=True) as db:
+        rows = db.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            (name,),
+        ).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+class LockWatch(threading.Thread):
+    """Samples, every 5 ms, whether some transaction waits for the commit-order lock (the
+    advisory lock every append takes): the share of samples with a waiter says whether it
+    binds."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(daemon=True)
+        self.name, self.samples, self.waiting = name, 0, 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        # From the admin database: its server process is not counted as the benchmark's.
+        with psycopg.connect(ADMIN, autocommit=True) as db:
+            while not self.stop.wait(0.005):
+                row = db.execute(
+                    "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
+                    "WHERE l.locktype = 'advisory' AND l.objid = %s AND NOT l.granted "
+                    "AND d.datname = %s",
+                    (COMMIT_ORDER_LOCK, self.name),
+                ).fetchone()
+                self.samples += 1
+                self.waiting += bool(row and row[0])
+
+
 def measure(
-    workers: int, runs: int, items: int, root: Path, latency: float = 0.0, timeout: float = 600.0
-) -> tuple[float, float]:
-    """(tasks per second, share of the machine's CPU busy) with `workers` worker processes."""
+    workers: int,
+    runs: int,
+    items: int,
+    root: Path,
+    latency: float = 0.0,
+    timeout: float = 600.0,
+    orchestrators: int = 1,
+) -> tuple[float, float, dict[str, float], float]:
+    """(tasks per second, share of the machine's CPU busy, CPU ms per task by process kind,
+    share of the time an append waited for the commit-order lock) with `workers` worker
+    processes and `orchestrators` orchestrator processes."""
     name = f"il_bench_{uuid.uuid4().hex[:8]}"
     admin(f"CREATE DATABASE {name}")
     url = ADMIN.rsplit("/", 1)[0] + "/" + name
@@ -104,7 +158,8 @@ def measure(
     (work / "bench_tasks.py").write_text(TASKS)
     env = {
         **os.environ,
-        "PYTHONPATH": str(work),
+        # The tasks module, then whatever interlock the caller chose (its PYTHONPATH).
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(work), os.environ.get("PYTHONPATH")])),
         "INTERLOCK_STORE": url,
         "INTERLOCK_HOME": str(work / "home"),
         "BENCH_ITEMS": str(items),
@@ -112,7 +167,9 @@ def measure(
     }
     app = Interlock(work / "submit", store=url)  # migrates before the processes start
     command = [sys.executable, "-m", "interlock"]
-    processes = [subprocess.Popen([*command, "orchestrate"], env=env, cwd=work)]
+    processes = [
+        subprocess.Popen([*command, "orchestrate"], env=env, cwd=work) for _ in range(orchestrators)
+    ]
     processes += [
         subprocess.Popen([*command, "worker", "--concurrency", "4"], env=env, cwd=work)
         for _ in range(workers)
@@ -121,11 +178,17 @@ def measure(
         time.sleep(2.0)  # let every process connect before the clock starts
         os.environ["BENCH_ITEMS"] = str(items)
         started, cpu_before = time.perf_counter(), cpu_times()
+        before = {p.pid: process_cpu(p.pid) for p in processes}
+        server = {pid: process_cpu(pid) for pid in backends(url, name)}
+        me = time.process_time()
+        lock = LockWatch(name)
+        lock.start()
         for i in range(runs):
             run_id = app.start(work / "bench.yaml", topic=f"t{i}")
             app.orchestrator.release(app.orchestrator.drivers[run_id])
         deadline = time.monotonic() + timeout
-        while delivered(url) < runs:
+        watch = psycopg.connect(url, autocommit=True)  # one connection, not one per look
+        while delivered(watch) < runs:
             for process in processes:
                 if process.poll() is not None:
                     raise SystemExit(
@@ -134,12 +197,26 @@ def measure(
                     )
             if time.monotonic() > deadline:
                 raise SystemExit(
-                    f"{delivered(url)} of {runs} runs delivered after {timeout:g} s; "
+                    f"{delivered(watch)} of {runs} runs delivered after {timeout:g} s; "
                     "raise --timeout on a slow machine"
                 )
             time.sleep(0.05)
         elapsed = time.perf_counter() - started
+        watch.close()
+        lock.stop.set()
+        lock.join()
         busy, total = (now - then for now, then in zip(cpu_times(), cpu_before, strict=True))
+        tasks = runs * (items + 2)
+        spent = {p.pid: process_cpu(p.pid) - before[p.pid] for p in processes}
+        server_spent = sum(process_cpu(pid) - server.get(pid, 0.0) for pid in backends(url, name))
+        cpu = {
+            "orchestrators": sum(spent[p.pid] for p in processes[:orchestrators]),
+            "workers": sum(spent[p.pid] for p in processes[orchestrators:]),
+            "postgres": server_spent,
+            "submitter": time.process_time() - me,
+        }
+        per_task = {k: round(v * 1000 / tasks, 2) for k, v in cpu.items()}
+        waited = lock.waiting / max(lock.samples, 1)
     finally:
         app.close()
         for process in processes:
@@ -147,7 +224,7 @@ def measure(
         for process in processes:
             process.wait(timeout=30)
         admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-    return runs * (items + 2) / elapsed, busy / max(total, 1)
+    return runs * (items + 2) / elapsed, busy / max(total, 1), per_task, waited
 
 
 def worker_counts(text: str) -> list[int]:
@@ -174,27 +251,49 @@ def main() -> None:
     parser.add_argument(
         "--timeout", type=float, default=600.0, help="seconds a round may take before it fails"
     )
+    parser.add_argument(
+        "--orchestrators", type=int, default=1, help="`interlock orchestrate` processes"
+    )
     parser.add_argument("--json", action="store_true", help="End with one line of JSON.")
     args = parser.parse_args()
-    print(f"{args.runs} runs x {args.items + 2} tasks, {os.cpu_count()} CPUs")
+    print(
+        f"{args.runs} runs x {args.items + 2} tasks, {args.orchestrators} orchestrator(s), "
+        f"{os.cpu_count()} CPUs"
+    )
     figures: dict[str, float] = {}
     series = [("noop", 0.0)] + ([("wait", args.latency)] if args.latency else [])
     with tempfile.TemporaryDirectory() as root:
         for label, latency in series:
             for count in args.workers:
-                rate, busy = measure(
-                    count, args.runs, args.items, Path(root), latency, args.timeout
+                rate, busy, per_task, waited = measure(
+                    count,
+                    args.runs,
+                    args.items,
+                    Path(root),
+                    latency,
+                    args.timeout,
+                    args.orchestrators,
                 )
                 figures[f"{label}_tasks_per_s_{count}_workers"] = round(rate, 1)
                 figures[f"{label}_cpu_busy_{count}_workers"] = round(busy, 2)
+                total = round(sum(per_task.values()), 2)
+                figures[f"{label}_cpu_ms_per_task_{count}_workers"] = total
+                figures[f"{label}_lock_waited_{count}_workers"] = round(waited, 3)
+                shares = ", ".join(f"{k} {v:g}" for k, v in per_task.items())
                 what = "no-op tasks" if not latency else f"tasks waiting {latency * 1000:g} ms"
                 print(
                     f"{what}, {count} worker process(es): {rate:7.1f} tasks/s "
-                    f"(CPU {busy:.0%} busy)",
+                    f"(CPU {busy:.0%} busy); CPU per task {total:g} ms ({shares}); "
+                    f"an append waited for the commit-order lock {waited:.1%} of the time",
                     flush=True,
                 )
     if args.json:
-        summary = {"runs": args.runs, "tasks_per_run": args.items + 2, "latency_s": args.latency}
+        summary = {
+            "runs": args.runs,
+            "tasks_per_run": args.items + 2,
+            "latency_s": args.latency,
+            "orchestrators": args.orchestrators,
+        }
         print(json.dumps({**summary, **figures}))
 
 

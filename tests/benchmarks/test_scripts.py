@@ -109,14 +109,19 @@ def test_unknown_section_is_refused_with_the_list(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(300)
 def test_distributed_script_measures_one_worker(tmp_path: Path) -> None:
-    """One orchestrator and one worker process on a fresh PostgreSQL database."""
+    """Two orchestrators and one worker process on a fresh PostgreSQL database: throughput,
+    CPU per task summed over the processes, and how often the commit-order lock was waited."""
     args = ["--runs", "2", "--items", "2", "--workers", "1", "--latency", "0", "--json"]
+    args += ["--orchestrators", "2"]
     done = run("distributed.py", *args, "--timeout", "120", tmp=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     assert figures["tasks_per_run"] == 4
     assert figures["noop_tasks_per_s_1_workers"] > 0
     assert 0 < figures["noop_cpu_busy_1_workers"] <= 1
+    assert figures["noop_cpu_ms_per_task_1_workers"] > 0
+    assert 0 <= figures["noop_lock_waited_1_workers"] <= 1
+    assert figures["orchestrators"] == 2
     bad = run("distributed.py", "--workers", "1,two", tmp=tmp_path)
     assert bad.returncode == 2 and "positive numbers" in bad.stderr
 

@@ -178,3 +178,21 @@ def test_several_entries_are_claimed_at_once_in_order(queue: TaskQueue) -> None:
     assert sorted(c.task_id for c in got) == ["c", "capped"]
     put(queue, "capped2", scopes=["pipeline:capped"])
     assert queue.claim_many("w", kinds=ALL, tags=(), ttl=30, limit=5) == []
+
+
+def test_enqueue_many_queues_in_one_round_trip_and_is_idempotent(queue: TaskQueue) -> None:
+    """Pipelined enqueueing returns each attempt's entry, queued once, in the order given;
+    sending the same attempts again returns the same entries (one now held as claimed)."""
+    entries = [
+        {"run_id": "r1", "task_id": t, "attempt": 1, "kind": "call", "payload": {"t": t}}
+        for t in ("a", "b", "c")
+    ]
+    first = queue.enqueue_many(entries)
+    assert [state for _, state in first] == ["queued"] * 3
+    assert len({entry_id for entry_id, _ in first}) == 3
+    held = take(queue)
+    assert held.task_id == "a"
+    again = queue.enqueue_many(entries)
+    assert [entry_id for entry_id, _ in again] == [entry_id for entry_id, _ in first]
+    assert [state for _, state in again] == ["claimed", "queued", "queued"]
+    assert queue.enqueue_many([]) == []

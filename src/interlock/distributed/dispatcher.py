@@ -67,6 +67,9 @@ class QueueDispatcher:
         self._unannounced: set[int] = set()  # queued entries the transport did not take
         self._transport_away_since: float | None = None
         self._retry_at = 0.0
+        # Attempts waiting to be queued with the next batch, and the task sending them.
+        self._batch: list[tuple[TaskSpec, str, dict[str, Any], asyncio.Future[Any]]] = []
+        self._flusher: asyncio.Task[None] | None = None
         self._materialised: weakref.WeakValueDictionary[str, RunDriver] = (
             weakref.WeakValueDictionary()
         )
@@ -111,7 +114,7 @@ class QueueDispatcher:
                 "scopes": scopes(pipeline, spec.worker, spec.model),
                 "priority": self.priorities.get(pipeline, 0),
             }
-            queued, state = await asyncio.to_thread(self._submit, spec, pipeline, fields)
+            queued, state = await self._submit(spec, pipeline, fields)
             entry_id = queued
             outcome = await self._wait(orchestrator, driver, queued, state, fields, tmp)
             orchestrator.report(
@@ -144,10 +147,59 @@ class QueueDispatcher:
             if driver.handles.get(task_id) is asyncio.current_task():
                 del driver.handles[task_id]
 
-    def _submit(self, spec: TaskSpec, pipeline: str, fields: dict[str, Any]) -> tuple[int, str]:
-        """Upload what the attempt reads and queue it: (entry id, state)."""
-        fields["payload"] = to_payload(spec, pipeline, self.artifacts)
-        return self._enqueue(fields)
+    async def _submit(
+        self, spec: TaskSpec, pipeline: str, fields: dict[str, Any]
+    ) -> tuple[int, str]:
+        """Upload what the attempt reads and queue it: (entry id, state). The attempts that
+        one tick dispatches go together: one thread hop and one round trip for all."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[tuple[int, str]] = loop.create_future()
+        self._batch.append((spec, pipeline, fields, future))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = loop.create_task(self._flush(), name="interlock-enqueue")
+        return await future
+
+    async def _flush(self) -> None:
+        while self._batch:
+            await asyncio.sleep(0)  # let the rest of this tick's dispatches join
+            batch, self._batch = self._batch, []
+            try:
+                items = [(spec, pipeline, fields) for spec, pipeline, fields, _ in batch]
+                results = await asyncio.to_thread(self._submit_many, items)
+            except Exception as exc:
+                results = [exc] * len(batch)
+            for (*_, future), result in zip(batch, results, strict=True):
+                if future.done():  # its waiter was cancelled meanwhile
+                    continue
+                if isinstance(result, Exception):
+                    future.set_exception(result)
+                else:
+                    future.set_result(result)
+
+    def _submit_many(
+        self, items: list[tuple[TaskSpec, str, dict[str, Any]]]
+    ) -> list[tuple[int, str] | Exception]:
+        """Payloads (inputs uploaded on the way), then every entry queued in one round trip;
+        an attempt whose inputs cannot be read fails alone."""
+        results: list[tuple[int, str] | Exception] = []
+        ready: list[dict[str, Any]] = []
+        for spec, pipeline, fields in items:
+            try:
+                fields["payload"] = to_payload(spec, pipeline, self.artifacts)
+            except Exception as exc:
+                results.append(exc)
+                continue
+            results.append((0, ""))
+            ready.append(fields)
+        queued = iter(self.queue.enqueue_many(ready))
+        for index, result in enumerate(results):
+            if isinstance(result, Exception):
+                continue
+            entry_id, state = next(queued)
+            results[index] = (entry_id, state)
+            if state == "queued":
+                self._announce(entry_id)
+        return results
 
     def _enqueue(self, fields: dict[str, Any]) -> tuple[int, str]:
         entry_id, state = self.queue.enqueue(**fields)

@@ -64,10 +64,14 @@ class Fleet:
         loop = asyncio.get_running_loop()
         look = asyncio.Event()
 
-        def notified(channel: str, _payload: str) -> None:
+        drivers = self.orchestrator.drivers
+
+        def notified(channel: str, payload: str) -> None:
             if channel != "interlock_events":  # a command (a signal, an approval) was posted
                 loop.call_soon_threadsafe(self.orchestrator.look_now)
-            if channel != "interlock_commands":
+            # Events of runs driven here are our own commits: nothing to take. Nor is there
+            # when a look is already due (a burst of new runs wakes the loop once).
+            if channel != "interlock_commands" and payload not in drivers and not look.is_set():
                 loop.call_soon_threadsafe(look.set)
 
         channels = ["interlock_events", "interlock_commands"]
@@ -81,9 +85,9 @@ class Fleet:
         driving = loop.create_task(self._drive(stop))
         try:
             while not stop.is_set():
+                look.clear()  # before looking: news arriving meanwhile asks for another look
                 self._take_some()
                 await self._prune()
-                look.clear()
                 waits = [loop.create_task(look.wait()), loop.create_task(stop.wait())]
                 await asyncio.wait(waits, timeout=self.scan, return_when=asyncio.FIRST_COMPLETED)
                 for waiting in waits:

@@ -99,6 +99,33 @@ class TaskQueue:
 
         return self.store.single(enqueue)
 
+    def enqueue_many(self, entries: Sequence[dict[str, Any]]) -> list[tuple[int, str]]:
+        """`enqueue` for many attempts (keyword arguments of `enqueue` each) in one round
+        trip: the statements are pipelined, each committed on its own (each is atomic and
+        idempotent, so sending them again after a broken connection is harmless)."""
+        rows = [
+            {
+                **entry,
+                "tags": list(entry.get("tags", ())),
+                "scopes": list(entry.get("scopes", ())),
+                "priority": entry.get("priority", 0),
+                "payload": Jsonb(entry["payload"]),
+            }
+            for entry in entries
+        ]
+
+        def enqueue(db: psycopg.Connection[Any]) -> list[tuple[int, str]]:
+            with db.pipeline():
+                cursors = [db.execute(Q["enqueue"], row) for row in rows]
+            found = []
+            for cursor in cursors:
+                row = cursor.fetchone()
+                assert row is not None
+                found.append((int(row[0]), str(row[1])))
+            return found
+
+        return self.store.single(enqueue) if rows else []
+
     def get(self, entry_id: int) -> Entry:
         """One entry as it stands."""
         rows = self.store.single(lambda db: db.execute(Q["get"], (entry_id,)).fetchall())

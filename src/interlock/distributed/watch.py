@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections import OrderedDict
 
 from interlock.distributed.listen import Listener
@@ -31,6 +32,9 @@ class Watcher:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listener: Listener | None = None
         self._poller: asyncio.Task[None] | None = None
+        self._inbox: list[tuple[int, str, str] | None] = []  # filled by the listener thread
+        self._inbox_lock = threading.Lock()
+        self._drain_due = False
 
     def watch(self, entry_id: int) -> asyncio.Event:
         """The event to wait on for `entry_id` (starts listening on first use)."""
@@ -69,12 +73,27 @@ class Watcher:
         loop = self._loop
         if loop is None or loop.is_closed():
             return
-        if not channel:  # reconnected: anything may have changed meanwhile
-            loop.call_soon_threadsafe(self._set_all)
+        # None: reconnected, anything may have changed meanwhile (kept in order with news).
+        parsed = parse_notification(payload) if channel else None
+        if channel and parsed is None:
             return
-        parsed = parse_notification(payload)
-        if parsed is not None:
-            loop.call_soon_threadsafe(self._heard, *parsed)
+        # A burst of notifications costs one wake-up of the loop, not one each.
+        with self._inbox_lock:
+            self._inbox.append(parsed)
+            if self._drain_due:
+                return
+            self._drain_due = True
+        loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        with self._inbox_lock:
+            heard, self._inbox = self._inbox, []
+            self._drain_due = False
+        for news in heard:
+            if news is None:
+                self._set_all()
+            else:
+                self._heard(*news)
 
     def _heard(self, entry_id: int, state: str, worker: str) -> None:
         self._news[entry_id] = (state, worker)

@@ -80,13 +80,16 @@ class RemoteWorker:
         wake = asyncio.Event()
 
         def notified(channel: str, payload: str) -> None:
-            if not channel or payload.endswith(":queued"):
+            # A burst of queued entries wakes the loop once: it claims what it can take.
+            if (not channel or payload.endswith(":queued")) and not wake.is_set():
                 loop.call_soon_threadsafe(wake.set)
 
         listener = Listener(self.store.url, [CHANNEL], notified).start()
         last_sweep = 0.0
         try:
             while not stop.is_set():
+                # Cleared before claiming: news arriving meanwhile sets it for another round.
+                wake.clear()
                 if time.monotonic() - last_sweep > self.lease_ttl / 3:
                     last_sweep = time.monotonic()
                     await self._quietly(asyncio.to_thread(self.queue.sweep))
@@ -98,7 +101,6 @@ class RemoteWorker:
                         self.running[claim.id] = task
                     if not claims:
                         break  # nothing more to take now
-                wake.clear()
                 waits = [loop.create_task(wake.wait()), loop.create_task(stop.wait())]
                 await asyncio.wait(waits, timeout=self.poll, return_when=asyncio.FIRST_COMPLETED)
                 for waiting in waits:
