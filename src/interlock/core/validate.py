@@ -108,7 +108,7 @@ def _check_concurrency(where: str, pipeline: Pipeline) -> list[str]:
         names = compile_expression(slots.key).names
     except ExpressionError as exc:
         return [f"{place}: {exc}"]
-    problems = []
+    problems = [f"{place}: {p}" for p in input_problems(pipeline, slots.key)]
     for name in sorted(names - {"topic", "inputs"}):
         problems.append(
             f"{place}: {slots.key!r} reads {name!r}; a key may read only 'topic' and 'inputs' "
@@ -247,6 +247,7 @@ def _check_transitions(
                 problems.append(f"{place}: {exc}")
                 continue
             problems += [f"{place}: {p}" for p in budget_problems(pipeline, rule.if_)]
+            problems += [f"{place}: {p}" for p in input_problems(pipeline, rule.if_)]
             known = ROOT_NAMES | {r for r in roles if r.isidentifier()}
             for unknown in sorted(compiled.names - known):
                 problems.append(
@@ -283,6 +284,21 @@ def budget_problems(pipeline: Pipeline, condition: str) -> list[str]:
             problems.append(
                 f"expression {condition!r} reads budget.{name}, but the pipeline's budget sets "
                 f"no {limit}; add budget: {{{limit}: ...}} to the pipeline"
+            )
+    return problems
+
+
+def input_problems(pipeline: Pipeline, expression: str) -> list[str]:
+    """`inputs.NAME` an expression reads that the pipeline does not declare: a run can never
+    have it (undeclared inputs are refused when a run is created)."""
+    declared = sorted(pipeline.inputs)
+    problems = []
+    for path in read_paths(compile_expression(expression).tree, frozenset({"inputs"})):
+        if len(path) > 1 and path[1] not in pipeline.inputs:
+            problems.append(
+                f"expression {expression!r} reads {show_path(path[:2])}, which is not a declared "
+                f"input{_suggest(path[1], declared)}; declared inputs: "
+                f"{', '.join(declared) or 'none'} (declare it under the pipeline's 'inputs')"
             )
     return problems
 
