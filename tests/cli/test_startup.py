@@ -1,10 +1,17 @@
-"""The command line starts fast: `--help` loads no engine, runtime or rich, and listing runs
-loads neither the engine nor the runtime. (Figures: docs/reliability.md, "First contact".)"""
+"""The command line starts fast: `--help` loads no engine, ledger, runtime or rich, a command
+loads only its own module, and listing runs loads neither the engine nor the runtime. Counted
+by the modules imported, not timed, so a busy machine cannot fail them. (Figures:
+docs/reliability.md, "First contact"; `python benchmarks/startup.py`.)"""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import subprocess
 import sys
+
+import interlock.cli
+from interlock.cli.main import COMMAND_MODULES
 
 HEAVY = (
     "aiohttp",
@@ -18,6 +25,8 @@ HEAVY = (
     "interlock.core.workflow",
     "interlock.runtime.orchestrator",
 )
+# What `--help` must not import either: it needs no ledger, no event types and no rich.
+NOT_FOR_HELP = (*HEAVY, "rich", "sqlite3", "interlock.core.events", "interlock.storage")
 
 PROBE = """
 import sys
@@ -25,14 +34,16 @@ from interlock.cli.main import cli
 try:
     cli({args!r}, standalone_mode=False)
 finally:
-    print("LOADED", *sorted(m for m in {heavy!r} if m in sys.modules), file=sys.stderr)
+    found = [m for m in {heavy!r} if any(n == m or n.startswith(m + ".") for n in sys.modules)]
+    print("LOADED", *sorted(found), file=sys.stderr)
 """
 
 
-def loaded(env: dict[str, str], *args: str) -> list[str]:
-    """The heavy modules loaded by running `interlock ARGS` in a fresh interpreter."""
+def loaded(env: dict[str, str], *args: str, heavy: tuple[str, ...] = HEAVY) -> list[str]:
+    """Which of `heavy` running `interlock ARGS` in a fresh interpreter imports (a name
+    counts for its submodules too)."""
     result = subprocess.run(
-        [sys.executable, "-c", PROBE.format(args=list(args), heavy=HEAVY)],
+        [sys.executable, "-c", PROBE.format(args=list(args), heavy=heavy)],
         env=env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     line = next(x for x in result.stderr.splitlines() if x.startswith("LOADED"))
@@ -40,13 +51,38 @@ def loaded(env: dict[str, str], *args: str) -> list[str]:
 
 
 def test_help_loads_nothing_heavy(cli_env: dict[str, str]) -> None:
-    """`interlock --help` imports none of the engine, the runtime, rich or their libraries."""
-    assert loaded(cli_env, "--help") == []
-    probe = "import sys, interlock.cli.main; print([m for m in sys.modules if 'rich' in m])"
-    result = subprocess.run(
-        [sys.executable, "-c", probe], env=cli_env, capture_output=True, text=True
-    )
-    assert result.stdout.strip() == "[]"
+    """`interlock --help` imports none of the engine, the ledger, the event types, the runtime,
+    rich or their libraries."""
+    assert loaded(cli_env, "--help", heavy=NOT_FOR_HELP) == []
+    assert loaded(cli_env, "run", "--help", heavy=NOT_FOR_HELP) == []
+
+
+def test_a_command_loads_only_its_own_module(cli_env: dict[str, str]) -> None:
+    """`interlock schema --help` imports the module of `schema` and no other command's."""
+    modules = tuple(f"interlock.cli.{name}" for name in set(COMMAND_MODULES.values()))
+    assert loaded(cli_env, "schema", "--help", heavy=modules) == ["interlock.cli.schema"]
+
+
+def test_the_command_table_names_every_command_of_every_module() -> None:
+    """`COMMAND_MODULES` in cli/main.py lists each command of each command module under its
+    module, and nothing else: a command missing from it could not be run."""
+    found = {}
+    for info in pkgutil.iter_modules(interlock.cli.__path__):
+        module = importlib.import_module(f"interlock.cli.{info.name}")
+        for command in getattr(module, "COMMANDS", ()):
+            found[command.name] = info.name
+    assert found == COMMAND_MODULES
+
+
+def test_statuses_spelled_out_for_options_match_the_engine() -> None:
+    """The statuses `runs --status` and `prune --status` offer, written out so that building
+    the options imports neither the engine nor the ledger, are the engine's and the ledger's."""
+    from interlock.cli import inspect, prune
+    from interlock.core.state import RunStatus
+    from interlock.storage.base import ENDED_STATUSES
+
+    assert [status.value for status in RunStatus] + ["waiting"] == inspect.STATUSES
+    assert prune.ENDED_STATUSES == ENDED_STATUSES
 
 
 def test_listing_runs_loads_no_engine(cli_env: dict[str, str]) -> None:

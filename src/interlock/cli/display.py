@@ -6,17 +6,17 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console, Group
-from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from interlock.core.state import RunState, TaskStatus
-from interlock.storage.base import NewEvent
+if TYPE_CHECKING:  # the engine and the live view are loaded only when a run is shown live
+    from rich.console import Console, Group
+    from rich.live import Live
 
-if TYPE_CHECKING:  # the engine's models are loaded only when a run is shown live
     from interlock.core.loader import Definition
+    from interlock.core.state import RunState
+    from interlock.storage.base import NewEvent
 
 STATUS_STYLE = {
     "completed": "green",
@@ -42,6 +42,9 @@ def styled(status: str) -> Text:
 
 def progress_table(definition: Definition, state: RunState, started: float) -> Group:
     """Phases and workers with status, attempts and elapsed time."""
+    from rich.console import Group
+
+    from interlock.core.state import TaskStatus
     from interlock.runtime.projection import status_view
 
     view = status_view(definition.pipeline, state, state.run_id)
@@ -93,6 +96,8 @@ class LiveProgress:
 
     def __enter__(self) -> LiveProgress:
         if self.console.is_terminal:
+            from rich.live import Live
+
             self.live = Live(console=self.console, refresh_per_second=8, transient=False)
             self.live.__enter__()
         return self

@@ -1,7 +1,8 @@
 """The `interlock` command: a thin layer over the Python API.
 
 The group and its global options live here; each command group is a module of its own
-(`runs`, `inspect`, `workflows`, `fleet`, `server`, `maintenance`...), registered below.
+(`runs`, `inspect`, `workflows`, `fleet`, `server`, `maintenance`...), named in
+`COMMAND_MODULES` and imported when one of its commands is used.
 """
 
 from __future__ import annotations
@@ -10,25 +11,51 @@ import logging
 
 import click
 
-from interlock.cli import (
-    archive,
-    fleet,
-    inspect,
-    iterate,
-    maintenance,
-    mcp,
-    prune,
-    review,
-    runs,
-    schema,
-    server,
-    signals,
-    workflows,
-)
 from interlock.cli.base import Ctx
+from interlock.cli.lazy import LazyGroup
+
+# Every command and the module of `interlock.cli` that defines it (in its COMMANDS list). A
+# command's module is imported only when the command is used, so `status` does not pay for
+# `serve`; to add a command, add its line. Command modules import nothing heavy at the top
+# (tests/cli/test_startup.py): `--help` imports them all.
+COMMAND_MODULES: dict[str, str] = {
+    "approve": "runs",
+    "cache": "iterate",
+    "cancel": "runs",
+    "check": "workflows",
+    "diff": "iterate",
+    "doctor": "maintenance",
+    "edit": "review",
+    "events": "inspect",
+    "explain": "inspect",
+    "export": "archive",
+    "import": "archive",
+    "init": "workflows",
+    "ledger": "inspect",
+    "mcp": "mcp",
+    "message": "runs",
+    "orchestrate": "fleet",
+    "pipelines": "workflows",
+    "prune": "prune",
+    "reject": "review",
+    "rerun": "iterate",
+    "resume": "runs",
+    "run": "runs",
+    "runs": "inspect",
+    "schema": "schema",
+    "serve": "server",
+    "signal": "signals",
+    "status": "inspect",
+    "submit": "runs",
+    "verify": "archive",
+    "watch": "server",
+    "worker": "fleet",
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=LazyGroup, lazy=COMMAND_MODULES, context_settings={"help_option_names": ["-h", "--help"]}
+)
 @click.option("--home", envvar="INTERLOCK_HOME", help="State directory (default ./.interlock).")
 @click.option(
     "--store", envvar="INTERLOCK_STORE", help="Ledger URL (sqlite:///..., postgresql://...)."
@@ -52,25 +79,6 @@ def cli(
 
     configure_logging(debug=debug, json_format=log_format == "json")
     ctx.obj = Ctx(home, store, sync, debug)
-
-
-for module in (
-    runs,
-    review,
-    signals,
-    inspect,
-    iterate,
-    archive,
-    workflows,
-    schema,
-    fleet,
-    server,
-    mcp,
-    maintenance,
-    prune,
-):
-    for command in module.COMMANDS:
-        cli.add_command(command)
 
 
 def main() -> None:

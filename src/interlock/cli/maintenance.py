@@ -13,16 +13,18 @@ itself is missing, empty, damaged or cannot be opened; 2 there is nothing to che
 from __future__ import annotations
 
 import os
-import sqlite3
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from interlock.cli.base import Ctx, handle_errors, out, pass_ctx
 from interlock.errors import ExitCode, InterlockError
-from interlock.runtime.home import Home
+
+if TYPE_CHECKING:  # imported when the command runs: `interlock --help` imports this module
+    from interlock.runtime.home import Home
 
 APPLICATION_ID = 0x494E544C
 
@@ -51,6 +53,8 @@ def doctor(ctx: Ctx, home_option: str | None, repair: bool) -> None:
     Exit 0 when all is sound, 6 when files do not match the ledger, 5 when the ledger itself
     is missing, empty or damaged (with the steps to recover it), 2 when there is nothing here.
     """
+    from interlock.runtime.home import Home
+
     home = Home.at(home_option or ctx.home)
     url = ctx.store_url
     found = Findings()
@@ -74,6 +78,8 @@ def doctor(ctx: Ctx, home_option: str | None, repair: bool) -> None:
 def _check_sqlite_file(path: Path, state_dir: Path, found: Findings) -> bool:
     """The file itself: there, not empty, an interlock ledger, SQLite's integrity check.
     Whether its runs can be read on."""
+    import sqlite3
+
     from interlock.storage.sqlite import holds_runs
 
     runs = holds_runs(state_dir)

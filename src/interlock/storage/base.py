@@ -16,12 +16,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from interlock.core.events import Event, from_record, to_record
 from interlock.errors import LeaseLost
 from interlock.storage import chain, codec
 from interlock.storage.run_list import RunQuery
+
+if TYPE_CHECKING:
+    # The event types are imported where events are encoded or decoded: listing runs needs
+    # none of them, and defining them costs a good part of a command's start.
+    from interlock.core.events import Event
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -34,6 +38,8 @@ class NewEvent:
 
     def record(self) -> tuple[str, str]:
         """(kind, JSON data) as stored."""
+        from interlock.core.events import to_record
+
         kind, data = to_record(self.event)
         return kind, codec.dumps(data)
 
@@ -62,6 +68,8 @@ class StoredEvent:
     @property
     def event(self) -> Event:
         """The typed event."""
+        from interlock.core.events import from_record
+
         return from_record(self.kind, self.data)
 
 
