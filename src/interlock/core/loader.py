@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -161,7 +162,8 @@ def build_workflow(
     try:
         parsed = WorkflowFile.model_validate(data)
     except ValidationError as exc:
-        raise WorkflowError(source, [_describe(err, data) for err in exc.errors()]) from None
+        errors = _union_branch(exc.errors(), data)
+        raise WorkflowError(source, [_describe(err, data) for err in errors]) from None
     problems: list[str] = []
     definitions = {}
     for name, pipeline in parsed.root.items():
@@ -217,6 +219,42 @@ def _validate_other_files(name: str, pipeline: Pipeline) -> list[str]:
             problems += validate_pipeline(label, child)
             problems += _validate_other_files(label, child)
     return problems
+
+
+# How pydantic names the members of a union such as `int | ConcurrencyKey` in an error's
+# location: a scalar type, or a model's class name. These are not keys of the file.
+_SCALAR_BRANCH = re.compile(r"^(constrained-)?(int|float|str|bool)$")
+
+
+def _union_branch(errors: list[Any], data: Any) -> list[Any]:
+    """Errors of a value that may be written two ways (`concurrency: 3` or `{key, limit}`):
+    only those of the way it is written, without the union member in their location, so a
+    mapping is not also told that it should be a valid integer."""
+    kept: list[Any] = []
+    for error in errors:
+        loc = list(error["loc"])
+        node, index = data, None
+        for i, part in enumerate(loc):
+            is_branch = isinstance(part, str) and (_SCALAR_BRANCH.match(part) or part[:1].isupper())
+            if is_branch and not (isinstance(node, dict) and part in node):
+                index = i
+                break
+            if (isinstance(node, dict) and part in node) or (
+                isinstance(node, list) and isinstance(part, int) and part < len(node)
+            ):
+                node = node[part]
+            else:
+                node = None
+        if index is None:
+            kept.append(error)
+            continue
+        scalar_branch = bool(_SCALAR_BRANCH.match(str(loc[index])))
+        if scalar_branch == isinstance(node, dict):
+            continue  # the error of the other way of writing it
+        trimmed = {**error, "loc": (*loc[:index], *loc[index + 1 :])}
+        if trimmed not in kept:
+            kept.append(trimmed)
+    return kept
 
 
 def _describe(error: Any, data: Any) -> str:
