@@ -26,6 +26,7 @@ LOCAL_SECTIONS = [
     "recovery",
     "postgres",
     "check",
+    "check_depth",
     "llm",
 ]
 
@@ -66,6 +67,8 @@ def test_every_local_section_runs_and_cleans_up(tmp_path: Path) -> None:
         "10",
         "--check-width",
         "50",
+        "--check-depths",
+        "5,20",
         "--llm-runs",
         "5",
         "--llm-latency",
@@ -90,6 +93,7 @@ def test_every_local_section_runs_and_cleans_up(tmp_path: Path) -> None:
     )
     assert results["llm"]["bare_aiohttp"]["completed"] == 15
     assert results["check"]["width"] == 50 and results["check"]["states"] > 0
+    assert [row["phases"] for row in results["check_depth"]["depths"]] == [5, 20]
     assert results["postgres"]["concurrent_runs"] == 20
     assert results["floor"]["with_run_files_runs_per_s"] > 0
     assert results["machine"]["cores"] >= 1
@@ -156,3 +160,19 @@ def test_history_and_watchers_scripts_run_tiny(tmp_path: Path) -> None:
     done = run("watchers.py", "--clients", "2", "--runs", "3", tmp=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "orchestration_slowed" in done.stdout.splitlines()[-1]
+
+
+def test_startup_script_times_the_three_commands(tmp_path: Path) -> None:
+    """startup.py times `--help`, `runs` and `status` against a state directory of its own,
+    which it removes."""
+    done = run("startup.py", "--repeat", "1", tmp=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(figures) == {
+        "python -c pass",
+        "interlock --help",
+        "interlock runs",
+        "interlock status RUN",
+    }
+    assert all(f["min_ms"] > 0 for f in figures.values())
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,108 @@
+"""How long `interlock --help`, `interlock runs` and `interlock status RUN` take to start.
+
+    python benchmarks/startup.py                    # wall time, 15 runs of each
+    python benchmarks/startup.py --instructions     # and instructions counted by valgrind
+
+Each command runs as a user runs it (the console script, a fresh interpreter), with stdout to
+/dev/null, against a state directory holding three delivered runs of examples/research.json.
+Prints the fastest and the median wall time of each, and `python -c pass` for the floor of any
+Python command on this machine. Wall time moves with the machine's load; the instruction
+count (valgrind's callgrind, --instructions) does not, and compares two versions of the code
+on a busy machine. The last line is the figures as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESEARCH = ROOT / "examples" / "research.json"
+
+
+def interlock() -> list[str]:
+    """The console script beside this interpreter, or the module when it is not installed."""
+    script = Path(sys.executable).with_name("interlock")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "interlock"]
+
+
+def wall(command: list[str], env: dict[str, str], repeat: int) -> dict[str, float]:
+    """Fastest and median wall time of `command`, in milliseconds."""
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        times.append(time.perf_counter() - started)
+    return {
+        "min_ms": round(1000 * min(times), 1),
+        "median_ms": round(1000 * statistics.median(times), 1),
+    }
+
+
+def instructions(command: list[str], env: dict[str, str]) -> int | None:
+    """Instructions the process executes, counted by valgrind (None without valgrind)."""
+    if shutil.which("valgrind") is None:
+        return None
+    done = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *command],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    return int(found.group(1)) if found else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeat", type=int, default=15, help="runs of each command")
+    parser.add_argument("--instructions", action="store_true", help="count with valgrind too")
+    args = parser.parse_args()
+    home = Path(tempfile.mkdtemp(prefix="interlock-startup-"))
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("INTERLOCK_")}
+        env["INTERLOCK_HOME"] = str(home / "home")
+        base = interlock()
+        for n in range(3):
+            subprocess.run(
+                [*base, "run", str(RESEARCH), "research", "--topic", f"start-up {n}"],
+                env=env,
+                cwd=home,
+                capture_output=True,
+                check=True,
+            )
+        listing = subprocess.run(
+            [*base, "runs", "--json"], env=env, capture_output=True, text=True, check=True
+        )
+        run_id = json.loads(listing.stdout)[0]["run_id"]
+        commands = {
+            "python -c pass": [sys.executable, "-c", "pass"],
+            "interlock --help": [*base, "--help"],
+            "interlock runs": [*base, "runs"],
+            "interlock status RUN": [*base, "status", run_id],
+        }
+        figures = {}
+        for name, command in commands.items():
+            figures[name] = wall(command, env, args.repeat)
+            if args.instructions:
+                figures[name]["instructions"] = instructions(command, env)
+            shown = ", ".join(f"{k} {v:,}" for k, v in figures[name].items() if v is not None)
+            print(f"{name:<24} {shown}", flush=True)
+        print(json.dumps(figures))
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
