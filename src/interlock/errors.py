@@ -64,6 +64,10 @@ class RunNotFound(UsageError):
     """No run matches the given id or prefix."""
 
 
+class PipelineNotFound(RunNotFound):
+    """No workflow file given to a server names the pipeline (the API's `pipeline_not_found`)."""
+
+
 class RunExists(UsageError):
     """A new run was given the id of a run the ledger already holds."""
 

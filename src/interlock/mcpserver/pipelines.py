@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from interlock.core.loader import Definition, load_workflow
-from interlock.errors import InterlockError, RunNotFound
+from interlock.errors import InterlockError, PipelineNotFound
 from interlock.server.workflows import Workflows, describe
 
 SUFFIXES = (".yaml", ".yml", ".json")
@@ -59,7 +59,7 @@ class Pipelines:
         definitions = self._read()[0]
         if name not in definitions:
             known = ", ".join(sorted(definitions)) or "none"
-            raise RunNotFound(
+            raise PipelineNotFound(
                 f"no pipeline {name!r} in {self.where()}; known: {known} (see list_pipelines)"
             )
         return definitions[name]

@@ -9,6 +9,7 @@ from interlock.errors import (
     InvalidSignal,
     LeaseHeld,
     LeaseLost,
+    PipelineNotFound,
     RunNotFound,
     StorageError,
     WorkflowError,
@@ -33,6 +34,8 @@ def body(code: str, message: str) -> dict[str, Any]:
 
 def from_interlock(exc: InterlockError) -> ApiError:
     """The HTTP form of an error the CLI would print (same message)."""
+    if isinstance(exc, PipelineNotFound):
+        return ApiError(404, "pipeline_not_found", exc.message)
     if isinstance(exc, RunNotFound):
         return ApiError(404, "run_not_found", exc.message)
     if isinstance(exc, InvalidSignal):

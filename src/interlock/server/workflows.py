@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from interlock.core.loader import Definition, load_workflow
-from interlock.errors import RunNotFound, UsageError
+from interlock.errors import PipelineNotFound, UsageError
 
 
 class Workflows:
@@ -37,7 +37,7 @@ class Workflows:
         definitions = self.load()
         if name not in definitions:
             known = ", ".join(sorted(definitions)) or "none (start the server with --workflows)"
-            raise RunNotFound(f"no pipeline {name!r} is registered; registered: {known}")
+            raise PipelineNotFound(f"no pipeline {name!r} is registered; registered: {known}")
         return definitions[name]
 
     def describe(self) -> list[dict[str, Any]]:
