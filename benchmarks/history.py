@@ -59,8 +59,10 @@ RESEARCH3 = {
 
 
 def cli(home: Path, *args: str, check: bool = True) -> tuple[float, str]:
-    """Run `interlock --home HOME ARGS...`; (wall seconds, stdout)."""
+    """Run `interlock --home HOME ARGS...`; (wall seconds, stdout). The CPU seconds it used
+    (user + system) are added to `CPU`: on a busy machine they move far less than the wall."""
     began = time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(
         [sys.executable, "-m", "interlock", "--home", str(home), *args],
         capture_output=True,
@@ -68,9 +70,23 @@ def cli(home: Path, *args: str, check: bool = True) -> tuple[float, str]:
         check=False,
     )
     took = time.perf_counter() - began
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
     if check and done.returncode != 0:
         raise RuntimeError(f"interlock {' '.join(args)}: exit {done.returncode}: {done.stderr}")
     return took, done.stdout
+
+
+CPU: list[float] = []  # CPU seconds of each `cli` call, in order
+
+
+def timed(home: Path, *args: str, repeat: int = 3) -> dict[str, float]:
+    """Median wall and CPU milliseconds of `repeat` runs of one command."""
+    walls, cpus = [], []
+    for _ in range(repeat):
+        walls.append(cli(home, *args)[0])
+        cpus.append(CPU[-1])
+    return {"wall_ms": best(walls), "cpu_ms": best(cpus)}
 
 
 def best(times: list[float]) -> float:
@@ -169,8 +185,8 @@ def start_ms(home: Path, workflow: Path, repeat: int = 5) -> float:
 
 def commands(home: Path, workflow: Path) -> dict[str, Any]:
     """The timed commands against one ledger."""
-    runs = [cli(home, "runs")[0] for _ in range(3)]
-    failed = [cli(home, "runs", "--status", "failed")[0] for _ in range(3)]
+    runs = timed(home, "runs")
+    failed = timed(home, "runs", "--status", "failed")
     app = Interlock(home)
     in_process = []
     for _ in range(5):
@@ -179,15 +195,15 @@ def commands(home: Path, workflow: Path) -> dict[str, Any]:
         in_process.append(time.perf_counter() - began)
     app.close()
     first_scrape, scrape = metrics_ms(home)
-    run_cli = [cli(home, "run", str(workflow), "research-3", "--topic", "t")[0] for _ in range(3)]
+    run_cli = timed(home, "run", str(workflow), "research-3", "--topic", "t")
     return {
-        "runs_cli_ms": best(runs),
-        "runs_failed_cli_ms": best(failed),
+        "runs_cli": runs,
+        "runs_failed_cli": failed,
         "list_runs_query_ms": best(in_process),
         "metrics_first_ms": first_scrape,
         "metrics_ms": scrape,
         "start_ms": start_ms(home, workflow),
-        "run_cli_ms": best(run_cli),
+        "run_cli": run_cli,
     }
 
 
@@ -251,11 +267,9 @@ def wide_section(width: int) -> dict[str, Any]:
             "run_s": round(time.perf_counter() - began, 1),
             "run_cpu_s": round(cpu, 1),
         }
-        result["status_ms"] = best([cli(home, "status", "wide-1")[0] for _ in range(3)])
-        result["status_json_ms"] = best(
-            [cli(home, "status", "wide-1", "--json")[0] for _ in range(3)]
-        )
-        result["explain_ms"] = best([cli(home, "explain", "wide-1")[0] for _ in range(3)])
+        result["status"] = timed(home, "status", "wide-1")
+        result["status_json"] = timed(home, "status", "wide-1", "--json")
+        result["explain"] = timed(home, "explain", "wide-1")
         # A second run, killed once half its workers completed, then resumed to its end.
         child = subprocess.Popen(
             [*argv, "run", str(workflow), "wide", "--topic", "t", "--run-id", "wide-2"],

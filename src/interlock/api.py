@@ -65,13 +65,19 @@ class Interlock:
             self.store: Store = open_store(store, self.home.root, **options)
         else:
             self.store = store
-        if settings is None:
-            from interlock.runtime.orchestrator import Settings
-
-            settings = Settings()
-        self.settings = settings
+        self._settings = settings
         self.models = models
         self._orchestrator: Orchestrator | None = None
+
+    @property
+    def settings(self) -> Settings:
+        """How the orchestrator behaves (made on first use: a command that only reads a run
+        does not load the runtime for it)."""
+        if self._settings is None:
+            from interlock.runtime.orchestrator import Settings
+
+            self._settings = Settings()
+        return self._settings
 
     @property
     def orchestrator(self) -> Orchestrator:

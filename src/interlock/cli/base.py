@@ -210,7 +210,13 @@ def parse_inputs(pairs: tuple[str, ...]) -> dict[str, str]:
 
 def when(timestamp: float) -> str:
     """Local time, to the second."""
-    return dt.datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M:%S")
+    return _second(int(timestamp))
+
+
+@functools.lru_cache(maxsize=4096)
+def _second(second: int) -> str:
+    # A long history has many events in each second: each second is formatted once.
+    return dt.datetime.fromtimestamp(second).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def drive_in_foreground(app: Interlock, run_id: str, *, since: int | None = None) -> int:

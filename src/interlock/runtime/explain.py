@@ -28,12 +28,21 @@ def decisions(store: Store, run_id: str) -> list[dict[str, Any]]:
     the engine's reason, and `reads` what each condition tried at a branch read."""
     record = store.get_run(run_id)
     canonical = store.definition(record.definition_hash)
-    pipeline = Definition.from_canonical(record.pipeline, canonical).pipeline
     state = RunState()
     found = []
+    # The history is folded only for what conditions read: a pipeline without any (a wide
+    # fan-out, say) is listed without validating its definition or building each event. A
+    # condition is an "if" key of the canonical JSON; text that merely holds one is escaped.
+    conditional = '"if":' in canonical
+    if conditional:
+        pipeline = Definition.from_canonical(record.pipeline, canonical).pipeline
     for stored in store.events(run_id):
-        event = stored.event
-        reads = branch_reads(pipeline, state, event) if isinstance(event, ev.BranchTaken) else []
+        reads: list[str] = []
+        if conditional:
+            event = stored.event
+            if isinstance(event, ev.BranchTaken):
+                reads = branch_reads(pipeline, state, event)
+            apply(state, event)
         found.append(
             {
                 "seq": stored.seq,
@@ -44,7 +53,6 @@ def decisions(store: Store, run_id: str) -> list[dict[str, Any]]:
                 "reads": reads,
             }
         )
-        apply(state, event)
     return found
 
 
