@@ -71,6 +71,13 @@ def encode(message: dict[str, Any]) -> Encoded:
     )
 
 
+class Chunk(list[Encoded]):
+    """Messages sent together. Clients of every run that are level get the same chunk, and
+    the frame joining it (`?batch=1`) is built once for all of them."""
+
+    frame: str | None = None
+
+
 @dataclass(eq=False)
 class Subscriber:
     """One stream client: the run it follows (None: every run), where it is in the shared log
@@ -109,6 +116,7 @@ class Hub:
         # The shared log of clients of every run: `_log[0]` is at position `_start`.
         self._log: list[Encoded] = []
         self._start = 0
+        self._chunks: dict[int, Chunk] = {}  # from a position to the head, this round
         self._published = asyncio.Event()  # replaced after each wake: set once per round
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -186,6 +194,7 @@ class Hub:
         head = self._start + len(self._log)
         for subscriber in [s for s in self._everyone if head - s.position > self.queue_size]:
             self._drop(subscriber)
+        self._chunks.clear()
         published, self._published = self._published, asyncio.Event()
         published.set()
 
@@ -197,7 +206,7 @@ class Hub:
         for subscriber in [s for s in self._everyone if s.position < self._start]:
             self._drop(subscriber)
 
-    async def next_live(self, subscriber: Subscriber) -> list[Encoded]:
+    async def next_live(self, subscriber: Subscriber) -> Chunk:
         """What arrived for `subscriber` since it last asked (waiting until something did).
 
         Raises:
@@ -208,7 +217,7 @@ class Hub:
                 raise Dropped({})
             if subscriber.run_id is not None:
                 if subscriber.queue:
-                    taken = list(subscriber.queue)
+                    taken = Chunk(subscriber.queue)
                     subscriber.queue.clear()
                     return taken
                 subscriber.arrived.clear()
@@ -219,9 +228,12 @@ class Hub:
                 self._drop(subscriber)
                 continue
             if subscriber.position < head:
-                taken = self._log[subscriber.position - self._start :]
+                shared = self._chunks.get(subscriber.position)
+                if shared is None:
+                    shared = Chunk(self._log[subscriber.position - self._start :])
+                    self._chunks[subscriber.position] = shared
                 subscriber.position = head
-                return taken
+                return shared
             await self._published.wait()
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -86,12 +86,12 @@ async def all_stream(
             chunk = await hub.next_live(subscriber)
         except Dropped:
             raise Dropped({"since": last}) from None
-        fresh = []
-        for message in chunk:
-            if message.type == "event":
-                if message.id <= last:
-                    continue
-                last = message.id
-            fresh.append(message)
+        ids = [m.id for m in chunk if m.type == "event"]
+        if not ids or ids[0] > last:  # the usual case: nothing the replay sent, passed as is
+            last = ids[-1] if ids else last
+            yield chunk
+            continue
+        fresh = [m for m in chunk if m.type != "event" or m.id > last]
+        last = max(last, ids[-1])
         if fresh:
             yield fresh

@@ -18,7 +18,7 @@ from interlock.runtime.home import check_run_id
 from interlock.server.auth import WS_PROTOCOL, Authenticator, Principal, token_from_protocols
 from interlock.server.deps import resolve, service, stream_reader
 from interlock.server.errors import ApiError, from_interlock
-from interlock.server.hub import Dropped, Encoded, Subscriber
+from interlock.server.hub import Chunk, Dropped, Encoded, Subscriber
 from interlock.server.service import Service
 from interlock.server.streams import all_stream, run_stream
 
@@ -37,6 +37,10 @@ def frames(chunk: list[Encoded], batch: bool) -> list[str]:
     """The frames that carry a chunk: one JSON array of them all (`?batch=1`: one send per
     chunk, whatever the event rate), or one message per frame."""
     if batch and len(chunk) > 1:
+        if isinstance(chunk, Chunk):  # shared by the clients that are level: joined once
+            if chunk.frame is None:
+                chunk.frame = "[" + ",".join(m.text for m in chunk) + "]"
+            return [chunk.frame]
         return ["[" + ",".join(m.text for m in chunk) + "]"]
     return [m.text for m in chunk]
 
@@ -91,8 +95,10 @@ async def _serve(
         async for chunk in stream:
             for frame in frames(chunk, batch):
                 await websocket.send_text(frame)
-            for message in chunk:
-                last = resume_hint(message, per_run, last)
+            for message in reversed(chunk):  # the cursor is the chunk's last event
+                if message.type == "event":
+                    last = resume_hint(message, per_run, last)
+                    break
 
     left = asyncio.Event()  # the client closed (or the connection broke)
 
