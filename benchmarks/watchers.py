@@ -53,6 +53,12 @@ WORKFLOW = {
 FIRST_AT = re.compile(rb'"at":([0-9.e+]+)')
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds process `pid` has used so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -94,7 +100,7 @@ async def observer(
     done.set()
 
 
-async def round_of(port: int, home: Path, flow: Path, clients: int, runs: int, mode: str) -> Any:
+async def round_of(port: int, server: int, clients: int, runs: int, mode: str) -> dict[str, Any]:
     """Submit `runs` runs with `clients` watchers connected; lag and throughput."""
     query = "?batch=1" if mode == "batch" else ""
     url = f"ws://127.0.0.1:{port}/ws/runs{query}"
@@ -105,6 +111,7 @@ async def round_of(port: int, home: Path, flow: Path, clients: int, runs: int, m
     seen: list[float] = []
     counting = asyncio.create_task(observer(url, runs, done, finished, seen))
     await asyncio.sleep(1.0 + clients / 100)  # every client connected and said hello
+    cpu = cpu_seconds(server)
     began = time.time()
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
         slots = asyncio.Semaphore(8)
@@ -118,12 +125,16 @@ async def round_of(port: int, home: Path, flow: Path, clients: int, runs: int, m
         await asyncio.gather(*(start(n) for n in range(runs)))
     await asyncio.wait_for(done.wait(), 600)
     took = max(finished) - began
+    cpu = cpu_seconds(server) - cpu
     stop.set()
     await asyncio.gather(*watchers, counting, return_exceptions=True)
     return {
         "clients": clients,
         "runs": runs,
         "runs_per_s": round(runs / took, 1),
+        # The server's own CPU per run: what the watchers cost it, apart from the machine's
+        # share it got (the clients run on the same cores).
+        "server_cpu_ms_per_run": round(1000 * cpu / runs, 2),
         "frames": len(lags),
         "lag_p50_s": round(percentile(lags, 0.5), 3) if lags else None,
         "lag_p99_s": round(percentile(lags, 0.99), 3) if lags else None,
@@ -175,7 +186,7 @@ def main() -> None:
             server = serve(home, flow, port)
             try:
                 results.append(
-                    asyncio.run(round_of(port, home, flow, clients, args.runs, args.mode))
+                    asyncio.run(round_of(port, server.pid, clients, args.runs, args.mode))
                 )
             finally:
                 server.terminate()
@@ -185,11 +196,13 @@ def main() -> None:
         shutil.rmtree(scratch, ignore_errors=True)
     base, loaded = results
     slowdown = 1 - loaded["runs_per_s"] / base["runs_per_s"]
+    cpu = loaded["server_cpu_ms_per_run"] / base["server_cpu_ms_per_run"] - 1
     print(
         json.dumps(
             {
                 "mode": args.mode,
                 "orchestration_slowed": f"{100 * slowdown:.1f}%",
+                "server_cpu_per_run_grew": f"{100 * cpu:.1f}%",
                 "lag_p50_s": loaded["lag_p50_s"],
                 "lag_p99_s": loaded["lag_p99_s"],
                 "lag_p50_s_one_client": base["observer_lag_p50_s"],
