@@ -35,6 +35,13 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 STARTER = Path(__file__).with_name("starter.yaml")
 
+# The largest integer a ledger stores (SQLite INTEGER, PostgreSQL bigint): a larger number on
+# the command line is bad input (exit 2 naming the option), not an overflow in the driver.
+LARGEST = 2**63 - 1
+COUNT = click.IntRange(1, LARGEST)  # how many to show, or to run at once
+SEQUENCE = click.IntRange(0, LARGEST)  # an event's number in its run (0: from the start)
+PORT = click.IntRange(0, 65535)
+
 
 def pipe_closed() -> None:
     """The reader of stdout went away: end quietly with the conventional status (141).

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import click
 
-from interlock.cli.base import Ctx, handle_errors, pass_ctx
+from interlock.cli.base import COUNT, Ctx, handle_errors, pass_ctx
 
 
 @click.command()
-@click.option("--concurrency", "-c", default=4, show_default=True, help="Tasks run at once.")
+@click.option(
+    "--concurrency", "-c", default=4, show_default=True, type=COUNT, help="Tasks run at once."
+)
 @click.option("--kinds", default="command,model,call", show_default=True, help="Kinds taken.")
 @click.option("--tags", default="", help="Tags this worker offers (comma-separated).")
 @click.option(
@@ -52,7 +54,7 @@ def worker(
 
 
 @click.command()
-@click.option("--capacity", default=200, show_default=True, help="Runs driven at most.")
+@click.option("--capacity", default=200, show_default=True, type=COUNT, help="Runs driven at most.")
 @click.option("--lease-ttl", default=15.0, show_default=True, help="Run lease (seconds).")
 @click.option(
     "--heartbeat",

@@ -10,7 +10,17 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from interlock.cli.base import Ctx, driver_of, escape, handle_errors, out, pass_ctx, when
+from interlock.cli.base import (
+    COUNT,
+    SEQUENCE,
+    Ctx,
+    driver_of,
+    escape,
+    handle_errors,
+    out,
+    pass_ctx,
+    when,
+)
 
 if TYPE_CHECKING:
     from interlock.storage.base import RunRecord
@@ -27,7 +37,7 @@ STATUSES = ["running", "paused", "delivered", "failed", "cancelled", "waiting"]
     help="Only runs with this status.",
 )
 @click.option("--pipeline", help="Only runs of this pipeline.")
-@click.option("--limit", default=30, show_default=True)
+@click.option("--limit", default=30, show_default=True, type=COUNT)
 @click.option("--json", "as_json", is_flag=True)
 @pass_ctx
 @handle_errors
@@ -273,7 +283,7 @@ def _current_status_file(ctx: Ctx, prefix: str) -> tuple[dict[str, Any], RunReco
 
 @click.command()
 @click.argument("run_id")
-@click.option("--since", default=0, help="Only events after this sequence number.")
+@click.option("--since", default=0, type=SEQUENCE, help="Only events after this sequence number.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @pass_ctx
 @handle_errors

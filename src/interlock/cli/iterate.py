@@ -10,6 +10,7 @@ import time
 import click
 
 from interlock.cli.base import (
+    COUNT,
     Ctx,
     drive_in_foreground,
     err,
@@ -137,7 +138,7 @@ def cache() -> None:
 
 
 @cache.command("list")
-@click.option("--limit", default=50, show_default=True)
+@click.option("--limit", default=50, show_default=True, type=COUNT)
 @click.option("--json", "as_json", is_flag=True)
 @pass_ctx
 @handle_errors

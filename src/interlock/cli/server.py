@@ -7,13 +7,13 @@ from pathlib import Path
 
 import click
 
-from interlock.cli.base import Ctx, handle_errors, out, pass_ctx
+from interlock.cli.base import PORT, SEQUENCE, Ctx, handle_errors, out, pass_ctx
 from interlock.errors import ExitCode
 
 
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option("--port", default=8765, show_default=True, help="Port (0: any free port).")
+@click.option("--port", default=8765, show_default=True, type=PORT, help="Port (0: any free port).")
 @click.option(
     "--workflows", "-w", multiple=True, type=click.Path(dir_okay=False), help="Workflow file."
 )
@@ -119,7 +119,7 @@ def serve(
 @click.argument("run_id")
 @click.option("--server", "server_url", help="Follow through a server (http://host:port).")
 @click.option("--token", envvar="INTERLOCK_TOKEN", help="Bearer token for --server.")
-@click.option("--since", default=0, help="Only events after this sequence number.")
+@click.option("--since", default=0, type=SEQUENCE, help="Only events after this sequence number.")
 @pass_ctx
 @handle_errors
 def watch(ctx: Ctx, run_id: str, server_url: str | None, token: str | None, since: int) -> None:
