@@ -15,7 +15,18 @@ from pydantic import ValidationError
 from interlock.core.parse import MAX_BYTES, ParseProblem, parse_text, too_large
 from interlock.core.subpipelines import children, embed_children
 from interlock.core.validate import validate_pipeline
-from interlock.core.workflow import Phase, Pipeline, Rule, Worker, WorkflowFile
+from interlock.core.workflow import (
+    Budget,
+    Cache,
+    ConcurrencyKey,
+    ForEach,
+    Phase,
+    Pipeline,
+    Rule,
+    WaitFor,
+    Worker,
+    WorkflowFile,
+)
 from interlock.errors import UsageError, WorkflowError
 
 
@@ -305,11 +316,20 @@ def _describe(error: Any, data: Any) -> str:
 
 # What each place of a file is, by the word its errors name it with: for "did you mean".
 _MODELS: dict[str, Any] = {"pipeline": Pipeline, "phase": Phase, "worker": Worker, "next": Rule}
+# The mappings under a key, by that key's name.
+_NESTED: dict[str, Any] = {
+    "budget": Budget,
+    "concurrency": ConcurrencyKey,
+    "wait_for": WaitFor,
+    "for_each": ForEach,
+    "cache": Cache,
+}
 
 
 def _did_you_mean(key: Any, place: str) -> str:
     """' (did you mean ...?)' naming the known key of `place` closest to `key`, or ''."""
-    model = _MODELS.get(place.split(" ")[0])
+    word, _, name = place.partition(" ")
+    model = _MODELS.get(word) if word != "key" else _NESTED.get(name.strip("'"))
     if model is None or not isinstance(key, str):
         return ""
     known = [field.alias or name for name, field in model.model_fields.items()]
