@@ -3,7 +3,8 @@
 Each run is driven by whoever holds its lease. An orchestrator takes live runs whose lease is
 free or expired (new runs, runs whose orchestrator died or stalled), up to its `capacity`,
 a few at a time and in random order so that several orchestrators spread the runs between
-them. A new run's first event wakes every orchestrator through `NOTIFY`, and so does a posted
+them. A run handed back (submitted, or let go) wakes every orchestrator through `NOTIFY`
+(`interlock_runs`; the appends of runs being driven wake nobody here), and so does a posted
 command (a signal, an approval) for the inbox; a slow poll catches expired leases and
 anything a dropped connection missed.
 """
@@ -64,17 +65,15 @@ class Fleet:
         loop = asyncio.get_running_loop()
         look = asyncio.Event()
 
-        drivers = self.orchestrator.drivers
-
-        def notified(channel: str, payload: str) -> None:
-            if channel != "interlock_events":  # a command (a signal, an approval) was posted
+        def notified(channel: str, _payload: str) -> None:
+            if channel != "interlock_runs":  # a command (a signal, an approval) was posted
                 loop.call_soon_threadsafe(self.orchestrator.look_now)
-            # Events of runs driven here are our own commits: nothing to take. Nor is there
-            # when a look is already due (a burst of new runs wakes the loop once).
-            if channel != "interlock_commands" and payload not in drivers and not look.is_set():
+            # A run was handed back (submitted, or let go): look, once for a burst. Appends
+            # (`interlock_events`) are not listened to: they never free a run to take.
+            if channel != "interlock_commands" and not look.is_set():
                 loop.call_soon_threadsafe(look.set)
 
-        channels = ["interlock_events", "interlock_commands"]
+        channels = ["interlock_runs", "interlock_commands"]
         listener = Listener(self.store.url, channels, notified).start()
         orchestrator = self.orchestrator
         try:  # before taking any run: what is marked here is nobody's any more

@@ -7,7 +7,9 @@ lets a live feed read `id > last seen` without ever skipping a late-committing e
 commit keeps that serialisation cheap (one transaction carries every run of a tick).
 
 Every append sends `NOTIFY interlock_events, '<run id>'` (delivered at commit), so other
-processes can wake at once instead of polling hard.
+processes can wake at once instead of polling hard; a lease handed back by `release_lease`
+(a run submitted for the fleet, or let go) sends `NOTIFY interlock_runs, '<run id>'`, which
+is what fleet orchestrators wait for to take runs.
 """
 
 from __future__ import annotations
@@ -314,7 +316,7 @@ class PostgresStore:
     def release_lease(self, lease: Lease) -> None:
         """See `Store.release_lease`."""
         args = (lease.run_id, lease.owner, lease.token)
-        self.retrying(lambda db: db.execute(Q["release_lease"], args))
+        self.retrying(lambda db: db.execute(Q["release_live_lease"], args))
 
     def append(self, batch: AppendBatch, now: float) -> int:
         """See `Store.append`."""

@@ -30,6 +30,16 @@ WHERE run_id = %s AND lease_owner = %s AND lease_token = %s AND lease_expires > 
 UPDATE runs SET lease_owner = NULL, lease_expires = NULL
 WHERE run_id = %s AND lease_owner = %s AND lease_token = %s;
 
+-- name: release_live_lease
+-- `release_lease` for a run somebody else should take up (a submitted run, one let go at
+-- shutdown): announced on `interlock_runs`, which fleet orchestrators listen to.
+WITH freed AS (
+    UPDATE runs SET lease_owner = NULL, lease_expires = NULL
+    WHERE run_id = %s AND lease_owner = %s AND lease_token = %s
+    RETURNING run_id
+)
+SELECT freed.run_id FROM freed, LATERAL (SELECT pg_notify('interlock_runs', freed.run_id)) note;
+
 -- name: commit_order
 SELECT pg_advisory_xact_lock(4849676);
 

@@ -1,0 +1,54 @@
+"""A fleet orchestrator looks for runs to take when one is handed back, not on every commit."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+
+from tests.distributed.helpers import WORKFLOW, Processes, wait_until
+
+from interlock.distributed.orchestrate import Fleet, submit
+from interlock.runtime.home import Home
+from interlock.storage.postgres import PostgresStore
+
+
+class CountingStore(PostgresStore):
+    """A real store that counts the looks for runs to take."""
+
+    looks = 0
+
+    def unowned_runs(self, now: float, limit: int = 10) -> list[str]:
+        self.looks += 1
+        return super().unowned_runs(now, limit)
+
+
+def test_submitted_run_is_taken_at_once_and_own_commits_wake_no_look(
+    pg_url: str, procs: Processes, tmp_path: Path
+) -> None:
+    """With a 60 s scan, a submitted run is taken within seconds (its lease handed back is
+    announced), and driving it to the end with a worker process (a dozen commits of its own
+    events) adds no look for runs to take."""
+    store = CountingStore(pg_url)
+    fleet = Fleet(store, Home(tmp_path / "home"), scan=60.0)
+    stop = asyncio.Event()
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_until_complete, args=(fleet.run(stop),))
+    thread.start()
+    try:
+        wait_until(lambda: store.looks >= 1, 10, "the first look")
+        time.sleep(1.0)  # the listener is connected by now
+        run_id = submit(pg_url, WORKFLOW, topic="t", home=tmp_path / "submit")
+        wait_until(lambda: run_id in fleet.orchestrator.drivers, 10, "the run taken")
+        looks = store.looks
+        procs.worker("w1")
+        delivered = lambda: store.get_run(run_id).summary.status == "delivered"  # noqa: E731
+        wait_until(delivered, 60, "the run delivered")
+        assert len(store.events(run_id)) > 10
+        assert store.looks == looks
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(timeout=30)
+        loop.close()
+        store.close()
