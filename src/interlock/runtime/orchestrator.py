@@ -35,6 +35,7 @@ from interlock.errors import (
     StorageError,
     UsageError,
 )
+from interlock.providers.config import UnknownModelError
 from interlock.runtime import artifacts
 from interlock.runtime.diskfull import DiskFullBackoff, is_enospc, stop_message
 from interlock.runtime.dispatch import Dispatcher, LocalDispatcher
@@ -254,16 +255,34 @@ class Orchestrator:
         return driver, new, batch
 
     def _model_warnings(self, definition: Definition) -> list[str]:
-        """A warning for each model alias only the offline stand-in answers (once per hash)."""
+        """A warning for each model alias only the offline stand-in answers (once per hash).
+
+        Raises:
+            UsageError: an alias the configuration does not define, when this process runs
+                the tasks itself: the run would be recorded only to fail at its first call.
+                A fleet's workers read their own configuration, so there it is left to them.
+        """
         if definition.hash not in self._warnings:
             messages = []
+            unknown: list[str] = []
             for alias in sorted(model_aliases(definition)):
-                with contextlib.suppress(Exception):
-                    if self.models.resolve(alias, driver_dir(definition.source)).offline_fallback:
-                        messages.append(
-                            f"model {alias!r} has no provider configured: using the offline "
-                            "provider (placeholder text). Configure it in interlock.toml."
-                        )
+                try:
+                    resolved = self.models.resolve(alias, driver_dir(definition.source))
+                except UnknownModelError as exc:
+                    unknown.append(str(exc))
+                    continue
+                except Exception:  # other problems (a missing key) fail the task, as before
+                    continue
+                if resolved.offline_fallback:
+                    messages.append(
+                        f"model {alias!r} has no provider configured: using the offline "
+                        "provider (placeholder text). Configure it in interlock.toml."
+                    )
+            if unknown and isinstance(self.dispatcher, LocalDispatcher):
+                raise UsageError(
+                    f"{definition.source or definition.name}: nothing was recorded: "
+                    + "\n".join(unknown)
+                )
             self._warnings[definition.hash] = messages
         return self._warnings[definition.hash]
 
