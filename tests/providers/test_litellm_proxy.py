@@ -28,7 +28,9 @@ from .project import app_for, attempt_usage, one_worker
 from .test_tools import MCP
 
 SETUP = Path(__file__).parent / "litellm" / "setup.sh"
-ENV = Path(os.environ.get("INTERLOCK_LITELLM_ENV", Path(__file__).parents[1] / ".envs/litellm"))
+# Where litellm/setup.sh builds the proxy's virtualenv (shared by every clone on the machine).
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+ENV = Path(os.environ.get("INTERLOCK_LITELLM_ENV") or CACHE / "interlock" / "litellm-1.106.0")
 MASTER_KEY = "sk-proxy-test-0123456789"
 MOCK_ANSWER = "The proxy's canned answer."
 STARTUP_S = 90.0

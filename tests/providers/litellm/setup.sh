@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Create the virtualenv the LiteLLM proxy tests run the proxy from: tests/.envs/litellm/, with
-# a pinned litellm[proxy]. Kept apart from the project's own environment so the proxy's many
+# Create the virtualenv the LiteLLM proxy tests run the proxy from, with a pinned
+# litellm[proxy], in the user's cache directory (~/.cache/interlock/litellm-<version>) so every
+# clone on a machine shares one: it takes minutes to install. Kept apart from the project's own environment so the proxy's many
 # dependencies never decide interlock's. Idempotent: an env whose pins are installed is left
 # as it is (the stamp file holds the pins it was built with). 1.106.0: later releases need a
 # certifi newer than the package index has.
@@ -9,9 +10,10 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-ENV="${INTERLOCK_LITELLM_ENV:-$(cd "$HERE/../.." && pwd)/.envs/litellm}"
+VERSION="1.106.0"  # test_litellm_proxy.py names the same directory
+ENV="${INTERLOCK_LITELLM_ENV:-${XDG_CACHE_HOME:-$HOME/.cache}/interlock/litellm-$VERSION}"
 PYTHON="${PYTHON:-python3}"
-PINS="litellm[proxy]==1.106.0"
+PINS="litellm[proxy]==$VERSION"
 
 stamp="$ENV/.pins"
 if [ -x "$ENV/bin/litellm" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$PINS" ]; then
