@@ -88,7 +88,7 @@ def test_canonical_forms_validate(path: Path) -> None:
                     pinned[f"pinned-{len(pinned)}"] = child
                     pending.append(child)
     assert schema_errors(data) == []
-    assert schema_errors(pinned) == []
+    assert not pinned or schema_errors(pinned) == []
 
 
 @settings(max_examples=60, deadline=None)
