@@ -31,7 +31,7 @@ async function loadRun() {
   const [run, outputs, attempts, graph] = await Promise.all([api(`/api/runs/${page.runId}`),
     api(`/api/runs/${page.runId}/outputs`), api(`/api/runs/${page.runId}/attempts`), api(`/api/runs/${page.runId}/graph`)]);
   attempts.loadedAt = Date.now() / 1000;
-  Object.assign(page, { run, outputs, attempts, graph });
+  Object.assign(page, { run, outputs, attempts, graph, loadedAt: Date.now() });
   drawRun();
 }
 
@@ -47,6 +47,15 @@ function tickTimeline() {
   if (focused) { const again = box.querySelector(`[data-seq="${focused}"]`); if (again) again.focus(); }
 }
 setInterval(tickTimeline, 1000);
+
+// The stream keeps the page current; a run that has been quiet for a while is read again
+// anyway, so a message lost on the way (a proxy, a dropped connection) costs seconds, not the
+// rest of the run.
+function resyncRun() {
+  if (page.name !== "run" || !page.run || ended(page.run) || document.hidden) return;
+  if (Date.now() - (page.loadedAt || 0) >= 5000) refreshRun();
+}
+setInterval(resyncRun, 5000);
 
 async function refreshRun() {
   try { await loadRun(); } catch (error) { toast(error.message, true); }
