@@ -8,8 +8,16 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any, get_type_hints
 
+# The SDKs come with the dev extra; without them these tests fail at import, never skip.
+import anthropic
+import anthropic.types as anthropic_types
+import httpx2  # the HTTP library these SDK versions use
+import openai
+import openai.types.chat as openai_types
 import pytest
+from anthropic.types import message_create_params
 from httpx_sse import ServerSentEvent
+from openai.types.chat import completion_create_params
 from pydantic import BaseModel, TypeAdapter
 
 from interlock.core.params import RequestSettings
@@ -19,14 +27,6 @@ from interlock.providers.request import anthropic_body, openai_body
 from interlock.providers.usage import openai_details
 
 from .helpers import request
-
-openai = pytest.importorskip("openai")
-anthropic = pytest.importorskip("anthropic")
-httpx2 = pytest.importorskip("httpx2")  # the HTTP library these SDK versions use
-openai_types = pytest.importorskip("openai.types.chat")
-anthropic_types = pytest.importorskip("anthropic.types")
-from anthropic.types import message_create_params  # noqa: E402
-from openai.types.chat import completion_create_params  # noqa: E402
 
 SCHEMA = {
     "type": "object",
