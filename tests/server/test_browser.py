@@ -3,50 +3,19 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
+from playwright.sync_api import Browser, Page, Route, expect
+from tests.server.browsing import browser, open_page
 from tests.server.conftest import ServerFactory
 from tests.server.helpers import HOLD, SECRET, Server, token
 
-CHROMIUM = Path("/usr/bin/chromium")
+__all__ = ["browser"]  # the module's Chromium fixture
+
 # Kept after the run for a person to look at (git ignores them); docs/screenshots.py makes the
 # README's pictures.
 SHOTS = Path(__file__).resolve().parent / "screenshots"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-]
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    """Chromium from the system; a missing browser fails the tests rather than skipping them."""
-    assert CHROMIUM.exists(), "install Chromium: apt-get install -y chromium"
-    expect.set_options(timeout=15_000)  # a loaded machine: wait longer, never pass wrongly
-    with sync_playwright() as playwright:
-        found = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        yield found
-        found.close()
-
-
-def open_page(browser: Browser, url: str, dark: bool = False) -> Page:
-    """A page at `url` that fails the test on any script error or dialog."""
-    context = browser.new_context(
-        viewport={"width": 1360, "height": 900}, color_scheme="dark" if dark else "light"
-    )
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.on("dialog", lambda dialog: errors.append(f"dialog: {dialog.message}"))
-    page.goto(url)
-    page.errors = errors  # type: ignore[attr-defined]
-    return page
 
 
 def test_watch_approve_and_deliver_live(browser: Browser, server: Server, tmp_path: Path) -> None:
