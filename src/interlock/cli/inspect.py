@@ -188,6 +188,8 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
             f"paused because child run {child['run']} is paused ({escape(child['detail'])}); "
             f"'interlock approve {view['run_id']}' approves it"
         )
+    for line in _running_children(view):
+        out.print(line)
     parent = view.get("parent")
     if parent:
         out.print(f"child run of {parent['run']} (task {parent['task']})")
@@ -209,6 +211,28 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
         from interlock.runtime.home import Home
 
         out.print(f"final: {Home.at(ctx.home).run_dir(view['run_id']) / 'final.md'}")
+
+
+def _running_children(view: dict[str, Any]) -> list[str]:
+    """A line per child run still running for a worker in flight, with its spend so far
+    (counted in the parent's cost and budget already)."""
+    if view["status"] in ("delivered", "failed", "cancelled"):
+        return []
+    running = {
+        w.get("child")
+        for phase in view["phases"]
+        for w in phase["workers"].values()
+        if w["status"] == "running"
+    }
+    lines = []
+    for task_id, child in sorted((view.get("children") or {}).items()):
+        if child["run"] not in running:
+            continue
+        lines.append(
+            f"child run {child['run']} ({task_id}) {child['status']}: "
+            f"${child.get('cost_usd', 0):.4f} and {child.get('tokens', 0)} tokens spent so far"
+        )
+    return lines
 
 
 def _waits_for(ctx: Ctx, run_id: str) -> dict[str, Any] | None:

@@ -321,6 +321,23 @@ class ChildUpdated(Event):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ChildSpent(Event):
+    """What the child run of attempt `attempt` has spent so far, all told (its own calls and
+    its children's), recorded while it runs so that the parent's budget sees it.
+
+    A later record of the same attempt replaces an earlier one; the attempt's final usage
+    (its result, or `UsageRecorded` once the parent ended) replaces them all.
+    """
+
+    kind: ClassVar[str] = "child_spent"
+    task_id: str
+    attempt: int
+    child_run: str
+    cost_usd: float
+    tokens: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Resumed(Event):
     """The run went on without a person: the child run that had paused it went on."""
 
@@ -397,6 +414,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         SignalReceived,
         WaitEnded,
         ChildUpdated,
+        ChildSpent,
         Resumed,
         MessageNoted,
         RunCancelled,

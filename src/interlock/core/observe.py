@@ -47,6 +47,17 @@ def accept_child_update(state: RunState, update: ev.ChildUpdated) -> bool:
     )
 
 
+def accept_child_spend(state: RunState, spent: ev.ChildSpent) -> bool:
+    """Whether a running child's spend so far should be recorded on its parent (False: the
+    attempt is no longer current or its final usage is recorded, or nothing changed)."""
+    task = state.tasks.get(spent.task_id)
+    if task is None or task.attempt != spent.attempt or not task.status.in_flight:
+        return False
+    if spent.attempt in task.charged:
+        return False
+    return task.child_spend.get(spent.attempt, (0.0, 0)) != (spent.cost_usd, spent.tokens)
+
+
 def implied_start(state: RunState, result: TaskResult) -> ev.TaskStarted | None:
     """The start a worker's completion implies when the ledger holds none for its attempt.
 

@@ -103,6 +103,9 @@ class TaskState:
     revised_mark: int = 0
     revising: bool = False
     charged: set[int] = field(default_factory=set)  # attempts whose cost is recorded
+    # A running child's spend so far, counted until its attempt's final usage replaces it:
+    # attempt -> (cost, tokens). Replaced, never changed in place (`RunState.copy` shares it).
+    child_spend: dict[int, tuple[float, int]] = field(default_factory=dict)
     order: int = 0  # place among the run's tasks by first dispatch: the order rules scan in
 
 
@@ -142,6 +145,8 @@ class Child:
     attempt: int
     status: str  # "running", "paused" or "waiting" (its end is the task's)
     detail: str = ""
+    cost_usd: float = 0.0  # what it has spent so far, as last recorded (`ChildSpent`)
+    tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -439,9 +444,18 @@ def apply(state: RunState, event: ev.Event) -> None:
     elif isinstance(event, ev.SlotAwaited):
         state.slot_awaited = event
     elif isinstance(event, ev.ChildUpdated):
+        owner = state.tasks.get(event.task_id)
+        spent = (0.0, 0) if owner is None else owner.child_spend.get(event.attempt, (0.0, 0))
         state.children[event.task_id] = Child(
-            run=event.child_run, attempt=event.attempt, status=event.status, detail=event.detail
+            run=event.child_run,
+            attempt=event.attempt,
+            status=event.status,
+            detail=event.detail,
+            cost_usd=spent[0],
+            tokens=spent[1],
         )
+    elif isinstance(event, ev.ChildSpent):
+        _child_spent(state, event)
     elif isinstance(event, ev.Resumed):
         state.status, state.pause_reason = RUN_RUNNING, None
     elif isinstance(event, ev.BranchTaken):
@@ -593,11 +607,38 @@ def _apply_review(state: RunState, event: ev.Rejected | ev.OutputEdited) -> None
 
 
 def _charge(state: RunState, task: TaskState, attempt: int, usage: dict[str, Any]) -> None:
-    """Add what one attempt's call cost to the task and the run (budgets count it)."""
+    """Add what one attempt's call cost to the task and the run (budgets count it).
+
+    For a child run's attempt this is its final spend: what was counted while it ran is
+    taken back first, so that the spend counts once.
+    """
     cost = float(usage.get("cost_usd", 0.0))
     tokens = int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))
+    counted = task.child_spend.get(attempt)
+    if counted is not None:
+        task.child_spend = {a: s for a, s in task.child_spend.items() if a != attempt}
+        cost, tokens = cost - counted[0], tokens - counted[1]
+    _add(state, task, cost, tokens)
+    task.charged.add(attempt)
+
+
+def _add(state: RunState, task: TaskState, cost: float, tokens: int) -> None:
     task.cost_usd += cost
     task.tokens += tokens
     state.cost_usd += cost
     state.tokens += tokens
-    task.charged.add(attempt)
+
+
+def _child_spent(state: RunState, event: ev.ChildSpent) -> None:
+    """A running child's spend so far: the difference to what was counted is added now."""
+    task = state.tasks[event.task_id]
+    if event.attempt in task.charged:
+        return  # its final usage is recorded already and counts instead
+    before = task.child_spend.get(event.attempt, (0.0, 0))
+    _add(state, task, event.cost_usd - before[0], event.tokens - before[1])
+    task.child_spend = {**task.child_spend, event.attempt: (event.cost_usd, event.tokens)}
+    child = state.children.get(event.task_id)
+    if child is not None and child.run == event.child_run:
+        state.children[event.task_id] = dataclasses.replace(
+            child, cost_usd=event.cost_usd, tokens=event.tokens
+        )

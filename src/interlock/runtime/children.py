@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from interlock.core import events as ev
 from interlock.core.loader import Definition
@@ -34,64 +34,208 @@ log = logging.getLogger("interlock.runtime")
 USAGE_KEYS = ("cost_usd", "input_tokens", "output_tokens")
 
 
+class Supervision:
+    """One attempt of a `pipeline` worker, watched one look at a time.
+
+    Whoever hosts it (an asyncio task here, or the simulator's loop) calls `begin` once, then
+    `look` until it returns True; if the parent ends first, `settle` until it returns True.
+    Every look reports only what changed, so a host may look as often as it likes.
+    """
+
+    def __init__(
+        self, orchestrator: Orchestrator, driver: RunDriver, task_id: str, attempt: int
+    ) -> None:
+        self.orchestrator, self.driver = orchestrator, driver
+        self.task_id, self.attempt = task_id, attempt
+        self.child_id = child_run_id(driver.run_id, task_id, attempt)
+        self.shown: tuple[str, str] | None = None  # the status last reported
+        self.spent: tuple[float, int] = (0.0, 0)  # the spend last reported
+        self.settling_since: float | None = None
+
+    def begin(self) -> bool:
+        """Report the start and start (or find) the child; False when it cannot be (the
+        attempt's failure is reported)."""
+        orchestrator, clock = self.orchestrator, self.orchestrator.clock
+        started = ev.TaskStarted(
+            at=clock(), task_id=self.task_id, attempt=self.attempt, worker=orchestrator.owner
+        )
+        orchestrator.report(self.driver, Report(event=started))
+        task = self.driver.state.tasks[self.task_id]
+        refused = _ensure_child(orchestrator, self.driver, task, self.child_id)
+        if refused is not None:
+            report = _failed(self.task_id, self.attempt, refused, clock(), retryable=False)
+            orchestrator.report(self.driver, report)
+            return False
+        return True
+
+    def look(self) -> bool:
+        """Report what changed about the child and drive it when nobody does; True once its
+        end is reported (the attempt's result)."""
+        orchestrator, driver = self.orchestrator, self.driver
+        state = child_state(orchestrator, self.child_id)
+        if state.status.ended:
+            _tidy(orchestrator, self.child_id, state)
+            crash_point("before_child_result")
+            report = _result(orchestrator, self.task_id, self.attempt, self.child_id, state)
+            orchestrator.report(driver, report)
+            return True
+        showing = child_status(state)
+        if showing != self.shown:
+            self.shown = showing
+            update = ev.ChildUpdated(
+                at=orchestrator.clock(),
+                task_id=self.task_id,
+                attempt=self.attempt,
+                child_run=self.child_id,
+                status=showing[0],
+                detail=showing[1],
+            )
+            orchestrator.report(driver, Report(event=update))
+        # The child's spend so far, recorded on the parent so that the parent's budget (and
+        # `budget.*` in its conditions) sees it: the parent decides only on its own ledger.
+        # At most one record per look, and only when the spend changed.
+        spent = (state.cost_usd, state.tokens)
+        if spent != self.spent:
+            self.spent = spent
+            record = ev.ChildSpent(
+                at=orchestrator.clock(),
+                task_id=self.task_id,
+                attempt=self.attempt,
+                child_run=self.child_id,
+                cost_usd=spent[0],
+                tokens=spent[1],
+            )
+            orchestrator.report(driver, Report(event=record))
+        _drive(orchestrator, driver, self.child_id, state)
+        return False
+
+    def may_settle(self) -> bool:
+        """Whether the parent ended while this orchestrator drives it (not let go)."""
+        driver = self.driver
+        return driver.state.status.ended and self.orchestrator.drivers.get(driver.run_id) is driver
+
+    def settle(self) -> bool:
+        """The parent ended (and asked the child to stop): once the child has ended and
+        nothing of it runs here, report what it spent (the parent records it as late usage,
+        once); True when done. A child that does not end within `SETTLE_LIMIT` leases is
+        reported with what it spent so far."""
+        orchestrator = self.orchestrator
+        now = orchestrator.clock()
+        if self.settling_since is None:
+            self.settling_since = now
+        try:
+            orchestrator.store.get_run(self.child_id)
+        except RunNotFound:
+            return True  # never started: nothing was spent
+        state = child_state(orchestrator, self.child_id)
+        limit = SETTLE_LIMIT * orchestrator.settings.lease_ttl
+        stopped = state.status.ended and self.child_id not in orchestrator.drivers
+        if not stopped and now - self.settling_since < limit:
+            return False
+        usage = child_usage(orchestrator.store, self.child_id)
+        why = f"its parent run {self.driver.run_id} {self.driver.state.status.value}"
+        report = _failed(self.task_id, self.attempt, why, now, usage, retryable=False)
+        orchestrator.report(self.driver, report)
+        return True
+
+    def close(self) -> None:
+        """The host stopped: forget the child here."""
+        self.orchestrator.idle_children.discard(self.child_id)
+
+
+SETTLE_LIMIT = 2  # leases a stopping child may take to end before its spend so far is reported
+
+
+class ChildHost(Protocol):
+    """A dispatcher that runs supervisions itself (the simulator steps them in its loop)."""
+
+    def host_child(self, supervision: Supervision, *, settling: bool = False) -> asyncio.Task[None]:
+        """Run `supervision` (only its `settle` when `settling`); the returned handle stands
+        in for the asyncio task."""
+        ...
+
+
 def start(orchestrator: Orchestrator, driver: RunDriver, task: TaskState) -> asyncio.Task[None]:
     """Begin the attempt: start (or find) its child run and watch it to its end."""
-    coroutine = _supervise(orchestrator, driver, task.task_id, task.attempt)
-    return asyncio.get_running_loop().create_task(coroutine, name=task.task_id)
+    supervision = Supervision(orchestrator, driver, task.task_id, task.attempt)
+    host = orchestrator.dispatcher
+    if hasattr(host, "host_child"):
+        return cast(ChildHost, host).host_child(supervision)
+    return asyncio.get_running_loop().create_task(_supervise(supervision), name=task.task_id)
 
 
-async def _supervise(
-    orchestrator: Orchestrator, driver: RunDriver, task_id: str, attempt: int
-) -> None:
-    clock = orchestrator.clock
-    child_id = child_run_id(driver.run_id, task_id, attempt)
-    wake = orchestrator.watch_run(child_id)
+def settle_spend(
+    orchestrator: Orchestrator, driver: RunDriver, task: TaskState
+) -> asyncio.Task[None]:
+    """For an ended parent taken again (its supervision died with its process): report what
+    the child of the task's current attempt spent, once the child has stopped."""
+    supervision = Supervision(orchestrator, driver, task.task_id, task.attempt)
+    host = orchestrator.dispatcher
+    if hasattr(host, "host_child"):
+        return cast(ChildHost, host).host_child(supervision, settling=True)
+    loop = asyncio.get_running_loop()
+    return loop.create_task(_settle(supervision), name=task.task_id)
+
+
+async def _supervise(supervision: Supervision) -> None:
+    orchestrator, driver = supervision.orchestrator, supervision.driver
+    task_id = supervision.task_id
+    wake = orchestrator.watch_run(supervision.child_id)
     try:
-        started = ev.TaskStarted(
-            at=clock(), task_id=task_id, attempt=attempt, worker=orchestrator.owner
-        )
-        orchestrator.report(driver, Report(event=started))
-        refused = _ensure_child(orchestrator, driver, driver.state.tasks[task_id], child_id)
-        if refused is not None:
-            report = _failed(task_id, attempt, refused, clock(), retryable=False)
-            orchestrator.report(driver, report)
+        if not supervision.begin():
             return
-        shown: tuple[str, str] | None = None
         while True:
             wake.clear()
-            state = child_state(orchestrator, child_id)
-            if state.status.ended:
-                break
-            now_showing = child_status(state)
-            if now_showing != shown:
-                shown = now_showing
-                update = ev.ChildUpdated(
-                    at=clock(),
-                    task_id=task_id,
-                    attempt=attempt,
-                    child_run=child_id,
-                    status=shown[0],
-                    detail=shown[1],
-                )
-                orchestrator.report(driver, Report(event=update))
-            _drive(orchestrator, driver, child_id, state)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(orchestrator.settings.heartbeat):
-                    await wake.wait()
-        _tidy(orchestrator, child_id, state)
-        crash_point("before_child_result")
-        orchestrator.report(driver, _result(orchestrator, task_id, attempt, child_id, state))
+            if supervision.look():
+                return
+            await _nap(orchestrator, wake)
     except asyncio.CancelledError:
-        raise  # the parent ended or was let go: the child is left to its own lease
+        if not supervision.may_settle():
+            raise  # let go, or a stale attempt: the child is left to its own lease
+        # The parent ended and asked the child to stop: what the child spent until it
+        # stopped is recorded on the parent all the same.
+        current = asyncio.current_task()
+        if current is not None:
+            current.uncancel()
+        await _settling(supervision, wake)
     except Exception as exc:  # a bug here must not stop the loop
         log.exception("child run of %s crashed", task_id, extra={"run_id": driver.run_id})
         error = f"internal error: {type(exc).__name__}: {exc}"
-        orchestrator.report(driver, _failed(task_id, attempt, error, clock()))
+        orchestrator.report(
+            driver, _failed(task_id, supervision.attempt, error, orchestrator.clock())
+        )
     finally:
-        orchestrator.unwatch_run(child_id, wake)
-        orchestrator.idle_children.discard(child_id)
+        orchestrator.unwatch_run(supervision.child_id, wake)
+        supervision.close()
         if driver.handles.get(task_id) is asyncio.current_task():
             del driver.handles[task_id]
+
+
+async def _settle(supervision: Supervision) -> None:
+    orchestrator, driver = supervision.orchestrator, supervision.driver
+    wake = orchestrator.watch_run(supervision.child_id)
+    try:
+        await _settling(supervision, wake)
+    finally:
+        orchestrator.unwatch_run(supervision.child_id, wake)
+        supervision.close()
+        if driver.handles.get(supervision.task_id) is asyncio.current_task():
+            del driver.handles[supervision.task_id]
+
+
+async def _settling(supervision: Supervision, wake: asyncio.Event) -> None:
+    while True:
+        wake.clear()
+        if not supervision.may_settle() or supervision.settle():
+            return
+        await _nap(supervision.orchestrator, wake)
+
+
+async def _nap(orchestrator: Orchestrator, wake: asyncio.Event) -> None:
+    """Until something is recorded for the child, or a heartbeat passed."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(orchestrator.settings.heartbeat):
+            await wake.wait()
 
 
 def _ensure_child(

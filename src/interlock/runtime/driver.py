@@ -25,6 +25,7 @@ from interlock.core.loader import Definition
 from interlock.core.observe import (
     Command,
     CommandKind,
+    accept_child_spend,
     accept_child_update,
     accept_result,
     implied_start,
@@ -70,6 +71,7 @@ class Report:
         | ev.TaskTimedOut
         | ev.TaskReused
         | ev.ChildUpdated
+        | ev.ChildSpent
     )
     tmp: Path | None = None
     body: bytes | None = None
@@ -138,6 +140,11 @@ class RunDriver:
                 if accept_child_update(self.state, event):
                     apply(self.state, event)
                     observed.append(NewEvent(event=event, why=event.detail or None))
+                continue
+            if isinstance(event, ev.ChildSpent):
+                if accept_child_spend(self.state, event):
+                    apply(self.state, event)
+                    observed.append(NewEvent(event=event, why="the child run spent more"))
                 continue
             if not accept_result(self.state, event):
                 if report.tmp is not None:

@@ -781,6 +781,8 @@ class Orchestrator:
                 record = self.store.get_run(child_id)
             except RunNotFound:
                 continue
+            if task.attempt not in task.charged and task.task_id not in driver.handles:
+                self._settle_child(driver, task)
             if record.summary.status in ENDED_STATUSES:
                 continue
             reason = f"its parent run {driver.run_id} {driver.state.status.value}"
@@ -788,6 +790,16 @@ class Orchestrator:
             if child_id not in self.drivers:
                 with contextlib.suppress(LeaseHeld):  # its driver elsewhere records it
                     self.take(child_id)  # paused and let go: recorded here
+
+    def _settle_child(self, driver: RunDriver, task: TaskState) -> None:
+        """An ended run taken again whose child's spend is not recorded yet (the process that
+        watched the child died): record it once the child has stopped."""
+        from interlock.runtime import children
+
+        handle = children.settle_spend(self, driver, task)
+        driver.handles[task.task_id] = handle
+        driver.stopping.add(task.task_id)  # not cancelled with the others: it must report
+        handle.add_done_callback(lambda _: self.touch(driver))
 
     def _cancel_child(self, child_id: str, reason: str) -> None:
         """Post a cancellation to a child run, unless one is waiting already."""

@@ -107,7 +107,14 @@ def status_view(pipeline: Pipeline, state: RunState, run_dir_name: str) -> dict[
             else {"run": state.parent_run, "task": state.parent_task}
         ),
         "children": {
-            task_id: {"run": c.run, "attempt": c.attempt, "status": c.status, "detail": c.detail}
+            task_id: {
+                "run": c.run,
+                "attempt": c.attempt,
+                "status": c.status,
+                "detail": c.detail,
+                "cost_usd": round(c.cost_usd, 6),  # spent so far (its end's is the task's)
+                "tokens": c.tokens,
+            }
             for task_id, c in state.children.items()
         },
     }

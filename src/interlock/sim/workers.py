@@ -184,7 +184,9 @@ class SimDispatcher:
             if isinstance(report.event, ev.TaskCompleted):
                 self.sent.append(SentReport(driver.run_id, report.event, content))
         if not isinstance(report.event, ev.TaskCompleted):
-            assert not isinstance(report.event, (ev.TaskStarted, ev.TaskReused, ev.ChildUpdated))
+            assert not isinstance(
+                report.event, (ev.TaskStarted, ev.TaskReused, ev.ChildUpdated, ev.ChildSpent)
+            )
             self.sent.append(SentReport(driver.run_id, report.event, None))
         orchestrator.report(driver, report)
 
