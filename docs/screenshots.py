@@ -4,7 +4,8 @@
 
 Three example runs are made with the CLI, then a server drives a small demo pipeline (a
 command that fails once and is retried, a model worker on the offline provider, a pause that
-a person approves after a moment) so that the timeline has something to show.
+a person approves after a moment) so that the timeline has something to show, and a run
+whose child run waits for approval (the run page's "paused in child" view).
 """
 
 from __future__ import annotations
@@ -61,6 +62,29 @@ demo:
       workers:
         - role: publisher
           command: ["{python}", "-c", "import time; time.sleep(0.4); print('# Report')"]
+          reads: [writer.md]
+          final: true
+delegate:
+  description: Gather notes, then hand the report to a child pipeline that a person checks
+  phases:
+    - id: gather
+      workers:
+        - role: collector
+          command: ["{python}", "-c", "import time; time.sleep(0.5); print('notes: tides')"]
+    - id: write
+      workers:
+        - {role: report, pipeline: reviewed, task: "Report on {{ topic }}", final: true}
+reviewed:
+  description: Draft with a model, pause for a person, publish
+  phases:
+    - id: draft
+      pause_after: true
+      workers:
+        - {role: writer, model: sonnet, task: "Draft a report on {{ topic }}."}
+    - id: publish
+      workers:
+        - role: publisher
+          command: ["{python}", "-c", "print('# Report')"]
           reads: [writer.md]
           final: true
 """
@@ -133,6 +157,10 @@ def main() -> None:
         time.sleep(1.5)  # a person reads the draft
         call(base, f"/api/runs/{demo_id}/approve", {"message": "Looks right"})
         wait_for(base, demo_id, "delivered")
+        # A parent run held by its child run's pause, left paused for the child-run pictures.
+        parent = call(base, "/api/runs", {"pipeline": "delegate", "topic": "Harbour survey"})
+        parent_id = parent["run_id"]
+        wait_for(base, parent_id, "paused")
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
             page = browser.new_page(viewport={"width": 1360, "height": 860})
@@ -158,6 +186,11 @@ def main() -> None:
             page.wait_for_selector("#attempt-user")
             settle(page)
             page.screenshot(path=str(IMG / "dashboard-attempt.png"))
+            family = browser.new_page(viewport={"width": 1360, "height": 860})
+            family.goto(f"{base}/ui/#/runs/{parent_id}")
+            family.wait_for_selector("#paused-in-child")
+            settle(family)
+            family.screenshot(path=str(IMG / "dashboard-child.png"), full_page=True)
             dark = browser.new_page(viewport={"width": 1360, "height": 860}, color_scheme="dark")
             dark.goto(f"{base}/ui/#/runs/{demo_id}")
             dark.wait_for_selector("#timeline")

@@ -345,6 +345,11 @@ class Interlock:
             # The run waits because its child run does: a signal only the child waits for
             # is the child's.
             return self.signal(child.run, name, data, key=key, by=by)
+        if key is not None and key in state.signal_keys:
+            # A retry of a delivery already recorded, perhaps after the run went on to end:
+            # the sender is told it arrived, not that the run is over.
+            note = f"run {run_id} already received a signal with key {key!r}: ignored"
+            return SignalReceipt(run_id=run_id, name=name, key=key, duplicate=True, note=note)
         refused = signal_refusal(state, name, None)
         if refused is not None:
             raise UsageError(refused)

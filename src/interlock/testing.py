@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 
+from interlock.core.subpipelines import CHILD_ID
 from interlock.errors import LeaseHeld, LeaseLost, RunNotFound, StorageError
 from interlock.storage import chain
 from interlock.storage.base import (
@@ -302,6 +303,7 @@ class MemoryStore:
                 if (
                     (query.status and r.summary.status != query.status)
                     or (query.pipeline and r.pipeline != query.pipeline)
+                    or (not query.children and CHILD_ID.search(r.run_id))
                     or (query.created_from is not None and created < query.created_from)
                     or (query.created_to is not None and created >= query.created_to)
                 ):

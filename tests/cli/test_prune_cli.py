@@ -61,3 +61,23 @@ def test_prune_refuses_what_it_cannot_prune(cli_env: dict[str, str]) -> None:
     assert live.returncode == 2
     none = cli(cli_env, "prune")
     assert none.returncode == 2 and "--older-than 90d" in none.stderr
+
+
+def test_retention_keys_other_than_older_than_and_status_are_refused(
+    cli_env: dict[str, str],
+) -> None:
+    """`[retention] max_age` (a name other tools use) is refused, not ignored: the error names
+    the file, the key, the right key and its form; a misspelt `statuses` is pointed to
+    `status`."""
+    home = Path(cli_env["INTERLOCK_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    config = home / "interlock.toml"
+    config.write_text('[retention]\nolder_than = "90d"\nmax_age = "30d"\n')
+    refused = cli(cli_env, "prune", "--dry-run")
+    assert refused.returncode == 2, refused.stderr
+    text = " ".join(refused.stderr.split())
+    assert f"{config}: [retention] has no key 'max_age': did you mean 'older_than'?" in text
+    assert 'older_than = "<duration>"' in text
+    config.write_text('[retention]\nolder_than = "90d"\nstatuses = ["failed"]\n')
+    misspelt = cli(cli_env, "prune", "--dry-run")
+    assert misspelt.returncode == 2 and "did you mean 'status'?" in misspelt.stderr

@@ -123,9 +123,13 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
         view = app.status(run_id)
         record = app.store.get_run(view["run_id"])
     driver = driver_of(record)
+    from interlock.runtime.family import family_view
+
+    family = family_view(ctx.store, view)
     if as_json:
         # Plain json: rich's highlighting takes seconds on a phase of thousands of workers.
-        click.echo(json.dumps({**view, "driven_by": driver}, indent=2, ensure_ascii=False))
+        whole = {**view, "driven_by": driver, **family}
+        click.echo(json.dumps(whole, indent=2, ensure_ascii=False))
         return
     from rich.table import Table
     from rich.text import Text
@@ -190,9 +194,28 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
         )
     for line in _running_children(view):
         out.print(line)
-    parent = view.get("parent")
+    parent = family["parent_run"]
     if parent:
-        out.print(f"child run of {parent['run']} (task {parent['task']})")
+        out.print(
+            f"child run of {parent['run_id']} (task {parent['task_id']}, pipeline "
+            f"{parent['pipeline']}, {parent['status']}): 'interlock status {parent['run_id']}'"
+        )
+    if family["child_runs"]:
+        kids = Table(box=None, padding=(0, 2), title="child runs", title_justify="left")
+        for column in ("task", "child run", "pipeline", "status", "cost"):
+            kids.add_column(column)
+        for child in family["child_runs"]:
+            state = styled(child["status"])
+            if child["detail"]:
+                state.append(f" ({child['detail']})")
+            kids.add_row(
+                child["task_id"],
+                child["run_id"],
+                child["pipeline"] or "",
+                state,
+                f"${child['cost_usd']:.4f}",
+            )
+        out.print(kids)
     pending = (view.get("signals") or {}).get("pending")
     if pending:
         out.print(f"signals kept for a later wait: {', '.join(pending)}")

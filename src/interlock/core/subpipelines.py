@@ -14,10 +14,15 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from interlock.core.workflow import Pipeline, Worker
+
+# The shape of a child run's id (`child_run_id`): what lets the runs list mark and hide child
+# runs by id alone. A person may name a run this way too; the first event settles it.
+CHILD_ID = re.compile(r"-c[0-9a-f]{12}$")
 
 MAX_DEPTH = 5  # a run and its children nested four deep: deeper is almost surely a mistake
 

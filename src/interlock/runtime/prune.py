@@ -19,6 +19,7 @@ How it keeps the ledger consistent:
 
 from __future__ import annotations
 
+import difflib
 import re
 import shutil
 import tomllib
@@ -69,6 +70,8 @@ def load_retention(paths: list[Path]) -> Retention | None:
         if table is None:
             continue
         where = f"{path}: [retention]"
+        if isinstance(table, dict):
+            _known_keys(table, where)
         if not isinstance(table, dict) or not isinstance(table.get("older_than"), str):
             raise UsageError(f'{where} needs older_than = "<duration>", like "90d"')
         statuses = table.get("status", list(ENDED_STATUSES))
@@ -77,6 +80,25 @@ def load_retention(paths: list[Path]) -> Retention | None:
             statuses=check_statuses(statuses, f"{where} status"),
         )
     return None
+
+
+RETENTION_KEYS = ("older_than", "status")
+# Names other tools give these settings: each points to ours.
+_LIKELY = {"max_age": "older_than", "age": "older_than", "keep": "older_than",
+           "ttl": "older_than", "statuses": "status"}  # fmt: skip
+
+
+def _known_keys(table: dict[str, object], where: str) -> None:
+    """Refuse a key `[retention]` does not have (it would be ignored), naming the right one."""
+    for key in table:
+        if key in RETENTION_KEYS:
+            continue
+        close = _LIKELY.get(key) or next(iter(difflib.get_close_matches(key, RETENTION_KEYS)), "")
+        hint = f"did you mean {close!r}? " if close else ""
+        raise UsageError(
+            f'{where} has no key {key!r}: {hint}its keys are older_than = "<duration>" '
+            '(like "90d") and, optionally, status = ["delivered", ...]'
+        )
 
 
 def check_statuses(statuses: object, where: str) -> tuple[str, ...]:

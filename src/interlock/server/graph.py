@@ -37,6 +37,7 @@ def describe(pipeline: Pipeline) -> dict[str, Any]:
                         "model": w.model,
                         "output": w.output_name,
                         "final": w.final,
+                        "pipeline": w.child_name if w.pipeline else None,  # a child run's
                     }
                     for w in phase.workers
                 ],

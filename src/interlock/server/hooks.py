@@ -6,8 +6,18 @@ Each hook is a table of `interlock.toml`:
     signal = "payment"                  # the signal it sends
     run_id = "metadata.run_id"          # where the run id is in the JSON body (a dotted path)
     data = "data"                       # the signal's data (a dotted path; unset: the body)
-    key = "id"                          # an idempotency key (a dotted path; unset: none)
+    key = "id"                          # an idempotency key (a dotted path; unset: see below)
+    dedupe = "auto"                     # "auto" (the default) or "none"
     secret_env = "PAYMENTS_HOOK_SECRET" # the variable holding the hook's HMAC secret
+
+Senders retry a delivery they think failed (a timeout, a 5xx), so the same delivery can
+arrive twice; it must not become two signals. With `key` set, the value at that path is the
+signal's idempotency key. Without it (`dedupe = "auto"`), the key is the sender's delivery id
+when it sends one in a header (`DELIVERY_HEADERS`: GitHub's `X-GitHub-Delivery`, Standard
+Webhooks' `webhook-id`, `Idempotency-Key`, ...), else the SHA-256 of the body: a retry sends
+the same bytes, which the signature has already proven untouched. Keys are kept for the run's
+life, so a second byte-identical body to the same run is taken as a retry; a sender whose
+distinct deliveries can be byte-identical sets `key` or `dedupe = "none"`.
 
 The sender signs the raw body with HMAC-SHA256 and sends `X-Interlock-Signature:
 sha256=<hex>`. The signature is the hook's only credential (senders hold no API token), so it
@@ -17,6 +27,7 @@ the file itself, as for model API keys.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import hmac
 import json
@@ -24,7 +35,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -49,7 +60,41 @@ class HookTable(BaseModel):
     run_id: str = Field(pattern=_PATH)
     data: str | None = Field(default=None, pattern=_PATH)
     key: str | None = Field(default=None, pattern=_PATH)
+    dedupe: Literal["auto", "none"] = "auto"
     secret_env: str = Field(min_length=1)
+
+
+# Headers that senders use to name a delivery (the same on each retry of it), by precedence.
+DELIVERY_HEADERS = (
+    "Idempotency-Key",
+    "X-GitHub-Delivery",
+    "X-Gitlab-Event-UUID",
+    "webhook-id",  # Standard Webhooks (Svix and others)
+    "X-Delivery-Id",
+    "X-Webhook-Id",
+)
+# What each key of a hook table holds, for the errors that name it.
+_FIELDS = {
+    "signal": 'the signal it sends, a name like "payment"',
+    "run_id": 'the dotted path of the run id in the JSON body, like "metadata.run_id"',
+    "data": 'the dotted path of the signal\'s data in the body, like "data"',
+    "key": 'the dotted path of an idempotency key in the body, like "id"',
+    "dedupe": '"auto" (a delivery id header, else the body\'s hash) or "none"',
+    "secret_env": "the environment variable that holds the hook's HMAC secret",
+}
+
+
+def _problem(error: Any) -> str:
+    """One pydantic error about a hook table as the fix: which key, what it must hold."""
+    loc = error["loc"]
+    name = str(loc[0]) if loc else ""
+    if error["type"] == "extra_forbidden":
+        close = difflib.get_close_matches(name, list(_FIELDS), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        return f"unknown key {name!r}: {hint}the keys are {', '.join(_FIELDS)}"
+    if error["type"] == "missing":
+        return f"{name} is missing: set it to {_FIELDS.get(name, 'a value')}"
+    return f"{name} must be {_FIELDS.get(name, 'valid')}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,9 +131,7 @@ def load_hooks(path: Path, env: Mapping[str, str] | None = None) -> dict[str, Ho
         try:
             parsed = HookTable.model_validate(table)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()
-            )
+            problems = "; ".join(_problem(e) for e in exc.errors(include_input=False))
             raise UsageError(f"{where}: {problems}") from None
         secret = environ.get(parsed.secret_env, "")
         if len(secret.encode()) < 16:
@@ -116,6 +159,17 @@ def pick(document: Any, path: str) -> Any:
         else:
             raise KeyError(path)
     return value
+
+
+def _delivery_key(found: Hook, request: Request, raw: bytes) -> str | None:
+    """Without a `key` path: the sender's delivery id, else the body's hash (see above)."""
+    if found.table.key is not None or found.table.dedupe == "none":
+        return None
+    for header in DELIVERY_HEADERS:
+        value = request.headers.get(header, "").strip()
+        if value:
+            return f"hook:{found.name}:{header.lower()}:{value[:200]}"
+    return f"hook:{found.name}:sha256:{hashlib.sha256(raw).hexdigest()}"
 
 
 router = APIRouter(prefix="/api")
@@ -154,7 +208,7 @@ async def hook(request: Request, name: str, svc: Svc) -> dict[str, Any]:
         ) from None
     if not isinstance(run_id, str):
         raise ApiError(400, "bad_request", f"{table.run_id!r} must be a run id (text)")
-    key = None if key is None else str(key)
+    key = _delivery_key(found, request, raw) if key is None else str(key)
     receipt = svc.api.signal(resolve(svc, run_id), table.signal, data, key=key, by=f"hook:{name}")
     svc.orchestrator.look_now()
     return {

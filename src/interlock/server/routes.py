@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import FileResponse, PlainTextResponse, Response
 from pydantic import BaseModel, Field
 
+from interlock.runtime.family import parents_of
 from interlock.runtime.projection import iso
 from interlock.server import files
 from interlock.server import run_list as run_list_api
@@ -90,14 +91,18 @@ async def list_runs(
     sort: Annotated[str, Query(pattern="^(created|cost)$")] = "created",
     order: Annotated[str, Query(pattern="^(desc|asc)$")] = "desc",
     cursor: Annotated[str | None, Query(max_length=400)] = None,
+    children: Annotated[str, Query(pattern="^(show|hide)$")] = "show",
 ) -> list[dict[str, Any]]:
     """Runs, newest first (or by `sort` and `order`), filtered by status, pipeline, creation
     time (`since`, `until`: ISO 8601 dates or times) and a search `q` of ids, topics and input
-    values. A full page answers with `X-Next-Cursor`: pass it as `cursor` for the next one."""
+    values; `children=hide` leaves out the child runs of `pipeline` workers, which are listed
+    with their `parent_run` otherwise. A full page answers with `X-Next-Cursor`: pass it as
+    `cursor` for the next one."""
     query = run_list.RunQuery(
         text=(q.strip() or None) if q else None,
         status=status or None,
         pipeline=pipeline or None,
+        children=children == "show",
         created_from=run_list_api.moment(since, "since"),
         created_to=run_list_api.moment(until, "until", end=True),
         sort="cost_usd" if sort == "cost" else "created_at",
@@ -108,7 +113,8 @@ async def list_runs(
     records = svc.store.search_runs(query)
     if len(records) == limit:
         response.headers["X-Next-Cursor"] = run_list_api.encode(records[-1], sort)
-    return [run_row(r) for r in records]
+    parents = parents_of(svc.store, [r.run_id for r in records])
+    return [run_row(r, parents.get(r.run_id)) for r in records]
 
 
 @router.post("/runs", status_code=201)

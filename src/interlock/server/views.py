@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from interlock.core.state import RunState
+from interlock.runtime.family import current_children, family_view
 from interlock.runtime.projection import iso, status_view
 from interlock.server.messages import progress
 from interlock.storage.base import RunRecord
@@ -14,8 +15,8 @@ if TYPE_CHECKING:
     from interlock.api import Interlock
 
 
-def run_row(record: RunRecord) -> dict[str, Any]:
-    """A run as listed."""
+def run_row(record: RunRecord, parent: tuple[str, str | None] | None = None) -> dict[str, Any]:
+    """A run as listed (`parent`: the parent run and task of a child run)."""
     s = record.summary
     return {
         "run_id": record.run_id,
@@ -30,6 +31,8 @@ def run_row(record: RunRecord) -> dict[str, Any]:
         "created_at": iso(record.created_at),
         "updated_at": iso(s.updated_at),
         "driven_by": record.lease_owner,
+        "parent_run": parent[0] if parent else None,
+        "parent_task": parent[1] if parent else None,
     }
 
 
@@ -74,4 +77,11 @@ def run_detail(api: Interlock, run_id: str) -> dict[str, Any]:
     view["last_seq"] = record.last_seq
     view["driven_by"] = record.lease_owner
     view["pause_reason"] = state.pause_reason
+    # The child runs of `pipeline` workers, with their own state and cost, and for a child its
+    # parent: what the run page draws its links and "paused in child" note from.
+    view.update(family_view(api.store, view))
+    now = current_children(state)
+    current = {c["task_id"]: c for c in view["child_runs"] if c["task_id"] in now}
+    for task in view["tasks"]:
+        task["child"] = current.get(task["task_id"])
     return view

@@ -25,6 +25,7 @@ class RunQuery:
     text: str | None = None  # a substring of the id, the topic or an input value
     status: str | None = None
     pipeline: str | None = None
+    children: bool = True  # False: leave child runs (of `pipeline` workers) out
     created_from: float | None = None  # epoch seconds, inclusive
     created_to: float | None = None  # epoch seconds, exclusive
     sort: Sort = "created_at"
@@ -50,6 +51,12 @@ def where(query: RunQuery, dialect: str) -> tuple[str, list[object]]:
     if query.pipeline:
         conditions.append(f"pipeline = {mark}")
         args.append(query.pipeline)
+    if not query.children:
+        # A child run's id ends in `-c` and 12 hex digits (`core.subpipelines.CHILD_ID`).
+        if dialect == "sqlite":
+            conditions.append(f"run_id NOT GLOB '*-c{'[0-9a-f]' * 12}'")
+        else:
+            conditions.append("run_id !~ '-c[0-9a-f]{12}$'")
     if query.created_from is not None:
         conditions.append(f"created_at >= {mark}")
         args.append(query.created_from)

@@ -165,6 +165,8 @@ function sendSignal(event) {
 function waitingNote(run) {
   const w = run.waiting;
   if (!w) return null;
+  if (w.for === "child") return h("div", { class: "warn waiting", id: "waiting" }, "Waiting in child ", runLink(w.child), `: ${w.detail || "it waits"}.`);
+  if (w.for === "slot") return h("div", { class: "warn waiting", id: "waiting" }, `Waiting for a slot of “${w.key}” (${w.limit} at once).`);
   const until = w.until ? ` until ${new Date(w.until).toLocaleString()}` : "";
   const what = w.signal ? `for signal “${w.signal}”${until}` : `until ${new Date(w.until).toLocaleString()}`;
   return h("div", { class: "warn waiting", id: "waiting" }, `Waiting ${w.when === "after" ? "after" : "before"} phase ${w.phase} ${what}.`);

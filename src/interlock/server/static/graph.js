@@ -66,15 +66,15 @@ function graphView(graph, run, attempts) {
     p.workers.forEach((w) => {
       const wb = place[`@${w.role}`];
       const last = latest[w.role];
-      const label = `worker ${w.role} (${w.kind}${w.model ? ` ${w.model}` : ""}), writes ${w.output}${w.final ? ", final" : ""}${last ? `; last attempt ${last.outcome}` : "; not run"}`;
+      const label = `worker ${w.role} (${w.kind}${w.model ? ` ${w.model}` : ""}${w.pipeline ? ` ${w.pipeline}, runs a child run` : ""}), writes ${w.output}${w.final ? ", final" : ""}${last ? `; last attempt ${last.outcome}` : "; not run"}`;
       const open = () => { if (last) openAttempt(last.seq); };
-      nodes.push(s("g", { id: `g-node-${w.role}`, class: `g-node o-${last ? last.outcome : "none"}`, tabindex: last ? 0 : -1, role: last ? "button" : "img", "aria-label": label,
+      nodes.push(s("g", { id: `g-node-${w.role}`, class: `g-node o-${last ? last.outcome : "none"}${w.pipeline ? " g-child" : ""}`, tabindex: last ? 0 : -1, role: last ? "button" : "img", "aria-label": label,
         onclick: open, onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); open(); } } },
         s("title", {}, label),
         s("rect", { x: wb.x, y: wb.y, width: wb.w, height: wb.h, rx: 5 }),
         s("circle", { cx: wb.x + 11, cy: wb.y + wb.h / 2, r: 4, class: "g-dot" }),
         s("text", { x: wb.x + 22, y: wb.y + 18 }, clip(`${w.role}${w.final ? " ★" : ""}`, 16)),
-        s("text", { x: wb.x + wb.w - 8, y: wb.y + 18, class: "g-sub", "text-anchor": "end" }, clip(w.model || w.kind, 9))));
+        s("text", { x: wb.x + wb.w - 8, y: wb.y + 18, class: "g-sub", "text-anchor": "end" }, clip(w.pipeline ? `↳ ${w.pipeline}` : w.model || w.kind, 9))));
     });
   });
   const end = place[graph.end];

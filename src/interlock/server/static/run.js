@@ -83,10 +83,14 @@ function drawRun() {
   const notes = [];
   if (run.failure) notes.push(h("div", { class: "warn failure" }, run.status === "cancelled" ? "Cancelled: " : "Failed: ", run.failure));
   if (run.waiting) notes.push(waitingNote(run));
-  if (run.status === "paused") notes.push(h("div", { class: "warn" }, `Paused (${run.pause_reason || "approval"}): review the outputs, then approve, edit, send back or cancel.`));
+  const pausedChild = run.status === "paused" && run.pause && run.pause.child;
+  if (pausedChild) notes.push(pausedInChild(run.pause.child));
+  else if (run.status === "paused") notes.push(h("div", { class: "warn" }, `Paused (${run.pause_reason || "approval"}): review the outputs, then approve, edit, send back or cancel.`));
+  if (run.parent_run && run.status === "paused") notes.push(h("div", { class: "warn", id: "pauses-parent" },
+    "This pause holds the parent run ", runLink(run.parent_run.run_id), " too: approving here or there lets both go on."));
   for (const warning of run.warnings) notes.push(h("div", { class: "warn" }, warning));
   view.replaceChildren(...[
-    h("div", { class: "toolbar" }, h("a", { href: "#/" }, "← Runs")),
+    h("nav", { class: "toolbar crumbs", "aria-label": "Breadcrumb" }, h("a", { href: "#/" }, "← Runs"), parentCrumb(run)),
     head,
     notes.length ? h("div", { class: "panel" }, h("h2", {}, "Attention"), notes) : null,
     reviewPanel(run),
@@ -122,9 +126,35 @@ function workers(run) {
   return h("table", {}, h("thead", {}, h("tr", {}, h("th", {}, "task"), h("th", {}, "phase"), h("th", {}, "status"),
     h("th", { class: "num" }, "attempt"), h("th", { class: "num" }, "duration"), h("th", {}, "model"), h("th", {}, "output"))),
   h("tbody", {}, run.tasks.map((t) => h("tr", {},
-    h("td", { class: "mono" }, t.task_id), h("td", {}, t.phase), h("td", {}, pill(t.status), t.error ? h("div", { class: "muted" }, t.error.slice(0, 200)) : null),
+    h("td", { class: "mono" }, t.task_id, t.child ? childLine(t.child) : null), h("td", {}, t.phase), h("td", {}, pill(t.status), t.error ? h("div", { class: "muted" }, t.error.slice(0, 200)) : null),
     h("td", { class: "num" }, t.attempt), h("td", { class: "num" }, seconds(t.duration_s)), h("td", { class: "muted" }, t.model || "–"),
     h("td", {}, t.output ? h("a", { href: "#", onclick: (e) => { e.preventDefault(); showOutput(t.output); } }, t.output) : "–")))));
+}
+
+// -- child runs (of `pipeline` workers) and the parent of a child --------------------------
+
+function runLink(runId) { return h("a", { class: "mono", href: `#/runs/${runId}` }, runId); }
+
+function parentCrumb(run) {
+  const parent = run.parent_run;
+  if (!parent) return null;
+  return h("span", { id: "parent-crumb" }, "› parent ", runLink(parent.run_id), " ", parent.pipeline ? h("span", { class: "muted" }, parent.pipeline) : null,
+    " ", pill(parent.status), h("span", { class: "muted" }, ` · task ${parent.task_id}`), " › this child run");
+}
+
+// The child's own state, shown where its task is: running, waiting, paused for approval,
+// delivered, failed, cancelled; with what it waits for and what it cost so far.
+function childLine(child) {
+  const state = child.status === "paused" ? "paused for approval" : child.status;
+  return h("div", { class: "child-run", "data-child": child.run_id }, "↳ child run ", runLink(child.run_id), " ",
+    h("span", { class: `pill s-${child.status}` }, state), ` · cost ${child.cost_usd ? money(child.cost_usd) : "$0"} · ${child.tokens} tokens`,
+    child.detail ? h("div", { class: "muted" }, child.detail) : null);
+}
+
+function pausedInChild(child) {
+  return h("div", { class: "warn", id: "paused-in-child" }, "Paused in child ", runLink(child.run),
+    ": approve here or there (approving here approves the child, and both go on).",
+    child.detail ? h("div", { class: "muted" }, child.detail.replace(`run ${child.run} `, "")) : null);
 }
 
 function outputs() {

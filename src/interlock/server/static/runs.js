@@ -5,7 +5,7 @@ const STATUSES = ["running", "waiting", "paused", "delivered", "failed", "cancel
 const SORTS = { "created:desc": "newest first", "created:asc": "oldest first", "cost:desc": "highest cost", "cost:asc": "lowest cost" };
 
 // The search, filters and sort outlive a visit to a run: back on the list, they still apply.
-const listState = { q: "", status: "", pipeline: "", since: "", until: "", sort: "created:desc" };
+const listState = { q: "", status: "", pipeline: "", since: "", until: "", sort: "created:desc", children: "" };
 
 async function runsPage() {
   const keep = listState;
@@ -23,6 +23,8 @@ async function runsPage() {
   const until = h("input", { id: "filter-until", type: "date", value: keep.until, "aria-label": "Created on or before", onchange: set("until") });
   const sort = h("select", { id: "sort", "aria-label": "Sort by", onchange: set("sort") },
     Object.entries(SORTS).map(([v, text]) => h("option", { value: v, selected: v === keep.sort }, text)));
+  const children = h("input", { id: "hide-children", type: "checkbox", checked: keep.children === "hide",
+    onchange: (e) => { page.list.children = e.target.checked ? "hide" : ""; firstPage(); } });
   const newer = h("button", { id: "page-newer", type: "button", class: "ghost", onclick: () => turn(-1) }, "← Previous");
   const older = h("button", { id: "page-older", type: "button", class: "ghost", onclick: () => turn(1) }, "Next →");
   view.replaceChildren(
@@ -30,7 +32,8 @@ async function runsPage() {
     can("operate") ? startPanel() : null,
     h("section", { class: "panel", "aria-label": "Runs" },
       h("form", { class: "toolbar filters", role: "search", onsubmit: (e) => { e.preventDefault(); firstPage(); } },
-        search, status, pipeline, h("label", { class: "muted" }, "from ", since), h("label", { class: "muted" }, "to ", until), sort),
+        search, status, pipeline, h("label", { class: "muted" }, "from ", since), h("label", { class: "muted" }, "to ", until), sort,
+        h("label", { class: "muted", for: "hide-children" }, children, " hide child runs")),
       h("table", { "aria-label": "Runs" }, h("thead", {}, h("tr", {},
         h("th", { scope: "col" }, "status"), h("th", { scope: "col" }, "run"), h("th", { scope: "col" }, "pipeline"), h("th", { scope: "col" }, "topic"),
         h("th", { scope: "col" }, "phase"), h("th", { scope: "col", class: "num" }, "events"), h("th", { scope: "col", class: "num" }, "tokens"),
@@ -68,7 +71,7 @@ function listQuery() {
   const l = page.list;
   const [sort, order] = l.sort.split(":");
   const query = new URLSearchParams({ limit: "50", sort, order });
-  for (const key of ["q", "status", "pipeline", "since", "until"]) if (l[key]) query.set(key, l[key]);
+  for (const key of ["q", "status", "pipeline", "since", "until", "children"]) if (l[key]) query.set(key, l[key]);
   if (page.cursors[page.index]) query.set("cursor", page.cursors[page.index]);
   return query.toString();
 }
@@ -86,9 +89,30 @@ async function loadRuns() {
   document.getElementById("page-number").textContent = `page ${page.index + 1}`;
   const filtered = Object.entries(page.list).some(([k, v]) => k !== "sort" && v);
   if (!runs.length) { body.replaceChildren(h("tr", {}, h("td", { colspan: 9, class: "empty" }, filtered ? "No run matches." : "No runs yet."))); return; }
-  body.replaceChildren(...runs.map((r) => h("tr", { class: "link", onclick: (e) => { if (e.target.tagName !== "A") location.hash = `#/runs/${r.run_id}`; } },
-    h("td", {}, pill(r.status)), h("td", { class: "mono" }, h("a", { href: `#/runs/${r.run_id}` }, r.run_id)),
+  body.replaceChildren(...family(runs).map(([r, depth]) => h("tr", { class: depth ? "link child-row" : "link", "data-run": r.run_id,
+    onclick: (e) => { if (e.target.tagName !== "A") location.hash = `#/runs/${r.run_id}`; } },
+    h("td", {}, pill(r.status)), h("td", { class: "mono" }, h("span", { class: "indent" }, "\u00a0\u00a0".repeat(depth)),
+      depth ? h("span", { class: "muted", title: `child run of ${r.parent_run} (task ${r.parent_task})` }, "↳ ") : null,
+      h("a", { href: `#/runs/${r.run_id}` }, r.run_id),
+      r.parent_run && !depth ? h("div", { class: "muted child-of" }, "↳ child of ", h("a", { href: `#/runs/${r.parent_run}` }, r.parent_run)) : null),
     h("td", {}, r.pipeline), h("td", {}, r.topic.length > 60 ? `${r.topic.slice(0, 60)}…` : r.topic),
     h("td", {}, r.phase || "–"), h("td", { class: "num" }, r.events), h("td", { class: "num" }, r.tokens || "–"),
     h("td", { class: "num" }, money(r.cost_usd)), h("td", { class: "num muted", title: r.created_at }, ago(r.created_at)))));
+}
+
+// A child run whose parent is on the page follows it, indented (children of children deeper);
+// one whose parent is not says whose child it is. Each run keeps its place in the sort otherwise.
+function family(runs) {
+  const here = new Set(runs.map((r) => r.run_id));
+  const under = new Map();
+  for (const r of runs) {
+    if (r.parent_run && here.has(r.parent_run)) {
+      if (!under.has(r.parent_run)) under.set(r.parent_run, []);
+      under.get(r.parent_run).push(r);
+    }
+  }
+  const rows = [];
+  const place = (r, depth) => { rows.push([r, depth]); for (const c of under.get(r.run_id) || []) place(c, depth + 1); };
+  for (const r of runs) if (!(r.parent_run && here.has(r.parent_run))) place(r, 0);
+  return rows;
 }

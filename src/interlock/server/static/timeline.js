@@ -49,8 +49,11 @@ function timelineView(data, ended) {
     band.style.width = `calc(${pct(to)} - ${pct(from)})`;
     return band;
   });
-  const lines = [...rows.values()].map((row) => h("div", { class: "tl-row", role: "listitem" },
-    h("div", { class: "tl-label", title: `phase ${row.phase}` }, h("span", {}, row.key), h("span", { class: "muted" }, row.phase)),
+  // A `pipeline` worker's row says so: its bars are child runs (the run page links each).
+  const kids = new Set(((page.run && page.run.child_runs) || []).map((c) => c.task_id));
+  const child = (row) => row.bars.some((a) => kids.has(a.task_id));
+  const lines = [...rows.values()].map((row) => h("div", { class: child(row) ? "tl-row tl-child" : "tl-row", role: "listitem" },
+    h("div", { class: "tl-label", title: `phase ${row.phase}${child(row) ? ", runs a child run" : ""}` }, h("span", {}, child(row) ? `↳ ${row.key}` : row.key), h("span", { class: "muted" }, row.phase)),
     h("div", { class: "tl-track" }, row.bars.map((a) => bar(a, start, end, pct, ended, data)))));
   return h("div", { class: "tl", id: "timeline", role: "region", "aria-label": `Timeline of ${attempts.length} attempts over ${seconds(span)}` },
     h("div", { class: "tl-axis", "aria-hidden": "true" }, h("div", { class: "tl-label" }), h("div", { class: "tl-track" }, ticks(span, pct, start))),
