@@ -3,6 +3,7 @@ the machine's load, for comparing two versions of the code on a noisy machine.
 
     python benchmarks/instructions.py                      # this checkout, 200 runs
     python benchmarks/instructions.py --src ../old/src     # another checkout's code
+    python benchmarks/instructions.py --modes llm --runs 100   # runs of three model calls
 
 Wall-clock figures on a shared 2-core machine move by 20-50% from one minute to the next, so a
 change worth 10% cannot be seen in them. Valgrind's callgrind counts every instruction the
@@ -10,7 +11,9 @@ process executes instead, the same count on every run of the same code and input
 about 1%: run ids, clocks and temporary paths differ). Each mode is counted twice, with
 `--runs` runs and with 20, and the difference is divided by the extra runs, so that start-up
 and imports drop out. Sequential runs use `synchronous=NORMAL` (fsync waits are not
-instructions anyway); concurrent runs are all created at once, as in `run.py`.
+instructions anyway); concurrent runs are all created at once, as in `run.py`; `llm` runs are
+the `llm` section's (three model calls each, to its local server, which runs outside valgrind
+and answers after 0.2 s), all created at once.
 Needs `valgrind` (Debian: `apt-get install valgrind`); each count takes a minute or two.
 """
 
@@ -35,6 +38,12 @@ def drive(mode: str, runs: int) -> None:
     sys.path.insert(0, str(HERE))
     import run as suite  # the suite's workload, workers and settings
 
+    if mode == "llm":
+        import llm
+
+        with llm.model_server(0.2, 20) as url, tempfile.TemporaryDirectory() as home:
+            llm.interlock_runs(url, runs, 2000, Path(home))
+        return
     if mode == "concurrent":
         app = suite.fresh_app(concurrency=256)
 

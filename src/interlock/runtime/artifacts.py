@@ -6,8 +6,10 @@ import contextlib
 import functools
 import hashlib
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 
 def fsync_dir(path: Path) -> None:
@@ -20,21 +22,33 @@ def fsync_dir(path: Path) -> None:
 
 
 def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
-    """Write `data` to `path` through a temporary file and a rename."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        handle = open(tmp, "wb")  # noqa: SIM115 - closed by the with block below
-    except FileNotFoundError:  # the folder is usually there: only then pay for a mkdir
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(tmp, "wb")  # noqa: SIM115
-    with handle:
-        handle.write(data)
-        if durable:
-            handle.flush()
-            os.fsync(handle.fileno())
+    """Write `data` to `path` through a temporary file and a rename; with `durable`, the
+    file is fsynced before the rename and its folder after it."""
+    tmp, _ = _stage(path, data, durable=durable)
     os.replace(tmp, path)
     if durable:
         fsync_dir(path.parent)
+
+
+def write_record(path: Path, data: bytes) -> None:
+    """Write a record that nothing decides on (a prompt as it was sent) in place: no
+    temporary file, no rename, no fsync.
+
+    A crash while it is written can leave it short; it belongs to an attempt that had not
+    reached the model yet, which the run's resume starts again, writing it anew.
+    """
+    name = os.fspath(path)
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except FileNotFoundError:  # the run's first record: its folder is made once
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
 
 
 def write_files(files: list[tuple[Path, bytes]]) -> None:
@@ -43,7 +57,9 @@ def write_files(files: list[tuple[Path, bytes]]) -> None:
     appears at its path short or empty, even after a power loss.
 
     The fsyncs of several files run at once: the file system commits them together, so a
-    batch costs little more than one file.
+    batch costs little more than one file. The batch is cut into one slice per thread of
+    the pool, each slice written in order by its thread: a job per file would cost the
+    calling loop a future, a lock and a thread switch per file, more CPU than the writes.
 
     A path given twice (an output written, then edited, within one tick) gets its last body:
     the two would otherwise share one temporary file.
@@ -52,29 +68,60 @@ def write_files(files: list[tuple[Path, bytes]]) -> None:
     if len(files) == 1:
         staged = [_stage(*files[0])]
     else:
-        staged = list(_pool().map(lambda item: _stage(*item), files))
+        staged = [pair for part in _spread(_stage_all, _slices(files)) for pair in part]
     for tmp, path in staged:
         os.replace(tmp, path)
     folders = list({path.parent for _, path in staged})
     if len(folders) == 1:
         fsync_dir(folders[0])
     else:
-        list(_pool().map(fsync_dir, folders))
+        _spread(_fsync_dirs, _slices(folders))
 
 
-def _stage(path: Path, data: bytes) -> tuple[Path, Path]:
-    """Write `data` beside `path` and fsync it: (temporary path, final path)."""
+WRITERS = 8  # threads that fsync at once: enough for the file system to commit them together
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+def _slices(items: list[_T]) -> list[list[_T]]:
+    """`items` dealt into at most WRITERS slices of nearly equal length."""
+    count = min(WRITERS, len(items))
+    return [items[start::count] for start in range(count)]
+
+
+def _spread(job: Callable[[list[_T]], _R], parts: list[list[_T]]) -> list[_R]:
+    """`job` of every part, the first in this thread and the others in the pool at once."""
+    if len(parts) == 1:
+        return [job(parts[0])]
+    futures = [_pool().submit(job, part) for part in parts[1:]]
+    first = job(parts[0])
+    return [first, *(future.result() for future in futures)]
+
+
+def _stage_all(part: list[tuple[Path, bytes]]) -> list[tuple[Path, Path]]:
+    return [_stage(path, data) for path, data in part]
+
+
+def _fsync_dirs(part: list[Path]) -> None:
+    for folder in part:
+        fsync_dir(folder)
+
+
+def _stage(path: Path, data: bytes, *, durable: bool = True) -> tuple[Path, Path]:
+    """Write `data` beside `path`, fsynced when `durable`: (temporary path, final path)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    except FileNotFoundError:
+    except FileNotFoundError:  # the folder is usually there: only then pay for a mkdir
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     return tmp, path
@@ -82,7 +129,7 @@ def _stage(path: Path, data: bytes) -> tuple[Path, Path]:
 
 @functools.cache
 def _pool() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=8, thread_name_prefix="interlock-fsync")
+    return ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="interlock-fsync")
 
 
 def digest(path: Path) -> tuple[str, int]:

@@ -45,7 +45,7 @@ from interlock.providers.schema_output import (
 )
 from interlock.providers.settings import recorded_settings
 from interlock.providers.verdict import judge
-from interlock.runtime.artifacts import write_atomic
+from interlock.runtime.artifacts import write_record
 from interlock.runtime.executors import Outcome, TaskSpec, keep_output
 from interlock.runtime.tool_runs import complete_with_tools
 
@@ -76,6 +76,9 @@ class ModelRunner:
         self.home = home
         self._fixed = config
         self._configs: dict[Path | None, ModelConfig] = {}
+        # What each alias resolves to, per workflow directory: resolving builds prices and
+        # settings anew (about 30 us), and the configuration it reads is loaded only once.
+        self._models: dict[tuple[Path | None, str], ResolvedModel] = {}
 
     def config(self, workflow_dir: Path | None) -> ModelConfig:
         """The configuration that applies to workflows in `workflow_dir`."""
@@ -89,7 +92,9 @@ class ModelRunner:
     def resolve(self, alias: str, workflow_dir: Path | None = None) -> Resolved:
         """The provider and model behind `alias` (raises ConfigError subclasses)."""
         config = self.config(workflow_dir)
-        model = config.resolve(alias)
+        model = self._models.get((workflow_dir, alias))
+        if model is None:
+            model = self._models[workflow_dir, alias] = config.resolve(alias)
         return Resolved(provider=build_provider(model, config), model=model)
 
     async def run(self, spec: TaskSpec, progress: ProgressCallback | None) -> Outcome:
@@ -142,11 +147,8 @@ class ModelRunner:
         if recorded_settings(model.settings):
             header += f"\n<!-- settings {json.dumps(recorded_settings(model.settings))} -->"
         record = f"{header}\n# System\n\n{system}\n\n# User\n\n{prompt}"
-        write_atomic(
-            spec.run_dir / "prompts" / f"{spec.task_id}.{spec.attempt}.md",
-            record.encode(),
-            durable=False,
-        )
+        prompt_file = spec.run_dir / "prompts" / f"{spec.task_id}.{spec.attempt}.md"
+        write_record(prompt_file, record.encode())
         received: list[str] = []
 
         def relay(text: str) -> None:

@@ -172,6 +172,10 @@ class Reuser:
         run's first (for a rerun), then the cache's (when the worker has `cache:`)."""
         if task.attempt != 1:
             return None
+        if self.source is None and (
+            state.no_cache or self.definition.pipeline.cache_for(task.role) is None
+        ):
+            return None  # nothing to carry over from: no fingerprint needed before it ends
         current = self.fingerprint(state, task)
         if self.source is not None:
             claim = self._from_source(state, task, current, now)
