@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from interlock.core.subpipelines import CHILD_ID
@@ -55,6 +55,8 @@ class MemoryStore:
         # key -> (item, next_at, claimed_by, claimed_until)
         self._outbox: dict[str, tuple[OutboxItem, float, str | None, float]] = {}
         self._slots: dict[str, tuple[str, bool]] = {}  # run -> (concurrency key, holds one)
+        # (run, task) -> (attempt, task concurrency key, asked at, holds one)
+        self._task_slots: dict[tuple[str, str], tuple[int, str, float, bool]] = {}
         self._pruned: dict[str, PrunedRun] = {}
 
     def create_run(
@@ -134,6 +136,49 @@ class MemoryStore:
                 return False
             self._slots[run_id] = (key, True)
             return True
+
+    def take_task_slot(
+        self,
+        run_id: str,
+        task_id: str,
+        attempt: int,
+        key: str,
+        limit: int,
+        asked_at: float,
+        now: float,
+    ) -> bool:
+        """See `Store.take_task_slot`."""
+        with self._lock:
+            row = self._task_slots.get((run_id, task_id))
+            if row is None or row[0] != attempt or row[1] != key:
+                row = (attempt, key, asked_at, False)
+                self._task_slots[(run_id, task_id)] = row
+            if row[3]:
+                return True
+            mine = (row[2], run_id, task_id)
+            running = ahead = 0
+            for (other, task), (_, other_key, asked, held) in self._task_slots.items():
+                record = self._runs.get(other)
+                if other_key != key or record is None:
+                    continue
+                live = record.summary.status in ("running", "waiting", "paused")
+                if not live or (self._leases[other][2] or 0) <= now:
+                    continue
+                if held:
+                    running += 1
+                elif (asked, other, task) < mine:
+                    ahead += 1
+            if running + ahead >= limit:
+                return False
+            self._task_slots[(run_id, task_id)] = (*row[:3], True)
+            return True
+
+    def keep_task_slots(self, run_id: str, keep: Mapping[str, int]) -> None:
+        """See `Store.keep_task_slots`."""
+        with self._lock:
+            for run, task in list(self._task_slots):
+                if run == run_id and keep.get(task) != self._task_slots[(run, task)][0]:
+                    del self._task_slots[(run, task)]
 
     def _holds(self, lease: Lease, now: float) -> bool:
         holder, token, expires = self._leases.get(lease.run_id, (None, 0, None))

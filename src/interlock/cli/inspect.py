@@ -180,7 +180,7 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
         from interlock.runtime.projection import waiting_text
 
         line = waiting_text(waiting)
-        if waiting.get("for") not in ("slot", "child"):
+        if waiting.get("for") not in ("slot", "task_slot", "child"):
             line += f" (phase {waiting['phase']!r}, {waiting['when']} it)"
         if waiting.get("signal"):
             line += f"; send it: interlock signal {view['run_id']} {waiting['signal']} --data JSON"

@@ -32,6 +32,7 @@ from interlock.core.state import (
     apply,
     task_id_for,
 )
+from interlock.core.task_slots import gate
 from interlock.core.waits import decide_wait, signal_values, wake_time
 from interlock.core.workflow import Backoff, Phase, Pipeline, Worker
 
@@ -62,6 +63,7 @@ class RuleName(StrEnum):
     WAIT_DUE = "wait_due"  # a delay's due time came
     CHILD_PAUSED = "child_paused"  # a child run paused for a person: so does its parent
     CHILD_RESUMED = "child_resumed"  # the child that paused the run went on: so does the run
+    TASK_SLOT = "task_slot"  # an attempt of a worker with `concurrency` waits for a slot first
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +93,7 @@ def decide(
         first = pipeline.phases[0]
         return [_start_phase(first, 1, None, now, RuleName.START, "the run was created")]
     for rule in (_children, _timeouts, _failures, _budget, _retries_due, _rejected):
-        decisions = rule(pipeline, state, now)
+        decisions = _gated(pipeline, state, rule(pipeline, state, now), now, evaluator)
         if decisions:
             return decisions
     waits = decide_wait(
@@ -103,14 +105,42 @@ def decide(
     )
     if waits is not None:  # a wait starts, ends, or holds the run (no rows)
         return [Decision(RuleName(rule), event, why) for rule, event, why in waits]
-    decisions = _dispatch(pipeline, state, now)
+    decisions = _gated(pipeline, state, _dispatch(pipeline, state, now), now, evaluator)
     if decisions:
         return decisions
     if state.revisions and state.status is RUN_RUNNING:
         ready, pending = revisions(pipeline, state)
         if pending:  # edited at a review: what read the old version runs again first
-            return [_revise(pipeline, task, changed, now) for task, changed in ready]
+            revised = [_revise(pipeline, task, changed, now) for task, changed in ready]
+            return _gated(pipeline, state, revised, now, evaluator)
     return _phase_end(pipeline, state, now, evaluator)
+
+
+def _gated(
+    pipeline: Pipeline,
+    state: RunState,
+    decisions: list[Decision],
+    now: float,
+    evaluator: Evaluator,
+) -> list[Decision]:
+    """Dispatches of workers with a concurrency key, each behind its slot (`core.task_slots`):
+    an attempt without one is recorded as waiting (once), and is dispatched once it has one.
+    `check` explores with placeholder inputs: there the key's value is a placeholder too."""
+    if not decisions or not (state.task_slot_waits or pipeline.task_keys):
+        return decisions
+    kept = []
+    for decision in decisions:
+        if not isinstance(decision.event, ev.TaskDispatched):
+            kept.append(decision)
+            continue
+        event, why = gate(pipeline, state, decision.event, now, exploring=evaluator is not evaluate)
+        if event is decision.event:
+            kept.append(decision)
+        elif isinstance(event, ev.RunFailed):
+            return [Decision(RuleName.TASK_SLOT, event, why)]
+        elif event is not None:
+            kept.append(Decision(RuleName.TASK_SLOT, event, why))
+    return kept
 
 
 def waits_for_slot(pipeline: Pipeline, state: RunState) -> bool:

@@ -59,6 +59,30 @@ class SlotTaken(Event):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class TaskSlotAwaited(Event):
+    """A task's attempt is ready but waits, before dispatch, for a slot of its worker's
+    concurrency key: `limit` attempts of `key` hold them (see `Worker.concurrency`)."""
+
+    kind: ClassVar[str] = "task_slot_awaited"
+    task_id: str
+    role: str
+    attempt: int
+    key: str  # the key's value for this attempt
+    limit: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TaskSlotTaken(Event):
+    """The attempt got a slot of its key: it may be dispatched. It holds the slot until the
+    attempt ends (completed, failed, timed out) or the run does."""
+
+    kind: ClassVar[str] = "task_slot_taken"
+    task_id: str
+    attempt: int
+    key: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class PhaseStarted(Event):
     """A phase began its `visit`-th run; `items` are the fan-out items when it has for_each."""
 
@@ -394,6 +418,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         RunCreated,
         SlotAwaited,
         SlotTaken,
+        TaskSlotAwaited,
+        TaskSlotTaken,
         PhaseStarted,
         TaskDispatched,
         TaskStarted,

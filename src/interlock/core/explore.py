@@ -317,6 +317,7 @@ def stuck_reason(pipeline: Pipeline, state: RunState, now: float) -> str | None:
         or state.status is RunStatus.PAUSED
         or state.waiting is not None
         or waits_for_slot(pipeline, state)
+        or state.task_slot_waits
     ):
         return None  # a person, a signal, the clock or another run of its key moves it
     waiting = any(
@@ -404,6 +405,8 @@ def _moves(search: _Search, node: _Node) -> Iterator[Move]:
         yield _go_on(state, clock), clock
     if waits_for_slot(search.pipeline, state):
         yield (ev.SlotTaken(at=clock, key="check"),), clock
+    if state.task_slot_waits:
+        yield _slots_taken(state, clock), clock
     if state.waiting is not None:
         yield from _wait_moves(state, clock)
         return
@@ -413,6 +416,15 @@ def _moves(search: _Search, node: _Node) -> Iterator[Move]:
     due = {t.not_before for t in state.tasks.values() if t.status is TaskStatus.RETRY_WAIT}
     for when in sorted(d for d in due if d is not None):
         yield (), max(clock, when)
+
+
+def _slots_taken(state: RunState, clock: float) -> tuple[ev.Event, ...]:
+    """Every attempt waiting for a slot of its task key gets one: other runs holding them
+    end sooner or later, and in what order they free them changes nothing in this run."""
+    return tuple(
+        ev.TaskSlotTaken(at=clock, task_id=w.task_id, attempt=w.attempt, key=w.key)
+        for w in state.task_slot_waits.values()
+    )
 
 
 def _reduced_moves(search: _Search, node: _Node) -> Iterator[Move]:
@@ -430,6 +442,8 @@ def _reduced_moves(search: _Search, node: _Node) -> Iterator[Move]:
         yield _go_on(state, clock), clock
     if waits_for_slot(pipeline, state):
         yield (ev.SlotTaken(at=clock, key="check"),), clock
+    if state.task_slot_waits:
+        yield _slots_taken(state, clock), clock
     if state.waiting is not None:
         yield from _wait_moves(state, clock)
         return
@@ -584,6 +598,8 @@ def _signature(state: RunState) -> Hashable:
     return (
         state.status.value,
         state.slot is not None,
+        tuple(sorted((k, w.attempt) for k, w in state.task_slot_waits.items())),
+        tuple(sorted((k, h.attempt) for k, h in state.task_slots.items())),
         state.pause_reason,
         state.budget_waived,
         position,

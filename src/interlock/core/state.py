@@ -184,6 +184,10 @@ class RunState:
     budget_waived: bool = False
     slot: str | None = None  # the concurrency key's value, once the run has a slot
     slot_awaited: ev.SlotAwaited | None = None  # while it waits for one
+    # Task concurrency keys (`Worker.concurrency`), by task id: the attempts that wait for a
+    # slot before their dispatch, and those that hold one until the attempt ends.
+    task_slot_waits: dict[str, ev.TaskSlotAwaited] = field(default_factory=dict)
+    task_slots: dict[str, ev.TaskSlotTaken] = field(default_factory=dict)
     failure: str | None = None
     delivered: str | None = None
     cost_usd: float = 0.0
@@ -281,6 +285,7 @@ class RunState:
         clone.flight, clone.failing = dict(self.flight), dict(self.failing)
         clone.retrying, clone.starts = dict(self.retrying), list(self.starts)
         clone.children = dict(self.children)
+        clone.task_slot_waits, clone.task_slots = dict(self.task_slot_waits), dict(self.task_slots)
         return clone
 
     def held_by_child(self, status: str) -> Child | None:
@@ -443,6 +448,11 @@ def apply(state: RunState, event: ev.Event) -> None:
         state.slot, state.slot_awaited = event.key, None
     elif isinstance(event, ev.SlotAwaited):
         state.slot_awaited = event
+    elif isinstance(event, ev.TaskSlotAwaited):
+        state.task_slot_waits[event.task_id] = event
+    elif isinstance(event, ev.TaskSlotTaken):
+        state.task_slot_waits.pop(event.task_id, None)
+        state.task_slots[event.task_id] = event
     elif isinstance(event, ev.ChildUpdated):
         owner = state.tasks.get(event.task_id)
         spent = (0.0, 0) if owner is None else owner.child_spend.get(event.attempt, (0.0, 0))
@@ -471,6 +481,8 @@ def apply(state: RunState, event: ev.Event) -> None:
         state.parent_run, state.parent_task = event.parent_run, event.parent_task
     elif isinstance(event, ev.Delivered):
         state.status, state.delivered = RUN_DELIVERED, event.artifact
+        state.task_slot_waits.clear()
+        state.task_slots.clear()
     elif isinstance(event, ev.Archived):
         state.archived = True
     elif isinstance(event, (ev.RunFailed, ev.RunCancelled)):
@@ -480,6 +492,8 @@ def apply(state: RunState, event: ev.Event) -> None:
         for task_id in [*state.flight, *state.retrying]:
             _set_status(state, state.tasks[task_id], TASK_ABANDONED)
         state.waiting = None
+        state.task_slot_waits.clear()  # an ended run holds no slot and waits for none
+        state.task_slots.clear()
         if state.current is not None and not state.current.completed:
             state.phase_status[state.current.phase] = "failed" if failed else "cancelled"
 
@@ -528,6 +542,7 @@ def listed_status(state: RunState) -> str:
     if state.status is RUN_RUNNING and (
         state.waiting is not None
         or state.slot_awaited is not None
+        or (state.task_slot_waits and not state.flight)
         or state.held_by_child("waiting") is not None
     ):
         return "waiting"
@@ -544,6 +559,9 @@ def _apply_task_result(state: RunState, event: ev.Event) -> None:
     usage = getattr(event, "usage", None)
     if usage:
         _charge(state, task, event.attempt, usage)  # type: ignore[attr-defined]
+    held = state.task_slots.get(task.task_id)
+    if held is not None and held.attempt == event.attempt:  # type: ignore[attr-defined]
+        del state.task_slots[task.task_id]  # the attempt ended: its slot is free again
     if isinstance(event, ev.TaskCompleted):
         _set_status(state, task, TASK_COMPLETED)
         task.completed_at = event.at
@@ -583,6 +601,7 @@ def _apply_reuse(state: RunState, event: ev.TaskReused) -> None:
     task.values, task.error = dict(event.values), None
     task.fingerprint = event.fingerprint
     task.reused_from = f"{event.source_run}/{event.source_task}"
+    state.task_slots.pop(task.task_id, None)  # not run after all: its slot is free again
     _record_output(state, task, event.artifact)
 
 

@@ -16,6 +16,7 @@ from interlock.core.reads import show_path
 from interlock.core.signal_checks import check_waits
 from interlock.core.state import artifact_name
 from interlock.core.subpipelines import check_children
+from interlock.core.task_slots import KEY_NAMES
 from interlock.core.templates import TEMPLATE_NAMES, TemplateProblem, template_names
 from interlock.core.workflow import Pipeline, Worker
 
@@ -94,6 +95,7 @@ def validate_pipeline(name: str, pipeline: Pipeline) -> list[str]:
     problems += _check_loops(where, pipeline)
     problems += check_waits(where, pipeline)
     problems += _check_concurrency(where, pipeline)
+    problems += _check_task_keys(where, pipeline)
     problems += check_children(where, pipeline)
     return problems
 
@@ -114,6 +116,35 @@ def _check_concurrency(where: str, pipeline: Pipeline) -> list[str]:
             f"{place}: {slots.key!r} reads {name!r}; a key may read only 'topic' and 'inputs' "
             "(it is computed when the run is created), e.g. inputs.customer"
         )
+    return problems
+
+
+def _check_task_keys(where: str, pipeline: Pipeline) -> list[str]:
+    """A worker's concurrency key is computed when an attempt is ready: it may read topic,
+    inputs, its fan-out item and its model alias."""
+    problems = []
+    for phase in pipeline.phases:
+        for worker in phase.workers:
+            slots = worker.concurrency
+            if slots is None:
+                continue
+            place = f"{where}, worker {worker.role!r}, concurrency, key"
+            try:
+                names = compile_expression(slots.key).names
+            except ExpressionError as exc:
+                problems.append(f"{place}: {exc}")
+                continue
+            problems += [f"{place}: {p}" for p in input_problems(pipeline, slots.key)]
+            for name in sorted(names - KEY_NAMES):
+                problems.append(
+                    f"{place}: {slots.key!r} reads {name!r}; a task's key may read only "
+                    "'topic', 'inputs', 'item' and 'model', e.g. inputs.customer"
+                )
+            if "item" in names and phase.for_each is None:
+                problems.append(
+                    f"{place}: {slots.key!r} reads 'item', but phase {phase.id!r} has no "
+                    "for_each: read 'inputs' or 'topic' instead, or fan the phase out"
+                )
     return problems
 
 

@@ -127,6 +127,15 @@ class Extract(_Model):
         return self
 
 
+class ConcurrencyKey(_Model):
+    """At most `limit` at once per value of `key`, a CEL expression (`inputs.customer`): runs
+    of a pipeline (the key reads topic and inputs) or attempts of a worker's tasks (it may also
+    read `item` and `model`). What is past the limit waits for a slot, oldest first."""
+
+    key: str
+    limit: Annotated[int, Field(ge=1, le=100_000)]
+
+
 class Worker(_Model):
     """One pure executor: a model call, a command or a Python callable."""
 
@@ -150,6 +159,10 @@ class Worker(_Model):
     extract: dict[str, Extract] = Field(default_factory=dict)
     tags: list[str] = Field(default_factory=list)
     cache: bool | Cache | None = None  # None: as the pipeline says
+    # At most `limit` attempts of this worker's tasks at once per value of `key`, across every
+    # run and orchestrator of the store; the key may read topic, inputs, item and model. Left
+    # out of the canonical form when unset, so other workers keep their hashes.
+    concurrency: ConcurrencyKey | None = Field(default=None, exclude_if=lambda value: value is None)
 
     @field_validator("cache", mode="before")
     @classmethod
@@ -463,14 +476,6 @@ class Budget(_Model):
     on_exceed: Literal["fail", "pause"] = "fail"
 
 
-class ConcurrencyKey(_Model):
-    """At most `limit` runs at once per value of `key`, a CEL expression over topic and inputs
-    (`inputs.customer`): runs past it wait for a slot, in order within a key."""
-
-    key: str
-    limit: Annotated[int, Field(ge=1, le=100_000)]
-
-
 class Pipeline(_Model):
     """A static pipeline definition; a run pins the exact one it started with."""
 
@@ -564,6 +569,11 @@ class Pipeline(_Model):
             return self._phase_positions[phase_id]
         except KeyError:
             raise ValueError(f"{phase_id!r} is not a phase") from None
+
+    @cached_property
+    def task_keys(self) -> bool:
+        """Whether a worker has a concurrency key (most pipelines skip that gate entirely)."""
+        return any(w.concurrency is not None for p in self.phases for w in p.workers)
 
     def worker(self, role: str) -> Worker:
         """The worker whose role is `role` (KeyError if none)."""

@@ -36,8 +36,10 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "('interlock reject').",
     },
     "ConcurrencyKey": {
-        "key": "A CEL expression over topic and inputs, e.g. inputs.customer.",
-        "limit": "At most this many runs at once per value of the key.",
+        "key": "A CEL expression, e.g. inputs.customer: over topic and inputs for a "
+        "pipeline; a worker's may also read item (its fan-out item) and model.",
+        "limit": "At most this many runs (a pipeline's) or task attempts (a worker's) at once "
+        "per value of the key, across every orchestrator of the store.",
     },
     "InputSpec": {
         "default": "The value used when the run does not give one.",
@@ -116,6 +118,9 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "pipeline": "Run another pipeline as a child run: a name in this file, or "
         "'other.yaml#name'; its final.md is this worker's output.",
         "inputs": "The child run's inputs (templates, like 'task'); 'task' is its topic.",
+        "concurrency": "{key: CEL over topic, inputs, item and model, limit: N}: at most N "
+        "attempts of this worker's tasks at once per key value, across all runs; the others "
+        "wait for a slot before they are dispatched.",
     },
     "ToolServer": {
         "mcp": "Start this command (an argv list) and speak MCP over its stdin and stdout.",

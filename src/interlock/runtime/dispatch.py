@@ -19,7 +19,9 @@ from interlock.core.state import TaskState
 from interlock.runtime import artifacts
 from interlock.runtime.driver import Report, RunDriver
 from interlock.runtime.executors import Outcome, TaskSpec, run_call, run_command
+from interlock.runtime.fair import FairGate
 from interlock.runtime.faults import crash_point
+from interlock.runtime.task_slots import store_key
 
 if TYPE_CHECKING:
     from interlock.runtime.orchestrator import Orchestrator
@@ -38,10 +40,11 @@ class Dispatcher(Protocol):
 
 
 class LocalDispatcher:
-    """Runs tasks as asyncio tasks of this process, at most `limit` at once."""
+    """Runs tasks as asyncio tasks of this process, at most `limit` at once; when more wait,
+    round-robin between task concurrency keys (`interlock.runtime.fair`)."""
 
     def __init__(self, limit: int) -> None:
-        self._slots = asyncio.Semaphore(limit)
+        self._slots = FairGate(limit)
 
     def start(
         self, orchestrator: Orchestrator, driver: RunDriver, task: TaskState
@@ -55,8 +58,12 @@ class LocalDispatcher:
     ) -> None:
         tmp = driver.run_dir.joinpath(".tmp", f"{task_id}.{attempt}.part")
         clock = orchestrator.clock
+        state, held = driver.state, driver.state.task_slots.get(task_id)
+        lane = (
+            "" if held is None else store_key(state.pipeline, state.tasks[task_id].role, held.key)
+        )
         try:
-            async with self._slots:
+            async with self._slots.turn(lane):
                 task = driver.state.tasks[task_id]
                 started = ev.TaskStarted(
                     at=clock(), task_id=task_id, attempt=attempt, worker=orchestrator.owner

@@ -49,6 +49,7 @@ from interlock.runtime.processes import reap
 from interlock.runtime.reuse import Reuser, SourceRun
 from interlock.runtime.slots import awaiting, slot_key, slot_poll, take_slot
 from interlock.runtime.superseded import mark_superseded
+from interlock.runtime.task_slots import TaskSlots
 from interlock.storage.base import (
     AppendBatch,
     Lease,
@@ -124,6 +125,7 @@ class Orchestrator:
         self._next_housekeeping = 0.0  # commands and leases are looked at every heartbeat
         self._warnings: dict[str, list[str]] = {}
         self._slot_waiters: set[str] = set()  # runs asking for a slot of their key
+        self.task_slots = TaskSlots(store)  # slots of workers' concurrency keys
         self._releases: list[Lease] = []  # ended runs' leases, released in batches
         self._releases_since = 0.0  # when the oldest of them was set aside
         self._full = DiskFullBackoff(self.settings.disk_full_wait)
@@ -508,10 +510,12 @@ class Orchestrator:
         self._dirty.clear()
         batches: list[tuple[RunDriver, list[NewEvent], AppendBatch]] = []
         slots = self._slots(dirty, now)
+        task_slots = self._task_slots(dirty, now)
         for driver in dirty:
             driver.dirty = False
             observed, consumed = driver.observe(now)
-            new = observed + slots.get(driver.run_id, []) + driver.decide(now)
+            new = observed + slots.get(driver.run_id, []) + task_slots.get(driver.run_id, [])
+            new += driver.decide(now)
             if new or consumed:
                 batch = AppendBatch(
                     lease=driver.lease,
@@ -555,6 +559,7 @@ class Orchestrator:
                 continue
             self._emit(driver, result - len(new) + 1, new)
             recorded.append(driver)
+        self._task_slots_recorded(recorded, now)
         self._write_outputs(recorded)
         for driver in recorded:
             self._act(driver)
@@ -579,6 +584,29 @@ class Orchestrator:
             self.wake_at(now + slot_poll(len(self._slot_waiters)), driver)
             found[driver.run_id] = awaiting(driver.definition, driver.state, now)
         return found
+
+    def _task_slots(self, dirty: list[RunDriver], now: float) -> dict[str, list[NewEvent]]:
+        """Attempts waiting for a slot of their worker's key: each its slot, or a look again
+        soon (`interlock.runtime.task_slots`)."""
+        self.task_slots.keep_only(self.drivers.keys())
+        taken = self.task_slots.take(dirty, now)
+        for driver in dirty:
+            if driver.run_id in self.task_slots.waiting():
+                self.wake_at(now + self.task_slots.poll(), driver)
+        return taken
+
+    def _task_slots_recorded(self, recorded: list[RunDriver], now: float) -> None:
+        """Free the slots of attempts that ended; runs that wait here for a slot of a key
+        ask again at once when one was freed, and new waiters ask at the next turn."""
+        freed = False
+        for driver in recorded:
+            freed = self.task_slots.committed(driver) or freed
+            if driver.state.task_slot_waits and driver.run_id not in self.task_slots.waiting():
+                self.wake_at(now, driver)  # a new wait: its first ask
+        if freed:
+            for run_id in self.task_slots.waiting():
+                if run_id in self.drivers:
+                    self.wake_at(now, self.drivers[run_id])
 
     def _write_outputs(self, drivers: list[RunDriver]) -> None:
         """Write the outputs the ledger now holds (and final.md files) of every run of the

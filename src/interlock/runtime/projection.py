@@ -80,6 +80,15 @@ def status_view(pipeline: Pipeline, state: RunState, run_dir_name: str) -> dict[
         "inputs": state.inputs,
         "status": listed_status(state),
         "waiting": waiting_view(state),
+        # Tasks of workers with a concurrency key: waiting for a slot before dispatch, or
+        # holding one (see `Worker.concurrency`).
+        "task_slots": {
+            "waiting": {
+                t: {"key": w.key, "limit": w.limit, "attempt": w.attempt, "since": iso(w.at)}
+                for t, w in state.task_slot_waits.items()
+            },
+            "held": {t: {"key": h.key, "attempt": h.attempt} for t, h in state.task_slots.items()},
+        },
         "signals": {
             "received": dict(state.signals),
             "pending": [s.name for s in state.inbox],
@@ -139,6 +148,16 @@ def waiting_view(state: RunState) -> dict[str, Any] | None:
         return {"for": "slot", "key": awaited.key, "limit": awaited.limit, "since": iso(awaited.at)}
     if state.status.ended:
         return None
+    if waiting is None and state.task_slot_waits and not state.flight:
+        oldest = min(state.task_slot_waits.values(), key=lambda w: (w.at, w.task_id))
+        return {
+            "for": "task_slot",
+            "task": oldest.task_id,
+            "key": oldest.key,
+            "limit": oldest.limit,
+            "since": iso(oldest.at),
+            "tasks": len(state.task_slot_waits),
+        }
     if waiting is None:
         child = state.held_by_child("waiting")
         if child is None:
@@ -161,6 +180,12 @@ def waiting_text(waiting: dict[str, Any] | None) -> str:
         return ""
     if waiting.get("for") == "slot":
         return f"waiting for a slot of {waiting['key']!r} ({waiting['limit']} at once)"
+    if waiting.get("for") == "task_slot":
+        more = f" and {waiting['tasks'] - 1} more task(s)" if waiting["tasks"] > 1 else ""
+        return (
+            f"waiting for a slot of {waiting['key']!r} ({waiting['limit']} at once) for task "
+            f"{waiting['task']}{more}"
+        )
     if waiting.get("for") == "child":
         return f"waiting for child run {waiting['child']} ({waiting['detail']})"
     until = f" until {waiting['until']}" if waiting.get("until") else ""

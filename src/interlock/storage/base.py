@@ -14,7 +14,7 @@ Guarantees every backend gives:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -263,6 +263,32 @@ class Store(Protocol):
         current lease and were created earlier go first: within a key, runs start in order.
         The run is marked as waiting on `key` either way; it keeps its slot until it ends.
         """
+        ...
+
+    def take_task_slot(
+        self,
+        run_id: str,
+        task_id: str,
+        attempt: int,
+        key: str,
+        limit: int,
+        asked_at: float,
+        now: float,
+    ) -> bool:
+        """Give the task's attempt one of the `limit` slots of task concurrency key `key`.
+
+        True when it holds one (also when it did already). False when attempts of live runs
+        whose lease is current hold `limit` slots of the key, or, with the ones that are free,
+        such attempts that began waiting before `asked_at` go first (oldest first within a
+        key). Either way the attempt is recorded as waiting on or holding the key; a new
+        attempt of the task replaces the previous one's row.
+        """
+        ...
+
+    def keep_task_slots(self, run_id: str, keep: Mapping[str, int]) -> None:
+        """Forget the run's task-slot rows except those of `keep` (task id -> attempt): the
+        attempts that ended free their slots, and a run reloaded from its ledger drops what
+        an orchestrator that died did not get to release."""
         ...
 
     def artifact(self, sha256: str) -> bytes | None:

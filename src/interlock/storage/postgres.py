@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -272,6 +272,47 @@ class PostgresStore:
             return True
 
         return self.retrying(take)
+
+    def take_task_slot(
+        self,
+        run_id: str,
+        task_id: str,
+        attempt: int,
+        key: str,
+        limit: int,
+        asked_at: float,
+        now: float,
+    ) -> bool:
+        """See `Store.take_task_slot`: orchestrators taking slots of one key queue on a lock
+        of the key, so two never both see the last free slot."""
+
+        def take(db: psycopg.Connection[Any]) -> bool:
+            db.execute(Q["slot_lock"], (f"task\x1f{key}",))
+            db.execute(Q["task_slot_ask"], (run_id, task_id, attempt, key, asked_at))
+            row = db.execute(Q["task_slot_row"], (run_id, task_id)).fetchone()
+            assert row is not None
+            held, asked = row
+            if held:
+                return True
+            args = {"key": key, "now": now, "asked": asked, "run": run_id, "task": task_id}
+            counted = db.execute(Q["task_slot_count"], args).fetchone()
+            assert counted is not None
+            if counted[0] + counted[1] >= limit:
+                return False
+            db.execute(Q["task_slot_hold"], (run_id, task_id))
+            return True
+
+        return self.retrying(take)
+
+    def keep_task_slots(self, run_id: str, keep: Mapping[str, int]) -> None:
+        """See `Store.keep_task_slots`."""
+
+        def prune(db: psycopg.Connection[Any]) -> None:
+            for task_id, attempt in db.execute(Q["task_slots_of_run"], (run_id,)).fetchall():
+                if keep.get(task_id) != attempt:
+                    db.execute(Q["task_slot_drop"], (run_id, task_id))
+
+        self.retrying(prune)
 
     def renew_lease(self, lease: Lease, ttl: float, now: float) -> Lease:
         """See `Store.renew_lease`."""

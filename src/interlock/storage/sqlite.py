@@ -14,7 +14,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
@@ -283,6 +283,36 @@ class SQLiteStore:
                 return False
             db.execute(Q["slot_hold"], (run_id,))
             return True
+
+    def take_task_slot(
+        self,
+        run_id: str,
+        task_id: str,
+        attempt: int,
+        key: str,
+        limit: int,
+        asked_at: float,
+        now: float,
+    ) -> bool:
+        """See `Store.take_task_slot` (writers take turns: counting and taking are atomic)."""
+        with self._write() as db:
+            db.execute(Q["task_slot_ask"], (run_id, task_id, attempt, key, asked_at))
+            held, asked = db.execute(Q["task_slot_row"], (run_id, task_id)).fetchone()
+            if held:
+                return True
+            args = {"key": key, "now": now, "asked": asked, "run": run_id, "task": task_id}
+            running, ahead = db.execute(Q["task_slot_count"], args).fetchone()
+            if running + ahead >= limit:
+                return False
+            db.execute(Q["task_slot_hold"], (run_id, task_id))
+            return True
+
+    def keep_task_slots(self, run_id: str, keep: Mapping[str, int]) -> None:
+        """See `Store.keep_task_slots`."""
+        with self._write() as db:
+            for task_id, attempt in db.execute(Q["task_slots_of_run"], (run_id,)).fetchall():
+                if keep.get(task_id) != attempt:
+                    db.execute(Q["task_slot_drop"], (run_id, task_id))
 
     def renew_lease(self, lease: Lease, ttl: float, now: float) -> Lease:
         """See `Store.renew_lease`."""

@@ -167,6 +167,10 @@ function waitingNote(run) {
   if (!w) return null;
   if (w.for === "child") return h("div", { class: "warn waiting", id: "waiting" }, "Waiting in child ", runLink(w.child), `: ${w.detail || "it waits"}.`);
   if (w.for === "slot") return h("div", { class: "warn waiting", id: "waiting" }, `Waiting for a slot of “${w.key}” (${w.limit} at once).`);
+  if (w.for === "task_slot") {
+    const more = w.tasks > 1 ? ` and ${w.tasks - 1} more` : "";
+    return h("div", { class: "warn waiting", id: "waiting" }, `Waiting for a slot of “${w.key}” (${w.limit} at once) for task ${w.task}${more}.`);
+  }
   const until = w.until ? ` until ${new Date(w.until).toLocaleString()}` : "";
   const what = w.signal ? `for signal “${w.signal}”${until}` : `until ${new Date(w.until).toLocaleString()}`;
   return h("div", { class: "warn waiting", id: "waiting" }, `Waiting ${w.when === "after" ? "after" : "before"} phase ${w.phase} ${what}.`);

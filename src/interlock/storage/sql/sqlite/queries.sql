@@ -194,3 +194,37 @@ DELETE FROM artifacts WHERE sha256 IN (SELECT value FROM json_each(?))
 -- name: pruned_run
 SELECT run_id, pipeline, status, created_at, ended_at, last_seq, chain_head, pruned_at
 FROM pruned_runs WHERE run_id = ?;
+
+-- name: task_slot_ask
+-- A new attempt asks afresh (its place is when it started waiting); the same one keeps its row.
+INSERT INTO task_slots (run_id, task_id, attempt, slot_key, asked_at, held)
+VALUES (?, ?, ?, ?, ?, 0)
+ON CONFLICT (run_id, task_id) DO UPDATE SET
+  attempt = excluded.attempt, slot_key = excluded.slot_key, asked_at = excluded.asked_at,
+  held = 0
+WHERE task_slots.attempt != excluded.attempt OR task_slots.slot_key != excluded.slot_key;
+
+-- name: task_slot_row
+SELECT held, asked_at FROM task_slots WHERE run_id = ? AND task_id = ?;
+
+-- name: task_slot_count
+-- Slots of the key held by attempts of live, driven runs; and attempts of such runs that
+-- wait ahead of this one (they asked earlier): within a key, the oldest waiter goes first.
+SELECT
+  (SELECT count(*) FROM task_slots s JOIN runs r ON r.run_id = s.run_id
+   WHERE s.slot_key = :key AND s.held = 1
+     AND r.status IN ('running', 'waiting', 'paused') AND r.lease_expires > :now),
+  (SELECT count(*) FROM task_slots s JOIN runs r ON r.run_id = s.run_id
+   WHERE s.slot_key = :key AND s.held = 0
+     AND r.status IN ('running', 'waiting', 'paused') AND r.lease_expires > :now
+     AND (s.asked_at < :asked OR (s.asked_at = :asked
+          AND (s.run_id < :run OR (s.run_id = :run AND s.task_id < :task)))));
+
+-- name: task_slot_hold
+UPDATE task_slots SET held = 1 WHERE run_id = ? AND task_id = ?;
+
+-- name: task_slots_of_run
+SELECT task_id, attempt FROM task_slots WHERE run_id = ?;
+
+-- name: task_slot_drop
+DELETE FROM task_slots WHERE run_id = ? AND task_id = ?;
