@@ -2,13 +2,15 @@
 clients watching every run, in one invocation.
 
     python benchmarks/watchers.py                      # 0 and 200 clients, 400 runs each
-    python benchmarks/watchers.py --clients 200 --runs 400 --mode single
+    python benchmarks/watchers.py --clients 200 --runs 400 --mode batch
 
 `interlock serve` runs in a child process with the SQLite ledger. The runs (research-3 with
 no-op Python workers, from `watch_tasks.py`) are started through its API (8 requests at a
 time) and driven by it. Each client (all in this process, on one event loop) connects to `/ws/runs`
-(`--mode batch`: `?batch=1`, the dashboard's way; `single`: one message per frame) and notes,
-for every frame, how long after the oldest event in it was recorded it arrived: the lag.
+(`--mode summary`: `?view=summary`, run summaries per tick, what the dashboard's runs list
+uses; `batch`: every event, `?batch=1`, arrays of messages; `single`: every event, one message
+per frame) and notes, for every frame, how long after the oldest event in it was recorded it
+arrived: the lag.
 Throughput is runs delivered per second from the first submission to the last delivery, as
 one extra client sees it (present in both rounds).
 """
@@ -88,11 +90,18 @@ async def observer(
     url: str, runs: int, done: asyncio.Event, finished: list[float], lags: list[float]
 ) -> None:
     """Counts final events until every submitted run ended (noting the lag of each event)."""
+    ended: set[str] = set()
     async with websockets.connect(url, max_size=None, max_queue=None) as ws:
         while len(finished) < runs:
             data = json.loads(await ws.recv())
             now = time.time()
             for message in data if isinstance(data, list) else [data]:
+                if message.get("type") == "runs":  # summaries: each run's latest state
+                    lags.append(now - message["at"])
+                    for run in message["runs"]:
+                        if run["final"] and run["run_id"] not in ended:
+                            ended.add(run["run_id"])
+                            finished.append(now)
                 if message.get("type") == "event":
                     lags.append(now - message["at"])
                     if message.get("final"):
@@ -102,7 +111,7 @@ async def observer(
 
 async def round_of(port: int, server: int, clients: int, runs: int, mode: str) -> dict[str, Any]:
     """Submit `runs` runs with `clients` watchers connected; lag and throughput."""
-    query = "?batch=1" if mode == "batch" else ""
+    query = {"batch": "?batch=1", "summary": "?view=summary"}.get(mode, "")
     url = f"ws://127.0.0.1:{port}/ws/runs{query}"
     stop, done = asyncio.Event(), asyncio.Event()
     lags: list[float] = []
@@ -173,7 +182,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", type=int, default=200)
     parser.add_argument("--runs", type=int, default=400)
-    parser.add_argument("--mode", choices=["batch", "single"], default="batch")
+    parser.add_argument("--mode", choices=["summary", "batch", "single"], default="summary")
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="interlock-watchers-"))
     results = []

@@ -117,3 +117,24 @@ def test_start_form_from_declared_inputs(
         "who": "ana",
     }
     assert page.errors == []  # type: ignore[attr-defined]
+
+
+def test_runs_list_follows_runs_live_and_shows_waiting_ones(
+    browser: Browser, make_server: ServerFactory
+) -> None:
+    """With the list open, a run started elsewhere appears, shows `waiting` (saying for which
+    signal) while it waits, and `delivered` once the signal came, without a page reload."""
+    server = make_server()
+    page = open_page(browser, f"{server.url}/ui/")
+    expect(page.locator("#conn")).to_have_text("live")
+    run_id = server.start_run("signalled", "Waits for payment")
+    status = page.locator(f'#runs tr[data-run="{run_id}"] .run-status')
+    expect(status.locator(".pill")).to_have_text("waiting")
+    expect(status).to_have_attribute("title", "waiting for signal payment")
+    sent = server.http.post(f"/api/runs/{run_id}/signals/payment", json={"data": {"amount": 1}})
+    assert sent.status_code == 202
+    expect(status.locator(".pill")).to_have_text("delivered")
+    events = server.http.get(f"/api/runs/{run_id}").json()["events"]
+    expect(page.locator(f'#runs tr[data-run="{run_id}"] .run-events')).to_have_text(str(events))
+    assert page.evaluate("performance.getEntriesByType('navigation').length") == 1
+    assert page.errors == []  # type: ignore[attr-defined]

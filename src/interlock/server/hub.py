@@ -11,6 +11,8 @@ client of one run has its own short queue). Each client's writer sends what arri
 last send in one go, so a client costs per send, not per event. Fan-out never waits: a client
 that falls more than `queue_size` messages behind (one that stopped reading, or reads too
 slowly) is marked dropped and told so, instead of slowing anyone else down.
+
+Clients of the runs list take run summaries from the hub's `board` instead (see `board.py`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import orjson
 
 from interlock.core.state import RunState, apply, fold
 from interlock.core.workflow import Pipeline
+from interlock.server.board import Board
 from interlock.server.messages import event_message, is_final
 from interlock.storage.base import Store, StoredEvent
 
@@ -101,12 +104,14 @@ class Hub:
         queue_size: int = 1000,
         poll: float = 0.5,
         annotate: Annotate | None = None,
+        board: Board | None = None,
     ) -> None:
         self.store = store
         self.pipeline_of = pipeline_of
         self.queue_size = queue_size
         self.poll = poll  # also catches writes by other processes sharing the store
         self.annotate = annotate
+        self.board = board or Board()
         self.hooks: list[EventHook] = []  # metrics, tracing: called once per committed event
         self.cursor = 0
         self.states: dict[str, RunState] = {}
@@ -187,6 +192,7 @@ class Hub:
 
     def _flush(self) -> None:
         """Wake the writers of every-run clients once for all that was published."""
+        self.board.flush()
         if not self._everyone:
             self._log.clear()
             self._start = 0
@@ -256,7 +262,9 @@ class Hub:
                 self.cursor = stored.id
                 for hook in self.hooks:
                     hook(stored, state)
-                self.publish(self.message(stored, state))
+                message = self.message(stored, state)
+                self.publish(message)
+                self.board.note(message)
                 if is_final(state):
                     self.states.pop(stored.run_id, None)
             self._flush()

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from interlock.core.state import RunState, RunStatus
+from interlock.core.state import RunState, RunStatus, listed_status
 from interlock.core.workflow import Pipeline
-from interlock.runtime.projection import iso
+from interlock.runtime.projection import iso, waiting_view
 from interlock.storage.base import StoredEvent
 
 
@@ -102,7 +102,10 @@ def event_message(
         "data": stored.data,
         "rule": stored.rule,
         "why": stored.why,
-        "state": state.status.value,
+        # As the runs list says it: `waiting` (not `running`) while a wait, a concurrency
+        # slot or a waiting child run holds it, with what it waits for.
+        "state": listed_status(state),
+        "waiting": waiting_view(state),
         "phase": state.current.phase if state.current else None,
         "progress": progress(pipeline, state),
         "cost_usd": round(state.cost_usd, 6),
@@ -123,3 +126,15 @@ def event_record(stored: StoredEvent) -> dict[str, Any]:
         "why": stored.why,
         "message": describe(stored),
     }
+
+
+# What a list of runs shows of one: its state after the message's event, not the event itself.
+SUMMARY_KEYS = (
+    *("run_id", "id", "seq", "at", "kind"),
+    *("state", "waiting", "phase", "progress", "cost_usd", "final"),
+)
+
+
+def run_summary(message: dict[str, Any]) -> dict[str, Any]:
+    """The summary of a run that `message` (an event's stream message) leaves it in."""
+    return {key: message[key] for key in SUMMARY_KEYS}

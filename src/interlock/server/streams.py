@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 from interlock.core.state import RunState, apply, fold
+from interlock.server.board import Board, BoardDropped, Watcher
 from interlock.server.hub import Dropped, Encoded, Hub, Subscriber, encode
 from interlock.server.messages import is_final
 
@@ -95,3 +96,17 @@ async def all_stream(
         last = max(last, ids[-1])
         if fresh:
             yield fresh
+
+
+async def board_stream(board: Board, watcher: Watcher) -> AsyncIterator[list[Encoded]]:
+    """Run summaries, a frame per tick (see `board.py`), after a hello; the client reads the
+    list itself (from the API) when it has said hello.
+
+    `watcher` must have been made by `board.watch()` before the call."""
+    yield [encode({"type": "hello", "view": "summary", "interval": board.interval})]
+    while True:
+        try:
+            frame, last = await board.next_frame(watcher)
+        except BoardDropped:
+            raise Dropped({}) from None
+        yield [Encoded(text=frame, type="runs", id=last)]

@@ -21,6 +21,7 @@ from interlock.server.messages import event_message
 
 STYLE = {"running": "yellow", "paused": "cyan", "delivered": "green", "failed": "red"}
 STYLE["cancelled"] = "red"
+STYLE["waiting"] = "cyan"
 
 
 def from_store(app: Interlock, run_id: str, since: int = 0) -> Iterator[dict[str, Any]]:

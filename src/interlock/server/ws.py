@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, WebSocket
@@ -20,9 +20,10 @@ from interlock.server.deps import resolve, service, stream_reader
 from interlock.server.errors import ApiError, from_interlock
 from interlock.server.hub import Chunk, Dropped, Encoded, Subscriber
 from interlock.server.service import Service
-from interlock.server.streams import all_stream, run_stream
+from interlock.server.streams import all_stream, board_stream, run_stream
 
 router = APIRouter()
+VIEWS = ("events", "summary")  # of /ws/runs: every event, or run summaries per tick
 KEEPALIVE = 15.0  # seconds between SSE comments, so proxies keep idle streams open
 
 
@@ -80,13 +81,16 @@ async def _open(websocket: WebSocket, svc: Service) -> tuple[bool, Principal | N
 async def _serve(
     websocket: WebSocket,
     svc: Service,
-    subscriber: Subscriber,
     stream: AsyncIterator[Any],
     per_run: bool,
     since: int,
-    batch: bool = False,
+    batch: bool,
+    *,
+    dropped: asyncio.Event,
+    leave: Callable[[], None],
 ) -> None:
-    """Send the stream until it ends, the client leaves, or the client falls behind."""
+    """Send the stream until it ends, the client leaves, or the client falls behind (the feed
+    sets `dropped`); `leave` unsubscribes it from the feed."""
     last = since
     svc.metrics.clients.inc()
 
@@ -112,13 +116,13 @@ async def _serve(
     tasks = {
         asyncio.ensure_future(pump()),
         asyncio.ensure_future(listen()),
-        asyncio.ensure_future(subscriber.dropped.wait()),
+        asyncio.ensure_future(dropped.wait()),
     }
     try:
         done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         await _stop(pending)
         failed = [t.exception() for t in done if not t.cancelled() and t.exception()]
-        behind = subscriber.dropped.is_set() or any(isinstance(e, Dropped) for e in failed)
+        behind = dropped.is_set() or any(isinstance(e, Dropped) for e in failed)
         if not left.is_set():
             # Bounded: a client that stopped reading must not hold this handler.
             with contextlib.suppress(Exception):
@@ -132,7 +136,7 @@ async def _serve(
         await _stop(tasks)
         with contextlib.suppress(Exception):
             await aclose(stream)
-        svc.hub.unsubscribe(subscriber)
+        leave()
         svc.metrics.clients.dec()
 
 
@@ -169,21 +173,65 @@ async def ws_run(websocket: WebSocket, run_id: str, since: int = 0, batch: bool 
         return
     subscriber = svc.hub.subscribe(run_id)
     stream = run_stream(svc.hub, subscriber, run_id, max(0, since))
-    await _serve(websocket, svc, subscriber, stream, True, since, batch)
+    await _serve(
+        websocket,
+        svc,
+        stream,
+        True,
+        since,
+        batch,
+        dropped=subscriber.dropped,
+        leave=lambda: svc.hub.unsubscribe(subscriber),
+    )
 
 
 @router.websocket("/ws/runs")
-async def ws_all(websocket: WebSocket, since: int | None = None, batch: bool = False) -> None:
+async def ws_all(
+    websocket: WebSocket, since: int | None = None, batch: bool = False, view: str = "events"
+) -> None:
     """One message per event of every run (after global id `since`, or from now); with
-    `batch`, a frame may hold a JSON array of several messages."""
+    `batch`, a frame may hold a JSON array of several messages. With `view=summary`, a `runs`
+    message per tick instead, with the latest summary of each run that changed (what a list of
+    runs shows); `since` does not apply: a client that reconnects reads the list again."""
     svc: Service = websocket.app.state.service
     accepted, _ = await _open(websocket, svc)
     if not accepted:
         return
+    if view not in VIEWS:
+        message = f"view={view!r} is not a view of /ws/runs: use one of {', '.join(VIEWS)}"
+        await websocket.send_json(
+            {"type": "error", "error": {"code": "bad_request", "message": message}}
+        )
+        await websocket.close(code=4400)
+        return
+    if view == "summary":
+        board = svc.hub.board
+        watcher = board.watch()
+        summaries = board_stream(board, watcher)
+        await _serve(
+            websocket,
+            svc,
+            summaries,
+            False,
+            svc.hub.cursor,
+            False,
+            dropped=watcher.dropped,
+            leave=lambda: board.leave(watcher),
+        )
+        return
     subscriber = svc.hub.subscribe(None)
     start = svc.hub.cursor if since is None else since
     stream = all_stream(svc.hub, subscriber, start)
-    await _serve(websocket, svc, subscriber, stream, False, start, batch)
+    await _serve(
+        websocket,
+        svc,
+        stream,
+        False,
+        start,
+        batch,
+        dropped=subscriber.dropped,
+        leave=lambda: svc.hub.unsubscribe(subscriber),
+    )
 
 
 async def _sse(

@@ -56,8 +56,8 @@ function live(path, cursor, onMessage) {
   const protocols = token ? ["interlock", `bearer.${token}`] : ["interlock"];
   const open = () => {
     // batch=1: a frame may carry an array of messages (one send per client per burst).
-    const since = cursor() === null ? "?batch=1" : `?batch=1&since=${cursor()}`;
-    const ws = new WebSocket(`${scheme}://${location.host}${path}${since}`, protocols);
+    const query = `${path.includes("?") ? "&" : "?"}batch=1${cursor() === null ? "" : `&since=${cursor()}`}`;
+    const ws = new WebSocket(`${scheme}://${location.host}${path}${query}`, protocols);
     socket = ws;
     ws.onopen = () => { conn.textContent = "live"; conn.className = "conn live"; };
     ws.onmessage = (event) => {

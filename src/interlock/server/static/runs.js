@@ -9,7 +9,7 @@ const listState = { q: "", status: "", pipeline: "", since: "", until: "", sort:
 
 async function runsPage() {
   const keep = listState;
-  page = { name: "runs", list: keep, cursors: [""], index: 0, next: null };
+  page = { name: "runs", list: keep, cursors: [""], index: 0, next: null, summaries: new Map() };
   const set = (key) => (e) => { page.list[key] = e.target.value; firstPage(); };
   let typing = null;
   const search = h("input", { id: "run-search", type: "search", value: keep.q, placeholder: "search id, topic, input value", size: 30,
@@ -43,13 +43,44 @@ async function runsPage() {
     pipeline.append(...list.map((w) => h("option", { value: w.pipeline, selected: w.pipeline === keep.pipeline }, w.pipeline)));
   }).catch(() => {});
   await loadRuns();
-  let cursor = null;
-  live("/ws/runs", () => cursor, (message) => {
-    if (message.type === "hello") cursor = message.since;
-    if (message.type !== "event") return;
-    cursor = message.id;
-    if (page.name === "runs") scheduleReload();
+  // Run summaries, at most a few frames a second whatever the event rate. Each (re)connection
+  // starts with a hello: the list is read again then, so nothing changed while away is missed.
+  live("/ws/runs?view=summary", () => null, (message) => {
+    if (page.name !== "runs") return;
+    if (message.type === "hello") scheduleReload();
+    if (message.type === "runs") message.runs.forEach(showSummary);
   });
+}
+
+// A run on this page is updated in place; a run not on it (a new one), or one that may now
+// belong elsewhere (status filter, cost order), or that ended (its tokens), reloads the page.
+function showSummary(s) {
+  // The newest summaries are kept (a bounded number): a reload reads a list that may be older
+  // than them, and what they say wins where it is newer.
+  page.summaries.delete(s.run_id);
+  page.summaries.set(s.run_id, s);
+  if (page.summaries.size > 1000) page.summaries.delete(page.summaries.keys().next().value);
+  const row = document.querySelector(`#runs tr[data-run="${s.run_id}"]`);
+  if (!row) { scheduleReload(1000); return; }
+  paint(row, s);
+  if ((page.list.status && page.list.status !== s.state) || page.list.sort.startsWith("cost") || s.final) scheduleReload(1000);
+}
+
+function paint(row, s) {
+  const status = row.querySelector(".run-status");
+  status.replaceChildren(pill(s.state));
+  status.title = waitingTitle(s.waiting);
+  row.querySelector(".run-phase").textContent = s.phase || "–";
+  row.querySelector(".run-events").textContent = s.seq;
+  row.querySelector(".run-cost").textContent = money(s.cost_usd);
+}
+
+function waitingTitle(waiting) {
+  if (!waiting) return "";
+  if (waiting.for === "slot") return `waiting for a slot of ${waiting.key}`;
+  if (waiting.for === "child") return `waiting for child run ${waiting.child}`;
+  if (waiting.for === "signal") return `waiting for signal ${waiting.signal}`;
+  return waiting.until ? `waiting until ${waiting.until}` : "waiting";
 }
 
 function firstPage() { page.cursors = [""]; page.index = 0; loadRuns(); }
@@ -61,10 +92,16 @@ function turn(step) {
   loadRuns();
 }
 
+// Reloads are debounced by `wait` ms; a later call with a longer wait never postpones one
+// already due sooner, so a busy stream reloads at most about once a second, yet does reload.
 let reloadTimer = null;
-function scheduleReload() {
+let reloadDue = 0;
+function scheduleReload(wait = 150) {
+  const due = Date.now() + wait;
+  if (reloadTimer && reloadDue <= due) return;
   clearTimeout(reloadTimer);
-  reloadTimer = setTimeout(loadRuns, 150);
+  reloadDue = due;
+  reloadTimer = setTimeout(() => { reloadTimer = null; loadRuns(); }, wait);
 }
 
 function listQuery() {
@@ -91,13 +128,17 @@ async function loadRuns() {
   if (!runs.length) { body.replaceChildren(h("tr", {}, h("td", { colspan: 9, class: "empty" }, filtered ? "No run matches." : "No runs yet."))); return; }
   body.replaceChildren(...family(runs).map(([r, depth]) => h("tr", { class: depth ? "link child-row" : "link", "data-run": r.run_id,
     onclick: (e) => { if (e.target.tagName !== "A") location.hash = `#/runs/${r.run_id}`; } },
-    h("td", {}, pill(r.status)), h("td", { class: "mono" }, h("span", { class: "indent" }, "\u00a0\u00a0".repeat(depth)),
+    h("td", { class: "run-status", title: waitingTitle(r.waiting) }, pill(r.status)), h("td", { class: "mono" }, h("span", { class: "indent" }, "\u00a0\u00a0".repeat(depth)),
       depth ? h("span", { class: "muted", title: `child run of ${r.parent_run} (task ${r.parent_task})` }, "↳ ") : null,
       h("a", { href: `#/runs/${r.run_id}` }, r.run_id),
       r.parent_run && !depth ? h("div", { class: "muted child-of" }, "↳ child of ", h("a", { href: `#/runs/${r.parent_run}` }, r.parent_run)) : null),
     h("td", {}, r.pipeline), h("td", {}, r.topic.length > 60 ? `${r.topic.slice(0, 60)}…` : r.topic),
-    h("td", {}, r.phase || "–"), h("td", { class: "num" }, r.events), h("td", { class: "num" }, r.tokens || "–"),
-    h("td", { class: "num" }, money(r.cost_usd)), h("td", { class: "num muted", title: r.created_at }, ago(r.created_at)))));
+    h("td", { class: "run-phase" }, r.phase || "–"), h("td", { class: "num run-events" }, r.events), h("td", { class: "num" }, r.tokens || "–"),
+    h("td", { class: "num run-cost" }, money(r.cost_usd)), h("td", { class: "num muted", title: r.created_at }, ago(r.created_at)))));
+  for (const row of body.children) {
+    const s = page.summaries.get(row.dataset.run);
+    if (s && s.seq >= Number(row.querySelector(".run-events").textContent)) paint(row, s);
+  }
 }
 
 // A child run whose parent is on the page follows it, indented (children of children deeper);
