@@ -113,10 +113,15 @@ function listQuery() {
   return query.toString();
 }
 
+// Loads overlap (a filter changed while a live update reloads): only the latest one asked for
+// is shown, so an older answer arriving last cannot undo a newer filter.
+let loadsAsked = 0;
 async function loadRuns() {
   if (page.name !== "runs") return;
+  const asked = ++loadsAsked;
   let answer;
   try { answer = await api(`/api/runs?${listQuery()}`, { withHeaders: true }); } catch (error) { toast(error.message, true); return; }
+  if (asked !== loadsAsked) return;
   const body = document.getElementById("runs");
   if (!body) return;
   const runs = answer.body;
