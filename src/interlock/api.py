@@ -389,7 +389,12 @@ class Interlock:
         return run_id
 
     def message(self, run_id: str, text: str, by: str | None = None) -> str:
-        """Add a person's note to the run's history."""
+        """Add a person's note to the run's history (an empty note says nothing: refused)."""
+        if not text.strip():
+            raise UsageError(
+                "the message is empty: give the note's text, e.g. "
+                'interlock message RUN "checked the sources"'
+            )
         run_id = self.resolve(run_id)
         self._post(run_id, CommandKind.MESSAGE, text, by)
         return run_id
@@ -511,9 +516,13 @@ def check_signal(pipeline: Pipeline, pipeline_name: str, name: str, data: Any) -
 
     waits = waited_signals(pipeline)
     if name not in waits:
+        import difflib
+
         known = ", ".join(sorted(waits)) or "none (no phase has wait_for)"
+        close = difflib.get_close_matches(name, sorted(waits), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise UsageError(
-            f"pipeline {pipeline_name!r} waits for no signal {name!r}; it waits for: {known}"
+            f"pipeline {pipeline_name!r} waits for no signal {name!r}{hint}; it waits for: {known}"
         )
     for phase in waits[name]:
         schema = phase.wait_for.data_schema if phase.wait_for else None

@@ -75,7 +75,8 @@ def test_signal_reaches_a_run_driven_by_another_process(
 def test_signal_to_a_run_nobody_drives_continues_it_here(
     cli_env: dict[str, str], tmp_path: Path
 ) -> None:
-    """`signal` from a file to a submitted run drives it to delivery; the key is then spent."""
+    """`signal` from a file to a submitted run drives it to delivery; the key is then spent:
+    its retry is a duplicate, a new signal to the ended run an error."""
     submitted = cli(cli_env, "submit", _flow(tmp_path), "shipping", "--topic", "o")
     assert submitted.returncode == 0, submitted.stderr
     run_id = submitted.stdout.strip()
@@ -86,9 +87,13 @@ def test_signal_to_a_run_nobody_drives_continues_it_here(
     assert "delivered" in sent.stdout
     final = next((tmp_path / "home").rglob("final.md"))
     assert final.read_text() == "paid 4"
+    # A retry with the spent key is acknowledged as the same signal, even after the end;
+    # a new signal to the delivered run is refused.
     again = cli(cli_env, "signal", run_id, "payment", "--data", "{}", "--key", "p1")
-    assert again.returncode == 2
-    assert "running, waiting or paused" in again.stdout + again.stderr
+    assert again.returncode == 0 and "already received a signal with key 'p1'" in again.stdout
+    late = cli(cli_env, "signal", run_id, "payment", "--data", "{}", "--key", "p2")
+    assert late.returncode == 2
+    assert "running, waiting or paused" in late.stdout + late.stderr
 
 
 def test_signal_data_must_be_json_from_one_place(tmp_path: Path) -> None:

@@ -137,7 +137,8 @@ def test_check_warns_when_a_budgeted_pipeline_uses_a_model_without_a_price(
     )
     assert checked.returncode == 0, checked.stderr
     warning = " ".join(checked.stderr.split())
-    assert "model 'free' (oa: gpt-test) has no known price" in warning
+    assert "model 'free' has no known price: set input_price_per_mtok" in warning
+    assert warning.count("no known price") == 1  # said once, not as a warning and again
     # priced in interlock.toml: never said to have no price
     assert "model 'gpt' (" not in warning and "'gpt' has no known price" not in warning
     assert "partly explored" not in checked.stdout

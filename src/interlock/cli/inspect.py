@@ -81,7 +81,7 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
     table = Table(box=None, padding=(0, 2))
     for column in ("run", "pipeline", "status", "phase", "cost", "started", "topic"):
         table.add_column(column)
-    stopped = []
+    stopped, idle = [], []
     for r in records:
         state = styled(r.summary.status)
         if r.run_id in waits:
@@ -89,8 +89,13 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
 
             state.append(" " + waiting_text(waits[r.run_id]).removeprefix("waiting "))
         if r.run_id in drivers and drivers[r.run_id] is None:
-            state.append(" (not driven)", style="dim")
-            stopped.append(r.run_id)
+            # A waiting run holds no worker and was not cut off mid-task: it only needs an
+            # orchestrator when its wait ends, so it is not one of the stopped running runs.
+            if r.summary.status == "running":
+                state.append(" (not driven)", style="dim")
+                stopped.append(r.run_id)
+            else:
+                idle.append(r.run_id)
         table.add_row(
             r.run_id,
             r.pipeline,
@@ -105,6 +110,12 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
         out.print(
             f"not driven: no orchestrator holds {len(stopped)} running run(s); continue one "
             f"with 'interlock resume {stopped[0]}'"
+        )
+    if idle:
+        out.print(
+            f"{len(idle)} waiting run(s) have no orchestrator to go on when the wait ends: "
+            "'interlock signal RUN NAME' sends a signal and continues the run, 'interlock "
+            f"resume {idle[0]}' (or a server) waits with it"
         )
 
 

@@ -57,9 +57,16 @@ def quote_of(
     )
 
 
-def budget_gate(quotes: list[tuple[Quote, Definition]], *, strict: bool, when: str) -> None:
-    """Warn about each budget a worst case is over; raise OverBudget under `strict`."""
-    lines = [line for q, d in quotes for line in q.over_budget(d.pipeline.budget)]
+def budget_gate(
+    quotes: list[tuple[Quote, Definition]], *, strict: bool, when: str, reasons: bool = True
+) -> None:
+    """Warn about each budget a worst case is over; raise OverBudget under `strict`.
+
+    `reasons=False`: the caller prints the quotes' "no bound" lines after, so a warning does
+    not repeat them (an error under `strict` always says them: no quote follows it).
+    """
+    reasons = reasons or strict
+    lines = [line for q, d in quotes for line in q.over_budget(d.pipeline.budget, reasons=reasons)]
     if not lines:
         return
     if strict:

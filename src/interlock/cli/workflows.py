@@ -132,7 +132,6 @@ def check(
     from interlock.core.loader import load_workflow
     from interlock.providers import ModelConfig
     from interlock.providers.checks import (
-        price_warnings,
         settings_problems,
         tool_problems,
         tool_warnings,
@@ -143,7 +142,7 @@ def check(
     workflow = load_workflow(file)
     problems: list[str] = []
     warnings: list[str] = []
-    # Models without a price under a cost budget, tool server commands not found.
+    # Tool server commands not found.
     priced: list[str] = []
     quotes = []
     try:
@@ -166,10 +165,11 @@ def check(
             )
         problems += settings_problems(name, definition.pipeline, config)
         problems += tool_problems(name, definition.pipeline, config)
-        priced += price_warnings(name, definition.pipeline, config)
         priced += tool_warnings(name, definition.pipeline, Path(file).parent.absolute())
         if cost or definition.pipeline.budget is not None:
             quotes.append((quote_of(definition, config, report=report), definition))
+        # A model without a price under a cost budget leaves the worst case unbounded: the
+        # budget check below says so once, naming the model and the fix.
     for warning in [*warnings, *priced]:
         err.print(f"warning: {warning}", soft_wrap=True)
     if problems:
@@ -177,7 +177,7 @@ def check(
         for problem in problems:
             err.print(f"  - {problem}", soft_wrap=True)
         sys.exit(int(ExitCode.BAD_INPUT))
-    budget_gate(quotes, strict=strict, when=file)
+    budget_gate(quotes, strict=strict, when=file, reasons=not cost or as_json)
     if cost and as_json:
         for quote, _ in quotes:
             out.print(json.dumps(quote.to_json()), soft_wrap=True)

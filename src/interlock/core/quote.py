@@ -125,8 +125,12 @@ class Quote:
     complete: bool = True  # False: exploring stopped early, so this is not a bound
     assumed: bool = False  # topic and inputs were assumed, not measured
 
-    def over_budget(self, budget: Budget | None) -> list[str]:
-        """What in this quote the budget may not cover, one line each (empty: it covers it)."""
+    def over_budget(self, budget: Budget | None, *, reasons: bool = True) -> list[str]:
+        """What in this quote the budget may not cover, one line each (empty: it covers it).
+
+        `reasons=False` leaves out why the worst case has no bound, for a caller that shows
+        the quote's "no bound" lines anyway: each reason is then said once.
+        """
         if budget is None:
             return []
         where = f"pipeline {self.pipeline!r}"
@@ -142,7 +146,11 @@ class Quote:
             if most is None:
                 lines.append(
                     f"{where}: its budget ({key} {limit:g}) may be reached: the worst case has no "
-                    f"bound ({'; '.join(unbounded)})"
+                    + (
+                        f"bound ({'; '.join(unbounded)})"
+                        if reasons
+                        else "bound (the quote's 'no bound' lines say why)"
+                    )
                 )
             elif most > limit:
                 lines.append(

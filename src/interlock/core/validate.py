@@ -94,6 +94,7 @@ def validate_pipeline(name: str, pipeline: Pipeline) -> list[str]:
     problems += _check_for_each(where, pipeline)
     problems += _check_loops(where, pipeline)
     problems += check_waits(where, pipeline)
+    problems += _check_not_before(where, pipeline)
     problems += _check_concurrency(where, pipeline)
     problems += _check_task_keys(where, pipeline)
     problems += check_children(where, pipeline)
@@ -316,6 +317,20 @@ def budget_problems(pipeline: Pipeline, condition: str) -> list[str]:
                 f"expression {condition!r} reads budget.{name}, but the pipeline's budget sets "
                 f"no {limit}; add budget: {{{limit}: ...}} to the pipeline"
             )
+    return problems
+
+
+def _check_not_before(where: str, pipeline: Pipeline) -> list[str]:
+    """A `not_before` reads only declared inputs (its syntax is `check_waits`' concern)."""
+    problems = []
+    for phase in pipeline.phases:
+        if phase.not_before is None:
+            continue
+        try:
+            found = input_problems(pipeline, phase.not_before)
+        except ExpressionError:
+            continue  # reported by check_waits
+        problems += [f"{where}, phase {phase.id!r}, not_before: {p}" for p in found]
     return problems
 
 

@@ -37,35 +37,6 @@ def settings_problems(name: str, pipeline: Pipeline, config: ModelConfig) -> lis
     return problems
 
 
-def price_warnings(name: str, pipeline: Pipeline, config: ModelConfig) -> list[str]:
-    """Models without a price in a pipeline with a cost budget: their calls would count as
-    free, so the budget could not stop them."""
-    budget = pipeline.budget.max_cost_usd if pipeline.budget is not None else None
-    if budget is None:
-        return []
-    aliases = dict.fromkeys(
-        alias
-        for phase in pipeline.phases
-        for worker in phase.workers
-        if worker.model is not None
-        for alias in (worker.model, *worker.fallback_models)
-    )
-    warnings = []
-    for alias in aliases:
-        try:
-            model = config.resolve(alias)
-        except Exception:  # an unknown alias: reported as a problem by the caller
-            continue
-        if model.price_source or model.kind == "offline":
-            continue
-        warnings.append(
-            f"pipeline {name!r} has a cost budget (max_cost_usd {budget:g}) but model "
-            f"{alias!r} ({model.provider}: {model.model}) has no known price, so its calls "
-            f"count as $0: set input_price_per_mtok and output_price_per_mtok in [models.{alias}]"
-        )
-    return warnings
-
-
 def tool_problems(name: str, pipeline: Pipeline, config: ModelConfig) -> list[str]:
     """Workers whose `tools:` cannot run here: the MCP library is missing, or one of their
     models is an agent command, which makes its own calls."""
