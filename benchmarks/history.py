@@ -267,6 +267,11 @@ def wide_section(width: int) -> dict[str, Any]:
             "run_s": round(time.perf_counter() - began, 1),
             "run_cpu_s": round(cpu, 1),
         }
+        app = Interlock(home)
+        state = app.state("wide-1")
+        result["status_of_run"] = state.status.value
+        result["timed_out"] = sum(1 for s in app.events("wide-1") if s.kind == "task_timed_out")
+        app.close()
         result["status"] = timed(home, "status", "wide-1")
         result["status_json"] = timed(home, "status", "wide-1", "--json")
         result["explain"] = timed(home, "explain", "wide-1")

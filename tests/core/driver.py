@@ -138,6 +138,18 @@ class Driver:
         self.record(ev.Approved(at=self.now, by="tester"))
         return self.settle()
 
+    def begin(self, *task_ids: str) -> list[Decision]:
+        """Report the current attempt of each task as started by a worker now, and settle."""
+        made: list[Decision] = []
+        for task_id in task_ids:
+            started = ev.TaskStarted(
+                at=self.now, task_id=task_id, attempt=self.attempt(task_id), worker="pid 1"
+            )
+            result = self.observe(started)
+            assert result is not None, f"start of {task_id} was dropped"
+            made += result
+        return made
+
     def advance(self, seconds: float) -> list[Decision]:
         """Let time pass and settle (timeouts and due retries fire)."""
         self.now += seconds

@@ -158,6 +158,7 @@ def test_cancel_abandons_tasks_in_flight() -> None:
 def test_timeout_default_grace_is_120_seconds() -> None:
     """A task is timed out only once it runs past its timeout plus the default 120 s grace."""
     d = research()
+    d.begin("researcher-a@1", "researcher-b@1")
     assert d.advance(600 + 119.9) == []
     made = d.advance(0.1)
     assert [x.rule for x in made] == [R.TIMEOUT, R.TIMEOUT, R.GIVE_UP]
@@ -181,6 +182,7 @@ def test_timeout_counts_from_when_the_worker_started() -> None:
 def test_timeout_then_retry_with_backoff_then_success() -> None:
     """A timed-out attempt is retried after its backoff, and the retry's success ends the run."""
     d = one_worker(retries=2, timeout=60, backoff={"initial": 10, "jitter": 0})
+    d.begin("w@1")
     made = d.advance(180)
     assert [x.rule for x in made] == [R.TIMEOUT, R.RETRY]
     retry = made[1].event
@@ -201,6 +203,7 @@ def test_timeout_then_retry_with_backoff_then_success() -> None:
 def test_late_result_of_a_timed_out_attempt_is_dropped() -> None:
     """Once attempt 1 timed out and attempt 2 runs, attempt 1's late report is stale."""
     d = one_worker(retries=1, timeout=60, backoff={"jitter": 0})
+    d.begin("w@1")
     d.advance(180)
     d.advance_to_wake()
     assert d.attempt("w@1") == 2
@@ -225,9 +228,11 @@ def test_timeout_fails_the_run_after_all_retries() -> None:
     """A task that times out on every attempt fails the run after retries + 1 attempts."""
     d = one_worker(retries=2, timeout=10, grace=0, backoff={"initial": 1, "jitter": 0})
     for _ in range(2):
+        d.begin("w@1")
         d.advance(10)
         d.advance_to_wake()
     assert d.attempt("w@1") == 3
+    d.begin("w@1")
     made = d.advance(10)
     assert [x.rule for x in made] == [R.TIMEOUT, R.GIVE_UP]
     assert made[-1].why.startswith("task w@1 failed after 3 attempt(s): no result within")
@@ -588,9 +593,13 @@ def test_decisions_are_the_same_from_the_folded_history() -> None:
 def test_next_wake_is_the_earliest_deadline_or_retry() -> None:
     """The engine wakes at the earliest task deadline or due retry, and never when idle."""
     d = research()
+    assert next_wake(d.pipeline, d.state) == 86400  # not started: the start deadline
+    d.begin("researcher-a@1", "researcher-b@1")
     assert next_wake(d.pipeline, d.state) == 720
     d.complete("researcher-a@1")
     d.complete("researcher-b@1")
+    assert next_wake(d.pipeline, d.state) == 86400
+    d.begin("synthesizer@1")
     assert next_wake(d.pipeline, d.state) == 540
     d.complete("synthesizer@1")
     assert next_wake(d.pipeline, d.state) is None

@@ -53,6 +53,7 @@ def test_a_superseded_attempt_is_paid_for_but_a_recorded_one_not_twice() -> None
         worker("w", final=True, retries=1, timeout=10, grace=0, backoff={"initial": 1})
     ]}]}))  # fmt: skip
     d.start()
+    d.begin("w@1")
     d.advance(10)  # attempt 1 timed out, attempt 2 scheduled
     d.advance_to_wake()
     assert d.attempt("w@1") == 2

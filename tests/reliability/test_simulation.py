@@ -18,6 +18,7 @@ import pytest
 from interlock.core import observe
 from interlock.sim import simulate
 from interlock.sim.pipelines import CATALOG
+from interlock.sim.world import Simulation
 
 SEEDS = int(os.environ.get("INTERLOCK_SIM_SEEDS", "4000"))
 FIRST = int(os.environ.get("INTERLOCK_SIM_START", "0"))
@@ -40,6 +41,27 @@ def test_thousands_of_seeds_keep_every_invariant() -> None:
     assert failures == [], "\n".join(failures[:10])
     assert statuses["delivered"] and statuses["failed"] and statuses["paused"]
     assert all(fired[point] for point in ("crash", "commit_ambiguous", "commit_failed"))
+    assert fired["slot_wait"] and fired["lost_dispatch"]
+
+
+def test_waits_for_a_slot_and_lost_dispatches_keep_the_invariants() -> None:
+    """Seeds whose attempts wait past their timeout for a slot, or are lost before they
+    start, keep every invariant (no attempt is timed out before the deadline that applies to
+    it); a lost one is timed out as not started and dispatched again."""
+    lost = 0
+    for seed in range(300):
+        sim = Simulation(seed)
+        if not any(sim.queue.enabled.values()):
+            continue
+        result = sim.run()
+        assert result.ok, result.summary()
+        details = [
+            s.data.get("detail", "")
+            for s in sim.store.events(sim.run_id)
+            if s.kind == "task_timed_out"
+        ]
+        lost += any(d.startswith("not started within start_timeout") for d in details)
+    assert lost, "no seed lost a dispatch"
 
 
 @pytest.mark.parametrize("pipeline", [*CATALOG, "random"])

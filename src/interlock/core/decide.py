@@ -42,7 +42,7 @@ class RuleName(StrEnum):
 
     START = "start"  # a new run starts its first phase
     ARCHIVE = "archive"  # a delivered run is archived
-    TIMEOUT = "timeout"  # a task ran past timeout + grace
+    TIMEOUT = "timeout"  # a task ran past timeout + grace, or did not start by start_timeout
     RETRY = "retry"  # a failed or timed-out attempt gets another, after backoff
     FALLBACK = "fallback"  # the model failed for good: try the next fallback model
     GIVE_UP = "give_up"  # no attempts left: the run fails
@@ -215,7 +215,9 @@ def settle(
 def next_wake(pipeline: Pipeline, state: RunState) -> float | None:
     """The earliest time the table would act without a new observation (None: never)."""
     times = []
-    due = state.earliest_deadline(lambda t: _deadline(pipeline, t), pipeline.shortest_deadline)
+    due = state.earliest_deadline(
+        lambda t: _deadline(pipeline, t), pipeline.shortest_deadline, pipeline.shortest_start
+    )
     if due is not None:
         times.append(due)
     if state.status is RUN_RUNNING:
@@ -228,29 +230,42 @@ def next_wake(pipeline: Pipeline, state: RunState) -> float | None:
 
 
 def _deadline(pipeline: Pipeline, task: TaskState) -> float:
+    """When the engine gives up on the task's current attempt.
+
+    A started attempt has `timeout + grace` from its start (its worker stops it at `timeout`;
+    the grace covers a worker that died or a report that was lost). One not started yet may
+    wait `start_timeout` from its dispatch, for a free slot or worker: a phase wider than the
+    concurrency waits its turn, and only a dispatch that was lost waits past it.
+    """
     worker = pipeline.worker(task.role)
     if worker.pipeline is not None:
         # A child run is bounded by its own tasks' limits, and may wait for a person for days.
         return math.inf
-    return (task.started_at or task.dispatched_at) + worker.timeout + worker.grace
+    if task.started_at is None:
+        return task.dispatched_at + worker.start_deadline
+    return task.started_at + worker.timeout + worker.grace
 
 
 def _timeouts(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]:
+    started, queued = now - pipeline.shortest_deadline, now - pipeline.shortest_start
     return [
-        Decision(
-            RuleName.TIMEOUT,
-            ev.TaskTimedOut(
-                at=now,
-                task_id=t.task_id,
-                attempt=t.attempt,
-                detail="no result "
-                f"within timeout + grace ({_deadline(pipeline, t) - t.dispatched_at:g}s)",
-            ),
-            f"task {t.task_id} attempt {t.attempt} passed its deadline",
-        )
-        for t in state.flight_starts(now - pipeline.shortest_deadline)
+        _timed_out(pipeline, t, now)
+        for t in state.flight_since(started, queued)
         if now >= _deadline(pipeline, t)
     ]
+
+
+def _timed_out(pipeline: Pipeline, task: TaskState, now: float) -> Decision:
+    """The timeout of an attempt past its deadline, saying which deadline passed."""
+    worker = pipeline.worker(task.role)
+    if task.started_at is None:
+        detail = f"not started within start_timeout ({worker.start_deadline:g}s)"
+        why = f"task {task.task_id} attempt {task.attempt} was not started in time"
+    else:
+        detail = f"no result within timeout + grace ({worker.timeout + worker.grace:g}s)"
+        why = f"task {task.task_id} attempt {task.attempt} passed its deadline"
+    event = ev.TaskTimedOut(at=now, task_id=task.task_id, attempt=task.attempt, detail=detail)
+    return Decision(RuleName.TIMEOUT, event, why)
 
 
 def _failures(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]:

@@ -511,6 +511,7 @@ def _kind(worker: Worker) -> Hashable:
         worker.backoff,
         worker.timeout,
         worker.grace,
+        worker.start_timeout,
     )
 
 

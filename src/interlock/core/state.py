@@ -207,12 +207,15 @@ class RunState:
     signal_keys: set[str] = field(default_factory=set)  # idempotency keys seen
     # Indexes `apply` keeps so that a rule looks only at the tasks it can concern: a phase of
     # 10,000 workers must not cost 10,000 steps per event. Task ids by status group, each in
-    # the order its tasks entered the group, and the in-flight tasks by when their current
-    # attempt began (a heap; entries a task has since left are skipped, then swept).
+    # the order its tasks entered the group, and two heaps of the attempts in flight: those
+    # running by their start, those not started yet by their dispatch, since each has its own
+    # deadline (`timeout + grace` from the start; `start_timeout` from the dispatch). Entries
+    # an attempt has since left are skipped, popped once they reach the top, and swept.
     flight: dict[str, None] = field(default_factory=dict)  # dispatched or running
     failing: dict[str, None] = field(default_factory=dict)  # failed or timed out
     retrying: dict[str, None] = field(default_factory=dict)  # waiting for a retry
-    starts: list[tuple[float, int, str]] = field(default_factory=list)
+    starts: list[tuple[float, int, str]] = field(default_factory=list)  # running, by start
+    queued: list[tuple[float, int, str]] = field(default_factory=list)  # not started, by dispatch
     parent_run: str | None = None  # a child run: the run whose task it works for
     parent_task: str | None = None
     children: dict[str, Child] = field(default_factory=dict)  # task id -> its latest child
@@ -225,44 +228,56 @@ class RunState:
         """The tasks of one index (`flight`, `failing`, `retrying`) in dispatch order."""
         return sorted((self.tasks[t] for t in group), key=_by_order)
 
-    def flight_starts(self, until: float) -> list[TaskState]:
-        """In-flight tasks whose current attempt began at or before `until`, dispatch order.
+    def flight_since(self, started: float, dispatched: float) -> list[TaskState]:
+        """In-flight tasks whose current attempt started at or before `started`, or has not
+        started and was dispatched at or before `dispatched`; in dispatch order.
 
-        Walks the heap only where entries are that early: the cost follows the answer's size.
+        Walks each heap only where entries are that early: the cost follows the answer's size.
         """
-        heap, found, stack = self.starts, {}, [0]
-        while stack:
-            index = stack.pop()
-            if index >= len(heap) or heap[index][0] > until:
-                continue  # a heap's children are never earlier than their parent
-            start, _, task_id = heap[index]
-            # A fork for `check` keeps only open tasks and the current visit's: an entry of a
-            # task completed earlier may name one it does not hold.
-            task = self.tasks.get(task_id)
-            if task is not None and task.status in IN_FLIGHT and _began(task) == start:
-                found[task_id] = task
-            stack += (2 * index + 1, 2 * index + 2)
+        found: dict[str, TaskState] = {}
+        for heap, until, valid in (
+            (self.starts, started, _running_since),
+            (self.queued, dispatched, _queued_since),
+        ):
+            stack = [0]
+            while stack:
+                index = stack.pop()
+                if index >= len(heap) or heap[index][0] > until:
+                    continue  # a heap's children are never earlier than their parent
+                since, _, task_id = heap[index]
+                # A fork for `check` keeps only open tasks and the current visit's: an entry
+                # of a task completed earlier may name one it does not hold.
+                task = self.tasks.get(task_id)
+                if task is not None and valid(task, since):
+                    found[task_id] = task
+                stack += (2 * index + 1, 2 * index + 2)
         return sorted(found.values(), key=_by_order)
 
     def earliest_deadline(
-        self, deadline: Callable[[TaskState], float], shortest: float
+        self, deadline: Callable[[TaskState], float], running: float, queued: float
     ) -> float | None:
         """The least `deadline(task)` of the tasks in flight, where no deadline is less than
-        `shortest` after its attempt began (None: nothing in flight).
+        `running` after a started attempt's start, nor `queued` after the dispatch of one not
+        started (None: nothing in flight).
 
-        Walks the heap only while an attempt that began there could still be due first: with
-        one timeout for all workers, little more than the earliest attempt.
+        Walks each heap only while an attempt found there could still be due first: with one
+        timeout for all workers, little more than its earliest attempt.
         """
-        heap, best, stack = self.starts, math.inf, [0]
-        while stack:
-            index = stack.pop()
-            if index >= len(heap) or heap[index][0] + shortest >= best:
-                continue
-            start, _, task_id = heap[index]
-            task = self.tasks.get(task_id)  # see `flight_starts`
-            if task is not None and task.status in IN_FLIGHT and _began(task) == start:
-                best = min(best, deadline(task))
-            stack += (2 * index + 1, 2 * index + 2)
+        best = math.inf
+        for heap, shortest, valid in (
+            (self.starts, running, _running_since),
+            (self.queued, queued, _queued_since),
+        ):
+            stack = [0]
+            while stack:
+                index = stack.pop()
+                if index >= len(heap) or heap[index][0] + shortest >= best:
+                    continue
+                since, _, task_id = heap[index]
+                task = self.tasks.get(task_id)  # see `flight_since`
+                if task is not None and valid(task, since):
+                    best = min(best, deadline(task))
+                stack += (2 * index + 1, 2 * index + 2)
         return None if best == math.inf else best
 
     def copy(self) -> RunState:
@@ -284,6 +299,7 @@ class RunState:
         clone.signal_keys = set(self.signal_keys)
         clone.flight, clone.failing = dict(self.flight), dict(self.failing)
         clone.retrying, clone.starts = dict(self.retrying), list(self.starts)
+        clone.queued = list(self.queued)
         clone.children = dict(self.children)
         clone.task_slot_waits, clone.task_slots = dict(self.task_slot_waits), dict(self.task_slots)
         return clone
@@ -306,9 +322,14 @@ def _by_order(task: TaskState) -> int:
     return task.order
 
 
-def _began(task: TaskState) -> float:
-    """When the task's current attempt began: its start if reported, else its dispatch."""
-    return task.started_at or task.dispatched_at
+def _running_since(task: TaskState, since: float) -> bool:
+    """Whether a `starts` entry still stands for the task's current attempt."""
+    return task.status is TASK_RUNNING and task.started_at == since
+
+
+def _queued_since(task: TaskState, since: float) -> bool:
+    """Whether a `queued` entry still stands for the task's current attempt."""
+    return task.status is TASK_DISPATCHED and task.dispatched_at == since
 
 
 def _group(state: RunState, status: TaskStatus) -> dict[str, None] | None:
@@ -339,16 +360,47 @@ def _set_status(state: RunState, task: TaskState, status: TaskStatus) -> None:
     ):
         current.done += 1 if status is TASK_COMPLETED else -1
     task.status = status
+    if after is not state.flight and before is state.flight:
+        _prune(state)  # its heap entry may be at the top now
 
 
 def _track_start(state: RunState, task: TaskState) -> None:
-    """Index when the task's current attempt began; sweep the heap when mostly stale."""
-    heap = state.starts
-    heapq.heappush(heap, (_began(task), task.order, task.task_id))
-    if len(heap) > 2 * len(state.flight) + 64:
-        tasks = state.tasks
-        heap[:] = [(_began(tasks[t]), tasks[t].order, t) for t in state.flight]
-        heapq.heapify(heap)
+    """Index the task's current attempt by its start (or, not started yet, its dispatch)."""
+    if task.started_at is None:
+        heapq.heappush(state.queued, (task.dispatched_at, task.order, task.task_id))
+    else:
+        heapq.heappush(state.starts, (task.started_at, task.order, task.task_id))
+    _prune(state)
+
+
+def _prune(state: RunState) -> None:
+    """Pop the entries at the top of each heap that no longer stand, and sweep a heap that
+    is mostly such entries.
+
+    Attempts mostly start in the order they were dispatched and end in the order they
+    started, so what has left a heap is usually at its top: popping it there keeps both the
+    walks of `flight_since` and `earliest_deadline` and the sweeps rare, whatever the width.
+    """
+    tasks, limit = state.tasks, 2 * len(state.flight) + 64
+    for heap, valid in ((state.starts, _running_since), (state.queued, _queued_since)):
+        while heap:
+            since, _, task_id = heap[0]
+            task = tasks.get(task_id)
+            if task is not None and valid(task, since):
+                break
+            heapq.heappop(heap)
+        if len(heap) > limit:
+            heap[:] = [entry for entry in heap if _stands(tasks, entry, valid)]
+            heapq.heapify(heap)
+
+
+def _stands(
+    tasks: dict[str, TaskState],
+    entry: tuple[float, int, str],
+    valid: Callable[[TaskState, float], bool],
+) -> bool:
+    task = tasks.get(entry[2])
+    return task is not None and valid(task, entry[0])
 
 
 def task_id_for(role: str, visit: int, item: int | None) -> str:

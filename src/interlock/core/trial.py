@@ -133,11 +133,14 @@ def fork(state: RunState, own: Collection[str] = ()) -> RunState:
         for k, t in tasks.items()
         if k in current or t.status is not TASK_COMPLETED
     }
-    # The start-time heap keeps entries of tasks that have left flight until a sweep: drop
+    # The deadline heaps keep entries of tasks that have left flight until a sweep: drop
     # those of tasks left out above (a heap stays one only when rebuilt).
     if any(task_id not in clone.tasks for _, _, task_id in clone.starts):
         clone.starts = [entry for entry in clone.starts if entry[2] in clone.tasks]
         heapq.heapify(clone.starts)
+    if any(task_id not in clone.tasks for _, _, task_id in clone.queued):
+        clone.queued = [entry for entry in clone.queued if entry[2] in clone.tasks]
+        heapq.heapify(clone.queued)
     return clone
 
 

@@ -34,6 +34,10 @@ SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 PIPELINE_REF = re.compile(r"^(?:[^#\s][^#]*\.(?:ya?ml|json)#)?[^#\s/][^#/]*$")
 MAX_TIMEOUT_S = 7 * 24 * 3600  # a week; anything longer is a typo for minutes or ms
 DEFAULT_GRACE_S = 120.0  # how long past its timeout a task may run before the engine acts
+# How long a dispatched attempt may wait to start before it counts as lost (a dispatch the
+# queue or its transport dropped, a fleet that is gone). Waiting for a free slot is normal, so
+# it is generous: a day covers a phase of thousands of model calls at a few at a time.
+DEFAULT_START_TIMEOUT_S = 86400.0
 
 
 def check_safe_name(value: str, what: str) -> str:
@@ -143,6 +147,12 @@ class Worker(_Model):
     task: str = ""
     timeout: Annotated[float, Field(gt=0, le=MAX_TIMEOUT_S)] = 600.0
     grace: Annotated[float, Field(ge=0, le=MAX_TIMEOUT_S)] = DEFAULT_GRACE_S
+    # Seconds (or "30m", "2h", "1d") a dispatched attempt may wait to start; unset: a day
+    # (`start_deadline`). Left out of the canonical form when unset, so that existing
+    # definitions keep their hashes.
+    start_timeout: Annotated[float, Field(gt=0, le=MAX_TIMEOUT_S)] | None = Field(
+        default=None, exclude_if=lambda value: value is None
+    )
     reads: list[str] = Field(default_factory=list)
     final: bool = False
     output: str | None = None
@@ -168,6 +178,16 @@ class Worker(_Model):
     @classmethod
     def _cache_setting(cls, value: Any) -> Any:
         return cache_setting(value)
+
+    @field_validator("start_timeout", mode="before")
+    @classmethod
+    def _start_duration(cls, value: Any) -> Any:
+        return duration_seconds(value, "start_timeout")
+
+    @property
+    def start_deadline(self) -> float:
+        """Seconds a dispatched attempt may wait for its start (`start_timeout` or a day)."""
+        return DEFAULT_START_TIMEOUT_S if self.start_timeout is None else self.start_timeout
 
     # Request settings over those of the model's alias (and of each fallback model's).
     params: RequestSettings | None = Field(default=None, exclude_if=lambda value: value is None)
@@ -546,8 +566,13 @@ class Pipeline(_Model):
 
     @cached_property
     def shortest_deadline(self) -> float:
-        """The least timeout + grace of any worker: no attempt can time out sooner."""
+        """The least timeout + grace of any worker: no started attempt can time out sooner."""
         return min(w.timeout + w.grace for p in self.phases for w in p.workers)
+
+    @cached_property
+    def shortest_start(self) -> float:
+        """The least start deadline of any worker: no attempt counts as lost sooner."""
+        return min(w.start_deadline for p in self.phases for w in p.workers)
 
     @cached_property
     def writers(self) -> dict[str, str]:

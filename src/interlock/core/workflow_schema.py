@@ -88,8 +88,10 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
     "Worker": {
         "role": "The worker's name, unique in the pipeline; its output is '<role>.md'.",
         "task": "The instructions (a template: {{ topic }}, {{ inputs }}, extracted values).",
-        "timeout": "Seconds an attempt may take.",
+        "timeout": "Seconds an attempt may take, counted from its start.",
         "grace": "Seconds past the timeout before the engine gives up on the attempt.",
+        "start_timeout": "Seconds (or 30m, 2h, 1d) a dispatched attempt may wait to start "
+        "(for a free slot or worker) before it is timed out and retried; default 1 day.",
         "reads": "Output files of earlier workers this worker is given.",
         "final": "This worker's output is the run's result (final.md).",
         "output": "The file this worker writes, instead of '<role>.md'.",
@@ -210,6 +212,7 @@ def workflow_schema() -> dict[str, Any]:
     ttl = defs["Cache"]["properties"]["ttl"]
     ttl["anyOf"].insert(1, _DURATION)
     defs["Phase"]["properties"]["delay"]["anyOf"].insert(1, _DURATION)
+    worker["start_timeout"]["anyOf"].insert(1, _DURATION)
     defs["WaitFor"]["properties"]["timeout"]["anyOf"].insert(1, _DURATION)
     defs["WaitFor"]["properties"]["signal"]["pattern"] = r"^[A-Za-z_]\w{0,63}$"
     inputs = defs["Pipeline"]["properties"]["inputs"]

@@ -138,6 +138,10 @@ class HistoryChecker:
             return None
         if task.status not in ("dispatched", "started"):
             return f"{event.task_id}: {event.kind} while {task.status}"
+        if isinstance(event, ev.TaskTimedOut):
+            early = self._early_timeout(event)
+            if early is not None:
+                return early
         if isinstance(event, ev.TaskCompleted):
             if task.status != "started" and not event.adopted:  # adopted: found on disk
                 return f"{event.task_id}: completed but never recorded as started"
@@ -145,6 +149,26 @@ class HistoryChecker:
             task.status = "completed"
             return None if task.completions == 1 else f"{event.task_id} completed twice"
         task.status = "failed"
+        return None
+
+    def _early_timeout(self, event: ev.TaskTimedOut) -> str | None:
+        """The engine times an attempt out only past the deadline that applies to it:
+        `timeout + grace` from its recorded start, or `start_timeout` from its dispatch while
+        it has not started (an attempt waiting for a slot has not used any of its timeout)."""
+        task = self.shadow.tasks[event.task_id]
+        worker = self.pipeline.worker(task.role)
+        if event.detail.startswith("not started within"):
+            if task.started_at is not None:
+                return f"{event.task_id}: timed out as not started after its start"
+            due = task.dispatched_at + worker.start_deadline
+        elif event.detail.startswith("no result within timeout + grace"):
+            if task.started_at is None:
+                return f"{event.task_id}: timed out for its result before it started"
+            due = task.started_at + worker.timeout + worker.grace
+        else:
+            return None  # the worker's own report of its timeout
+        if event.at < due:
+            return f"{event.task_id}: timed out at {event.at:.3f}, before its deadline {due:.3f}"
         return None
 
     def _reuse(self, event: ev.TaskReused) -> str | None:

@@ -22,7 +22,8 @@ ITEMS = {"items": {"json": "items", "type": "list"}}
 
 
 def _w(role: str, **extra: Any) -> dict[str, Any]:
-    return {"role": role, "model": "m", "timeout": 20, "grace": 5, **extra}
+    # A start_timeout of a minute: a lost dispatch is found within the simulated run.
+    return {"role": role, "model": "m", "timeout": 20, "grace": 5, "start_timeout": 60, **extra}
 
 
 CATALOG: dict[str, dict[str, Any]] = {

@@ -26,6 +26,7 @@ from interlock.runtime.driver import Report, RunDriver
 from interlock.runtime.executors import Outcome
 from interlock.sim.buggify import Buggify
 from interlock.sim.clock import SimClock
+from interlock.sim.queueing import QueueFaults
 
 if TYPE_CHECKING:
     from interlock.runtime.orchestrator import Orchestrator
@@ -101,12 +102,18 @@ class SimDispatcher:
     """A `Dispatcher` whose workers are simulated."""
 
     def __init__(
-        self, rng: random.Random, clock: SimClock, scheduler: Scheduler, buggify: Buggify
+        self,
+        rng: random.Random,
+        clock: SimClock,
+        scheduler: Scheduler,
+        buggify: Buggify,
+        queue: QueueFaults | None = None,
     ) -> None:
         self.rng = rng
         self.clock = clock
         self.scheduler = scheduler
         self.buggify = buggify
+        self.queue = queue or QueueFaults(0, faults=False)
         self.handles: list[SimHandle] = []
         self.sent: list[SentReport] = []
         self.executions: Counter[tuple[str, str, int]] = Counter()  # (run, task, attempt)
@@ -129,7 +136,10 @@ class SimDispatcher:
             if handle.live:
                 orchestrator.report(driver, Report(event=started))
 
-        begins = now + self.rng.uniform(0, 0.2)  # a worker reports its start before its end
+        waits = self.queue.wait(worker)
+        if waits is None:
+            return cast("asyncio.Task[None]", handle)  # lost before it started: never runs
+        begins = now + waits + self.rng.uniform(0, 0.2)  # a start is reported before the end
         self.scheduler.at(begins, report_start)
         if self.buggify("hang", 0.15):
             return cast("asyncio.Task[None]", handle)  # never answers; the engine times it out

@@ -26,6 +26,7 @@ from interlock.sim.buggify import Buggify
 from interlock.sim.clock import SimClock
 from interlock.sim.invariants import HistoryChecker, end_problems
 from interlock.sim.pipelines import CATALOG, choose, definition, wait_seed
+from interlock.sim.queueing import QueueFaults
 from interlock.sim.rerun import maybe_rerun
 from interlock.sim.review import maybe_review, review_end_problems, review_rng
 from interlock.sim.signals import SignalPeople
@@ -102,7 +103,10 @@ class Simulation:
         self.buggify = Buggify(self.rng, faults=faults)
         self.clock = SimClock()
         self.scheduler = Scheduler()
-        self.dispatcher = SimDispatcher(self.rng, self.clock, self.scheduler, self.buggify)
+        self.queue = QueueFaults(seed, faults=faults)
+        self.dispatcher = SimDispatcher(
+            self.rng, self.clock, self.scheduler, self.buggify, self.queue
+        )
         self.store = MemoryStore()
         self.faulty = FaultyStore(self.store, self._storage_fault)
         self.checker = HistoryChecker(self.definition.pipeline)
@@ -143,7 +147,7 @@ class Simulation:
             faults.set_hook(previous)
             logging.disable(silenced)
             shutil.rmtree(scratch, ignore_errors=True)
-        self.result.faults = self.buggify.fired
+        self.result.faults = self.buggify.fired + self.queue.fired
         return self.result
 
     def _new_orchestrator(self) -> Orchestrator:
