@@ -76,7 +76,7 @@ def test_a_keyed_task_waits_for_its_slot_before_dispatch() -> None:
 
 def test_no_deadline_runs_while_a_task_waits_for_its_slot() -> None:
     """A waiting attempt is not dispatched, so nothing times out however long it waits; its
-    timeout counts from the dispatch that follows the slot."""
+    start_timeout counts from the dispatch that follows the slot, its timeout from its start."""
     driver = Driver(keyed(timeout=10, grace=0))
     driver.start(inputs={"customer": "acme"})
     assert next_wake(driver.pipeline, driver.state) is None
@@ -84,6 +84,8 @@ def test_no_deadline_runs_while_a_task_waits_for_its_slot() -> None:
     assert driver.settle() == []
     take(driver, "w@1")
     assert driver.state.tasks["w@1"].dispatched_at == 1_000.0
+    assert next_wake(driver.pipeline, driver.state) == 1_000.0 + 86_400
+    driver.begin("w@1")
     assert next_wake(driver.pipeline, driver.state) == 1_010.0
 
 
