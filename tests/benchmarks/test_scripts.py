@@ -176,3 +176,12 @@ def test_startup_script_times_the_three_commands(tmp_path: Path) -> None:
     }
     assert all(f["min_ms"] > 0 for f in figures.values())
     assert list(tmp_path.iterdir()) == []
+
+
+def test_task_keys_script_compares_keyed_and_plain_runs(tmp_path: Path) -> None:
+    """task_keys.py drives keyed and plain runs to delivery and prints their CPU ratio, and
+    removes its scratch folders."""
+    done = run("task_keys.py", "--runs", "5", "--rounds", "1", tmp=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout)["keyed_over_plain"] > 0
+    assert list(tmp_path.iterdir()) == []

@@ -516,6 +516,8 @@ class Orchestrator:
             observed, consumed = driver.observe(now)
             new = observed + slots.get(driver.run_id, []) + task_slots.get(driver.run_id, [])
             new += driver.decide(now)
+            if driver.state.task_slot_waits:
+                new += self._first_asks(driver, new, now)
             if new or consumed:
                 batch = AppendBatch(
                     lease=driver.lease,
@@ -595,14 +597,26 @@ class Orchestrator:
                 self.wake_at(now + self.task_slots.poll(), driver)
         return taken
 
+    def _first_asks(self, driver: RunDriver, new: list[NewEvent], now: float) -> list[NewEvent]:
+        """Attempts that started waiting in this tick ask at once: one that gets its slot is
+        dispatched in the same commit (one commit per step, as without a key)."""
+        if not any(isinstance(n.event, ev.TaskSlotAwaited) for n in new):
+            return []
+        taken = self.task_slots.take([driver], now).get(driver.run_id, [])
+        if not taken:
+            self.wake_at(now + self.task_slots.poll(), driver)
+            return []
+        more = driver.decide(now)
+        if any(isinstance(n.event, ev.TaskSlotAwaited) for n in more):
+            self.wake_at(now, driver)  # newer waits: they ask at the next turn
+        return taken + more
+
     def _task_slots_recorded(self, recorded: list[RunDriver], now: float) -> None:
         """Free the slots of attempts that ended; runs that wait here for a slot of a key
-        ask again at once when one was freed, and new waiters ask at the next turn."""
+        ask again at once when one was freed."""
         freed = False
         for driver in recorded:
             freed = self.task_slots.committed(driver) or freed
-            if driver.state.task_slot_waits and driver.run_id not in self.task_slots.waiting():
-                self.wake_at(now, driver)  # a new wait: its first ask
         if freed:
             for run_id in self.task_slots.waiting():
                 if run_id in self.drivers:

@@ -4,9 +4,9 @@ The engine records `TaskSlotAwaited` instead of dispatching an attempt of a work
 `concurrency:` (`interlock.core.task_slots`). Each tick, the orchestrator asks the store for a
 slot for every waiting attempt of the runs it looks at (`Store.take_task_slot`, atomic across
 every orchestrator of the store) and records `TaskSlotTaken` for those that got one, before
-the engine decides: the attempt is dispatched in the same tick. Waiting attempts ask again
-every `SLOT_POLL_S` (less often when many wait), and at once when an attempt of this process
-frees a slot of their key.
+the engine decides: the attempt is dispatched in the same tick. Within a key they ask oldest
+first and stop at the first refusal. Waiting attempts ask again every `SLOT_POLL_S` (less
+often when many runs wait), and at once when an attempt of this process frees a slot.
 
 A slot is held in the store while the ledger says the attempt holds it: after each commit
 the rows of attempts that ended are dropped (`Store.keep_task_slots`), and a run taken up
@@ -86,9 +86,13 @@ class TaskSlots:
                 waits.append((store_key(state.pipeline, wait.role, wait.key), wait, driver))
         found: dict[str, list[NewEvent]] = {}
         still: set[str] = set()
+        full: set[str] = set()  # keys that refused an attempt in this look
         for index in fair_order(waits):
             key, wait, driver = waits[index]
-            if wait.task_id not in driver.state.task_slot_waits:
+            if key in full:
+                # A younger attempt of a key that just refused an older one would be refused
+                # too: not asking keeps a backlog of thousands at one ask per key and look.
+                still.add(driver.run_id)
                 continue
             try:
                 taken = self.store.take_task_slot(
@@ -101,6 +105,7 @@ class TaskSlots:
             synced[wait.task_id] = wait.attempt
             if not taken:
                 still.add(driver.run_id)
+                full.add(key)
                 continue
             event = ev.TaskSlotTaken(
                 at=now, task_id=wait.task_id, attempt=wait.attempt, key=wait.key
