@@ -236,3 +236,41 @@ def test_a_run_whose_tasks_wait_for_slots_says_for_what() -> None:
     state = fold([*history, ev.TaskSlotTaken(at=3.0, task_id="w@1", attempt=1, key="acme")])
     assert listed_status(state) == "running" and waiting_view(state) is None
     assert state.task_slots["w@1"].key == "acme"
+
+
+def test_a_rerun_plan_sees_through_the_wait_for_a_task_slot(tmp_path: Path) -> None:
+    """Planning a rerun of a keyed run lists its keyed task and what follows: waiting for a
+    slot only delays a task, so the plan takes it."""
+    flow = tmp_path / "fair.yaml"
+    flow.write_text(FAIR)
+    app = Interlock(tmp_path / "home")
+    try:
+        state = app.run(flow, topic="fair")
+        assert state.status.value == "delivered", state.failure
+        plan = app.plan_rerun(state.run_id, from_phase="fan")
+    finally:
+        app.close()
+    assert [t.task_id for t in plan.tasks] == [
+        "p@1",
+        *(f"w@1.{n}" for n in range(5)),
+        "m@1",
+    ], plan.as_dict()
+    assert [t.reuse for t in plan.tasks] == [True] + [False] * 6
+
+
+def test_a_keyed_run_replays_to_the_same_decisions(tmp_path: Path) -> None:
+    """The recorded history of a run whose tasks waited for and took slots replays through
+    the engine to the same decisions: waiting is decided from the ledger alone."""
+    from interlock.sim.replay import fixture_of, replay
+
+    flow = tmp_path / "fair.yaml"
+    flow.write_text(FAIR)
+    app = Interlock(tmp_path / "home", settings=Settings(max_concurrency=1))
+    try:
+        state = app.run(flow, topic="fair")
+        definition = app.definition_of(state.pipeline, state.definition_hash)
+        stored = app.events(state.run_id)
+    finally:
+        app.close()
+    assert [e.kind for e in stored].count("task_slot_taken") == 5
+    assert replay(fixture_of("keyed", "test", definition, stored)) == []

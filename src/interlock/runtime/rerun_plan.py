@@ -104,6 +104,15 @@ def plan(prepared: PreparedRerun, reuser: Reuser, source: SourceRun, now: float)
                 notes += _branch_notes(event, guessed, source_branches, source.run_id)
             elif decision.rule is RuleName.BRANCH_ERROR:
                 notes.append(f"cannot foresee beyond this point: {decision.why}")
+        if state.task_slot_waits:
+            # Waiting for a slot of a worker's concurrency key only delays a task: the plan
+            # gives every waiting attempt its slot and settles again.
+            for wait in list(state.task_slot_waits.values()):
+                taken = ev.TaskSlotTaken(
+                    at=0.0, task_id=wait.task_id, attempt=wait.attempt, key=wait.key
+                )
+                apply(state, taken)
+            continue
         pending = state.in_flight()
         if not pending:
             if state.status is RunStatus.PAUSED:
