@@ -1,5 +1,5 @@
-"""`interlock status` of a parent lists its child runs with their own state and cost, and
-`status` of a child names its parent and the task it works for."""
+"""`interlock status` of a parent lists its child runs with their own state and cost,
+`status` of a child names its parent and the task it works for, and `runs` marks child runs."""
 
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ def test_status_lists_children_and_a_child_names_its_parent(
 ) -> None:
     """A parent paused by its child: `status PARENT` has a child-runs table with the child's
     id, pipeline, paused state and cost (and `--json` the same as `child_runs`); `status
-    CHILD` names the parent, its task and state; after approval the child shows delivered."""
+    CHILD` names the parent, its task and state; `runs` marks the child (and `--json` gives its
+    `parent_run`); after approval the child shows delivered."""
     flow = tmp_path / "family.yaml"
     flow.write_text(FLOW)
     started = cli(cli_env, "run", str(flow), "parent", "--topic", "otters")
@@ -52,6 +53,9 @@ def test_status_lists_children_and_a_child_names_its_parent(
     assert [(c["run_id"], c["status"], c["task_id"]) for c in whole["child_runs"]] == [
         (child, "paused", "summary@1")
     ]
+    listed = {r["run_id"]: r for r in json.loads(cli(cli_env, "runs", "--json").stdout)}
+    assert listed[child]["parent_run"] == run_id and listed[run_id]["parent_run"] is None
+    assert f"↳ {child}" in cli(cli_env, "runs").stdout
     kid = " ".join(cli(cli_env, "status", child).stdout.split())
     assert f"child run of {run_id} (task summary@1, pipeline parent, paused)" in kid
     approved = cli(cli_env, "approve", run_id, timeout=120)

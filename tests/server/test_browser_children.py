@@ -22,7 +22,8 @@ def test_parent_page_shows_the_paused_child_and_approves_it_from_there(
     browser: Browser, make_server: ServerFactory, tmp_path: Path
 ) -> None:
     """On the parent's page: "paused in child <id>: approve here or there", the pipeline
-    task's row links the child with its state, the timeline and graph mark the child task;
+    task's row links the child with its state, the timeline and graph mark the child task,
+    and no send-back form is offered there (the review is the child's);
     the link opens the child's page, whose breadcrumb names the parent and the task; the runs
     list shows the child indented under its parent until "hide child runs" is ticked; and
     Approve on the parent's page lets both deliver."""
@@ -34,6 +35,8 @@ def test_parent_page_shows_the_paused_child_and_approves_it_from_there(
     note = page.locator("#paused-in-child")
     expect(note).to_contain_text(f"Paused in child {child}: approve here or there")
     workers = page.locator("table").filter(has=page.locator(".child-run"))
+    # Sending the parent back is done in the child: the parent's page offers no form for it.
+    expect(page.locator("#reject")).to_have_count(0)
     line = workers.locator(f'.child-run[data-child="{child}"]')
     expect(line).to_contain_text("paused for approval")
     expect(line).to_contain_text(re.compile(r"cost \$[0-9.]+ · [1-9][0-9]* tokens"))
@@ -51,6 +54,7 @@ def test_parent_page_shows_the_paused_child_and_approves_it_from_there(
     expect(crumb).to_contain_text(f"parent {run_id}")
     expect(crumb).to_contain_text("task summary@1")
     expect(page.locator("#pauses-parent")).to_contain_text("approving here or there")
+    expect(page.locator("#reject")).to_be_visible()  # the child's own review
     page.screenshot(path=str(SHOTS / "child-child.png"), full_page=True)
     crumb.get_by_role("link", name=run_id).click()
     expect(page.locator("#paused-in-child")).to_be_visible()

@@ -47,6 +47,9 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
     records = []
     if missing is None:
         records = ctx.store.list_runs(status=status, pipeline=pipeline, limit=limit)
+    from interlock.runtime.family import parents_of
+
+    parents = parents_of(ctx.store, [r.run_id for r in records])
     live = ("running", "waiting")
     drivers = {r.run_id: driver_of(r) for r in records if r.summary.status in live}
     waits = {r.run_id: _waits_for(ctx, r.run_id) for r in records if r.summary.status == "waiting"}
@@ -64,6 +67,7 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
                 "updated_at": r.summary.updated_at,
                 "driven_by": drivers.get(r.run_id),
                 "waiting": waits.get(r.run_id),
+                "parent_run": parents[r.run_id][0] if r.run_id in parents else None,
             }
             for r in records
         ]
@@ -97,7 +101,7 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
             else:
                 idle.append(r.run_id)
         table.add_row(
-            r.run_id,
+            f"↳ {r.run_id}" if r.run_id in parents else r.run_id,  # a child run
             r.pipeline,
             state,
             r.summary.phase or "",

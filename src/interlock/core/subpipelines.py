@@ -16,9 +16,10 @@ import copy
 import hashlib
 import re
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from interlock.core.workflow import Pipeline, Worker
+if TYPE_CHECKING:  # types only: listing runs reads `CHILD_ID` without loading the models
+    from interlock.core.workflow import Pipeline, Worker
 
 # The shape of a child run's id (`child_run_id`): what lets the runs list mark and hide child
 # runs by id alone. A person may name a run this way too; the first event settles it.

@@ -5,13 +5,15 @@ the parent run and the task it works for."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from interlock.core import events as ev
-from interlock.core.state import RunState
 from interlock.core.subpipelines import CHILD_ID
 from interlock.errors import RunNotFound
-from interlock.storage.base import Store
+
+if TYPE_CHECKING:  # `runs` and `status` use this module without loading the engine
+    from interlock.core.state import RunState
+    from interlock.storage.base import Store
 
 
 def child_row(store: Store, task_id: str, child: dict[str, Any]) -> dict[str, Any]:

@@ -22,7 +22,9 @@ function headerControls(run) {
 }
 
 function reviewPanel(run) {
-  if (run.status !== "paused" || !can("operate")) return null;
+  // A run paused by its child run has its pipeline task in flight: it is sent back (or
+  // edited) in the child, where the review is, and the note on this page links there.
+  if (run.status !== "paused" || !can("operate") || (run.pause && run.pause.child)) return null;
   const visited = run.phases.filter((p) => p.visits > 0).map((p) => p.id);
   const to = page.typed.rejectTo && visited.includes(page.typed.rejectTo) ? page.typed.rejectTo : run.phase;
   return h("section", { class: "panel", "aria-labelledby": "review-title" }, h("h2", { id: "review-title" }, "Send back"),

@@ -153,7 +153,7 @@ function childLine(child) {
 
 function pausedInChild(child) {
   return h("div", { class: "warn", id: "paused-in-child" }, "Paused in child ", runLink(child.run),
-    ": approve here or there (approving here approves the child, and both go on).",
+    ": approve here or there (approving here approves the child, and both go on); edit or send back in the child.",
     child.detail ? h("div", { class: "muted" }, child.detail.replace(`run ${child.run} `, "")) : null);
 }
 
