@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -113,6 +114,42 @@ def backends(url: str, name: str) -> list[int]:
     return [int(r[0]) for r in rows]
 
 
+def wait_delivered(
+    watch: psycopg.Connection[Any],
+    runs: int,
+    processes: list[subprocess.Popen[bytes]],
+    deadline: float,
+) -> None:
+    """Until `runs` runs are delivered; exits naming the trouble if a process dies or the
+    deadline passes."""
+    while delivered(watch) < runs:
+        for process in processes:
+            if process.poll() is not None:
+                raise SystemExit(
+                    f"{' '.join(map(str, process.args[2:]))} exited with code "
+                    f"{process.returncode} before {runs} runs were delivered (its output is above)"
+                )
+        if time.monotonic() > deadline:
+            raise SystemExit(
+                f"{delivered(watch)} of {runs} runs delivered in time; "
+                "raise --timeout on a slow machine"
+            )
+        time.sleep(0.05)
+
+
+def settle(processes: list[subprocess.Popen[bytes]], limit: float = 20.0) -> None:
+    """Wait (up to `limit` seconds) until no process used more than 20 ms of CPU in the last
+    half second: what is still starting up is not charged to the tasks measured."""
+    deadline = time.monotonic() + limit
+    before = [process_cpu(p.pid) for p in processes]
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = [process_cpu(p.pid) for p in processes]
+        if all(b - a < 0.02 for a, b in zip(before, now, strict=True)):
+            return
+        before = now
+
+
 class LockWatch(threading.Thread):
     """Samples, every 5 ms, whether some transaction waits for the commit-order lock (the
     advisory lock every append takes): the share of samples with a waiter says whether it
@@ -175,8 +212,16 @@ def measure(
         for _ in range(workers)
     ]
     try:
-        time.sleep(2.0)  # let every process connect before the clock starts
         os.environ["BENCH_ITEMS"] = str(items)
+        # One run before the clock starts: the processes have imported and connected what
+        # they need (on a busy machine that takes seconds of CPU, which is start-up cost,
+        # not a task's), then they are left to settle.
+        app.orchestrator.release(
+            app.orchestrator.drivers[app.start(work / "bench.yaml", topic="w")]
+        )
+        watch = psycopg.connect(url, autocommit=True)  # one connection, not one per look
+        wait_delivered(watch, 1, processes, time.monotonic() + timeout)
+        settle(processes)
         started, cpu_before = time.perf_counter(), cpu_times()
         before = {p.pid: process_cpu(p.pid) for p in processes}
         server = {pid: process_cpu(pid) for pid in backends(url, name)}
@@ -186,21 +231,7 @@ def measure(
         for i in range(runs):
             run_id = app.start(work / "bench.yaml", topic=f"t{i}")
             app.orchestrator.release(app.orchestrator.drivers[run_id])
-        deadline = time.monotonic() + timeout
-        watch = psycopg.connect(url, autocommit=True)  # one connection, not one per look
-        while delivered(watch) < runs:
-            for process in processes:
-                if process.poll() is not None:
-                    raise SystemExit(
-                        f"{' '.join(process.args[2:])} exited with code {process.returncode} "
-                        f"before the {runs} runs were delivered (its output is above)"
-                    )
-            if time.monotonic() > deadline:
-                raise SystemExit(
-                    f"{delivered(watch)} of {runs} runs delivered after {timeout:g} s; "
-                    "raise --timeout on a slow machine"
-                )
-            time.sleep(0.05)
+        wait_delivered(watch, runs + 1, processes, time.monotonic() + timeout)
         elapsed = time.perf_counter() - started
         watch.close()
         lock.stop.set()
@@ -225,6 +256,49 @@ def measure(
             process.wait(timeout=30)
         admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     return runs * (items + 2) / elapsed, busy / max(total, 1), per_task, waited
+
+
+def dbos_round(python: Path, runs: int, concurrent: int) -> tuple[float, float, dict[str, Any]]:
+    """(CPU seconds of the DBOS process, CPU seconds of the PostgreSQL server processes
+    serving its database, its JSON line) for one `peers/dbos_research3.py` invocation."""
+    name = f"il_bench_dbos_{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "BENCH_DBOS_DB": name, "BENCH_PG_ADMIN_URL": ADMIN}
+    script = Path(__file__).parent / "peers" / "dbos_research3.py"
+    argv = [str(python), str(script), "--backend", "postgres"]
+    argv += ["--runs", str(runs), "--concurrent", str(concurrent)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
+    seen: dict[int, float] = {}  # server process -> CPU seconds when last seen
+    with psycopg.connect(ADMIN, autocommit=True) as db:
+        while child.poll() is None:
+            rows = db.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = %s", (name,)
+            ).fetchall()
+            for (pid,) in rows:
+                seen[int(pid)] = max(seen.get(int(pid), 0.0), process_cpu(int(pid)))
+            time.sleep(0.1)
+    out, _ = child.communicate()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # only this child ended meanwhile
+    spent = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    line = json.loads(out.strip().splitlines()[-1])
+    if line.get("error"):
+        raise SystemExit(f"DBOS failed: {line['error']}")
+    return spent, sum(seen.values()), line
+
+
+def dbos_cpu(python: Path, runs: int) -> dict[str, float]:
+    """DBOS's CPU per step (its process and the PostgreSQL server's, in ms) and its steps/s
+    on research-3 runs (3 steps each): `runs` sequential and `runs` concurrent runs, less
+    a round of one run (start-up, warm-up and teardown cost the same in both)."""
+    small = dbos_round(python, 1, 0)
+    full = dbos_round(python, runs, runs)
+    steps = (runs + runs - 1) * 3
+    return {
+        "dbos": round((full[0] - small[0]) * 1000 / steps, 2),
+        "postgres": round((full[1] - small[1]) * 1000 / steps, 2),
+        "concurrent_steps_per_s": round(3 * float(full[2]["concurrent_runs_per_s"] or 0), 1),
+        "sequential_steps_per_s": round(3 * float(full[2]["sequential_runs_per_s"] or 0), 1),
+    }
 
 
 def worker_counts(text: str) -> list[int]:
@@ -253,6 +327,14 @@ def main() -> None:
     )
     parser.add_argument(
         "--orchestrators", type=int, default=1, help="`interlock orchestrate` processes"
+    )
+    parser.add_argument(
+        "--dbos",
+        type=int,
+        default=0,
+        metavar="RUNS",
+        help="also measure DBOS on the same server (RUNS sequential and RUNS concurrent "
+        "research-3 runs; needs `bash benchmarks/peers/setup.sh dbos`)",
     )
     parser.add_argument("--json", action="store_true", help="End with one line of JSON.")
     args = parser.parse_args()
@@ -287,6 +369,20 @@ def main() -> None:
                     f"an append waited for the commit-order lock {waited:.1%} of the time",
                     flush=True,
                 )
+    if args.dbos:
+        python = Path(__file__).parent / ".envs" / "dbos" / "bin" / "python"
+        if not python.exists():
+            raise SystemExit(f"{python} is missing: run `bash benchmarks/peers/setup.sh dbos`")
+        dbos = dbos_cpu(python, args.dbos)
+        total = round(dbos["dbos"] + dbos["postgres"], 2)
+        figures.update({f"dbos_{k}": v for k, v in dbos.items()})
+        figures["dbos_cpu_ms_per_step"] = total
+        print(
+            f"DBOS on the same server: {dbos['concurrent_steps_per_s']:g} steps/s concurrent, "
+            f"{dbos['sequential_steps_per_s']:g} sequential; CPU per step {total:g} ms "
+            f"(dbos {dbos['dbos']:g}, postgres {dbos['postgres']:g})",
+            flush=True,
+        )
     if args.json:
         summary = {
             "runs": args.runs,

@@ -60,7 +60,8 @@ def test_notifications_say_the_state_and_the_worker(queue: TaskQueue) -> None:
             assert watcher.take(entry) is None
             await asyncio.to_thread(queue.finish, claim, {"ok": True}, output=b"done")
             assert await news(watcher, entry) == ("done", "")
-            finished, body = await asyncio.to_thread(queue.finished, entry)
+            found = await asyncio.to_thread(queue.finished_many, [entry])
+            finished, body = found[entry]
             assert finished.state == "done" and body == b"done"
         finally:
             watcher.close()

@@ -70,6 +70,9 @@ class QueueDispatcher:
         # Attempts waiting to be queued with the next batch, and the task sending them.
         self._batch: list[tuple[TaskSpec, str, dict[str, Any], asyncio.Future[Any]]] = []
         self._flusher: asyncio.Task[None] | None = None
+        # Done entries whose results are fetched with the next batch, and the task fetching.
+        self._done: list[tuple[int, Path, asyncio.Future[tuple[Entry, Outcome]]]] = []
+        self._fetcher: asyncio.Task[None] | None = None
         self._materialised: weakref.WeakValueDictionary[str, RunDriver] = (
             weakref.WeakValueDictionary()
         )
@@ -264,7 +267,7 @@ class QueueDispatcher:
                 heard = (entry.state, entry.worker or "")
             state, worker = heard
             if state == "done":
-                entry, outcome = await asyncio.to_thread(self._outcome, entry_id, tmp)
+                entry, outcome = await self._result(entry_id, tmp)
                 if not started:
                     self._started(orchestrator, driver, fields, entry.worker or "")
                 return outcome
@@ -293,13 +296,56 @@ class QueueDispatcher:
         event = ev.TaskStarted(at=orchestrator.clock(), task_id=task_id, attempt=attempt, worker=by)
         orchestrator.report(driver, Report(event=event))
 
-    def _outcome(self, entry_id: int, tmp: Path) -> tuple[Entry, Outcome]:
-        """The done entry and its outcome (a small output in memory, a large one at `tmp`)."""
+    async def _result(self, entry_id: int, tmp: Path) -> tuple[Entry, Outcome]:
+        """The done entry and its outcome. The results of the entries found done together
+        (one burst of notifications) are fetched together: one thread hop, one query."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[tuple[Entry, Outcome]] = loop.create_future()
+        self._done.append((entry_id, tmp, future))
+        if self._fetcher is None or self._fetcher.done():
+            self._fetcher = loop.create_task(self._fetch(), name="interlock-results")
+        return await future
+
+    async def _fetch(self) -> None:
+        while self._done:
+            await asyncio.sleep(0)  # let the other waiters woken by this burst join
+            batch, self._done = self._done, []
+            try:
+                items = [(entry_id, tmp) for entry_id, tmp, _ in batch]
+                results = await asyncio.to_thread(self._outcomes, items)
+            except Exception as exc:
+                results = [exc] * len(batch)
+            for (*_, future), result in zip(batch, results, strict=True):
+                if future.done():  # its waiter was cancelled meanwhile
+                    continue
+                if isinstance(result, Exception):
+                    future.set_exception(result)
+                else:
+                    future.set_result(result)
+
+    def _outcomes(self, items: list[tuple[int, Path]]) -> list[tuple[Entry, Outcome] | Exception]:
+        """The outcomes of done entries; one whose output cannot be had fails alone."""
         artifacts = self.artifacts
         if isinstance(artifacts, PostgresArtifacts) and artifacts.store is self.queue.store:
-            entry, data = self.queue.finished(entry_id)  # one query: the same database
+            found = self.queue.finished_many([entry_id for entry_id, _ in items])
         else:
-            entry, data = self.queue.get(entry_id), None
+            found = {}
+        results: list[tuple[Entry, Outcome] | Exception] = []
+        for entry_id, tmp in items:
+            try:
+                if entry_id in found:
+                    results.append(self._outcome(entry_id, tmp, *found[entry_id]))
+                else:
+                    results.append(self._outcome(entry_id, tmp, self.queue.get(entry_id), None))
+            except Exception as exc:
+                results.append(exc)
+        return results
+
+    def _outcome(
+        self, entry_id: int, tmp: Path, entry: Entry, data: bytes | None
+    ) -> tuple[Entry, Outcome]:
+        """The done entry and its outcome (a small output in memory, a large one at `tmp`);
+        `data` is its output's body when it came with the entry."""
         result = entry.result or {"ok": False, "error": "the worker recorded no result"}
         body = None
         if result.get("ok") and entry.output_sha:

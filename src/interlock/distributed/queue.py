@@ -15,16 +15,19 @@ decides about a new attempt as for any other failure.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
 
 from interlock.distributed.sql import queue_queries
+from interlock.storage.base import StoredEvent
 from interlock.storage.postgres import PostgresStore
+from interlock.storage.rows import event_from_row
 
 log = logging.getLogger("interlock.distributed")
 Q = queue_queries()
@@ -43,6 +46,29 @@ class Claim:
     attempt: int
     delivery: int
     payload: dict[str, Any]
+    # What the ledger recorded for the run after seq `news_since`, read with the claim (None:
+    # not read; the worker asks the ledger itself).
+    news: tuple[StoredEvent, ...] | None = field(default=None, compare=False)
+    news_since: int = 0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Finished:
+    """A result a worker reports: for `claim`, with its output's body (stored as an artifact
+    of the queue's database by the statement that records the result) or None."""
+
+    claim: Claim
+    result: dict[str, Any]
+    output: bytes | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Turn:
+    """What one `finish_claim` round trip did: the finished entries it recorded (the others
+    were no longer current) and the entries it handed to the worker."""
+
+    recorded: frozenset[int]
+    claims: list[Claim]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -102,7 +128,10 @@ class TaskQueue:
     def enqueue_many(self, entries: Sequence[dict[str, Any]]) -> list[tuple[int, str]]:
         """`enqueue` for many attempts (keyword arguments of `enqueue` each) in one round
         trip: the statements are pipelined, each committed on its own (each is atomic and
-        idempotent, so sending them again after a broken connection is harmless)."""
+        idempotent, so sending them again after a broken connection is harmless). Not one
+        transaction: it would hold the rows of entries enqueued again (a run taken over)
+        while waiting for others, and a worker finishing one of those while claiming
+        another could close a cycle that PostgreSQL breaks as a deadlock."""
         rows = [
             {
                 **entry,
@@ -131,12 +160,14 @@ class TaskQueue:
         rows = self.store.single(lambda db: db.execute(Q["get"], (entry_id,)).fetchall())
         return _entry(rows[0])
 
-    def finished(self, entry_id: int) -> tuple[Entry, bytes | None]:
-        """A done entry with its output's body, in one query (outputs in the same database)."""
-        query = Q["get_with_output"]
-        rows = self.store.single(lambda db: db.execute(query, (entry_id,)).fetchall())
-        *entry, body = rows[0]
-        return _entry(entry), None if body is None else bytes(body)
+    def finished_many(self, ids: Sequence[int]) -> dict[int, tuple[Entry, bytes | None]]:
+        """`finished` for many entries in one query (those that exist)."""
+        query = Q["get_many_with_output"]
+        rows = self.store.single(lambda db: db.execute(query, (list(ids),)).fetchall())
+        found = {}
+        for *entry, body in rows:
+            found[int(entry[0])] = (_entry(entry), None if body is None else bytes(body))
+        return found
 
     def states(self, ids: Sequence[int]) -> dict[int, tuple[str, int]]:
         """(state, delivery) of many entries in one query (the safety-net poll)."""
@@ -195,12 +226,98 @@ class TaskQueue:
         some of the best are under a limit, one more is claimed by a transaction that counts
         under the limit's lock. With `older`, only entries that have waited that many
         seconds since they were queued or last handed out (stragglers) are taken."""
+        turn = self.finish_claim(
+            worker, (), kinds=kinds, tags=tags, ttl=ttl, limit=limit, only=only, older=older
+        )
+        return turn.claims
+
+    def finish_claim(
+        self,
+        worker: str,
+        finished: Sequence[Finished],
+        *,
+        kinds: Sequence[str],
+        tags: Sequence[str],
+        ttl: float,
+        limit: int,
+        known: Mapping[str, int] | None = None,
+        only: int | None = None,
+        older: float | None = None,
+    ) -> Turn:
+        """Record `finished` results and claim up to `limit` entries (0: only finish), in one
+        statement as a rule: a worker's whole turn costs one round trip.
+
+        Each result counts only while its hand-out is current (`delivery`); the others are
+        left out of `recorded`. With `known` (run id -> the last seq the caller has read of
+        it), each claim carries the run's events after that seq (`Claim.news`, all of them
+        for a run not named), so the caller can tell whether the attempt is still wanted
+        without asking the ledger again. Concurrency limits are honoured as in `claim_many`:
+        an entry under a limit is claimed by a transaction of its own after the statement."""
+        outputs: dict[str, bytes] = {}
+        shas: list[str | None] = []
+        for item in finished:
+            if item.output is None:
+                shas.append(None)
+            else:
+                sha = hashlib.sha256(item.output).hexdigest()
+                outputs[sha] = item.output
+                shas.append(sha)
+        runs = dict(known or {})
+        args = {
+            "kinds": list(kinds),
+            "tags": list(tags),
+            "only": only,
+            "older": older,
+            "worker": worker,
+            "ttl": ttl,
+            "n": max(0, limit),
+            "out_shas": list(outputs),
+            "out_bodies": list(outputs.values()),
+            "fin_ids": [item.claim.id for item in finished],
+            "fin_deliveries": [item.claim.delivery for item in finished],
+            "fin_results": [Jsonb(item.result) for item in finished],
+            "fin_shas": shas,
+            # One JSON text, not two arrays: it costs the worker a fraction of the encoding.
+            "known": json.dumps(runs) if known is not None else "{}",
+            "news": known is not None,
+        }
+        rows = self.store.single(lambda db: db.execute(Q["finish_claim"], args).fetchall())
+        recorded = frozenset(int(row[1]) for row in rows if row[0] == "done")
+        news: dict[str, list[StoredEvent]] = {}
+        for row in rows:
+            if row[0] == "event":
+                event = event_from_row((row[1], row[3], *row[8:]), row[11])
+                news.setdefault(event.run_id, []).append(event)
+        claims: list[Claim] = []
+        limited = 0
+        for row in rows:
+            if row[0] != "claim":
+                continue
+            if row[2]:
+                limited += 1
+                continue
+            claim = _claim(row[1], row[3:8])
+            if known is not None:
+                seen = sorted(news.get(claim.run_id, ()), key=lambda e: e.seq)
+                claim = replace(claim, news=tuple(seen), news_since=runs.get(claim.run_id, 0))
+            claims.append(claim)
+        if not limited or len(claims) >= limit:
+            return Turn(recorded=recorded, claims=claims)
+        extra = self._claim_limited(worker, kinds=kinds, tags=tags, ttl=ttl, only=only, older=older)
+        return Turn(recorded=recorded, claims=claims if extra is None else [*claims, extra])
+
+    def _claim_limited(
+        self,
+        worker: str,
+        *,
+        kinds: Sequence[str],
+        tags: Sequence[str],
+        ttl: float,
+        only: int | None,
+        older: float | None,
+    ) -> Claim | None:
+        """One entry under a concurrency limit, counted under the limit's lock."""
         args = {"kinds": list(kinds), "tags": list(tags), "only": only, "older": older}
-        fast = {**args, "worker": worker, "ttl": ttl, "n": max(1, limit)}
-        rows = self.store.single(lambda db: db.execute(Q["claim_free"], fast).fetchall())
-        claims = [_claim(entry_id, got) for entry_id, limited, *got in rows if not limited]
-        if len(claims) == len(rows) or len(claims) >= limit:
-            return claims
 
         def claim(db: psycopg.Connection[Any]) -> Claim | None:
             row = db.execute(Q["candidates"], args).fetchone()
@@ -218,8 +335,7 @@ class TaskQueue:
             db.execute(Q["notify"], (STATES, f"{entry_id}:claimed:{worker}"))
             return _claim(entry_id, got[1:])
 
-        limited = self.store.retrying(claim)
-        return claims if limited is None else [*claims, limited]
+        return self.store.retrying(claim)
 
     def heartbeat(self, claim: Claim, ttl: float) -> bool:
         """Extend the hand-out; False when it was lost (expired and handed on, or cancelled)."""

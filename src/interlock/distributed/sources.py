@@ -34,15 +34,22 @@ class QueueSource:
         self.queue = queue
 
     async def next(self, worker: RemoteWorker, limit: int) -> list[Claim]:
-        """See `ClaimSource.next`: one statement for all of them, as a rule."""
-        return await asyncio.to_thread(
-            self.queue.claim_many,
-            worker.name,
-            kinds=worker.kinds,
-            tags=worker.tags,
-            ttl=worker.lease_ttl,
-            limit=limit,
-        )
+        """See `ClaimSource.next`: one statement for all of them, as a rule, which brings
+        the ledger's news of their runs as well (see `TaskQueue.finish_claim`)."""
+
+        def claim() -> list[Claim]:
+            turn = self.queue.finish_claim(
+                worker.name,
+                (),
+                kinds=worker.kinds,
+                tags=worker.tags,
+                ttl=worker.lease_ttl,
+                limit=limit,
+                known=worker.known(),
+            )
+            return turn.claims
+
+        return await asyncio.to_thread(claim)
 
     async def done(self, claim: Claim) -> None:
         """See `ClaimSource.done`: nothing to tell the queue table."""

@@ -28,7 +28,7 @@ from interlock.core.state import RunState, apply, fold
 from interlock.distributed.artifacts import PostgresArtifacts
 from interlock.distributed.listen import Listener
 from interlock.distributed.payload import to_spec
-from interlock.distributed.queue import CHANNEL, Claim, TaskQueue
+from interlock.distributed.queue import CHANNEL, Claim, Finished, TaskQueue
 from interlock.distributed.sources import ClaimSource, QueueSource
 from interlock.providers import aclose_providers
 from interlock.runtime.executors import Outcome, TaskSpec, run_call, run_command
@@ -38,6 +38,7 @@ from interlock.storage.postgres import PostgresStore
 log = logging.getLogger("interlock.distributed")
 KINDS = ("command", "model", "call")
 STATE_CACHE = 256  # runs whose folded state a worker keeps
+_UNREAD = object()  # a claim `_begin` has not looked at yet
 
 
 class RemoteWorker:
@@ -69,6 +70,12 @@ class RemoteWorker:
         self.models = models or ModelRunner()
         self.source = source or QueueSource(self.queue)
         self.running: dict[int, asyncio.Task[None]] = {}
+        # Slots promised to claim requests under way (not yet in `running`).
+        self.reserved = 0
+        # Whether a finished attempt's statement also claims the next ones (the queue table
+        # is the source; a stream hands out one message at a time instead).
+        self.claim_on_finish = isinstance(self.source, QueueSource)
+        self._stop: asyncio.Event | None = None
         self.finished = 0
         # Folded runs (last seq read, state), least recently used first.
         self._states: dict[str, tuple[int, RunState]] = {}
@@ -85,6 +92,7 @@ class RemoteWorker:
                 loop.call_soon_threadsafe(wake.set)
 
         listener = Listener(self.store.url, [CHANNEL], notified).start()
+        self._stop = stop
         last_sweep = 0.0
         try:
             while not stop.is_set():
@@ -93,12 +101,14 @@ class RemoteWorker:
                 if time.monotonic() - last_sweep > self.lease_ttl / 3:
                     last_sweep = time.monotonic()
                     await self._quietly(asyncio.to_thread(self.queue.sweep))
-                while len(self.running) < self.concurrency and not stop.is_set():
-                    free = self.concurrency - len(self.running)
-                    claims = await self._quietly(self.source.next(self, free))
-                    for claim in claims or ():
-                        task = loop.create_task(self._handle(claim, wake), name=claim.task_id)
-                        self.running[claim.id] = task
+                while self.free() > 0 and not stop.is_set():
+                    free = self.free()
+                    self.reserved += free
+                    try:
+                        claims = await self._quietly(self.source.next(self, free))
+                    finally:
+                        self.reserved -= free
+                    self._spawn(claims or (), wake)
                     if not claims:
                         break  # nothing more to take now
                 waits = [loop.create_task(wake.wait()), loop.create_task(stop.wait())]
@@ -109,6 +119,29 @@ class RemoteWorker:
             await self._drain()
             listener.stop()
             await aclose_providers()  # the model clients belong to this event loop
+
+    def free(self) -> int:
+        """Slots neither running an attempt nor promised to a claim under way."""
+        return self.concurrency - len(self.running) - self.reserved
+
+    def known(self) -> dict[str, int]:
+        """The last seq read of each run whose folded state this worker keeps: a claim
+        brings what the ledger recorded after it (`TaskQueue.finish_claim`)."""
+        with self._states_lock:
+            return {run_id: seq for run_id, (seq, _) in self._states.items()}
+
+    def _spawn(
+        self,
+        claims: Any,
+        wake: asyncio.Event,
+        begun: dict[int, TaskSpec | Exception | None] | None = None,
+    ) -> None:
+        """Run `claims`; `begun` holds what `_begin` made of those it saw already."""
+        loop = asyncio.get_running_loop()
+        for claim in claims:
+            ready = _UNREAD if begun is None else begun.get(claim.id, _UNREAD)
+            task = loop.create_task(self._handle(claim, wake, ready), name=claim.task_id)
+            self.running[claim.id] = task
 
     async def _quietly(self, awaitable: Any) -> Any:
         """Storage trouble (a dropped connection) is logged and retried on the next round."""
@@ -136,7 +169,15 @@ class RemoteWorker:
         """
         with self._states_lock:
             seq, state = self._states.pop(claim.run_id, (0, None))
-            stored = self.store.events(claim.run_id, since=seq)
+            news = claim.news
+            if news is not None and (
+                seq >= claim.news_since if state is not None else claim.news_since == 0
+            ):
+                # The claim brought what was recorded after `news_since`: what is newer
+                # than what this worker folded is all there is to read.
+                stored = [item for item in news if item.seq > seq]
+            else:
+                stored = self.store.events(claim.run_id, since=seq)
             if state is None:
                 state = fold([s.event for s in stored])
             else:
@@ -153,11 +194,15 @@ class RemoteWorker:
             and task.status.in_flight
         )
 
-    async def _handle(self, claim: Claim, wake: asyncio.Event) -> None:
-        work = self.workdir / f"{claim.id}.{claim.delivery}"
+    async def _handle(self, claim: Claim, wake: asyncio.Event, ready: Any = None) -> None:
+        work = self._work(claim)
         lost = asyncio.Event()
         try:
-            spec = await asyncio.to_thread(self._begin, claim, work)
+            if ready is _UNREAD:
+                ready = await asyncio.to_thread(self._begin, claim, work)
+            if isinstance(ready, Exception):
+                raise ready
+            spec: TaskSpec | None = ready
             if spec is None:
                 return
             execution = asyncio.create_task(self._execute(spec))
@@ -171,7 +216,19 @@ class RemoteWorker:
                 return
             finally:
                 beat.cancel()
-            await asyncio.to_thread(self._end, claim, spec, outcome, work)
+            # The statement recording the result also claims the next attempts, for the
+            # slots free once this one is through (this slot included).
+            stop = self._stop
+            take = 0
+            if self.claim_on_finish and not (stop is not None and stop.is_set()):
+                take = max(0, self.free() + 1)
+            self.reserved += max(0, take - 1)
+            try:
+                claims, begun = await asyncio.to_thread(self._end, claim, spec, outcome, work, take)
+            finally:
+                self.reserved -= max(0, take - 1)
+            self.running.pop(claim.id, None)  # before the new ones: their slots include it
+            self._spawn(claims, wake, begun)
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
                 self.queue.hand_back(claim)
@@ -199,10 +256,25 @@ class RemoteWorker:
             return None
         return to_spec(claim.payload, work, self.artifacts)
 
-    def _end(self, claim: Claim, spec: TaskSpec, outcome: Outcome, work: Path) -> None:
-        """Record the outcome and clear `work`."""
-        self._finish(claim, spec, outcome)
+    def _end(
+        self, claim: Claim, spec: TaskSpec, outcome: Outcome, work: Path, take: int
+    ) -> tuple[list[Claim], dict[int, TaskSpec | Exception | None]]:
+        """Record the outcome, clear `work`, and claim up to `take` next attempts in the same
+        statement (none when 0), begun in this thread hop as well: (claims, what `_begin`
+        made of each, or the error it raised)."""
+        claims = self._finish(claim, spec, outcome, take)
         shutil.rmtree(work, ignore_errors=True)
+        begun: dict[int, TaskSpec | Exception | None] = {}
+        for new in claims:
+            try:
+                begun[new.id] = self._begin(new, self._work(new))
+            except Exception as exc:  # the claim's own handler reports it
+                begun[new.id] = exc
+        return claims, begun
+
+    def _work(self, claim: Claim) -> Path:
+        """The private folder of one hand-out."""
+        return self.workdir / f"{claim.id}.{claim.delivery}"
 
     async def _execute(self, spec: TaskSpec) -> Outcome:
         kind = spec.worker.kind
@@ -231,7 +303,7 @@ class RemoteWorker:
                 execution.cancel()
                 return
 
-    def _finish(self, claim: Claim, spec: TaskSpec, outcome: Outcome) -> None:
+    def _finish(self, claim: Claim, spec: TaskSpec, outcome: Outcome, take: int) -> list[Claim]:
         data = None
         if outcome.ok and outcome.body is not None:
             data = outcome.body
@@ -246,11 +318,22 @@ class RemoteWorker:
             "timed_out": outcome.timed_out,
             "usage": outcome.usage,
         }
-        # The output becomes an artifact of the queue's database in the same statement.
-        if self.queue.finish(claim, result, output=data):
+        # The output becomes an artifact of the queue's database in the same statement, which
+        # also claims what this worker takes next: one round trip for both.
+        turn = self.queue.finish_claim(
+            self.name,
+            [Finished(claim=claim, result=result, output=data)],
+            kinds=self.kinds,
+            tags=self.tags,
+            ttl=self.lease_ttl,
+            limit=take,
+            known=self.known() if take else None,
+        )
+        if claim.id in turn.recorded:
             self.finished += 1
         else:
             log.warning("task %s: result dropped, the hand-out was superseded", claim.task_id)
+        return turn.claims
 
     def _finish_stale(self, claim: Claim) -> None:
         error = "stale: the ledger no longer wants this attempt"

@@ -333,15 +333,16 @@ class PostgresStore:
         """See `Store.renew_leases`."""
 
         def renew(db: psycopg.Connection[Any]) -> list[Lease | LeaseLost]:
-            renewed: list[Lease | LeaseLost] = []
-            for lease in leases:
+            renewed: dict[int, Lease | LeaseLost] = {}
+            for index in _in_row_order(leases):
+                lease = leases[index]
                 args = (now + ttl, now, lease.run_id, lease.owner, lease.token, now)
                 if db.execute(Q["renew_lease"], args).rowcount == 1:
-                    renewed.append(replace(lease, expires_at=now + ttl))
+                    renewed[index] = replace(lease, expires_at=now + ttl)
                 else:
                     lost = f"run {lease.run_id}: the lease expired or was taken over"
-                    renewed.append(LeaseLost(lost))
-            return renewed
+                    renewed[index] = LeaseLost(lost)
+            return [renewed[index] for index in range(len(leases))]
 
         return self.retrying(renew)
 
@@ -349,7 +350,8 @@ class PostgresStore:
         """See `Store.release_leases`."""
 
         def release(db: psycopg.Connection[Any]) -> None:
-            for lease in leases:
+            for index in _in_row_order(leases):
+                lease = leases[index]
                 db.execute(Q["release_lease"], (lease.run_id, lease.owner, lease.token))
 
         self.retrying(release)
@@ -377,15 +379,17 @@ class PostgresStore:
             # BEGIN, every statement and COMMIT are sent at once: one wait for the lot.
             with self._connection() as db, db.pipeline(), db.transaction():
                 db.execute(Q["commit_order"])
-                for batch in batches:
+                for index in _in_row_order([batch.lease for batch in batches]):
+                    batch = batches[index]
                     if batch.register is not None:
                         _register(db, batch, now)
-                    cursors.append(db.execute(Q["append_run"], _append_args(batch, now)))
-                for lease in releases:
+                    cursors.append((index, db.execute(Q["append_run"], _append_args(batch, now))))
+                for index in _in_row_order(releases):
+                    lease = releases[index]
                     db.execute(Q["release_lease"], (lease.run_id, lease.owner, lease.token))
         except psycopg.Error as exc:
             raise StorageError(f"{self._where}: ledger error: {exc}") from None
-        for batch, cursor in zip(batches, cursors, strict=True):
+        for batch, (_, cursor) in zip(batches, sorted(cursors, key=lambda c: c[0]), strict=True):
             row = cursor.fetchone()
             if row is None:
                 run_id = batch.lease.run_id
@@ -573,6 +577,13 @@ class PostgresStore:
     def close(self) -> None:
         """See `Store.close`."""
         self.pool.close()
+
+
+def _in_row_order(leases: Sequence[Lease]) -> list[int]:
+    """Indexes of `leases` by run id. Transactions that lock several runs' rows (appends,
+    renewals, releases) lock them in this one order, so that two of them never wait for
+    each other in a cycle (PostgreSQL would end one as a deadlock)."""
+    return sorted(range(len(leases)), key=lambda index: leases[index].run_id)
 
 
 def _redact(url: str) -> str:

@@ -82,6 +82,74 @@ LEFT JOIN LATERAL (
 ) note ON true
 ORDER BY pick.priority DESC, pick.id;
 
+-- name: finish_claim
+-- A worker's one round trip per turn: record the results of the hand-outs it finished (each
+-- only while its hand-out is current: `delivery` fences a worker presumed dead), store their
+-- outputs, and claim up to %(n)s of the best queued entries it can run, returning with them
+-- what the ledger recorded for their runs since the seq the worker last read of each
+-- (%(known)s, a JSON object: run id -> seq): the worker folds that news to see whether each claimed
+-- attempt is still wanted, without another query. One statement, so finishing and claiming
+-- commit together or not at all. Entries under a concurrency limit are only named
+-- (`limited`), as in `claim_free`. Rows: ('done', id), ('claim', id, limited, run, task,
+-- attempt, delivery, payload) and ('event', id, run, seq, at, kind, data, rule, why, hash).
+WITH stored AS (
+    INSERT INTO artifacts (sha256, size, body, created_at)
+    SELECT o.sha, length(o.body), o.body, extract(epoch FROM clock_timestamp())
+    FROM unnest(%(out_shas)s::text[], %(out_bodies)s::bytea[]) AS o(sha, body)
+    ON CONFLICT (sha256) DO NOTHING
+), done AS (
+    UPDATE task_queue t SET state = 'done', result = f.result, output_sha = f.sha,
+           lease_expires = NULL, finished_at = extract(epoch FROM clock_timestamp())
+    FROM unnest(%(fin_ids)s::bigint[], %(fin_deliveries)s::int[], %(fin_results)s::jsonb[],
+                %(fin_shas)s::text[]) AS f(id, delivery, result, sha)
+    WHERE t.id = f.id AND t.delivery = f.delivery AND t.state = 'claimed'
+    RETURNING t.id
+), pick AS (
+    SELECT q.id, q.priority,
+           EXISTS (SELECT 1 FROM queue_limits l WHERE l.scope = ANY(q.scopes)) AS limited
+    FROM task_queue q
+    WHERE state = 'queued' AND kind = ANY(%(kinds)s) AND tags <@ %(tags)s
+      AND (%(only)s::bigint IS NULL OR id = %(only)s::bigint)
+      AND (%(older)s::float8 IS NULL
+           OR coalesce(claimed_at, created_at) < extract(epoch FROM clock_timestamp()) - %(older)s)
+      AND NOT EXISTS (
+          SELECT 1 FROM queue_limits l
+          WHERE l.scope = ANY(q.scopes)
+            AND l.max_running <= (SELECT count(*) FROM task_queue r
+                                  WHERE r.state = 'claimed' AND r.scopes @> ARRAY[l.scope]))
+    ORDER BY priority DESC, id
+    LIMIT %(n)s FOR UPDATE SKIP LOCKED
+), took AS (
+    UPDATE task_queue t SET state = 'claimed', worker = %(worker)s, delivery = t.delivery + 1,
+           lease_expires = extract(epoch FROM clock_timestamp()) + %(ttl)s,
+           claimed_at = extract(epoch FROM clock_timestamp())
+    FROM pick
+    WHERE t.id = pick.id AND NOT pick.limited
+    RETURNING t.id, t.run_id, t.task_id, t.attempt, t.delivery, t.payload
+), known AS (
+    SELECT k.key AS run_id, k.value::int AS seq FROM jsonb_each_text(%(known)s::jsonb) k
+)
+SELECT 'done' AS row_kind, done.id, NULL::bool, NULL::text, NULL::text, NULL::int, NULL::int,
+       NULL::jsonb, NULL::int, NULL::float8, NULL::text, NULL::jsonb, NULL::text, NULL::text,
+       NULL::text
+FROM done, LATERAL (SELECT pg_notify('interlock_task_states', done.id || ':done')) note
+UNION ALL
+SELECT 'claim', pick.id, pick.limited, took.run_id, took.task_id, took.attempt, took.delivery,
+       took.payload, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+FROM pick
+LEFT JOIN took ON took.id = pick.id
+LEFT JOIN LATERAL (
+    SELECT pg_notify('interlock_task_states', took.id || ':claimed:' || %(worker)s)
+    WHERE took.id IS NOT NULL
+) note ON true
+UNION ALL
+SELECT 'event', e.id, NULL, e.run_id, NULL, NULL, NULL, NULL, e.seq, e.at, e.kind, e.data,
+       e.rule, e.why, e.hash
+FROM (SELECT DISTINCT run_id FROM took) r
+LEFT JOIN known ON known.run_id = r.run_id
+JOIN events e ON e.run_id = r.run_id AND e.seq > coalesce(known.seq, 0)
+WHERE %(news)s;
+
 -- name: prune
 -- Entries finished at least %(keep)s seconds ago whose run has ended: no orchestrator can
 -- want their result any more (the ledger holds what they reported). At most %(limit)s per
@@ -172,10 +240,12 @@ RETURNING id;
 -- name: get
 SELECT id, state, worker, delivery, result, output_sha FROM task_queue WHERE id = %s;
 
--- name: get_with_output
+-- name: get_many_with_output
+-- Done entries with their outputs' bodies: the results of a tick's worth of attempts in one
+-- round trip.
 SELECT q.id, q.state, q.worker, q.delivery, q.result, q.output_sha, a.body
 FROM task_queue q LEFT JOIN artifacts a ON a.sha256 = q.output_sha
-WHERE q.id = %s;
+WHERE q.id = ANY(%s);
 
 -- name: states
 SELECT id, state, delivery FROM task_queue WHERE id = ANY(%s);
