@@ -102,3 +102,26 @@ def test_pages_filters_and_search(store: Store) -> None:
     assert ids(text="50%_off") == ["run-0017"]
     assert ids(text="%") == ["run-0017"] and ids(text="5_%") == []
     assert ids(text="nothing like it") == []
+
+
+def test_child_runs_can_be_left_out(store: Store) -> None:
+    """`children=False` leaves out runs whose id has a child run's shape (`-c` and 12 hex
+    digits, as `child_run_id` makes them) and keeps every other, a near miss included; the
+    default lists them all."""
+    from interlock.core.subpipelines import child_run_id
+
+    child = child_run_id("parent-1", "summary@1", 1)
+    near = ["parent-1", "x-c0123456789a", "x-c0123456789abz", "x-cg123456789ab"]
+    for n, run_id in enumerate([child, *near]):
+        store.create_run(
+            run_id=run_id,
+            pipeline="p",
+            topic="t",
+            definition_hash="h",
+            definition="{}",
+            source="wf.yaml",
+            created_at=T0 + n,
+        )
+    everything = {r.run_id for r in store.search_runs(RunQuery())}
+    assert everything == {child, *near}
+    assert {r.run_id for r in store.search_runs(RunQuery(children=False))} == set(near)
