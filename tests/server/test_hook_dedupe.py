@@ -99,18 +99,20 @@ def test_dedupe_none_makes_every_delivery_a_signal(
     ("line", "expected"),
     [
         ('signall = "payment"', "unknown key 'signall': did you mean 'signal'? the keys are"),
-        ('dedupe = "sometimes"', 'dedupe must be "auto" (a delivery id header'),
-        ('run_id = "a..b"', "run_id must be the dotted path of the run id in the JSON body"),
+        ('dedupe = "sometimes"', "dedupe = 'sometimes' is wrong: it must be \"auto\" (a delivery"),
+        ('run_id = "a..b"', "run_id = 'a..b' is wrong: it must be the dotted path of the run id"),
+        ('signal = "pay-ment"', "signal = 'pay-ment' is wrong: it must be the signal it sends"),
     ],
 )
 def test_hook_table_errors_name_the_file_the_key_and_the_fix(
     tmp_path: Path, line: str, expected: str
 ) -> None:
-    """A misspelt key, a bad `dedupe` and a malformed path each say what to write, with no
-    pydantic wording ("Extra inputs", "Input should be", "String should match")."""
+    """A misspelt key, a bad `dedupe`, a malformed path and a bad signal name each show the
+    value given and say what to write, with no pydantic wording ("Extra inputs", "Input
+    should be", "String should match")."""
     config = tmp_path / "interlock.toml"
     key = line.split(" ")[0]
-    kept = [x for x in HOOKS.splitlines() if not x.startswith(key.rstrip("l") + " ")]
+    kept = [x for x in HOOKS.splitlines() if not x.startswith(key + " ")]  # replaced
     config.write_text("\n".join(kept) + f"\n{line}\n")
     with pytest.raises(UsageError) as raised:
         load_hooks(config, {"TEST_PAYMENTS_SECRET": SECRET})

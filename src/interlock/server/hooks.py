@@ -75,12 +75,12 @@ DELIVERY_HEADERS = (
 )
 # What each key of a hook table holds, for the errors that name it.
 _FIELDS = {
-    "signal": 'the signal it sends, a name like "payment"',
-    "run_id": 'the dotted path of the run id in the JSON body, like "metadata.run_id"',
-    "data": 'the dotted path of the signal\'s data in the body, like "data"',
-    "key": 'the dotted path of an idempotency key in the body, like "id"',
+    "signal": 'the signal it sends: a name of letters, digits and _ (like "payment")',
+    "run_id": 'the dotted path of the run id in the JSON body (like "metadata.run_id")',
+    "data": 'the dotted path of the signal\'s data in the body (like "data")',
+    "key": 'the dotted path of an idempotency key in the body (like "id")',
     "dedupe": '"auto" (a delivery id header, else the body\'s hash) or "none"',
-    "secret_env": "the environment variable that holds the hook's HMAC secret",
+    "secret_env": "the name of the environment variable that holds the hook's HMAC secret",
 }
 
 
@@ -94,7 +94,10 @@ def _problem(error: Any) -> str:
         return f"unknown key {name!r}: {hint}the keys are {', '.join(_FIELDS)}"
     if error["type"] == "missing":
         return f"{name} is missing: set it to {_FIELDS.get(name, 'a value')}"
-    return f"{name} must be {_FIELDS.get(name, 'valid')}"
+    # The values of a hook table are names and paths, never secrets (`secret` is refused
+    # before this), so the one given is shown.
+    given = error.get("input")
+    return f"{name} = {given!r} is wrong: it must be {_FIELDS.get(name, 'valid')}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,7 +134,7 @@ def load_hooks(path: Path, env: Mapping[str, str] | None = None) -> dict[str, Ho
         try:
             parsed = HookTable.model_validate(table)
         except ValidationError as exc:
-            problems = "; ".join(_problem(e) for e in exc.errors(include_input=False))
+            problems = "; ".join(_problem(e) for e in exc.errors(include_url=False))
             raise UsageError(f"{where}: {problems}") from None
         secret = environ.get(parsed.secret_env, "")
         if len(secret.encode()) < 16:
