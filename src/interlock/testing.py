@@ -161,12 +161,11 @@ class MemoryStore:
                 record = self._runs.get(other)
                 if other_key != key or record is None:
                     continue
-                live = record.summary.status in ("running", "waiting", "paused")
-                if not live or (self._leases[other][2] or 0) <= now:
+                if record.summary.status not in ("running", "waiting", "paused"):
                     continue
                 if held:
                     running += 1
-                elif (asked, other, task) < mine:
+                elif (asked, other, task) < mine and (self._leases[other][2] or 0) > now:
                     ahead += 1
             if running + ahead >= limit:
                 return False

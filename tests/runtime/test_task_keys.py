@@ -173,11 +173,13 @@ def test_tasks_sharing_a_key_never_overlap_across_processes(tmp_path: Path) -> N
 
 def test_a_slot_held_by_a_killed_orchestrator_is_not_lost(tmp_path: Path) -> None:
     """The orchestrator of a run whose task holds acme's only slot is killed (SIGKILL) right
-    after dispatch. Another run of acme waits, then gets the slot once the dead one's lease
-    ran out, and delivers; resuming the killed run runs its task again and delivers; no slot
-    is left behind."""
+    after dispatch. Another run of acme waits (the dead run's attempt may still be running,
+    so its slot stays held: never more than the limit); resuming the killed run runs its
+    task again under the same slot and delivers; then the waiting run gets the slot and
+    delivers; the two tasks never overlap and no slot is left behind."""
     (tmp_path / "flow.yaml").write_text(FLOW)
     app = Interlock(tmp_path / "home")
+    procs: list[subprocess.Popen[str]] = []
     try:
         crashed = cli(
             tmp_path,
@@ -188,16 +190,25 @@ def test_a_slot_held_by_a_killed_orchestrator_is_not_lost(tmp_path: Path) -> Non
         _, stderr = crashed.communicate(timeout=60)
         assert crashed.returncode == -signal.SIGKILL, stderr
         assert kinds(app, "crashed")[-2:] == ["task_slot_taken", "task_dispatched"]
-        waiting = run(tmp_path, "next", "next", "acme")
+        procs.append(run(tmp_path, "next", "next", "acme"))
         wait_for(lambda: "task_slot_awaited" in kinds(app, "next"), "the second run to wait")
+        time.sleep(2)
         assert "task_slot_taken" not in kinds(app, "next")
-        finish([waiting])  # the slot comes free once the crashed run's lease runs out
         (tmp_path / "release").touch()
-        finish([cli(tmp_path, "resume", "crashed")])
+        procs.append(cli(tmp_path, "resume", "crashed"))
+        finish(procs)
         assert kinds(app, "crashed")[-2:] == ["delivered", "archived"]
         assert kinds(app, "next")[-2:] == ["delivered", "archived"]
+        resumed = app.events("crashed")
+        waited = app.events("next")
     finally:
         app.close()
+        stop(procs)
+    freed = next(e.at for e in resumed if e.kind == "task_completed")
+    taken = next(e.at for e in waited if e.kind == "task_slot_taken")
+    assert taken >= freed
+    hold, later = spans(tmp_path)["hold"], spans(tmp_path)["next"]
+    assert later[0] >= hold[1], "the waiting task ran beside the resumed one"
     assert slot_rows(tmp_path) == 0
 
 

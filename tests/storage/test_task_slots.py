@@ -1,7 +1,7 @@
 """Task concurrency-key slots on every backend: at most `limit` attempts of a key hold one
-among live runs with a current lease, the oldest waiting attempt of a key goes first, an
-attempt that ended frees its slot, a run whose orchestrator died stops holding its slots,
-and handles racing for the last slot never both get it."""
+among live runs, the oldest waiting attempt of a key goes first, an attempt that ended frees
+its slot, a run whose orchestrator died keeps its slots until it is taken up again, and
+handles racing for the last slot never both get it."""
 
 from __future__ import annotations
 
@@ -55,9 +55,12 @@ def test_the_oldest_waiting_attempt_of_a_key_goes_first(store: Store) -> None:
     assert store.take_task_slot("new", "w@1", 1, "k", 1, T0 + 2, later)
 
 
-def test_slots_of_a_run_that_ended_or_lost_its_driver_are_free(store: Store) -> None:
-    """A run that ended holds no slot, nor does one whose lease ran out (its orchestrator
-    died): the attempts of other runs get those slots."""
+def test_a_run_that_ended_frees_its_slots_and_one_whose_driver_died_keeps_them(
+    store: Store,
+) -> None:
+    """A run that ended holds no slot. A run whose lease ran out (its orchestrator died)
+    keeps its slots, since its attempt may still run on a worker, until whoever takes it up
+    drops the rows its ledger does not hold; meanwhile it does not hold back waiters."""
     for run_id in ("ended", "orphan", "next"):
         leased(store, run_id)
     assert store.take_task_slot("ended", "w@1", 1, "k", 1, T0, T0)
@@ -69,6 +72,9 @@ def test_slots_of_a_run_that_ended_or_lost_its_driver_are_free(store: Store) -> 
     assert store.take_task_slot("next", "w@1", 1, "k", 1, T0 + 1, T0)
     later = T0 + TTL + 1
     store.acquire_lease("next", "orch", TTL, later)
+    assert not store.take_task_slot("next", "v@1", 1, "j", 1, T0 + 1, later)
+    store.acquire_lease("orphan", "other", TTL, later)  # taken up: its ledger holds nothing
+    store.keep_task_slots("orphan", {})
     assert store.take_task_slot("next", "v@1", 1, "j", 1, T0 + 1, later)
 
 

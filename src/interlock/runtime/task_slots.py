@@ -10,8 +10,10 @@ often when many runs wait), and at once when an attempt of this process frees a 
 
 A slot is held in the store while the ledger says the attempt holds it: after each commit
 the rows of attempts that ended are dropped (`Store.keep_task_slots`), and a run taken up
-from its ledger first drops what an orchestrator that died did not get to. Until then its
-rows do not count: only attempts of runs with a current lease hold slots.
+from its ledger first drops what an orchestrator that died did not get to. Until a run whose
+orchestrator died is taken up again (`interlock resume`, or another orchestrator of a fleet)
+its slots stay held: the attempt may still be running on a worker, and the limit is never
+exceeded.
 """
 
 from __future__ import annotations

@@ -278,8 +278,9 @@ class Store(Protocol):
         """Give the task's attempt one of the `limit` slots of task concurrency key `key`.
 
         True when it holds one (also when it did already). False when attempts of live runs
-        whose lease is current hold `limit` slots of the key, or, with the ones that are free,
-        such attempts that began waiting before `asked_at` go first (oldest first within a
+        hold `limit` slots of the key (a run whose orchestrator died keeps its slots until it
+        is taken up again), or, with the ones that are free, attempts of live runs with a
+        current lease that began waiting before `asked_at` go first (oldest first within a
         key). Either way the attempt is recorded as waiting on or holding the key; a new
         attempt of the task replaces the previous one's row.
         """

@@ -1,6 +1,6 @@
 -- Task concurrency keys (`concurrency:` of a worker): each attempt that waits for a slot of
--- its key or holds one, a row per task. A row counts only while its run is live and driven
--- (a current lease), so the slots of a run whose orchestrator died free themselves.
+-- its key or holds one, a row per task. A held slot counts while its run is live; the rows
+-- of attempts that ended are dropped, also by whoever takes up a run whose driver died.
 CREATE TABLE task_slots (
     run_id TEXT COLLATE "C" NOT NULL,
     task_id TEXT NOT NULL,

@@ -282,12 +282,14 @@ WHERE task_slots.attempt != excluded.attempt OR task_slots.slot_key != excluded.
 SELECT held, asked_at FROM task_slots WHERE run_id = %s AND task_id = %s;
 
 -- name: task_slot_count
--- Slots of the key held by attempts of live, driven runs; and attempts of such runs that
--- wait ahead of this one (they asked earlier): within a key, the oldest waiter goes first.
+-- Slots of the key held by attempts of live runs (a run whose orchestrator died keeps them
+-- until it is taken up again: its attempt may still be running somewhere); and attempts of
+-- live runs with a current lease that wait ahead of this one (they asked earlier and someone
+-- still asks for them): within a key, the oldest waiter goes first.
 SELECT
   (SELECT count(*) FROM task_slots s JOIN runs r ON r.run_id = s.run_id
    WHERE s.slot_key = %(key)s AND s.held
-     AND r.status IN ('running', 'waiting', 'paused') AND r.lease_expires > %(now)s),
+     AND r.status IN ('running', 'waiting', 'paused')),
   (SELECT count(*) FROM task_slots s JOIN runs r ON r.run_id = s.run_id
    WHERE s.slot_key = %(key)s AND NOT s.held
      AND r.status IN ('running', 'waiting', 'paused') AND r.lease_expires > %(now)s
