@@ -78,3 +78,40 @@ def test_parent_page_shows_the_paused_child_and_approves_it_from_there(
     expect(page.locator(f'.child-run[data-child="{child}"]')).to_contain_text("delivered")
     assert server.wait_status(child, "delivered")["status"] == "delivered"
     assert page.errors == []  # type: ignore[attr-defined]
+
+
+WAITING = """
+relay:
+  phases:
+    - id: hand
+      workers:
+        - {role: courier, pipeline: gate, final: true}
+gate:
+  phases:
+    - id: open
+      wait_for: {signal: go}
+      workers:
+        - {role: opener, model: sonnet, task: "Open {{ topic }}", final: true}
+"""
+
+
+def test_a_parent_waiting_in_its_child_takes_the_childs_signal(
+    browser: Browser, make_server: ServerFactory, tmp_path: Path
+) -> None:
+    """A parent waiting because its child waits for a signal says "waiting in child <id>"
+    with what the child waits for, offers the signal form, and a signal sent from the
+    parent's page reaches the child: both deliver."""
+    server = make_server(workflows=[write_workflow(tmp_path, WAITING)])
+    run_id = server.start_run("relay", "Doors")
+    child = child_run_id(run_id, "courier@1", 1)
+    server.wait_status(child, "waiting")
+    server.wait_status(run_id, "waiting")
+    page = open_page(browser, f"{server.url}/ui/#/runs/{run_id}")
+    note = page.locator("#waiting")
+    expect(note).to_contain_text(f"Waiting in child {child}: waits for signal 'go'.")
+    expect(note.get_by_role("link", name=child)).to_have_attribute("href", f"#/runs/{child}")
+    page.locator("#signal-name").fill("go")
+    page.locator("#send-signal").click()
+    expect(page.locator("h1 .pill")).to_have_text("delivered", timeout=30_000)
+    assert server.wait_status(child, "delivered")["status"] == "delivered"
+    assert page.errors == []  # type: ignore[attr-defined]

@@ -138,8 +138,10 @@ async function saveEdit(event) {
 function signalPanel(run) {
   const waited = run.waiting && run.waiting.signal;
   const declared = (page.graph.phases || []).map((p) => p.wait_for).filter(Boolean);
-  if (ended(run) || !can("operate") || (!waited && !declared.length)) return null;
-  if (page.typed.signal === undefined) page.typed.signal = waited || declared[0];
+  // A run waiting because its child run waits passes on a signal only the child waits for.
+  const viaChild = run.waiting && run.waiting.for === "child";
+  if (ended(run) || !can("operate") || (!waited && !declared.length && !viaChild)) return null;
+  if (page.typed.signal === undefined) page.typed.signal = waited || declared[0] || "";
   return h("section", { class: "panel", "aria-labelledby": "signal-title" }, h("h2", { id: "signal-title" }, "Send a signal"),
     h("form", { class: "review", onsubmit: sendSignal },
       h("label", { for: "signal-name" }, "Signal"),
@@ -167,7 +169,8 @@ function sendSignal(event) {
 function waitingNote(run) {
   const w = run.waiting;
   if (!w) return null;
-  if (w.for === "child") return h("div", { class: "warn waiting", id: "waiting" }, "Waiting in child ", runLink(w.child), `: ${w.detail || "it waits"}.`);
+  if (w.for === "child") return h("div", { class: "warn waiting", id: "waiting" }, "Waiting in child ", runLink(w.child),
+    `: ${(w.detail || "it waits").replace(`run ${w.child} `, "")}. A signal it waits for can be sent here or there.`);
   if (w.for === "slot") return h("div", { class: "warn waiting", id: "waiting" }, `Waiting for a slot of “${w.key}” (${w.limit} at once).`);
   if (w.for === "task_slot") {
     const more = w.tasks > 1 ? ` and ${w.tasks - 1} more` : "";
