@@ -3,6 +3,7 @@ clients watching every run, in one invocation.
 
     python benchmarks/watchers.py                      # 0 and 200 clients, 400 runs each
     python benchmarks/watchers.py --clients 200 --runs 400 --mode batch
+    python benchmarks/watchers.py --pairs 3            # 3 pairs of rounds, medians
 
 `interlock serve` runs in a child process with the SQLite ledger. The runs (research-3 with
 no-op Python workers, from `watch_tasks.py`) are started through its API (8 requests at a
@@ -12,7 +13,8 @@ uses; `batch`: every event, `?batch=1`, arrays of messages; `single`: every even
 per frame) and notes, for every frame, how long after the oldest event in it was recorded it
 arrived: the lag.
 Throughput is runs delivered per second from the first submission to the last delivery, as
-one extra client sees it (present in both rounds).
+one extra client sees it (present in both rounds). On a shared machine wall times drift: with
+`--pairs N` the two rounds are run N times, in alternating order, and the medians reported.
 """
 
 from __future__ import annotations
@@ -121,6 +123,7 @@ async def round_of(port: int, server: int, clients: int, runs: int, mode: str) -
     counting = asyncio.create_task(observer(url, runs, done, finished, seen))
     await asyncio.sleep(1.0 + clients / 100)  # every client connected and said hello
     cpu = cpu_seconds(server)
+    own = time.process_time()
     began = time.time()
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
         slots = asyncio.Semaphore(8)
@@ -135,6 +138,7 @@ async def round_of(port: int, server: int, clients: int, runs: int, mode: str) -
     await asyncio.wait_for(done.wait(), 600)
     took = max(finished) - began
     cpu = cpu_seconds(server) - cpu
+    own = time.process_time() - own
     stop.set()
     await asyncio.gather(*watchers, counting, return_exceptions=True)
     return {
@@ -144,6 +148,8 @@ async def round_of(port: int, server: int, clients: int, runs: int, mode: str) -
         # The server's own CPU per run: what the watchers cost it, apart from the machine's
         # share it got (the clients run on the same cores).
         "server_cpu_ms_per_run": round(1000 * cpu / runs, 2),
+        # What this process (the clients, the observer, the submissions) took meanwhile.
+        "clients_cpu_ms_per_run": round(1000 * own / runs, 2),
         "frames": len(lags),
         "lag_p50_s": round(percentile(lags, 0.5), 3) if lags else None,
         "lag_p99_s": round(percentile(lags, 0.99), 3) if lags else None,
@@ -178,43 +184,70 @@ def serve(home: Path, flow: Path, port: int) -> subprocess.Popen[bytes]:
     raise RuntimeError(f"the server did not start: {said}")
 
 
+def one_round(scratch: Path, flow: Path, clients: int, args: argparse.Namespace) -> dict[str, Any]:
+    """A fresh server and ledger, `args.runs` runs with `clients` watchers."""
+    port = free_port()
+    server = serve(scratch / f"home-{port}", flow, port)
+    try:
+        result = asyncio.run(round_of(port, server.pid, clients, args.runs, args.mode))
+    finally:
+        server.terminate()
+        server.wait(30)
+    print(json.dumps(result), flush=True)
+    return result
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", type=int, default=200)
     parser.add_argument("--runs", type=int, default=400)
     parser.add_argument("--mode", choices=["summary", "batch", "single"], default="summary")
+    parser.add_argument("--pairs", type=int, default=1, help="rounds of 0 and N clients")
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="interlock-watchers-"))
-    results = []
+    pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
     try:
         flow = scratch / "research3.json"
         flow.write_text(json.dumps(WORKFLOW))
-        for clients in (0, args.clients):
-            home = scratch / f"home-{clients}"
-            port = free_port()
-            server = serve(home, flow, port)
-            try:
-                results.append(
-                    asyncio.run(round_of(port, server.pid, clients, args.runs, args.mode))
-                )
-            finally:
-                server.terminate()
-                server.wait(30)
-            print(json.dumps(results[-1]), flush=True)
+        for number in range(args.pairs):
+            # Alternate which round goes first, so a machine getting busier or quieter
+            # during the invocation favours neither.
+            order = (0, args.clients) if number % 2 == 0 else (args.clients, 0)
+            done = {clients: one_round(scratch, flow, clients, args) for clients in order}
+            pairs.append((done[0], done[args.clients]))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    base, loaded = results
-    slowdown = 1 - loaded["runs_per_s"] / base["runs_per_s"]
-    cpu = loaded["server_cpu_ms_per_run"] / base["server_cpu_ms_per_run"] - 1
+    slowdowns = [1 - loaded["runs_per_s"] / base["runs_per_s"] for base, loaded in pairs]
+    grew = [
+        loaded["server_cpu_ms_per_run"] / base["server_cpu_ms_per_run"] - 1
+        for base, loaded in pairs
+    ]
+    loaded_rounds = [loaded for _, loaded in pairs]
+
+    def middle(key: str) -> float | None:
+        values = [r[key] for r in loaded_rounds if r[key] is not None]
+        return round(median(values), 3) if values else None
+
     print(
         json.dumps(
             {
                 "mode": args.mode,
-                "orchestration_slowed": f"{100 * slowdown:.1f}%",
-                "server_cpu_per_run_grew": f"{100 * cpu:.1f}%",
-                "lag_p50_s": loaded["lag_p50_s"],
-                "lag_p99_s": loaded["lag_p99_s"],
-                "lag_p50_s_one_client": base["observer_lag_p50_s"],
+                "pairs": args.pairs,
+                "orchestration_slowed": f"{100 * median(slowdowns):.1f}%",
+                "orchestration_slowed_each": [f"{100 * x:.1f}%" for x in slowdowns],
+                "server_cpu_per_run_grew": f"{100 * median(grew):.1f}%",
+                "lag_p50_s": middle("lag_p50_s"),
+                "lag_p99_s": middle("lag_p99_s"),
+                "lag_p99_s_worst": max((r["lag_p99_s"] or 0.0) for r in loaded_rounds),
+                "lag_p50_s_one_client": round(
+                    median([base["observer_lag_p50_s"] for base, _ in pairs]), 3
+                ),
             }
         )
     )

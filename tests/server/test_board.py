@@ -136,3 +136,26 @@ def test_nothing_is_kept_without_clients() -> None:
         assert board.head == 0 and not board.ticks
 
     asyncio.run(scenario())
+
+
+def test_many_watchers_space_the_ticks_to_a_send_budget() -> None:
+    """With more watchers than the send budget allows at `interval`, ticks are spaced so that
+    all of them together get about `sends` frames a second."""
+
+    async def scenario() -> None:
+        board = Board(interval=0.1, sends=1000)
+        watchers = [board.watch() for _ in range(50)]
+        assert board.spacing() == 0.1
+        watchers += [board.watch() for _ in range(250)]
+        assert board.spacing() == 0.3
+        board.note(event("a", 1, 1))
+        board.flush()
+        await board.next_frame(watchers[0])
+        board.note(event("a", 2, 2))
+        board.flush()
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        await asyncio.wait_for(board.next_frame(watchers[0]), 2)
+        assert loop.time() - began >= 0.2
+
+    asyncio.run(scenario())
