@@ -3,6 +3,7 @@
     python benchmarks/simulate.py --seed 1234          # replay one seed, print what it did
     python benchmarks/simulate.py --seeds 100000       # seeds 0..99999, on every core
     python benchmarks/simulate.py --seeds 5000 --start 7000000 --pipeline loop
+    python benchmarks/simulate.py --seeds 10000 --pipeline children   # sub-pipelines
 
 Prints seeds per second and every violation with the command that reproduces it; exits 1 when
 any seed broke an invariant.
@@ -89,7 +90,10 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=1000, help="how many seeds to run")
     parser.add_argument("--start", type=int, default=0, help="the first seed")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--pipeline", help="only this catalog pipeline (or 'random')")
+    parser.add_argument(
+        "--pipeline",
+        help="only this catalog pipeline (or 'random'; 'children': a parent with a child run)",
+    )
     args = parser.parse_args()
     if args.seed is not None:
         result = simulate(args.seed, pipeline=args.pipeline)

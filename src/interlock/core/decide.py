@@ -92,7 +92,9 @@ def decide(
             return []  # the runtime records SlotTaken once the key has room
         first = pipeline.phases[0]
         return [_start_phase(first, 1, None, now, RuleName.START, "the run was created")]
-    for rule in (_children, _timeouts, _failures, _budget, _retries_due, _rejected):
+    # The budget before a child's pause: a parent over budget by its child's spend stops
+    # (or pauses for the budget) as it would for its own.
+    for rule in (_timeouts, _failures, _budget, _children, _retries_due, _rejected):
         decisions = _gated(pipeline, state, rule(pipeline, state, now), now, evaluator)
         if decisions:
             return decisions

@@ -21,7 +21,7 @@ from interlock.core import events as ev
 from interlock.core.loader import Definition
 from interlock.core.state import RunState, RunStatus, TaskState, fold, listed_status
 from interlock.core.subpipelines import child_run_id
-from interlock.errors import InterlockError, LeaseHeld, RunNotFound
+from interlock.errors import InterlockError, LeaseHeld, RunNotFound, StorageError
 from interlock.runtime.driver import Report, RunDriver
 from interlock.runtime.faults import crash_point
 from interlock.storage.base import Store
@@ -37,9 +37,10 @@ USAGE_KEYS = ("cost_usd", "input_tokens", "output_tokens")
 class Supervision:
     """One attempt of a `pipeline` worker, watched one look at a time.
 
-    Whoever hosts it (an asyncio task here, or the simulator's loop) calls `begin` once, then
-    `look` until it returns True; if the parent ends first, `settle` until it returns True.
-    Every look reports only what changed, so a host may look as often as it likes.
+    Whoever hosts it (an asyncio task here, or the simulator's loop) calls `step` until it
+    returns True, and `stop` when it is cancelled: `begin` once, then `look` until the child
+    ended; if the parent ends first, `settle` until the child's spend is reported. Every look
+    reports only what changed, so a host may look as often as it likes.
     """
 
     def __init__(
@@ -50,16 +51,53 @@ class Supervision:
         self.child_id = child_run_id(driver.run_id, task_id, attempt)
         self.shown: tuple[str, str] | None = None  # the status last reported
         self.spent: tuple[float, int] = (0.0, 0)  # the spend last reported
+        self.started = False  # the start was reported
+        self.begun = False  # the child exists (started here or before)
+        self.settling = False  # the parent ended: only the child's spend is left to record
         self.settling_since: float | None = None
+
+    def step(self) -> bool:
+        """One look at the child; True when nothing is left to do. A store that is busy
+        (locked, a failed read) is tried again at the next look: it fails nothing."""
+        try:
+            if self.settling:
+                return not self.may_settle() or self.settle()
+            if not self.begun:
+                if not self.begin():
+                    return True
+                self.begun = True
+            return self.look()
+        except StorageError as exc:
+            log.warning(
+                "cannot look at child run %s: %s",
+                self.child_id,
+                exc,
+                extra={"run_id": self.driver.run_id, "action": "child_look_failed"},
+            )
+            return False
+        except Exception as exc:  # a bug here must not stop the loop
+            self.fail(exc)
+            return True
+
+    def stop(self) -> bool:
+        """The host was cancelled: True when the supervision goes on to settle the child's
+        spend (the parent ended), False when it stops here (let go, or a stale attempt: the
+        child is left to its own lease)."""
+        if self.settling or not self.may_settle():
+            return False
+        self.settling = True
+        return True
 
     def begin(self) -> bool:
         """Report the start and start (or find) the child; False when it cannot be (the
         attempt's failure is reported)."""
         orchestrator, clock = self.orchestrator, self.orchestrator.clock
-        started = ev.TaskStarted(
-            at=clock(), task_id=self.task_id, attempt=self.attempt, worker=orchestrator.owner
-        )
-        orchestrator.report(self.driver, Report(event=started))
+        if not self.started:
+            started = ev.TaskStarted(
+                at=clock(), task_id=self.task_id, attempt=self.attempt, worker=orchestrator.owner
+            )
+            orchestrator.report(self.driver, Report(event=started))
+            self.started = True
         task = self.driver.state.tasks[self.task_id]
         refused = _ensure_child(orchestrator, self.driver, task, self.child_id)
         if refused is not None:
@@ -138,6 +176,21 @@ class Supervision:
         orchestrator.report(self.driver, report)
         return True
 
+    def fail(self, exc: Exception) -> None:
+        """A bug while watching the child: fail the attempt rather than the loop. The child
+        is asked to stop (a retry starts another) and what it spent so far is charged."""
+        driver, orchestrator = self.driver, self.orchestrator
+        log.exception("child run of %s crashed", self.task_id, extra={"run_id": driver.run_id})
+        error = f"internal error: {type(exc).__name__}: {exc}"
+        now = orchestrator.clock()
+        usage = None
+        with contextlib.suppress(Exception):  # best effort: the failure is reported anyway
+            orchestrator.store.get_run(self.child_id)
+            usage = child_usage(orchestrator.store, self.child_id)
+            why = f"its parent's task {self.task_id} failed: {error}"
+            orchestrator.store.post_command(self.child_id, "cancel", why, "interlock", now)
+        orchestrator.report(driver, _failed(self.task_id, self.attempt, error, now, usage))
+
     def close(self) -> None:
         """The host stopped: forget the child here."""
         self.orchestrator.idle_children.discard(self.child_id)
@@ -149,9 +202,9 @@ SETTLE_LIMIT = 2  # leases a stopping child may take to end before its spend so 
 class ChildHost(Protocol):
     """A dispatcher that runs supervisions itself (the simulator steps them in its loop)."""
 
-    def host_child(self, supervision: Supervision, *, settling: bool = False) -> asyncio.Task[None]:
-        """Run `supervision` (only its `settle` when `settling`); the returned handle stands
-        in for the asyncio task."""
+    def host_child(self, supervision: Supervision) -> asyncio.Task[None]:
+        """Run `supervision` (`step` until it returns True; `stop` when cancelled); the
+        returned handle stands in for the asyncio task."""
         ...
 
 
@@ -170,65 +223,39 @@ def settle_spend(
     """For an ended parent taken again (its supervision died with its process): report what
     the child of the task's current attempt spent, once the child has stopped."""
     supervision = Supervision(orchestrator, driver, task.task_id, task.attempt)
+    supervision.settling = True
     host = orchestrator.dispatcher
     if hasattr(host, "host_child"):
-        return cast(ChildHost, host).host_child(supervision, settling=True)
+        return cast(ChildHost, host).host_child(supervision)
     loop = asyncio.get_running_loop()
-    return loop.create_task(_settle(supervision), name=task.task_id)
+    return loop.create_task(_supervise(supervision), name=task.task_id)
 
 
 async def _supervise(supervision: Supervision) -> None:
+    """Host a supervision in an asyncio task: a look whenever the child records something,
+    at the latest every heartbeat."""
     orchestrator, driver = supervision.orchestrator, supervision.driver
-    task_id = supervision.task_id
     wake = orchestrator.watch_run(supervision.child_id)
     try:
-        if not supervision.begin():
-            return
         while True:
-            wake.clear()
-            if supervision.look():
-                return
-            await _nap(orchestrator, wake)
-    except asyncio.CancelledError:
-        if not supervision.may_settle():
-            raise  # let go, or a stale attempt: the child is left to its own lease
-        # The parent ended and asked the child to stop: what the child spent until it
-        # stopped is recorded on the parent all the same.
-        current = asyncio.current_task()
-        if current is not None:
-            current.uncancel()
-        await _settling(supervision, wake)
-    except Exception as exc:  # a bug here must not stop the loop
-        log.exception("child run of %s crashed", task_id, extra={"run_id": driver.run_id})
-        error = f"internal error: {type(exc).__name__}: {exc}"
-        orchestrator.report(
-            driver, _failed(task_id, supervision.attempt, error, orchestrator.clock())
-        )
-    finally:
-        orchestrator.unwatch_run(supervision.child_id, wake)
-        supervision.close()
-        if driver.handles.get(task_id) is asyncio.current_task():
-            del driver.handles[task_id]
-
-
-async def _settle(supervision: Supervision) -> None:
-    orchestrator, driver = supervision.orchestrator, supervision.driver
-    wake = orchestrator.watch_run(supervision.child_id)
-    try:
-        await _settling(supervision, wake)
+            try:
+                wake.clear()
+                if supervision.step():
+                    return
+                await _nap(orchestrator, wake)
+            except asyncio.CancelledError:
+                if not supervision.stop():
+                    raise
+                # The parent ended and asked the child to stop: what the child spent until
+                # it stopped is recorded on the parent all the same.
+                current = asyncio.current_task()
+                if current is not None:
+                    current.uncancel()
     finally:
         orchestrator.unwatch_run(supervision.child_id, wake)
         supervision.close()
         if driver.handles.get(supervision.task_id) is asyncio.current_task():
             del driver.handles[supervision.task_id]
-
-
-async def _settling(supervision: Supervision, wake: asyncio.Event) -> None:
-    while True:
-        wake.clear()
-        if not supervision.may_settle() or supervision.settle():
-            return
-        await _nap(supervision.orchestrator, wake)
 
 
 async def _nap(orchestrator: Orchestrator, wake: asyncio.Event) -> None:
@@ -260,6 +287,8 @@ def _ensure_child(
     origin: dict[str, Any] = {"parent_run": driver.run_id, "parent_task": task.task_id}
     try:
         orchestrator.create_runs([(definition, topic, inputs, child_id)], origin=origin)
+    except StorageError:
+        raise  # a busy store: tried again at the next look
     except InterlockError as exc:  # inputs the child does not take
         return f"cannot start child pipeline {worker.child_name!r}: {exc.message}"
     crash_point("after_child_start")

@@ -399,8 +399,8 @@ class RunDriver:
                 crash_point("after_record_reject")  # recorded, its visit's tasks not started
             self.reviewed = None
         if state.status.ended and not self.children_stopped:
-            self.children_stopped = True
-            orchestrator.cancel_children(self)  # a child never outlives its parent's end
+            # A child never outlives its parent's end.
+            self.children_stopped = orchestrator.cancel_children(self)
         if state.status.ended:
             for task_id, handle in list(self.handles.items()):
                 if task_id in self.stopping:

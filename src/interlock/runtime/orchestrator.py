@@ -810,28 +810,40 @@ class Orchestrator:
         if not watchers:
             self._watched.pop(run_id, None)
 
-    def cancel_children(self, driver: RunDriver) -> None:
-        """Ask every child run of an ended run that has not ended to stop (once per run)."""
+    def cancel_children(self, driver: RunDriver) -> bool:
+        """Ask every child run of an ended run that has not ended to stop (once per run);
+        False when the store was busy: the run is looked at again to finish that."""
         from interlock.core.subpipelines import child_run_id
 
         pipeline = driver.definition.pipeline
+        done = True
         for task in driver.state.tasks.values():
             if pipeline.worker(task.role).pipeline is None or task.status.value == "completed":
                 continue
             child_id = child_run_id(driver.run_id, task.task_id, task.attempt)
             try:
-                record = self.store.get_run(child_id)
-            except RunNotFound:
-                continue
-            if task.attempt not in task.charged and task.task_id not in driver.handles:
-                self._settle_child(driver, task)
-            if record.summary.status in ENDED_STATUSES:
-                continue
-            reason = f"its parent run {driver.run_id} {driver.state.status.value}"
-            self._cancel_child(child_id, reason)
-            if child_id not in self.drivers:
-                with contextlib.suppress(LeaseHeld):  # its driver elsewhere records it
-                    self.take(child_id)  # paused and let go: recorded here
+                self._stop_child(driver, task, child_id)
+            except StorageError as exc:  # a locked database: tried again at the next look
+                log.warning("cannot stop child run: %s", exc, extra={"run_id": child_id})
+                done = False
+        if not done:
+            self._mark(driver)
+        return done
+
+    def _stop_child(self, driver: RunDriver, task: TaskState, child_id: str) -> None:
+        try:
+            record = self.store.get_run(child_id)
+        except RunNotFound:
+            return
+        if task.attempt not in task.charged and task.task_id not in driver.handles:
+            self._settle_child(driver, task)
+        if record.summary.status in ENDED_STATUSES:
+            return
+        reason = f"its parent run {driver.run_id} {driver.state.status.value}"
+        self._cancel_child(child_id, reason)
+        if child_id not in self.drivers:
+            with contextlib.suppress(LeaseHeld):  # its driver elsewhere records it
+                self.take(child_id)  # paused and let go: recorded here
 
     def _settle_child(self, driver: RunDriver, task: TaskState) -> None:
         """An ended run taken again whose child's spend is not recorded yet (the process that

@@ -90,6 +90,11 @@ class HistoryChecker:
                 return "approved a run that was not paused (a second approval?)"
             self.paused, self.approvals = False, self.approvals + 1
             return None
+        if isinstance(event, ev.Resumed):
+            if not self.paused:
+                return "resumed a run that was not paused"
+            self.paused = False  # its child went on: no person approved the parent
+            return None
         if isinstance(event, (ev.OutputEdited, ev.Rejected)):
             return review_transition(self, event)
         return self._task_transition(event)

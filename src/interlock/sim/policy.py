@@ -36,6 +36,9 @@ class PolicyChecker:
     visits: dict[str, int] = field(default_factory=dict)
     phase_status: dict[str, str] = field(default_factory=dict)
     current: tuple[str, bool] | None = None  # (phase, completed)
+    # A running child's spend counted so far, by (task, attempt), until its final usage.
+    running: dict[tuple[str, int], int] = field(default_factory=dict)
+    settled: set[tuple[str, int]] = field(default_factory=set)
 
     def problem(self, event: ev.Event) -> str | None:
         """Check one more stored event and fold it into the counts."""
@@ -75,8 +78,16 @@ class PolicyChecker:
         usage: Any = getattr(event, "usage", None)
         spending = (ev.TaskCompleted, ev.TaskFailed, ev.TaskTimedOut, ev.UsageRecorded)
         if isinstance(event, spending) and usage:
+            attempt = (event.task_id, event.attempt)
+            self.tokens -= self.running.pop(attempt, 0)  # the final spend replaces it
+            self.settled.add(attempt)
             self.tokens += int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))
             self.cost += float(usage.get("cost_usd", 0.0))
+        if isinstance(event, ev.ChildSpent):
+            attempt = (event.task_id, event.attempt)
+            if attempt not in self.settled:
+                self.tokens += event.tokens - self.running.get(attempt, 0)
+                self.running[attempt] = event.tokens
         if isinstance(event, ev.PhaseStarted):
             self.visits[event.phase] = event.visit
             self.phase_status[event.phase] = "running"
@@ -94,6 +105,8 @@ class PolicyChecker:
             self.approvals += 1
             if self.paused_for == "pause_after":
                 self.owed = None
+            self.paused_for = None
+        elif isinstance(event, ev.Resumed):  # the child that paused the run went on
             self.paused_for = None
         elif isinstance(event, ev.Rejected):  # a person sent the paused run back
             self.paused_for, self.owed = None, None

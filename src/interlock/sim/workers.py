@@ -21,10 +21,12 @@ from typing import TYPE_CHECKING, Any, cast
 from interlock.core import events as ev
 from interlock.core.state import TaskState
 from interlock.core.workflow import Worker
+from interlock.runtime.children import Supervision
 from interlock.runtime.dispatch import outcome_report
 from interlock.runtime.driver import Report, RunDriver
 from interlock.runtime.executors import Outcome
 from interlock.sim.buggify import Buggify
+from interlock.sim.children import ChildHosting
 from interlock.sim.clock import SimClock
 from interlock.sim.queueing import QueueFaults
 
@@ -117,7 +119,12 @@ class SimDispatcher:
         self.handles: list[SimHandle] = []
         self.sent: list[SentReport] = []
         self.executions: Counter[tuple[str, str, int]] = Counter()  # (run, task, attempt)
+        self.children = ChildHosting()  # supervisions of child runs, stepped by the world
         self._serial = 0
+
+    def host_child(self, supervision: Supervision) -> asyncio.Task[None]:
+        """See `runtime.children.ChildHost`: the world steps it in its loop."""
+        return cast("asyncio.Task[None]", self.children.host(supervision))
 
     def start(
         self, orchestrator: Orchestrator, driver: RunDriver, task: TaskState
@@ -247,6 +254,7 @@ class SimDispatcher:
         for handle in self.handles:
             handle.cancel()
         self.handles.clear()
+        self.children.kill_all()
 
 
 def simulated_usage(run_id: str, task_id: str, attempt: int) -> dict[str, int]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from interlock.core.loader import Definition
-from interlock.core.state import RunStatus, fold
+from interlock.core.state import RunState, RunStatus, fold
 from interlock.errors import LeaseHeld
 from interlock.providers import ModelConfig
 from interlock.runtime import faults
@@ -79,7 +79,8 @@ class SimResult:
             "violations": self.violations,
             "reruns": self.reruns,
             "reused": self.reused,
-            "rerun": f"python benchmarks/simulate.py --seed {self.seed}",
+            "rerun": f"python benchmarks/simulate.py --seed {self.seed}"
+            + (" --pipeline children" if self.pipeline.startswith("children") else ""),
         }
 
 
@@ -203,20 +204,27 @@ class Simulation:
             if self.buggify("stale_report", 0.05):
                 self.dispatcher.resend(orchestrator, driver, stale=True)
         try:
-            # One iteration of the real loop (`run_until_settled` without its sleep).
+            # One iteration of the real loop (`run_until_settled` without its sleep), with a
+            # look of every child run's supervision before and after it.
+            self.dispatcher.children.step()
             orchestrator._iterate(now, stop_when_paused=False)
+            self.dispatcher.children.step()
         except SimCrash:
             self._restart()
             return True
         self._check_step()
         driver = orchestrator.drivers.get(self.run_id)
         if driver is None:
-            state = self.checker.shadow
-            if state.status.ended and (state.archived or state.status is not RunStatus.DELIVERED):
+            if self._done(self.checker.shadow):
                 return False
             self._restart()  # the lease was lost: take the run again, as a new process would
             return True
         return self._advance(orchestrator)
+
+    def _done(self, state: RunState) -> bool:
+        """Whether a run let go has nothing left to do (else it is taken again, as
+        `interlock resume` would)."""
+        return state.status.ended and (state.archived or state.status is not RunStatus.DELIVERED)
 
     def _people(self, orchestrator: Orchestrator, status: RunStatus) -> None:
         store = self.store
@@ -343,5 +351,10 @@ class Simulation:
 
 
 def simulate(seed: int, *, pipeline: str | None = None, faults: bool = True) -> SimResult:
-    """Run one seed and return what happened."""
+    """Run one seed and return what happened (`pipeline="children"`: a parent running a
+    sub-pipeline, `interlock.sim.child_world`)."""
+    if pipeline == "children":
+        from interlock.sim.child_world import ChildSimulation
+
+        return ChildSimulation(seed, faults=faults).run()
     return Simulation(seed, pipeline=pipeline, faults=faults).run()
