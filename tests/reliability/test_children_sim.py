@@ -52,3 +52,12 @@ def test_a_child_seed_replays_step_for_step() -> None:
     assert first.digest == again.digest and first.steps == again.steps
     assert first.digest != other.digest
     assert first.summary()["rerun"].endswith("--seed 31000007 --pipeline children")
+
+
+def test_a_crash_drawn_while_a_child_runs_kills_the_orchestrator_before_it_acts_again() -> None:
+    """Seed 60,008,419 once let the dead orchestrator drive the child on for one more step
+    (the child failed under it, and the simulation ended with the parent never told): the
+    crash now happens inside the step, and the new orchestrator records the child's end."""
+    result = simulate(60_008_419, pipeline="children")
+    assert result.violations == []
+    assert result.status == "failed" and result.faults["crash_child_running"] == 1

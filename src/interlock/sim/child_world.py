@@ -86,12 +86,18 @@ class ChildSimulation(Simulation):
         self.buggify.fired.pop("leave_paused", None)
         self.child_faults = {p: faults and self.child_rng.random() < 0.5 for p in CHILD_FAULTS}
         self.ended_runs: dict[str, int] = {}  # child run -> executions when it ended
+        self.crash_pending: str | None = None  # a crash drawn by the people, due next
 
     def _child_fault(self, point: str, probability: float) -> bool:
         if not self.child_faults[point] or self.child_rng.random() >= probability:
             return False
         self.buggify.fired[point] += 1
         return True
+
+    def _before_iterate(self) -> None:
+        if self.crash_pending is not None:
+            name, self.crash_pending = self.crash_pending, None
+            raise SimCrash(name)  # inside the step: the dead orchestrator does nothing more
 
     def _crash_hook(self, name: str) -> None:
         if name in CHILD_POINTS and self._child_fault("crash_child_points", 0.3):
@@ -133,10 +139,10 @@ class ChildSimulation(Simulation):
             store.post_command(running[0].run_id, "cancel", "simulated cancel", "sim", now)
         if any(c.status is RunStatus.PAUSED for c in running):
             if self._child_fault("crash_child_paused", 0.3):
-                self._restart()
+                self.crash_pending = "child paused"
                 return
         elif running and self._child_fault("crash_child_running", 0.02):
-            self._restart()
+            self.crash_pending = "child running"
             return
         # Approvals, as `interlock approve` gives them: to a paused child (the parent goes on
         # with it), or to the parent paused for itself (a budget pause).
@@ -171,7 +177,14 @@ class ChildSimulation(Simulation):
         if waiting and not orchestrator._dirty and self.scheduler.next_time() is None:
             self.clock.advance_to(self.clock() + 1)  # somebody will approve the child
             return True
-        return super()._advance(orchestrator)
+        if super()._advance(orchestrator):
+            return True
+        if not self.dispatcher.children.handles:
+            return False
+        # A supervision looks at its child at least every heartbeat on its own (a child
+        # nobody drives yet is taken by that look): the clock moves on to it.
+        self.clock.advance_to(self.clock() + orchestrator.settings.heartbeat)
+        return True
 
     def _check_step(self) -> None:
         super()._check_step()

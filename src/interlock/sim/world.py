@@ -206,6 +206,7 @@ class Simulation:
         try:
             # One iteration of the real loop (`run_until_settled` without its sleep), with a
             # look of every child run's supervision before and after it.
+            self._before_iterate()
             self.dispatcher.children.step()
             orchestrator._iterate(now, stop_when_paused=False)
             self.dispatcher.children.step()
@@ -220,6 +221,9 @@ class Simulation:
             self._restart()  # the lease was lost: take the run again, as a new process would
             return True
         return self._advance(orchestrator)
+
+    def _before_iterate(self) -> None:
+        """A fault of a subclass that kills the orchestrator raises `SimCrash` here."""
 
     def _done(self, state: RunState) -> bool:
         """Whether a run let go has nothing left to do (else it is taken again, as
