@@ -60,4 +60,4 @@ def test_a_crash_drawn_while_a_child_runs_kills_the_orchestrator_before_it_acts_
     crash now happens inside the step, and the new orchestrator records the child's end."""
     result = simulate(60_008_419, pipeline="children")
     assert result.violations == []
-    assert result.status == "failed" and result.faults["crash_child_running"] == 1
+    assert result.status == "failed" and result.faults["crash_child_running"] >= 1
