@@ -6,7 +6,13 @@ a merge: ITEMS + 2 tasks each, trivial `call:` workers so the figure measures th
 and times from the first submission until every run is delivered.
 
     python benchmarks/distributed.py [--runs 60] [--items 8] [--workers 1,2,4] [--latency 0.05]
-                                     [--orchestrators 1]
+                                     [--orchestrators 1] [--dbos RUNS]
+
+Before the clock starts one run goes through and the processes are left to settle, so the
+CPU per task is the steady state's, without the processes' start-up (seconds of CPU on a
+busy machine). `--dbos RUNS` also measures DBOS on the same server in the same invocation
+(its CPU per step, in its process and in PostgreSQL's), after
+`bash benchmarks/peers/setup.sh dbos`.
 
 Two series: no-op tasks (the machinery alone: on a small machine the CPU it shares with
 PostgreSQL and the orchestrator is the limit) and tasks that wait `--latency` seconds in

@@ -263,7 +263,8 @@ class RemoteWorker:
         statement (none when 0), begun in this thread hop as well: (claims, what `_begin`
         made of each, or the error it raised)."""
         claims = self._finish(claim, spec, outcome, take)
-        shutil.rmtree(work, ignore_errors=True)
+        if os.path.lexists(work):  # most attempts read no files and leave no folder
+            shutil.rmtree(work, ignore_errors=True)
         begun: dict[int, TaskSpec | Exception | None] = {}
         for new in claims:
             try:
