@@ -49,7 +49,8 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
         records = ctx.store.list_runs(status=status, pipeline=pipeline, limit=limit)
     from interlock.runtime.family import parents_of
 
-    parents = parents_of(ctx.store, [r.run_id for r in records])
+    # Only with records: opening the store where there is no ledger would create one.
+    parents = parents_of(ctx.store, [r.run_id for r in records]) if records else {}
     live = ("running", "waiting")
     drivers = {r.run_id: driver_of(r) for r in records if r.summary.status in live}
     waits = {r.run_id: _waits_for(ctx, r.run_id) for r in records if r.summary.status == "waiting"}
