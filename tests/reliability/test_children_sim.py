@@ -4,7 +4,11 @@ loop with its children, under crashes around the children, cancelled children an
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
+import pytest
+
+from interlock.core import state as st
 from interlock.sim import simulate
 from interlock.sim.child_world import ChildSimulation
 
@@ -61,3 +65,19 @@ def test_a_crash_drawn_while_a_child_runs_kills_the_orchestrator_before_it_acts_
     result = simulate(60_008_419, pipeline="children")
     assert result.violations == []
     assert result.status == "failed" and result.faults["crash_child_running"] >= 1
+
+
+def test_the_child_checks_have_teeth(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a child's final spend added to its running total instead of replacing it (the
+    spend counted twice), the simulator finds violations within 60 seeds."""
+
+    def charge_twice(
+        state: st.RunState, task: st.TaskState, attempt: int, usage: dict[str, Any]
+    ) -> None:
+        tokens = int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))
+        st._add(state, task, float(usage.get("cost_usd", 0.0)), tokens)
+        task.charged.add(attempt)
+
+    monkeypatch.setattr(st, "_charge", charge_twice)
+    broken = [s for s in range(60) if simulate(s, pipeline="children").violations]
+    assert len(broken) >= 10, broken
