@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import copy
 import json
 import os
 import random
@@ -134,19 +133,21 @@ def _force(value: bool) -> Change:
     return change
 
 
-def mutants(source: str, file: str) -> list[tuple[Mutant, str]]:
-    """Every single-point mutant of `source`: (mutant, mutated source)."""
+def mutants(source: str, file: str) -> list[Mutant]:
+    """Every single-point mutant of `source` (its text comes from `mutated`, one at a time:
+    making all of them up front is quadratic in the file's size)."""
+    return [
+        Mutant(file=file, index=index, line=getattr(node, "lineno", 0), what=what)
+        for index, (node, what, _) in enumerate(_points(ast.parse(source)))
+    ]
+
+
+def mutated(source: str, mutant: Mutant) -> str:
+    """`source` with `mutant`'s change made."""
     tree = ast.parse(source)
-    found = []
-    for index, (node, what, _) in enumerate(_points(tree)):
-        found.append(Mutant(file=file, index=index, line=getattr(node, "lineno", 0), what=what))
-    made = []
-    for mutant in found:
-        twin = copy.deepcopy(tree)
-        node, _, change = list(_points(twin))[mutant.index]
-        change(node)
-        made.append((mutant, ast.unparse(ast.fix_missing_locations(twin))))
-    return made
+    node, _, change = list(_points(tree))[mutant.index]
+    change(node)
+    return ast.unparse(ast.fix_missing_locations(tree))
 
 
 def run_tests(
@@ -208,10 +209,10 @@ def main(argv: list[str] | None = None) -> int:
             chosen = (
                 every if args.mutants == 0 else rng.sample(every, min(args.mutants, len(every)))
             )
-            chosen.sort(key=lambda pair: pair[0].index)
+            chosen.sort(key=lambda mutant: mutant.index)
             survivors = []
-            for mutant, text in chosen:
-                (package / file).write_text(text)
+            for mutant in chosen:
+                (package / file).write_text(mutated(original, mutant))
                 killed = not run_tests(
                     root, package, args.tests, args.sim_seeds, baseline * 3 + 30
                 )[0]
