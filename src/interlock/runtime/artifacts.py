@@ -21,10 +21,13 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
+def write_atomic(
+    path: Path, data: bytes, *, durable: bool = True, make_folder: bool = True
+) -> None:
     """Write `data` to `path` through a temporary file and a rename; with `durable`, the
-    file is fsynced before the rename and its folder after it."""
-    tmp, _ = _stage(path, data, durable=durable)
+    file is fsynced before the rename and its folder after it. Without `make_folder`, a
+    missing folder raises FileNotFoundError instead of being made."""
+    tmp, _ = _stage(path, data, durable=durable, make_folder=make_folder)
     os.replace(tmp, path)
     if durable:
         fsync_dir(path.parent)
@@ -108,12 +111,16 @@ def _fsync_dirs(part: list[Path]) -> None:
         fsync_dir(folder)
 
 
-def _stage(path: Path, data: bytes, *, durable: bool = True) -> tuple[Path, Path]:
+def _stage(
+    path: Path, data: bytes, *, durable: bool = True, make_folder: bool = True
+) -> tuple[Path, Path]:
     """Write `data` beside `path`, fsynced when `durable`: (temporary path, final path)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     except FileNotFoundError:  # the folder is usually there: only then pay for a mkdir
+        if not make_folder:
+            raise
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:

@@ -47,6 +47,7 @@ from interlock.runtime.models import ModelRunner
 from interlock.runtime.processes import holder_is_dead as holder_is_dead
 from interlock.runtime.processes import reap
 from interlock.runtime.reuse import Reuser, SourceRun
+from interlock.runtime.runfiles import status_writer
 from interlock.runtime.slots import awaiting, slot_key, slot_poll, take_slot
 from interlock.runtime.superseded import mark_superseded
 from interlock.runtime.task_slots import TaskSlots
@@ -197,6 +198,8 @@ class Orchestrator:
                 driver.refresh_status(self)  # status.json exists once the run is recorded
             self._emit(driver, 1, new)
             self._mark(driver)  # acted on (tasks started) by the loop
+        if self.settings.write_status:
+            status_writer().flush()
         return [driver.run_id for driver, _, _ in prepared]
 
     def _prepare(
@@ -398,6 +401,7 @@ class Orchestrator:
         finally:
             self.leases.stop()
             self._wake = None
+            status_writer().flush()  # what the loop handed over is on disk when it returns
 
     async def serve_forever(self, stop: asyncio.Event) -> None:
         """Drive taken runs, including paused ones, until `stop` is set."""
@@ -413,6 +417,7 @@ class Orchestrator:
         finally:
             self.leases.stop()
             self._wake = None
+            status_writer().flush()  # what the loop handed over is on disk when it returns
 
     def _iterate(self, now: float, stop_when_paused: bool) -> None:
         self.leases.turned()
@@ -685,6 +690,7 @@ class Orchestrator:
                 if record.lease_owner and record.lease_owner != self.owner:
                     by, since = record.lease_owner, record.lease_acquired_at or since
         why = f"this orchestrator ({self.owner}) stopped driving the run: {error}"
+        status_writer().flush(driver.run_dir / "status.json")  # or it would undo the mark
         try:
             mark_superseded(driver.run_dir, self.owner, by=by, since=since, why=why)
         except OSError as exc:
@@ -766,6 +772,7 @@ class Orchestrator:
             if len(self._releases) >= 256:
                 self.flush_releases()
             return
+        status_writer().flush(driver.run_dir / "status.json")  # before anyone else writes it
         with contextlib.suppress(StorageError, LeaseLost):
             self.store.release_lease(driver.lease)
 
