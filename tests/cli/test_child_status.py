@@ -33,8 +33,9 @@ def test_status_lists_children_and_a_child_names_its_parent(
 ) -> None:
     """A parent paused by its child: `status PARENT` has a child-runs table with the child's
     id, pipeline, paused state and cost (and `--json` the same as `child_runs`); `status
-    CHILD` names the parent, its task and state; `runs` marks the child (and `--json` gives its
-    `parent_run`); after approval the child shows delivered."""
+    CHILD` names the parent, its task and state; `runs` marks the child and lists it right
+    under its parent (and `--json` gives its `parent_run`); after approval the child shows
+    delivered."""
     flow = tmp_path / "family.yaml"
     flow.write_text(FLOW)
     started = cli(cli_env, "run", str(flow), "parent", "--topic", "otters")
@@ -55,7 +56,10 @@ def test_status_lists_children_and_a_child_names_its_parent(
     ]
     listed = {r["run_id"]: r for r in json.loads(cli(cli_env, "runs", "--json").stdout)}
     assert listed[child]["parent_run"] == run_id and listed[run_id]["parent_run"] is None
-    assert f"↳ {child}" in cli(cli_env, "runs").stdout
+    table = [line.split() for line in cli(cli_env, "runs").stdout.splitlines()]
+    ids = [row[1] if row[0] == "↳" else row[0] for row in table[1:]]
+    assert ["↳", child] in [row[:2] for row in table]
+    assert ids.index(child) == ids.index(run_id) + 1, "a child's row is right under its parent"
     kid = " ".join(cli(cli_env, "status", child).stdout.split())
     assert f"child run of {run_id} (task summary@1, pipeline parent, paused)" in kid
     approved = cli(cli_env, "approve", run_id, timeout=120)

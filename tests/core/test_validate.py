@@ -615,3 +615,18 @@ def test_input_placeholder_naming_a_pipeline_input_explains_the_difference() -> 
         "it reads nothing (add it to 'reads'); the pipeline input 'language' is written "
         "{{ language }}"
     )
+
+
+def test_a_number_where_a_mapping_goes_names_the_keys_not_a_class() -> None:
+    """A worker's `concurrency: 2` (or `budget: 3`) is refused in the file's words, listing the
+    mapping's keys and how a worker's key is written, never an internal class name."""
+    data = translate()
+    data["t"]["budget"] = 3
+    data["t"]["phases"][0]["workers"][0]["concurrency"] = 2
+    problems = problems_of(data)
+    assert not any("instance of" in problem for problem in problems), problems
+    budget = next(p for p in problems if "key 'budget'" in p)
+    assert "expected a mapping, not a number (3); its keys are max_cost_usd" in budget
+    slots = next(p for p in problems if "key 'concurrency'" in p)
+    assert "worker 'translator'" in slots
+    assert "a worker's concurrency is {key: EXPR, limit: N}" in slots

@@ -87,7 +87,7 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
     for column in ("run", "pipeline", "status", "phase", "cost", "started", "topic"):
         table.add_column(column)
     stopped, idle = [], []
-    for r in records:
+    for r in _nested(records, parents):
         state = styled(r.summary.status)
         if r.run_id in waits:
             from interlock.runtime.projection import waiting_text
@@ -122,6 +122,29 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
             "'interlock signal RUN NAME' sends a signal and continues the run, 'interlock "
             f"resume {idle[0]}' (or a server) waits with it"
         )
+
+
+def _nested(records: list[Any], parents: dict[str, tuple[str, str | None]]) -> list[Any]:
+    """The runs newest first, each child right under its parent when the parent is listed: a
+    child is created after its parent, so newest first alone would put its "↳" row above the
+    parent, under some unrelated run. A child whose parent is not listed keeps its place."""
+    listed = {r.run_id for r in records}
+    under: dict[str, list[Any]] = {}
+    for r in records:
+        parent = parents.get(r.run_id, (None, None))[0]
+        if parent in listed:
+            under.setdefault(parent, []).append(r)
+    ordered: list[Any] = []
+
+    def add(record: Any) -> None:
+        ordered.append(record)
+        for child in reversed(under.get(record.run_id, [])):  # oldest child first, as tasks ran
+            add(child)
+
+    for r in records:
+        if parents.get(r.run_id, (None, None))[0] not in listed:
+            add(r)
+    return ordered
 
 
 @click.command()

@@ -310,6 +310,8 @@ def _describe(error: Any, data: Any) -> str:
         message += _did_you_mean(key, parts[-2] if len(parts) > 1 else "")
     elif error["type"] == "missing":
         message = "required key is missing"
+    elif error["type"] == "model_type":
+        message = _mapping_expected(key, parts, child)
     message = message.removeprefix("Value error, ")
     return f"{', '.join(parts)}: {message}"
 
@@ -324,6 +326,25 @@ _NESTED: dict[str, Any] = {
     "for_each": ForEach,
     "cache": Cache,
 }
+
+
+def _mapping_expected(key: Any, parts: list[str], value: Any) -> str:
+    """What a key that takes a mapping was given instead, in the file's words: pydantic's own
+    message names an internal class (`instance of ConcurrencyKey`), which no file mentions."""
+    model = _NESTED.get(key) if isinstance(key, str) else None
+    fields = [field.alias or name for name, field in model.model_fields.items()] if model else []
+    given = type(value).__name__ if value is not None else "null"
+    shown = {"str": "text", "int": "a number", "float": "a number", "list": "a list"}
+    message = f"expected a mapping, not {shown.get(given, given)} ({value!r})"
+    if fields:
+        message += f"; its keys are {', '.join(fields)}"
+    if key == "concurrency" and len(parts) > 1 and parts[-2].startswith("worker "):
+        # A worker's key limits its tasks; a plain number limits whole runs, on the pipeline.
+        message += (
+            "; a worker's concurrency is {key: EXPR, limit: N}, e.g. {key: inputs.customer,"
+            " limit: 2} (a plain number limits runs and is written on the pipeline)"
+        )
+    return message
 
 
 def _did_you_mean(key: Any, place: str) -> str:
