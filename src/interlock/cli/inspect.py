@@ -132,7 +132,7 @@ def _nested(records: list[Any], parents: dict[str, tuple[str, str | None]]) -> l
     under: dict[str, list[Any]] = {}
     for r in records:
         parent = parents.get(r.run_id, (None, None))[0]
-        if parent in listed:
+        if parent is not None and parent in listed:
             under.setdefault(parent, []).append(r)
     ordered: list[Any] = []
 
