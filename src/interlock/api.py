@@ -28,7 +28,7 @@ from interlock.core.review import (
 )
 from interlock.core.state import RunState, RunStatus, fold
 from interlock.core.workflow import Pipeline
-from interlock.errors import InterlockError, InvalidSignal, RunNotFound, UsageError
+from interlock.errors import InterlockError, InvalidSignal, UsageError
 from interlock.runtime.diff import RunDiff, compare
 from interlock.runtime.edits import hand_edit_message, unrecorded_changes
 from interlock.runtime.home import Home, check_run_id
@@ -408,18 +408,9 @@ class Interlock:
 
     def resolve(self, prefix: str) -> str:
         """The run id an unambiguous prefix names."""
-        if not prefix:
-            raise UsageError("give a run id (see 'interlock runs')")
-        matches = self.store.find_runs(prefix)
-        if prefix in matches:
-            return prefix
-        if not matches:
-            raise RunNotFound(f"no run matches {prefix!r} (see 'interlock runs')")
-        if len(matches) > 1:
-            raise UsageError(
-                f"{prefix!r} matches several runs ({', '.join(matches[:5])}); give more of the id"
-            )
-        return matches[0]
+        from interlock.runtime.lookup import resolve
+
+        return resolve(self.store, prefix)
 
     def events(self, run_id: str, since: int = 0) -> list[StoredEvent]:
         """A run's history from `since` on."""

@@ -107,3 +107,16 @@ def test_status_of_a_settled_run_loads_no_engine(cli_env: dict[str, str]) -> Non
     status_file.unlink()  # the long way: folded from the ledger
     slow = json.loads(cli(cli_env, "status", run_id, "--json").stdout)
     assert fast == slow
+
+
+def test_explain_of_a_run_without_conditions_loads_no_engine(cli_env: dict[str, str]) -> None:
+    """`interlock explain` of a run whose pipeline has no conditions (a wide fan-out, say)
+    lists its decisions from the ledger alone, by a prefix of its id as by the whole id."""
+    from tests.cli.test_cli import RESEARCH, cli, run_id_of
+
+    run_id = run_id_of(cli(cli_env, "run", RESEARCH, "research", "--topic", "x"))
+    assert loaded(cli_env, "explain", run_id) == []
+    whole = cli(cli_env, "explain", run_id)
+    assert whole.returncode == 0 and "run_created" in whole.stdout, whole.stderr
+    assert "the result was delivered" in whole.stdout
+    assert cli(cli_env, "explain", run_id[:-3]).stdout == whole.stdout

@@ -152,13 +152,22 @@ class Ctx:
     def reader(self, run_id: str) -> Interlock:
         """The API object for a command that only reads `run_id`: an unknown run (and no
         ledger at all) is an error that creates nothing."""
+        self._refuse_missing(run_id)
+        return self.app
+
+    def ledger_reader(self, run_id: str) -> Store:
+        """The ledger alone for a command that only reads `run_id`, as `reader` checks it,
+        without loading the engine."""
+        self._refuse_missing(run_id)
+        return self.store
+
+    def _refuse_missing(self, run_id: str) -> None:
         missing = self.missing_ledger()
         if missing is not None:
             raise RunNotFound(
                 f"no run matches {run_id!r}: there is no ledger at {missing} (runs started "
                 "elsewhere need --home or --store; see 'interlock runs')"
             )
-        return self.app
 
 
 def handle_errors(function: F) -> F:

@@ -402,23 +402,25 @@ def events(ctx: Ctx, run_id: str, since: int, as_json: bool) -> None:
 def explain(ctx: Ctx, run_id: str, prompt_of: str | None) -> None:
     """Each decision with the rule that made it, why, and the values its condition read (or
     the exact prompt of a task)."""
-    app = ctx.reader(run_id)
     if prompt_of is not None:
         from interlock.runtime.explain import prompts
 
+        app = ctx.reader(run_id)
         for name, text in prompts(app.run_dir(run_id), prompt_of):
             out.print(f"== {name} (task.attempt)")
             click.echo(text)
         return
     from interlock.cli.why import explain_lines, plain_lines
+    from interlock.runtime.lookup import resolve
 
-    run_id = app.resolve(run_id)
+    store = ctx.ledger_reader(run_id)
+    run_id = resolve(store, run_id)
     if out.is_terminal:
         # One print for all lines: rich renders a wide run's tens of thousands of events in
         # one pass, instead of paying its per-call setup for each.
-        out.print("\n".join(explain_lines(app, run_id)), markup=True)
+        out.print("\n".join(explain_lines(store, run_id)), markup=True)
     else:
-        click.echo("\n".join(plain_lines(app, run_id)))
+        click.echo("\n".join(plain_lines(store, run_id)))
 
 
 @click.command()

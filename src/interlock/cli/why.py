@@ -9,18 +9,18 @@ from interlock.cli.base import escape, when
 from interlock.runtime.explain import decisions
 
 if TYPE_CHECKING:
-    from interlock.api import Interlock
+    from interlock.storage.base import Store
 
 
-def explain_lines(app: Interlock, run_id: str) -> list[str]:
+def explain_lines(store: Store, run_id: str) -> list[str]:
     """The lines of `interlock explain` (rich markup, values escaped)."""
-    return [_markup(d) for d in decisions(app.store, run_id)]
+    return [_markup(d) for d in decisions(store, run_id)]
 
 
-def plain_lines(app: Interlock, run_id: str) -> list[str]:
+def plain_lines(store: Store, run_id: str) -> list[str]:
     """The same lines without styles: a wide run's tens of thousands of events are printed
     off a terminal without rich parsing each."""
-    return [_plain(d) for d in decisions(app.store, run_id)]
+    return [_plain(d) for d in decisions(store, run_id)]
 
 
 def _markup(d: dict[str, Any]) -> str:

@@ -11,14 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from interlock.core import events as ev
-from interlock.core.decide import expression_context
-from interlock.core.expressions import ExpressionError, evaluate, read_values
-from interlock.core.loader import Definition
-from interlock.core.state import RunState, apply
 from interlock.errors import UsageError
 
 if TYPE_CHECKING:
+    from interlock.core import events as ev
+    from interlock.core.state import RunState
     from interlock.core.workflow import Pipeline
     from interlock.storage import Store
 
@@ -28,14 +25,19 @@ def decisions(store: Store, run_id: str) -> list[dict[str, Any]]:
     the engine's reason, and `reads` what each condition tried at a branch read."""
     record = store.get_run(run_id)
     canonical = store.definition(record.definition_hash)
-    state = RunState()
     found = []
     # The history is folded only for what conditions read: a pipeline without any (a wide
-    # fan-out, say) is listed without validating its definition or building each event. A
-    # condition is an "if" key of the canonical JSON; text that merely holds one is escaped.
+    # fan-out, say) is listed without loading the engine, validating its definition or
+    # building each event. A condition is an "if" key of the canonical JSON; text that merely
+    # holds one is escaped.
     conditional = '"if":' in canonical
     if conditional:
+        from interlock.core import events as ev
+        from interlock.core.loader import Definition
+        from interlock.core.state import RunState, apply
+
         pipeline = Definition.from_canonical(record.pipeline, canonical).pipeline
+        state = RunState()
     for stored in store.events(run_id):
         reads: list[str] = []
         if conditional:
@@ -59,6 +61,9 @@ def decisions(store: Store, run_id: str) -> list[dict[str, Any]]:
 def branch_reads(pipeline: Pipeline, state: RunState, event: ev.BranchTaken) -> list[str]:
     """What each condition tried for this branch read: the rules that did not hold, then the
     one that was taken."""
+    from interlock.core.decide import expression_context
+    from interlock.core.expressions import ExpressionError, evaluate, read_values
+
     try:
         phase = pipeline.phase(event.phase)
     except (KeyError, ValueError):
