@@ -36,12 +36,16 @@ def test_init_lists_its_templates() -> None:
 
 @pytest.mark.parametrize("template", list(workflows.TEMPLATES))
 def test_every_template_is_written_and_checks(tmp_path: Path, template: str) -> None:
-    """`init --template NAME` writes a file that `check` accepts, and says how to run it."""
+    """`init --template NAME` writes a file that `check` accepts, and says how to run it
+    (in the file's own comment too, naming that file rather than the default name)."""
     target = tmp_path / f"{template}.yaml"
     code, stdout, _ = invoke("init", str(target), "--template", template)
     assert code == 0 and target.is_file()
     pipeline = next(iter(yaml.safe_load(target.read_text())))
     assert f"interlock run {target} {pipeline} --topic" in stdout
+    written = target.read_text()
+    assert f"interlock run {target} {pipeline} --topic" in written, "its comment runs this file"
+    assert "workflow.yaml" not in written
     code, stdout, stderr = invoke("check", str(target))
     assert code == 0, stderr
     assert stdout.startswith(f"{target}: ok ({pipeline}")  # more pipelines may follow

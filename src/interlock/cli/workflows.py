@@ -68,7 +68,7 @@ def init(file: str, template: str, list_: bool) -> None:
             "('interlock init --list' describes them)"
         )
     target = Path(file)
-    text = (HERE / TEMPLATES[template]).read_text()
+    text = _named(target, (HERE / TEMPLATES[template]).read_text())
     as_json = target.suffix.lower() == ".json"
     if as_json:  # a .json workflow is read strictly as JSON: write the template as JSON
         import json
@@ -93,6 +93,18 @@ def init(file: str, template: str, list_: bool) -> None:
     )
     if not as_json:  # the modeline that names the schema is a YAML comment
         _write_schema_beside(target)
+
+
+def _named(target: Path, text: str) -> str:
+    """The template with its comments' commands naming the file it is written to: they say
+    `workflow.yaml` (the default name), which would not run for a file named otherwise."""
+    import shlex
+
+    name = shlex.quote(str(target))
+    return "".join(
+        line.replace(" workflow.yaml ", f" {name} ") if line.lstrip().startswith("#") else line
+        for line in text.splitlines(keepends=True)
+    )
 
 
 def _write_schema_beside(target: Path) -> None:
