@@ -13,7 +13,6 @@ import functools
 import hashlib
 import logging
 import os
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -522,11 +521,11 @@ class RunDriver:
             return
         self.status_due = None
         if self.run_dir.is_dir():
-            began = time.perf_counter()
+            began = orchestrator.cost_timer()
             self.write_status()
             self.status_written = now
             self.status_shows = self.state.events
-            self.status_cost = time.perf_counter() - began
+            self.status_cost = orchestrator.cost_timer() - began
 
     def write_status(self) -> None:
         """Hand `status.json` to the process's status writer (a projection, written

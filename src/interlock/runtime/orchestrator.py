@@ -106,12 +106,17 @@ class Orchestrator:
         clock: Callable[[], float] = time.time,
         owner: str | None = None,
         dispatcher: Dispatcher | None = None,
+        cost_timer: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.store = store
         self.home = home
         self.models = models or ModelRunner(home.root)
         self.settings = settings or Settings()
         self.clock = clock
+        # Measures what a status.json rewrite costs, which spaces the rewrites of a wide run
+        # (and so when the loop wakes): a simulation passes its own clock, so that the
+        # machine's speed or load never reaches a simulated history.
+        self.cost_timer = cost_timer
         self.owner = owner or new_owner()
         self.drivers: dict[str, RunDriver] = {}
         self.listeners: list[EventListener] = []

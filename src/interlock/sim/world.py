@@ -162,6 +162,7 @@ class Simulation:
             clock=self.clock,
             owner=f"sim-orchestrator-{self.generation}",
             dispatcher=self.dispatcher,
+            cost_timer=self.clock,  # a rewrite takes no simulated time, however slow the host
         )
 
     def _play(self) -> None:
