@@ -18,12 +18,14 @@ from interlock.server.hooks import SIGNATURE_HEADER, load_hooks, signature
 
 
 def test_signal_route_delivers_and_repeats_are_ignored(server: Server) -> None:
-    """A waiting run shows what it waits for; a signal lets it deliver; a repeat is ignored."""
+    """A waiting run shows what it waits for (in the runs list too); a signal lets it
+    deliver; a repeat is ignored."""
     run_id = server.start_run("signalled")
     waiting = server.wait_status(run_id, "waiting")
     assert waiting["waiting"]["signal"] == "payment" and waiting["tasks"] == []
     listed = server.http.get("/api/runs", params={"status": "waiting"}).json()
     assert [r["run_id"] for r in listed] == [run_id]
+    assert listed[0]["waiting"]["signal"] == "payment", "the list says what a run waits for"
     metrics = server.http.get("/metrics").text
     assert 'interlock_runs_waiting{signal="payment"} 1.0' in metrics
     assert 'interlock_runs{status="waiting"} 1.0' in metrics

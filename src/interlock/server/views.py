@@ -15,8 +15,13 @@ if TYPE_CHECKING:
     from interlock.api import Interlock
 
 
-def run_row(record: RunRecord, parent: tuple[str, str | None] | None = None) -> dict[str, Any]:
-    """A run as listed (`parent`: the parent run and task of a child run)."""
+def run_row(
+    record: RunRecord,
+    parent: tuple[str, str | None] | None = None,
+    waiting: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A run as listed (`parent`: the parent run and task of a child run; `waiting`: what a
+    waiting run waits for, as `status.json` says it)."""
     s = record.summary
     return {
         "run_id": record.run_id,
@@ -33,6 +38,7 @@ def run_row(record: RunRecord, parent: tuple[str, str | None] | None = None) -> 
         "driven_by": record.lease_owner,
         "parent_run": parent[0] if parent else None,
         "parent_task": parent[1] if parent else None,
+        "waiting": waiting,
     }
 
 
