@@ -86,3 +86,22 @@ def test_the_runs_list_marks_child_runs_and_hides_them_on_request(
     hidden = [r["run_id"] for r in server.http.get("/api/runs?children=hide").json()]
     assert child not in hidden and run_id in hidden
     assert server.http.get("/api/runs?children=maybe").status_code == 422
+
+
+def test_a_running_childs_spend_so_far_is_in_its_parents_attempts(
+    make_server: ServerFactory, tmp_path: Path
+) -> None:
+    """While the child is paused, the parent's attempts give the pipeline task the child's
+    spend so far (`child_spent`, as the parent's budget counts it); once the child ends, its
+    final usage replaces it."""
+    server, run_id, child = paused_family(make_server, tmp_path)
+    spent = server.http.get(f"/api/runs/{child}").json()["tokens"]
+    assert spent > 0
+    attempts = server.http.get(f"/api/runs/{run_id}/attempts").json()["attempts"]
+    summary = next(a for a in attempts if a["task_id"] == "summary@1")
+    assert summary["child_spent"] == {"cost_usd": 0.0, "tokens": spent}
+    assert server.http.post(f"/api/runs/{run_id}/approve", json={}).status_code < 300
+    server.wait_status(run_id, "delivered")
+    attempts = server.http.get(f"/api/runs/{run_id}/attempts").json()["attempts"]
+    summary = next(a for a in attempts if a["task_id"] == "summary@1")
+    assert summary["child_spent"] is None and sum(summary["tokens"].values()) > spent

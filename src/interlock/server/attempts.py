@@ -48,9 +48,15 @@ class Attempt:
     reused_from: dict[str, str] | None = None
     edits: list[dict[str, Any]] = field(default_factory=list)
     retry_at: float | None = None
+    # A pipeline task's child run: what it has spent so far (cost, tokens), until the
+    # attempt's final usage replaces it (as the parent's budget counts it, `ChildSpent`).
+    child_spent: tuple[float, int] | None = None
 
     def cost(self) -> float:
-        """What the attempt's calls cost (a call answered after the attempt stopped counts)."""
+        """What the attempt's calls cost (a call answered after the attempt stopped counts),
+        or, while its child run runs, what the child has spent so far."""
+        if not self.usage and self.child_spent is not None:
+            return self.child_spent[0]
         return sum(float(u.get("cost_usd") or 0.0) for u in self.usage)
 
     def tokens(self) -> dict[str, int]:
@@ -96,6 +102,9 @@ class Attempt:
             "reused_from": self.reused_from,
             "edits": self.edits,
             "retry_at": iso(self.retry_at),
+            "child_spent": {"cost_usd": self.child_spent[0], "tokens": self.child_spent[1]}
+            if self.child_spent is not None and not self.usage
+            else None,
         }
 
 
@@ -193,6 +202,8 @@ def _task_event(attempt: Attempt, event: ev.Event, at: float) -> None:
         attempt.error = event.detail or "timed out"
     elif isinstance(event, ev.UsageRecorded):
         attempt.usage.append(dict(event.usage))
+    elif isinstance(event, ev.ChildSpent) and event.attempt == attempt.attempt:
+        attempt.child_spent = (event.cost_usd, event.tokens)
     elif isinstance(event, ev.RetryScheduled):
         if attempt.outcome == "failed":
             attempt.outcome = "retried"  # a timed-out attempt keeps saying so
