@@ -184,13 +184,21 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
     table = Table(box=None, padding=(0, 2))
     for column in ("phase", "worker", "status", "attempt", "visit", "cost", "output"):
         table.add_column(column)
+    # Roles with an attempt waiting for a task slot: "pending" alone would not say why.
+    slot_waits = {
+        task_id.partition("@")[0]: wait["key"]
+        for task_id, wait in ((view.get("task_slots") or {}).get("waiting") or {}).items()
+    }
     for phase in view["phases"]:
         shown, rest = _shown_workers(phase["workers"])
         for index, (role, w) in enumerate(shown):
+            state = styled(w["status"])
+            if role in slot_waits and w["status"] == "pending":
+                state.append(f" (waiting for a slot of {slot_waits[role]!r})")
             table.add_row(
                 phase["id"] if index == 0 else "",
                 role,
-                styled(w["status"]),
+                state,
                 str(w.get("attempt", "")),
                 str(w.get("visit", "")),
                 f"${w.get('cost_usd', 0):.4f}",

@@ -1,0 +1,59 @@
+"""`interlock status` of a run whose task waits for a task slot says so on the worker's row."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.cli.test_cli import cli
+
+FLOW = """
+job:
+  inputs:
+    customer: acme
+  phases:
+    - id: work
+      workers:
+        - role: w
+          command:
+            - "{python}"
+            - "-c"
+            - "import time, sys; time.sleep(4); open(sys.argv[1], 'w').write('ok')"
+            - "{output}"
+          concurrency: {key: inputs.customer, limit: 1}
+          final: true
+"""
+
+
+def test_a_worker_waiting_for_a_task_slot_says_so_in_status(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Two runs share a task key with limit 1: the second's worker row reads "pending
+    (waiting for a slot of 'acme')" rather than a bare "pending", and both deliver."""
+    flow = tmp_path / "flow.yaml"
+    flow.write_text(FLOW)
+    command = [sys.executable, "-m", "interlock", "run", str(flow), "job", "--topic"]
+    quiet = {"env": cli_env, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    runs = [subprocess.Popen([*command, "a"], **quiet)]
+    waiting: list[str] = []
+    deadline = time.monotonic() + 30
+    try:
+        while not [r for r in json.loads(cli(cli_env, "runs", "--json").stdout or "[]")
+                   if r["status"] == "running"]:  # fmt: skip
+            assert time.monotonic() < deadline, "the first run never started"
+            time.sleep(0.1)
+        runs.append(subprocess.Popen([*command, "b"], **quiet))
+        while not waiting:
+            assert time.monotonic() < deadline, "the second run never waited for a slot"
+            listed = json.loads(cli(cli_env, "runs", "--status", "waiting", "--json").stdout)
+            waiting = [r["run_id"] for r in listed]
+            time.sleep(0.1)
+        shown = cli(cli_env, "status", waiting[0])
+        row = next(line for line in shown.stdout.splitlines() if line.split()[:2] == ["work", "w"])
+        assert "pending (waiting for a slot of 'acme')" in row, shown.stdout
+    finally:
+        codes = [run.wait(timeout=60) for run in runs]
+    assert codes == [0, 0]
