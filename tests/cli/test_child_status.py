@@ -47,6 +47,8 @@ def test_status_lists_children_and_a_child_names_its_parent(
     assert shown.returncode == 0, shown.stderr
     lines = [" ".join(line.split()) for line in shown.stdout.splitlines()]
     assert "child runs" in lines
+    held = f"paused because child run {child} is paused (pause_after at phase 'draft');"
+    assert any(line.startswith(held) for line in lines), "the child's id is said once"
     row = next(line for line in lines if line.startswith("summary@1 "))
     assert row.startswith(f"summary@1 {child} checked paused (pause_after at phase 'draft')")
     assert row.endswith("$0.0000")

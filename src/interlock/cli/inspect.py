@@ -235,8 +235,11 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
     pause = view.get("pause") or {}
     if pause.get("child"):
         child = pause["child"]
+        # The detail names the run that paused (a grandchild's own id is worth keeping); the
+        # child itself is named already.
+        detail = str(child["detail"]).removeprefix(f"run {child['run']} ")
         out.print(
-            f"paused because child run {child['run']} is paused ({escape(child['detail'])}); "
+            f"paused because child run {child['run']} is paused ({escape(detail)}); "
             f"'interlock approve {view['run_id']}' approves it"
         )
     for line in _running_children(view):
