@@ -22,7 +22,8 @@ def test_parent_page_shows_the_paused_child_and_approves_it_from_there(
     browser: Browser, make_server: ServerFactory, tmp_path: Path
 ) -> None:
     """On the parent's page: "paused in child <id>: approve here or there", the pipeline
-    task's row links the child with its state, the timeline and graph mark the child task,
+    task's row links the child with its state, the cost table counts the child's tokens so
+    far, the timeline and graph mark the child task,
     and no send-back form is offered there (the review is the child's);
     the link opens the child's page, whose breadcrumb names the parent and the task; the runs
     list shows the child indented under its parent until "hide child runs" is ticked; and
@@ -40,6 +41,11 @@ def test_parent_page_shows_the_paused_child_and_approves_it_from_there(
     line = workers.locator(f'.child-run[data-child="{child}"]')
     expect(line).to_contain_text("paused for approval")
     expect(line).to_contain_text(re.compile(r"cost \$[0-9.]+ · [1-9][0-9]* tokens"))
+    spent = server.http.get(f"/api/runs/{run_id}/attempts").json()["costs"]["run"]
+    assert spent["child_tokens"] > 0
+    costs = page.get_by_role("table", name="Cost per phase and task")
+    expect(costs.locator("thead")).to_contain_text("running child tokens")
+    expect(costs.locator("tfoot")).to_contain_text(str(spent["child_tokens"]))
     expect(
         page.get_by_role("region", name="Timeline", exact=False).locator(".tl-child")
     ).to_contain_text("↳ summary")

@@ -59,6 +59,10 @@ class Attempt:
             return self.child_spent[0]
         return sum(float(u.get("cost_usd") or 0.0) for u in self.usage)
 
+    def child_tokens(self) -> int:
+        """Tokens its running child has spent so far (recorded as one total, not by kind)."""
+        return self.child_spent[1] if not self.usage and self.child_spent is not None else 0
+
     def tokens(self) -> dict[str, int]:
         """Tokens by kind over the attempt's calls."""
         return {k: sum(int(u.get(k) or 0) for u in self.usage) for k in TOKEN_KINDS}
@@ -96,6 +100,7 @@ class Attempt:
             "tool_calls": sum(int(u.get("tool_calls") or 0) for u in self.usage) or None,
             "cost_usd": round(self.cost(), 6),
             "tokens": self.tokens(),
+            "child_tokens": self.child_tokens(),
             "error": self.error,
             "output": self.artifact,
             "values": self.values,
@@ -127,6 +132,7 @@ def timeline(events: list[StoredEvent]) -> Timeline:
     """Fold a run's history into its attempts and pauses."""
     found = Timeline()
     latest: dict[str, Attempt] = {}  # task id -> its current attempt
+    numbered: dict[tuple[str, int], Attempt] = {}  # (task id, attempt number) -> attempt
     paused: dict[str, Any] | None = None
     waiting: dict[str, Any] | None = None
     for stored in events:
@@ -148,6 +154,12 @@ def timeline(events: list[StoredEvent]) -> Timeline:
             )
             found.attempts.append(attempt)
             latest[event.task_id] = attempt
+            numbered[event.task_id, event.attempt] = attempt
+        elif isinstance(event, ev.ChildSpent):
+            # An earlier attempt's child may still be spending after a retry began.
+            spender = numbered.get((event.task_id, event.attempt))
+            if spender is not None:
+                spender.child_spent = (event.cost_usd, event.tokens)
         elif isinstance(event, ev.WaitStarted):
             reason = f"signal {event.signal}" if event.signal else "delay"
             waiting = {"phase": event.phase, "reason": reason, "start": at, "end": None}
@@ -202,8 +214,6 @@ def _task_event(attempt: Attempt, event: ev.Event, at: float) -> None:
         attempt.error = event.detail or "timed out"
     elif isinstance(event, ev.UsageRecorded):
         attempt.usage.append(dict(event.usage))
-    elif isinstance(event, ev.ChildSpent) and event.attempt == attempt.attempt:
-        attempt.child_spent = (event.cost_usd, event.tokens)
     elif isinstance(event, ev.RetryScheduled):
         if attempt.outcome == "failed":
             attempt.outcome = "retried"  # a timed-out attempt keeps saying so
@@ -219,7 +229,7 @@ def costs(pipeline: Pipeline, attempts: list[Attempt]) -> dict[str, Any]:
     zero = dict.fromkeys(TOKEN_KINDS, 0)
 
     def bucket() -> dict[str, Any]:
-        return {"cost_usd": 0.0, "tokens": dict(zero), "attempts": 0}
+        return {"cost_usd": 0.0, "tokens": dict(zero), "child_tokens": 0, "attempts": 0}
 
     tasks: dict[str, dict[str, Any]] = {}
     phases: dict[str, dict[str, Any]] = {p.id: bucket() for p in pipeline.phases}
@@ -232,6 +242,7 @@ def costs(pipeline: Pipeline, attempts: list[Attempt]) -> dict[str, Any]:
         ):
             target["cost_usd"] += a.cost()
             target["attempts"] += 1
+            target["child_tokens"] += a.child_tokens()
             for kind, count in a.tokens().items():
                 target["tokens"][kind] += count
     for target in (*tasks.values(), *phases.values(), run):
@@ -239,7 +250,9 @@ def costs(pipeline: Pipeline, attempts: list[Attempt]) -> dict[str, Any]:
     budget = pipeline.budget
     used: dict[str, Any] | None = None
     if budget is not None:
-        total_tokens = run["tokens"]["input_tokens"] + run["tokens"]["output_tokens"]
+        total_tokens = (
+            run["tokens"]["input_tokens"] + run["tokens"]["output_tokens"] + run["child_tokens"]
+        )
         used = {
             "max_cost_usd": budget.max_cost_usd,
             "max_tokens": budget.max_tokens,

@@ -1,6 +1,7 @@
 "use strict";
 // Where the money went: cost and tokens by kind per phase and per task, the run's total, and
-// how much of the pipeline's budget it used.
+// how much of the pipeline's budget it used. A running child run's spend so far counts (its
+// tokens in a column of their own: they are recorded as one total, not by kind).
 
 const KINDS = [["input_tokens", "input"], ["output_tokens", "output"], ["cache_read_tokens", "cache read"],
   ["cache_write_tokens", "cache write"], ["reasoning_tokens", "reasoning"]];
@@ -8,7 +9,9 @@ const KINDS = [["input_tokens", "input"], ["output_tokens", "output"], ["cache_r
 function costView(costs) {
   const used = KINDS.filter(([key]) => costs.run.tokens[key]);
   const shown = used.length ? used : KINDS.slice(0, 2);
+  const child = costs.run.child_tokens > 0;
   const cells = (b) => [h("td", { class: "num" }, b.attempts), ...shown.map(([key]) => h("td", { class: "num" }, b.tokens[key] || "–")),
+    ...(child ? [h("td", { class: "num" }, b.child_tokens || "–")] : []),
     h("td", { class: "num" }, b.cost_usd ? `$${b.cost_usd.toFixed(4)}` : "–")];
   // A phase's tasks are listed under it; a wide fan-out starts folded (its button unfolds it).
   const rows = [];
@@ -23,7 +26,8 @@ function costView(costs) {
   }
   const table = h("table", { class: "cost", "aria-label": "Cost per phase and task" },
     h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "phase / task"), h("th", { scope: "col", class: "num" }, "attempts"),
-      ...shown.map(([, label]) => h("th", { scope: "col", class: "num" }, `${label} tokens`)), h("th", { scope: "col", class: "num" }, "cost"))),
+      ...shown.map(([, label]) => h("th", { scope: "col", class: "num" }, `${label} tokens`)),
+      ...(child ? [h("th", { scope: "col", class: "num" }, "running child tokens")] : []), h("th", { scope: "col", class: "num" }, "cost"))),
     h("tbody", {}, rows),
     h("tfoot", {}, h("tr", {}, h("th", { scope: "row" }, "run"), ...cells(costs.run))));
   return h("div", {}, budgetView(costs), table);
@@ -34,7 +38,7 @@ function budgetView(costs) {
   if (!b) return null;
   const parts = [];
   if (b.max_cost_usd) parts.push(meter("cost", b.cost_fraction, `${money(costs.run.cost_usd) === "–" ? "$0" : money(costs.run.cost_usd)} of $${b.max_cost_usd}`));
-  if (b.max_tokens) parts.push(meter("tokens", b.token_fraction, `${costs.run.tokens.input_tokens + costs.run.tokens.output_tokens} of ${b.max_tokens} tokens`));
+  if (b.max_tokens) parts.push(meter("tokens", b.token_fraction, `${costs.run.tokens.input_tokens + costs.run.tokens.output_tokens + (costs.run.child_tokens || 0)} of ${b.max_tokens} tokens`));
   return h("div", { class: "budget" }, h("span", { class: "muted" }, `Budget (${b.on_exceed} when reached): `), parts);
 }
 
