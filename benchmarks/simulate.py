@@ -4,6 +4,7 @@
     python benchmarks/simulate.py --seeds 100000       # seeds 0..99999, on every core
     python benchmarks/simulate.py --seeds 5000 --start 7000000 --pipeline loop
     python benchmarks/simulate.py --seeds 10000 --pipeline children   # sub-pipelines
+    python benchmarks/simulate.py --seeds 61 --digests a.json   # each seed's history sha256
 
 Prints seeds per second and every violation with the command that reproduces it; exits 1 when
 any seed broke an invariant.
@@ -28,6 +29,7 @@ def _chunk(args: tuple[int, int, str | None]) -> dict[str, Any]:
     statuses: Counter[str] = Counter()
     faults: Counter[str] = Counter()
     failures = []
+    digests = {}
     crashes = events = 0
     for seed in range(start, start + count):
         result = simulate(seed, pipeline=pipeline)
@@ -35,6 +37,7 @@ def _chunk(args: tuple[int, int, str | None]) -> dict[str, Any]:
         faults.update(result.faults)
         crashes += result.crashes
         events += result.events
+        digests[seed] = result.digest
         if result.violations:
             failures.append(result.summary())
     return {
@@ -43,6 +46,7 @@ def _chunk(args: tuple[int, int, str | None]) -> dict[str, Any]:
         "failures": failures,
         "crashes": crashes,
         "events": events,
+        "digests": digests,
     }
 
 
@@ -62,8 +66,10 @@ def run_many(seeds: int, start: int, jobs: int, pipeline: str | None) -> dict[st
     statuses: Counter[str] = Counter()
     faults: Counter[str] = Counter()
     failures: list[dict[str, Any]] = []
+    digests: dict[int, str] = {}
     crashes = events = 0
     for part in parts:
+        digests.update(part["digests"])
         statuses.update(part["statuses"])
         faults.update(part["faults"])
         failures += part["failures"]
@@ -80,6 +86,7 @@ def run_many(seeds: int, start: int, jobs: int, pipeline: str | None) -> dict[st
         "faults_injected": dict(sorted(faults.items())),
         "violations": len(failures),
         "failing_seeds": failures[:20],
+        "digests": dict(sorted(digests.items())),
     }
 
 
@@ -94,12 +101,21 @@ def main() -> None:
         "--pipeline",
         help="only this catalog pipeline (or 'random'; 'children': a parent with a child run)",
     )
+    parser.add_argument(
+        "--digests",
+        metavar="FILE",
+        help="write each seed's history sha256 to FILE (JSON): two batches compare with diff",
+    )
     args = parser.parse_args()
     if args.seed is not None:
         result = simulate(args.seed, pipeline=args.pipeline)
         print(json.dumps(result.summary(), indent=2))
         sys.exit(0 if result.ok else 1)
     tally = run_many(args.seeds, args.start, args.jobs, args.pipeline)
+    digests = tally.pop("digests")
+    if args.digests:
+        with open(args.digests, "w") as out:
+            json.dump(digests, out, indent=1)
     print(json.dumps(tally, indent=2))
     for failure in tally["failing_seeds"]:
         print(f"VIOLATION seed {failure['seed']}: {failure['violations'][0]}", file=sys.stderr)
