@@ -174,3 +174,21 @@ def test_a_worker_without_a_key_keeps_its_definition_hash() -> None:
     """`concurrency` is left out of a worker's canonical form when unset."""
     plain = pipeline_of({"phases": [{"id": "a", "workers": [worker("w", final=True)]}]})
     assert "concurrency" not in plain.phases[0].workers[0].model_dump(by_alias=True)
+
+
+def test_a_key_reads_the_field_of_an_item_extracted_as_json_text() -> None:
+    """Objects in an extracted list are kept as JSON text (as `extract` stores them): the key
+    `item.customer` still reads each one's field instead of failing the run."""
+    from interlock.core.extract import extract_values
+    from interlock.core.workflow import Extract
+
+    driver = Driver(fanned({"key": "item.customer", "limit": 1}, cap=2))
+    driver.start()
+    text = '{"items": [{"customer": "acme"}, {"customer": "beta"}]}'
+    items = extract_values(
+        {"items": Extract.model_validate({"json": "items", "type": "list"})}, text
+    )["items"]
+    assert items == ['{"customer": "acme"}', '{"customer": "beta"}']
+    made = driver.complete("p@1", {"items": items})
+    waits = [d.event for d in made if isinstance(d.event, ev.TaskSlotAwaited)]
+    assert [(w.task_id, w.key) for w in waits] == [("w@1.0", "acme"), ("w@1.1", "beta")]

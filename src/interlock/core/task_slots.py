@@ -10,6 +10,7 @@ A slot is held until the attempt ends or the run does (`interlock.core.state.app
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from interlock.core import events as ev
@@ -27,8 +28,20 @@ def key_context(state: RunState, event: ev.TaskDispatched) -> dict[str, Any]:
     item: Any = None
     items = current.items if current is not None and current.phase == event.phase else None
     if event.item is not None and items is not None and event.item < len(items):
-        item = items[event.item]
+        item = _object(items[event.item])
     return {"topic": state.topic, "inputs": state.inputs, "item": item, "model": event.model}
+
+
+def _object(item: Any) -> Any:
+    """An item as its key reads it: an extracted list keeps each object item as JSON text
+    (`interlock.core.extract`), so `item.customer` reads that object's field."""
+    if isinstance(item, str) and item.startswith("{"):
+        try:
+            parsed = json.loads(item)
+        except ValueError:
+            return item
+        return parsed if isinstance(parsed, dict) else item
+    return item
 
 
 def gate(
