@@ -8,7 +8,7 @@ import pytest
 
 from interlock.core.expressions import ExpressionError, compile_expression, evaluate, read_values
 from interlock.core.loader import build_workflow
-from interlock.core.templates import TemplateProblem, render_task, template_names
+from interlock.core.templates import TemplateProblem, render_task, template_item, template_names
 
 from .driver import worker
 
@@ -132,3 +132,15 @@ def test_read_values_names_each_path() -> None:
         "roles[\"a-b\"] has no 'x' (it has: nothing)",
         "xs = [1]",
     ]
+
+
+def test_a_fan_out_item_kept_as_json_text_reads_as_its_object() -> None:
+    """An extracted list keeps object items as JSON text: a task reads `{{ item.customer }}`
+    from it, `{{ item }}` still renders that text, and plain items stay as they are."""
+    item = template_item('{"customer": "acme"}')
+    assert render_task("For {{ item.customer }}: {{ item }}", {"item": item}) == (
+        'For acme: {"customer": "acme"}'
+    )
+    assert template_item("plain") == "plain" and template_item("{not json") == "{not json"
+    with pytest.raises(TemplateProblem):
+        render_task("{{ item.customer }}", {"item": "{not json"})

@@ -6,6 +6,7 @@ text are passed as values, so template syntax inside them is inert data.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
@@ -18,6 +19,30 @@ TEMPLATE_NAMES = frozenset(
 )
 
 _ENV = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
+
+
+class ItemObject(dict[str, Any]):
+    """A fan-out item that an extracted list keeps as JSON text (`interlock.core.extract`),
+    given to templates as its object: `{{ item.customer }}` reads a field, and `{{ item }}`
+    still renders the JSON text it was."""
+
+    def __init__(self, text: str, fields: dict[str, Any]) -> None:
+        super().__init__(fields)
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def template_item(item: Any) -> Any:
+    """The fan-out item as templates see it: an object's JSON text becomes an `ItemObject`."""
+    if isinstance(item, str) and item.startswith("{"):
+        try:
+            fields = json.loads(item)
+        except ValueError:
+            return item
+        return ItemObject(item, fields) if isinstance(fields, dict) else item
+    return item
 
 
 class TemplateProblem(ValueError):

@@ -39,7 +39,7 @@ from interlock.core.state import (
     artifact_name,
     listed_status,
 )
-from interlock.core.templates import TemplateProblem, render_task
+from interlock.core.templates import TemplateProblem, render_task, template_item
 from interlock.core.validate import read_name
 from interlock.core.waits import signal_values
 from interlock.runtime import artifacts
@@ -606,7 +606,7 @@ class RunDriver:
             **self.state.inputs,
             "topic": self.state.topic,
             "inputs": self.state.inputs,
-            "item": item,
+            "item": template_item(item),
             "item_index": task.item,
             "visit": task.visit,
             "run_id": self.run_id,
