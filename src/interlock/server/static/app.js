@@ -26,10 +26,12 @@ function toast(text, error = false) {
 
 async function api(path, options = {}) {
   const headers = { ...(options.headers || {}) };
-  if (token) headers.Authorization = `Bearer ${token}`;
+  const sent = token;
+  if (sent) headers.Authorization = `Bearer ${sent}`;
   if (options.body && !headers["Content-Type"]) headers["Content-Type"] = "application/json";
   const response = await fetch(path, { ...options, headers });
-  if (response.status === 401) askToken();
+  // A request sent before a new token was saved is not a reason to ask again.
+  if (response.status === 401 && sent === token) askToken();
   const type = response.headers.get("content-type") || "";
   const body = type.includes("json") ? await response.json() : await response.text();
   if (!response.ok) throw new Error(body.error ? body.error.message : `HTTP ${response.status}`);
@@ -53,7 +55,8 @@ document.getElementById("token-dialog").addEventListener("close", (event) => {
 function live(path, cursor, onMessage) {
   if (socket) { socket.onclose = null; socket.close(); }
   const scheme = location.protocol === "https:" ? "wss" : "ws";
-  const protocols = token ? ["interlock", `bearer.${token}`] : ["interlock"];
+  const sent = token;
+  const protocols = sent ? ["interlock", `bearer.${sent}`] : ["interlock"];
   const open = () => {
     // batch=1: a frame may carry an array of messages (one send per client per burst).
     const query = `${path.includes("?") ? "&" : "?"}batch=1${cursor() === null ? "" : `&since=${cursor()}`}`;
@@ -63,7 +66,7 @@ function live(path, cursor, onMessage) {
     ws.onmessage = (event) => {
       const data = JSON.parse(event.data);
       for (const message of Array.isArray(data) ? data : [data]) {
-        if (message.type === "error") { toast(message.error.message, true); if (message.error.code.includes("token") || message.error.code === "unauthorized") askToken(); return; }
+        if (message.type === "error") { toast(message.error.message, true); if ((message.error.code.includes("token") || message.error.code === "unauthorized") && sent === token) askToken(); return; }
         onMessage(message);
       }
     };

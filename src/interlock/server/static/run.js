@@ -181,8 +181,9 @@ function loadOutput(name) {
 // Fetched with the token in its header (a plain link would go without it), saved from memory.
 async function download(path, name) {
   try {
-    const response = await fetch(`${path}?download=1`, { headers: token ? { Authorization: `Bearer ${token}` } : {} });
-    if (response.status === 401) askToken();
+    const sent = token;
+    const response = await fetch(`${path}?download=1`, { headers: sent ? { Authorization: `Bearer ${sent}` } : {} });
+    if (response.status === 401 && sent === token) askToken();
     if (!response.ok) {
       const body = await response.json().catch(() => ({}));
       throw new Error(body.error ? body.error.message : `HTTP ${response.status}`);
