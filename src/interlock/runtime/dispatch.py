@@ -17,6 +17,7 @@ from interlock.core import events as ev
 from interlock.core.extract import ExtractionError, extract_values
 from interlock.core.state import TaskState
 from interlock.runtime import artifacts
+from interlock.runtime.diskfull import is_enospc
 from interlock.runtime.driver import Report, RunDriver
 from interlock.runtime.executors import Outcome, TaskSpec, run_call, run_command
 from interlock.runtime.fair import FairGate
@@ -95,13 +96,15 @@ class LocalDispatcher:
                 orchestrator.report(driver, Report(event=failed))
             raise
         except Exception as exc:  # a bug in a worker adapter must not stop the loop
-            log.exception("task %s crashed", task_id, extra={"run_id": driver.run_id})
-            failed = ev.TaskFailed(
-                at=clock(),
-                task_id=task_id,
-                attempt=attempt,
-                error=f"internal error: {type(exc).__name__}: {exc}",
-            )
+            if isinstance(exc, OSError) and is_enospc(exc):
+                # Not a bug: the ledger's own writes meet the same full disk and stop the
+                # run resumably, saying so.
+                error = f"disk full: {exc.strerror} (ENOSPC)"
+                log.error("task %s: %s", task_id, error, extra={"run_id": driver.run_id})
+            else:
+                error = f"internal error: {type(exc).__name__}: {exc}"
+                log.exception("task %s crashed", task_id, extra={"run_id": driver.run_id})
+            failed = ev.TaskFailed(at=clock(), task_id=task_id, attempt=attempt, error=error)
             orchestrator.report(driver, Report(event=failed))
         finally:
             if driver.handles.get(task_id) is asyncio.current_task():
