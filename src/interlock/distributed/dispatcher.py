@@ -171,13 +171,7 @@ class QueueDispatcher:
                 results = await asyncio.to_thread(self._submit_many, items)
             except Exception as exc:
                 results = [exc] * len(batch)
-            for (*_, future), result in zip(batch, results, strict=True):
-                if future.done():  # its waiter was cancelled meanwhile
-                    continue
-                if isinstance(result, Exception):
-                    future.set_exception(result)
-                else:
-                    future.set_result(result)
+            _answer([item[-1] for item in batch], results)
 
     def _submit_many(
         self, items: list[tuple[TaskSpec, str, dict[str, Any]]]
@@ -315,13 +309,7 @@ class QueueDispatcher:
                 results = await asyncio.to_thread(self._outcomes, items)
             except Exception as exc:
                 results = [exc] * len(batch)
-            for (*_, future), result in zip(batch, results, strict=True):
-                if future.done():  # its waiter was cancelled meanwhile
-                    continue
-                if isinstance(result, Exception):
-                    future.set_exception(result)
-                else:
-                    future.set_result(result)
+            _answer([item[-1] for item in batch], results)
 
     def _outcomes(self, items: list[tuple[int, Path]]) -> list[tuple[Entry, Outcome] | Exception]:
         """The outcomes of done entries; one whose output cannot be had fails alone."""
@@ -389,3 +377,15 @@ def _still_wanted(driver: RunDriver, task_id: str, attempt: int) -> bool:
         and task.attempt == attempt
         and task.status.in_flight
     )
+
+
+def _answer(futures: list[asyncio.Future[Any]], results: list[Any]) -> None:
+    """Give each waiter of a batch its result, or its error (an `Exception` in `results`);
+    a waiter cancelled meanwhile gets nothing."""
+    for future, result in zip(futures, results, strict=True):
+        if future.done():
+            continue
+        if isinstance(result, Exception):
+            future.set_exception(result)
+        else:
+            future.set_result(result)
