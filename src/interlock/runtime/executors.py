@@ -15,6 +15,7 @@ import inspect
 import os
 import re
 import signal
+import subprocess
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from interlock.core.placeholders import COMMAND_PLACEHOLDERS, READ_PREFIXES
 from interlock.core.workflow import Worker
 from interlock.runtime import processes
 from interlock.runtime.artifacts import INLINE_LIMIT
-from interlock.runtime.processes import GUARD, die_with_parent
+from interlock.runtime.processes import GUARD
 
 ProgressCallback = Callable[[str, str], None]
 """Called with (task_id, text fragment) as a model streams."""
@@ -214,36 +215,29 @@ async def run_command(spec: TaskSpec) -> Outcome:
     base = spec.log_dir / f"{spec.task_id}.{spec.attempt}"
     with open(f"{base}.stdout", "wb") as out, open(f"{base}.stderr", "wb") as err:
         try:
-            process = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                env=env,
-                cwd=spec.run_dir,
-                start_new_session=True,  # its own process group: stopped as a whole
-                preexec_fn=die_with_parent,
+            process = processes.spawn(
+                argv, env=env, cwd=spec.run_dir, stdout=out.fileno(), stderr=err.fileno()
             )
         except OSError as exc:
             return Outcome(ok=False, error=f"cannot start {argv[0]!r}: {exc}", retryable=False)
-        # Until the group is gone, the guard kills it if this process dies, and the record
-        # lets the next orchestrator of the run kill it if even the guard is gone.
-        GUARD.watch(process.pid)
+    # Until the group is gone, the guard kills it if this process dies, and the record lets
+    # the next orchestrator of the run kill it if even the guard is gone.
+    GUARD.watch(process.pid)
+    noted: Path | None = None
+    try:
         noted = processes.record(spec.run_dir, spec.task_id, spec.attempt, spec.run_id, process.pid)
-        try:
-            code = await asyncio.wait_for(process.wait(), spec.worker.timeout)
-        except TimeoutError:
-            await _kill_group(process)
-            return Outcome(
-                ok=False, timed_out=True, error=f"timed out after {spec.worker.timeout:g}s"
-            )
-        except asyncio.CancelledError:
-            await _kill_group(process)
-            raise
-        finally:
-            # The command's exit decides; helpers it left running go with it.
-            processes.kill_group(process.pid)
-            GUARD.release(process.pid)
+        code = await asyncio.wait_for(processes.exit_code(process), spec.worker.timeout)
+    except TimeoutError:
+        await _kill_group(process)
+        return Outcome(ok=False, timed_out=True, error=f"timed out after {spec.worker.timeout:g}s")
+    except (asyncio.CancelledError, OSError):  # cancelled, or no record (a full disk)
+        await _kill_group(process)
+        raise
+    finally:
+        # The command's exit decides; helpers it left running go with it.
+        processes.kill_group(process.pid)
+        GUARD.release(process.pid)
+        if noted is not None:
             noted.unlink(missing_ok=True)
     if code != 0:
         tail = _tail(Path(f"{base}.stderr"))
@@ -256,11 +250,11 @@ async def run_command(spec: TaskSpec) -> Outcome:
     return Outcome(ok=True)
 
 
-async def _kill_group(process: asyncio.subprocess.Process) -> None:
+async def _kill_group(process: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
     with contextlib.suppress(Exception):
-        await asyncio.wait_for(process.wait(), 5)
+        await asyncio.wait_for(processes.exit_code(process), 5)
 
 
 def _tail(path: Path, limit: int = 2000) -> str:

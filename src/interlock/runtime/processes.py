@@ -3,7 +3,11 @@
 Each command worker (and command-line agent) runs in a process group of its own, so that
 stopping it stops everything it started. Three layers make sure no group is left behind:
 
-- The child asks the kernel for SIGKILL when its parent dies (`PR_SET_PDEATHSIG`, Linux).
+- The child asks the kernel for SIGKILL when its parent dies (`PR_SET_PDEATHSIG`, Linux):
+  through `setpriv --pdeathsig KILL` (util-linux), then a shell that exits if the parent
+  died before the request was in place, then the command. No Python runs in the child, so
+  CPython starts it with vfork instead of copying the orchestrator with fork (`spawn`);
+  without setpriv, a `preexec_fn` makes the same request after a fork.
 - A guard process, one per orchestrator, holds the list of running groups. It reads them
   from a pipe whose only writer is the orchestrator: when the orchestrator dies, even by
   SIGKILL, the pipe reaches end of file and the guard kills every group still listed (the
@@ -17,10 +21,14 @@ No module of interlock is imported here: providers use it too.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
+import errno
+import functools
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -61,6 +69,111 @@ def die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:  # the parent died before the request was in place
         os._exit(1)
+
+
+# Run by /bin/sh after setpriv asked for the death signal: $1 is the orchestrator's pid; a
+# parent that died before the request was in place left the shell another parent.
+_PARENT_CHECK = '[ "$PPID" = "$1" ] || exit 1; shift; exec "$@"'
+
+
+@functools.cache
+def death_wrapper() -> tuple[str, ...] | None:
+    """The argv prefix that gives a command the parent-death signal without Python in the
+    child (`setpriv --pdeathsig KILL -- /bin/sh -c CHECK`), or None where there is none
+    (not Linux, no setpriv, or one too old for `--pdeathsig`). Checked once per process."""
+    if not sys.platform.startswith("linux") or not os.access("/bin/sh", os.X_OK):
+        return None
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return None
+    prefix = (setpriv, "--pdeathsig", "KILL", "--", "/bin/sh", "-c", _PARENT_CHECK, "interlock")
+    try:
+        probe = subprocess.run(  # noqa: S603 (fixed argv)
+            [*prefix, str(os.getpid()), "/bin/sh", "-c", ":"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return prefix if probe.returncode == 0 else None
+
+
+def find_program(program: str, path: str, cwd: Path) -> str:
+    """Where `program` would be executed from (as exec looks it up: a name on `path`, or a
+    path relative to `cwd`), so that a missing one fails here as it would without the
+    wrapper, not as the shell's exit code.
+
+    Raises:
+        FileNotFoundError: there is no such program.
+        PermissionError: it is not an executable file.
+    """
+    if os.sep not in program:
+        found = shutil.which(program, path=path)
+        if found is None:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+        return found
+    candidate = cwd / program
+    if not candidate.exists():
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+    if not candidate.is_file() or not os.access(candidate, os.X_OK):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
+    return str(candidate)
+
+
+def spawn(
+    argv: list[str], *, env: dict[str, str], cwd: Path, stdout: int, stderr: int
+) -> subprocess.Popen[bytes]:
+    """Start `argv` in a process group of its own that gets SIGKILL when this process dies.
+
+    With the wrapper (`death_wrapper`) no Python runs between fork and exec, so CPython
+    uses vfork: the cost no longer grows with the orchestrator's memory (about 3 ms of CPU
+    per `echo` instead of 16 ms for a 100 MB orchestrator).
+
+    Raises:
+        OSError: the command cannot be started.
+    """
+    wrapper = death_wrapper()
+    if wrapper is None:
+        command, preexec = argv, die_with_parent
+    else:
+        find_program(argv[0], env.get("PATH", os.defpath), cwd)
+        command, preexec = [*wrapper, str(os.getpid()), *argv], None
+    return subprocess.Popen(  # noqa: S603 (the workflow's own command, never a shell)
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stderr,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,  # its own process group: stopped as a whole
+        preexec_fn=preexec,
+    )
+
+
+async def exit_code(process: subprocess.Popen[bytes]) -> int:
+    """Wait for `process` to end without a thread: its pidfd is read by the event loop
+    (Linux 5.3+; elsewhere a thread waits)."""
+    try:
+        descriptor = os.pidfd_open(process.pid)
+    except (AttributeError, OSError):
+        return await asyncio.to_thread(process.wait)
+    loop = asyncio.get_running_loop()
+    ended: asyncio.Future[None] = loop.create_future()
+
+    def readable() -> None:
+        if not ended.done():
+            ended.set_result(None)
+
+    loop.add_reader(descriptor, readable)
+    try:
+        await ended
+    finally:
+        loop.remove_reader(descriptor)
+        os.close(descriptor)
+    return process.wait()
 
 
 class Guard:
