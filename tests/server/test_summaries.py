@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from tests.server.conftest import ServerFactory
 from tests.server.helpers import Server
+from websockets.frames import Frame
 from websockets.sync.client import ClientConnection, connect
 
 from interlock.server import board as board_module
@@ -80,6 +81,35 @@ def test_summary_frames_are_encoded_once_for_all_clients(
     every = [frame for frames in received for frame in frames]
     assert set(every) <= set(built)
     assert len(every) >= 10 * len(built), f"{len(built)} frames built for {len(every)} sent"
+
+
+def test_summary_frames_are_serialized_once_for_all_clients(
+    make_server: ServerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Twenty summary clients: each frame goes out as bytes serialized once and written to
+    every client, not framed again for each client by starlette, uvicorn and websockets."""
+    serialized: list[bytes] = []
+    real = Frame.serialize
+
+    def counting(self: Frame, **kwargs: Any) -> bytes:
+        if self.data.startswith(b'{"type":"runs"'):
+            serialized.append(bytes(self.data))
+        return real(self, **kwargs)
+
+    monkeypatch.setattr(Frame, "serialize", counting)
+    server = make_server()
+    with contextlib.ExitStack() as stack:
+        sockets = [
+            stack.enter_context(connect(f"{server.ws_url}/ws/runs?view=summary", open_timeout=5))
+            for _ in range(20)
+        ]
+        for socket in sockets:
+            assert json.loads(socket.recv(timeout=10))["type"] == "hello"
+        runs = {server.start_run("wide", f"wire {n}") for n in range(2)}
+        received = [summaries_until_final(socket, runs) for socket in sockets]
+    every = [frame.encode() for frames in received for frame in frames]
+    assert set(every) <= set(serialized)
+    assert len(every) >= 10 * len(serialized), f"{len(serialized)} serialized, {len(every)} sent"
 
 
 def test_an_unknown_view_is_refused_with_a_clear_error(server: Server) -> None:

@@ -7,10 +7,12 @@ that changed since the previous tick. A run's summaries replace each other withi
 so a run's final state is always in the last tick it changed in, and the bytes sent follow the
 number of runs that changed, not the number of events.
 
-Each tick's frame is encoded once for every client. A client that is level gets the newest
-frame; one that was still sending when later ticks came gets them merged into one frame (built
-once for all clients at the same place: skipped ahead, never replayed event by event); one
-that fell behind every tick kept (`keep`) is dropped and told to reconnect, which resyncs it.
+Each tick's frame is encoded once for every client, as JSON text and, for clients whose
+connection takes prepared frames (see `wire.py`), as a WebSocket frame. A client that is level
+gets the newest frame; one that was still sending when later ticks came gets them merged into
+one frame (built once for all clients at the same place: skipped ahead, never replayed event
+by event); one that fell behind every tick kept (`keep`) is dropped and told to reconnect,
+which resyncs it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 import orjson
 
 from interlock.server.messages import run_summary
+from interlock.server.wire import text_frame
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +74,7 @@ class Board:
         self._last = float("-inf")  # monotonic time of the last tick
         self._timer: asyncio.TimerHandle | None = None
         self._merged: dict[int, str] = {}  # catch-up frames from a position, this tick
+        self._wires: dict[str, bytes] = {}  # frames serialized for the wire, this tick
         self._ticked = asyncio.Event()  # replaced at each tick: set once per tick
 
     def watch(self) -> Watcher:
@@ -86,6 +90,7 @@ class Board:
             self._pending.clear()
             self.ticks.clear()
             self._merged.clear()
+            self._wires.clear()
 
     def note(self, message: dict[str, Any]) -> None:
         """Take in an event's stream message (only the run's latest summary is kept)."""
@@ -131,6 +136,7 @@ class Board:
             watcher.dropped.set()  # still sending what came `keep` ticks ago: it is stalled
             self.watchers.discard(watcher)
         self._merged.clear()
+        self._wires.clear()
         ticked, self._ticked = self._ticked, asyncio.Event()
         ticked.set()
 
@@ -154,6 +160,14 @@ class Board:
             frame = self._merged.get(watcher.position) or self._merge(watcher.position)
         watcher.position = self.head
         return frame, newest.id
+
+    def wire(self, frame: str) -> bytes:
+        """`frame` (one `next_frame` gave) as a WebSocket frame, serialized once for all the
+        clients that send it."""
+        built = self._wires.get(frame)
+        if built is None:
+            built = self._wires[frame] = text_frame(frame)
+        return built
 
     def _merge(self, position: int) -> str:
         """One frame for the ticks from `position` on: each run's newest summary."""

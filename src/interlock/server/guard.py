@@ -1,5 +1,7 @@
 """ASGI middleware in front of every route: the Host check (DNS rebinding) and request body
-limits, answered before any route code or body parsing runs."""
+limits, answered before any route code or body parsing runs. It also keeps a WebSocket's
+`send` as the server gave it (`SERVER_SEND` in the scope), before the routes' own wrappers,
+for the frames written as prepared bytes (see `wire.py`)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from interlock.server.auth import Authenticator
 from interlock.server.errors import ApiError, body
+
+SERVER_SEND = "interlock.server_send"
 
 
 async def reply(send: Send, error: ApiError) -> None:
@@ -40,6 +44,8 @@ class Guard:
             else:
                 await reply(send, error)
             return
+        if scope["type"] == "websocket":
+            scope[SERVER_SEND] = send
         if scope["type"] == "http" and scope["method"] in ("POST", "PUT", "PATCH", "DELETE"):
             receive = await self._bounded(headers, receive, send)
             if receive is None:

@@ -21,6 +21,7 @@ from interlock.server.errors import ApiError, from_interlock
 from interlock.server.hub import Chunk, Dropped, Encoded, Subscriber
 from interlock.server.service import Service
 from interlock.server.streams import all_stream, board_stream, run_stream
+from interlock.server.wire import raw_sender
 
 router = APIRouter()
 VIEWS = ("events", "summary")  # of /ws/runs: every event, or run summaries per tick
@@ -88,17 +89,23 @@ async def _serve(
     *,
     dropped: asyncio.Event,
     leave: Callable[[], None],
+    wire: Callable[[str], bytes] | None = None,
 ) -> None:
     """Send the stream until it ends, the client leaves, or the client falls behind (the feed
-    sets `dropped`); `leave` unsubscribes it from the feed."""
+    sets `dropped`); `leave` unsubscribes it from the feed. `wire` gives a frame shared by
+    every client as bytes serialized once, sent as they are when the connection allows."""
     last = since
     svc.metrics.clients.inc()
+    raw = raw_sender(websocket) if wire is not None else None
 
     async def pump() -> None:
         nonlocal last
         async for chunk in stream:
-            for frame in frames(chunk, batch):
-                await websocket.send_text(frame)
+            if raw is not None and wire is not None and len(chunk) == 1:
+                await raw.send(wire(chunk[0].text))
+            else:
+                for frame in frames(chunk, batch):
+                    await websocket.send_text(frame)
             for message in reversed(chunk):  # the cursor is the chunk's last event
                 if message.type == "event":
                     last = resume_hint(message, per_run, last)
@@ -217,6 +224,7 @@ async def ws_all(
             False,
             dropped=watcher.dropped,
             leave=lambda: board.leave(watcher),
+            wire=board.wire,
         )
         return
     subscriber = svc.hub.subscribe(None)
