@@ -162,6 +162,14 @@ def test_history_and_watchers_scripts_run_tiny(tmp_path: Path) -> None:
     assert "orchestration_slowed" in done.stdout.splitlines()[-1]
 
 
+def test_spawn_script_measures_each_way_of_starting(tmp_path: Path) -> None:
+    """spawn.py: CPU per start of `fork` + `preexec_fn`, the `setpriv` wrapper and bare."""
+    done = run("spawn.py", "--starts", "3", "--rounds", "1", "--megabytes", "1", tmp=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ways = json.loads(done.stdout)["per_start"]
+    assert set(ways) == {"fork + preexec_fn", "vfork + setpriv + sh", "vfork bare"}
+
+
 def test_startup_script_times_the_three_commands(tmp_path: Path) -> None:
     """startup.py times `--help`, `runs` and `status` against a state directory of its own,
     which it removes."""
