@@ -21,11 +21,19 @@ job:
           command:
             - "{python}"
             - "-c"
-            - "import time, sys; time.sleep(4); open(sys.argv[1], 'w').write('ok')"
+            - "{gate_code}"
             - "{output}"
+            - "{gate}"
           concurrency: {key: inputs.customer, limit: 1}
           final: true
 """
+# The worker holds its slot until the test has seen the second run wait, however slowly a
+# loaded machine starts the second `interlock run`.
+GATE_CODE = (
+    "import os, sys, time; "
+    "[time.sleep(0.05) for _ in range(2400) if not os.path.exists(sys.argv[2])]; "
+    "open(sys.argv[1], 'w').write('ok')"
+)
 
 
 def test_a_worker_waiting_for_a_task_slot_says_so_in_status(
@@ -34,12 +42,13 @@ def test_a_worker_waiting_for_a_task_slot_says_so_in_status(
     """Two runs share a task key with limit 1: the second's worker row reads "pending
     (waiting for a slot of 'acme')" rather than a bare "pending", and both deliver."""
     flow = tmp_path / "flow.yaml"
-    flow.write_text(FLOW)
+    gate = tmp_path / "gate"
+    flow.write_text(FLOW.replace("{gate_code}", GATE_CODE).replace("{gate}", str(gate)))
     command = [sys.executable, "-m", "interlock", "run", str(flow), "job", "--topic"]
     quiet = {"env": cli_env, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     runs = [subprocess.Popen([*command, "a"], **quiet)]
     waiting: list[str] = []
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     try:
         while not [r for r in json.loads(cli(cli_env, "runs", "--json").stdout or "[]")
                    if r["status"] == "running"]:  # fmt: skip
@@ -55,5 +64,6 @@ def test_a_worker_waiting_for_a_task_slot_says_so_in_status(
         row = next(line for line in shown.stdout.splitlines() if line.split()[:2] == ["work", "w"])
         assert "pending (waiting for a slot of 'acme')" in row, shown.stdout
     finally:
+        gate.touch()
         codes = [run.wait(timeout=60) for run in runs]
     assert codes == [0, 0]
