@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, expect
+from playwright.sync_api import Browser, Route, expect
 from tests.server.browsing import browser, open_page, with_token
 from tests.server.conftest import ServerFactory
 from tests.server.helpers import HOLD, SECRET, token, write_workflow
@@ -256,4 +257,32 @@ def test_keyboard_reaches_every_control_with_a_name_and_text_is_readable(
     assert unnamed == [], unnamed
     for selector, ratio in page.evaluate(CONTRAST).items():
         assert ratio >= (3 if selector == ".pill" else 4.5), (selector, ratio)
+    assert page.errors == []  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("held", ["events", "graph"])
+def test_answers_for_a_run_page_left_behind_do_not_touch_the_next_page(
+    browser: Browser, make_server: ServerFactory, tmp_path: Path, held: str
+) -> None:
+    """A run page's requests still in flight when the person goes back to the runs list are
+    dropped when they answer: the list stays on screen and no script error is raised (the
+    events used to be pushed onto the list page's state, the run drawn over the list)."""
+    server = make_server(workflows=[write_workflow(tmp_path, FLOW)])
+    run_id = server.start_run("flaky", "Tide tables")
+    server.wait_status(run_id, "delivered")
+    page = open_page(browser, f"{server.url}/ui/#/")
+    expect(page.locator("#runs tr")).to_have_count(1)
+    waiting: list[Route] = []
+    page.route(f"**/api/runs/{run_id}/{held}", lambda route: waiting.append(route))
+    page.evaluate(f"location.hash = '#/runs/{run_id}'")
+    deadline = time.monotonic() + 15
+    while not waiting:
+        assert time.monotonic() < deadline, f"the run page never asked for its {held}"
+        page.wait_for_timeout(50)
+    page.evaluate("location.hash = '#/'")
+    expect(page.locator("#runs tr")).to_have_count(1)
+    waiting[0].continue_()
+    page.wait_for_timeout(500)  # the answer arrives and is handled (or dropped)
+    expect(page.locator("#runs tr")).to_have_count(1)
+    expect(page.locator("h1 .pill")).to_have_count(0)  # no run drawn over the list
     assert page.errors == []  # type: ignore[attr-defined]

@@ -6,11 +6,13 @@
 async function runPage(runId) {
   page = { name: "run", runId, lastSeq: 0, events: [], output: null, streams: {}, typed: {}, editing: null, toastAfter: 0 };
   view.replaceChildren(h("div", { class: "empty" }, "Loading…"));
-  try { await loadRun(); } catch (error) { view.replaceChildren(h("div", { class: "panel" }, error.message)); return; }
+  const mine = page;
+  try { await loadRun(); } catch (error) { if (page === mine) view.replaceChildren(h("div", { class: "panel" }, error.message)); return; }
+  if (page !== mine) return;  // the person went elsewhere while the run loaded
   // Only what happens from now on pops up: the history replayed below is old news.
   page.toastAfter = page.run.last_seq;
   live(`/ws/runs/${runId}`, () => page.lastSeq, (message) => {
-    if (page.name !== "run" || page.runId !== runId) return;
+    if (page !== mine) return;
     if (message.type === "token") {
       page.streams[message.task_id] = ((page.streams[message.task_id] || "") + message.text).slice(-400);
       drawStreams();
@@ -27,9 +29,13 @@ async function runPage(runId) {
   });
 }
 
+// Whatever a request answers after the person has moved to another page is dropped: it
+// belongs to the page that asked (`mine`), not to the one on screen now.
 async function loadRun() {
-  const [run, outputs, attempts, graph] = await Promise.all([api(`/api/runs/${page.runId}`),
-    api(`/api/runs/${page.runId}/outputs`), api(`/api/runs/${page.runId}/attempts`), api(`/api/runs/${page.runId}/graph`)]);
+  const mine = page;
+  const [run, outputs, attempts, graph] = await Promise.all([api(`/api/runs/${mine.runId}`),
+    api(`/api/runs/${mine.runId}/outputs`), api(`/api/runs/${mine.runId}/attempts`), api(`/api/runs/${mine.runId}/graph`)]);
+  if (page !== mine) return;
   attempts.loadedAt = Date.now() / 1000;
   Object.assign(page, { run, outputs, attempts, graph, loadedAt: Date.now() });
   drawRun();
@@ -58,6 +64,7 @@ function resyncRun() {
 setInterval(resyncRun, 5000);
 
 async function refreshRun() {
+  if (page.name !== "run") return;  // a timer set on a run page the person has left
   try { await loadRun(); } catch (error) { toast(error.message, true); }
 }
 
@@ -204,7 +211,9 @@ function drawStreams() {
 }
 
 async function loadTrace() {
-  const events = await api(`/api/runs/${page.runId}/events`);
+  const mine = page;
+  const events = await api(`/api/runs/${mine.runId}/events`);
+  if (page !== mine) return;
   for (const e of events) {
     if (e.seq <= page.lastSeq) continue;
     page.lastSeq = e.seq;
