@@ -136,3 +136,20 @@ def test_the_append_path_digests_as_verification_does(value: object) -> None:
     assert chain.digest_text(T0, "k", text, "r", None) == chain.digest(
         T0, "k", codec.loads(text), "r", None
     )
+
+
+@pytest.mark.parametrize("at", [1795469466.3632905, 100.0, 1e16, -0.0, 0.5])
+@pytest.mark.parametrize(
+    "value", [1, 2**63 + 5, 2**70, 1.0, 2.5, "x:1.5,[2e3", "f9cb:3e5a", [1, "2"], {"at": 3.0}, None]
+)
+def test_an_events_leading_time_digests_as_verification_does(at: float, value: object) -> None:
+    """Event data starts with its time (a float): the shortcut that parses such text with
+    orjson normalises that time, and leaves every other number that could change to the
+    standard parser, so the digest is the one verification computes."""
+    from interlock.storage import codec
+
+    text = codec.dumps({"at": at, "x": value, "v": 1})
+    assert text.startswith('{"at":')
+    assert chain.digest_text(T0, "k", text, "r", None) == chain.digest(
+        T0, "k", codec.loads(text), "r", None
+    )
