@@ -92,12 +92,12 @@ def decide(
             return []  # the runtime records SlotTaken once the key has room
         first = pipeline.phases[0]
         return [_start_phase(first, 1, None, now, RuleName.START, "the run was created")]
-    # The budget before a child's pause: a parent over budget by its child's spend stops
-    # (or pauses for the budget) as it would for its own.
-    for rule in (_timeouts, _failures, _budget, _children, _retries_due, _rejected):
-        decisions = _gated(pipeline, state, rule(pipeline, state, now), now, evaluator)
+    for rule in _RULES:
+        decisions = rule(pipeline, state, now)
         if decisions:
-            return decisions
+            decisions = _gated(pipeline, state, decisions, now, evaluator)
+            if decisions:
+                return decisions
     waits = decide_wait(
         pipeline,
         state,
@@ -107,9 +107,11 @@ def decide(
     )
     if waits is not None:  # a wait starts, ends, or holds the run (no rows)
         return [Decision(RuleName(rule), event, why) for rule, event, why in waits]
-    decisions = _gated(pipeline, state, _dispatch(pipeline, state, now), now, evaluator)
+    decisions = _dispatch(pipeline, state, now)
     if decisions:
-        return decisions
+        decisions = _gated(pipeline, state, decisions, now, evaluator)
+        if decisions:
+            return decisions
     if state.revisions and state.status is RUN_RUNNING:
         ready, pending = revisions(pipeline, state)
         if pending:  # edited at a review: what read the old version runs again first
@@ -605,3 +607,16 @@ def _start_phase(
     phase: Phase, visit: int, items: list[Any] | None, now: float, rule: RuleName, why: str
 ) -> Decision:
     return Decision(rule, ev.PhaseStarted(at=now, phase=phase.id, visit=visit, items=items), why)
+
+
+# The rules `decide` tries before waits and dispatches, in order. The budget before a
+# child's pause: a parent over budget by its child's spend stops (or pauses for the budget)
+# as it would for its own.
+_RULES: tuple[Callable[[Pipeline, RunState, float], list[Decision]], ...] = (
+    _timeouts,
+    _failures,
+    _budget,
+    _children,
+    _retries_due,
+    _rejected,
+)

@@ -63,6 +63,9 @@ def _hash(value: Any) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+_NO_ITEM = _hash(None)  # the item part of every task outside a fan-out
+
+
 def template_values(state: RunState, task: TaskState) -> dict[str, Any]:
     """The names a task template may read, as the runtime renders it."""
     items = state.current.items if state.current else None
@@ -177,7 +180,7 @@ def fingerprint(
         "task": _hash(_render(worker.task, values)),
         "reads": _hash(read_hashes(pipeline, state, task)),
         "inputs": _hash(inputs),
-        "item": _hash(values["item"]),
+        "item": _NO_ITEM if values["item"] is None else _hash(values["item"]),
     }
     digest = _hash({"v": FINGERPRINT_VERSION, **parts})
     return Fingerprint(digest=digest, parts={k: v[:16] for k, v in parts.items()})

@@ -106,6 +106,7 @@ class RunDriver:
     # recorded (a crash before that loses nothing: the ledger holds them).
     unwritten: list[tuple[Path, bytes]] = field(default_factory=list)
     final_body: tuple[str, bytes] | None = None  # the final worker's output, for final.md
+    final_md_placed: bool = False  # final.md was found in place or handed over for writing
     # Fingerprints every completion and carries earlier outputs over (reruns, the cache).
     reuser: Reuser | None = None
     reusing: set[str] = field(default_factory=set)  # tasks whose reuse awaits recording
@@ -324,6 +325,7 @@ class RunDriver:
             both = final_md.is_file() and delivered.is_file()
             if both and final_md.stat().st_size != delivered.stat().st_size:
                 final_md.unlink()  # cut short by a crash: `act` writes it again
+                self.final_md_placed = False
 
     def _adopt(self, now: float) -> list[NewEvent]:
         """Outputs committed while no orchestrator was recording (it died in between)."""
@@ -375,7 +377,9 @@ class RunDriver:
             self.placing_reused = False
         if self.unwritten and self.reviewed == "edit":
             crash_point("after_record_edit")  # recorded, not yet written: resume repairs
-        delivering = state.delivered is not None and self._add_final_md()
+        delivering = (
+            state.delivered is not None and not self.final_md_placed and self._add_final_md()
+        )
         if delivering:
             crash_point("before_deliver")
         files, self.unwritten = self.unwritten, []
@@ -477,11 +481,15 @@ class RunDriver:
         whether it was queued.
 
         Durable before it appears, like every output: an archived run is never resumed, so a
-        final.md that a power loss emptied would stay empty.
+        final.md that a power loss emptied would stay empty. Once it is in place or handed
+        over, later acts of the ended run do not look for it again (`final_md_placed`): the
+        batch it was handed over with is written before anything else happens, or the loop
+        stops and a resume, with a driver of its own, looks again.
         """
         assert self.state.delivered is not None
         final_md, delivered = self.run_dir / "final.md", self.run_dir / self.state.delivered
         if final_md.exists():
+            self.final_md_placed = True
             return False
         # The recorded hash picks the body: an output edited at a review after its worker
         # completed has a newer text than the one kept at completion.
@@ -503,6 +511,7 @@ class RunDriver:
             return False  # nothing holds the recorded text yet: restore_outputs writes it
         self.unwritten.append((final_md, data))
         self.final_body = None
+        self.final_md_placed = True
         return True
 
     def refresh_status(self, orchestrator: Orchestrator) -> None:

@@ -46,7 +46,7 @@ from interlock.runtime.leases import LeaseKeeper
 from interlock.runtime.models import ModelRunner
 from interlock.runtime.processes import holder_is_dead as holder_is_dead
 from interlock.runtime.processes import reap
-from interlock.runtime.reuse import Reuser, SourceRun
+from interlock.runtime.reuse import Reuser, SourceRun, WorkerMemo
 from interlock.runtime.runfiles import status_writer
 from interlock.runtime.slots import awaiting, slot_key, slot_poll, take_slot
 from interlock.runtime.superseded import mark_superseded
@@ -130,6 +130,8 @@ class Orchestrator:
         self._wake_at: dict[str, float] = {}
         self._next_housekeeping = 0.0  # commands and leases are looked at every heartbeat
         self._warnings: dict[str, list[str]] = {}
+        # Fingerprint parts of workers, shared by the runs of one definition and folder.
+        self._worker_memos: dict[tuple[str, Path | None], WorkerMemo] = {}
         self._slot_waiters: set[str] = set()  # runs asking for a slot of their key
         self.task_slots = TaskSlots(store)  # slots of workers' concurrency keys
         self._releases: list[Lease] = []  # ended runs' leases, released in batches
@@ -356,6 +358,9 @@ class Orchestrator:
             models=self.models,
             definition=driver.definition,
             workflow_dir=driver.workflow_dir,
+            memo=self._worker_memos.setdefault(
+                (driver.definition.hash, driver.workflow_dir), WorkerMemo()
+            ),
         )
         source = driver.state.rerun_of
         if source is not None and not driver.state.status.ended:

@@ -103,6 +103,14 @@ class SourceRun:
 
 
 @dataclass
+class WorkerMemo:
+    """Per role of one definition: the resolved identity and the worker part of fingerprints."""
+
+    identities: dict[str, Any] = field(default_factory=dict)
+    worker_hashes: dict[str, str] = field(default_factory=dict)  # role -> its worker part
+
+
+@dataclass
 class Claim:
     """A reuse to record, with the verified body of the output it carries over."""
 
@@ -123,25 +131,36 @@ class Reuser:
     notes: list[str] = field(default_factory=list)  # why a match could not be used
     verdicts: dict[str, ReuseVerdict] = field(default_factory=dict)
     to_index: list[CacheEntry] = field(default_factory=list)  # for the cache, once recorded
-    _identities: dict[str, Any] = field(default_factory=dict)
-    _worker_hashes: dict[str, str] = field(default_factory=dict)  # role -> its worker part
+    # What the workers of this definition resolve to and their worker parts, by role: the
+    # same for every run of the definition started from the same folder (model settings are
+    # read once per folder and process), so the orchestrator shares one `memo` between them
+    # instead of hashing each worker's definition again for every run. Workers with tool
+    # servers are kept in `own` instead: their scripts are read again for each run, since an
+    # edited script must not match an earlier run's output.
+    memo: WorkerMemo = field(default_factory=lambda: WorkerMemo())
+    own: WorkerMemo = field(default_factory=lambda: WorkerMemo())
+
+    def _memo(self, worker: Worker) -> WorkerMemo:
+        return self.own if worker.tools else self.memo
 
     def identity(self, role: str) -> Any:
-        """The worker's resolved identity (once per role and process)."""
-        if role not in self._identities:
-            worker = self.definition.pipeline.worker(role)
-            self._identities[role] = model_identity(self.models, worker, self.workflow_dir)
-        return self._identities[role]
+        """The worker's resolved identity (once per role and process; per run with tools)."""
+        worker = self.definition.pipeline.worker(role)
+        identities = self._memo(worker).identities
+        if role not in identities:
+            identities[role] = model_identity(self.models, worker, self.workflow_dir)
+        return identities[role]
 
     def fingerprint(self, state: RunState, task: TaskState) -> Fingerprint:
         """The task's fingerprint in the run's current state."""
         pipeline = self.definition.pipeline
         identity = self.identity(task.role)
         worker = pipeline.worker(task.role)
-        known = self._worker_hashes.get(task.role)
+        hashes = self._memo(worker).worker_hashes
+        known = hashes.get(task.role)
         if known is None and not renders_per_task(worker):
             known = worker_part(worker, identity, {})
-            self._worker_hashes[task.role] = known
+            hashes[task.role] = known
         return fingerprint(pipeline, state, task, identity, worker_hash=known)
 
     def stamp(self, state: RunState, event: ev.TaskCompleted) -> ev.TaskCompleted:
