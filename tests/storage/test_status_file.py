@@ -9,6 +9,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from interlock import Interlock, register
 from interlock.core.loader import parse_workflow
 from interlock.runtime.executors import TaskContext
@@ -76,3 +78,18 @@ def test_status_json_follows_the_ledger_within_a_second(tmp_path: Path) -> None:
     archived = json.loads((app.run_dir(run_id) / "status.json").read_text())
     assert archived["status"] == "delivered" and archived["events"] == len(app.events(run_id))
     app.close()
+
+
+@pytest.mark.parametrize(
+    "timestamp",
+    [0.0, 1.0, 0.0005, 0.9994999, 0.9999995, 1795469466.3632905, 1795469466.9999996, 1e9 + 0.0015],
+)
+def test_times_are_spelled_as_datetime_spells_them(timestamp: float) -> None:
+    """status.json's times: the milliseconds datetime shows (microseconds rounded half to
+    even, then cut), with the second carried when they round up to a whole one."""
+    import datetime as dt
+
+    from interlock.runtime.projection import iso
+
+    moment = dt.datetime.fromtimestamp(timestamp, dt.UTC)
+    assert iso(timestamp) == moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")

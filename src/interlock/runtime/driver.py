@@ -13,6 +13,7 @@ import functools
 import hashlib
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -105,7 +106,8 @@ class RunDriver:
     # Outputs held in memory, written into the run directory once their completion is
     # recorded (a crash before that loses nothing: the ledger holds them).
     unwritten: list[tuple[Path, bytes]] = field(default_factory=list)
-    final_body: tuple[str, bytes] | None = None  # the final worker's output, for final.md
+    # The final worker's output (file name, body, SHA-256), for final.md.
+    final_body: tuple[str, bytes, str] | None = None
     final_md_placed: bool = False  # final.md was found in place or handed over for writing
     # Fingerprints every completion and carries earlier outputs over (reruns, the cache).
     reuser: Reuser | None = None
@@ -123,7 +125,7 @@ class RunDriver:
     @functools.cached_property
     def workflow_dir(self) -> Path | None:
         """The directory of the workflow file the run was started from (None if unknown)."""
-        return Path(self.source).parent.absolute() if self.source else None
+        return _folder_of(self.source, os.getcwd()) if self.source else None
 
     def observe(self, now: float) -> tuple[list[NewEvent], list[int]]:
         """Turn reports, files found on disk and commands into events (applied to state)."""
@@ -215,7 +217,7 @@ class RunDriver:
         self.unwritten.append((final, body))
         self.placing_reused = True
         if self.definition.pipeline.worker(task.role).final:
-            self.final_body = (final.name, body)
+            self.final_body = (final.name, body, event.sha256)
         apply(self.state, event)
         why = f"same fingerprint as {event.source_task} of {event.source_run}"
         return [NewEvent(event=event, why=why)]
@@ -282,7 +284,7 @@ class RunDriver:
         self.inline.append((sha, body))
         self.unwritten.append((final, body))
         if self.definition.pipeline.worker(task.role).final:
-            self.final_body = (final.name, body)
+            self.final_body = (final.name, body, sha)
         return ev.TaskCompleted(
             at=event.at,
             task_id=event.task_id,
@@ -497,22 +499,34 @@ class RunDriver:
             (t.sha256 for t in self.state.tasks.values() if t.artifact == self.state.delivered),
             None,
         )
-        candidates = [body for path, body in reversed(self.unwritten) if path == delivered]
-        if self.final_body is not None and self.final_body[0] == self.state.delivered:
-            candidates.append(self.final_body[1])
-        if delivered.is_file():
-            candidates.append(delivered.read_bytes())
-        matching = [b for b in candidates if hashlib.sha256(b).hexdigest() == recorded]
-        if matching:
-            data = matching[0]
-        elif candidates and recorded is None:
-            data = candidates[0]
+        candidates = self._delivered_bodies(delivered)
+        if recorded is None:
+            data = next(candidates, None)
         else:
+            data = next((b for b in candidates if self._sha_of(b) == recorded), None)
+        if data is None:
             return False  # nothing holds the recorded text yet: restore_outputs writes it
         self.unwritten.append((final_md, data))
         self.final_body = None
         self.final_md_placed = True
         return True
+
+    def _delivered_bodies(self, delivered: Path) -> Iterator[bytes]:
+        """The texts that may be the delivered output, newest first; the file on disk is
+        looked at only if none of those held in memory is the recorded one."""
+        for path, body in reversed(self.unwritten):
+            if path == delivered:
+                yield body
+        if self.final_body is not None and self.final_body[0] == delivered.name:
+            yield self.final_body[1]
+        if delivered.is_file():
+            yield delivered.read_bytes()
+
+    def _sha_of(self, body: bytes) -> str:
+        """SHA-256 of an output, taken from its completion when it is the final worker's."""
+        if self.final_body is not None and body is self.final_body[1]:
+            return self.final_body[2]
+        return hashlib.sha256(body).hexdigest()
 
     def refresh_status(self, orchestrator: Orchestrator) -> None:
         """Rewrite status.json for a changed state: at once at a pause or an end, or when
@@ -665,6 +679,13 @@ class RunDriver:
                 )
             reads += [(name, self.run_dir / f) for f in files]
         return reads
+
+
+@functools.lru_cache(maxsize=64)
+def _folder_of(source: str, cwd: str) -> Path:
+    """The absolute folder of a workflow file (the runs of one file share it: paths are
+    built once)."""
+    return Path(cwd, source).parent
 
 
 def restarted(state: RunState, event: ev.Event) -> str | None:
