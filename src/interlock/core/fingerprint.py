@@ -150,6 +150,17 @@ def renders_per_task(worker: Worker) -> bool:
     )
 
 
+def inputs_part(state: RunState, worker: Worker) -> str:
+    """The hash of the topic and inputs the worker sees (the same for every task of a run
+    and kind of worker: callers may keep it)."""
+    # Model workers see the topic (every prompt carries it) and whatever inputs their task
+    # renders; commands and calls are handed every input, so all of them count.
+    inputs: dict[str, Any] = {"topic": state.topic}
+    if worker.kind != "model":
+        inputs["inputs"] = state.inputs
+    return _hash(inputs)
+
+
 def fingerprint(
     pipeline: Pipeline,
     state: RunState,
@@ -157,6 +168,7 @@ def fingerprint(
     identity: Any = None,
     *,
     worker_hash: str | None = None,
+    inputs_hash: str | None = None,
 ) -> Fingerprint:
     """The fingerprint of `task` in the run `state` describes.
 
@@ -167,19 +179,15 @@ def fingerprint(
         identity: What the worker's model aliases resolve to (provider, provider model id,
             request settings), as the runtime found them; None for command and call workers.
         worker_hash: `worker_part` computed earlier for this worker (see `renders_per_task`).
+        inputs_hash: `inputs_part` computed earlier for this run and kind of worker.
     """
     worker = pipeline.worker(task.role)
     values = template_values(state, task)
-    # Model workers see the topic (every prompt carries it) and whatever inputs their task
-    # renders; commands and calls are handed every input, so all of them count.
-    inputs: dict[str, Any] = {"topic": state.topic}
-    if worker.kind != "model":
-        inputs["inputs"] = state.inputs
     parts = {
         "worker": worker_hash or worker_part(worker, identity, values),
         "task": _hash(_render(worker.task, values)),
         "reads": _hash(read_hashes(pipeline, state, task)),
-        "inputs": _hash(inputs),
+        "inputs": inputs_hash or inputs_part(state, worker),
         "item": _NO_ITEM if values["item"] is None else _hash(values["item"]),
     }
     digest = _hash({"v": FINGERPRINT_VERSION, **parts})

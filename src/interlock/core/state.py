@@ -598,7 +598,7 @@ def listed_status(state: RunState) -> str:
         or state.held_by_child("waiting") is not None
     ):
         return "waiting"
-    return state.status.value
+    return str(state.status)  # its value: `.value` of an enum is a Python call in 3.11
 
 
 def _apply_task_result(state: RunState, event: ev.Event) -> None:

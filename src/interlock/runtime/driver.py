@@ -237,7 +237,7 @@ class RunDriver:
                 self.waits.add("after_record_wait")
             elif isinstance(decision.event, ev.WaitEnded):
                 self.waits.add("after_end_wait")
-        return [NewEvent(event=d.event, rule=d.rule.value, why=d.why) for d in decisions]
+        return [NewEvent(event=d.event, rule=str(d.rule), why=d.why) for d in decisions]
 
     def summary(self) -> RunSummary:
         """The listing row for the current state."""

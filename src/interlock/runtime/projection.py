@@ -12,7 +12,7 @@ import math
 import time
 from typing import Any
 
-from interlock.core.state import RunState, TaskStatus, listed_status
+from interlock.core.state import RUN_PAUSED, RunState, TaskStatus, listed_status
 from interlock.core.workflow import Pipeline
 from interlock.storage.base import RunRecord, StoredEvent
 
@@ -56,7 +56,7 @@ def status_view(pipeline: Pipeline, state: RunState, run_dir_name: str) -> dict[
         status = state.phase_status.get(phase.id, "pending")
         if state.current is not None and state.current.phase == phase.id:
             current_index = index
-            if state.status.value == "paused" and state.current.completed:
+            if state.status is RUN_PAUSED and state.current.completed:
                 status = "paused"
             elif state.waiting is not None and state.waiting.phase == phase.id:
                 status = "waiting"
@@ -154,7 +154,7 @@ def status_view(pipeline: Pipeline, state: RunState, run_dir_name: str) -> dict[
 
 def pause_view(state: RunState) -> dict[str, Any] | None:
     """Why a paused run is paused, and the child run that paused it, if one did."""
-    if state.status.value != "paused":
+    if state.status is not RUN_PAUSED:
         return None
     child = state.held_by_child("paused") if state.pause_reason == "child" else None
     return {

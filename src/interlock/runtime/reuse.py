@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from interlock.core import events as ev
-from interlock.core.fingerprint import Fingerprint, fingerprint, renders_per_task, worker_part
+from interlock.core.fingerprint import (
+    Fingerprint,
+    fingerprint,
+    inputs_part,
+    renders_per_task,
+    worker_part,
+)
 from interlock.core.loader import Definition
 from interlock.core.reuse import ReuseReason, ReuseVerdict, judge
 from interlock.core.state import RunState, TaskState, artifact_name, fold
@@ -139,6 +145,9 @@ class Reuser:
     # edited script must not match an earlier run's output.
     memo: WorkerMemo = field(default_factory=lambda: WorkerMemo())
     own: WorkerMemo = field(default_factory=lambda: WorkerMemo())
+    # The inputs part by run and by whether the worker is a model: a run's topic and inputs
+    # never change.
+    _inputs_hashes: dict[tuple[str, bool], str] = field(default_factory=dict)
 
     def _memo(self, worker: Worker) -> WorkerMemo:
         return self.own if worker.tools else self.memo
@@ -161,7 +170,11 @@ class Reuser:
         if known is None and not renders_per_task(worker):
             known = worker_part(worker, identity, {})
             hashes[task.role] = known
-        return fingerprint(pipeline, state, task, identity, worker_hash=known)
+        key = (state.run_id, worker.kind == "model")
+        inputs = self._inputs_hashes.get(key)
+        if inputs is None:
+            inputs = self._inputs_hashes[key] = inputs_part(state, worker)
+        return fingerprint(pipeline, state, task, identity, worker_hash=known, inputs_hash=inputs)
 
     def stamp(self, state: RunState, event: ev.TaskCompleted) -> ev.TaskCompleted:
         """The completion with the fingerprint of its task (before it is applied)."""
