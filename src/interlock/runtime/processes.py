@@ -21,7 +21,6 @@ No module of interlock is imported here: providers use it too.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ctypes
 import errno
@@ -155,7 +154,12 @@ def spawn(
 
 async def exit_code(process: subprocess.Popen[bytes]) -> int:
     """Wait for `process` to end without a thread: its pidfd is read by the event loop
-    (Linux 5.3+; elsewhere a thread waits)."""
+    (Linux 5.3+; elsewhere a thread waits).
+
+    asyncio is imported here, not with the module: `interlock status` reads lease holders
+    through this module and starts without it."""
+    import asyncio
+
     try:
         descriptor = os.pidfd_open(process.pid)
     except (AttributeError, OSError):
