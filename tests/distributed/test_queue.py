@@ -7,10 +7,11 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 from tests.storage.test_conformance import make_run
 
-from interlock.distributed.queue import TaskQueue
+from interlock.distributed.queue import Q, TaskQueue
 from interlock.storage.postgres import PostgresStore
 
 ALL = ("command", "model", "call")
@@ -196,3 +197,49 @@ def test_enqueue_many_queues_in_one_round_trip_and_is_idempotent(queue: TaskQueu
     assert [entry_id for entry_id, _ in again] == [entry_id for entry_id, _ in first]
     assert [state for _, state in again] == ["claimed", "queued", "queued"]
     assert queue.enqueue_many([]) == []
+
+
+def test_a_turn_walks_the_ready_index_instead_of_sorting_the_backlog(
+    queue: TaskQueue, pg_url: str
+) -> None:
+    """With many entries queued on a table the planner has no statistics for, a worker's
+    turn takes the first entries of `task_queue_ready` in order, rather than fetching and
+    sorting every queued entry (what it did: work per claim grew with the backlog). The
+    plans are those PostgreSQL ran, as `auto_explain` reports them to this session."""
+    queue.enqueue_many(
+        [
+            {"run_id": f"r{i}", "task_id": "t", "attempt": 1, "kind": "call", "payload": {}}
+            for i in range(1000)
+        ]
+    )
+    for _ in range(20):  # claimed entries leave dead index entries behind, as in a real queue
+        queue.claim_many("w", kinds=ALL, tags=(), ttl=30, limit=1)
+    args = {
+        "kinds": list(ALL),
+        "tags": [],
+        "only": None,
+        "older": None,
+        "worker": "w",
+        "ttl": 30,
+        "n": 1,
+        "out_shas": [],
+        "out_bodies": [],
+        "fin_ids": [],
+        "fin_deliveries": [],
+        "fin_results": [],
+        "fin_shas": [],
+        "known": "{}",
+        "news": True,
+    }
+    plans: list[str] = []
+    with psycopg.connect(pg_url, autocommit=True) as db:
+        db.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
+        db.execute("LOAD 'auto_explain'")
+        db.execute("SET auto_explain.log_min_duration = 0")
+        db.execute("SET auto_explain.log_nested_statements = on")
+        db.execute("SET client_min_messages = log")
+        claimed = db.execute(Q["finish_claim"], args).fetchall()
+    ran = "\n".join(plans)
+    assert [row[0] for row in claimed] == ["claim"]
+    assert "Index Scan using task_queue_ready" in ran
+    assert "Sort Key: q.priority DESC, q.id" not in ran

@@ -105,20 +105,10 @@ WITH stored AS (
     WHERE t.id = f.id AND t.delivery = f.delivery AND t.state = 'claimed'
     RETURNING t.id
 ), pick AS (
-    SELECT q.id, q.priority,
-           EXISTS (SELECT 1 FROM queue_limits l WHERE l.scope = ANY(q.scopes)) AS limited
-    FROM task_queue q
-    WHERE state = 'queued' AND kind = ANY(%(kinds)s) AND tags <@ %(tags)s
-      AND (%(only)s::bigint IS NULL OR id = %(only)s::bigint)
-      AND (%(older)s::float8 IS NULL
-           OR coalesce(claimed_at, created_at) < extract(epoch FROM clock_timestamp()) - %(older)s)
-      AND NOT EXISTS (
-          SELECT 1 FROM queue_limits l
-          WHERE l.scope = ANY(q.scopes)
-            AND l.max_running <= (SELECT count(*) FROM task_queue r
-                                  WHERE r.state = 'claimed' AND r.scopes @> ARRAY[l.scope]))
-    ORDER BY priority DESC, id
-    LIMIT %(n)s FOR UPDATE SKIP LOCKED
+    -- In index order, whatever the statistics (see `012_queue_pick.sql`).
+    SELECT p.id, p.priority, p.limited
+    FROM interlock_queue_pick(%(kinds)s::text[], %(tags)s::text[], %(only)s::bigint,
+                              %(older)s::float8, %(n)s::int) p
 ), took AS (
     UPDATE task_queue t SET state = 'claimed', worker = %(worker)s, delivery = t.delivery + 1,
            lease_expires = extract(epoch FROM clock_timestamp()) + %(ttl)s,
