@@ -199,6 +199,52 @@ def test_enqueue_many_queues_in_one_round_trip_and_is_idempotent(queue: TaskQueu
     assert queue.enqueue_many([]) == []
 
 
+def test_enqueue_many_waits_for_no_lock_a_worker_holds(queue: TaskQueue) -> None:
+    """Enqueueing again attempts whose entries a worker's turn has locked (a run taken over
+    while its worker finishes) returns at once: the batch locks only the rows it adds, so
+    it can close no lock cycle with that turn. It keeps each attempt's tags, scopes,
+    priority and payload, and queues again an attempt cancelled since."""
+    entries = [
+        {
+            "run_id": "r1",
+            "task_id": t,
+            "attempt": 1,
+            "kind": "call",
+            "tags": ["gpu"] if t == "b" else [],
+            "scopes": ["pipeline:p", f"task:{t}"],
+            "priority": 3 if t == "c" else 0,
+            "payload": {"t": t, "n": [1, 2.5, None]},
+        }
+        for t in ("a", "b", "c")
+    ]
+    first = queue.enqueue_many(entries[:2])
+    rows = queue.store.single(
+        lambda db: db.execute(
+            "SELECT task_id, tags, scopes, priority, payload FROM task_queue ORDER BY id"
+        ).fetchall()
+    )
+    assert rows == [
+        (e["task_id"], e["tags"], e["scopes"], e["priority"], e["payload"]) for e in entries[:2]
+    ]
+    done = threading.Event()
+    found: list[Any] = []
+
+    def enqueue() -> None:
+        found.extend(queue.enqueue_many(entries))
+        done.set()
+
+    with queue.store.transaction() as db:
+        db.execute("SELECT 1 FROM task_queue WHERE task_id = 'a' FOR UPDATE")
+        threading.Thread(target=enqueue, daemon=True).start()
+        returned = done.wait(5)
+    done.wait(30)
+    assert returned, "the batch waited for the row a worker's turn held"
+    assert found[:2] == first and found[2][1] == "queued"
+    assert queue.cancel("r1", "b", 1)
+    assert queue.enqueue_many(entries[1:2]) == [(first[1][0], "queued")]
+    assert take(queue, tags=("gpu",)).task_id == "c"
+
+
 def test_a_turn_walks_the_ready_index_instead_of_sorting_the_backlog(
     queue: TaskQueue, pg_url: str
 ) -> None:

@@ -126,34 +126,38 @@ class TaskQueue:
         return self.store.single(enqueue)
 
     def enqueue_many(self, entries: Sequence[dict[str, Any]]) -> list[tuple[int, str]]:
-        """`enqueue` for many attempts (keyword arguments of `enqueue` each) in one round
-        trip: the statements are pipelined, each committed on its own (each is atomic and
-        idempotent, so sending them again after a broken connection is harmless). Not one
-        transaction: it would hold the rows of entries enqueued again (a run taken over)
-        while waiting for others, and a worker finishing one of those while claiming
-        another could close a cycle that PostgreSQL breaks as a deadlock."""
+        """`enqueue` for many attempts (keyword arguments of `enqueue` each) in one statement
+        and one commit: a tick's dispatches cost the server one transaction, not one each.
+
+        The statement adds only attempts not enqueued before and locks nothing else (see
+        `enqueue_many` in `queue.sql`), so it waits for no worker and no other batch; the
+        rare attempt it cannot settle (cancelled, to be queued again, or enqueued by
+        someone else meanwhile) goes through `enqueue` on its own. Atomic and idempotent:
+        sending it again after a broken connection is harmless."""
+        if not entries:
+            return []
         rows = [
             {
-                **entry,
+                "run_id": entry["run_id"],
+                "task_id": entry["task_id"],
+                "attempt": entry["attempt"],
+                "kind": entry["kind"],
                 "tags": list(entry.get("tags", ())),
                 "scopes": list(entry.get("scopes", ())),
                 "priority": entry.get("priority", 0),
-                "payload": Jsonb(entry["payload"]),
+                "payload": entry["payload"],
             }
             for entry in entries
         ]
-
-        def enqueue(db: psycopg.Connection[Any]) -> list[tuple[int, str]]:
-            with db.pipeline():
-                cursors = [db.execute(Q["enqueue"], row) for row in rows]
-            found = []
-            for cursor in cursors:
-                row = cursor.fetchone()
-                assert row is not None
-                found.append((int(row[0]), str(row[1])))
-            return found
-
-        return self.store.single(enqueue) if rows else []
+        query, args = Q["enqueue_many"], {"entries": Jsonb(rows)}
+        found = self.store.single(lambda db: db.execute(query, args).fetchall())
+        settled: list[tuple[int, str]] = []
+        for (_, entry_id, state), entry in zip(found, entries, strict=True):
+            if entry_id is None or state == "cancelled":
+                settled.append(self.enqueue(**entry))
+            else:
+                settled.append((int(entry_id), str(state)))
+        return settled
 
     def get(self, entry_id: int) -> Entry:
         """One entry as it stands."""

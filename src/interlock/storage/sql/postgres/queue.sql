@@ -25,6 +25,42 @@ LEFT JOIN LATERAL (
     SELECT pg_notify('interlock_tasks', entry.id || ':queued') WHERE entry.state = 'queued'
 ) note ON true;
 
+-- name: enqueue_many
+-- Add many attempts (%(entries)s, a JSON array of {run_id, task_id, attempt, kind, tags,
+-- scopes, priority, payload}) in one statement and one commit, announcing each one added;
+-- returns (position in the array, id, state) for each, in order. `DO NOTHING` leaves an
+-- attempt enqueued before untouched and unlocked, so this statement holds only the rows it
+-- creates (inserted in key order) and cannot close a lock cycle with a worker's turn or with
+-- another batch; its id and state come from the snapshot. Null for an entry committed by
+-- someone else after the snapshot, and `cancelled` for one to queue again: the caller
+-- enqueues those one by one (`enqueue`).
+WITH wanted AS (
+    SELECT w.ord, w.e ->> 'run_id' AS run_id, w.e ->> 'task_id' AS task_id,
+           (w.e ->> 'attempt')::int AS attempt, w.e ->> 'kind' AS kind,
+           ARRAY(SELECT jsonb_array_elements_text(w.e -> 'tags')) AS tags,
+           ARRAY(SELECT jsonb_array_elements_text(w.e -> 'scopes')) AS scopes,
+           (w.e ->> 'priority')::int AS priority, w.e -> 'payload' AS payload
+    FROM jsonb_array_elements(%(entries)s::jsonb) WITH ORDINALITY AS w(e, ord)
+), added AS (
+    INSERT INTO task_queue (run_id, task_id, attempt, kind, tags, scopes, priority, payload,
+                            created_at)
+    SELECT run_id, task_id, attempt, kind, tags, scopes, priority, payload,
+           extract(epoch FROM clock_timestamp())
+    FROM wanted ORDER BY run_id, task_id, attempt
+    ON CONFLICT (run_id, task_id, attempt) DO NOTHING
+    RETURNING id, run_id, task_id, attempt, state
+)
+SELECT w.ord, coalesce(a.id, q.id), coalesce(a.state, q.state)
+FROM wanted w
+LEFT JOIN added a
+    ON a.run_id = w.run_id AND a.task_id = w.task_id AND a.attempt = w.attempt
+LEFT JOIN task_queue q
+    ON a.id IS NULL AND q.run_id = w.run_id AND q.task_id = w.task_id AND q.attempt = w.attempt
+LEFT JOIN LATERAL (
+    SELECT pg_notify('interlock_tasks', a.id || ':queued') WHERE a.id IS NOT NULL
+) note ON true
+ORDER BY w.ord;
+
 -- name: notify
 -- `interlock_tasks` announces queued entries (workers listen); `interlock_task_states` every
 -- other change (orchestrators waiting on entries listen): each hears only what it acts on.
