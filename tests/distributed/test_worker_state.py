@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from interlock.core import events as ev
+from interlock.distributed import payload
 from interlock.distributed.queue import Claim
 from interlock.distributed.worker import RemoteWorker
 from interlock.storage.base import AppendBatch, NewEvent, RunSummary
@@ -70,3 +71,12 @@ def test_the_current_attempt_follows_the_ledger(pg_url: str) -> None:
         assert not worker._current(_claim(2))
     finally:
         store.close()
+
+
+def test_a_worker_definition_is_parsed_once_and_a_new_one_is_not_mixed_up() -> None:
+    """Attempts carrying the same worker definition share one parsed `Worker`; a different
+    definition (a new timeout) gets its own."""
+    first = payload.parsed_worker({"role": "w", "call": "m:f", "timeout": 5})
+    assert payload.parsed_worker({"call": "m:f", "timeout": 5, "role": "w"}) is first
+    other = payload.parsed_worker({"role": "w", "call": "m:f", "timeout": 6})
+    assert other.timeout == 6 and first.timeout == 5

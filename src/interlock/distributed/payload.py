@@ -8,8 +8,11 @@ private directory on the worker before the executor starts.
 from __future__ import annotations
 
 import hashlib
+import threading
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from interlock.core.workflow import Worker
 from interlock.distributed.artifacts import ArtifactStore
@@ -58,6 +61,26 @@ def to_payload(spec: TaskSpec, pipeline: str, artifacts: ArtifactStore) -> dict[
     }
 
 
+WORKER_CACHE = 256  # worker definitions a worker process keeps parsed
+_workers: dict[bytes, Worker] = {}
+_workers_lock = threading.Lock()  # specs are built in several threads
+
+
+def parsed_worker(definition: dict[str, Any]) -> Worker:
+    """The `Worker` of a payload's definition, parsed once per distinct definition: every
+    attempt of a task carries the same one, and validating it is a sizeable share of a
+    no-op task's CPU on a worker. (`Worker` is frozen, so attempts may share it.)"""
+    key = orjson.dumps(definition, option=orjson.OPT_SORT_KEYS)
+    worker = _workers.get(key)
+    if worker is None:
+        worker = Worker.model_validate(definition)
+        with _workers_lock:
+            if len(_workers) >= WORKER_CACHE:
+                _workers.pop(next(iter(_workers)))
+            _workers[key] = worker
+    return worker
+
+
 def to_spec(payload: dict[str, Any], workdir: Path, artifacts: ArtifactStore) -> TaskSpec:
     """Rebuild the `TaskSpec` on a worker, with inputs materialised under `workdir` (which
     exists afterwards only if there were inputs: executors make what they need)."""
@@ -75,7 +98,7 @@ def to_spec(payload: dict[str, Any], workdir: Path, artifacts: ArtifactStore) ->
         run_id=payload["run_id"],
         task_id=payload["task_id"],
         attempt=payload["attempt"],
-        worker=Worker.model_validate(payload["worker"]),
+        worker=parsed_worker(payload["worker"]),
         task=payload["task"],
         topic=payload["topic"],
         inputs=payload["inputs"],
