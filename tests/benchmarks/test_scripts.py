@@ -130,6 +130,15 @@ def test_distributed_script_measures_one_worker(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "positive numbers" in bad.stderr
 
 
+def test_pg_floor_script_times_statements_and_queue_operations(tmp_path: Path) -> None:
+    """Bare statements, the least a queued task needs, and interlock's own queue operations,
+    each with its client and server CPU, on a fresh database it drops afterwards."""
+    done = run("pg_floor.py", "--count", "16", tmp=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for label in ("select 1:", "task shape:", "enqueue, 8 at once:", "worker turn:", "to_spec:"):
+        assert label in done.stdout
+
+
 @pytest.mark.parametrize("mode", ["sequential", "concurrent"])
 def test_instruction_count_workload_runs(tmp_path: Path, mode: str) -> None:
     """The workload instructions.py counts under valgrind, run here without it."""
