@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from httpx_sse import ServerSentEvent
 
 from interlock.providers.base import (
@@ -211,10 +212,7 @@ async def _read_stream(
         state.began = True
         if event.data.strip() == "[DONE]":
             break
-        try:
-            chunk = json.loads(event.data)
-        except ValueError:
-            raise ProviderError(f"{name}: unreadable stream chunk", retryable=True) from None
+        chunk = _chunk(name, event.data)
         if not isinstance(chunk, dict):
             continue
         if "error" in chunk:
@@ -244,3 +242,16 @@ async def _read_stream(
             retryable=True,
         )
     return state
+
+
+def _chunk(name: str, data: str) -> Any:
+    """One stream chunk's JSON, read by orjson (several times faster than the standard
+    library on these small objects; a chunk arrives per fragment); what orjson refuses
+    (integers beyond 64 bits, NaN) goes through the standard decoder."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        try:
+            return json.loads(data)
+        except ValueError:
+            raise ProviderError(f"{name}: unreadable stream chunk", retryable=True) from None

@@ -190,6 +190,7 @@ class HttpEndpoint:
         self.retry = retry
         self.pool = pool or ClientPool()
         self.proxy = proxy_for(self.base_url)
+        self._url_of: dict[str, tuple[str, str]] = {}
 
     def __repr__(self) -> str:
         return f"HttpEndpoint(name={self.name!r}, base_url={safe_url(self.base_url)!r})"
@@ -236,8 +237,7 @@ class HttpEndpoint:
         consume: EventConsumer[T],
         parse: AnswerParser[T] | None,
     ) -> T:
-        url = join_url(self.base_url, path)
-        shown = safe_url(url)  # user info or a query string may hold a key
+        url, shown = self._urls(path)
         deadline = time.monotonic() + timeout
         payload = _encode(body)
         request_headers = {
@@ -305,6 +305,15 @@ class HttpEndpoint:
                     ) from None
             await self._pause_before_retry(failure, attempt, retry_after, deadline)
         raise AssertionError("unreachable: the retry loop always returns or raises")
+
+    def _urls(self, path: str) -> tuple[str, str]:
+        """The URL of `path`, and how messages show it (without user info or a query string,
+        which may hold a key); worked out once per path, not once per call."""
+        urls = self._url_of.get(path)
+        if urls is None:
+            url = join_url(self.base_url, path)
+            urls = self._url_of[path] = (url, safe_url(url))
+        return urls
 
     async def _pause_before_retry(
         self, failure: ProviderError, attempt: int, retry_after: float | None, deadline: float
