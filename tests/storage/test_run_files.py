@@ -97,61 +97,6 @@ def test_a_prompt_record_cut_short_by_a_kill_is_written_anew(tmp_path: Path) -> 
     assert shown.returncode == 0 and "Summarize." in shown.stdout, shown.stderr
 
 
-MODEL_FLOW = """
-q:
-  phases:
-    - id: one
-      workers:
-        - {role: notes, model: any, task: "Take notes."}
-    - id: two
-      workers:
-        - {role: summary, model: any, final: true, reads: [notes.md], task: "Summarize."}
-"""
-
-
-def _events(home: Path, run_id: str, kind: str) -> list[dict[str, object]]:
-    with sqlite3.connect(home / "ledger.db") as db:
-        rows = db.execute(
-            "SELECT data FROM events WHERE run_id = ? AND kind = ? ORDER BY seq", (run_id, kind)
-        ).fetchall()
-    return [json.loads(r[0]) for r in rows]
-
-
-def test_an_output_torn_after_a_kill_is_rewritten_from_the_ledger_and_nothing_reruns(
-    tmp_path: Path,
-) -> None:
-    """A model's output is written without fsync after its completion is recorded. Killed
-    right after that commit, as the task that reads it is about to start, with the output
-    left torn (half of it: what a power loss can leave of an unsynced file): resume rewrites
-    it from the ledger before the reader starts, the first task does not run again, and the
-    reader and the archive see the recorded text."""
-    home, run_id = tmp_path / "home", "torn-1"
-    flow = tmp_path / "flow.yaml"
-    flow.write_text(MODEL_FLOW)
-    first = _cli(
-        home, "run", str(flow), "q", "-t", "x", "--run-id", run_id,
-        crash_at="before_dispatch:2",
-    )  # fmt: skip
-    assert first.returncode == -9, first.stderr
-    (completed,) = _events(home, run_id, "task_completed")
-    with sqlite3.connect(home / "ledger.db") as db:
-        (body,) = db.execute(
-            "SELECT body FROM artifacts WHERE sha256 = ?", (completed["sha256"],)
-        ).fetchone()
-    assert len(body) > 20
-    notes = home / "runs" / run_id / "notes.md"
-    notes.write_bytes(body[: len(body) // 2])
-    resumed = _cli(home, "resume", run_id)
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    archived = home / "archive" / run_id
-    assert (archived / "notes.md").read_bytes() == body
-    started = [e["task_id"] for e in _events(home, run_id, "task_started")]
-    done = [e["task_id"] for e in _events(home, run_id, "task_completed")]
-    assert started.count("notes@1") == 1 and done.count("notes@1") == 1, (started, done)
-    assert body.decode() in (archived / "prompts" / "summary@1.1.md").read_text()
-    assert (archived / "final.md").read_bytes() == (archived / "summary.md").read_bytes()
-
-
 BATCH = """
 import sys
 from pathlib import Path

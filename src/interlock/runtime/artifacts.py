@@ -111,20 +111,6 @@ def _fsync_dirs(part: list[Path]) -> None:
         fsync_dir(folder)
 
 
-def sync_paths(paths: list[Path]) -> None:
-    """Fsync files and folders written earlier without it, several at once (so the file
-    system commits them together); a path that is gone is skipped."""
-    paths = list(dict.fromkeys(paths))
-    if paths:
-        _spread(_fsync_existing, _slices(paths))
-
-
-def _fsync_existing(part: list[Path]) -> None:
-    for path in part:
-        with contextlib.suppress(FileNotFoundError):
-            fsync_dir(path)
-
-
 def _stage(
     path: Path, data: bytes, *, durable: bool = True, make_folder: bool = True
 ) -> tuple[Path, Path]:

@@ -22,7 +22,6 @@ from interlock.runtime.driver import Report, RunDriver
 from interlock.runtime.executors import Outcome, TaskSpec, run_call, run_command
 from interlock.runtime.fair import FairGate
 from interlock.runtime.faults import crash_point
-from interlock.runtime.runfiles import status_writer
 from interlock.runtime.task_slots import store_key
 
 if TYPE_CHECKING:
@@ -129,10 +128,7 @@ def large(path: Path) -> bool:
 
 
 async def execute(orchestrator: Orchestrator, run_id: str, spec: TaskSpec) -> Outcome:
-    """Run one attempt with the executor its worker kind calls for, once the outputs it
-    reads are written (the loop hands them to the run-files writer)."""
-    if spec.reads:
-        await status_writer().written(path for _, path in spec.reads)
+    """Run one attempt with the executor its worker kind calls for."""
     kind = spec.worker.kind
     if kind == "command":
         return await run_command(spec)

@@ -109,9 +109,6 @@ class RunDriver:
     # The final worker's output (file name, body, SHA-256), for final.md.
     final_body: tuple[str, bytes, str] | None = None
     final_md_placed: bool = False  # final.md was found in place or handed over for writing
-    # Outputs handed to the run-files writer without fsync: made durable before the folder
-    # moves to the archive (or once the run ended otherwise).
-    unsynced: list[Path] = field(default_factory=list)
     # Fingerprints every completion and carries earlier outputs over (reruns, the cache).
     reuser: Reuser | None = None
     reusing: set[str] = field(default_factory=set)  # tasks whose reuse awaits recording
@@ -375,7 +372,7 @@ class RunDriver:
         """The files `act` writes before anything else (in-memory outputs whose completions
         are recorded, and final.md once delivered), handed over to be written; (files,
         whether final.md is among them). The orchestrator writes those of all the runs of a
-        tick together."""
+        tick in one batch, so that their fsyncs are committed together."""
         state = self.state
         if self.unwritten and self.placing_reused:
             crash_point("after_record_reuse")  # recorded, not yet placed: resume repairs
@@ -394,7 +391,8 @@ class RunDriver:
         """Carry out what the state calls for; safe to repeat."""
         state = self.state
         files, delivering = self.pending_writes()
-        self.hand_over(files)  # a task that reads them waits until they are written
+        if files:
+            artifacts.write_files(files)  # before any task that reads them starts
         if delivering:
             crash_point("after_deliver")
         if self.reuser is not None and self.reuser.to_index:
@@ -445,9 +443,6 @@ class RunDriver:
         self.acted_mark = state.events
         if state.archived:  # first: its last status.json is then written into the archive
             self._archive(orchestrator)
-        elif state.status.ended and self.unsynced:
-            status_writer().move(self.run_dir, None, self.unsynced)  # kept as it ended
-            self.unsynced = []
         if orchestrator.settings.write_status and state.events != self.status_shows:
             self.refresh_status(orchestrator)
 
@@ -487,12 +482,11 @@ class RunDriver:
         """Queue `final.md` (a copy of the delivered output) for writing if it is not there;
         whether it was queued.
 
-        Handed to the run-files writer like every output whose body the ledger holds, and
-        fsynced before the folder moves to the archive: an archived run is never resumed, so
-        a final.md that a power loss emptied would stay empty. Once it is in place or handed
+        Durable before it appears, like every output: an archived run is never resumed, so a
+        final.md that a power loss emptied would stay empty. Once it is in place or handed
         over, later acts of the ended run do not look for it again (`final_md_placed`): the
-        writer writes it before the move, or the process stops and a resume, with a driver
-        of its own, looks again.
+        batch it was handed over with is written before anything else happens, or the loop
+        stops and a resume, with a driver of its own, looks again.
         """
         assert self.state.delivered is not None
         final_md, delivered = self.run_dir / "final.md", self.run_dir / self.state.delivered
@@ -549,13 +543,12 @@ class RunDriver:
                 orchestrator.wake_at(due, self)
             return
         self.status_due = None
-        # A folder that is not there (or not yet: an archive the writer has still to move
-        # the run into) is looked for by the writer, which drops the write if it is gone.
-        began = orchestrator.cost_timer()
-        self.write_status()
-        self.status_written = now
-        self.status_shows = self.state.events
-        self.status_cost = orchestrator.cost_timer() - began
+        if self.run_dir.is_dir():
+            began = orchestrator.cost_timer()
+            self.write_status()
+            self.status_written = now
+            self.status_shows = self.state.events
+            self.status_cost = orchestrator.cost_timer() - began
 
     def write_status(self) -> None:
         """Hand `status.json` to the process's status writer (a projection, written
@@ -568,23 +561,20 @@ class RunDriver:
         view["orchestrator"] = self.lease.owner  # who keeps this copy current
         status_writer().put(self.run_dir / "status.json", codec.dumpb(view))
 
-    def hand_over(self, files: list[tuple[Path, bytes]]) -> None:
-        """Hand outputs (and final.md) whose bodies the ledger holds to the run-files writer:
-        written atomically without fsync, made durable before the folder is archived."""
-        writer = status_writer()
-        for path, data in files:
-            writer.put(path, data)
-            self.unsynced.append(path)
-
     def _archive(self, orchestrator: Orchestrator) -> None:
-        """Move the run's folder to the archive, by the run-files writer: after everything
-        handed over for it is written, and its unsynced files and itself are fsynced."""
         target = orchestrator.home.archive_dir(self.run_id)
         if self.run_dir == target:
             return
+        status_writer().flush(self.run_dir / "status.json")  # no rewrite across the move
         crash_point("before_archive")
-        status_writer().move(self.run_dir, target, self.unsynced)
-        self.unsynced = []
+        try:
+            os.rename(self.run_dir, target)  # the same file system: one atomic rename
+        except FileNotFoundError:
+            if self.run_dir.exists():  # only the archive folder is missing
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.rename(self.run_dir, target)
+            elif not target.exists():
+                return  # neither is there: nothing to move
         self.run_dir = target
 
     def task_spec(self, task: TaskState, tmp: Path) -> TaskSpec | Outcome:

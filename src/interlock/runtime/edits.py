@@ -26,7 +26,6 @@ from interlock.core.review import interpret_edit, interpret_reject, latest_outpu
 from interlock.core.state import RunState, apply
 from interlock.runtime import artifacts
 from interlock.runtime.faults import crash_point
-from interlock.runtime.runfiles import status_writer
 from interlock.storage.base import CommandRecord, NewEvent
 
 if TYPE_CHECKING:
@@ -94,7 +93,6 @@ def _hand_edited(
 
 def unrecorded_changes(state: RunState, run_dir: Path) -> list[HandEdit]:
     """Current outputs in `run_dir` that differ from the ledger (changed by hand)."""
-    status_writer().flush()  # outputs this process handed over are on disk
     known = _known(state)
     found = []
     for task in latest_outputs(state):

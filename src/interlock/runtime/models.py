@@ -45,8 +45,8 @@ from interlock.providers.schema_output import (
 )
 from interlock.providers.settings import recorded_settings
 from interlock.providers.verdict import judge
+from interlock.runtime.artifacts import write_record
 from interlock.runtime.executors import Outcome, TaskSpec, keep_output
-from interlock.runtime.runfiles import status_writer
 from interlock.runtime.tool_runs import complete_with_tools
 
 ProgressCallback = Callable[[str], None]
@@ -148,7 +148,7 @@ class ModelRunner:
             header += f"\n<!-- settings {json.dumps(recorded_settings(model.settings))} -->"
         record = f"{header}\n# System\n\n{system}\n\n# User\n\n{prompt}"
         prompt_file = spec.run_dir / "prompts" / f"{spec.task_id}.{spec.attempt}.md"
-        status_writer().record(prompt_file, record.encode())  # written before the report
+        write_record(prompt_file, record.encode())
         received: list[str] = []
 
         def relay(text: str) -> None:
@@ -224,7 +224,6 @@ class ModelRunner:
             return self._failed(spec, exc, alias, model)
         kept = keep_output(spec.output, text, durable=False)
         usage = usage_of(result, alias, model)
-        await status_writer().written([prompt_file])  # an answer recorded has its prompt
         return replace(kept, usage={**usage, "warnings": warnings} if warnings else usage)
 
     def _failed(

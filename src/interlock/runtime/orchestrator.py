@@ -36,6 +36,7 @@ from interlock.errors import (
     UsageError,
 )
 from interlock.providers.config import UnknownModelError
+from interlock.runtime import artifacts
 from interlock.runtime.diskfull import DiskFullBackoff, is_enospc, stop_message
 from interlock.runtime.dispatch import Dispatcher, LocalDispatcher
 from interlock.runtime.driver import Report, RunDriver
@@ -325,7 +326,6 @@ class Orchestrator:
             definition=definition, state=state, lease=lease, run_dir=run_dir, source=record.source
         )
         driver.run_dir.mkdir(parents=True, exist_ok=True)
-        status_writer().flush()  # what this process handed over is on disk before the check
         reap(driver.run_dir, run_id)  # workers a dead orchestrator left: before any restart
         self._attach_reuser(driver)
         driver.restore_outputs(self.store)
@@ -638,13 +638,20 @@ class Orchestrator:
                     self.wake_at(now, self.drivers[run_id])
 
     def _write_outputs(self, drivers: list[RunDriver]) -> None:
-        """Hand the outputs the ledger now holds (and final.md files) of every run of the
-        tick to the run-files writer (`runtime/runfiles.py`): the ledger holds their bodies,
-        so the loop never waits for them; a task that reads them waits until they are
-        written, and they are fsynced before their folder moves to the archive."""
-        for driver in drivers:
-            files, delivering = driver.pending_writes()
-            driver.hand_over(files)
+        """Write the outputs the ledger now holds (and final.md files) of every run of the
+        tick in one batch: each file is fsynced before its rename, and the fsyncs of the
+        batch run at once, so the file system commits them together."""
+        staged = [(driver, *driver.pending_writes()) for driver in drivers]
+        files = [item for _, pending, _ in staged for item in pending]
+        if files:
+            try:
+                artifacts.write_files(files)
+            except OSError as exc:
+                if not is_enospc(exc):
+                    raise
+                cause = f"writing outputs: {exc.strerror}, ENOSPC"
+                raise DiskFull(stop_message(sorted(self.drivers), cause)) from None
+        for _, _, delivering in staged:
             if delivering:
                 crash_point("after_deliver")
 

@@ -22,7 +22,6 @@ from interlock.runtime import faults
 from interlock.runtime.home import Home
 from interlock.runtime.models import ModelRunner
 from interlock.runtime.orchestrator import Orchestrator, Settings
-from interlock.runtime.runfiles import status_writer
 from interlock.sim.buggify import Buggify
 from interlock.sim.clock import SimClock
 from interlock.sim.invariants import HistoryChecker, end_problems
@@ -346,7 +345,6 @@ class Simulation:
         if folded != self.checker.shadow:
             self.result.violations.append("the stored history folds to another state")
         assert self.home is not None
-        status_writer().flush()  # the run files handed over are written when a process ends
         run_dir = self.home.run_dir(self.run_id)
         pipeline: Definition = self.definition
         self.result.violations += end_problems(folded, pipeline.pipeline, run_dir)
