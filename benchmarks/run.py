@@ -566,6 +566,28 @@ def llm_section(args: argparse.Namespace) -> dict[str, Any]:
     )
 
 
+def filesystem(path: str) -> str:
+    """The file system holding `path` and, for ext4, whether it keeps a journal. Without one,
+    the kernel gives a new file none of the inodes freed in the last 60 s (300 s while their
+    table block is unwritten) and walks past each of them to find one, so thousands of files
+    deleted shortly before (an earlier measurement's run folders) make every file a run
+    creates cost more CPU: measured here, 4.7 s of kernel time for 500 model-call runs right
+    after such a deletion, 0.9 s with none in the minutes before."""
+    path = os.path.realpath(path)
+    device, point, kind = "?", "", "?"
+    for line in Path("/proc/mounts").read_text().splitlines():
+        fields = line.split()
+        here = fields[1].rstrip("/") + "/"
+        if (path + "/").startswith(here) and len(fields[1]) >= len(point):
+            device, point, kind = fields[0], fields[1], fields[2]
+    if kind != "ext4":
+        return f"{kind} on {device}"
+    name = os.path.basename(os.path.realpath(device))
+    journals = os.listdir("/proc/fs/jbd2") if os.path.isdir("/proc/fs/jbd2") else []
+    journaled = any(entry.startswith(f"{name}-") for entry in journals)
+    return f"ext4 on {device}, {'with' if journaled else 'no'} journal"
+
+
 def machine() -> dict[str, Any]:
     cpu = next(
         (
@@ -580,6 +602,7 @@ def machine() -> dict[str, Any]:
         "cores": os.cpu_count(),
         "python": platform.python_version(),
         "platform": platform.platform(),
+        "filesystem": filesystem(tempfile.gettempdir()),
         "date": time.strftime("%Y-%m-%d"),
     }
 
@@ -587,6 +610,10 @@ def machine() -> dict[str, Any]:
 def report(results: dict[str, Any]) -> None:
     """Print the table and the ratios against the peers."""
     print(f"\nmachine: {results['machine']['cpu']}, {results['machine']['cores']} cores")
+    print(f"run folders on: {results['machine']['filesystem']}")
+    if results["machine"]["filesystem"].endswith("no journal"):
+        print("  (ext4 without a journal: files deleted in the minutes before a measurement")
+        print("   make each new file cost more; see benchmarks/README.md, 'The file system')")
     for name in (
         "disk",
         "floor",
