@@ -11,12 +11,9 @@ another, so a machine shared with other work slows all of them alike.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -195,8 +192,11 @@ def interlock_runs(url: str, runs: int, cap: int, home: Path) -> tuple[int, dict
 CLIENTS = ("aiohttp", "httpx", "httpx2", "httpx-pool100", "httpx2-pool100")
 
 
-def llm(runs: int, latency: float, chunks: int, cap: int, clients: str) -> dict[str, Any]:
-    """interlock and the bare clients on the same server, one after another."""
+def llm(
+    runs: int, latency: float, chunks: int, cap: int, clients: str, home: Path
+) -> dict[str, Any]:
+    """interlock and the bare clients on the same server, one after another; interlock's run
+    folders go in `home` (empty), which the caller removes."""
     results: dict[str, Any] = {
         "runs": runs,
         "concurrent_calls": min(2 * runs, cap),
@@ -213,16 +213,12 @@ def llm(runs: int, latency: float, chunks: int, cap: int, clients: str) -> dict[
 
     with model_server(latency, chunks) as url:
         statuses: dict[str, int] = {}
-        home = Path(tempfile.mkdtemp(prefix="interlock-llm-"))
 
         def through_interlock() -> int:
             answered, found = interlock_runs(url, runs, cap, home)
             statuses.update(found)
             return answered
 
-        # Thousands of run folders, removed when the process exits: removed now, they would
-        # slow the file creations of whatever is measured next (run.py's `filesystem`).
-        atexit.register(shutil.rmtree, home, ignore_errors=True)
         results["interlock"] = measured(runs, latency, cap, through_interlock)
         results["interlock"].update(statuses)
         for name in [c.strip() for c in clients.split(",") if c.strip()]:

@@ -561,8 +561,9 @@ def llm_section(args: argparse.Namespace) -> dict[str, Any]:
     """Model calls at scale against a local streaming server (`llm.py`)."""
     from llm import llm  # type: ignore[import-not-found]
 
+    home = scratch("interlock-llm-")
     return dict(
-        llm(args.llm_runs, args.llm_latency, args.llm_chunks, args.llm_cap, args.llm_clients)
+        llm(args.llm_runs, args.llm_latency, args.llm_chunks, args.llm_cap, args.llm_clients, home)
     )
 
 
@@ -703,6 +704,12 @@ def main() -> None:
         default=[100, 600, 2000],
         help="phases of the 'check_depth' pipelines, comma-separated",
     )
+    parser.add_argument(
+        "--keep-scratch",
+        action="store_true",
+        help="leave the run folders made here in place (remove them later yourself): on ext4"
+        " without a journal, deleting thousands of files slows the next measurement's",
+    )
     parser.add_argument("--out", default=str(HERE / "results" / "latest.json"))
     args = parser.parse_args()
     names = [name.strip() for name in args.only.split(",") if name.strip()]
@@ -712,7 +719,10 @@ def main() -> None:
             f"--only: no section {unknown[0] if unknown else '(none given)'!r}; "
             f"sections: {', '.join(SECTIONS)}"
         )
-    atexit.register(remove_scratch)
+    # Run folders go when the process exits, not between sections: thousands of files
+    # deleted just before a section would slow its file creations (`filesystem`).
+    if not args.keep_scratch:
+        atexit.register(remove_scratch)
     results: dict[str, Any] = {"machine": machine()}
     for name in names:
         print(f"running {name}...", flush=True)
@@ -720,9 +730,9 @@ def main() -> None:
             results[name] = SECTIONS[name](args)
         except Exception as exc:  # one failing section must not hide the others
             results[name] = {"error": f"{type(exc).__name__}: {exc}"}
-        finally:
-            remove_scratch()  # each section's runs are gone before the next one starts
     report(results)
+    if args.keep_scratch:
+        print("\nrun folders kept:", *SCRATCH, sep="\n  ")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))
