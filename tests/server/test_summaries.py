@@ -30,6 +30,20 @@ def summaries_until_final(socket: ClientConnection, runs: set[str]) -> list[str]
     return frames
 
 
+def twenty_watch_two_runs(server: Server, topic: str) -> list[list[str]]:
+    """The summary frames each of twenty clients on the runs list received while two runs
+    went from start to end."""
+    with contextlib.ExitStack() as stack:
+        sockets = [
+            stack.enter_context(connect(f"{server.ws_url}/ws/runs?view=summary", open_timeout=5))
+            for _ in range(20)
+        ]
+        for socket in sockets:
+            assert json.loads(socket.recv(timeout=10))["type"] == "hello"
+        runs = {server.start_run("wide", f"{topic} {n}") for n in range(2)}
+        return [summaries_until_final(socket, runs) for socket in sockets]
+
+
 def test_summary_view_sends_each_runs_latest_state_not_each_event(server: Server) -> None:
     """Three wide runs: the client gets fewer summaries than there were events, each run's
     summaries in order, and each run's final state (delivered, with its last seq)."""
@@ -68,16 +82,7 @@ def test_summary_frames_are_encoded_once_for_all_clients(
         return frame
 
     monkeypatch.setattr(board_module, "frame_of", counting)
-    server = make_server()
-    with contextlib.ExitStack() as stack:
-        sockets = [
-            stack.enter_context(connect(f"{server.ws_url}/ws/runs?view=summary", open_timeout=5))
-            for _ in range(20)
-        ]
-        for socket in sockets:
-            assert json.loads(socket.recv(timeout=10))["type"] == "hello"
-        runs = {server.start_run("wide", f"shared {n}") for n in range(2)}
-        received = [summaries_until_final(socket, runs) for socket in sockets]
+    received = twenty_watch_two_runs(make_server(), "shared")
     every = [frame for frames in received for frame in frames]
     assert set(every) <= set(built)
     assert len(every) >= 10 * len(built), f"{len(built)} frames built for {len(every)} sent"
@@ -97,16 +102,7 @@ def test_summary_frames_are_serialized_once_for_all_clients(
         return real(self, **kwargs)
 
     monkeypatch.setattr(Frame, "serialize", counting)
-    server = make_server()
-    with contextlib.ExitStack() as stack:
-        sockets = [
-            stack.enter_context(connect(f"{server.ws_url}/ws/runs?view=summary", open_timeout=5))
-            for _ in range(20)
-        ]
-        for socket in sockets:
-            assert json.loads(socket.recv(timeout=10))["type"] == "hello"
-        runs = {server.start_run("wide", f"wire {n}") for n in range(2)}
-        received = [summaries_until_final(socket, runs) for socket in sockets]
+    received = twenty_watch_two_runs(make_server(), "wire")
     every = [frame.encode() for frames in received for frame in frames]
     assert set(every) <= set(serialized)
     assert len(every) >= 10 * len(serialized), f"{len(serialized)} serialized, {len(every)} sent"
