@@ -31,6 +31,7 @@ from interlock.distributed.payload import to_spec
 from interlock.distributed.queue import CHANNEL, Claim, Finished, TaskQueue
 from interlock.distributed.sources import ClaimSource, QueueSource
 from interlock.providers import aclose_providers
+from interlock.runtime import collector
 from interlock.runtime.executors import Outcome, TaskSpec, run_call, run_command
 from interlock.runtime.models import ModelRunner
 from interlock.storage.postgres import PostgresStore
@@ -58,6 +59,7 @@ class RemoteWorker:
         workdir: Path | None = None,
         models: ModelRunner | None = None,
         source: ClaimSource | None = None,
+        gc_young: int | None = collector.YOUNG,
     ) -> None:
         self.store = store
         self.queue = TaskQueue(store)
@@ -68,6 +70,7 @@ class RemoteWorker:
         self.lease_ttl, self.poll, self.grace = lease_ttl, poll, grace
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="interlock-worker-"))
         self.models = models or ModelRunner()
+        self.gc_young = gc_young  # see `runtime/collector.py`
         self.source = source or QueueSource(self.queue)
         self.running: dict[int, asyncio.Task[None]] = {}
         # Slots promised to claim requests under way (not yet in `running`).
@@ -83,6 +86,10 @@ class RemoteWorker:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Claim and run until `stop` is set, then shut down gracefully."""
+        with collector.roomy_collector(self.gc_young):
+            await self._serve(stop)
+
+    async def _serve(self, stop: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
         wake = asyncio.Event()
 

@@ -36,7 +36,7 @@ from interlock.errors import (
     UsageError,
 )
 from interlock.providers.config import UnknownModelError
-from interlock.runtime import artifacts
+from interlock.runtime import artifacts, collector
 from interlock.runtime.diskfull import DiskFullBackoff, is_enospc, stop_message
 from interlock.runtime.dispatch import Dispatcher, LocalDispatcher
 from interlock.runtime.driver import Report, RunDriver
@@ -82,6 +82,9 @@ class Settings:
     # Hand back a run that waits for a slot of its concurrency key (a fleet's runs): it then
     # holds none of this process's capacity, and is taken again once its key has room.
     let_slot_waiters_go: bool = False
+    # The garbage collector's young-generation threshold while the loop runs (None: leave
+    # the collector as the process has it); see `runtime/collector.py`.
+    gc_young: int | None = collector.YOUNG
 
 
 ENDED_STATUSES = ("delivered", "failed", "cancelled")
@@ -402,12 +405,13 @@ class Orchestrator:
         self._loop = asyncio.get_running_loop()
         self.leases.start()
         try:
-            while self.drivers:
-                now = self.clock()
-                self._iterate(now, stop_when_paused)
-                if not self.drivers:
-                    break
-                await self._sleep(now)
+            with collector.roomy_collector(self.settings.gc_young):
+                while self.drivers:
+                    now = self.clock()
+                    self._iterate(now, stop_when_paused)
+                    if not self.drivers:
+                        break
+                    await self._sleep(now)
         finally:
             self.leases.stop()
             self._wake = None
@@ -420,10 +424,11 @@ class Orchestrator:
         self._loop = asyncio.get_running_loop()
         self.leases.start()
         try:
-            while not stop.is_set():
-                now = self.clock()
-                self._iterate(now, stop_when_paused=False)
-                await self._sleep(now)
+            with collector.roomy_collector(self.settings.gc_young):
+                while not stop.is_set():
+                    now = self.clock()
+                    self._iterate(now, stop_when_paused=False)
+                    await self._sleep(now)
         finally:
             self.leases.stop()
             self._wake = None
