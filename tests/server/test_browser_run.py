@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Route, expect
+from playwright.sync_api import Error as PlaywrightError
 from tests.server.browsing import browser, open_page, with_token
 from tests.server.conftest import ServerFactory
 from tests.server.helpers import HOLD, SECRET, token, write_workflow
@@ -80,6 +81,10 @@ def test_graph_shows_path_loop_count_and_opens_worker(
     server = make_server(workflows=[write_workflow(tmp_path, FLOW)])
     run_id = server.start_run("loop", "Loops")
     server.wait_status(run_id, "delivered")
+    deadline = time.time() + 15  # and moved to the archive: no live update redraws the graph
+    while not server.http.get(f"/api/runs/{run_id}").json().get("archived"):
+        assert time.time() < deadline, "the delivered run was never archived"
+        time.sleep(0.05)
     page = open_page(browser, f"{server.url}/ui/#/runs/{run_id}", dark=True)
     graph = page.get_by_role("region", name="Graph of pipeline loop", exact=False)
     expect(graph).to_be_visible()
@@ -97,10 +102,17 @@ def test_graph_shows_path_loop_count_and_opens_worker(
     page.keyboard.press("Enter")
     expect(page.get_by_role("dialog", name="reviewer@2 · attempt 1")).to_be_visible()
     page.keyboard.press("Escape")
-    fill = graph.locator(".g-title").first.evaluate("e => getComputedStyle(e).fill")
-    assert fill == "rgb(223, 228, 238)", fill  # the dark theme's text colour
+    # The dark theme's text colour; retried, since a live update may redraw the graph (a
+    # title read while replaced has no computed style).
+    expect(graph.locator(".g-title").first).to_have_css("fill", "rgb(223, 228, 238)")
     SHOTS.mkdir(exist_ok=True)
-    graph.screenshot(path=str(SHOTS / "graph-dark.png"))
+    for last in (False, False, True):  # a redraw while it is taken detaches the element
+        try:
+            graph.screenshot(path=str(SHOTS / "graph-dark.png"))
+            break
+        except PlaywrightError as exc:
+            if last or "not attached" not in str(exc):
+                raise
     assert page.errors == []  # type: ignore[attr-defined]
 
 

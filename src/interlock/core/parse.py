@@ -92,6 +92,8 @@ def _parse_yaml(text: str) -> Any:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
+        if "maximum nesting depth" in problem:  # libyaml's own limit (PyYAML 6.0.4), past ours
+            raise _too_deep(mark.line + 1 if mark else None) from None
         raise ParseProblem(f"not valid YAML{where}: {problem}") from None
     finally:
         loader.dispose()
