@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -49,8 +48,6 @@ from interlock.providers.verdict import judge
 from interlock.runtime.artifacts import write_record
 from interlock.runtime.executors import Outcome, TaskSpec, keep_output
 from interlock.runtime.tool_runs import complete_with_tools
-
-log = logging.getLogger("interlock.runtime")
 
 ProgressCallback = Callable[[str], None]
 
@@ -151,10 +148,7 @@ class ModelRunner:
             header += f"\n<!-- settings {json.dumps(recorded_settings(model.settings))} -->"
         record = f"{header}\n# System\n\n{system}\n\n# User\n\n{prompt}"
         prompt_file = spec.run_dir / "prompts" / f"{spec.task_id}.{spec.attempt}.md"
-        # Written at the loop's next turn, once this call's request is on its way: a burst
-        # of calls connects first and its records are written while the servers think. The
-        # outcome is recorded at a later turn still, so the record is on disk before it.
-        asyncio.get_running_loop().call_soon(_write_prompt, prompt_file, record.encode())
+        write_record(prompt_file, record.encode())
         received: list[str] = []
 
         def relay(text: str) -> None:
@@ -256,14 +250,6 @@ class ModelRunner:
             retry_after=failure.retry_after,
             usage=None if answered is None else usage_of(answered, alias, model),
         )
-
-
-def _write_prompt(path: Path, data: bytes) -> None:
-    """The prompt record of a call; a record, so a failure is logged rather than raised."""
-    try:
-        write_record(path, data)
-    except OSError as exc:
-        log.warning("cannot write the prompt record %s: %s", path, exc)
 
 
 def worker_schema(spec: TaskSpec) -> dict[str, Any] | None:
