@@ -188,29 +188,36 @@ class Orchestrator:
         """Create many runs in one transaction: (definition, topic, inputs, run id or None);
         `origin` holds further fields of their `run_created` (a rerun's source, --no-cache)."""
         with collector.roomy_collector(self.settings.gc_young):  # a burst of objects
-            now = self.clock()
-            prepared = []
-            for definition, topic, inputs, run_id in specs:
-                if run_id is not None:
-                    refuse_existing(self.store, run_id)
-                given = resolve_inputs(definition, inputs or {})
-                slot_key(definition, topic, given)  # a key that cannot be computed refuses the run
-                run_id = run_id or new_run_id(definition.name, now)
-                prepared.append(self._prepare(definition, topic, given, run_id, now, origin))
-            try:
-                results = self.store.append_many([batch for _, _, batch in prepared], now)
-            except DiskFull as exc:
-                raise DiskFull(f"{exc.message}: the run was not recorded; start it again") from None
-            for (driver, new, _), result in zip(prepared, results, strict=True):
-                if isinstance(result, Exception):
-                    raise result
-                self.drivers[driver.run_id] = driver
-                if self.settings.write_status:
-                    driver.refresh_status(self)  # status.json exists once the run is recorded
-                self._emit(driver, 1, new)
-                self._mark(driver)  # acted on (tasks started) by the loop
+            return self._create_runs(specs, origin)
+
+    def _create_runs(
+        self,
+        specs: list[tuple[Definition, str, dict[str, Any] | None, str | None]],
+        origin: dict[str, Any] | None,
+    ) -> list[str]:
+        now = self.clock()
+        prepared = []
+        for definition, topic, inputs, run_id in specs:
+            if run_id is not None:
+                refuse_existing(self.store, run_id)
+            given = resolve_inputs(definition, inputs or {})
+            slot_key(definition, topic, given)  # a key that cannot be computed refuses the run
+            run_id = run_id or new_run_id(definition.name, now)
+            prepared.append(self._prepare(definition, topic, given, run_id, now, origin))
+        try:
+            results = self.store.append_many([batch for _, _, batch in prepared], now)
+        except DiskFull as exc:
+            raise DiskFull(f"{exc.message}: the run was not recorded; start it again") from None
+        for (driver, new, _), result in zip(prepared, results, strict=True):
+            if isinstance(result, Exception):
+                raise result
+            self.drivers[driver.run_id] = driver
             if self.settings.write_status:
-                status_writer().flush()
+                driver.refresh_status(self)  # status.json exists once the run is recorded
+            self._emit(driver, 1, new)
+            self._mark(driver)  # acted on (tasks started) by the loop
+        if self.settings.write_status:
+            status_writer().flush()
         return [driver.run_id for driver, _, _ in prepared]
 
     def _prepare(
