@@ -128,53 +128,12 @@ ORDER BY pick.priority DESC, pick.id;
 -- commit together or not at all. Entries under a concurrency limit are only named
 -- (`limited`), as in `claim_free`. Rows: ('done', id), ('claim', id, limited, run, task,
 -- attempt, delivery, payload) and ('event', id, run, seq, at, kind, data, rule, why, hash).
-WITH stored AS (
-    INSERT INTO artifacts (sha256, size, body, created_at)
-    SELECT o.sha, length(o.body), o.body, extract(epoch FROM clock_timestamp())
-    FROM unnest(%(out_shas)s::text[], %(out_bodies)s::bytea[]) AS o(sha, body)
-    ON CONFLICT (sha256) DO NOTHING
-), done AS (
-    UPDATE task_queue t SET state = 'done', result = f.result, output_sha = f.sha,
-           lease_expires = NULL, finished_at = extract(epoch FROM clock_timestamp())
-    FROM unnest(%(fin_ids)s::bigint[], %(fin_deliveries)s::int[], %(fin_results)s::jsonb[],
-                %(fin_shas)s::text[]) AS f(id, delivery, result, sha)
-    WHERE t.id = f.id AND t.delivery = f.delivery AND t.state = 'claimed'
-    RETURNING t.id
-), pick AS (
-    -- In index order, whatever the statistics (see `012_queue_pick.sql`).
-    SELECT p.id, p.priority, p.limited
-    FROM interlock_queue_pick(%(kinds)s::text[], %(tags)s::text[], %(only)s::bigint,
-                              %(older)s::float8, %(n)s::int) p
-), took AS (
-    UPDATE task_queue t SET state = 'claimed', worker = %(worker)s, delivery = t.delivery + 1,
-           lease_expires = extract(epoch FROM clock_timestamp()) + %(ttl)s,
-           claimed_at = extract(epoch FROM clock_timestamp())
-    FROM pick
-    WHERE t.id = pick.id AND NOT pick.limited
-    RETURNING t.id, t.run_id, t.task_id, t.attempt, t.delivery, t.payload
-), known AS (
-    SELECT k.key AS run_id, k.value::int AS seq FROM jsonb_each_text(%(known)s::jsonb) k
-)
-SELECT 'done' AS row_kind, done.id, NULL::bool, NULL::text, NULL::text, NULL::int, NULL::int,
-       NULL::jsonb, NULL::int, NULL::float8, NULL::text, NULL::jsonb, NULL::text, NULL::text,
-       NULL::text
-FROM done, LATERAL (SELECT pg_notify('interlock_task_states', done.id || ':done')) note
-UNION ALL
-SELECT 'claim', pick.id, pick.limited, took.run_id, took.task_id, took.attempt, took.delivery,
-       took.payload, NULL, NULL, NULL, NULL, NULL, NULL, NULL
-FROM pick
-LEFT JOIN took ON took.id = pick.id
-LEFT JOIN LATERAL (
-    SELECT pg_notify('interlock_task_states', took.id || ':claimed:' || %(worker)s)
-    WHERE took.id IS NOT NULL
-) note ON true
-UNION ALL
-SELECT 'event', e.id, NULL, e.run_id, NULL, NULL, NULL, NULL, e.seq, e.at, e.kind, e.data,
-       e.rule, e.why, e.hash
-FROM (SELECT DISTINCT run_id FROM took) r
-LEFT JOIN known ON known.run_id = r.run_id
-JOIN events e ON e.run_id = r.run_id AND e.seq > coalesce(known.seq, 0)
-WHERE %(news)s;
+-- The statement is `interlock_queue_turn` (`013_queue_turn.sql`), whose plan holds whatever
+-- the statistics say.
+SELECT * FROM interlock_queue_turn(
+    %(n)s, %(known)s::jsonb, %(out_shas)s::text[], %(out_bodies)s::bytea[], %(fin_ids)s::bigint[],
+    %(fin_deliveries)s::int[], %(fin_results)s::jsonb[], %(fin_shas)s::text[], %(kinds)s::text[],
+    %(tags)s::text[], %(only)s::bigint, %(older)s::float8, %(worker)s, %(ttl)s::float8, %(news)s);
 
 -- name: prune
 -- Entries finished at least %(keep)s seconds ago whose run has ended: no orchestrator can
