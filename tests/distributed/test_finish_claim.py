@@ -201,3 +201,62 @@ def test_claims_bring_their_runs_news(pg_url: str) -> None:
         assert worker._current(unread) and read == ["r", "r"]
     finally:
         store.close()
+
+
+def _scans(pg_url: str) -> dict[str, int]:
+    """Whole-table scans of the queue and the ledger so far, once every backend's counters
+    have reached the statistics (a backend reports at most once a second while busy)."""
+    time.sleep(1.2)
+    with psycopg.connect(pg_url, autocommit=True) as db:
+        rows = db.execute(
+            "SELECT relname, seq_scan FROM pg_stat_user_tables"
+            " WHERE relname IN ('task_queue', 'events', 'artifacts')"
+        ).fetchall()
+    return dict(rows)
+
+
+def test_a_turn_scans_no_whole_table_however_small_it_was_when_planned(pg_url: str) -> None:
+    """A worker's turn finds entries by id and news by (run, seq) even when its plan was made
+    while the tables were nearly empty (a fresh database) and they have grown since: a plan
+    that scanned the whole queue and ledger cost milliseconds per turn, growing with the
+    history."""
+    store = PostgresStore(pg_url, pool_size=1)
+    try:
+        queue = TaskQueue(store)
+        now = time.time()
+        store.create_run(
+            run_id="r",
+            pipeline="p",
+            topic="t",
+            definition_hash="h",
+            definition="{}",
+            source="",
+            created_at=now,
+        )
+        held: list[Claim] = []
+        for n in range(8):  # the statement is prepared and its plan cached while tiny
+            put(queue, f"warm{n}", run_id="r")
+            done = [Finished(claim=claim, result={"ok": True}, output=b"x") for claim in held]
+            held = turn(queue, done, 1, known={"r": 0}).claims
+        with psycopg.connect(pg_url, autocommit=True) as db:
+            db.execute(
+                "INSERT INTO task_queue (run_id, task_id, attempt, kind, payload, state,"
+                " created_at, finished_at) SELECT 'r', 'old' || n, 1, 'call', '{}', 'done', 0, 0"
+                " FROM generate_series(1, 5000) n"
+            )
+            db.execute(
+                "INSERT INTO events (run_id, seq, at, kind, data)"
+                " SELECT 'r', n, 0, 'note', '{}' FROM generate_series(1, 5000) n"
+            )
+        fresh = [put(queue, f"new{n}", run_id="r") for n in range(6)]
+        before = _scans(pg_url)
+        for _ in range(6):
+            done = [Finished(claim=claim, result={"ok": True}, output=b"y") for claim in held]
+            outcome = turn(queue, done, 1, known={"r": 4990})
+            assert outcome.recorded == {claim.id for claim in held}
+            held = outcome.claims
+            assert [len(claim.news or ()) for claim in held] == [10]
+        assert {claim.id for claim in held} <= set(fresh)
+        assert _scans(pg_url) == before
+    finally:
+        store.close()
