@@ -7,7 +7,7 @@ import threading
 import time
 from pathlib import Path
 
-from tests.distributed.helpers import WORKFLOW, Processes, wait_until
+from tests.distributed.helpers import WORKFLOW, Processes, submit_runs, wait_until
 
 from interlock.distributed.orchestrate import Fleet, submit
 from interlock.runtime.home import Home
@@ -47,6 +47,30 @@ def test_submitted_run_is_taken_at_once_and_own_commits_wake_no_look(
         wait_until(delivered, 60, "the run delivered")
         assert len(store.events(run_id)) > 10
         assert store.looks == looks
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(timeout=30)
+        loop.close()
+        store.close()
+
+
+def test_a_backlog_is_taken_look_after_look_not_a_few_runs_per_scan(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """Runs submitted before the orchestrator started announce nothing it can hear: with a
+    60 s scan it still takes all 30 within seconds, a few per look, looking again as long as
+    a look finds as many as it asked for (it took 8 runs a scan before, one look a second by
+    default, however long the backlog)."""
+    run_ids = submit_runs(pg_url, 30, tmp_path / "submit")
+    store = CountingStore(pg_url)
+    fleet = Fleet(store, Home(tmp_path / "home"), scan=60.0)
+    stop = asyncio.Event()
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_until_complete, args=(fleet.run(stop),))
+    thread.start()
+    try:
+        wait_until(lambda: set(run_ids) <= set(fleet.orchestrator.drivers), 20, "all runs taken")
+        assert store.looks >= 4
     finally:
         loop.call_soon_threadsafe(stop.set)
         thread.join(timeout=30)

@@ -30,6 +30,7 @@ from interlock.storage.postgres import PostgresStore
 
 log = logging.getLogger("interlock.distributed")
 PRUNE_EVERY = 60.0  # seconds between prunings of the queue
+TAKE_PER_LOOK = 8  # runs taken per look: several orchestrators share a burst between them
 
 
 class Fleet:
@@ -85,13 +86,17 @@ class Fleet:
         try:
             while not stop.is_set():
                 look.clear()  # before looking: news arriving meanwhile asks for another look
-                self._take_some()
+                more = self._take_some()
                 await self._prune()
-                waits = [loop.create_task(look.wait()), loop.create_task(stop.wait())]
-                await asyncio.wait(waits, timeout=self.scan, return_when=asyncio.FIRST_COMPLETED)
-                for waiting in waits:
-                    waiting.cancel()
-                # Let notifications of a burst of new runs gather into one look.
+                if not more:  # a backlog is taken look after look, not one look per scan
+                    waits = [loop.create_task(look.wait()), loop.create_task(stop.wait())]
+                    await asyncio.wait(
+                        waits, timeout=self.scan, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    for waiting in waits:
+                        waiting.cancel()
+                # Let notifications of a burst of new runs gather into one look, and other
+                # orchestrators take their share of a backlog between two looks.
                 await asyncio.sleep(0.05)
         finally:
             await driving
@@ -130,17 +135,20 @@ class Fleet:
         if pruned:
             log.info("pruned %d finished queue entries of ended runs", pruned)
 
-    def _take_some(self) -> None:
+    def _take_some(self) -> bool:
+        """Take a few unowned runs; true when more may be waiting and there is room for them
+        (the look found as many as it asked for)."""
         room = self.capacity - len(self.orchestrator.drivers)
         if room <= 0:
-            return
+            return False
         now = self.orchestrator.clock()
+        asked = min(room, TAKE_PER_LOOK)
         try:
             # A few per look: orchestrators looking at once then share a burst of new runs.
-            candidates = self.store.unowned_runs(now, min(room, 8))
+            candidates = self.store.unowned_runs(now, asked)
         except InterlockError as exc:
             log.warning("cannot look for runs: %s", exc)
-            return
+            return False
         taken = 0
         for run_id in candidates:
             if run_id in self.orchestrator.drivers:
@@ -153,6 +161,7 @@ class Fleet:
         if taken:
             log.info("took %d run(s); driving %d", taken, len(self.orchestrator.drivers))
             self.orchestrator.wake()
+        return len(candidates) == asked < room
 
 
 def submit(
