@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
@@ -40,6 +41,37 @@ log = logging.getLogger("interlock.distributed")
 KINDS = ("command", "model", "call")
 STATE_CACHE = 256  # runs whose folded state a worker keeps
 _UNREAD = object()  # a claim `_begin` has not looked at yet
+
+
+@dataclasses.dataclass
+class _Ended:
+    """An attempt that ran, waiting for the turn that records its outcome."""
+
+    claim: Claim
+    spec: TaskSpec
+    outcome: Outcome
+    work: Path
+    recorded: asyncio.Future[None] = dataclasses.field(init=False)
+
+
+def _finished(ended: _Ended) -> Finished:
+    """What the queue records of an ended attempt: its result, and its output's body."""
+    outcome, spec = ended.outcome, ended.spec
+    data = None
+    if outcome.ok and outcome.body is not None:
+        data = outcome.body
+    elif outcome.ok and spec.output.is_file():
+        data = spec.output.read_bytes()
+    missing = outcome.ok and data is None
+    result = {
+        "ok": outcome.ok and not missing,
+        "error": "wrote no output" if missing else outcome.error,
+        "retryable": outcome.retryable,
+        "retry_after": outcome.retry_after,
+        "timed_out": outcome.timed_out,
+        "usage": outcome.usage,
+    }
+    return Finished(claim=ended.claim, result=result, output=data)
 
 
 class RemoteWorker:
@@ -83,6 +115,9 @@ class RemoteWorker:
         # Folded runs (last seq read, state), least recently used first.
         self._states: dict[str, tuple[int, RunState]] = {}
         self._states_lock = threading.Lock()
+        # Attempts that ran, waiting for the next turn, and the task taking turns.
+        self._ended: list[_Ended] = []
+        self._turns: asyncio.Task[None] | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
         """Claim and run until `stop` is set, then shut down gracefully."""
@@ -223,19 +258,7 @@ class RemoteWorker:
                 return
             finally:
                 beat.cancel()
-            # The statement recording the result also claims the next attempts, for the
-            # slots free once this one is through (this slot included).
-            stop = self._stop
-            take = 0
-            if self.claim_on_finish and not (stop is not None and stop.is_set()):
-                take = max(0, self.free() + 1)
-            self.reserved += max(0, take - 1)
-            try:
-                claims, begun = await asyncio.to_thread(self._end, claim, spec, outcome, work, take)
-            finally:
-                self.reserved -= max(0, take - 1)
-            self.running.pop(claim.id, None)  # before the new ones: their slots include it
-            self._spawn(claims, wake, begun)
+            await self._recorded(_Ended(claim, spec, outcome, work), wake)
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
                 self.queue.hand_back(claim)
@@ -253,7 +276,48 @@ class RemoteWorker:
                 await self.source.done(claim)
             wake.set()
 
-    # The ledger check and the queue writes around one attempt, each side in one thread hop.
+    async def _recorded(self, ended: _Ended, wake: asyncio.Event) -> None:
+        """Record an attempt's outcome in the worker's next turn, and return once it is.
+
+        A turn is one statement: the outcomes of every attempt that ended since the last
+        turn, and the claims of the next attempts for the slots they free. While a turn's
+        statement is on its way, attempts ending meanwhile wait for the next one and go in
+        it together: under load a turn records several outcomes for one round trip, one
+        commit and one thread hop, and an idle worker's outcome waits for nothing."""
+        ended.recorded = asyncio.get_running_loop().create_future()
+        self._ended.append(ended)
+        if self._turns is None or self._turns.done():
+            self._turns = asyncio.create_task(self._take_turns(wake))
+        await ended.recorded
+
+    async def _take_turns(self, wake: asyncio.Event) -> None:
+        while self._ended:
+            batch, self._ended = self._ended, []
+            stop = self._stop
+            take = 0
+            if self.claim_on_finish and not (stop is not None and stop.is_set()):
+                take = max(0, self.free() + len(batch))  # the batch's own slots included
+            extra = max(0, take - len(batch))
+            self.reserved += extra
+            try:
+                claims, begun = await asyncio.to_thread(self._end, batch, take)
+            except BaseException as exc:  # each attempt's handler reports it
+                for ended in batch:
+                    if not ended.recorded.done():
+                        ended.recorded.set_exception(exc)
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                continue
+            finally:
+                self.reserved -= extra
+            for ended in batch:  # before the new ones: their slots include these
+                self.running.pop(ended.claim.id, None)
+            self._spawn(claims, wake, begun)
+            for ended in batch:
+                if not ended.recorded.done():
+                    ended.recorded.set_result(None)
+
+    # The ledger check and the queue writes around attempts, each side in one thread hop.
 
     def _begin(self, claim: Claim, work: Path) -> TaskSpec | None:
         """The attempt's spec with its inputs in place, or None (finished as stale) when the
@@ -264,14 +328,15 @@ class RemoteWorker:
         return to_spec(claim.payload, work, self.artifacts)
 
     def _end(
-        self, claim: Claim, spec: TaskSpec, outcome: Outcome, work: Path, take: int
+        self, batch: list[_Ended], take: int
     ) -> tuple[list[Claim], dict[int, TaskSpec | Exception | None]]:
-        """Record the outcome, clear `work`, and claim up to `take` next attempts in the same
-        statement (none when 0), begun in this thread hop as well: (claims, what `_begin`
-        made of each, or the error it raised)."""
-        claims = self._finish(claim, spec, outcome, take)
-        if os.path.lexists(work):  # most attempts read no files and leave no folder
-            shutil.rmtree(work, ignore_errors=True)
+        """Record the outcomes of `batch`, clear their work folders, and claim up to `take`
+        next attempts in the same statement (none when 0), begun in this thread hop as
+        well: (claims, what `_begin` made of each, or the error it raised)."""
+        claims = self._finish(batch, take)
+        for ended in batch:
+            if os.path.lexists(ended.work):  # most attempts read no files and leave no folder
+                shutil.rmtree(ended.work, ignore_errors=True)
         begun: dict[int, TaskSpec | Exception | None] = {}
         for new in claims:
             try:
@@ -311,36 +376,25 @@ class RemoteWorker:
                 execution.cancel()
                 return
 
-    def _finish(self, claim: Claim, spec: TaskSpec, outcome: Outcome, take: int) -> list[Claim]:
-        data = None
-        if outcome.ok and outcome.body is not None:
-            data = outcome.body
-        elif outcome.ok and spec.output.is_file():
-            data = spec.output.read_bytes()
-        missing = outcome.ok and data is None
-        result = {
-            "ok": outcome.ok and not missing,
-            "error": "wrote no output" if missing else outcome.error,
-            "retryable": outcome.retryable,
-            "retry_after": outcome.retry_after,
-            "timed_out": outcome.timed_out,
-            "usage": outcome.usage,
-        }
-        # The output becomes an artifact of the queue's database in the same statement, which
-        # also claims what this worker takes next: one round trip for both.
+    def _finish(self, batch: list[_Ended], take: int) -> list[Claim]:
+        # The outputs become artifacts of the queue's database in the same statement, which
+        # also claims what this worker takes next: one round trip for all.
         turn = self.queue.finish_claim(
             self.name,
-            [Finished(claim=claim, result=result, output=data)],
+            [_finished(ended) for ended in batch],
             kinds=self.kinds,
             tags=self.tags,
             ttl=self.lease_ttl,
             limit=take,
             known=self.known() if take else None,
         )
-        if claim.id in turn.recorded:
-            self.finished += 1
-        else:
-            log.warning("task %s: result dropped, the hand-out was superseded", claim.task_id)
+        for ended in batch:
+            if ended.claim.id in turn.recorded:
+                self.finished += 1
+            else:
+                log.warning(
+                    "task %s: result dropped, the hand-out was superseded", ended.claim.task_id
+                )
         return turn.claims
 
     def _finish_stale(self, claim: Claim) -> None:
