@@ -8,6 +8,9 @@ and times from the first submission until every run is delivered.
     python benchmarks/distributed.py [--runs 60] [--items 8] [--workers 1,2,4] [--latency 0.05]
                                      [--orchestrators 1] [--dbos RUNS]
 
+Run folders and the workers' folders go under TMPDIR (the report names its file system: on ext4
+without a journal, creating files costs far more; see docs/scaling.md).
+
 Before the clock starts one run goes through and the processes are left to settle, so the
 CPU per task is the steady state's, without the processes' start-up (seconds of CPU on a
 busy machine). `--dbos RUNS` also measures DBOS on the same server in the same invocation
@@ -37,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from run import filesystem
 
 from interlock.api import Interlock
 
@@ -351,6 +355,11 @@ def main() -> None:
     figures: dict[str, float] = {}
     series = [("noop", 0.0)] + ([("wait", args.latency)] if args.latency else [])
     with tempfile.TemporaryDirectory() as root:
+        where = filesystem(root)
+        print(f"run folders and workers' folders on: {where} (set TMPDIR to move them)")
+        if where.endswith("no journal"):
+            print("  (ext4 without a journal: every file created walks past the inodes freed in")
+            print("   the last minutes; see docs/scaling.md, 'Where the rest went')")
         for label, latency in series:
             for count in args.workers:
                 rate, busy, per_task, waited = measure(
