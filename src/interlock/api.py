@@ -32,7 +32,7 @@ from interlock.errors import InterlockError, InvalidSignal, UsageError
 from interlock.runtime.diff import RunDiff, compare
 from interlock.runtime.edits import hand_edit_message, unrecorded_changes
 from interlock.runtime.home import Home, check_run_id
-from interlock.storage import Store, StoredEvent, codec, open_store
+from interlock.storage import Store, StoredEvent, open_store
 
 # The engine, the runtime and the model clients are imported when first needed: reading a
 # run (`interlock runs`, `status`) should not pay for loading what drives one.
@@ -128,21 +128,17 @@ class Interlock:
     ) -> str:
         """Record a new run and leave it to whoever drives runs (a server, a fleet).
 
-        The lease is handed back at once, and the run directory made for it here is removed
-        again while still empty: whoever takes the run makes its own, in its own state
-        directory, and keeps its status.json.
+        The lease is handed back at once, and no run directory is made here: whoever takes
+        the run makes its own, in its own state directory, and keeps its status.json.
         """
-        run_id = self.start(workflow, pipeline, topic=topic, inputs=inputs, run_id=run_id)
-        driver = self.orchestrator.drivers[run_id]
+        definition = self._definition(workflow, pipeline)
+        if run_id is not None:
+            check_run_id(run_id)
+        run_id = self.orchestrator.create_run(
+            definition, topic=topic, inputs=inputs, run_id=run_id, files=False
+        )
         with contextlib.suppress(InterlockError):
-            self.orchestrator.release(driver)
-        status = driver.run_dir / "status.json"
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            if codec.loads(status.read_bytes()).get("orchestrator") == self.orchestrator.owner:
-                status.unlink()  # ours, and no longer kept current: the taker writes its own
-        for folder in (driver.run_dir, driver.run_dir.parent):
-            with contextlib.suppress(OSError):  # not empty (taken already, shared): it stays
-                folder.rmdir()
+            self.orchestrator.release(self.orchestrator.drivers[run_id])
         return run_id
 
     def drive(self, *run_ids: str, stop_when_paused: bool = True) -> RunState:

@@ -168,6 +168,7 @@ class Orchestrator:
         rerun_of: str | None = None,
         rerun_from: str | None = None,
         no_cache: bool = False,
+        files: bool = True,
     ) -> str:
         """Record a new run (pinned to `definition`), holding its lease; returns its id.
 
@@ -175,25 +176,31 @@ class Orchestrator:
         in one transaction: a run exists only with a history. A rerun names its source run
         (whose outputs it may carry over) and the phase from which everything runs again;
         `no_cache` keeps the run from reusing outputs of other runs through the cache.
+        Without `files`, the run gets no directory or status.json here: it is recorded for
+        whoever takes it (see `Interlock.submit`), who makes its own.
         """
         origin = {"rerun_of": rerun_of, "rerun_from": rerun_from, "no_cache": no_cache}
-        return self.create_runs([(definition, topic, inputs, run_id)], origin=origin)[0]
+        specs = [(definition, topic, inputs, run_id)]
+        return self.create_runs(specs, origin=origin, files=files)[0]
 
     def create_runs(
         self,
         specs: list[tuple[Definition, str, dict[str, Any] | None, str | None]],
         *,
         origin: dict[str, Any] | None = None,
+        files: bool = True,
     ) -> list[str]:
         """Create many runs in one transaction: (definition, topic, inputs, run id or None);
-        `origin` holds further fields of their `run_created` (a rerun's source, --no-cache)."""
+        `origin` holds further fields of their `run_created` (a rerun's source, --no-cache);
+        `files` as in `create_run`."""
         with collector.roomy_collector(self.settings.gc_young):  # a burst of objects
-            return self._create_runs(specs, origin)
+            return self._create_runs(specs, origin, files)
 
     def _create_runs(
         self,
         specs: list[tuple[Definition, str, dict[str, Any] | None, str | None]],
         origin: dict[str, Any] | None,
+        files: bool,
     ) -> list[str]:
         now = self.clock()
         prepared = []
@@ -203,7 +210,7 @@ class Orchestrator:
             given = resolve_inputs(definition, inputs or {})
             slot_key(definition, topic, given)  # a key that cannot be computed refuses the run
             run_id = run_id or new_run_id(definition.name, now)
-            prepared.append(self._prepare(definition, topic, given, run_id, now, origin))
+            prepared.append(self._prepare(definition, topic, given, run_id, now, origin, files))
         try:
             results = self.store.append_many([batch for _, _, batch in prepared], now)
         except DiskFull as exc:
@@ -212,11 +219,11 @@ class Orchestrator:
             if isinstance(result, Exception):
                 raise result
             self.drivers[driver.run_id] = driver
-            if self.settings.write_status:
+            if self.settings.write_status and files:
                 driver.refresh_status(self)  # status.json exists once the run is recorded
             self._emit(driver, 1, new)
             self._mark(driver)  # acted on (tasks started) by the loop
-        if self.settings.write_status:
+        if self.settings.write_status and files:
             status_writer().flush()
         return [driver.run_id for driver, _, _ in prepared]
 
@@ -228,6 +235,7 @@ class Orchestrator:
         run_id: str,
         now: float,
         origin: dict[str, Any] | None = None,
+        files: bool = True,
     ) -> tuple[RunDriver, list[NewEvent], AppendBatch]:
         created = ev.RunCreated(
             at=now,
@@ -254,7 +262,8 @@ class Orchestrator:
         driver.checked_adoption = True  # nothing can be on disk for a run not yet created
         self._attach_reuser(driver)
         try:
-            make_dir(driver.run_dir)
+            if files:
+                make_dir(driver.run_dir)
         except OSError as exc:
             if not is_enospc(exc):
                 raise
