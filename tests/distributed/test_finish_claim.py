@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 from tests.distributed.helpers import PG_ADMIN
+from tests.storage.test_conformance import make_run
 
 from interlock.core import events as ev
 from interlock.distributed.queue import Claim, Finished, Q, TaskQueue
@@ -223,16 +224,7 @@ def test_a_turn_scans_no_whole_table_however_small_it_was_when_planned(pg_url: s
     store = PostgresStore(pg_url, pool_size=1)
     try:
         queue = TaskQueue(store)
-        now = time.time()
-        store.create_run(
-            run_id="r",
-            pipeline="p",
-            topic="t",
-            definition_hash="h",
-            definition="{}",
-            source="",
-            created_at=now,
-        )
+        make_run(store, "r")
         held: list[Claim] = []
         for n in range(8):  # the statement is prepared and its plan cached while tiny
             put(queue, f"warm{n}", run_id="r")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from tests.distributed.helpers import WORKFLOW, Processes, submit_runs, wait_until
@@ -24,12 +26,10 @@ class CountingStore(PostgresStore):
         return super().unowned_runs(now, limit)
 
 
-def test_submitted_run_is_taken_at_once_and_own_commits_wake_no_look(
-    pg_url: str, procs: Processes, tmp_path: Path
-) -> None:
-    """With a 60 s scan, a submitted run is taken within seconds (its lease handed back is
-    announced), and driving it to the end with a worker process (a dozen commits of its own
-    events) adds no look for runs to take."""
+@contextlib.contextmanager
+def fleet_running(pg_url: str, tmp_path: Path) -> Iterator[tuple[CountingStore, Fleet]]:
+    """A fleet orchestrator with a 60 s scan, driving in a thread of its own until the block
+    ends."""
     store = CountingStore(pg_url)
     fleet = Fleet(store, Home(tmp_path / "home"), scan=60.0)
     stop = asyncio.Event()
@@ -37,6 +37,21 @@ def test_submitted_run_is_taken_at_once_and_own_commits_wake_no_look(
     thread = threading.Thread(target=loop.run_until_complete, args=(fleet.run(stop),))
     thread.start()
     try:
+        yield store, fleet
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(timeout=30)
+        loop.close()
+        store.close()
+
+
+def test_submitted_run_is_taken_at_once_and_own_commits_wake_no_look(
+    pg_url: str, procs: Processes, tmp_path: Path
+) -> None:
+    """With a 60 s scan, a submitted run is taken within seconds (its lease handed back is
+    announced), and driving it to the end with a worker process (a dozen commits of its own
+    events) adds no look for runs to take."""
+    with fleet_running(pg_url, tmp_path) as (store, fleet):
         wait_until(lambda: store.looks >= 1, 10, "the first look")
         time.sleep(1.0)  # the listener is connected by now
         run_id = submit(pg_url, WORKFLOW, topic="t", home=tmp_path / "submit")
@@ -47,11 +62,6 @@ def test_submitted_run_is_taken_at_once_and_own_commits_wake_no_look(
         wait_until(delivered, 60, "the run delivered")
         assert len(store.events(run_id)) > 10
         assert store.looks == looks
-    finally:
-        loop.call_soon_threadsafe(stop.set)
-        thread.join(timeout=30)
-        loop.close()
-        store.close()
 
 
 def test_a_backlog_is_taken_look_after_look_not_a_few_runs_per_scan(
@@ -62,17 +72,6 @@ def test_a_backlog_is_taken_look_after_look_not_a_few_runs_per_scan(
     a look finds as many as it asked for (it took 8 runs a scan before, one look a second by
     default, however long the backlog)."""
     run_ids = submit_runs(pg_url, 30, tmp_path / "submit")
-    store = CountingStore(pg_url)
-    fleet = Fleet(store, Home(tmp_path / "home"), scan=60.0)
-    stop = asyncio.Event()
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_until_complete, args=(fleet.run(stop),))
-    thread.start()
-    try:
+    with fleet_running(pg_url, tmp_path) as (store, fleet):
         wait_until(lambda: set(run_ids) <= set(fleet.orchestrator.drivers), 20, "all runs taken")
         assert store.looks >= 4
-    finally:
-        loop.call_soon_threadsafe(stop.set)
-        thread.join(timeout=30)
-        loop.close()
-        store.close()
