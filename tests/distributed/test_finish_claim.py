@@ -13,6 +13,7 @@ from tests.distributed.helpers import PG_ADMIN
 from tests.storage.test_conformance import make_run
 
 from interlock.core import events as ev
+from interlock.distributed.artifacts import PostgresArtifacts
 from interlock.distributed.queue import Claim, Finished, Q, TaskQueue
 from interlock.distributed.worker import RemoteWorker
 from interlock.storage.base import AppendBatch, NewEvent, RunSummary
@@ -204,10 +205,10 @@ def test_claims_bring_their_runs_news(pg_url: str) -> None:
         store.close()
 
 
-def _scans(pg_url: str) -> dict[str, int]:
-    """Whole-table scans of the queue and the ledger so far, once every backend's counters
-    have reached the statistics (a backend reports at most once a second while busy)."""
-    time.sleep(1.2)
+def _scans(pg_url: str, store: PostgresStore) -> dict[str, int]:
+    """Whole-table scans of the queue, the ledger and the artifacts so far, the store's own
+    included: a backend hands its counters over at most once a second unless told to."""
+    store.single(lambda db: db.execute("SELECT pg_stat_force_next_flush()"))
     with psycopg.connect(pg_url, autocommit=True) as db:
         rows = db.execute(
             "SELECT relname, seq_scan FROM pg_stat_user_tables"
@@ -241,7 +242,7 @@ def test_a_turn_scans_no_whole_table_however_small_it_was_when_planned(pg_url: s
                 " SELECT 'r', n, 0, 'note', '{}' FROM generate_series(1, 5000) n"
             )
         fresh = [put(queue, f"new{n}", run_id="r") for n in range(6)]
-        before = _scans(pg_url)
+        before = _scans(pg_url, store)
         for _ in range(6):
             done = [Finished(claim=claim, result={"ok": True}, output=b"y") for claim in held]
             outcome = turn(queue, done, 1, known={"r": 4990})
@@ -249,6 +250,42 @@ def test_a_turn_scans_no_whole_table_however_small_it_was_when_planned(pg_url: s
             held = outcome.claims
             assert [len(claim.news or ()) for claim in held] == [10]
         assert {claim.id for claim in held} <= set(fresh)
-        assert _scans(pg_url) == before
+        assert _scans(pg_url, store) == before
+    finally:
+        store.close()
+
+
+def test_lookups_by_keys_scan_no_whole_table_once_it_has_grown(pg_url: str) -> None:
+    """A run's inputs, a burst's results and the safety net's states are looked up by id or
+    digest: used first on nearly empty tables, they still read only their rows once the
+    tables hold thousands (a plan kept from the first uses read the whole table)."""
+    store = PostgresStore(pg_url, pool_size=1)
+    try:
+        queue, artifacts = TaskQueue(store), PostgresArtifacts(store)
+        digests = [artifacts.put(f"body {n}".encode()) for n in range(3)]
+        ids = [put(queue, f"t{n}") for n in range(3)]
+
+        def look() -> None:
+            assert set(artifacts.get_many(digests)) == set(digests)
+            assert artifacts.missing(digests) == set()
+            assert set(queue.finished_many(ids)) == set(ids)
+            assert set(queue.states(ids)) == set(ids)
+
+        for _ in range(15):  # prepared, then planned for good (after five custom plans)
+            look()
+        with psycopg.connect(pg_url, autocommit=True) as db:
+            db.execute(
+                "INSERT INTO task_queue (run_id, task_id, attempt, kind, payload, state,"
+                " created_at, finished_at) SELECT 'r', 'old' || n, 1, 'call', '{}', 'done', 0, 0"
+                " FROM generate_series(1, 5000) n"
+            )
+            db.execute(
+                "INSERT INTO artifacts (sha256, size, body, created_at)"
+                " SELECT md5(n::text), 1, 'x', 0 FROM generate_series(1, 5000) n"
+            )
+        before = _scans(pg_url, store)
+        for _ in range(4):
+            look()
+        assert _scans(pg_url, store) == before
     finally:
         store.close()

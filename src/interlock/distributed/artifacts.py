@@ -11,7 +11,7 @@ import hashlib
 from collections.abc import Iterable
 from typing import Protocol
 
-from interlock.distributed.sql import queue_queries
+from interlock.distributed.sql import by_keys, queue_queries
 from interlock.storage.postgres import PostgresStore
 
 Q = queue_queries()
@@ -62,7 +62,7 @@ class PostgresArtifacts:
         if not wanted:
             return {}
         query = Q["get_artifacts"]
-        rows = self.store.single(lambda db: db.execute(query, (wanted,)).fetchall())
+        rows = self.store.single(lambda db: by_keys(db, query, wanted))
         found = {sha: bytes(body) for sha, body in rows}
         for sha in wanted:
             if sha not in found:
@@ -75,5 +75,5 @@ class PostgresArtifacts:
         if not wanted:
             return set()
         query = Q["has_artifacts"]
-        rows = self.store.single(lambda db: db.execute(query, (sorted(wanted),)).fetchall())
+        rows = self.store.single(lambda db: by_keys(db, query, sorted(wanted)))
         return wanted - {r[0] for r in rows}
