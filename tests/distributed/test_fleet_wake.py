@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 from tests.distributed.helpers import WORKFLOW, Processes, submit_runs, wait_until
 
 from interlock.distributed.orchestrate import Fleet, submit
@@ -75,3 +76,41 @@ def test_a_backlog_is_taken_look_after_look_not_a_few_runs_per_scan(
     with fleet_running(pg_url, tmp_path) as (store, fleet):
         wait_until(lambda: set(run_ids) <= set(fleet.orchestrator.drivers), 20, "all runs taken")
         assert store.looks >= 4
+
+
+def test_a_look_for_runs_to_take_reads_the_live_runs_not_the_history(pg_url: str) -> None:
+    """With 20,000 finished runs in the store, a look for runs to take reads the few live
+    ones through their index: it read every run ever recorded before (10 ms at 100,000
+    runs), and its estimate then passed the server's JIT threshold, which compiled the
+    statement anew on every look (a quarter of a second). The store's connections leave
+    JIT off."""
+    store = PostgresStore(pg_url, pool_size=1)
+    try:
+        with psycopg.connect(pg_url, autocommit=True) as db:
+            db.execute("INSERT INTO definitions VALUES ('h', '{}')")
+            db.execute(
+                "INSERT INTO runs (run_id, pipeline, topic, definition_hash, created_at, status,"
+                " updated_at) SELECT 'old-' || n, 'p', 't', 'h', n, 'delivered', n"
+                " FROM generate_series(1, 20000) n"
+            )
+            db.execute(
+                "INSERT INTO runs (run_id, pipeline, topic, definition_hash, created_at, status,"
+                " updated_at) SELECT 'live-' || n, 'p', 't', 'h', 30000 + n, 'running', n"
+                " FROM generate_series(1, 5) n"
+            )
+            db.execute("ANALYZE runs")
+        assert store.single(lambda db: db.execute("SHOW jit").fetchone()) == ("off",)
+        before = _run_scans(pg_url, store)
+        for _ in range(3):
+            assert len(store.unowned_runs(time.time(), 8)) == 5
+        assert _run_scans(pg_url, store) == before
+    finally:
+        store.close()
+
+
+def _run_scans(pg_url: str, store: PostgresStore) -> int:
+    """Whole-table reads of `runs` so far, the store's connection's included."""
+    store.single(lambda db: db.execute("SELECT pg_stat_force_next_flush()"))
+    with psycopg.connect(pg_url, autocommit=True) as db:
+        row = db.execute("SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'runs'")
+        return int(row.fetchone()[0])  # type: ignore[index]
