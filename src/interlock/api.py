@@ -111,11 +111,7 @@ class Interlock:
         """Record a new run and hold its lease; `drive` carries it out (`no_cache`: reuse no
         other run's outputs, whatever `cache:` says)."""
         definition = self._definition(workflow, pipeline)
-        if run_id is not None:
-            check_run_id(run_id)
-        return self.orchestrator.create_run(
-            definition, topic=topic, inputs=inputs, run_id=run_id, no_cache=no_cache
-        )
+        return self._create(definition, topic, inputs, run_id, no_cache=no_cache)
 
     def submit(
         self,
@@ -132,14 +128,26 @@ class Interlock:
         the run makes its own, in its own state directory, and keeps its status.json.
         """
         definition = self._definition(workflow, pipeline)
-        if run_id is not None:
-            check_run_id(run_id)
-        run_id = self.orchestrator.create_run(
-            definition, topic=topic, inputs=inputs, run_id=run_id, files=False
-        )
+        run_id = self._create(definition, topic, inputs, run_id, files=False)
         with contextlib.suppress(InterlockError):
             self.orchestrator.release(self.orchestrator.drivers[run_id])
         return run_id
+
+    def _create(
+        self,
+        definition: Definition,
+        topic: str,
+        inputs: dict[str, Any] | None,
+        run_id: str | None,
+        *,
+        no_cache: bool = False,
+        files: bool = True,
+    ) -> str:
+        if run_id is not None:
+            check_run_id(run_id)
+        return self.orchestrator.create_run(
+            definition, topic=topic, inputs=inputs, run_id=run_id, no_cache=no_cache, files=files
+        )
 
     def drive(self, *run_ids: str, stop_when_paused: bool = True) -> RunState:
         """Drive runs (taking their leases if needed) until they end or pause; returns the
