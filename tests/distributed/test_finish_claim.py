@@ -217,6 +217,17 @@ def _scans(pg_url: str, store: PostgresStore) -> dict[str, int]:
     return dict(rows)
 
 
+def _grow(pg_url: str, more: str) -> None:
+    """5,000 finished queue entries of run r, and what `more` adds, without analysing."""
+    with psycopg.connect(pg_url, autocommit=True) as db:
+        db.execute(
+            "INSERT INTO task_queue (run_id, task_id, attempt, kind, payload, state,"
+            " created_at, finished_at) SELECT 'r', 'old' || n, 1, 'call', '{}', 'done', 0, 0"
+            " FROM generate_series(1, 5000) n"
+        )
+        db.execute(more)
+
+
 def test_a_turn_scans_no_whole_table_however_small_it_was_when_planned(pg_url: str) -> None:
     """A worker's turn finds entries by id and news by (run, seq) even when its plan was made
     while the tables were nearly empty (a fresh database) and they have grown since: a plan
@@ -231,16 +242,11 @@ def test_a_turn_scans_no_whole_table_however_small_it_was_when_planned(pg_url: s
             put(queue, f"warm{n}", run_id="r")
             done = [Finished(claim=claim, result={"ok": True}, output=b"x") for claim in held]
             held = turn(queue, done, 1, known={"r": 0}).claims
-        with psycopg.connect(pg_url, autocommit=True) as db:
-            db.execute(
-                "INSERT INTO task_queue (run_id, task_id, attempt, kind, payload, state,"
-                " created_at, finished_at) SELECT 'r', 'old' || n, 1, 'call', '{}', 'done', 0, 0"
-                " FROM generate_series(1, 5000) n"
-            )
-            db.execute(
-                "INSERT INTO events (run_id, seq, at, kind, data)"
-                " SELECT 'r', n, 0, 'note', '{}' FROM generate_series(1, 5000) n"
-            )
+        _grow(
+            pg_url,
+            "INSERT INTO events (run_id, seq, at, kind, data)"
+            " SELECT 'r', n, 0, 'note', '{}' FROM generate_series(1, 5000) n",
+        )
         fresh = [put(queue, f"new{n}", run_id="r") for n in range(6)]
         before = _scans(pg_url, store)
         for _ in range(6):
@@ -273,16 +279,11 @@ def test_lookups_by_keys_scan_no_whole_table_once_it_has_grown(pg_url: str) -> N
 
         for _ in range(15):  # prepared, then planned for good (after five custom plans)
             look()
-        with psycopg.connect(pg_url, autocommit=True) as db:
-            db.execute(
-                "INSERT INTO task_queue (run_id, task_id, attempt, kind, payload, state,"
-                " created_at, finished_at) SELECT 'r', 'old' || n, 1, 'call', '{}', 'done', 0, 0"
-                " FROM generate_series(1, 5000) n"
-            )
-            db.execute(
-                "INSERT INTO artifacts (sha256, size, body, created_at)"
-                " SELECT md5(n::text), 1, 'x', 0 FROM generate_series(1, 5000) n"
-            )
+        _grow(
+            pg_url,
+            "INSERT INTO artifacts (sha256, size, body, created_at)"
+            " SELECT md5(n::text), 1, 'x', 0 FROM generate_series(1, 5000) n",
+        )
         before = _scans(pg_url, store)
         for _ in range(4):
             look()
