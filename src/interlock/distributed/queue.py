@@ -167,7 +167,7 @@ class TaskQueue:
     def finished_many(self, ids: Sequence[int]) -> dict[int, tuple[Entry, bytes | None]]:
         """`finished` for many entries in one query (those that exist)."""
         query = Q["get_many_with_output"]
-        rows = self.store.single(lambda db: by_keys(db, query, list(ids)))
+        rows = self.store.single(lambda db: by_keys(db, query, ids))
         found = {}
         for *entry, body in rows:
             found[int(entry[0])] = (_entry(entry), None if body is None else bytes(body))
@@ -175,7 +175,7 @@ class TaskQueue:
 
     def states(self, ids: Sequence[int]) -> dict[int, tuple[str, int]]:
         """(state, delivery) of many entries in one query (the safety-net poll)."""
-        rows = self.store.single(lambda db: by_keys(db, Q["states"], list(ids)))
+        rows = self.store.single(lambda db: by_keys(db, Q["states"], ids))
         return {int(r[0]): (str(r[1]), int(r[2])) for r in rows}
 
     def cancel(self, run_id: str, task_id: str, attempt: int) -> bool:

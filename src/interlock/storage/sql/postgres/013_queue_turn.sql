@@ -35,7 +35,8 @@ BEGIN
     ), done AS (
         UPDATE task_queue t SET state = 'done', result = f.result, output_sha = f.sha,
                lease_expires = NULL, finished_at = extract(epoch FROM clock_timestamp())
-        FROM unnest(p_fin_ids, p_fin_deliveries, p_fin_results, p_fin_shas) AS f(id, delivery, result, sha)
+        FROM unnest(p_fin_ids, p_fin_deliveries, p_fin_results, p_fin_shas)
+             AS f(id, delivery, result, sha)
         -- Found by id: `coalesce` keeps the planner off the index of claimed entries, which it
         -- believes holds a few rows but which also holds every entry claimed since the last
         -- vacuum (thousands on a busy queue, all walked on each turn).
@@ -76,7 +77,8 @@ BEGIN
     -- Per run, both bounds from one row, so that each run's news is a range of the (run_id, seq)
     -- index whatever the planner guesses of the tables' sizes: never a scan of the whole ledger.
     CROSS JOIN LATERAL (
-        SELECT * FROM events WHERE events.run_id = r.run_id AND events.seq > r.seq
+        SELECT id, run_id, seq, at, kind, data, rule, why, hash FROM events
+        WHERE events.run_id = r.run_id AND events.seq > r.seq
     ) e
     WHERE p_news;
 END
