@@ -42,7 +42,7 @@ from typing import Any
 import psycopg
 from run import filesystem
 
-from interlock.api import Interlock
+from interlock import Interlock, load_workflow
 
 COMMIT_ORDER_LOCK = 4849676  # the advisory lock of `commit_order` (storage/sql/postgres)
 ADMIN = os.environ.get("INTERLOCK_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -192,6 +192,7 @@ def measure(
     latency: float = 0.0,
     timeout: float = 600.0,
     orchestrators: int = 1,
+    concurrency: int = 4,
 ) -> tuple[float, float, dict[str, float], float]:
     """(tasks per second, share of the machine's CPU busy, CPU ms per task by process kind,
     share of the time an append waited for the commit-order lock) with `workers` worker
@@ -218,7 +219,7 @@ def measure(
         subprocess.Popen([*command, "orchestrate"], env=env, cwd=work) for _ in range(orchestrators)
     ]
     processes += [
-        subprocess.Popen([*command, "worker", "--concurrency", "4"], env=env, cwd=work)
+        subprocess.Popen([*command, "worker", "--concurrency", str(concurrency)], env=env, cwd=work)
         for _ in range(workers)
     ]
     try:
@@ -236,8 +237,10 @@ def measure(
         lock = LockWatch(name)
         lock.start()
         me = time.thread_time()  # this thread's: the lock's sampler is not the submitter
+        # Parsed once, as a program submitting many runs of one pipeline would.
+        definition = load_workflow(work / "bench.yaml").get("bench")
         for i in range(runs):
-            app.submit(work / "bench.yaml", topic=f"t{i}")
+            app.submit(definition, topic=f"t{i}")
         submitting = time.thread_time() - me
         wait_delivered(watch, runs + 1, processes, time.monotonic() + timeout)
         elapsed = time.perf_counter() - started
@@ -337,6 +340,12 @@ def main() -> None:
         "--orchestrators", type=int, default=1, help="`interlock orchestrate` processes"
     )
     parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=4,
+        help="tasks each worker process runs at once (`interlock worker --concurrency`)",
+    )
+    parser.add_argument(
         "--dbos",
         type=int,
         default=0,
@@ -348,7 +357,7 @@ def main() -> None:
     args = parser.parse_args()
     print(
         f"{args.runs} runs x {args.items + 2} tasks, {args.orchestrators} orchestrator(s), "
-        f"{os.cpu_count()} CPUs"
+        f"workers running {args.concurrency} tasks at once, {os.cpu_count()} CPUs"
     )
     figures: dict[str, float] = {}
     series = [("noop", 0.0)] + ([("wait", args.latency)] if args.latency else [])
@@ -368,6 +377,7 @@ def main() -> None:
                     latency,
                     args.timeout,
                     args.orchestrators,
+                    args.concurrency,
                 )
                 figures[f"{label}_tasks_per_s_{count}_workers"] = round(rate, 1)
                 figures[f"{label}_cpu_busy_{count}_workers"] = round(busy, 2)
@@ -402,6 +412,7 @@ def main() -> None:
             "tasks_per_run": args.items + 2,
             "latency_s": args.latency,
             "orchestrators": args.orchestrators,
+            "worker_concurrency": args.concurrency,
         }
         print(json.dumps({**summary, **figures}))
 
