@@ -149,15 +149,24 @@ class Fleet:
         except InterlockError as exc:
             log.warning("cannot look for runs: %s", exc)
             return False
+        orchestrator = self.orchestrator
+        fresh = [run_id for run_id in candidates if run_id not in orchestrator.drivers]
+        try:
+            # Their leases, records and histories in one transaction; a run someone else
+            # took meanwhile is left out.
+            leased = self.store.take_leases(
+                fresh, orchestrator.owner, orchestrator.settings.lease_ttl, now
+            )
+        except InterlockError as exc:
+            log.warning("cannot take runs: %s", exc)
+            return False
         taken = 0
-        for run_id in candidates:
-            if run_id in self.orchestrator.drivers:
-                continue
+        for lease, record, stored in leased:
             try:
-                self.orchestrator.take(run_id)
+                orchestrator.taken(lease, record, stored)
                 taken += 1
-            except InterlockError:  # someone else was quicker, or the database is away
-                continue
+            except InterlockError as exc:  # its lease runs out; it is taken up again later
+                log.warning("cannot drive run %s: %s", record.run_id, exc)
         if taken:
             log.info("took %d run(s); driving %d", taken, len(self.orchestrator.drivers))
             self.orchestrator.wake()

@@ -59,6 +59,7 @@ from interlock.storage.base import (
     RunRegistration,
     RunSummary,
     Store,
+    StoredEvent,
 )
 
 log = logging.getLogger("interlock.runtime")
@@ -330,11 +331,15 @@ class Orchestrator:
             lease = self.store.acquire_lease(
                 run_id, self.owner, self.settings.lease_ttl, now, take_over_from=holder
             )
-        record = self.store.get_run(run_id)
+        return self.taken(lease, self.store.get_run(run_id), self.store.events(run_id))
+
+    def taken(self, lease: Lease, record: RunRecord, stored: list[StoredEvent]) -> RunDriver:
+        """Drive a run whose lease was just acquired, given its record and its history as
+        read under that lease (`take` reads them; a fleet takes several runs at once)."""
+        run_id = record.run_id
         definition = self.definition(record.pipeline, record.definition_hash)
-        stored = self.store.events(run_id)
         if not stored:
-            self._abandon_unstarted(record, lease, now)
+            self._abandon_unstarted(record, lease, self.clock())
             stored = self.store.events(run_id)
         state = fold([s.event for s in stored])
         live = self.home.live_dir(run_id)

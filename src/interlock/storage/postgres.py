@@ -255,6 +255,41 @@ class PostgresStore:
 
         return self.retrying(acquire)
 
+    def take_leases(
+        self, run_ids: Sequence[str], owner: str, ttl: float, now: float
+    ) -> list[tuple[Lease, RunRecord, list[StoredEvent]]]:
+        """The leases of those of `run_ids` that are free or expired, with each taken run's
+        record and history: one transaction of two statements for all of them, where
+        `acquire_lease`, `get_run` and `events` cost a run five round trips. A run whose
+        lease is valid, or whose row another transaction holds, is left out."""
+        if not run_ids:
+            return []
+        args = {"runs": list(run_ids), "owner": owner, "now": now, "expires": now + ttl}
+
+        def take(db: psycopg.Connection[Any]) -> list[Any]:
+            rows = db.execute(Q["take_leases"], args).fetchall()
+            if not rows:
+                return []
+            taken = [row[0] for row in rows]
+            return [rows, db.execute(Q["events_of_runs"], (taken,)).fetchall()]
+
+        found = self.retrying(take)
+        if not found:
+            return []
+        rows, event_rows = found
+        histories: dict[str, list[StoredEvent]] = {row[0]: [] for row in rows}
+        for event_row in event_rows:
+            histories[event_row[1]].append(_event(event_row))
+        expires = now + ttl
+        return [
+            (
+                Lease(run_id=row[0], owner=owner, token=int(row[17]), expires_at=expires),
+                run_from_row(row),
+                histories[row[0]],
+            )
+            for row in sorted(rows, key=lambda row: row[0])
+        ]
+
     def take_slot(self, run_id: str, key: str, limit: int, now: float) -> bool:
         """See `Store.take_slot`: orchestrators taking slots of one key queue on a lock of
         the key, so two never both see the last free slot."""

@@ -22,6 +22,28 @@ UPDATE runs SET lease_owner = %s, lease_token = %s, lease_expires = %s, lease_ac
        lease_renewed_at = %s
 WHERE run_id = %s;
 
+-- name: take_leases
+-- The leases of several runs an orchestrator found free (`unowned_runs`), in one statement:
+-- rows are locked in run id order, as appends lock them, and a row another transaction holds
+-- is skipped (someone is driving or taking that run); a lease that became valid meanwhile is
+-- left alone. The taken runs come back as `select_runs` lists them, with the new token last.
+WITH free AS (
+    SELECT run_id FROM runs
+    WHERE run_id = ANY(%(runs)s) AND (lease_expires IS NULL OR lease_expires <= %(now)s)
+    ORDER BY run_id
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE runs SET lease_owner = %(owner)s, lease_token = runs.lease_token + 1,
+       lease_expires = %(expires)s, lease_acquired_at = %(now)s, lease_renewed_at = %(now)s
+FROM free WHERE runs.run_id = free.run_id
+RETURNING runs.run_id, pipeline, topic, definition_hash, source, created_at, last_seq, status,
+          phase, cost_usd, tokens, warnings, updated_at, lease_owner, lease_expires,
+          lease_acquired_at, lease_renewed_at, lease_token;
+
+-- name: events_of_runs
+SELECT id, run_id, seq, at, kind, data, rule, why, hash FROM events
+WHERE run_id = ANY(%s) ORDER BY run_id, seq;
+
 -- name: renew_lease
 UPDATE runs SET lease_expires = %s, lease_renewed_at = %s
 WHERE run_id = %s AND lease_owner = %s AND lease_token = %s AND lease_expires > %s;
@@ -108,7 +130,7 @@ WHERE key IN (
     SELECT key FROM outbox
     WHERE delivered_at IS NULL AND next_at <= %s AND (claimed_until IS NULL OR claimed_until <= %s)
     ORDER BY created_at, key LIMIT %s
-    FOR UPDATE SKIP LOCKED)
+    FOR UPDATE)
 RETURNING key, sink, run_id, payload, created_at, attempts;
 
 -- name: settle_outbox
@@ -236,7 +258,7 @@ WITH locked AS (
       AND status IN ('delivered', 'failed', 'cancelled')
       AND (lease_owner IS NULL OR lease_expires <= %(now)s)
     ORDER BY run_id
-    FOR UPDATE
+    FOR UPDATE SKIP LOCKED
 )
 INSERT INTO pruned_runs
     (run_id, pipeline, status, created_at, ended_at, last_seq, chain_head, pruned_at)
