@@ -4,6 +4,7 @@ turn, together: one statement for several outcomes under load, no wait when idle
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from pathlib import Path
 from typing import Any
@@ -85,3 +86,91 @@ def test_a_failed_turn_reaches_every_outcome_it_carried(pg_url: str, tmp_path: P
     assert results[0] is None
     assert all(isinstance(r, OSError) for r in results[1:])
     assert not worker._ended  # nothing left waiting for a turn
+
+
+def _beating_worker(
+    store: PostgresStore, tmp_path: Path, runs_for: float, held: list[bool]
+) -> tuple[RemoteWorker, list[float], list[Any], list[str]]:
+    """A worker with a 0.6 s hand-out lease whose attempts take `runs_for` seconds; its
+    heartbeats answer from `held` (True once it is empty): (worker, when each heartbeat
+    came, outcomes recorded, how executions ended)."""
+    worker = RemoteWorker(store, name="w", concurrency=4, workdir=tmp_path, lease_ttl=0.6)
+    beats: list[float] = []
+    recorded: list[Any] = []
+    endings: list[str] = []
+
+    def heartbeat(claim: Claim, ttl: float) -> bool:
+        beats.append(time.monotonic())
+        return held.pop(0) if held else True
+
+    async def execute(spec: Any) -> Outcome:
+        try:
+            await asyncio.sleep(runs_for)
+        except asyncio.CancelledError:
+            endings.append("cancelled")
+            raise
+        endings.append("finished")
+        return Outcome(ok=True, body=b"x")
+
+    async def record(ended: _Ended, wake: asyncio.Event) -> None:
+        recorded.append(ended.outcome)
+
+    worker.queue.heartbeat = heartbeat  # type: ignore[method-assign]
+    worker._execute = execute  # type: ignore[method-assign]
+    worker._recorded = record  # type: ignore[method-assign]
+    return worker, beats, recorded, endings
+
+
+def _handle(worker: RemoteWorker) -> float:
+    """Run one attempt through `_handle`; when it started (monotonic)."""
+    claim = Claim(id=1, run_id="r", task_id="t", attempt=1, delivery=1, payload={})
+    spec: Any = object()  # handed to `_execute` and `_Ended` only, both replaced above
+    started = time.monotonic()
+
+    async def main() -> None:
+        await asyncio.wait_for(worker._handle(claim, asyncio.Event(), spec), 10)
+        await asyncio.sleep(0.5)  # no heartbeat comes after the attempt ended
+        assert len(asyncio.all_tasks()) == 1  # and none is left running
+
+    asyncio.run(main())
+    return started
+
+
+def test_a_long_attempt_renews_its_hand_out_every_third_of_the_lease(
+    pg_url: str, tmp_path: Path
+) -> None:
+    store = PostgresStore(pg_url)
+    try:
+        worker, beats, recorded, endings = _beating_worker(store, tmp_path, 1.5, [])
+        started = _handle(worker)
+    finally:
+        store.close()
+    assert endings == ["finished"] and len(recorded) == 1
+    offsets = [beat - started for beat in beats]
+    assert 5 <= len(beats) <= 8, offsets  # at 0.2, 0.4, ... 1.4 s
+    assert offsets[0] >= 0.18, offsets  # the first a third of the lease in, not at once
+    assert all(b - a >= 0.15 for a, b in itertools.pairwise(beats)), offsets
+
+
+def test_a_short_attempt_sends_no_heartbeat(pg_url: str, tmp_path: Path) -> None:
+    store = PostgresStore(pg_url)
+    try:
+        worker, beats, recorded, endings = _beating_worker(store, tmp_path, 0.05, [])
+        _handle(worker)
+    finally:
+        store.close()
+    assert endings == ["finished"] and len(recorded) == 1
+    assert beats == []
+
+
+def test_a_lost_hand_out_stops_the_attempt_and_drops_its_result(
+    pg_url: str, tmp_path: Path
+) -> None:
+    store = PostgresStore(pg_url)
+    try:
+        worker, beats, recorded, endings = _beating_worker(store, tmp_path, 5.0, [True, False])
+        started = _handle(worker)
+    finally:
+        store.close()
+    assert len(beats) == 2 and endings == ["cancelled"] and recorded == []
+    assert time.monotonic() - started < 2.5

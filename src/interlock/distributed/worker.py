@@ -248,7 +248,15 @@ class RemoteWorker:
             if spec is None:
                 return
             execution = asyncio.create_task(self._execute(spec))
-            beat = asyncio.create_task(self._heartbeat(claim, execution, lost))
+            # Heartbeats begin a third of the lease in: most attempts end before, and then
+            # cost a timer, not a task of their own.
+            beats: list[asyncio.Task[None]] = []
+
+            def first_beat() -> None:
+                if not execution.done():
+                    beats.append(asyncio.create_task(self._heartbeat(claim, execution, lost)))
+
+            timer = asyncio.get_running_loop().call_later(self.lease_ttl / 3, first_beat)
             try:
                 outcome = await execution
             except asyncio.CancelledError:
@@ -257,7 +265,9 @@ class RemoteWorker:
                 log.warning("task %s: hand-out lost; result dropped", claim.task_id)
                 return
             finally:
-                beat.cancel()
+                timer.cancel()
+                for beat in beats:
+                    beat.cancel()
             await self._recorded(_Ended(claim, spec, outcome, work), wake)
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
@@ -364,17 +374,19 @@ class RemoteWorker:
     async def _heartbeat(
         self, claim: Claim, execution: asyncio.Task[Outcome], lost: asyncio.Event
     ) -> None:
+        """Renew the hand-out every third of its lease while `execution` runs (started a
+        third of the lease in); once lost, stop the execution."""
         while not execution.done():
-            await asyncio.sleep(self.lease_ttl / 3)
             try:
                 held = await asyncio.to_thread(self.queue.heartbeat, claim, self.lease_ttl)
             except Exception as exc:  # keep running; the next beat may get through
                 log.warning("heartbeat failed: %s", exc)
-                continue
+                held = True
             if not held:
                 lost.set()
                 execution.cancel()
                 return
+            await asyncio.sleep(self.lease_ttl / 3)
 
     def _finish(self, batch: list[_Ended], take: int) -> list[Claim]:
         # The outputs become artifacts of the queue's database in the same statement, which
