@@ -207,9 +207,13 @@ def llm(
     # What each client imports on its first call is loaded here, outside the measurement.
     import aiohttp  # noqa: F401
     import httpx  # noqa: F401
+    from genai_prices import data_snapshot
 
     import interlock.providers
-    import interlock.runtime.models  # noqa: F401
+    import interlock.runtime.models
+    import interlock.storage.sqlite  # noqa: F401
+
+    data_snapshot.get_snapshot()  # the price table interlock reads to cost its first call
 
     with model_server(latency, chunks) as url:
         statuses: dict[str, int] = {}
