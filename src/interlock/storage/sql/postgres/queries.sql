@@ -130,7 +130,7 @@ WHERE key IN (
     SELECT key FROM outbox
     WHERE delivered_at IS NULL AND next_at <= %s AND (claimed_until IS NULL OR claimed_until <= %s)
     ORDER BY created_at, key LIMIT %s
-    FOR UPDATE)
+    FOR UPDATE SKIP LOCKED)
 RETURNING key, sink, run_id, payload, created_at, attempts;
 
 -- name: settle_outbox
@@ -258,7 +258,7 @@ WITH locked AS (
       AND status IN ('delivered', 'failed', 'cancelled')
       AND (lease_owner IS NULL OR lease_expires <= %(now)s)
     ORDER BY run_id
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE
 )
 INSERT INTO pruned_runs
     (run_id, pipeline, status, created_at, ended_at, last_seq, chain_head, pruned_at)
