@@ -64,7 +64,7 @@ def test_free_runs_come_with_their_records_and_histories_and_the_next_token(pg_u
         store.close()
 
 
-def test_a_valid_lease_is_left_alone_and_an_expired_one_is_taken(pg_url: str) -> None:
+def test_another_owners_valid_lease_is_left_alone_an_expired_or_own_one_taken(pg_url: str) -> None:
     store = PostgresStore(pg_url)
     try:
         now = time.time()
@@ -74,6 +74,9 @@ def test_a_valid_lease_is_left_alone_and_an_expired_one_is_taken(pg_url: str) ->
         taken = store.take_leases(["held", "expired"], "orch", TTL, now + 10)
         assert [(lease.run_id, lease.token) for lease, _, _ in taken] == [("expired", 3)]
         assert store.get_run("held").lease_owner == "someone"
+        # A take whose commit landed but whose answer was lost is taken again, by its owner.
+        again = store.take_leases(["held", "expired"], "orch", TTL, now + 11)
+        assert [(lease.run_id, lease.token) for lease, _, _ in again] == [("expired", 4)]
     finally:
         store.close()
 

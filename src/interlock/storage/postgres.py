@@ -258,10 +258,11 @@ class PostgresStore:
     def take_leases(
         self, run_ids: Sequence[str], owner: str, ttl: float, now: float
     ) -> list[tuple[Lease, RunRecord, list[StoredEvent]]]:
-        """The leases of those of `run_ids` that are free or expired, with each taken run's
-        record and history: one transaction of two statements for all of them, where
-        `acquire_lease`, `get_run` and `events` cost a run five round trips. A run whose
-        lease is valid, or whose row another transaction holds, is left out."""
+        """The leases of those of `run_ids` that are free, expired or already `owner`'s,
+        with each taken run's record and history: one transaction of two statements for all
+        of them, where `acquire_lease`, `get_run` and `events` cost a run five round trips.
+        A run whose lease another owner holds, or whose row another transaction holds, is
+        left out. The caller passes no run it is driving: its lease would be taken again."""
         if not run_ids:
             return []
         args = {"runs": list(run_ids), "owner": owner, "now": now, "expires": now + ttl}

@@ -25,11 +25,14 @@ WHERE run_id = %s;
 -- name: take_leases
 -- The leases of several runs an orchestrator found free (`unowned_runs`), in one statement:
 -- rows are locked in run id order, as appends lock them, and a row another transaction holds
--- is skipped (someone is driving or taking that run); a lease that became valid meanwhile is
--- left alone. The taken runs come back as `select_runs` lists them, with the new token last.
+-- is skipped (someone is driving or taking that run); a lease another owner made valid
+-- meanwhile is left alone, one of the taker's own is taken again (a retry after a commit
+-- whose answer was lost). The taken runs come back as `select_runs` lists them, with the
+-- new token last.
 WITH free AS (
     SELECT run_id FROM runs
-    WHERE run_id = ANY(%(runs)s) AND (lease_expires IS NULL OR lease_expires <= %(now)s)
+    WHERE run_id = ANY(%(runs)s)
+      AND (lease_expires IS NULL OR lease_expires <= %(now)s OR lease_owner = %(owner)s)
     ORDER BY run_id
     FOR UPDATE SKIP LOCKED
 )
