@@ -32,6 +32,17 @@ def submit_many(url: str, home: Path, count: int, prefix: str = "t") -> list[str
         app.close()
 
 
+def listening(url: str) -> int:
+    """Orchestrators listening for runs handed back and commands (the last channel their
+    listener asks for is the commands')."""
+    with psycopg.connect(url) as db:
+        row = db.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND query = 'LISTEN \"interlock_commands\"'"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def lease_owners(url: str) -> set[str]:
     """Owners of currently valid run leases."""
     with psycopg.connect(url) as db:
@@ -49,6 +60,9 @@ def pid_of(owner: str) -> int:
 def test_fleet_delivers_every_run_through_kill_nine(procs: Processes) -> None:
     """104 runs over 2 orchestrators and 4 workers survive SIGKILL of one of each, exactly."""
     orchestrators = [procs.orchestrator(f"o{i}") for i in range(2)]
+    # Both up before any run is handed back: a look takes eight runs in one statement, so the
+    # first to start could take all 104 before the other had looked once.
+    wait_until(lambda: listening(procs.url) == 2, 30, "both orchestrators to listen")
     workers = [procs.worker(f"w{i}", "--concurrency", "4") for i in range(4)]
     run_ids = submit_many(procs.url, procs.root / "submit", 104)
     wait_until(lambda: len(lease_owners(procs.url)) == 2, 30, "both orchestrators to drive runs")
