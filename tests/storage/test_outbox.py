@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
+import psycopg
+
 from interlock.storage.base import OutboxItem, Store
+from interlock.storage.postgres import PostgresStore
 
 T0 = 1000.0
 
@@ -77,3 +81,27 @@ def test_settle_delivers_retries_or_gives_up(store: Store) -> None:
     assert store.outbox_claim("s2", T0 + 59, hold=30) == []
     assert [i.key for i in store.outbox_claim("s2", T0 + 60, hold=30)] == ["b"]
     assert [i.key for i in store.outbox_claim("s3", T0 + 10_000, hold=30)] == ["b"]
+
+
+def test_a_postgres_sender_skips_a_row_another_holds_without_waiting(pg_database: str) -> None:
+    """While another sender's transaction holds item a's row, a claim takes b at once."""
+    store = PostgresStore(pg_database)
+    try:
+        make_run(store)
+        store.outbox_enqueue("feed", 1, [item("a"), item("b")], T0)
+        claimed: list[list[str]] = []
+        with psycopg.connect(pg_database) as other:
+            other.execute("SELECT 1 FROM outbox WHERE key = 'a' FOR UPDATE")
+            claim = threading.Thread(
+                target=lambda: claimed.append(
+                    [i.key for i in store.outbox_claim("s2", T0, hold=30)]
+                )
+            )
+            claim.start()
+            claim.join(5)
+            waited = claim.is_alive()
+        claim.join(30)  # the other transaction has ended: a waiting claim gets through now
+        assert not waited, "the claim waited for the row another sender held"
+        assert claimed == [["b"]]
+    finally:
+        store.close()
