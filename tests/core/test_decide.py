@@ -7,7 +7,14 @@ from typing import Any
 import pytest
 
 from interlock.core import events as ev
-from interlock.core.decide import RuleName, backoff_delay, decide, expression_context, next_wake
+from interlock.core.decide import (
+    RuleName,
+    backoff_delay,
+    decide,
+    expression_context,
+    next_wake,
+    settle,
+)
 from interlock.core.observe import Command, CommandKind, interpret_command
 from interlock.core.state import RunStatus, TaskStatus, artifact_name, fold
 from interlock.core.workflow import Backoff
@@ -77,6 +84,20 @@ def test_research_walkthrough_delivers_and_archives() -> None:
     assert d.state.archived
     assert d.state.phase_status == {"collect": "completed", "synthesis": "completed"}
     assert decide(d.pipeline, d.state, d.now) == []
+
+
+def test_a_delivered_run_is_archived_only_when_the_runtime_allows_it() -> None:
+    """With `archive=False` (its folder is not durable yet) a delivered run waits; asked
+    again with `archive=True`, the archive is the one decision left."""
+    d = research()
+    d.complete("researcher-a@1")
+    d.complete("researcher-b@1")
+    d.record(d.completion("synthesizer@1"))
+    made = settle(d.pipeline, d.state, d.now, archive=False)
+    assert [x.rule for x in made] == [R.PHASE_DONE, R.DELIVER]
+    assert d.state.status is RunStatus.DELIVERED and not d.state.archived
+    assert decide(d.pipeline, d.state, d.now, archive=False) == []
+    assert [x.rule for x in decide(d.pipeline, d.state, d.now)] == [R.ARCHIVE]
 
 
 def test_sequential_phase_dispatches_one_worker_at_a_time() -> None:

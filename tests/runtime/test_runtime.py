@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -437,3 +438,81 @@ def test_status_refreshes_slow_down_when_many_runs_are_held(app: Interlock) -> N
         assert orchestrator.status_interval() == base * 20
     finally:
         orchestrator.drivers.clear()
+
+
+def _record_syncs_and_commits(app: Interlock, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """What happens to the ledger and to durability, in order: ("sync", names of the files
+    made durable; each sync takes a while), ("append", kinds of the events committed),
+    ("let go", whether the run's files were durable then), ("release", run ids)."""
+    from interlock.runtime import artifacts
+
+    seen: list[Any] = []
+    sync, append, release = artifacts.sync_files, app.store.append_many, app.store.release_leases
+    let_go = app.orchestrator.release
+
+    def synced(paths: list[Path]) -> None:
+        time.sleep(0.2)
+        sync(paths)
+        seen.append(("sync", {p.name for p in paths}))
+
+    def going(driver: Any) -> None:
+        seen.append(("let go", driver.durable()))
+        let_go(driver)
+
+    def appended(batches: Any, *args: Any, **kwargs: Any) -> Any:
+        result = append(batches, *args, **kwargs)
+        seen.append(("append", [n.event.kind for b in batches for n in b.events]))
+        return result
+
+    def released(leases: Any) -> None:
+        release(leases)
+        seen.append(("release", [lease.run_id for lease in leases]))
+
+    monkeypatch.setattr(artifacts, "sync_files", synced)
+    monkeypatch.setattr(app.store, "append_many", appended)
+    monkeypatch.setattr(app.store, "release_leases", released)
+    monkeypatch.setattr(app.orchestrator, "release", going)
+    return seen
+
+
+def test_a_run_is_archived_only_after_its_outputs_are_durable(
+    app: Interlock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outputs written from the ledger wait for no fsync while the run goes on; every one of
+    them, final.md included, is fsynced before the commit that records the run archived (an
+    archived run is never resumed, so nothing would repair it after a power loss)."""
+    seen = _record_syncs_and_commits(app, monkeypatch)
+    state = app.run(RESEARCH, "research", topic="durable")
+    assert state.archived
+    archived = next(i for i, (what, kinds) in enumerate(seen) if "archived" in kinds)
+    delivered = next(i for i, (what, kinds) in enumerate(seen) if "delivered" in kinds)
+    made_durable = set().union(
+        *(names for what, names in seen[delivered:archived] if what == "sync")
+    )
+    outputs = {"researcher-a.md", "researcher-b.md", "synthesizer.md", "final.md"}
+    assert outputs <= made_durable, seen
+
+
+def test_an_ended_run_is_let_go_only_after_its_outputs_are_durable(
+    app: Interlock, write_workflow: WriteWorkflow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that failed is never resumed either: its lease, which tells every orchestrator
+    that nothing is left to do for it, is released only after its outputs were fsynced."""
+    path = write_workflow(f"""
+        p:
+          phases:
+            - id: one
+              workers: [{{role: a, call: test_alpha}}]
+            - id: two
+              workers:
+                - role: w
+                  final: true
+                  command: ["{sys.executable}", "-c", "import sys; sys.exit('no')"]
+    """)
+    seen = _record_syncs_and_commits(app, monkeypatch)
+    state = app.run(path, topic="t")
+    assert state.status is RunStatus.FAILED
+    released = next(i for i, (what, ids) in enumerate(seen) if what == "release")
+    failed = next(i for i, (what, kinds) in enumerate(seen) if "run_failed" in kinds)
+    assert ("sync", {"a.md"}) in seen[failed:released], seen
+    assert [durable for what, durable in seen if what == "let go"] == [True]

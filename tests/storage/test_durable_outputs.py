@@ -1,5 +1,6 @@
-"""Outputs are durable before they appear at their final paths, and an empty file left at a
-final path (what a power loss makes of an unsynced rename) is never taken as done."""
+"""Outputs are durable before their run is archived, a power loss before that is repaired from
+the ledger, and an empty file left at a final path (what a power loss makes of an unsynced
+rename) is never taken as done."""
 
 from __future__ import annotations
 
@@ -44,10 +45,12 @@ def _cli(
 SYSCALL = re.compile(r"^\d+\s+(fsync|fdatasync|rename|renameat2?)\((.*)\)\s+= 0")
 
 
-def test_every_output_is_fsynced_before_its_rename_and_its_folder_after(tmp_path: Path) -> None:
+def test_every_output_is_durable_before_its_run_is_archived(tmp_path: Path) -> None:
     """Traced system calls of a real run: each file renamed into a run directory (a command's
-    output, a model's answer written from the ledger, final.md) was fsynced before the rename,
-    and its folder fsynced after it."""
+    output, a model's answer written from the ledger, final.md) was made durable before the
+    run directory moved to the archive (an archived run is never resumed, and a resume is
+    what rewrites outputs a power loss damaged): fsynced before its rename, or fsynced at its
+    path after its last rename; and its folder fsynced after that rename."""
     home, trace = tmp_path / "home", tmp_path / "trace.txt"
     prefix = ("strace", "-f", "-y", "-qq", "-e", "trace=fsync,fdatasync,rename,renameat,renameat2")
     done = _cli(
@@ -75,16 +78,43 @@ def test_every_output_is_fsynced_before_its_rename_and_its_folder_after(tmp_path
         else:
             renames.append((len(synced), names[0], names[-1]))
     runs = str(home / "runs")
-    checked = 0
+    moves = [position for position, _, target in renames if Path(target).parent == home / "archive"]
+    assert len(moves) == 1, renames
+    moved = moves[0]  # the run directory's move into the archive
+    last: dict[str, tuple[int, str]] = {}  # each output's last rename into place
     for position, source, target in renames:
-        if not target.startswith(runs) or target.endswith("status.json"):
-            continue
-        if Path(target).parent.parent != home / "runs":
-            continue  # the run directory moving to the archive; prompts/ and logs/
-        checked += 1
-        assert source in synced[:position], f"{target} renamed before {source} was fsynced"
-        assert str(Path(target).parent) in synced[position:], f"{target}'s folder not fsynced"
-    assert checked >= 3, renames  # writer.md, summary.md, final.md
+        in_run = target.startswith(runs) and Path(target).parent.parent == home / "runs"
+        if in_run and not target.endswith("status.json"):  # status.json: a projection
+            last[target] = (position, source)
+    assert {Path(t).name for t in last} >= {"writer.md", "summary.md", "final.md"}, renames
+    for target, (position, source) in last.items():
+        before = source in synced[:position]
+        after = target in synced[position:moved]
+        assert before or after, f"{target} was not fsynced before the run was archived"
+        folder = str(Path(target).parent)
+        assert folder in synced[position:moved], f"{target}'s folder not fsynced before"
+
+
+def test_outputs_a_power_loss_cut_short_are_whole_again_after_resume(tmp_path: Path) -> None:
+    """Killed once the delivery is recorded and the outputs written (not yet made durable),
+    with the answers written from the ledger then cut short (what a power loss may leave of
+    files never fsynced): the resume rewrites them from the ledger before it archives the
+    run, and moves nothing aside as a change made by hand."""
+    home, flow = tmp_path / "home", _flow(tmp_path)
+    first = _cli(
+        home, "run", str(flow), "p", "-t", "x", "--run-id", "cut-1", crash_at="after_deliver"
+    )
+    assert first.returncode == -9, first.stderr
+    live = home / "runs" / "cut-1"
+    whole = {name: (live / name).read_bytes() for name in ("summary.md", "final.md")}
+    assert whole["summary.md"] == whole["final.md"] and len(whole["final.md"]) > 2
+    (live / "summary.md").write_bytes(whole["summary.md"][:2])
+    (live / "final.md").write_bytes(b"")
+    resumed = _cli(home, "resume", "cut-1")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    archived = home / "archive" / "cut-1"
+    assert {name: (archived / name).read_bytes() for name in whole} == whole
+    assert not list(archived.glob("*.unrecorded*"))
 
 
 def test_an_empty_file_left_at_a_final_path_is_not_adopted(tmp_path: Path) -> None:

@@ -80,11 +80,20 @@ Evaluator = Callable[[str, Mapping[str, Any]], bool]
 
 
 def decide(
-    pipeline: Pipeline, state: RunState, now: float, *, evaluator: Evaluator = evaluate
+    pipeline: Pipeline,
+    state: RunState,
+    now: float,
+    *,
+    evaluator: Evaluator = evaluate,
+    archive: bool = True,
 ) -> list[Decision]:
-    """The decisions for this instant; an empty list means wait (see `next_wake`)."""
+    """The decisions for this instant; an empty list means wait (see `next_wake`).
+
+    `archive` says whether a delivered run may be archived now: a runtime whose run folder
+    is not yet durable holds the archive back until it is (an archived run is never looked
+    at again), and asks again then."""
     if state.status in ENDED:
-        if state.status is RUN_DELIVERED and not state.archived:
+        if state.status is RUN_DELIVERED and not state.archived and archive:
             return [Decision(RuleName.ARCHIVE, ev.Archived(at=now), "the result was delivered")]
         return []
     if state.current is None:
@@ -202,12 +211,18 @@ def _revise(pipeline: Pipeline, task: TaskState, changed: str, now: float) -> De
 
 
 def settle(
-    pipeline: Pipeline, state: RunState, now: float, *, evaluator: Evaluator = evaluate
+    pipeline: Pipeline,
+    state: RunState,
+    now: float,
+    *,
+    evaluator: Evaluator = evaluate,
+    archive: bool = True,
 ) -> list[Decision]:
-    """Apply decisions to `state` until the table says wait; returns all of them in order."""
+    """Apply decisions to `state` until the table says wait; returns all of them in order
+    (`archive`: see `decide`)."""
     made: list[Decision] = []
     for _ in range(100_000):  # a bound that no sound pipeline reaches in one instant
-        decisions = decide(pipeline, state, now, evaluator=evaluator)
+        decisions = decide(pipeline, state, now, evaluator=evaluator, archive=archive)
         if not decisions:
             return made
         for decision in decisions:

@@ -54,30 +54,50 @@ def write_record(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
-def write_files(files: list[tuple[Path, bytes]]) -> None:
-    """Write several files atomically and durably: every body is written to a temporary file
-    and fsynced, then renamed into place, then each folder is fsynced once. A file never
-    appears at its path short or empty, even after a power loss.
+def write_files(files: list[tuple[Path, bytes]], *, durable: bool = True) -> None:
+    """Write several files atomically: every body is written to a temporary file, then
+    renamed into place, so that a file never appears at its path short or empty after a
+    crash of the process. A path given twice (an output written, then edited, within one
+    tick) gets its last body: the two would otherwise share one temporary file.
 
-    The fsyncs of several files run at once: the file system commits them together, so a
-    batch costs little more than one file. The batch is cut into one slice per thread of
-    the pool, each slice written in order by its thread: a job per file would cost the
-    calling loop a future, a lock and a thread switch per file, more CPU than the writes.
+    With `durable`, the same holds after a power loss: every temporary file is fsynced
+    before its rename and each folder once after. The fsyncs of several files run at once:
+    the file system commits them together, so a batch costs little more than one file. The
+    batch is cut into one slice per thread of the pool, each slice written in order by its
+    thread: a job per file would cost the calling loop a future, a lock and a thread switch
+    per file, more CPU than the writes.
 
-    A path given twice (an output written, then edited, within one tick) gets its last body:
-    the two would otherwise share one temporary file.
+    Without it, nothing waits for the disk: for files whose bodies are durable elsewhere
+    (the ledger), made durable later with `sync_files`.
     """
     files = list(dict(files).items())
+    if not durable:
+        for path, data in files:
+            tmp, _ = _stage(path, data, durable=False)
+            os.replace(tmp, path)
+        return
     if len(files) == 1:
         staged = [_stage(*files[0])]
     else:
         staged = [pair for part in _spread(_stage_all, _slices(files)) for pair in part]
     for tmp, path in staged:
         os.replace(tmp, path)
-    folders = list({path.parent for _, path in staged})
+    _fsync_folders(list({path.parent for _, path in staged}))
+
+
+def sync_files(paths: list[Path]) -> None:
+    """Make files written without `durable` (and their renames) durable: each file is
+    fsynced, then each folder, the fsyncs of a batch at once. A file no longer there (moved
+    aside since) is passed over."""
+    if paths:
+        _spread(_fsync_present, _slices(list(dict.fromkeys(paths))))
+        _spread(_fsync_present, _slices(list({path.parent for path in paths})))
+
+
+def _fsync_folders(folders: list[Path]) -> None:
     if len(folders) == 1:
         fsync_dir(folders[0])
-    else:
+    elif folders:
         _spread(_fsync_dirs, _slices(folders))
 
 
@@ -109,6 +129,19 @@ def _stage_all(part: list[tuple[Path, bytes]]) -> list[tuple[Path, Path]]:
 def _fsync_dirs(part: list[Path]) -> None:
     for folder in part:
         fsync_dir(folder)
+
+
+def _fsync_present(part: list[Path]) -> None:
+    """fsync each file or folder of `part` that exists."""
+    for path in part:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _stage(

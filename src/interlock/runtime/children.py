@@ -113,6 +113,11 @@ class Supervision:
         state = child_state(orchestrator, self.child_id)
         if state.status.ended:
             _tidy(orchestrator, self.child_id, state)
+            if state.status is RunStatus.DELIVERED and not state.archived:
+                # Reported once archived (its files durable and in place): a parent that
+                # recorded the result first would never look at the child again, and a
+                # child killed before its move would stay in runs/.
+                return False
             crash_point("before_child_result")
             report = _result(orchestrator, self.task_id, self.attempt, self.child_id, state)
             orchestrator.report(driver, report)

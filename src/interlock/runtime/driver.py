@@ -109,6 +109,11 @@ class RunDriver:
     # The final worker's output (file name, body, SHA-256), for final.md.
     final_body: tuple[str, bytes, str] | None = None
     final_md_placed: bool = False  # final.md was found in place or handed over for writing
+    # Outputs written from the ledger without an fsync (see `Orchestrator._write_outputs`),
+    # made durable once the run ends, before it is archived or let go.
+    unsynced: list[Path] = field(default_factory=list)
+    syncing: bool = False  # a sync of the run's files is under way
+    synced_mark: int = -1  # the number of events the state held when the last sync began
     # Fingerprints every completion and carries earlier outputs over (reruns, the cache).
     reuser: Reuser | None = None
     reusing: set[str] = field(default_factory=set)  # tasks whose reuse awaits recording
@@ -231,13 +236,24 @@ class RunDriver:
 
     def decide(self, now: float) -> list[NewEvent]:
         """Settle the engine on the current state (decisions are applied to state)."""
-        decisions = settle(self.definition.pipeline, self.state, now)
+        decisions = settle(self.definition.pipeline, self.state, now, archive=self.durable())
         for decision in decisions:
             if isinstance(decision.event, ev.WaitStarted):
                 self.waits.add("after_record_wait")
             elif isinstance(decision.event, ev.WaitEnded):
                 self.waits.add("after_end_wait")
         return [NewEvent(event=d.event, rule=str(d.rule), why=d.why) for d in decisions]
+
+    def durable(self) -> bool:
+        """Whether everything written into the run's folder is durable, by a sync that began
+        after the last event: only then is a delivered run archived (or an ended one let go),
+        since a run that is archived is never resumed, whose resume would repair its files."""
+        return (
+            not self.syncing
+            and not self.unsynced
+            and not self.unwritten
+            and self.synced_mark == self.state.events
+        )
 
     def summary(self) -> RunSummary:
         """The listing row for the current state."""

@@ -8,7 +8,9 @@ only then act (dispatch, deliver, archive). Nothing is started before it is reco
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import functools
 import heapq
 import logging
 import os
@@ -156,6 +158,10 @@ class Orchestrator:
         # Child runs paused for a person and driven by no one: their parents may be let go.
         self.idle_children: set[str] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Ended runs whose files wait to be made durable, and the sync under way (one at a
+        # time: runs that end meanwhile are synced together by the next).
+        self._sync_due: dict[str, RunDriver] = {}
+        self._sync_running: concurrent.futures.Future[OSError | None] | None = None
 
     # -- taking runs ----------------------------------------------------------------------
 
@@ -481,6 +487,7 @@ class Orchestrator:
             if driver is not None:
                 self._mark(driver)
         ticked = self._tick(now)
+        self._sync_ended(ticked)
         self._retire(ticked, stop_when_paused)
 
     def status_interval(self) -> float:
@@ -666,21 +673,99 @@ class Orchestrator:
 
     def _write_outputs(self, drivers: list[RunDriver]) -> None:
         """Write the outputs the ledger now holds (and final.md files) of every run of the
-        tick in one batch: each file is fsynced before its rename, and the fsyncs of the
-        batch run at once, so the file system commits them together."""
+        tick, atomically (through a temporary file and a rename) but without waiting for the
+        disk: their bodies are durable in the ledger already. A crash of the process leaves
+        them whole; a power loss can leave them short, and a resume, the only way back into
+        a run that was not let go, rewrites them from the ledger (`restore_outputs`). A run
+        is let go, or archived, only once its files are durable (`_sync_ended`)."""
         staged = [(driver, *driver.pending_writes()) for driver in drivers]
         files = [item for _, pending, _ in staged for item in pending]
         if files:
             try:
-                artifacts.write_files(files)
+                artifacts.write_files(files, durable=False)
             except OSError as exc:
                 if not is_enospc(exc):
                     raise
                 cause = f"writing outputs: {exc.strerror}, ENOSPC"
                 raise DiskFull(stop_message(sorted(self.drivers), cause)) from None
-        for _, _, delivering in staged:
+        for driver, pending, delivering in staged:
+            driver.unsynced += [path for path, _ in pending]
             if delivering:
                 crash_point("after_deliver")
+
+    def _sync_ended(self, drivers: list[RunDriver]) -> None:
+        """Make the files of runs that ended durable, in a thread of its own: a delivered
+        run is archived, and an ended one let go, only after that (see `RunDriver.durable`).
+        One sync runs at a time; runs that end meanwhile go together into the next, whose
+        fsyncs the file system commits together."""
+        for driver in drivers:
+            state = driver.state
+            if not state.status.ended or state.archived or driver.syncing:
+                continue
+            if not driver.durable():
+                self._sync_due[driver.run_id] = driver
+            elif state.status is RunStatus.DELIVERED:
+                self._mark(driver)  # durable without a sync (written by `act`): archive it
+        if self._sync_running is not None or not self._sync_due:
+            return
+        batch = [(d, d.state.events, d.unsynced) for d in self._sync_due.values()]
+        self._sync_due = {}
+        for driver, _, _ in batch:
+            driver.syncing, driver.unsynced = True, []
+        paths = [path for _, _, files in batch for path in files]
+        loop = self._loop if self._wake is not None else None
+        if loop is None or not paths:  # stepped by a simulation, or nothing to wait for
+            self._synced(batch, _sync(paths))
+            return
+        running = _sync_thread().submit(_sync, paths)
+        self._sync_running = running
+
+        def done(_: object) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop has just closed
+                loop.call_soon_threadsafe(self._synced, batch, running.result())
+
+        running.add_done_callback(done)
+
+    def _synced(
+        self, batch: list[tuple[RunDriver, int, list[Path]]], error: OSError | None
+    ) -> None:
+        """A sync ended: its runs go on (to their archive, or to be let go), or, if it
+        failed, try again later; the next sync starts if runs wait for it."""
+        self._sync_running = None
+        now = self.clock()
+        for driver, mark, files in batch:
+            driver.syncing = False
+            if error is None:
+                driver.synced_mark = mark
+            else:
+                driver.unsynced[:0] = files
+                self.wake_at(now + self.settings.heartbeat, driver)
+            if self.drivers.get(driver.run_id) is driver:
+                self._mark(driver)
+        if error is not None:
+            log.error(
+                "cannot make the files of %d ended run(s) durable (tried again in %gs): %s",
+                len(batch),
+                self.settings.heartbeat,
+                error,
+                extra={"action": "sync_failed"},
+            )
+        self.wake()
+        if self._sync_due:
+            self._sync_ended([])
+
+    async def _finish_syncs(self) -> None:
+        """Before the loop lets its runs go: the sync under way ends, and runs that ended
+        since are synced (their leases are released as they are let go)."""
+        if self._sync_running is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wrap_future(self._sync_running)
+            await asyncio.sleep(0)  # its callback runs
+        ended = [d for d in self.drivers.values() if d.state.status.ended and not d.durable()]
+        paths = [path for driver in ended for path in driver.unsynced]
+        if ended and await asyncio.to_thread(_sync, paths) is None:
+            for driver in ended:
+                driver.unsynced, driver.synced_mark = [], driver.state.events
 
     def _act(self, driver: RunDriver) -> None:
         """`driver.act`; a full disk while writing outputs stops the loop (the ledger holds
@@ -757,7 +842,7 @@ class Orchestrator:
         for driver in ticked:
             state = driver.state
             finished = state.status.ended and (
-                state.archived or state.status != RunStatus.DELIVERED
+                state.archived or (state.status != RunStatus.DELIVERED and driver.durable())
             )
             paused = (
                 stop_when_paused
@@ -822,6 +907,7 @@ class Orchestrator:
 
     async def shutdown(self) -> None:
         """Stop every task (killing process groups) and release every lease."""
+        await self._finish_syncs()
         handles = [h for d in self.drivers.values() for h in d.handles.values()]
         for driver in list(self.drivers.values()):
             self.release(driver)
@@ -1007,3 +1093,19 @@ def model_aliases(definition: Definition) -> set[str]:
         for worker in phase.workers
         for alias in ([worker.model] if worker.model else []) + worker.fallback_models
     }
+
+
+def _sync(paths: list[Path]) -> OSError | None:
+    """`artifacts.sync_files`, returning its error instead of raising it."""
+    try:
+        artifacts.sync_files(paths)
+    except OSError as exc:
+        return exc
+    return None
+
+
+@functools.cache
+def _sync_thread() -> concurrent.futures.ThreadPoolExecutor:
+    """The thread that makes ended runs' files durable (its fsyncs spread over the writers'
+    pool)."""
+    return concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="interlock-sync")
