@@ -498,8 +498,9 @@ class RunDriver:
         """Queue `final.md` (a copy of the delivered output) for writing if it is not there;
         whether it was queued.
 
-        Durable before it appears, like every output: an archived run is never resumed, so a
-        final.md that a power loss emptied would stay empty. Once it is in place or handed
+        Written with the outputs, and like them made durable before the run is archived (an
+        archived run is never resumed, so a final.md that a power loss emptied would stay
+        empty; see `Orchestrator._sync_ended`). Once it is in place or handed
         over, later acts of the ended run do not look for it again (`final_md_placed`): the
         batch it was handed over with is written before anything else happens, or the loop
         stops and a resume, with a driver of its own, looks again.
