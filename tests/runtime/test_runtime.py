@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import sys
 import threading
@@ -516,3 +517,29 @@ def test_an_ended_run_is_let_go_only_after_its_outputs_are_durable(
     failed = next(i for i, (what, kinds) in enumerate(seen) if "run_failed" in kinds)
     assert ("sync", {"a.md"}) in seen[failed:released], seen
     assert [durable for what, durable in seen if what == "let go"] == [True]
+
+
+def test_a_sync_that_fails_is_tried_again_and_holds_the_archive_back(
+    app: Interlock, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """fsync failing (an I/O error) is logged and tried again a heartbeat later, not in a
+    tight loop; the run is archived only once a sync went through."""
+    import errno
+
+    from interlock.runtime import artifacts
+
+    sync, tries = artifacts.sync_files, []
+
+    def failing_twice(paths: list[Path]) -> None:
+        tries.append(time.monotonic())
+        if len(tries) <= 2:
+            raise OSError(errno.EIO, "Input/output error")
+        sync(paths)
+
+    monkeypatch.setattr(artifacts, "sync_files", failing_twice)
+    state = app.run(RESEARCH, "research", topic="eio")
+    assert state.status is RunStatus.DELIVERED and state.archived
+    assert len(tries) == 3
+    assert all(b - a >= 0.04 for a, b in itertools.pairwise(tries))  # the heartbeat is 0.05 s
+    failed = [r for r in caplog.records if "cannot make the files" in r.getMessage()]
+    assert len(failed) == 2 and "Input/output error" in failed[0].getMessage()

@@ -735,11 +735,11 @@ class Orchestrator:
         now = self.clock()
         for driver, mark, files in batch:
             driver.syncing = False
-            if error is None:
-                driver.synced_mark = mark
-            else:
+            if error is not None:
                 driver.unsynced[:0] = files
-                self.wake_at(now + self.settings.heartbeat, driver)
+                self.wake_at(now + self.settings.heartbeat, driver)  # not at once
+                continue
+            driver.synced_mark = mark
             if self.drivers.get(driver.run_id) is driver:
                 self._mark(driver)
         if error is not None:
