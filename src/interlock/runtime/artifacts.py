@@ -82,23 +82,15 @@ def write_files(files: list[tuple[Path, bytes]], *, durable: bool = True) -> Non
         staged = [pair for part in _spread(_stage_all, _slices(files)) for pair in part]
     for tmp, path in staged:
         os.replace(tmp, path)
-    _fsync_folders(list({path.parent for _, path in staged}))
+    _spread(_fsync_present, _slices(list({path.parent for _, path in staged})))
 
 
 def sync_files(paths: list[Path]) -> None:
     """Make files written without `durable` (and their renames) durable: each file is
     fsynced, then each folder, the fsyncs of a batch at once. A file no longer there (moved
     aside since) is passed over."""
-    if paths:
-        _spread(_fsync_present, _slices(list(dict.fromkeys(paths))))
-        _spread(_fsync_present, _slices(list({path.parent for path in paths})))
-
-
-def _fsync_folders(folders: list[Path]) -> None:
-    if len(folders) == 1:
-        fsync_dir(folders[0])
-    elif folders:
-        _spread(_fsync_dirs, _slices(folders))
+    _spread(_fsync_present, _slices(list(dict.fromkeys(paths))))
+    _spread(_fsync_present, _slices(list({path.parent for path in paths})))
 
 
 WRITERS = 8  # threads that fsync at once: enough for the file system to commit them together
@@ -115,6 +107,8 @@ def _slices(items: list[_T]) -> list[list[_T]]:
 
 def _spread(job: Callable[[list[_T]], _R], parts: list[list[_T]]) -> list[_R]:
     """`job` of every part, the first in this thread and the others in the pool at once."""
+    if not parts:
+        return []
     if len(parts) == 1:
         return [job(parts[0])]
     futures = [_pool().submit(job, part) for part in parts[1:]]
@@ -124,11 +118,6 @@ def _spread(job: Callable[[list[_T]], _R], parts: list[list[_T]]) -> list[_R]:
 
 def _stage_all(part: list[tuple[Path, bytes]]) -> list[tuple[Path, Path]]:
     return [_stage(path, data) for path, data in part]
-
-
-def _fsync_dirs(part: list[Path]) -> None:
-    for folder in part:
-        fsync_dir(folder)
 
 
 def _fsync_present(part: list[Path]) -> None:
