@@ -110,13 +110,18 @@ def test_a_failed_run_reruns_only_what_failed(
     app: Interlock, write_workflow: WriteWorkflow, tmp_path: Path
 ) -> None:
     """Redrive: after a failure is fixed, the rerun keeps the completed tasks."""
-    broken = PIPELINE.replace("echo B-$$ > {output}", "exit 3")
+    # One after another, so a has completed before b fails (in parallel, b's failure may
+    # cancel a first, and then a rightly runs again).
+    in_order = PIPELINE.replace("- id: collect\n", "- id: collect\n      mode: sequential\n")
+    assert "sequential" in in_order
+    broken = in_order.replace("echo B-$$ > {output}", "exit 3")
     workflow = write_workflow(broken)
     first = app.run(workflow, "demo", topic="t")
     assert first.status is RunStatus.FAILED
+    assert app.state(first.run_id).tasks["a@1"].status.value == "completed"
     calls(workflow)
     fixed = tmp_path / "fixed.yaml"
-    fixed.write_text(PIPELINE.strip())
+    fixed.write_text(in_order.strip())
     new = app.rerun(first.run_id, workflow=fixed)
     assert app.drive(new).status is RunStatus.DELIVERED
     assert calls(workflow) == ["b", "s"]
