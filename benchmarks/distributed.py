@@ -192,7 +192,7 @@ def measure(
     latency: float = 0.0,
     timeout: float = 600.0,
     orchestrators: int = 1,
-    concurrency: int = 4,
+    concurrency: int | None = None,
 ) -> tuple[float, float, dict[str, float], float]:
     """(tasks per second, share of the machine's CPU busy, CPU ms per task by process kind,
     share of the time an append waited for the commit-order lock) with `workers` worker
@@ -218,9 +218,9 @@ def measure(
     processes = [
         subprocess.Popen([*command, "orchestrate"], env=env, cwd=work) for _ in range(orchestrators)
     ]
+    slots = [] if concurrency is None else ["--concurrency", str(concurrency)]
     processes += [
-        subprocess.Popen([*command, "worker", "--concurrency", str(concurrency)], env=env, cwd=work)
-        for _ in range(workers)
+        subprocess.Popen([*command, "worker", *slots], env=env, cwd=work) for _ in range(workers)
     ]
     try:
         os.environ["BENCH_ITEMS"] = str(items)
@@ -342,8 +342,9 @@ def main() -> None:
     parser.add_argument(
         "--concurrency",
         type=int,
-        default=4,
-        help="tasks each worker process runs at once (`interlock worker --concurrency`)",
+        default=None,
+        help="tasks each worker process runs at once (`interlock worker --concurrency`; "
+        "unless given, the workers' own default: 32 `call:` tasks)",
     )
     parser.add_argument(
         "--dbos",
@@ -357,7 +358,8 @@ def main() -> None:
     args = parser.parse_args()
     print(
         f"{args.runs} runs x {args.items + 2} tasks, {args.orchestrators} orchestrator(s), "
-        f"workers running {args.concurrency} tasks at once, {os.cpu_count()} CPUs"
+        f"workers running {args.concurrency or 'their default of 32'} tasks at once, "
+        f"{os.cpu_count()} CPUs"
     )
     figures: dict[str, float] = {}
     series = [("noop", 0.0)] + ([("wait", args.latency)] if args.latency else [])

@@ -42,3 +42,12 @@ def merge_free(context: TaskContext) -> str:
     _log(context)
     time.sleep(0.5)
     return f"Done for {context.topic}.\n"
+
+
+def timed(context: TaskContext) -> str:
+    """Sleep 0.6 s, then log "call START END" (wall clock) to SLOTS_LOG."""
+    started = time.time()
+    time.sleep(0.6)
+    with open(os.environ["SLOTS_LOG"], "a") as handle:
+        handle.write(f"call {started} {time.time()}\n")
+    return "done\n"

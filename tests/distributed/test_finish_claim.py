@@ -104,6 +104,7 @@ def test_a_crash_during_the_turn_loses_nothing(queue: TaskQueue, pg_url: str) ->
         "fin_shas": [None],
         "known": "{}",
         "news": False,
+        "limits": None,
     }
     db = psycopg.connect(pg_url)
     assert len(db.execute(Q["finish_claim"], args).fetchall()) == 2  # done a, claimed b

@@ -276,16 +276,20 @@ def test_a_turn_walks_the_ready_index_instead_of_sorting_the_backlog(
         "fin_shas": [],
         "known": "{}",
         "news": True,
+        "limits": None,
     }
-    plans: list[str] = []
-    with psycopg.connect(pg_url, autocommit=True) as db:
-        db.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
-        db.execute("LOAD 'auto_explain'")
-        db.execute("SET auto_explain.log_min_duration = 0")
-        db.execute("SET auto_explain.log_nested_statements = on")
-        db.execute("SET client_min_messages = log")
-        claimed = db.execute(Q["finish_claim"], args).fetchall()
-    ran = "\n".join(plans)
-    assert [row[0] for row in claimed] == ["claim"]
-    assert "Index Scan using task_queue_ready" in ran
-    assert "Sort Key: q.priority DESC, q.id" not in ran
+    for limits in (None, [0, 0, 1]):  # all kinds together, or claims by kind
+        plans: list[str] = []
+        with psycopg.connect(pg_url, autocommit=True) as db:
+            db.add_notice_handler(
+                lambda notice, plans=plans: plans.append(notice.message_primary or "")
+            )
+            db.execute("LOAD 'auto_explain'")
+            db.execute("SET auto_explain.log_min_duration = 0")
+            db.execute("SET auto_explain.log_nested_statements = on")
+            db.execute("SET client_min_messages = log")
+            claimed = db.execute(Q["finish_claim"], {**args, "limits": limits}).fetchall()
+        ran = "\n".join(plans)
+        assert [row[0] for row in claimed] == ["claim"]
+        assert "Index Scan using task_queue_ready" in ran
+        assert "Sort Key: q.priority DESC, q.id" not in ran

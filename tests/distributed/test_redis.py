@@ -75,13 +75,14 @@ def test_duplicate_and_stale_messages_are_dropped(pg_url: str, streams: RedisStr
         worker: Any = SimpleNamespace(
             name="w1", kinds=("call",), tags=(), lease_ttl=30.0, concurrency=4
         )
-        claim = source._next(worker)
+        wanted = {"call": 4}
+        claim = source._next(worker, wanted)
         assert claim is not None and claim.id == entry
-        assert source._next(worker) is None  # the duplicate: entry held, message kept for later
+        assert source._next(worker, wanted) is None  # the duplicate: entry held, message kept
         assert queue.finish(claim, {"ok": True}, None)
         source._acknowledge(claim)
         later = StreamSource(streams, queue, min_idle=0)
-        assert later._next(worker) is None  # reclaimed duplicate: entry done, so dropped
+        assert later._next(worker, wanted) is None  # reclaimed duplicate: entry done, so dropped
         assert pending(streams) == 0
     finally:
         store.close()

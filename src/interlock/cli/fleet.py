@@ -6,10 +6,51 @@ import click
 
 from interlock.cli.base import COUNT, Ctx, handle_errors, pass_ctx
 
+# Attempts a worker runs at once, by kind. A model call, or a `call:` function (which in this
+# domain mostly calls a model or a service), waits seconds on the network: dozens at once
+# cost little. A command is a process on this machine.
+DEFAULT_SLOTS = {"command": 4, "model": 32, "call": 32}
+SLOT_COUNT = click.IntRange(1, 100_000)  # a claim's count is a 32-bit integer in the queue
+
+
+class KindCount(click.ParamType):  # type: ignore[type-arg]
+    """`N` (every kind) or `KIND=N` (one kind): (kind or None, N)."""
+
+    name = "[KIND=]N"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> tuple[str | None, int]:
+        if isinstance(value, tuple):
+            return value
+        kind, _, number = str(value).rpartition("=")
+        if kind and kind not in DEFAULT_SLOTS:
+            self.fail(
+                f"no kind {kind!r}: use command, model or call (as in model=64), or a number "
+                "for every kind",
+                param,
+                ctx,
+            )
+        return (kind or None, SLOT_COUNT.convert(number, param, ctx))  # type: ignore[arg-type]
+
+
+def worker_slots(given: tuple[tuple[str | None, int], ...]) -> dict[str, int]:
+    """`--concurrency` values over the defaults, in order (a later value wins)."""
+    slots = dict(DEFAULT_SLOTS)
+    for kind, count in given:
+        for each in [kind] if kind else list(slots):
+            slots[each] = count
+    return slots
+
 
 @click.command()
 @click.option(
-    "--concurrency", "-c", default=4, show_default=True, type=COUNT, help="Tasks run at once."
+    "--concurrency",
+    "-c",
+    multiple=True,
+    type=KindCount(),
+    help="Tasks run at once, of each kind: N for every kind, KIND=N for one (repeatable). "
+    f"Unless given: {', '.join(f'{k}={n}' for k, n in DEFAULT_SLOTS.items())}.",
 )
 @click.option("--kinds", default="command,model,call", show_default=True, help="Kinds taken.")
 @click.option("--tags", default="", help="Tags this worker offers (comma-separated).")
@@ -29,7 +70,7 @@ from interlock.cli.base import COUNT, Ctx, handle_errors, pass_ctx
 def worker(
     ctx: Ctx,
     store_here: str | None,
-    concurrency: int,
+    concurrency: tuple[tuple[str | None, int], ...],
     kinds: str,
     tags: str,
     lease_ttl: float,
@@ -44,7 +85,7 @@ def worker(
     run_worker(
         ctx.store_url,
         ctx.home,
-        concurrency=concurrency,
+        slots=worker_slots(concurrency),
         kinds=tuple(k.strip() for k in kinds.split(",") if k.strip()),
         tags=tuple(t.strip() for t in tags.split(",") if t.strip()),
         lease_ttl=lease_ttl,

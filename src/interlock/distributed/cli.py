@@ -18,6 +18,7 @@ from interlock.runtime.orchestrator import Settings, new_owner
 from interlock.storage.postgres import PostgresStore
 
 log = logging.getLogger("interlock.distributed")
+POOL_MOST = 32  # connections a worker's pool grows to, at most (plus two)
 
 
 def open_shared(url: str | None, pool_size: int) -> PostgresStore:
@@ -53,18 +54,21 @@ def run_worker(
     url: str | None,
     home: str | None,
     *,
-    concurrency: int,
+    slots: dict[str, int],
     kinds: tuple[str, ...],
     tags: tuple[str, ...],
     lease_ttl: float,
     grace: float,
     redis_url: str | None,
 ) -> None:
-    """Claim and run tasks until SIGTERM/SIGINT; running tasks finish or are handed back."""
+    """Claim and run tasks until SIGTERM/SIGINT, up to `slots[kind]` of each kind at once;
+    running tasks finish or are handed back."""
     unknown = set(kinds) - {"command", "model", "call"}
     if unknown:
         raise UsageError(f"--kinds {', '.join(sorted(unknown))}: use command, model or call")
-    store = open_shared(url, pool_size=concurrency + 2)
+    # Statements under way at once are far fewer than attempts (heartbeats begin a third of
+    # a lease in; turns carry many outcomes): a pool that grows to this many is enough.
+    store = open_shared(url, pool_size=min(sum(slots[k] for k in kinds), POOL_MOST) + 2)
     name = f"worker:{new_owner()}"
     source: ClaimSource | None = None
     if redis_url:
@@ -75,7 +79,7 @@ def run_worker(
     worker = RemoteWorker(
         store,
         name=name,
-        concurrency=concurrency,
+        per_kind=slots,
         kinds=kinds,
         tags=tags,
         lease_ttl=lease_ttl,
@@ -83,7 +87,7 @@ def run_worker(
         models=ModelRunner(Home.at(home).root),
         source=source,
     )
-    log.info("%s taking %s tasks", name, ",".join(kinds))
+    log.info("%s taking %s tasks", name, ", ".join(f"{k} ({slots[k]} at once)" for k in kinds))
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -50,6 +51,7 @@ class Claim:
     # not read; the worker asks the ledger itself).
     news: tuple[StoredEvent, ...] | None = field(default=None, compare=False)
     news_since: int = 0
+    kind: str = ""  # command, model or call (empty from a server before `015_kind_slots`)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -222,6 +224,7 @@ class TaskQueue:
         limit: int,
         only: int | None = None,
         older: float | None = None,
+        per_kind: Mapping[str, int] | None = None,
     ) -> list[Claim]:
         """Take up to `limit` of the best queued entries this worker can run, honouring the
         concurrency limits (fewer, or none, when there are fewer to take now).
@@ -229,9 +232,19 @@ class TaskQueue:
         Entries whose scopes have no limit (the usual case) are claimed by one statement; if
         some of the best are under a limit, one more is claimed by a transaction that counts
         under the limit's lock. With `older`, only entries that have waited that many
-        seconds since they were queued or last handed out (stragglers) are taken."""
+        seconds since they were queued or last handed out (stragglers) are taken. With
+        `per_kind` (kind -> count), up to so many of each kind instead of `limit` of
+        `kinds`."""
         turn = self.finish_claim(
-            worker, (), kinds=kinds, tags=tags, ttl=ttl, limit=limit, only=only, older=older
+            worker,
+            (),
+            kinds=kinds,
+            tags=tags,
+            ttl=ttl,
+            limit=limit,
+            only=only,
+            older=older,
+            per_kind=per_kind,
         )
         return turn.claims
 
@@ -247,9 +260,11 @@ class TaskQueue:
         known: Mapping[str, int] | None = None,
         only: int | None = None,
         older: float | None = None,
+        per_kind: Mapping[str, int] | None = None,
     ) -> Turn:
-        """Record `finished` results and claim up to `limit` entries (0: only finish), in one
-        statement as a rule: a worker's whole turn costs one round trip.
+        """Record `finished` results and claim up to `limit` entries (0: only finish), or up
+        to `per_kind[k]` of each kind k, in one statement as a rule: a worker's whole turn
+        costs one round trip.
 
         Each result counts only while its hand-out is current (`delivery`); the others are
         left out of `recorded`. With `known` (run id -> the last seq the caller has read of
@@ -267,8 +282,14 @@ class TaskQueue:
                 outputs[sha] = item.output
                 shas.append(sha)
         runs = dict(known or {})
+        limits = None
+        if per_kind is not None:
+            kinds = [kind for kind, count in per_kind.items() if count > 0]
+            limits = [per_kind[kind] for kind in kinds]
+            limit = sum(limits)
         args = {
             "kinds": list(kinds),
+            "limits": limits,
             "tags": list(tags),
             "only": only,
             "older": older,
@@ -300,12 +321,15 @@ class TaskQueue:
             if row[2]:
                 limited += 1
                 continue
-            claim = _claim(row[1], row[3:8])
+            claim = _claim(row[1], (*row[3:8], row[10]))
             if known is not None:
                 seen = sorted(news.get(claim.run_id, ()), key=lambda e: e.seq)
                 claim = replace(claim, news=tuple(seen), news_since=runs.get(claim.run_id, 0))
             claims.append(claim)
-        if not limited or len(claims) >= limit:
+        if per_kind is not None:  # the extra entry only of a kind with room left
+            taken = Counter(claim.kind for claim in claims)
+            kinds = [kind for kind in kinds if per_kind[kind] > taken[kind]]
+        if not limited or len(claims) >= limit or not kinds:
             return Turn(recorded=recorded, claims=claims)
         extra = self._claim_limited(worker, kinds=kinds, tags=tags, ttl=ttl, only=only, older=older)
         return Turn(recorded=recorded, claims=claims if extra is None else [*claims, extra])
@@ -427,7 +451,7 @@ def _entry(row: Sequence[Any]) -> Entry:
 
 
 def _claim(entry_id: int, row: Sequence[Any]) -> Claim:
-    run_id, task_id, attempt, delivery, payload = row
+    run_id, task_id, attempt, delivery, payload, kind = row
     return Claim(
         id=entry_id,
         run_id=run_id,
@@ -435,6 +459,7 @@ def _claim(entry_id: int, row: Sequence[Any]) -> Claim:
         attempt=attempt,
         delivery=delivery,
         payload=payload,
+        kind=kind or "",
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
 
 from interlock.distributed.queue import Claim, TaskQueue
@@ -14,8 +15,9 @@ if TYPE_CHECKING:
 class ClaimSource(Protocol):
     """Hands a worker its next claim and hears when it is through with it."""
 
-    async def next(self, worker: RemoteWorker, limit: int) -> list[Claim]:
-        """Up to `limit` claims for `worker` (none when nothing is ready now)."""
+    async def next(self, worker: RemoteWorker, wanted: Mapping[str, int]) -> list[Claim]:
+        """Up to `wanted[kind]` claims of each kind for `worker` (none when nothing is ready
+        now)."""
         ...
 
     async def done(self, claim: Claim) -> None:
@@ -33,7 +35,7 @@ class QueueSource:
     def __init__(self, queue: TaskQueue) -> None:
         self.queue = queue
 
-    async def next(self, worker: RemoteWorker, limit: int) -> list[Claim]:
+    async def next(self, worker: RemoteWorker, wanted: Mapping[str, int]) -> list[Claim]:
         """See `ClaimSource.next`: one statement for all of them, as a rule, which brings
         the ledger's news of their runs as well (see `TaskQueue.finish_claim`)."""
 
@@ -44,7 +46,8 @@ class QueueSource:
                 kinds=worker.kinds,
                 tags=worker.tags,
                 ttl=worker.lease_ttl,
-                limit=limit,
+                limit=sum(wanted.values()),
+                per_kind=wanted,
                 known=worker.known(),
             )
             return turn.claims

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from interlock.distributed.queue import Claim, TaskQueue
@@ -38,18 +39,18 @@ class StreamSource:
         self._backlog: list[tuple[str, int]] = []
         self._messages: dict[int, str] = {}
 
-    async def next(self, worker: RemoteWorker, limit: int) -> list[Claim]:
+    async def next(self, worker: RemoteWorker, wanted: Mapping[str, int]) -> list[Claim]:
         """See `ClaimSource.next` (one message, one claim at a time, while Redis is up)."""
-        return await asyncio.to_thread(self._claims, worker, limit)
+        return await asyncio.to_thread(self._claims, worker, wanted)
 
-    def _claims(self, worker: RemoteWorker, limit: int) -> list[Claim]:
+    def _claims(self, worker: RemoteWorker, wanted: Mapping[str, int]) -> list[Claim]:
         if self.away_since is not None and not self._back(worker):
-            return self._from_table(worker, limit)
+            return self._from_table(worker, wanted)
         try:
-            claim = self._next(worker)
+            claim = self._next(worker, wanted)
         except UNAVAILABLE as exc:
             self._away(exc)
-            return self._from_table(worker, limit)
+            return self._from_table(worker, wanted)
         except Exception as exc:
             if not missing_group(exc):
                 raise
@@ -62,19 +63,20 @@ class StreamSource:
             # Whatever became of their announcement, entries waiting longer than a message
             # would stay unclaimed are taken from the table.
             self._stragglers_at = now + self.min_idle
-            return self._from_table(worker, limit, older=self.min_idle)
+            return self._from_table(worker, wanted, older=self.min_idle)
         return []
 
     def _from_table(
-        self, worker: RemoteWorker, limit: int, older: float | None = None
+        self, worker: RemoteWorker, wanted: Mapping[str, int], older: float | None = None
     ) -> list[Claim]:
         return self.queue.claim_many(
             worker.name,
             kinds=worker.kinds,
             tags=worker.tags,
             ttl=worker.lease_ttl,
-            limit=limit,
+            limit=sum(wanted.values()),
             older=older,
+            per_kind=wanted,
         )
 
     def _away(self, exc: Exception) -> None:
@@ -122,7 +124,7 @@ class StreamSource:
             extra={"action": "transport_recovered"},
         )
 
-    def _next(self, worker: RemoteWorker) -> Claim | None:
+    def _next(self, worker: RemoteWorker, wanted: Mapping[str, int]) -> Claim | None:
         if not self._backlog:
             self._backlog = self.streams.reclaim(worker.name, self.min_idle, worker.concurrency)
         if not self._backlog:
@@ -131,7 +133,7 @@ class StreamSource:
             message, entry_id = self._backlog.pop(0)
             claim = self.queue.claim(
                 worker.name,
-                kinds=worker.kinds,
+                kinds=[kind for kind, count in wanted.items() if count > 0],
                 tags=worker.tags,
                 ttl=worker.lease_ttl,
                 only=entry_id,

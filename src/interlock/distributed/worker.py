@@ -22,6 +22,8 @@ import shutil
 import tempfile
 import threading
 import time
+from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +77,8 @@ def _finished(ended: _Ended) -> Finished:
 
 
 class RemoteWorker:
-    """Claims and runs attempts, at most `concurrency` at once."""
+    """Claims and runs attempts, at most `concurrency` of each kind at once (`per_kind`
+    gives a kind a number of its own)."""
 
     def __init__(
         self,
@@ -83,6 +86,7 @@ class RemoteWorker:
         *,
         name: str,
         concurrency: int = 4,
+        per_kind: Mapping[str, int] | None = None,
         kinds: tuple[str, ...] = KINDS,
         tags: tuple[str, ...] = (),
         lease_ttl: float = 15.0,
@@ -97,16 +101,18 @@ class RemoteWorker:
         self.queue = TaskQueue(store)
         self.artifacts = PostgresArtifacts(store)
         self.name = name
-        self.concurrency = concurrency
         self.kinds, self.tags = kinds, tags
+        self.slots = {kind: (per_kind or {}).get(kind, concurrency) for kind in kinds}
+        self.concurrency = sum(self.slots.values())
         self.lease_ttl, self.poll, self.grace = lease_ttl, poll, grace
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="interlock-worker-"))
         self.models = models or ModelRunner()
         self.gc_young = gc_young  # see `runtime/collector.py`
         self.source = source or QueueSource(self.queue)
         self.running: dict[int, asyncio.Task[None]] = {}
-        # Slots promised to claim requests under way (not yet in `running`).
-        self.reserved = 0
+        self._busy: Counter[str] = Counter()  # attempts in `running`, by kind
+        # Slots promised to claim requests under way (not yet in `running`), by kind.
+        self._reserved: Counter[str] = Counter()
         # Whether a finished attempt's statement also claims the next ones (the queue table
         # is the source; a stream hands out one message at a time instead).
         self.claim_on_finish = isinstance(self.source, QueueSource)
@@ -144,12 +150,12 @@ class RemoteWorker:
                     last_sweep = time.monotonic()
                     await self._quietly(asyncio.to_thread(self.queue.sweep))
                 while self.free() > 0 and not stop.is_set():
-                    free = self.free()
-                    self.reserved += free
+                    wanted = self.free_by_kind()
+                    self._reserved.update(wanted)
                     try:
-                        claims = await self._quietly(self.source.next(self, free))
+                        claims = await self._quietly(self.source.next(self, wanted))
                     finally:
-                        self.reserved -= free
+                        self._reserved.subtract(wanted)
                     self._spawn(claims or (), wake)
                     if not claims:
                         break  # nothing more to take now
@@ -164,7 +170,12 @@ class RemoteWorker:
 
     def free(self) -> int:
         """Slots neither running an attempt nor promised to a claim under way."""
-        return self.concurrency - len(self.running) - self.reserved
+        return sum(self.free_by_kind().values())
+
+    def free_by_kind(self) -> dict[str, int]:
+        """`free`, kind by kind (those with none left out)."""
+        free = {k: n - self._busy[k] - self._reserved[k] for k, n in self.slots.items()}
+        return {kind: count for kind, count in free.items() if count > 0}
 
     def known(self) -> dict[str, int]:
         """The last seq read of each run whose folded state this worker keeps: a claim
@@ -184,6 +195,12 @@ class RemoteWorker:
             ready = _UNREAD if begun is None else begun.get(claim.id, _UNREAD)
             task = loop.create_task(self._handle(claim, wake, ready), name=claim.task_id)
             self.running[claim.id] = task
+            self._busy[claim.kind] += 1
+
+    def _forget(self, claim: Claim) -> None:
+        """`claim`'s slot is free again."""
+        if self.running.pop(claim.id, None) is not None:
+            self._busy[claim.kind] -= 1
 
     async def _quietly(self, awaitable: Any) -> Any:
         """Storage trouble (a dropped connection) is logged and retried on the next round."""
@@ -281,7 +298,7 @@ class RemoteWorker:
         finally:
             if os.path.lexists(work):  # left by a failure (`_end` clears it otherwise)
                 await asyncio.to_thread(shutil.rmtree, work, ignore_errors=True)
-            self.running.pop(claim.id, None)
+            self._forget(claim)
             with contextlib.suppress(Exception):
                 await self.source.done(claim)
             wake.set()
@@ -304,11 +321,13 @@ class RemoteWorker:
         while self._ended:
             batch, self._ended = self._ended, []
             stop = self._stop
-            take = 0
+            take: Counter[str] = Counter()
+            extra: dict[str, int] = {}
             if self.claim_on_finish and not (stop is not None and stop.is_set()):
-                take = max(0, self.free() + len(batch))  # the batch's own slots included
-            extra = max(0, take - len(batch))
-            self.reserved += extra
+                extra = self.free_by_kind()
+                take.update(extra)
+                take.update(ended.claim.kind for ended in batch)  # their own slots too
+            self._reserved.update(extra)
             try:
                 claims, begun = await asyncio.to_thread(self._end, batch, take)
             except BaseException as exc:  # each attempt's handler reports it
@@ -319,9 +338,9 @@ class RemoteWorker:
                     raise
                 continue
             finally:
-                self.reserved -= extra
+                self._reserved.subtract(extra)
             for ended in batch:  # before the new ones: their slots include these
-                self.running.pop(ended.claim.id, None)
+                self._forget(ended.claim)
             self._spawn(claims, wake, begun)
             for ended in batch:
                 if not ended.recorded.done():
@@ -338,11 +357,12 @@ class RemoteWorker:
         return to_spec(claim.payload, work, self.artifacts)
 
     def _end(
-        self, batch: list[_Ended], take: int
+        self, batch: list[_Ended], take: Mapping[str, int]
     ) -> tuple[list[Claim], dict[int, TaskSpec | Exception | None]]:
-        """Record the outcomes of `batch`, clear their work folders, and claim up to `take`
-        next attempts in the same statement (none when 0), begun in this thread hop as
-        well: (claims, what `_begin` made of each, or the error it raised)."""
+        """Record the outcomes of `batch`, clear their work folders, and claim up to
+        `take[kind]` next attempts of each kind in the same statement (none when empty),
+        begun in this thread hop as well: (claims, what `_begin` made of each, or the error
+        it raised)."""
         claims = self._finish(batch, take)
         for ended in batch:
             if os.path.lexists(ended.work):  # most attempts read no files and leave no folder
@@ -388,7 +408,7 @@ class RemoteWorker:
                 return
             await asyncio.sleep(self.lease_ttl / 3)
 
-    def _finish(self, batch: list[_Ended], take: int) -> list[Claim]:
+    def _finish(self, batch: list[_Ended], take: Mapping[str, int]) -> list[Claim]:
         # The outputs become artifacts of the queue's database in the same statement, which
         # also claims what this worker takes next: one round trip for all.
         turn = self.queue.finish_claim(
@@ -397,8 +417,9 @@ class RemoteWorker:
             kinds=self.kinds,
             tags=self.tags,
             ttl=self.lease_ttl,
-            limit=take,
-            known=self.known() if take else None,
+            limit=sum(take.values()),
+            per_kind=take,
+            known=self.known() if any(take.values()) else None,
         )
         for ended in batch:
             if ended.claim.id in turn.recorded:

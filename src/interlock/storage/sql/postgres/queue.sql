@@ -127,13 +127,15 @@ ORDER BY pick.priority DESC, pick.id;
 -- attempt is still wanted, without another query. One statement, so finishing and claiming
 -- commit together or not at all. Entries under a concurrency limit are only named
 -- (`limited`), as in `claim_free`. Rows: ('done', id), ('claim', id, limited, run, task,
--- attempt, delivery, payload) and ('event', id, run, seq, at, kind, data, rule, why, hash).
--- The statement is `interlock_queue_turn` (`013_queue_turn.sql`), whose plan holds whatever
--- the statistics say.
+-- attempt, delivery, payload, kind) and ('event', id, run, seq, at, kind, data, rule, why, hash).
+-- With %(limits)s, up to %(limits)s[i] entries of kind %(kinds)s[i] are claimed instead.
+-- The statement is `interlock_queue_turn` (`013_queue_turn.sql`, `015_kind_slots.sql`), whose
+-- plan holds whatever the statistics say.
 SELECT * FROM interlock_queue_turn(
     %(n)s, %(known)s::jsonb, %(out_shas)s::text[], %(out_bodies)s::bytea[], %(fin_ids)s::bigint[],
     %(fin_deliveries)s::int[], %(fin_results)s::jsonb[], %(fin_shas)s::text[], %(kinds)s::text[],
-    %(tags)s::text[], %(only)s::bigint, %(older)s::float8, %(worker)s, %(ttl)s::float8, %(news)s);
+    %(tags)s::text[], %(only)s::bigint, %(older)s::float8, %(worker)s, %(ttl)s::float8, %(news)s,
+    %(limits)s::int[]);
 
 -- name: prune
 -- Entries finished at least %(keep)s seconds ago whose run has ended: no orchestrator can
@@ -185,7 +187,7 @@ UPDATE task_queue SET state = 'claimed', worker = %s, delivery = delivery + 1,
        lease_expires = extract(epoch FROM clock_timestamp()) + %s,
        claimed_at = extract(epoch FROM clock_timestamp())
 WHERE id = %s
-RETURNING id, run_id, task_id, attempt, delivery, payload;
+RETURNING id, run_id, task_id, attempt, delivery, payload, kind;
 
 -- name: heartbeat
 UPDATE task_queue SET lease_expires = extract(epoch FROM clock_timestamp()) + %s
