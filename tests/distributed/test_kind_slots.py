@@ -4,6 +4,7 @@ model=32`): its turns claim by kind, and a process never runs more of a kind tha
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -16,15 +17,16 @@ from interlock.storage.postgres import PostgresStore
 
 
 def put(queue: TaskQueue, task: str, kind: str, scopes: list[str] | None = None) -> int:
+    """Enqueue attempt 1 of `task` (run r1), of `kind`."""
     return queue.enqueue(
         run_id="r1", task_id=task, attempt=1, kind=kind, payload={}, scopes=scopes or []
     )[0]
 
 
 @pytest.fixture
-def queue(pg_url: str) -> TaskQueue:
+def queue(pg_url: str) -> Iterator[TaskQueue]:
     store = PostgresStore(pg_url, pool_size=4)
-    yield TaskQueue(store)  # type: ignore[misc]
+    yield TaskQueue(store)
     store.close()
 
 
