@@ -30,18 +30,29 @@ def queue(pg_url: str) -> Iterator[TaskQueue]:
     store.close()
 
 
-def test_concurrency_sets_every_kind_or_one() -> None:
-    """`-c N` sets every kind, `-c KIND=N` one; a later value wins; the rest keep defaults."""
-    from interlock.cli.fleet import DEFAULT_SLOTS, KindCount, worker_slots
+def test_concurrency_sets_every_kind_or_one(tmp_path: Path) -> None:
+    """`-c N` sets every kind, `-c KIND=N` one, a later value winning; the others keep the
+    defaults, where model calls are as many as the providers allow at once."""
+    from interlock.cli.fleet import KindCount, worker_slots
+    from interlock.distributed.cli import default_slots
+    from interlock.runtime.models import ModelRunner
 
     def given(*values: str) -> dict[str, int]:
         return worker_slots(tuple(KindCount().convert(v, None, None) for v in values))
 
-    assert given() == DEFAULT_SLOTS == {"command": 4, "model": 32, "call": 32}
-    assert given("model=64") == {"command": 4, "model": 64, "call": 32}
+    assert given() == {}
+    assert given("model=64") == {"model": 64}
     assert given("8", "command=2") == {"command": 2, "model": 8, "call": 8}
     with pytest.raises(click.BadParameter, match="no kind 'gpu'"):
         given("gpu=2")
+    home = tmp_path / "home"
+    home.mkdir()
+    assert default_slots(ModelRunner(home)) == {"command": 4, "model": 8, "call": 32}
+    (home / "interlock.toml").write_text(
+        '[providers.fast]\nkind = "openai"\nbase_url = "http://127.0.0.1:9/v1"\n'
+        "max_concurrency = 64\n"
+    )
+    assert default_slots(ModelRunner(home))["model"] == 64
 
 
 def test_a_claim_takes_up_to_so_many_of_each_kind(queue: TaskQueue) -> None:
@@ -148,3 +159,20 @@ def test_a_worker_runs_each_kind_up_to_its_own_slots(procs: Processes) -> None:
     assert len(spans["command"]) == 3 and len(spans["call"]) == 3
     assert most_at_once(spans["command"]) == 1, spans
     assert most_at_once(spans["call"]) == 3, spans
+
+
+def test_a_worker_with_an_invalid_configuration_says_so_at_start(tmp_path: Path) -> None:
+    """Its model slots come from its configuration: an invalid file stops it at once, exit 2,
+    naming the file and the fix, before it connects to anything."""
+    from click.testing import CliRunner
+
+    from interlock.cli.main import cli
+
+    (tmp_path / "interlock.toml").write_text(
+        '[providers.x]\nkind = "openai"\nmax_concurrency = "lots"\n'
+    )
+    unreachable = "postgresql://nobody@127.0.0.1:9/none"
+    result = CliRunner().invoke(cli, ["--home", str(tmp_path), "worker", "--store", unreachable])
+    assert result.exit_code == 2, result.output
+    assert "interlock.toml: [providers.x] is invalid" in result.output
+    assert "start the worker again" in result.output

@@ -6,10 +6,7 @@ import click
 
 from interlock.cli.base import COUNT, Ctx, handle_errors, pass_ctx
 
-# Attempts a worker runs at once, by kind. A model call, or a `call:` function (which in this
-# domain mostly calls a model or a service), waits seconds on the network: dozens at once
-# cost little. A command is a process on this machine.
-DEFAULT_SLOTS = {"command": 4, "model": 32, "call": 32}
+KINDS = ("command", "model", "call")
 SLOT_COUNT = click.IntRange(1, 100_000)  # a claim's count is a 32-bit integer in the queue
 
 
@@ -24,7 +21,7 @@ class KindCount(click.ParamType):  # type: ignore[type-arg]
         if isinstance(value, tuple):
             return value
         kind, _, number = str(value).rpartition("=")
-        if kind and kind not in DEFAULT_SLOTS:
+        if kind and kind not in KINDS:
             self.fail(
                 f"no kind {kind!r}: use command, model or call (as in model=64), or a number "
                 "for every kind",
@@ -35,10 +32,11 @@ class KindCount(click.ParamType):  # type: ignore[type-arg]
 
 
 def worker_slots(given: tuple[tuple[str | None, int], ...]) -> dict[str, int]:
-    """`--concurrency` values over the defaults, in order (a later value wins)."""
-    slots = dict(DEFAULT_SLOTS)
+    """The kinds `--concurrency` sets (a later value wins); the others keep the worker's
+    defaults (`interlock.distributed.cli.default_slots`)."""
+    slots: dict[str, int] = {}
     for kind, count in given:
-        for each in [kind] if kind else list(slots):
+        for each in [kind] if kind else KINDS:
             slots[each] = count
     return slots
 
@@ -50,7 +48,8 @@ def worker_slots(given: tuple[tuple[str | None, int], ...]) -> dict[str, int]:
     multiple=True,
     type=KindCount(),
     help="Tasks run at once, of each kind: N for every kind, KIND=N for one (repeatable). "
-    f"Unless given: {', '.join(f'{k}={n}' for k, n in DEFAULT_SLOTS.items())}.",
+    "Unless given: command=4, call=32, and model= as many as the providers allow (the "
+    "largest max_concurrency in interlock.toml, 8 unless set).",
 )
 @click.option("--kinds", default="command,model,call", show_default=True, help="Kinds taken.")
 @click.option("--tags", default="", help="Tags this worker offers (comma-separated).")

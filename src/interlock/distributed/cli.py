@@ -12,6 +12,7 @@ from interlock.distributed.queue import TaskQueue
 from interlock.distributed.sources import ClaimSource
 from interlock.distributed.worker import RemoteWorker
 from interlock.errors import UsageError
+from interlock.providers.config_files import ConfigError
 from interlock.runtime.home import Home
 from interlock.runtime.models import ModelRunner
 from interlock.runtime.orchestrator import Settings, new_owner
@@ -19,6 +20,23 @@ from interlock.storage.postgres import PostgresStore
 
 log = logging.getLogger("interlock.distributed")
 POOL_MOST = 32  # connections a worker's pool grows to, at most (plus two)
+COMMAND_SLOTS = 4  # processes on this machine
+CALL_SLOTS = 32  # `call:` functions: in this domain they mostly wait on a model or a service
+UNLIMITED_SLOTS = 32  # model calls of a provider with no `max_concurrency`
+
+
+def default_slots(models: ModelRunner) -> dict[str, int]:
+    """Attempts a worker runs at once by kind, unless `--concurrency` says otherwise. Model
+    calls: as many as its providers allow at once (the largest `max_concurrency` of its
+    configuration, 8 unless set); claiming more would only hold them, waiting for the
+    provider's slots in this process, while another worker could run them.
+
+    Raises:
+        ConfigError: the worker's `interlock.toml` is invalid (the message names it).
+    """
+    limits = [p.max_concurrency or UNLIMITED_SLOTS for p in models.config(None).providers.values()]
+    model = max(limits, default=UNLIMITED_SLOTS)
+    return {"command": COMMAND_SLOTS, "model": model, "call": CALL_SLOTS}
 
 
 def open_shared(url: str | None, pool_size: int) -> PostgresStore:
@@ -61,11 +79,16 @@ def run_worker(
     grace: float,
     redis_url: str | None,
 ) -> None:
-    """Claim and run tasks until SIGTERM/SIGINT, up to `slots[kind]` of each kind at once;
-    running tasks finish or are handed back."""
+    """Claim and run tasks until SIGTERM/SIGINT, up to `slots[kind]` of each kind at once
+    (`default_slots` for a kind not given); running tasks finish or are handed back."""
     unknown = set(kinds) - {"command", "model", "call"}
     if unknown:
         raise UsageError(f"--kinds {', '.join(sorted(unknown))}: use command, model or call")
+    models = ModelRunner(Home.at(home).root)
+    try:
+        slots = {**default_slots(models), **slots}
+    except ConfigError as exc:  # named now, not at each model call
+        raise UsageError(f"{exc}; fix it, then start the worker again") from None
     # Statements under way at once are far fewer than attempts (heartbeats begin a third of
     # a lease in; turns carry many outcomes): a pool that grows to this many is enough.
     store = open_shared(url, pool_size=min(sum(slots[k] for k in kinds), POOL_MOST) + 2)
@@ -84,7 +107,7 @@ def run_worker(
         tags=tags,
         lease_ttl=lease_ttl,
         grace=grace,
-        models=ModelRunner(Home.at(home).root),
+        models=models,
         source=source,
     )
     log.info("%s taking %s tasks", name, ", ".join(f"{k} ({slots[k]} at once)" for k in kinds))
