@@ -25,9 +25,6 @@ HUGE = "99999999999999999999"  # past what SQLite and PostgreSQL store in an int
         (["cache", "list", "--limit", HUGE], "--limit"),
         (["serve", "--port", "99999"], "--port"),
         (["serve", "--port", "-1"], "--port"),
-        (["worker", "--concurrency", "0"], "--concurrency"),
-        (["worker", "--concurrency", "model=0"], "--concurrency"),
-        (["worker", "--concurrency", f"call={HUGE}"], "--concurrency"),
         (["orchestrate", "--capacity", "0"], "--capacity"),
     ],
 )

@@ -161,6 +161,39 @@ def test_a_worker_runs_each_kind_up_to_its_own_slots(procs: Processes) -> None:
     assert most_at_once(spans["call"]) == 3, spans
 
 
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("0", "'0': expected a whole number from 1 to 100,000 (as in 8 or command=2"),
+        ("model=0", "'0' for model: expected a whole number from 1 to 100,000"),
+        ("call=99999999999999999999", "for call: expected a whole number from 1 to 100,000"),
+        ("command=2.5", "'2.5' for command: expected a whole number"),
+        ("abc", "'abc': expected a whole number"),
+        ("gpu=3", "no kind 'gpu': use command, model or call"),
+        ("=3", "'=3' names no kind"),
+    ],
+)
+def test_a_bad_concurrency_is_refused_naming_the_fix(value: str, says: str, tmp_path: Path) -> None:
+    """Exit 2 before anything is opened, naming the option, the value and what it takes."""
+    from click.testing import CliRunner
+
+    from interlock.cli.main import cli
+
+    home = tmp_path / "home"
+    result = CliRunner().invoke(cli, ["--home", str(home), "worker", "--concurrency", value])
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--concurrency'" in result.output
+    assert says in " ".join(result.output.split()), result.output
+    assert not home.exists()
+
+
+def test_concurrency_is_read_leniently() -> None:
+    """Spaces around the parts and a kind in capitals are understood."""
+    from interlock.cli.fleet import KindCount
+
+    assert KindCount().convert(" Model = 12 ", None, None) == ("model", 12)
+
+
 def test_a_worker_with_an_invalid_configuration_says_so_at_start(tmp_path: Path) -> None:
     """Its model slots come from its configuration: an invalid file stops it at once, exit 2,
     naming the file and the fix, before it connects to anything."""

@@ -7,7 +7,7 @@ import click
 from interlock.cli.base import COUNT, Ctx, handle_errors, pass_ctx
 
 KINDS = ("command", "model", "call")
-SLOT_COUNT = click.IntRange(1, 100_000)  # a claim's count is a 32-bit integer in the queue
+SLOTS_MOST = 100_000  # a claim's count is a 32-bit integer in the queue
 
 
 class KindCount(click.ParamType):  # type: ignore[type-arg]
@@ -20,15 +20,26 @@ class KindCount(click.ParamType):  # type: ignore[type-arg]
     ) -> tuple[str | None, int]:
         if isinstance(value, tuple):
             return value
-        kind, _, number = str(value).rpartition("=")
-        if kind and kind not in KINDS:
+        text = str(value).strip()
+        kind, sep, number = (part.strip() for part in text.rpartition("="))
+        kind = kind.lower()
+        if sep and kind not in KINDS:
+            named = f"no kind {kind!r}" if kind else f"{text!r} names no kind"
             self.fail(
-                f"no kind {kind!r}: use command, model or call (as in model=64), or a number "
-                "for every kind",
+                f"{named}: use command, model or call (as in model=64), or a number for every kind",
                 param,
                 ctx,
             )
-        return (kind or None, SLOT_COUNT.convert(number, param, ctx))  # type: ignore[arg-type]
+        if not (number.isascii() and number.isdigit()) or not 1 <= int(number) <= SLOTS_MOST:
+            example = f"{kind}=2" if kind else "8 or command=2"
+            none = f"no {kind} tasks, leave {kind}" if kind else "none of a kind, leave it"
+            self.fail(
+                f"{number!r}{f' for {kind}' if kind else ''}: expected a whole number from 1 to "
+                f"{SLOTS_MOST:,} (as in {example}; to take {none} out of --kinds)",
+                param,
+                ctx,
+            )
+        return (kind or None, int(number))
 
 
 def worker_slots(given: tuple[tuple[str | None, int], ...]) -> dict[str, int]:
@@ -47,9 +58,10 @@ def worker_slots(given: tuple[tuple[str | None, int], ...]) -> dict[str, int]:
     "-c",
     multiple=True,
     type=KindCount(),
-    help="Tasks run at once, of each kind: N for every kind, KIND=N for one (repeatable). "
-    "Unless given: command=4, call=32, and model= as many as the providers allow (the "
-    "largest max_concurrency in interlock.toml, 8 unless set).",
+    help="Tasks run at once, of each kind: N (1 to 100,000) for every kind, KIND=N for one; "
+    "repeatable, a later value winning. Unless given: command=4, call=32, and as many "
+    "model calls as the providers allow (the largest max_concurrency in interlock.toml, 8 "
+    "unless set).",
 )
 @click.option("--kinds", default="command,model,call", show_default=True, help="Kinds taken.")
 @click.option("--tags", default="", help="Tags this worker offers (comma-separated).")

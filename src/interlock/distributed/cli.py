@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sys
 from pathlib import Path
 
 from interlock.distributed.orchestrate import Fleet
@@ -110,7 +111,9 @@ def run_worker(
         models=models,
         source=source,
     )
-    log.info("%s taking %s tasks", name, ", ".join(f"{k} ({slots[k]} at once)" for k in kinds))
+    taking = ", ".join(f"{kind} {slots[kind]}" for kind in kinds)
+    # One line on stderr, whatever the log level: what this process will do, at once.
+    print(f"{name}: running tasks of kinds at once: {taking} (SIGTERM stops it)", file=sys.stderr)
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -168,6 +171,11 @@ def run_orchestrate(
         await until_signalled(asyncio.create_task(fleet.run(stop)), stop)
 
     Path(Home.at(home).root).mkdir(parents=True, exist_ok=True)
+    print(
+        f"{fleet.orchestrator.owner}: driving up to {capacity} runs of the shared ledger "
+        "(SIGTERM stops it)",
+        file=sys.stderr,
+    )
     try:
         asyncio.run(main())
     finally:
