@@ -111,9 +111,9 @@ def run_worker(
         models=models,
         source=source,
     )
-    taking = ", ".join(f"{kind} {slots[kind]}" for kind in kinds)
+    taking = ", ".join(f"{slots[kind]} {kind}" for kind in kinds)
     # One line on stderr, whatever the log level: what this process will do, at once.
-    print(f"{name}: running tasks of kinds at once: {taking} (SIGTERM stops it)", file=sys.stderr)
+    print(f"{name}: runs at most {taking} tasks at once (SIGTERM stops it)", file=sys.stderr)
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -221,7 +221,7 @@ class TaskQueue:
         kinds: Sequence[str],
         tags: Sequence[str],
         ttl: float,
-        limit: int,
+        limit: int = 0,
         only: int | None = None,
         older: float | None = None,
         per_kind: Mapping[str, int] | None = None,
@@ -233,8 +233,8 @@ class TaskQueue:
         some of the best are under a limit, one more is claimed by a transaction that counts
         under the limit's lock. With `older`, only entries that have waited that many
         seconds since they were queued or last handed out (stragglers) are taken. With
-        `per_kind` (kind -> count), up to so many of each kind instead of `limit` of
-        `kinds`."""
+        `per_kind` (kind -> count), up to so many of each kind instead (`kinds` and `limit`
+        are then its own)."""
         turn = self.finish_claim(
             worker,
             (),
@@ -256,7 +256,7 @@ class TaskQueue:
         kinds: Sequence[str],
         tags: Sequence[str],
         ttl: float,
-        limit: int,
+        limit: int = 0,
         known: Mapping[str, int] | None = None,
         only: int | None = None,
         older: float | None = None,

@@ -46,7 +46,6 @@ class QueueSource:
                 kinds=worker.kinds,
                 tags=worker.tags,
                 ttl=worker.lease_ttl,
-                limit=sum(wanted.values()),
                 per_kind=wanted,
                 known=worker.known(),
             )

@@ -74,7 +74,6 @@ class StreamSource:
             kinds=worker.kinds,
             tags=worker.tags,
             ttl=worker.lease_ttl,
-            limit=sum(wanted.values()),
             older=older,
             per_kind=wanted,
         )

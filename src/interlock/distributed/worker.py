@@ -417,7 +417,6 @@ class RemoteWorker:
             kinds=self.kinds,
             tags=self.tags,
             ttl=self.lease_ttl,
-            limit=sum(take.values()),
             per_kind=take,
             known=self.known() if any(take.values()) else None,
         )
