@@ -61,6 +61,23 @@ def test_finishing_and_claiming_are_one_statement(queue: TaskQueue) -> None:
     assert last.recorded == {b, c} and last.claims == []
 
 
+def test_outputs_and_results_of_any_bytes_travel_intact(queue: TaskQueue) -> None:
+    """What a text array would quote or escape (backslashes, quotes, braces, commas, NUL, an
+    empty output) is recorded exactly, with results whose strings hold the same."""
+    bodies = [b'\\x00 "quoted", {braced}\n', bytes(range(256)), b""]
+    ids = [put(queue, f"t{n}") for n in range(len(bodies))]
+    held = turn(queue, [], len(ids)).claims
+    results = [{"ok": True, "note": f'say "{n}", {{ \\ }}'} for n in range(len(ids))]
+    finished = [
+        Finished(claim=claim, result=result, output=body)
+        for claim, result, body in zip(held, results, bodies, strict=True)
+    ]
+    assert turn(queue, finished, 0).recorded == set(ids)
+    found = queue.finished_many(ids)
+    assert [found[i][1] for i in ids] == bodies
+    assert [found[i][0].result for i in ids] == results
+
+
 def test_a_stale_workers_result_is_refused(queue: TaskQueue) -> None:
     """A worker whose hand-out expired and went to another worker cannot record its result,
     even in the statement that claims its next entry: the current holder's result stands."""

@@ -336,6 +336,26 @@ def test_a_lost_lease_keeps_its_commands_and_outputs_out_of_the_commit(store: St
     assert store.get_run("moved").lease_owner == "b"
 
 
+def test_outputs_and_commands_of_any_bytes_go_in_with_the_append(store: Store) -> None:
+    """Outputs whose bytes a text array would quote or escape (backslashes, quotes, braces,
+    commas, NUL, nothing at all) are stored exactly, and several commands are consumed."""
+    make_run(store, "r1")
+    lease = store.acquire_lease("r1", "a", TTL, T0)
+    commands = [store.post_command("r1", "message", f"m{n}", "ann", T0) for n in range(3)]
+    bodies = [b'\\x00 "quoted", {braced}\n', bytes(range(256)), b"", b"NULL"]
+    stored = [(f"{n:064x}", body) for n, body in enumerate(bodies)]
+    batch = AppendBatch(
+        lease=lease,
+        events=notes("kept"),
+        summary=RunSummary(status="running", phase=None),
+        consumed=tuple(commands),
+        artifacts=stored,
+    )
+    assert store.append_many([batch], T0 + 1) == [1]
+    assert [store.artifact(sha) for sha, _ in stored] == bodies
+    assert store.pending_commands("r1") == []
+
+
 # -- commands ----------------------------------------------------------------------------------
 
 

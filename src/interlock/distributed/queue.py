@@ -15,7 +15,6 @@ decides about a new attempt as for any other failure.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -26,6 +25,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from interlock.distributed.sql import by_keys, queue_queries
+from interlock.storage import codec
 from interlock.storage.base import StoredEvent
 from interlock.storage.postgres import PostgresStore
 from interlock.storage.rows import event_from_row
@@ -303,7 +303,7 @@ class TaskQueue:
             "fin_results": [Jsonb(item.result) for item in finished],
             "fin_shas": shas,
             # One JSON text, not two arrays: it costs the worker a fraction of the encoding.
-            "known": json.dumps(runs) if known is not None else "{}",
+            "known": codec.dumps(runs) if known is not None else "{}",
             "news": known is not None,
         }
         rows = self.store.single(lambda db: db.execute(Q["finish_claim"], args).fetchall())

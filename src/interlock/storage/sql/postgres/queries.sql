@@ -160,6 +160,8 @@ SELECT body FROM artifacts WHERE sha256 = %s;
 -- no row (lease lost). `prior` reads the run as the fence will find it: appends to a run are
 -- serialised by `commit_order`, taken earlier in the same transaction. Each link is
 -- sha256(previous hash, newline, seq, newline, content digest), as `interlock.storage.chain`.
+-- Arrays travel in binary format: in text each element is quoted and escaped in Python, which
+-- cost more than the rest of the statement's parameters together.
 WITH RECURSIVE prior AS (
     SELECT last_seq, coalesce(chain_head, '') AS head FROM runs WHERE run_id = %(run)s
 ), incoming AS (
@@ -191,12 +193,12 @@ WITH RECURSIVE prior AS (
     ORDER BY i.ord
 ), consumed AS (
     UPDATE commands SET consumed_at = %(now)s
-    WHERE id = ANY(%(consumed)s::bigint[]) AND run_id = %(run)s AND consumed_at IS NULL
+    WHERE id = ANY(%(consumed)b::bigint[]) AND run_id = %(run)s AND consumed_at IS NULL
       AND EXISTS (SELECT 1 FROM fenced)
 ), stored AS (
     INSERT INTO artifacts (sha256, size, body, created_at)
     SELECT a.sha256, length(a.body), a.body, %(now)s
-    FROM unnest(%(shas)s::text[], %(bodies)s::bytea[]) AS a (sha256, body)
+    FROM unnest(%(shas)b::text[], %(bodies)b::bytea[]) AS a (sha256, body)
     WHERE EXISTS (SELECT 1 FROM fenced)
     ON CONFLICT (sha256) DO NOTHING
 )
