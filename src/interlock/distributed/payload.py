@@ -8,6 +8,7 @@ private directory on the worker before the executor starts.
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -63,7 +64,7 @@ def to_payload(spec: TaskSpec, pipeline: str, artifacts: ArtifactStore) -> dict[
 
 WORKER_CACHE = 256  # worker definitions a worker process keeps parsed
 _workers: dict[bytes, Worker] = {}
-_workers_lock = threading.Lock()  # specs are built in several threads
+_caches_lock = threading.Lock()  # specs are built in several threads
 
 
 def parsed_worker(definition: dict[str, Any]) -> Worker:
@@ -74,11 +75,30 @@ def parsed_worker(definition: dict[str, Any]) -> Worker:
     worker = _workers.get(key)
     if worker is None:
         worker = Worker.model_validate(definition)
-        with _workers_lock:
+        with _caches_lock:
             if len(_workers) >= WORKER_CACHE:
                 _workers.pop(next(iter(_workers)))
             _workers[key] = worker
     return worker
+
+
+_folders: dict[str, Path] = {}  # workflow folders found on this machine (they stay)
+
+
+def local_folder(text: str | None) -> Path | None:
+    """The workflow folder a payload names, if this machine has it (a worker elsewhere may
+    not: its executors then go without). Found once per process: every attempt of a run
+    names the same folder, and looking costs a `stat` and a `Path` each time."""
+    if not text:
+        return None
+    found = _folders.get(text)
+    if found is None and os.path.isdir(text):
+        found = Path(text)
+        with _caches_lock:
+            if len(_folders) >= WORKER_CACHE:
+                _folders.pop(next(iter(_folders)))
+            _folders[text] = found
+    return found
 
 
 def to_spec(payload: dict[str, Any], workdir: Path, artifacts: ArtifactStore) -> TaskSpec:
@@ -93,7 +113,6 @@ def to_spec(payload: dict[str, Any], workdir: Path, artifacts: ArtifactStore) ->
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(bodies[sha])
         reads.append((name, target))
-    workflow_dir = payload.get("workflow_dir")
     return TaskSpec(
         run_id=payload["run_id"],
         task_id=payload["task_id"],
@@ -108,5 +127,5 @@ def to_spec(payload: dict[str, Any], workdir: Path, artifacts: ArtifactStore) ->
         run_dir=workdir,
         model=payload["model"],
         idempotency_key=payload["idempotency_key"],
-        workflow_dir=Path(workflow_dir) if workflow_dir and Path(workflow_dir).is_dir() else None,
+        workflow_dir=local_folder(payload.get("workflow_dir")),
     )
