@@ -13,7 +13,7 @@ from tests.distributed.helpers import PG_ADMIN
 from tests.storage.test_conformance import make_run
 
 from interlock.core import events as ev
-from interlock.distributed.artifacts import PostgresArtifacts
+from interlock.distributed.artifacts import PostgresArtifacts, RecentBodies
 from interlock.distributed.queue import Claim, Finished, Q, TaskQueue
 from interlock.distributed.worker import RemoteWorker
 from interlock.storage.base import AppendBatch, NewEvent, RunSummary
@@ -287,6 +287,7 @@ def test_lookups_by_keys_scan_no_whole_table_once_it_has_grown(pg_url: str) -> N
     try:
         queue, artifacts = TaskQueue(store), PostgresArtifacts(store)
         digests = [artifacts.put(f"body {n}".encode()) for n in range(3)]
+        artifacts.recent = RecentBodies(budget=0)  # every lookup goes to the database
         ids = [put(queue, f"t{n}") for n in range(3)]
 
         def look() -> None:

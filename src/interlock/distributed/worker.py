@@ -411,15 +411,19 @@ class RemoteWorker:
     def _finish(self, batch: list[_Ended], take: Mapping[str, int]) -> list[Claim]:
         # The outputs become artifacts of the queue's database in the same statement, which
         # also claims what this worker takes next: one round trip for all.
+        finished = [_finished(ended) for ended in batch]
         turn = self.queue.finish_claim(
             self.name,
-            [_finished(ended) for ended in batch],
+            finished,
             kinds=self.kinds,
             tags=self.tags,
             ttl=self.lease_ttl,
             per_kind=take,
             known=self.known() if any(take.values()) else None,
         )
+        for item in finished:  # a later task of the run may read it here: no round trip
+            if item.output is not None:
+                self.artifacts.recent.keep(item.output)
         for ended in batch:
             if ended.claim.id in turn.recorded:
                 self.finished += 1
