@@ -187,6 +187,43 @@ def test_a_bad_concurrency_is_refused_naming_the_fix(value: str, says: str, tmp_
     assert not home.exists()
 
 
+@pytest.mark.parametrize(
+    ("args", "option", "says"),
+    [
+        (["--kinds", "gpu,model"], "--kinds", "no kind 'gpu': name one or more of command, model"),
+        (["--kinds", " , "], "--kinds", "' , ' names no kind"),
+        (
+            ["--kinds", "model", "-c", "4", "-c", "command=2"],
+            "--concurrency",
+            "command=2, but this worker takes no command tasks (--kinds model): add command "
+            "to --kinds, or leave the value out",
+        ),
+    ],
+)
+def test_kinds_and_their_concurrency_must_agree(
+    args: list[str], option: str, says: str, tmp_path: Path
+) -> None:
+    """A kind that does not exist, no kind at all, or a value for a kind the worker does not
+    take (it would be ignored) exits 2 before anything is opened, naming the fix."""
+    from click.testing import CliRunner
+
+    from interlock.cli.main import cli
+
+    home = tmp_path / "home"
+    result = CliRunner().invoke(cli, ["--home", str(home), "worker", *args])
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '{option}'" in result.output
+    assert says in " ".join(result.output.split()), result.output
+    assert not home.exists()
+
+
+def test_kinds_are_read_leniently() -> None:
+    """Spaces, capitals and a kind named twice are understood; every kind may take `-c N`."""
+    from interlock.cli.fleet import taken_kinds
+
+    assert taken_kinds(" Model, call,model ", ((None, 8), ("call", 3))) == ("model", "call")
+
+
 def test_concurrency_is_read_leniently() -> None:
     """Spaces around the parts and a kind in capitals are understood."""
     from interlock.cli.fleet import KindCount

@@ -52,6 +52,27 @@ def worker_slots(given: tuple[tuple[str | None, int], ...]) -> dict[str, int]:
     return slots
 
 
+def taken_kinds(text: str, concurrency: tuple[tuple[str | None, int], ...]) -> tuple[str, ...]:
+    """The kinds `--kinds` names, checked against `--concurrency`: a value for a kind this
+    worker does not take would be ignored, so it is refused (click's usage error, exit 2)."""
+    kinds = tuple(dict.fromkeys(k.strip().lower() for k in text.split(",") if k.strip()))
+    unknown = [kind for kind in kinds if kind not in KINDS]
+    if unknown or not kinds:
+        named = f"no kind {', '.join(map(repr, unknown))}" if unknown else f"{text!r} names no kind"
+        raise click.BadParameter(
+            f"{named}: name one or more of command, model, call (as in model,call)",
+            param_hint="'--kinds'",
+        )
+    for kind, count in concurrency:
+        if kind is not None and kind not in kinds:
+            raise click.BadParameter(
+                f"{kind}={count}, but this worker takes no {kind} tasks (--kinds "
+                f"{','.join(kinds)}): add {kind} to --kinds, or leave the value out",
+                param_hint="'--concurrency'",
+            )
+    return kinds
+
+
 @click.command()
 @click.option(
     "--concurrency",
@@ -89,6 +110,7 @@ def worker(
     redis_url: str | None,
 ) -> None:
     """Run queued tasks of a shared PostgreSQL ledger (--store) until SIGTERM."""
+    taken = taken_kinds(kinds, concurrency)
     if store_here:
         ctx.store_url = store_here
     from interlock.distributed.cli import run_worker
@@ -97,7 +119,7 @@ def worker(
         ctx.store_url,
         ctx.home,
         slots=worker_slots(concurrency),
-        kinds=tuple(k.strip() for k in kinds.split(",") if k.strip()),
+        kinds=taken,
         tags=tuple(t.strip() for t in tags.split(",") if t.strip()),
         lease_ttl=lease_ttl,
         grace=grace,

@@ -80,11 +80,9 @@ def run_worker(
     grace: float,
     redis_url: str | None,
 ) -> None:
-    """Claim and run tasks until SIGTERM/SIGINT, up to `slots[kind]` of each kind at once
-    (`default_slots` for a kind not given); running tasks finish or are handed back."""
-    unknown = set(kinds) - {"command", "model", "call"}
-    if unknown:
-        raise UsageError(f"--kinds {', '.join(sorted(unknown))}: use command, model or call")
+    """Claim and run tasks of `kinds` (checked by the command) until SIGTERM/SIGINT, up to
+    `slots[kind]` of each at once (`default_slots` for a kind not given); running tasks
+    finish or are handed back."""
     models = ModelRunner(Home.at(home).root)
     try:
         slots = {**default_slots(models), **slots}
