@@ -48,6 +48,7 @@ MIGRATION_LOCK = 4849675  # advisory lock key held while the schema is brought u
 CHECK_AFTER_IDLE = 1.0  # seconds a pooled connection may rest before it is pinged again
 STALLED_TRANSACTION = 5.0  # seconds a transaction of ours may sit idle before the server ends it
 NEVER = 1e300  # `next_at` of a notification given up on: never due again
+STARTING_UP = "57P03"  # cannot_connect_now: the server is starting up or shutting down
 T = TypeVar("T")
 
 
@@ -68,6 +69,7 @@ class PostgresStore:
         self._stalled_ms = max(1, int(stalled_transaction * 1000))
         self._used = {}
         self._where = _redact(url)
+        self._probe(connect_timeout)
         self.pool: ConnectionPool[Any] = ConnectionPool(
             url,
             min_size=1,
@@ -91,6 +93,26 @@ class PostgresStore:
             with contextlib.suppress(Exception):
                 self.close()
             raise StorageError(f"{self._where}: cannot open the ledger: {exc}") from None
+
+    def _probe(self, timeout: float) -> None:
+        """One connection before the pool's: a server that is down, a database that does not
+        exist or a refused login is then said at once, in the server's words, instead of
+        after the pool's timeout with a warning per try. A server that says it is starting
+        up (or shutting down) is given until `timeout`, as the pool would."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                psycopg.connect(self.url, connect_timeout=max(1, int(timeout))).close()
+                return
+            except psycopg.Error as exc:
+                if exc.sqlstate == STARTING_UP and time.monotonic() < deadline:
+                    time.sleep(0.25)
+                    continue
+                said = " ".join(str(exc).split())
+                raise StorageError(
+                    f"{self._where}: cannot open the ledger: {said} (check the URL given "
+                    "with --store or INTERLOCK_STORE, and that PostgreSQL runs there)"
+                ) from None
 
     # -- plumbing ---------------------------------------------------------------------------
 
