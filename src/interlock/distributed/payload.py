@@ -19,6 +19,9 @@ from interlock.core.workflow import Worker
 from interlock.distributed.artifacts import ArtifactStore
 from interlock.runtime.executors import TaskSpec
 
+RECORD_FOLDERS = ("prompts", "logs")  # what an attempt records beside its output
+RECORD_LIMIT = 256 << 10  # bytes of one record sent with a result (its end, if longer)
+
 
 def idempotency_key(run_id: str, task_id: str, attempt: int) -> str:
     """The key handed to side effects: the same for every delivery of one attempt."""
@@ -129,3 +132,25 @@ def to_spec(payload: dict[str, Any], workdir: Path, artifacts: ArtifactStore) ->
         idempotency_key=payload["idempotency_key"],
         workflow_dir=local_folder(payload.get("workflow_dir")),
     )
+
+
+def keep_records(run_dir: Path, records: object) -> list[str]:
+    """Write the records a remote attempt sent with its result (`{"prompts/<task>.<n>.md":
+    text, ...}`) into the run's folder, where an attempt run here leaves its own; returns
+    what could not be kept and why. Only plain names in the record folders are taken: a
+    result is data from another machine, and no path in it may reach elsewhere."""
+    problems: list[str] = []
+    if not isinstance(records, dict):
+        return ["records that are not a mapping"]
+    for path, text in records.items():
+        folder, _, name = str(path).partition("/")
+        plain = name not in ("", ".", "..") and not any(c in name for c in "/\\\0")
+        if folder not in RECORD_FOLDERS or not plain or not isinstance(text, str):
+            problems.append(f"{path!r}: not a record")
+            continue
+        try:
+            (run_dir / folder).mkdir(exist_ok=True)
+            (run_dir / folder / name).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            problems.append(f"{path!r}: {exc.strerror or exc}")
+    return problems

@@ -30,7 +30,7 @@ from typing import Any
 from interlock.core.state import RunState, apply, fold
 from interlock.distributed.artifacts import PostgresArtifacts
 from interlock.distributed.listen import Listener
-from interlock.distributed.payload import to_spec
+from interlock.distributed.payload import RECORD_FOLDERS, RECORD_LIMIT, to_spec
 from interlock.distributed.queue import CHANNEL, Claim, Finished, TaskQueue
 from interlock.distributed.sources import ClaimSource, QueueSource
 from interlock.providers import aclose_providers
@@ -73,7 +73,33 @@ def _finished(ended: _Ended) -> Finished:
         "timed_out": outcome.timed_out,
         "usage": outcome.usage,
     }
+    records = _records(ended.work)
+    if records:
+        result["records"] = records
     return Finished(claim=ended.claim, result=result, output=data)
+
+
+def _records(work: Path) -> dict[str, str]:
+    """The records an attempt left in its work folder, by their path in the run's folder:
+    the prompt of a model call (and its tools' transcript), a command's logs. They travel in
+    the result, and the orchestrator keeps them in the run's folder as it does for an
+    attempt it runs itself (a remote worker's went with its work folder). A record longer
+    than `RECORD_LIMIT` keeps its end, where a failure shows."""
+    found: dict[str, str] = {}
+    for folder in RECORD_FOLDERS:
+        try:
+            entries = sorted(os.scandir(work / folder), key=lambda e: e.name)
+        except OSError:  # most attempts leave neither folder
+            continue
+        for entry in entries:
+            if entry.is_file(follow_symlinks=False):
+                with open(entry.path, "rb") as file:
+                    size = file.seek(0, os.SEEK_END)
+                    file.seek(max(0, size - RECORD_LIMIT))
+                    tail = file.read().decode("utf-8", errors="replace")
+                cut = f"[the first {size - RECORD_LIMIT:,} bytes are left out]\n"
+                found[f"{folder}/{entry.name}"] = (cut if size > RECORD_LIMIT else "") + tail
+    return found
 
 
 class RemoteWorker:
