@@ -84,10 +84,27 @@ class _LazyConsole:
             width=None if terminal else 200,
         )
 
-    def __getattr__(self, name: str) -> Any:
+    def real(self) -> Console:
+        """The Console itself, for what needs one by type or by protocol (rich's `Live`
+        enters it as a context manager, which `__getattr__` cannot stand in for: Python
+        looks `__enter__` up on the class)."""
         if self._console is None:
             self._console = self._make()
-        return getattr(self._console, name)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real(), name)
+
+    def __enter__(self) -> Console:
+        return self.real().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.real().__exit__(*exc)
+
+
+def real_console(console: Console) -> Console:
+    """`console` itself, or the Console a lazy one stands for."""
+    return console.real() if isinstance(console, _LazyConsole) else console
 
 
 out = cast("Console", _LazyConsole(stderr=False))

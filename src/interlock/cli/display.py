@@ -10,6 +10,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from interlock.cli.base import real_console
+
 if TYPE_CHECKING:  # the engine and the live view are loaded only when a run is shown live
     from rich.console import Console, Group
     from rich.live import Live
@@ -98,7 +100,8 @@ class LiveProgress:
         if self.console.is_terminal:
             from rich.live import Live
 
-            self.live = Live(console=self.console, refresh_per_second=8, transient=False)
+            console = real_console(self.console)
+            self.live = Live(console=console, refresh_per_second=8, transient=False)
             self.live.__enter__()
         return self
 

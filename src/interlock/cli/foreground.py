@@ -77,34 +77,40 @@ async def _drive(app: Interlock, run_id: str) -> None:
 
 
 def report_end(app: Interlock, run_id: str) -> int:
-    """Print how the run stands and return the matching exit code."""
+    """Print how the run stands and return the matching exit code. The lines are never
+    wrapped (`soft_wrap`): their paths and commands are copied whole from a terminal."""
     from interlock.core.state import RunStatus
 
     state = app.state(run_id)
     if state.status is RunStatus.DELIVERED:
-        out.print(f"delivered: {app.run_dir(run_id) / 'final.md'}")
+        out.print(f"delivered: {app.run_dir(run_id) / 'final.md'}", soft_wrap=True)
         return int(ExitCode.OK)
     if state.status is RunStatus.PAUSED:
-        out.print(f"paused for approval: interlock approve {run_id} [--message TEXT]")
+        out.print(
+            f"paused for approval: interlock approve {run_id} [--message TEXT]", soft_wrap=True
+        )
         return int(ExitCode.PAUSED)
     if state.status is RunStatus.RUNNING and state.slot_awaited is not None:
         key = state.slot_awaited.key
-        out.print(f"waiting for a slot of {key!r}: interlock resume {run_id} drives it on")
+        out.print(
+            f"waiting for a slot of {key!r}: interlock resume {run_id} drives it on", soft_wrap=True
+        )
         return int(ExitCode.INTERRUPTED)
     if state.status is RunStatus.RUNNING and state.waiting is not None:
         waiting = state.waiting
         if waiting.signal is not None:
             out.print(
                 f"waiting for signal {waiting.signal!r}: interlock signal {run_id} "
-                f"{waiting.signal} [--data JSON]; then interlock resume {run_id}"
+                f"{waiting.signal} [--data JSON]; then interlock resume {run_id}",
+                soft_wrap=True,
             )
         else:
-            out.print(f"waiting: interlock resume {run_id} drives it on")
+            out.print(f"waiting: interlock resume {run_id} drives it on", soft_wrap=True)
         return int(ExitCode.INTERRUPTED)
     if state.status is RunStatus.RUNNING:
-        out.print(f"still running: interlock resume {run_id}")
+        out.print(f"still running: interlock resume {run_id}", soft_wrap=True)
         return int(ExitCode.INTERRUPTED)
-    out.print(f"{state.status.value}: {state.failure}")
+    out.print(f"{state.status.value}: {state.failure}", soft_wrap=True)
     return int(ExitCode.RUN_FAILED)
 
 

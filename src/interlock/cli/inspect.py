@@ -283,7 +283,9 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
     if view["final"]:
         from interlock.runtime.home import Home
 
-        out.print(f"final: {Home.at(ctx.home).run_dir(view['run_id']) / 'final.md'}")
+        out.print(
+            f"final: {Home.at(ctx.home).run_dir(view['run_id']) / 'final.md'}", soft_wrap=True
+        )
 
 
 def _running_children(view: dict[str, Any]) -> list[str]:

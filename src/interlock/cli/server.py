@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from interlock.cli.base import PORT, SEQUENCE, Ctx, handle_errors, out, pass_ctx
+from interlock.cli.base import PORT, SEQUENCE, Ctx, handle_errors, out, pass_ctx, real_console
 from interlock.errors import ExitCode
 
 
@@ -130,7 +130,7 @@ def watch(ctx: Ctx, run_id: str, server_url: str | None, token: str | None, sinc
         messages = watching.from_server(server_url, run_id, since, token)
     else:
         messages = watching.from_store(ctx.reader(run_id), run_id, since)
-    last = watching.watch(out, run_id, messages)
+    last = watching.watch(real_console(out), run_id, messages)
     state = last.get("state")
     codes = {"delivered": ExitCode.OK, "paused": ExitCode.PAUSED}
     sys.exit(int(codes.get(state or "", ExitCode.RUN_FAILED if state else ExitCode.OK)))
