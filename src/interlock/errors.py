@@ -90,6 +90,11 @@ class StorageError(InterlockError):
     exit_code = ExitCode.STORAGE
 
 
+class StorageUnavailable(StorageError):
+    """The ledger's database did not answer (down, restarting, unreachable) after retries: the
+    caller may wait and try again, nothing was written."""
+
+
 class DiskFull(StorageError):
     """The disk (or file system) holding the ledger or the run directories has no space left."""
 

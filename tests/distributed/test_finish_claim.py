@@ -99,6 +99,57 @@ def test_a_stale_workers_result_is_refused(queue: TaskQueue) -> None:
     assert entry.result == {"ok": True, "n": 2} and body == b"on time"
 
 
+def test_a_worker_cut_off_past_its_lease_records_its_result_if_nobody_took_over(
+    queue: TaskQueue,
+) -> None:
+    """A worker that could not reach the database for longer than its lease (an outage) finds
+    its entry queued again by a sweep; with nobody having taken it since, its result is
+    recorded by its next turn, which claims other entries but never that one again: the
+    attempt runs once, not twice."""
+    a, b, c = put(queue, "a"), put(queue, "b"), put(queue, "c")
+    (held,) = turn(queue, [], 1, worker="cut-off", ttl=0.2).claims
+    time.sleep(0.4)
+    assert queue.sweep() == 1 and queue.states([a]) == {a: ("queued", 1)}
+    # Woken by the sweep's announcement, the worker claims for its free slots while it still
+    # holds `a`'s result: never `a` itself, whose delivery would then outgrow the result's.
+    more = turn(queue, [], 1, worker="cut-off", holding=[a])
+    assert [(claim.id, claim.delivery) for claim in more.claims] == [(b, 1)]
+    back = turn(
+        queue,
+        [Finished(claim=held, result={"ok": True}, output=b"once")],
+        2,
+        worker="cut-off",
+        holding=[a, b],
+    )
+    assert back.recorded == {a}
+    assert [(claim.id, claim.delivery) for claim in back.claims] == [(c, 1)]
+    entry, body = queue.finished_many([a])[a]
+    assert entry.state == "done" and entry.delivery == 1 and body == b"once"
+    assert turn(queue, [], 3, worker="other").claims == []
+
+
+def test_only_the_holder_takes_a_swept_hand_out_back(queue: TaskQueue) -> None:
+    """The name a sweep leaves on the entry is the holder's: another worker's result for the
+    same delivery (a bug, or a forged claim) is refused, and so is the holder's once it handed
+    the entry back or the run cancelled and queued the attempt again."""
+    a = put(queue, "a")
+    (held,) = turn(queue, [], 1, worker="w1", ttl=0.2).claims
+    time.sleep(0.4)
+    queue.sweep()
+    assert turn(queue, [Finished(claim=held, result={"ok": True})], 0, worker="w2").recorded == (
+        set()
+    )
+    assert not queue.heartbeat(held, 30, "w2") and queue.states([a]) == {a: ("queued", 1)}
+    (again,) = turn(queue, [], 1, worker="w1").claims  # a new hand-out, to w1 itself
+    queue.hand_back(again)
+    assert not queue.finish(again, {"ok": True}, worker="w1")
+    assert not queue.heartbeat(again, 30, "w1")
+    (third,) = turn(queue, [], 1, worker="w1").claims
+    assert queue.cancel("r1", "a", 1) and put(queue, "a") == a  # queued again, no holder
+    assert not queue.finish(third, {"ok": True}, worker="w1")
+    assert queue.states([a]) == {a: ("queued", third.delivery)}
+
+
 def test_a_crash_during_the_turn_loses_nothing(queue: TaskQueue, pg_url: str) -> None:
     """A worker that dies with its turn uncommitted (its server process ended mid-transaction)
     leaves its entry claimed and the next one queued, as if the turn never happened: the
@@ -122,6 +173,7 @@ def test_a_crash_during_the_turn_loses_nothing(queue: TaskQueue, pg_url: str) ->
         "known": "{}",
         "news": False,
         "limits": None,
+        "holding": [],
     }
     db = psycopg.connect(pg_url)
     assert len(db.execute(Q["finish_claim"], args).fetchall()) == 2  # done a, claimed b

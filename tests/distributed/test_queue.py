@@ -105,6 +105,22 @@ def test_expired_hand_out_goes_to_another_worker_and_fences_the_first(queue: Tas
     assert queue.get(first.id).result == {"ok": True, "n": 2}
 
 
+def test_a_swept_hand_out_is_taken_back_by_its_holder_while_nobody_else_took_it(
+    queue: TaskQueue,
+) -> None:
+    """A holder cut off past its lease (its heartbeats failed) renews the entry a sweep queued
+    again, which then is nobody else's to claim; its result counts once."""
+    put(queue, "a")
+    held = take(queue, "cut-off", ttl=0.2)
+    time.sleep(0.4)
+    assert queue.sweep() == 1
+    assert queue.heartbeat(held, 30, "cut-off")
+    assert take(queue, "other") is None
+    assert queue.get(held.id).state == "claimed" and queue.get(held.id).delivery == 1
+    assert queue.finish(held, {"ok": True, "n": 1}, None, worker="cut-off")
+    assert queue.get(held.id).result == {"ok": True, "n": 1}
+
+
 def test_too_many_lost_hand_outs_fail_the_attempt(queue: TaskQueue) -> None:
     """After `max_deliveries` expired hand-outs the entry ends as a retryable failure."""
     put(queue, "a")
@@ -277,6 +293,7 @@ def test_a_turn_walks_the_ready_index_instead_of_sorting_the_backlog(
         "known": "{}",
         "news": True,
         "limits": None,
+        "holding": [],
     }
     for limits in (None, [0, 0, 1]):  # all kinds together, or claims by kind
         plans: list[str] = []

@@ -73,7 +73,7 @@ def test_duplicate_and_stale_messages_are_dropped(pg_url: str, streams: RedisStr
         streams.announce(entry)
         source = StreamSource(streams, queue, min_idle=60)
         worker: Any = SimpleNamespace(
-            name="w1", kinds=("call",), tags=(), lease_ttl=30.0, concurrency=4
+            name="w1", kinds=("call",), tags=(), lease_ttl=30.0, concurrency=4, running={}
         )
         wanted = {"call": 4}
         claim = source._next(worker, wanted)

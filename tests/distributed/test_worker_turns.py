@@ -9,8 +9,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from interlock.distributed import worker as worker_module
 from interlock.distributed.queue import Claim
 from interlock.distributed.worker import RemoteWorker, _Ended
+from interlock.errors import StorageUnavailable
 from interlock.runtime.executors import Outcome
 from interlock.storage.postgres import PostgresStore
 
@@ -28,7 +32,9 @@ def test_outcomes_ending_during_a_turn_go_in_the_next_one_together(
     worker = RemoteWorker(store, name="w", concurrency=4, kinds=("call",), workdir=tmp_path)
     turns: list[tuple[list[int], dict[str, int]]] = []
 
-    def end(batch: list[_Ended], take: dict[str, int]) -> tuple[list[Claim], dict[int, Any]]:
+    def end(
+        batch: list[_Ended], take: dict[str, int], holding: list[int]
+    ) -> tuple[list[Claim], dict[int, Any]]:
         turns.append(([e.claim.id for e in batch], dict(take)))
         time.sleep(0.3 if len(turns) == 1 else 0)  # the first turn's statement is slow
         return [], {}
@@ -65,7 +71,9 @@ def test_a_failed_turn_reaches_every_outcome_it_carried(pg_url: str, tmp_path: P
     worker = RemoteWorker(store, name="w", concurrency=4, workdir=tmp_path)
     calls = 0
 
-    def end(batch: list[_Ended], take: dict[str, int]) -> tuple[list[Claim], dict[int, Any]]:
+    def end(
+        batch: list[_Ended], take: dict[str, int], holding: list[int]
+    ) -> tuple[list[Claim], dict[int, Any]]:
         nonlocal calls
         calls += 1
         time.sleep(0.2)
@@ -91,6 +99,46 @@ def test_a_failed_turn_reaches_every_outcome_it_carried(pg_url: str, tmp_path: P
     assert not worker._ended  # nothing left waiting for a turn
 
 
+def test_outcomes_wait_out_an_outage_and_are_recorded_when_it_ends(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the database does not answer, a turn's outcomes stay with the worker and go in
+    the next turn that reaches it (with those ended meanwhile), each once, and every turn
+    tells the queue which entries the worker holds so that none is handed to it again."""
+    monkeypatch.setattr(worker_module, "OUTAGE_PAUSE", 0.05)
+    store = PostgresStore(pg_url)
+    worker = RemoteWorker(store, name="w", concurrency=4, workdir=tmp_path)
+    turns: list[tuple[list[int], list[int]]] = []
+
+    def end(
+        batch: list[_Ended], take: dict[str, int], holding: list[int]
+    ) -> tuple[list[Claim], dict[int, Any]]:
+        turns.append(([e.claim.id for e in batch], sorted(holding)))
+        if len(turns) <= 2:
+            raise StorageUnavailable("ledger unreachable: connection refused")
+        return [], {}
+
+    worker._end = end  # type: ignore[method-assign]
+
+    async def main() -> list[Any]:
+        wake = asyncio.Event()
+        running = asyncio.create_task(asyncio.sleep(0))
+        for n in (1, 2):
+            worker.running[n] = running
+        first = asyncio.create_task(worker._recorded(ended(1, tmp_path), wake))
+        await asyncio.sleep(0.02)
+        second = worker._recorded(ended(2, tmp_path), wake)
+        return await asyncio.wait_for(asyncio.gather(first, second), 5)
+
+    try:
+        results = asyncio.run(main())
+    finally:
+        store.close()
+    assert results == [None, None]
+    assert turns == [([1], [1, 2]), ([1, 2], [1, 2]), ([1, 2], [1, 2])]
+    assert not worker._ended
+
+
 def _beating_worker(
     store: PostgresStore, tmp_path: Path, runs_for: float, held: list[bool]
 ) -> tuple[RemoteWorker, list[float], list[Any], list[str]]:
@@ -102,7 +150,7 @@ def _beating_worker(
     recorded: list[Any] = []
     endings: list[str] = []
 
-    def heartbeat(claim: Claim, ttl: float) -> bool:
+    def heartbeat(claim: Claim, ttl: float, worker: str | None = None) -> bool:
         beats.append(time.monotonic())
         return held.pop(0) if held else True
 

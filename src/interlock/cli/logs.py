@@ -34,14 +34,32 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+# True in the `interlock` command's own process (`cli.main.main`): the root logger is then
+# its to configure. A program that calls the click group itself (tests, an embedding host)
+# keeps its own logging for everything but interlock's loggers.
+OWN_PROCESS = False
+
+# Libraries whose routine warnings interlock already reports in its own words: the pool's
+# "error connecting" for every attempt while a database is down (`storage.outage` says it once).
+QUIETER = {"psycopg.pool": logging.ERROR}
+
+
 def configure_logging(*, debug: bool = False, json_format: bool = False) -> None:
-    """Send interlock's logs to stderr."""
+    """Send interlock's logs to stderr, and the libraries' warnings through the same handler
+    (in the same format: a JSON log stays one JSON object per line)."""
     handler = logging.StreamHandler(sys.stderr)
     if json_format:
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger("interlock")
+    ours = logging.getLogger("interlock")
+    ours.handlers[:] = [handler]
+    ours.setLevel(logging.DEBUG if debug else logging.WARNING)
+    ours.propagate = False
+    if not OWN_PROCESS:
+        return
+    root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(logging.DEBUG if debug else logging.WARNING)
-    root.propagate = False
+    root.setLevel(logging.WARNING)
+    for name, level in QUIETER.items():
+        logging.getLogger(name).setLevel(logging.DEBUG if debug else level)

@@ -83,5 +83,8 @@ def cli(
 
 def main() -> None:
     """Console entry point."""
+    from interlock.cli import logs
+
+    logs.OWN_PROCESS = True
     logging.captureWarnings(True)
     cli(standalone_mode=True)

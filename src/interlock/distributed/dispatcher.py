@@ -18,8 +18,9 @@ import contextlib
 import logging
 import time
 import weakref
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from interlock.core import events as ev
 from interlock.core.state import TaskState
@@ -27,6 +28,7 @@ from interlock.distributed.artifacts import ArtifactStore, PostgresArtifacts
 from interlock.distributed.payload import keep_records, scopes, to_payload
 from interlock.distributed.queue import Entry, TaskQueue
 from interlock.distributed.watch import Watcher
+from interlock.errors import StorageUnavailable
 from interlock.runtime import artifacts as files
 from interlock.runtime.dispatch import outcome_report
 from interlock.runtime.driver import Report, RunDriver
@@ -36,6 +38,8 @@ if TYPE_CHECKING:
     from interlock.runtime.orchestrator import Orchestrator
 
 log = logging.getLogger("interlock.distributed")
+T = TypeVar("T")
+OUTAGE_PAUSE = 1.0  # seconds between tries of the queue while the database is down
 
 
 class Transport(Protocol):
@@ -169,6 +173,10 @@ class QueueDispatcher:
             try:
                 items = [(spec, pipeline, fields) for spec, pipeline, fields, _ in batch]
                 results = await asyncio.to_thread(self._submit_many, items)
+            except StorageUnavailable:  # queued when the database answers again (idempotent)
+                self._batch = batch + self._batch
+                await asyncio.sleep(OUTAGE_PAUSE)
+                continue
             except Exception as exc:
                 results = [exc] * len(batch)
             _answer([item[-1] for item in batch], results)
@@ -183,6 +191,8 @@ class QueueDispatcher:
         for spec, pipeline, fields in items:
             try:
                 fields["payload"] = to_payload(spec, pipeline, self.artifacts)
+            except StorageUnavailable:  # the whole batch waits for the database
+                raise
             except Exception as exc:
                 results.append(exc)
                 continue
@@ -257,7 +267,7 @@ class QueueDispatcher:
         started = False
         while True:
             if heard is None or (heard[0] == "claimed" and not heard[1] and not started):
-                entry = await asyncio.to_thread(self.queue.get, entry_id)
+                entry = await _patiently(self.queue.get, entry_id)
                 heard = (entry.state, entry.worker or "")
             state, worker = heard
             if state == "done":
@@ -272,7 +282,7 @@ class QueueDispatcher:
                 await asyncio.to_thread(self._announce, entry_id)
             elif state == "cancelled":
                 # Withdrawn by an orchestrator that let go of the run: we want it again.
-                _, again = await asyncio.to_thread(self._enqueue, fields)
+                _, again = await _patiently(self._enqueue, fields)
                 heard = (again, "")
                 continue
             wake.clear()
@@ -307,6 +317,10 @@ class QueueDispatcher:
             try:
                 items = [(entry_id, tmp) for entry_id, tmp, _ in batch]
                 results = await asyncio.to_thread(self._outcomes, items)
+            except StorageUnavailable:  # the results are in the queue: fetched once it answers
+                self._done = batch + self._done
+                await asyncio.sleep(OUTAGE_PAUSE)
+                continue
             except Exception as exc:
                 results = [exc] * len(batch)
             _answer([item[-1] for item in batch], results)
@@ -325,6 +339,8 @@ class QueueDispatcher:
                     results.append(self._outcome(entry_id, tmp, *found[entry_id]))
                 else:
                     results.append(self._outcome(entry_id, tmp, self.queue.get(entry_id), None))
+            except StorageUnavailable:  # the whole batch waits for the database
+                raise
             except Exception as exc:
                 results.append(exc)
         return results
@@ -381,6 +397,16 @@ def _still_wanted(driver: RunDriver, task_id: str, attempt: int) -> bool:
         and task.attempt == attempt
         and task.status.in_flight
     )
+
+
+async def _patiently(call: Callable[..., T], *args: Any) -> T:
+    """`call(*args)` in a thread, tried again while the database does not answer (the store
+    reports the outage): an attempt waits for the queue, it does not fail with it."""
+    while True:
+        try:
+            return await asyncio.to_thread(call, *args)
+        except StorageUnavailable:
+            await asyncio.sleep(OUTAGE_PAUSE)
 
 
 def _answer(futures: list[asyncio.Future[Any]], results: list[Any]) -> None:

@@ -16,6 +16,9 @@ from collections.abc import Callable, Sequence
 import psycopg
 from psycopg import sql
 
+from interlock.storage.outage import Outage, one_line
+from interlock.storage.postgres import outage_name
+
 log = logging.getLogger("interlock.distributed")
 
 Callback = Callable[[str, str], None]  # channel, payload
@@ -31,6 +34,7 @@ class Listener:
         self.connected = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="interlock-listen", daemon=True)
+        self._outage = Outage.of(outage_name(url), log)  # shared with the process's store
 
     def start(self) -> Listener:
         """Begin listening (returns at once)."""
@@ -45,22 +49,31 @@ class Listener:
     def _loop(self) -> None:
         delay = 0.1
         while not self._stop.is_set():
+            began = time.monotonic()
             try:
                 with psycopg.connect(self.url, autocommit=True, connect_timeout=5) as db:
                     for channel in self.channels:
                         db.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
                     self.connected.set()
+                    self._outage.answered(began)
                     # Whatever happened while we were away was not heard: let users re-check.
                     self.callback("", "reconnected")
                     delay = 0.1
                     while not self._stop.is_set():
                         for note in db.notifies(timeout=1.0):
                             self.callback(note.channel, note.payload)
+            except psycopg.OperationalError as exc:  # the server or the network
+                self.connected.clear()
+                if self._stop.is_set():
+                    return
+                self._outage.failed(exc)
+                self._stop.wait(delay)
+                delay = min(5.0, delay * 2)
             except psycopg.Error as exc:
                 self.connected.clear()
                 if self._stop.is_set():
                     return
-                log.warning("notification connection lost (%s); reconnecting", exc)
+                log.warning("notification connection lost (%s); reconnecting", one_line(exc))
                 self._stop.wait(delay)
                 delay = min(5.0, delay * 2)
             except Exception:  # a failing callback must not end the listening

@@ -26,6 +26,7 @@ from interlock.distributed.stale import supersede_stale
 from interlock.errors import InterlockError
 from interlock.runtime.home import Home
 from interlock.runtime.orchestrator import Orchestrator, Settings
+from interlock.storage.outage import level_for
 from interlock.storage.postgres import PostgresStore
 
 log = logging.getLogger("interlock.distributed")
@@ -147,7 +148,7 @@ class Fleet:
             # A few per look: orchestrators looking at once then share a burst of new runs.
             candidates = self.store.unowned_runs(now, asked)
         except InterlockError as exc:
-            log.warning("cannot look for runs: %s", exc)
+            log.log(level_for(exc), "cannot look for runs: %s", exc)
             return False
         orchestrator = self.orchestrator
         fresh = [run_id for run_id in candidates if run_id not in orchestrator.drivers]
@@ -158,7 +159,7 @@ class Fleet:
                 fresh, orchestrator.owner, orchestrator.settings.lease_ttl, now
             )
         except InterlockError as exc:
-            log.warning("cannot take runs: %s", exc)
+            log.log(level_for(exc), "cannot take runs: %s", exc)
             return False
         taken = 0
         for lease, record, stored in leased:

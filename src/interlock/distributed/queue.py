@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -208,10 +208,14 @@ class TaskQueue:
         tags: Sequence[str],
         ttl: float,
         only: int | None = None,
+        holding: Collection[int] = (),
     ) -> Claim | None:
         """Take the best queued entry this worker can run (or entry `only`), honouring the
-        concurrency limits; None when there is nothing to take now."""
-        got = self.claim_many(worker, kinds=kinds, tags=tags, ttl=ttl, limit=1, only=only)
+        concurrency limits; None when there is nothing to take now. Entries in `holding`
+        (those the worker is running or has results for) are never handed to it again."""
+        got = self.claim_many(
+            worker, kinds=kinds, tags=tags, ttl=ttl, limit=1, only=only, holding=holding
+        )
         return got[0] if got else None
 
     def claim_many(
@@ -225,6 +229,7 @@ class TaskQueue:
         only: int | None = None,
         older: float | None = None,
         per_kind: Mapping[str, int] | None = None,
+        holding: Collection[int] = (),
     ) -> list[Claim]:
         """Take up to `limit` of the best queued entries this worker can run, honouring the
         concurrency limits (fewer, or none, when there are fewer to take now).
@@ -245,6 +250,7 @@ class TaskQueue:
             only=only,
             older=older,
             per_kind=per_kind,
+            holding=holding,
         )
         return turn.claims
 
@@ -261,6 +267,7 @@ class TaskQueue:
         only: int | None = None,
         older: float | None = None,
         per_kind: Mapping[str, int] | None = None,
+        holding: Collection[int] = (),
     ) -> Turn:
         """Record `finished` results and claim up to `limit` entries (0: only finish), or up
         to `per_kind[k]` of each kind k, in one statement as a rule: a worker's whole turn
@@ -271,7 +278,10 @@ class TaskQueue:
         it), each claim carries the run's events after that seq (`Claim.news`, all of them
         for a run not named), so the caller can tell whether the attempt is still wanted
         without asking the ledger again. Concurrency limits are honoured as in `claim_many`:
-        an entry under a limit is claimed by a transaction of its own after the statement."""
+        an entry under a limit is claimed by a transaction of its own after the statement.
+        Entries in `holding` (the worker's, being run or with results still to record) are
+        not claimed again: one a sweep queued again is taken back by its result or heartbeat
+        (see `heartbeat`)."""
         outputs: dict[str, bytes] = {}
         shas: list[str | None] = []
         for item in finished:
@@ -305,6 +315,7 @@ class TaskQueue:
             # One JSON text, not two arrays: it costs the worker a fraction of the encoding.
             "known": codec.dumps(runs) if known is not None else "{}",
             "news": known is not None,
+            "holding": list(holding),
         }
         rows = self.store.single(lambda db: db.execute(Q["finish_claim"], args).fetchall())
         recorded = frozenset(int(row[1]) for row in rows if row[0] == "done")
@@ -331,7 +342,9 @@ class TaskQueue:
             kinds = [kind for kind in kinds if per_kind[kind] > taken[kind]]
         if not limited or len(claims) >= limit or not kinds:
             return Turn(recorded=recorded, claims=claims)
-        extra = self._claim_limited(worker, kinds=kinds, tags=tags, ttl=ttl, only=only, older=older)
+        extra = self._claim_limited(
+            worker, kinds=kinds, tags=tags, ttl=ttl, only=only, older=older, holding=holding
+        )
         return Turn(recorded=recorded, claims=claims if extra is None else [*claims, extra])
 
     def _claim_limited(
@@ -343,9 +356,16 @@ class TaskQueue:
         ttl: float,
         only: int | None,
         older: float | None,
+        holding: Collection[int],
     ) -> Claim | None:
         """One entry under a concurrency limit, counted under the limit's lock."""
-        args = {"kinds": list(kinds), "tags": list(tags), "only": only, "older": older}
+        args = {
+            "kinds": list(kinds),
+            "tags": list(tags),
+            "only": only,
+            "older": older,
+            "holding": list(holding),
+        }
 
         def claim(db: psycopg.Connection[Any]) -> Claim | None:
             row = db.execute(Q["candidates"], args).fetchone()
@@ -365,9 +385,12 @@ class TaskQueue:
 
         return self.store.retrying(claim)
 
-    def heartbeat(self, claim: Claim, ttl: float) -> bool:
-        """Extend the hand-out; False when it was lost (expired and handed on, or cancelled)."""
-        args = (ttl, claim.id, claim.delivery)
+    def heartbeat(self, claim: Claim, ttl: float, worker: str | None = None) -> bool:
+        """Extend the hand-out; False when it was lost (expired and handed on, or cancelled).
+
+        A hand-out that expired while `worker` (its holder) could not reach the database, and
+        that a sweep queued again, is taken back as long as nobody else has claimed it."""
+        args = (ttl, claim.id, claim.delivery, worker)
         return bool(self.store.single(lambda db: db.execute(Q["heartbeat"], args).rowcount))
 
     def finish(
@@ -377,8 +400,10 @@ class TaskQueue:
         output_sha: str | None = None,
         *,
         output: bytes | None = None,
+        worker: str | None = None,
     ) -> bool:
-        """Record the result; False (nothing written) if this hand-out is no longer current.
+        """Record the result; False (nothing written) if this hand-out is no longer current
+        (still `worker`'s after a sweep queued it again counts as current: see `heartbeat`).
 
         `output_sha` names an output already stored; `output` is stored as an artifact of
         this database by the same statement."""
@@ -393,9 +418,11 @@ class TaskQueue:
                 output_sha,
                 claim.id,
                 claim.delivery,
+                worker,
             )
         else:
-            query, args = Q["finish"], (Jsonb(result), output_sha, claim.id, claim.delivery)
+            query = Q["finish"]
+            args = (Jsonb(result), output_sha, claim.id, claim.delivery, worker)
         return self.store.single(lambda db: db.execute(query, args).fetchone() is not None)
 
     def hand_back(self, claim: Claim) -> None:
@@ -419,8 +446,8 @@ class TaskQueue:
                     result = Jsonb({"ok": False, "error": error, "retryable": True})
                     db.execute(Q["give_up"], (result, entry_id, delivery))
                     db.execute(Q["notify"], (STATES, f"{entry_id}:done"))
-                else:
-                    db.execute(Q["requeue"], (entry_id, delivery))
+                else:  # its holder may still take it back while nobody else has
+                    db.execute(Q["requeue_expired"], (entry_id, delivery))
                     db.execute(Q["notify"], (CHANNEL, f"{entry_id}:queued"))
                 touched += 1
             if touched:

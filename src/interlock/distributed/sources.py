@@ -39,6 +39,8 @@ class QueueSource:
         """See `ClaimSource.next`: one statement for all of them, as a rule, which brings
         the ledger's news of their runs as well (see `TaskQueue.finish_claim`)."""
 
+        holding = list(worker.running)  # read here, on the loop that changes it
+
         def claim() -> list[Claim]:
             turn = self.queue.finish_claim(
                 worker.name,
@@ -48,6 +50,7 @@ class QueueSource:
                 ttl=worker.lease_ttl,
                 per_kind=wanted,
                 known=worker.known(),
+                holding=holding,
             )
             return turn.claims
 

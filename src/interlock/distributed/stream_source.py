@@ -130,6 +130,10 @@ class StreamSource:
             self._backlog = self.streams.read(worker.name, worker.concurrency, block=0.2)
         while self._backlog:
             message, entry_id = self._backlog.pop(0)
+            if entry_id in worker.running:
+                # Its own, queued again by a sweep after an outage: it takes it back by its
+                # result or heartbeat. The message stays pending and is reclaimed later.
+                continue
             claim = self.queue.claim(
                 worker.name,
                 kinds=[kind for kind, count in wanted.items() if count > 0],

@@ -6,6 +6,9 @@ heartbeat renews the hand-out; if the hand-out was lost (it expired and went to 
 worker, or the run cancelled it) the execution is stopped and nothing is recorded. A result
 is recorded only for the current hand-out (`delivery` fences it), and an orchestrator takes
 only the result of the attempt it waits for: one superseded while it ran is dropped there.
+A hand-out that expired while the worker could not reach the database (an outage longer than
+the lease) is still its own until another worker claims it: its next heartbeat or its result
+takes it back, so the attempt does not run twice.
 
 On SIGTERM a worker stops claiming, lets running attempts finish for up to `grace` seconds,
 hands the rest back to the queue, and exits.
@@ -33,16 +36,19 @@ from interlock.distributed.listen import Listener
 from interlock.distributed.payload import RECORD_FOLDERS, RECORD_LIMIT, to_spec
 from interlock.distributed.queue import CHANNEL, Claim, Finished, TaskQueue
 from interlock.distributed.sources import ClaimSource, QueueSource
+from interlock.errors import StorageUnavailable
 from interlock.providers import aclose_providers
 from interlock.runtime import collector
 from interlock.runtime.executors import Outcome, TaskSpec, run_call, run_command
 from interlock.runtime.models import ModelRunner
+from interlock.storage.outage import level_for
 from interlock.storage.postgres import PostgresStore
 
 log = logging.getLogger("interlock.distributed")
 KINDS = ("command", "model", "call")
 STATE_CACHE = 256  # runs whose folded state a worker keeps
 _UNREAD = object()  # a claim `_begin` has not looked at yet
+OUTAGE_PAUSE = 1.0  # seconds between turns that try to record outcomes while the database is down
 
 
 @dataclasses.dataclass
@@ -233,7 +239,7 @@ class RemoteWorker:
         try:
             return await awaitable
         except Exception as exc:
-            log.warning("queue unavailable: %s", exc)
+            log.log(level_for(exc), "queue unavailable: %s", exc)  # an outage: said once
             await asyncio.sleep(min(self.poll, 1.0))
             return None
 
@@ -355,7 +361,15 @@ class RemoteWorker:
                 take.update(ended.claim.kind for ended in batch)  # their own slots too
             self._reserved.update(extra)
             try:
-                claims, begun = await asyncio.to_thread(self._end, batch, take)
+                claims, begun = await asyncio.to_thread(self._end, batch, take, list(self.running))
+            except StorageUnavailable:
+                # The database is down (the store says so once, and again when it is back).
+                # The outcomes wait here for a turn that reaches it: a hand-out that expired
+                # meanwhile is still this worker's unless another worker took it, so a paid
+                # result is not thrown away for an outage.
+                self._ended = [e for e in batch if not e.recorded.done()] + self._ended
+                await asyncio.sleep(OUTAGE_PAUSE)
+                continue
             except BaseException as exc:  # each attempt's handler reports it
                 for ended in batch:
                     if not ended.recorded.done():
@@ -383,13 +397,13 @@ class RemoteWorker:
         return to_spec(claim.payload, work, self.artifacts)
 
     def _end(
-        self, batch: list[_Ended], take: Mapping[str, int]
+        self, batch: list[_Ended], take: Mapping[str, int], holding: list[int]
     ) -> tuple[list[Claim], dict[int, TaskSpec | Exception | None]]:
         """Record the outcomes of `batch`, clear their work folders, and claim up to
         `take[kind]` next attempts of each kind in the same statement (none when empty),
         begun in this thread hop as well: (claims, what `_begin` made of each, or the error
         it raised)."""
-        claims = self._finish(batch, take)
+        claims = self._finish(batch, take, holding)
         for ended in batch:
             if os.path.lexists(ended.work):  # most attempts read no files and leave no folder
                 shutil.rmtree(ended.work, ignore_errors=True)
@@ -424,9 +438,11 @@ class RemoteWorker:
         third of the lease in); once lost, stop the execution."""
         while not execution.done():
             try:
-                held = await asyncio.to_thread(self.queue.heartbeat, claim, self.lease_ttl)
+                held = await asyncio.to_thread(
+                    self.queue.heartbeat, claim, self.lease_ttl, self.name
+                )
             except Exception as exc:  # keep running; the next beat may get through
-                log.warning("heartbeat failed: %s", exc)
+                log.log(level_for(exc), "heartbeat failed: %s", exc)
                 held = True
             if not held:
                 lost.set()
@@ -434,7 +450,9 @@ class RemoteWorker:
                 return
             await asyncio.sleep(self.lease_ttl / 3)
 
-    def _finish(self, batch: list[_Ended], take: Mapping[str, int]) -> list[Claim]:
+    def _finish(
+        self, batch: list[_Ended], take: Mapping[str, int], holding: list[int]
+    ) -> list[Claim]:
         # The outputs become artifacts of the queue's database in the same statement, which
         # also claims what this worker takes next: one round trip for all.
         finished = [_finished(ended) for ended in batch]
@@ -446,6 +464,7 @@ class RemoteWorker:
             ttl=self.lease_ttl,
             per_kind=take,
             known=self.known() if any(take.values()) else None,
+            holding=holding,
         )
         for item in finished:  # a later task of the run may read it here: no round trip
             if item.output is not None:
@@ -461,4 +480,6 @@ class RemoteWorker:
 
     def _finish_stale(self, claim: Claim) -> None:
         error = "stale: the ledger no longer wants this attempt"
-        self.queue.finish(claim, {"ok": False, "error": error, "stale": True}, None)
+        self.queue.finish(
+            claim, {"ok": False, "error": error, "stale": True}, None, worker=self.name
+        )

@@ -28,6 +28,7 @@ from typing import Generic, Protocol, TypeVar
 
 from interlock.errors import DiskFull, LeaseHeld, LeaseLost, StorageError
 from interlock.storage.base import Lease, Store
+from interlock.storage.outage import level_for
 
 log = logging.getLogger("interlock.runtime")
 
@@ -148,7 +149,9 @@ class LeaseKeeper(Generic[H]):
             except StorageError as exc:
                 # A locked database is transient: the leases still hold until they expire,
                 # and appends are fenced, so trying again at the next look is safe.
-                log.warning("cannot renew leases: %s", exc, extra={"action": "renew_failed"})
+                log.log(
+                    level_for(exc), "cannot renew leases: %s", exc, extra={"action": "renew_failed"}
+                )
                 return
             for holder, lease in zip(due, renewed, strict=False):
                 if isinstance(lease, LeaseLost):

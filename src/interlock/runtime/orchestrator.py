@@ -63,6 +63,7 @@ from interlock.storage.base import (
     Store,
     StoredEvent,
 )
+from interlock.storage.outage import level_for
 
 log = logging.getLogger("interlock.runtime")
 
@@ -542,7 +543,8 @@ class Orchestrator:
         try:
             pending = self.store.pending_commands(None)
         except StorageError as exc:  # a locked database: the commands wait for the next look
-            log.warning("cannot read commands: %s", exc, extra={"action": "poll_failed"})
+            level = level_for(exc)
+            log.log(level, "cannot read commands: %s", exc, extra={"action": "poll_failed"})
             return
         for record in pending:
             driver = self.drivers.get(record.run_id)
@@ -593,7 +595,12 @@ class Orchestrator:
             if isinstance(exc, DiskFull):
                 self._full.failed(exc, now, [d.run_id for d, _, _ in batches])
             else:
-                log.error("append failed: %s", exc, extra={"action": "append_failed"})
+                log.log(
+                    level_for(exc, logging.ERROR),
+                    "append failed: %s",
+                    exc,
+                    extra={"action": "append_failed"},
+                )
             for driver, _, _ in batches:
                 try:
                     self._reload(driver)

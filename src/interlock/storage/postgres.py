@@ -25,7 +25,13 @@ import psycopg
 from psycopg.types.json import set_json_dumps, set_json_loads
 from psycopg_pool import ConnectionPool
 
-from interlock.errors import LeaseHeld, LeaseLost, RunNotFound, StorageError
+from interlock.errors import (
+    LeaseHeld,
+    LeaseLost,
+    RunNotFound,
+    StorageError,
+    StorageUnavailable,
+)
 from interlock.storage import codec, run_list
 from interlock.storage.base import (
     AppendBatch,
@@ -38,6 +44,7 @@ from interlock.storage.base import (
     StoredEvent,
     receipt_from_row,
 )
+from interlock.storage.outage import Outage
 from interlock.storage.queries import migrations, queries
 from interlock.storage.rows import event_from_row, outbox_from_row, registration_row, run_from_row
 from interlock.storage.run_list import RunQuery
@@ -47,6 +54,7 @@ Q = queries("postgres")
 MIGRATION_LOCK = 4849675  # advisory lock key held while the schema is brought up to date
 CHECK_AFTER_IDLE = 1.0  # seconds a pooled connection may rest before it is pinged again
 STALLED_TRANSACTION = 5.0  # seconds a transaction of ours may sit idle before the server ends it
+RECONNECT_FOR = 4.0  # seconds the pool tries to reconnect before starting over (see `__init__`)
 NEVER = 1e300  # `next_at` of a notification given up on: never due again
 STARTING_UP = "57P03"  # cannot_connect_now: the server is starting up or shutting down
 T = TypeVar("T")
@@ -69,6 +77,8 @@ class PostgresStore:
         self._stalled_ms = max(1, int(stalled_transaction * 1000))
         self._used = {}
         self._where = _redact(url)
+        # Shared with this process's listeners on the same database (`where`).
+        self.outage = Outage.of(outage_name(url), log)
         self._probe(connect_timeout)
         self.pool: ConnectionPool[Any] = ConnectionPool(
             url,
@@ -80,6 +90,11 @@ class PostgresStore:
             check=self._check,
             configure=self._configure,
             kwargs={"autocommit": False, "connect_timeout": int(connect_timeout)},
+            # The pool doubles its wait between attempts to reconnect (1, 2, 4 ... 64 s) for
+            # `reconnect_timeout`: after an outage of a minute it could wait another minute
+            # before noticing that the server is back. Given up after a few seconds, the
+            # attempt starts over, from a short wait, as soon as a statement asks again.
+            reconnect_timeout=RECONNECT_FOR,
             name="interlock-ledger",
             open=True,
         )
@@ -192,13 +207,16 @@ class PostgresStore:
         """Run an idempotent `action` in a transaction, again on a fresh connection if the
         connection broke (server restart, terminated backend, network blip)."""
         for attempt in range(self._retries + 1):
+            began = time.monotonic()
             try:
                 with self._connection() as db, db.transaction():
-                    return action(db)
+                    result = action(db)
+                self.outage.answered(began)
+                return result
             except psycopg.OperationalError as exc:
+                self.outage.failed(exc)
                 if attempt == self._retries:
-                    raise StorageError(f"{self._where}: ledger unreachable: {exc}") from None
-                log.warning("ledger connection lost (%s); retrying", exc)
+                    raise StorageUnavailable(f"{self._where}: ledger unreachable: {exc}") from None
                 self._recover(attempt)
             except psycopg.Error as exc:
                 raise StorageError(f"{self._where}: ledger error: {exc}") from None
@@ -208,17 +226,20 @@ class PostgresStore:
         """Like `retrying`, for an `action` that runs one statement: in autocommit mode, so
         it costs one round trip instead of three (BEGIN, the statement, COMMIT)."""
         for attempt in range(self._retries + 1):
+            began = time.monotonic()
             try:
                 with self._connection() as db:
                     db.autocommit = True
                     try:
-                        return action(db)
+                        result = action(db)
                     finally:
                         db.autocommit = False
+                self.outage.answered(began)
+                return result
             except psycopg.OperationalError as exc:
+                self.outage.failed(exc)
                 if attempt == self._retries:
-                    raise StorageError(f"{self._where}: ledger unreachable: {exc}") from None
-                log.warning("ledger connection lost (%s); retrying", exc)
+                    raise StorageUnavailable(f"{self._where}: ledger unreachable: {exc}") from None
                 self._recover(attempt)
             except psycopg.Error as exc:
                 raise StorageError(f"{self._where}: ledger error: {exc}") from None
@@ -646,6 +667,11 @@ def _in_row_order(leases: Sequence[Lease]) -> list[int]:
     renewals, releases) lock them in this one order, so that two of them never wait for
     each other in a cycle (PostgreSQL would end one as a deadlock)."""
     return sorted(range(len(leases)), key=lambda index: leases[index].run_id)
+
+
+def outage_name(url: str) -> str:
+    """How outage messages name the database at `url` (without its password)."""
+    return f"PostgreSQL at {_redact(url)}"
 
 
 def _redact(url: str) -> str:

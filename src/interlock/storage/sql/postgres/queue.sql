@@ -72,51 +72,21 @@ WHERE state = 'claimed' AND lease_expires < extract(epoch FROM clock_timestamp()
 ORDER BY lease_expires LIMIT 100 FOR UPDATE SKIP LOCKED;
 
 -- name: requeue
+-- An entry handed back by its worker (shutting down): anyone's to take, its holder's included.
 UPDATE task_queue SET state = 'queued', worker = NULL, lease_expires = NULL
+WHERE id = %s AND delivery = %s AND state = 'claimed';
+
+-- name: requeue_expired
+-- An entry whose hand-out expired, queued for any worker; the holder's name stays, so that a
+-- holder that was only cut off from the database (an outage longer than its lease) can renew
+-- it or record its result as long as nobody else has taken it (the delivery is still its own).
+UPDATE task_queue SET state = 'queued', lease_expires = NULL
 WHERE id = %s AND delivery = %s AND state = 'claimed';
 
 -- name: give_up
 UPDATE task_queue SET state = 'done', worker = NULL, lease_expires = NULL, result = %s,
        finished_at = extract(epoch FROM clock_timestamp())
 WHERE id = %s AND delivery = %s AND state = 'claimed';
-
--- name: claim_free
--- The best %(n)s queued entries this worker can run (waiting at least %(older)s seconds when
--- given), claimed and announced in one statement, those none of whose scopes has a limit. An entry under a limit is only named (`limited`):
--- claiming it means counting under the limit's lock, in a transaction (`candidates` ..
--- `claim`).
-WITH pick AS (
-    SELECT q.id, q.priority,
-           EXISTS (SELECT 1 FROM queue_limits l WHERE l.scope = ANY(q.scopes)) AS limited
-    FROM task_queue q
-    WHERE state = 'queued' AND kind = ANY(%(kinds)s) AND tags <@ %(tags)s
-      AND (%(only)s::bigint IS NULL OR id = %(only)s::bigint)
-      AND (%(older)s::float8 IS NULL
-           OR coalesce(claimed_at, created_at) < extract(epoch FROM clock_timestamp()) - %(older)s)
-      AND NOT EXISTS (
-          SELECT 1 FROM queue_limits l
-          WHERE l.scope = ANY(q.scopes)
-            AND l.max_running <= (SELECT count(*) FROM task_queue r
-                                  WHERE r.state = 'claimed' AND r.scopes @> ARRAY[l.scope]))
-    ORDER BY priority DESC, id
-    LIMIT %(n)s FOR UPDATE SKIP LOCKED
-), took AS (
-    UPDATE task_queue t SET state = 'claimed', worker = %(worker)s, delivery = t.delivery + 1,
-           lease_expires = extract(epoch FROM clock_timestamp()) + %(ttl)s,
-           claimed_at = extract(epoch FROM clock_timestamp())
-    FROM pick
-    WHERE t.id = pick.id AND NOT pick.limited
-    RETURNING t.id, t.run_id, t.task_id, t.attempt, t.delivery, t.payload
-)
-SELECT pick.id, pick.limited, took.run_id, took.task_id, took.attempt, took.delivery,
-       took.payload
-FROM pick
-LEFT JOIN took ON took.id = pick.id
-LEFT JOIN LATERAL (
-    SELECT pg_notify('interlock_task_states', took.id || ':claimed:' || %(worker)s)
-    WHERE took.id IS NOT NULL
-) note ON true
-ORDER BY pick.priority DESC, pick.id;
 
 -- name: finish_claim
 -- A worker's one round trip per turn: record the results of the hand-outs it finished (each
@@ -126,17 +96,17 @@ ORDER BY pick.priority DESC, pick.id;
 -- (%(known)s, a JSON object: run id -> seq): the worker folds that news to see whether each claimed
 -- attempt is still wanted, without another query. One statement, so finishing and claiming
 -- commit together or not at all. Entries under a concurrency limit are only named
--- (`limited`), as in `claim_free`. Rows: ('done', id), ('claim', id, limited, run, task,
+-- (`limited`). Rows: ('done', id), ('claim', id, limited, run, task,
 -- attempt, delivery, payload, kind) and ('event', id, run, seq, at, kind, data, rule, why, hash).
 -- With `limits`, up to limits[i] entries of kind kinds[i] are claimed instead.
--- The statement is `interlock_queue_turn` (`013_queue_turn.sql`, `015_kind_slots.sql`), whose
+-- The statement is `interlock_queue_turn` (`013_queue_turn.sql` to `016_take_back.sql`), whose
 -- plan holds whatever the statistics say. Arrays travel in binary format, which spares the
 -- worker quoting and escaping every element.
 SELECT * FROM interlock_queue_turn(
     %(n)s, %(known)s::jsonb, %(out_shas)b::text[], %(out_bodies)b::bytea[], %(fin_ids)b::bigint[],
     %(fin_deliveries)b::int[], %(fin_results)b::jsonb[], %(fin_shas)b::text[], %(kinds)b::text[],
     %(tags)b::text[], %(only)s::bigint, %(older)s::float8, %(worker)s, %(ttl)s::float8, %(news)s,
-    %(limits)b::int[]);
+    %(limits)b::int[], %(holding)b::bigint[]);
 
 -- name: prune
 -- Entries finished at least %(keep)s seconds ago whose run has ended: no orchestrator can
@@ -169,6 +139,7 @@ WHERE state = 'queued' AND kind = ANY(%(kinds)s) AND tags <@ %(tags)s
   AND (%(only)s::bigint IS NULL OR id = %(only)s::bigint)
   AND (%(older)s::float8 IS NULL
        OR coalesce(claimed_at, created_at) < extract(epoch FROM clock_timestamp()) - %(older)s)
+  AND id <> ALL(%(holding)s::bigint[])
   AND NOT EXISTS (
       SELECT 1 FROM queue_limits l
       WHERE l.scope = ANY(q.scopes)
@@ -191,15 +162,18 @@ WHERE id = %s
 RETURNING id, run_id, task_id, attempt, delivery, payload, kind;
 
 -- name: heartbeat
-UPDATE task_queue SET lease_expires = extract(epoch FROM clock_timestamp()) + %s
-WHERE id = %s AND delivery = %s AND state = 'claimed';
+-- Renew a current hand-out, or take back one a sweep queued again while nobody else took it.
+UPDATE task_queue SET state = 'claimed', lease_expires = extract(epoch FROM clock_timestamp()) + %s
+WHERE id = %s AND delivery = %s AND (state = 'claimed' OR (state = 'queued' AND worker = %s));
 
 -- name: finish
--- Record the result of a current hand-out and announce it; no row when it was not current.
+-- Record the result of a current hand-out (see `heartbeat`) and announce it; no row when it
+-- was not current.
 WITH done AS (
     UPDATE task_queue SET state = 'done', result = %s, output_sha = %s, lease_expires = NULL,
            finished_at = extract(epoch FROM clock_timestamp())
-    WHERE id = %s AND delivery = %s AND state = 'claimed'
+    WHERE id = %s AND delivery = %s
+      AND (state = 'claimed' OR (state = 'queued' AND worker = %s))
     RETURNING id
 )
 SELECT done.id FROM done, LATERAL (SELECT pg_notify('interlock_task_states', done.id || ':done')) note;
@@ -214,7 +188,8 @@ WITH stored AS (
 ), done AS (
     UPDATE task_queue SET state = 'done', result = %s, output_sha = %s, lease_expires = NULL,
            finished_at = extract(epoch FROM clock_timestamp())
-    WHERE id = %s AND delivery = %s AND state = 'claimed'
+    WHERE id = %s AND delivery = %s
+      AND (state = 'claimed' OR (state = 'queued' AND worker = %s))
     RETURNING id
 )
 SELECT done.id FROM done, LATERAL (SELECT pg_notify('interlock_task_states', done.id || ':done')) note;
