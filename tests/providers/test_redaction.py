@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import pickle
+import subprocess
+import sys
 import traceback
 from pathlib import Path
 
@@ -20,7 +22,7 @@ from interlock.providers import (
     Secret,
     redact,
 )
-from interlock.providers.redaction import safe_url, scrub
+from interlock.providers.redaction import redact_file, safe_url, scrub
 
 from .conftest import RecordingSleep
 from .fake_llm_server import FakeServer, Fault
@@ -160,3 +162,70 @@ def test_a_key_in_the_base_url_stays_out_of_errors_and_logs(
         run(provider, lambda: provider.complete(request()))
     assert "connection to http://127.0.0.1:9/v1/chat/completions failed" in str(caught.value)
     assert "AIzaSyCANARY" not in _everything_said(caught.value) + caplog.text + repr(endpoint)
+
+
+def test_redact_file_masks_keys_in_a_file_and_leaves_one_without_untouched(
+    tmp_path: Path,
+) -> None:
+    """Every spelling of a key in a log is masked, over many lines; a file without a key is
+    not written again."""
+    log = tmp_path / "x.stderr"
+    lines = [f"line {i}\n".encode() for i in range(50_000)]
+    lines[10] = f"token {CANARY} and {CANARY}\n".encode()
+    lines[40_000] = b'{"key": "' + CANARY.encode() + b'"}\n'
+    log.write_bytes(b"".join(lines))
+    assert redact_file(log, [Secret(CANARY), None])
+    text = log.read_text()
+    assert CANARY not in text and text.count("[redacted]") == 3
+    assert text.count("\n") == 50_000 and "line 49999\n" in text
+    clean = tmp_path / "clean.stdout"
+    clean.write_text("nothing to hide\n")
+    before = clean.stat().st_mtime_ns, clean.stat().st_ino
+    assert not redact_file(clean, [Secret(CANARY)])
+    assert (clean.stat().st_mtime_ns, clean.stat().st_ino) == before
+    assert not redact_file(clean, [Secret("short")])  # too short to be a key: ignored
+
+
+def test_a_command_printing_a_provider_key_leaves_it_nowhere(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A command worker inherits the environment, provider keys included. One that prints a
+    configured key to stderr and fails, or to its log and succeeds, leaves no trace of the key
+    in the ledger, status.json, its logs or what the CLI prints; a `call:` function whose
+    exception carries it likewise."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "interlock.toml").write_text(
+        '[providers.p]\nkind = "openai"\nbase_url = "http://127.0.0.1:9/v1"\n'
+        'api_key_env = "LEAKY_KEY"\n[models.m]\nprovider = "p"\nmodel = "x"\n'
+    )
+    (project / "leaky.py").write_text(
+        "import os\n"
+        "def fail(context):\n"
+        "    raise RuntimeError('request with ' + os.environ['LEAKY_KEY'] + ' refused')\n"
+    )
+    say = "import os, sys; print('key', os.environ['LEAKY_KEY'], file=sys.stderr)"
+    write = "open(os.environ['INTERLOCK_OUTPUT'], 'w').write('done')"
+    (project / "flow.yaml").write_text(
+        "ok:\n  phases:\n  - id: a\n    workers:\n"
+        f'    - {{role: w, command: [python3, -c, "{say}; {write}"], final: true}}\n'
+        "bad:\n  phases:\n  - id: a\n    workers:\n"
+        f'    - {{role: w, command: [python3, -c, "{say}; sys.exit(1)"], final: true}}\n'
+        "raises:\n  phases:\n  - id: a\n    workers:\n"
+        "    - {role: w, call: 'leaky:fail', final: true}\n"
+    )
+    env = {**cli_env, "LEAKY_KEY": CANARY, "PYTHONPATH": str(project)}
+    said = ""
+    for pipeline, code in (("ok", 0), ("bad", 1), ("raises", 1)):
+        result = subprocess.run(
+            [sys.executable, "-m", "interlock", "run", "flow.yaml", pipeline, "-t", "t"],
+            env=env, cwd=project, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert result.returncode == code, result.stderr
+        said += result.stdout + result.stderr
+    assert "[redacted]" in said
+    home = Path(env["INTERLOCK_HOME"])
+    found = [p for p in home.rglob("*") if p.is_file() and CANARY.encode() in p.read_bytes()]
+    assert CANARY not in said and found == []
+    logs = [p for p in home.rglob("*.stderr")]
+    assert logs and all("key [redacted]" in p.read_text() for p in logs)

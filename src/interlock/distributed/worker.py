@@ -422,9 +422,9 @@ class RemoteWorker:
     async def _execute(self, spec: TaskSpec) -> Outcome:
         kind = spec.worker.kind
         if kind == "command":
-            return await run_command(spec)
+            return await asyncio.to_thread(self.models.masked, spec, await run_command(spec))
         if kind == "call":
-            return await run_call(spec)
+            return self.models.masked(spec, await run_call(spec))
 
         def progress(text: str) -> None:
             self.source.progress(spec.run_id, spec.task_id, text)

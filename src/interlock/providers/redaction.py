@@ -13,8 +13,10 @@ process never held.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterable
+from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
 MASK = "[redacted]"
@@ -91,6 +93,36 @@ def redact(text: str, secrets: Iterable[Secret | None]) -> str:
             for form in sorted(_forms(value), key=len, reverse=True):
                 text = text.replace(form, MASK)
     return text
+
+
+def redact_file(path: Path, secrets: Iterable[Secret | None]) -> bool:
+    """Mask every given key in the file at `path` (in the spellings `redact` knows); returns
+    whether there was one. The file is read a line at a time (a key holds no line break), and
+    written again, atomically, only when it held a key: a log without one costs a read."""
+    needles = sorted(
+        {
+            form.encode()
+            for secret in secrets
+            if secret is not None and len(secret.reveal()) >= 8
+            for form in _forms(secret.reveal())
+        },
+        key=len,
+        reverse=True,  # longest first: an escaped form may contain the plain one
+    )
+    if not needles:
+        return False
+    with open(path, "rb") as source:
+        if not any(needle in line for line in source for needle in needles):
+            return False
+    mask = MASK.encode()
+    temporary = path.with_name(f".{path.name}.redacting")
+    with open(path, "rb") as source, open(temporary, "wb") as sink:
+        for line in source:
+            for needle in needles:
+                line = line.replace(needle, mask)
+            sink.write(line)
+    os.replace(temporary, path)
+    return True
 
 
 def remember(secret: Secret | None) -> None:

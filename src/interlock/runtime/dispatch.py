@@ -131,9 +131,9 @@ async def execute(orchestrator: Orchestrator, run_id: str, spec: TaskSpec) -> Ou
     """Run one attempt with the executor its worker kind calls for."""
     kind = spec.worker.kind
     if kind == "command":
-        return await run_command(spec)
+        return await asyncio.to_thread(orchestrator.models.masked, spec, await run_command(spec))
     if kind == "call":
-        return await run_call(spec)
+        return orchestrator.models.masked(spec, await run_call(spec))
 
     def progress(text: str) -> None:
         orchestrator.progress(run_id, spec.task_id, text)

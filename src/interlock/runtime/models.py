@@ -14,6 +14,7 @@ is part of the outcome, failed or not.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 from collections.abc import Callable
@@ -35,7 +36,7 @@ from interlock.providers import (
     estimate_tokens,
 )
 from interlock.providers.attachments import load_attachment, media_type
-from interlock.providers.redaction import Secret, scrub
+from interlock.providers.redaction import Secret, redact_file, scrub
 from interlock.providers.request import unsupported
 from interlock.providers.schema_output import (
     NATIVE_KINDS,
@@ -88,6 +89,30 @@ class ModelRunner:
             candidates = [p for p in (workflow_dir, self.home) if p is not None]
             self._configs[workflow_dir] = ModelConfig.load(candidates)
         return self._configs[workflow_dir]
+
+    def secrets(self, workflow_dir: Path | None) -> list[Secret]:
+        """Every key the configuration of `workflow_dir` can reach (none when it cannot be
+        read: text is then masked by the shapes of credentials alone)."""
+        try:
+            return self.config(workflow_dir).secrets()
+        except Exception:
+            return []
+
+    def masked(self, spec: TaskSpec, outcome: Outcome) -> Outcome:
+        """The outcome of a command or `call:` worker with every key this configuration
+        reaches masked in its error, and in a command's logs (`logs/`). They inherit the
+        environment, provider keys included, and a script that prints its environment or a
+        request it made must not put a key in the ledger, status.json or the run's folder.
+        Outputs are the worker's data and are left as they are."""
+        secrets = self.secrets(spec.workflow_dir)
+        if spec.worker.kind == "command":
+            base = spec.log_dir / f"{spec.task_id}.{spec.attempt}"
+            for log in (Path(f"{base}.stdout"), Path(f"{base}.stderr")):
+                with contextlib.suppress(OSError):  # no such log (stdout became the output)
+                    redact_file(log, secrets)
+        if outcome.ok or not outcome.error:
+            return outcome
+        return replace(outcome, error=scrub(outcome.error, secrets))
 
     def resolve(self, alias: str, workflow_dir: Path | None = None) -> Resolved:
         """The provider and model behind `alias` (raises ConfigError subclasses)."""
