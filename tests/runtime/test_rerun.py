@@ -106,6 +106,63 @@ def test_an_edited_worker_reruns_it_and_its_readers_only(
     assert reused(app, new)["a@1"] == f"{first.run_id}/a@1"
 
 
+def test_an_edited_script_or_call_module_reruns_its_worker_and_its_readers(
+    app: Interlock, write_workflow: WriteWorkflow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The workflow unchanged, the script a command runs (beside the workflow) or the module
+    of a `call:` target edited: the rerun runs that worker again, and its readers, not the
+    rest, and says why; an untouched script's worker is reused."""
+    workflow = write_workflow(
+        """
+demo:
+  phases:
+    - id: collect
+      workers:
+        - role: a
+          command: ["{python}", "{workflow_dir}/make_a.py", "{output}"]
+        - role: b
+          command: ["{python}", "{workflow_dir}/make_b.py", "{output}"]
+        - role: c
+          call: "edited_calls:make_c"
+    - id: synth
+      workers:
+        - role: s
+          final: true
+          reads: [a.md, b.md, c.md]
+          command: ["sh", "-c", "cat $0 $1 $2 > $3", "{input:a.md}", "{input:b.md}",
+                    "{input:c.md}", "{output}"]
+"""
+    )
+    folder = workflow.parent
+    for name, text in (("make_a.py", "A1"), ("make_b.py", "B1")):
+        (folder / name).write_text(f"import sys\nopen(sys.argv[1], 'w').write('{text}')\n")
+    module = folder / "edited_calls.py"
+    module.write_text("def make_c(context):\n    return 'C1'\n")
+    monkeypatch.syspath_prepend(str(folder))
+    first = app.run(workflow, "demo", topic="t")
+    assert first.status is RunStatus.DELIVERED
+    assert (app.run_dir(first.run_id) / "final.md").read_text() == "A1B1C1"
+
+    same = app.rerun(first.run_id)
+    assert app.drive(same).status is RunStatus.DELIVERED
+    assert all(source is not None for source in reused(app, same).values())
+
+    (folder / "make_b.py").write_text("import sys\nopen(sys.argv[1], 'w').write('B2')\n")
+    edited = app.rerun(first.run_id)
+    assert app.drive(edited).status is RunStatus.DELIVERED
+    assert (app.run_dir(edited) / "final.md").read_text() == "A1B2C1"
+    assert {t for t, source in reused(app, edited).items() if source is None} == {"b@1", "s@1"}
+
+    import edited_calls  # the module as the first run imported it: its file is what counts
+
+    module.write_text("def make_c(context):\n    return 'C2'\n")
+    monkeypatch.setattr(edited_calls, "make_c", lambda context: "C2")
+    called = app.rerun(first.run_id)
+    assert app.drive(called).status is RunStatus.DELIVERED
+    ran = {t for t, source in reused(app, called).items() if source is None}
+    assert ran == {"b@1", "c@1", "s@1"}  # b against the first run's script, c edited now
+
+
 def test_a_failed_run_reruns_only_what_failed(
     app: Interlock, write_workflow: WriteWorkflow, tmp_path: Path
 ) -> None:

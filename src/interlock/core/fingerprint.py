@@ -31,7 +31,7 @@ PARTS = ("worker", "task", "reads", "inputs", "item")
 """The parts of a fingerprint, in the order explanations name them."""
 
 PART_WORDS = {
-    "worker": "the worker's definition (command, call, model or its settings)",
+    "worker": "the worker's definition (command, call, model or its settings, or a script it runs)",
     "task": "the rendered task",
     "reads": "an input file it reads",
     "inputs": "the topic or inputs",

@@ -130,6 +130,11 @@ def register(name: str, function: CallTarget) -> None:
     _REGISTRY[name] = function
 
 
+def registered_call(name: str) -> CallTarget | None:
+    """The function registered under `name`, if any."""
+    return _REGISTRY.get(name)
+
+
 def resolve_call(reference: str) -> CallTarget:
     """A registered name, or `package.module:function`."""
     if reference in _REGISTRY:

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.util
+import inspect
 import logging
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +34,7 @@ from interlock.core.reuse import ReuseReason, ReuseVerdict, judge
 from interlock.core.state import RunState, TaskState, artifact_name, fold
 from interlock.core.workflow import Worker
 from interlock.errors import StorageError
+from interlock.runtime.executors import registered_call
 from interlock.runtime.home import Home
 from interlock.runtime.models import ModelRunner
 from interlock.storage.base import CacheEntry, Store
@@ -45,7 +49,8 @@ def model_identity(models: ModelRunner, worker: Worker, workflow_dir: Path | Non
     fingerprint must not pretend to know the model behind it.
     """
     if worker.model is None:
-        return None
+        files = code_files(worker, workflow_dir)
+        return {"code_files": files} if files else None
     identity = []
     for alias in (worker.model, *worker.fallback_models):
         try:
@@ -75,6 +80,77 @@ def tool_files(worker: Worker, workflow_dir: Path | None) -> dict[str, str]:
             except OSError:  # unreadable: the attempt will say so when it starts the server
                 continue
     return hashes
+
+
+def code_files(worker: Worker, workflow_dir: Path | None) -> dict[str, str]:
+    """The SHA-256 of the code a command or `call:` worker runs from files of its own: each
+    file its command line names (beside the workflow through `{workflow_dir}`, or by an
+    absolute path) and the source file of its `call:` target, so that an edited script or
+    function is never reused from a run that ran the old one. An interpreter or a program
+    on the PATH is left out (too large, or not the user's), and so is a file that cannot be
+    read now (the attempt says so when it runs)."""
+    hashes: dict[str, str] = {}
+    folder = str(workflow_dir) if workflow_dir is not None else None
+    for arg in worker.command or []:
+        if folder is not None:
+            arg = arg.replace("{workflow_dir}", folder)
+        if "{" in arg or not Path(arg).is_absolute():
+            continue
+        digest = file_hash(Path(arg))
+        if digest is not None:
+            hashes[arg] = digest
+    if worker.call is not None:
+        source = call_source(worker.call)
+        digest = file_hash(source) if source is not None else None
+        if digest is not None:
+            hashes[f"call:{worker.call}"] = digest
+    return hashes
+
+
+def _code_token(identity: Any) -> str:
+    """The code files' digests of a command or call worker's identity, as one key."""
+    if not identity:
+        return ""
+    return "|".join(f"{name}={digest}" for name, digest in sorted(identity["code_files"].items()))
+
+
+def call_source(reference: str) -> Path | None:
+    """The file defining a `call:` target: a registered function's, or the module's of
+    `package.module:function` (found without running the module; its packages are imported,
+    as the call itself would)."""
+    registered = registered_call(reference)
+    try:
+        if registered is not None:
+            found = inspect.getsourcefile(registered)
+            return Path(found) if found else None
+        spec = importlib.util.find_spec(reference.partition(":")[0])
+    except (ImportError, TypeError, ValueError):  # not found, not Python source
+        return None
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    return Path(spec.origin)
+
+
+# path -> (modification time, size, SHA-256): a file is read again only once it changed.
+_FILE_HASHES: dict[Path, tuple[int, int, str]] = {}
+_FILE_LIMIT = 1 << 20  # a script, not an interpreter or a binary: those are left out
+
+
+def file_hash(path: Path) -> str | None:
+    """The SHA-256 of a regular file up to 1 MiB (None otherwise, or when unreadable);
+    remembered by modification time and size, so that each run costs a `stat`."""
+    try:
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode) or info.st_size > _FILE_LIMIT:
+            return None
+        known = _FILE_HASHES.get(path)
+        if known is not None and known[:2] == (info.st_mtime_ns, info.st_size):
+            return known[2]
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+    _FILE_HASHES[path] = (info.st_mtime_ns, info.st_size, digest)
+    return digest
 
 
 @dataclass
@@ -113,7 +189,8 @@ class WorkerMemo:
     """Per role of one definition: the resolved identity and the worker part of fingerprints."""
 
     identities: dict[str, Any] = field(default_factory=dict)
-    worker_hashes: dict[str, str] = field(default_factory=dict)  # role -> its worker part
+    # (role, the digests of the code files it runs) -> its worker part
+    worker_hashes: dict[tuple[str, str], str] = field(default_factory=dict)
 
 
 @dataclass
@@ -142,7 +219,8 @@ class Reuser:
     # read once per folder and process), so the orchestrator shares one `memo` between them
     # instead of hashing each worker's definition again for every run. Workers with tool
     # servers are kept in `own` instead: their scripts are read again for each run, since an
-    # edited script must not match an earlier run's output.
+    # edited script must not match an earlier run's output. The code files of commands and
+    # `call:` workers are looked at for each task (a `stat` each, `file_hash`).
     memo: WorkerMemo = field(default_factory=lambda: WorkerMemo())
     own: WorkerMemo = field(default_factory=lambda: WorkerMemo())
     # The inputs part by run and by whether the worker is a model: a run's topic and inputs
@@ -153,8 +231,11 @@ class Reuser:
         return self.own if worker.tools else self.memo
 
     def identity(self, role: str) -> Any:
-        """The worker's resolved identity (once per role and process; per run with tools)."""
+        """The worker's resolved identity (once per role and process; per run with tools;
+        for a command or `call:` worker, the code files it runs, looked at each time)."""
         worker = self.definition.pipeline.worker(role)
+        if worker.model is None:
+            return model_identity(self.models, worker, self.workflow_dir)
         identities = self._memo(worker).identities
         if role not in identities:
             identities[role] = model_identity(self.models, worker, self.workflow_dir)
@@ -166,14 +247,17 @@ class Reuser:
         identity = self.identity(task.role)
         worker = pipeline.worker(task.role)
         hashes = self._memo(worker).worker_hashes
-        known = hashes.get(task.role)
+        # A command's or call's part also depends on the code files it runs: kept by their
+        # digests, so that an edited script makes a new part and an unchanged one costs none.
+        code = (task.role, _code_token(identity) if worker.model is None else "")
+        known = hashes.get(code)
         if known is None and not renders_per_task(worker):
             known = worker_part(worker, identity, {})
-            hashes[task.role] = known
-        key = (state.run_id, worker.kind == "model")
-        inputs = self._inputs_hashes.get(key)
+            hashes[code] = known
+        seen = (state.run_id, worker.kind == "model")
+        inputs = self._inputs_hashes.get(seen)
         if inputs is None:
-            inputs = self._inputs_hashes[key] = inputs_part(state, worker)
+            inputs = self._inputs_hashes[seen] = inputs_part(state, worker)
         return fingerprint(pipeline, state, task, identity, worker_hash=known, inputs_hash=inputs)
 
     def stamp(self, state: RunState, event: ev.TaskCompleted) -> ev.TaskCompleted:
