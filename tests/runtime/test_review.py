@@ -177,6 +177,26 @@ def test_a_hand_edit_is_never_overwritten(app: Interlock, write_workflow: WriteW
     assert SEEN["r"][-1] == "changed in my editor\n"
 
 
+def test_a_hand_edit_recorded_from_the_file_itself_leaves_no_copy(
+    app: Interlock, write_workflow: WriteWorkflow
+) -> None:
+    """The fix the refusal names, `edit RUN s.md --file <the run's s.md>`, then approve: the
+    change is recorded and read, and no `.unrecorded` copy of it is left beside the file."""
+    run_id = _paused(app, write_workflow)
+    s_md = app.run_dir(run_id) / "s.md"
+    s_md.write_text("changed in my editor\n")
+    with pytest.raises(UsageError, match=f"interlock edit {run_id} s.md --file"):
+        app.approve(run_id)
+    app.edit(run_id, "s.md", s_md.read_text())
+    _record(app, run_id)  # the driver takes the run again: it finds the file changed
+    app.approve(run_id)
+    assert app.resume(run_id).status is RunStatus.DELIVERED
+    assert SEEN["r"][-1] == "changed in my editor\n"
+    folder = app.run_dir(run_id)
+    assert (folder / "s.md").read_text() == "changed in my editor\n"
+    assert sorted(p.name for p in folder.iterdir() if "unrecorded" in p.name) == []
+
+
 def test_feedback_is_part_of_what_a_task_depends_on() -> None:
     """The task a fingerprint covers is rendered with the rejection's feedback, so an output
     written for other feedback is never reused for this one."""

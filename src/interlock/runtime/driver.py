@@ -44,7 +44,12 @@ from interlock.core.templates import TemplateProblem, render_task, template_item
 from interlock.core.validate import read_name
 from interlock.core.waits import signal_values
 from interlock.runtime import artifacts
-from interlock.runtime.edits import REVIEW_KINDS, keep_hand_edit, review_command
+from interlock.runtime.edits import (
+    REVIEW_KINDS,
+    keep_hand_edit,
+    pending_edits,
+    review_command,
+)
 from interlock.runtime.executors import Outcome, TaskSpec, escape_braces
 from interlock.runtime.faults import crash_point
 from interlock.runtime.projection import status_view
@@ -326,17 +331,20 @@ class RunDriver:
         """Rewrite committed outputs that are missing or damaged (after a crash or a power
         loss) from the bodies the ledger stored with their completions."""
         self.unwritten.clear()
+        pending: set[str] | None = None  # asked for once, and only when a file differs
         for task in self.state.tasks.values():
             if task.artifact is None or task.sha256 is None:
                 continue
             path = self.run_dir / task.artifact
             if _intact(path, task.size, task.sha256):
                 continue
+            if pending is None:
+                pending = pending_edits(store, self.run_id)
             body = store.artifact(task.sha256)
             if body is None and self.reuser is not None:
                 body = self.reuser.recover(task)  # carried over from a run's folder
             if body is not None:
-                keep_hand_edit(self.state, path, task.size, task.sha256, body)
+                keep_hand_edit(self.state, path, task.size, task.sha256, body, pending)
                 artifacts.write_atomic(path, body)
         if self.state.delivered is not None:
             final_md, delivered = self.run_dir / "final.md", self.run_dir / self.state.delivered

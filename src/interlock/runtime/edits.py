@@ -15,7 +15,9 @@ version (`keep_hand_edit`), saying how to record it as an edit.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+from collections.abc import Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,7 +28,7 @@ from interlock.core.review import interpret_edit, interpret_reject, latest_outpu
 from interlock.core.state import RunState, apply
 from interlock.runtime import artifacts
 from interlock.runtime.faults import crash_point
-from interlock.storage.base import CommandRecord, NewEvent
+from interlock.storage.base import CommandRecord, NewEvent, Store
 
 if TYPE_CHECKING:
     from interlock.runtime.driver import RunDriver
@@ -118,13 +120,36 @@ def hand_edit_message(run_id: str, changes: list[HandEdit]) -> str:
     return "\n".join(lines)
 
 
+def pending_edits(store: Store, run_id: str) -> set[str]:
+    """The SHA-256 of each body that an edit command waiting for the run brings: a file that
+    holds one is that edit on its way to the ledger (`interlock edit RUN NAME --file` of the
+    run's own file), not a change to keep aside."""
+    found = set()
+    for record in store.pending_commands(run_id):
+        if record.kind != CommandKind.EDIT.value:
+            continue
+        try:
+            body = json.loads(record.message).get("body")
+        except (ValueError, AttributeError):
+            continue  # refused with a reason when the driver reads it
+        if isinstance(body, str):
+            found.add(hashlib.sha256(body.encode()).hexdigest())
+    return found
+
+
 def keep_hand_edit(
-    state: RunState, path: Path, size: int | None, sha256: str, body: bytes
+    state: RunState,
+    path: Path,
+    size: int | None,
+    sha256: str,
+    body: bytes,
+    pending: Set[str] = frozenset(),
 ) -> Path | None:
     """Before the recorded version `body` of `path` is restored: move a hand-made change
     aside to `NAME.unrecorded` (numbered if that exists) and return where it went (None:
-    nothing to keep)."""
-    if not _hand_edited(path, size, sha256, _known(state), body):
+    nothing to keep). A change that a `pending` edit brings is not kept aside: the edit
+    writes it again once recorded."""
+    if not _hand_edited(path, size, sha256, _known(state) | pending, body):
         return None
     target = path.with_name(path.name + ".unrecorded")
     number = 1
