@@ -43,3 +43,47 @@ def test_a_run_on_an_alias_the_configuration_lacks_exits_2_and_records_nothing(
     listed = cli(cli_env, project, "runs", "--json")
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.strip() in ("", "[]"), listed.stdout
+
+
+def test_a_missing_key_or_a_call_that_does_not_import_is_refused_before_anything_is_paid(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A later phase's provider whose key is not set, or a `call:` target that does not
+    import, would fail its task after the phases before it were paid for: `run` says so at
+    once, exit 2, and records nothing. A fallback model's missing key is no reason to refuse
+    (it is needed only if its model fails)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "interlock.toml").write_text(
+        "".join(
+            f'[providers.{name}]\nkind = "openai"\nbase_url = "http://127.0.0.1:9/v1"\n'
+            f'api_key_env = "{env}"\n[models.{name}]\nprovider = "{name}"\nmodel = "x"\n'
+            for name, env in (("first", "FIRST_KEY"), ("later", "LATER_KEY"))
+        )
+    )
+    (project / "flow.yaml").write_text(
+        "keys:\n  phases:\n"
+        "  - id: a\n    workers:\n    - {role: w, model: first, task: hi}\n"
+        "  - id: b\n    workers:\n    - {role: v, model: later, task: hi, final: true}\n"
+        "calls:\n  phases:\n"
+        "  - id: a\n    workers:\n    - {role: w, call: 'no_such_module:f', final: true}\n"
+        "fallback:\n  phases:\n"
+        "  - id: a\n    workers:\n"
+        "    - {role: w, model: first, fallback_models: [later], task: hi, final: true}\n"
+    )
+    env = {**cli_env, "FIRST_KEY": "sk-first-0123456789abcdef"}
+    refused = cli(env, project, "run", "flow.yaml", "keys", "--topic", "t")
+    assert refused.returncode == 2, refused.stderr
+    assert "nothing was recorded" in refused.stderr
+    assert "set the environment variable LATER_KEY" in refused.stderr
+    refused = cli(env, project, "run", "flow.yaml", "calls", "--topic", "t")
+    assert refused.returncode == 2, refused.stderr
+    assert "nothing was recorded" in refused.stderr and "'no_such_module'" in refused.stderr
+    listed = cli(env, project, "runs", "--json")
+    assert listed.stdout.strip() in ("", "[]"), listed.stdout
+    started = cli(env, project, "run", "flow.yaml", "fallback", "--topic", "t")
+    assert "nothing was recorded" not in started.stderr, started.stderr
+    assert started.returncode == 1  # its model's server is not there: the run fails
+    # Recorded for others to run (a fleet's workers have their own keys): not refused here.
+    submitted = cli(env, project, "submit", "flow.yaml", "keys", "--topic", "t")
+    assert submitted.returncode == 0, submitted.stderr

@@ -104,6 +104,18 @@ def run_gate(
     )
 
 
+def refuse_unrunnable_calls(file: str, name: str, definition: Definition) -> None:
+    """Before a run starts here: a `call:` target that does not import fails its task when
+    the phase is reached, after what came before was paid for. Said now, `check`'s way."""
+    from interlock.cli.workflows import call_problems
+    from interlock.errors import UsageError
+
+    problems = call_problems(name, definition)
+    if problems:
+        listed = "\n".join(f"  - {problem}" for problem in problems)
+        raise UsageError(f"{file}: nothing was recorded:\n{listed}")
+
+
 def quote_lines(quote: Quote) -> list[str]:
     """The quote in words, one line each."""
     from interlock.core.quote import ASSUMED_TEXT_TOKENS

@@ -42,7 +42,7 @@ def run(
     strict: bool,
 ) -> None:
     """Start a run of PIPELINE from FILE and drive it in the foreground."""
-    from interlock.cli.quote import run_gate
+    from interlock.cli.quote import refuse_unrunnable_calls, run_gate
     from interlock.core.loader import load_workflow
 
     install_terminate_handler()
@@ -54,6 +54,7 @@ def run(
     if pipeline is not None:  # without one, `start` says which pipelines there are
         definition = workflow.get(pipeline)
         run_gate(file, definition, app.home.root, topic, given, strict)
+        refuse_unrunnable_calls(file, pipeline, definition)
     run_id = app.start(
         workflow, pipeline, topic=topic, inputs=given, run_id=run_id, no_cache=no_cache
     )

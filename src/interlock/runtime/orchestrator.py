@@ -37,7 +37,7 @@ from interlock.errors import (
     StorageError,
     UsageError,
 )
-from interlock.providers.config import UnknownModelError
+from interlock.providers.config import MissingKeyError, UnknownModelError
 from interlock.runtime import artifacts, collector
 from interlock.runtime.diskfull import DiskFullBackoff, is_enospc, stop_message
 from interlock.runtime.dispatch import Dispatcher, LocalDispatcher
@@ -255,7 +255,12 @@ class Orchestrator:
             **(origin or {}),
         )
         first = [NewEvent(event=created)]
-        for message in self._model_warnings(definition):
+        # A rerun or a child run may call none of its models (all carried over), or fail
+        # one task on its own, and a run recorded for others (`files` off: a fleet's
+        # workers have their own keys) is not run here: only a new run this process drives
+        # is refused for a key that is not set.
+        fresh = not origin or not (origin.get("rerun_of") or origin.get("parent_run"))
+        for message in self._model_warnings(definition, refuse_missing_keys=fresh and files):
             first.append(NewEvent(event=ev.Warned(at=now, message=message)))
         lease = Lease(
             run_id=run_id, owner=self.owner, token=1, expires_at=now + self.settings.lease_ttl
@@ -294,14 +299,35 @@ class Orchestrator:
         )
         return driver, new, batch
 
-    def _model_warnings(self, definition: Definition) -> list[str]:
+    def _model_warnings(
+        self, definition: Definition, *, refuse_missing_keys: bool = True
+    ) -> list[str]:
         """A warning for each model alias only the offline stand-in answers (once per hash).
 
         Raises:
-            UsageError: an alias the configuration does not define, when this process runs
-                the tasks itself: the run would be recorded only to fail at its first call.
+            UsageError: an alias the configuration does not define, or whose provider's key
+                is not set, when this process runs the tasks itself: the run would be
+                recorded only to fail at its first call to it.
                 A fleet's workers read their own configuration, so there it is left to them.
         """
+        local = isinstance(self.dispatcher, LocalDispatcher)
+        if refuse_missing_keys and local:
+            # The first call to such a model would fail after the phases before it were paid
+            # for. A fallback's key is needed only if its model fails: not refused.
+            called = {w.model for p in definition.pipeline.phases for w in p.workers if w.model}
+            missing = []
+            for alias in sorted(called):
+                try:
+                    self.models.resolve(alias, driver_dir(definition.source))
+                except MissingKeyError as exc:
+                    missing.append(str(exc))
+                except Exception:  # said below, or when the task runs
+                    continue
+            if missing:
+                raise UsageError(
+                    f"{definition.source or definition.name}: nothing was recorded: "
+                    + "\n".join(missing)
+                )
         if definition.hash not in self._warnings:
             messages = []
             unknown: list[str] = []
@@ -311,14 +337,14 @@ class Orchestrator:
                 except UnknownModelError as exc:
                     unknown.append(str(exc))
                     continue
-                except Exception:  # other problems (a missing key) fail the task, as before
+                except Exception:  # other problems (a fallback's missing key) fail its task
                     continue
                 if resolved.offline_fallback:
                     messages.append(
                         f"model {alias!r} has no provider configured: using the offline "
                         "provider (placeholder text). Configure it in interlock.toml."
                     )
-            if unknown and isinstance(self.dispatcher, LocalDispatcher):
+            if unknown and local:
                 raise UsageError(
                     f"{definition.source or definition.name}: nothing was recorded: "
                     + "\n".join(unknown)
