@@ -101,7 +101,26 @@ def test_failed_run_exit_code(cli_env: dict[str, str], tmp_path: Path) -> None:
         f"      command: ['{sys.executable}', '-c', 'raise SystemExit(3)']\n"
     )
     result = cli(cli_env, "run", str(flow), "p", "--topic", "x")
-    assert result.returncode == 1 and "exited with code 3" in result.stdout
+    assert result.returncode == 1 and "exited with code 3 (nothing on stderr)" in result.stdout
+
+
+def test_a_failed_commands_summary_is_the_last_line_it_wrote(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A script that dies with a traceback fails its run with one line: the exception it
+    raised (the traceback's last line) and where the rest of its stderr is."""
+    flow = tmp_path / "fail.yaml"
+    flow.write_text(
+        "p:\n  phases:\n  - id: a\n    workers:\n    - role: w\n      final: true\n"
+        f"      command: ['{sys.executable}', '-c', 'import json; json.loads(\"{{bad\")']\n"
+    )
+    result = cli(cli_env, "run", str(flow), "p", "--topic", "x")
+    assert result.returncode == 1
+    last = result.stdout.strip().splitlines()[-1]
+    assert last.startswith("failed: task w@1 failed after 1 attempt(s): exited with code 1: ")
+    assert "JSONDecodeError: Expecting property name" in last
+    assert last.endswith("(the rest of its stderr: logs/w@1.1.stderr)")
+    assert "Traceback" not in result.stdout
 
 
 def test_corrupted_database(cli_env: dict[str, str]) -> None:

@@ -152,3 +152,30 @@ def test_init_into_a_missing_folder_says_so(tmp_path: Path) -> None:
     code, _, stderr = invoke("init", str(target))
     assert code == 2
     assert f"{target}: cannot write it: No such file or directory; create" in stderr
+
+
+@pytest.mark.parametrize(
+    ("template", "pipeline", "code"),
+    [
+        ("research", "research", 0),
+        ("review-loop", "review", 0),
+        ("fan-out", "article", 0),
+        ("approval", "announce", 3),  # paused for approval, as its comments say
+        ("subpipeline", "report", 3),
+    ],
+)
+def test_each_starter_runs_as_written_with_no_provider_configured(
+    cli_env: dict[str, str], tmp_path: Path, template: str, pipeline: str, code: int
+) -> None:
+    """`init -t TEMPLATE` then the run command its header gives, on a machine with no
+    provider configured: the offline stand-in answers, and the run delivers (or pauses where
+    the template pauses) instead of failing on the shape of a placeholder answer."""
+    flow = tmp_path / f"{template}.yaml"
+    for args in (["init", str(flow), "-t", template], ["run", str(flow), pipeline, "-t", "tides"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "interlock", *args],
+            env=cli_env, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert "Traceback" not in result.stderr
+    assert result.returncode == code, result.stdout + result.stderr
+    assert f".yaml {pipeline} --topic" in flow.read_text()  # the header names this command

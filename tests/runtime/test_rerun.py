@@ -375,6 +375,23 @@ def test_for_each_matches_item_by_item(
     }
 
 
+def test_a_fan_out_over_no_items_names_itself_when_its_output_is_required(
+    app: Interlock, write_workflow: WriteWorkflow
+) -> None:
+    """The planner lists nothing: the editor, which must read writer.md, fails saying that
+    the fan-out had no items and how to read it optionally, not only that the file is
+    missing; read optionally, the run delivers."""
+    empty = FAN_OUT.replace('[\\"x\\", \\"ITEM\\", \\"z\\"]', "[]")
+    assert empty != FAN_OUT
+    failed = app.run(write_workflow(empty), "demo", topic="t")
+    assert failed.status is RunStatus.FAILED
+    assert failed.failure is not None
+    assert "phase 'write' fans out over planner.items, which held no items" in failed.failure
+    assert "mark the read optional ('writer.md?')" in failed.failure
+    optional = empty.replace("reads: [writer.md]", 'reads: ["writer.md?"]')
+    assert app.run(write_workflow(optional), "demo", topic="t").status is RunStatus.DELIVERED
+
+
 def test_loops_match_visit_by_visit(app: Interlock, write_workflow: WriteWorkflow) -> None:
     """A rerun of a run that looped reuses every visit; from the review phase on, the first
     draft is reused and every later visit runs."""

@@ -699,11 +699,24 @@ class RunDriver:
                         by_item[k] for k in sorted(by_item, key=lambda k: -1 if k is None else k)
                     ]
             if not files and not optional:
-                return Outcome(
-                    ok=False, error=f"input {name!r} has not been written", retryable=False
-                )
+                return Outcome(ok=False, error=self._unwritten(name, role), retryable=False)
             reads += [(name, self.run_dir / f) for f in files]
         return reads
+
+    def _unwritten(self, name: str, role: str) -> str:
+        """Why a required input has no file, and the fix."""
+        phase = self.definition.pipeline.phase_of(role)
+        optional = f"mark the read optional ('{name}?') to go on without it"
+        if not self.state.visits.get(phase.id):
+            return (
+                f"input {name!r} has not been written: phase {phase.id!r} has not run; {optional}"
+            )
+        if phase.for_each is not None:
+            return (
+                f"input {name!r} has not been written: phase {phase.id!r} fans out over "
+                f"{phase.for_each.items}, which held no items, so {role!r} ran for none; {optional}"
+            )
+        return f"input {name!r} has not been written"
 
 
 @functools.lru_cache(maxsize=64)

@@ -245,8 +245,10 @@ async def run_command(spec: TaskSpec) -> Outcome:
         if noted is not None:
             noted.unlink(missing_ok=True)
     if code != 0:
-        tail = _tail(Path(f"{base}.stderr"))
-        return Outcome(ok=False, error=f"exited with code {code}: {tail}".rstrip(": "))
+        last = _last_line(Path(f"{base}.stderr"))
+        where = f"logs/{spec.task_id}.{spec.attempt}.stderr"
+        said = f": {last} (the rest of its stderr: {where})" if last else " (nothing on stderr)"
+        return Outcome(ok=False, error=f"exited with code {code}{said}")
     if not spec.output.exists():
         stdout = Path(f"{base}.stdout")
         if stdout.stat().st_size == 0:
@@ -262,12 +264,18 @@ async def _kill_group(process: subprocess.Popen[bytes]) -> None:
         await asyncio.wait_for(processes.exit_code(process), 5)
 
 
-def _tail(path: Path, limit: int = 2000) -> str:
+def _last_line(path: Path, limit: int = 4000) -> str:
+    """The last line a failed command wrote to stderr (the exception, after a traceback),
+    cut to 500 characters: one line for the failure's summary."""
     try:
-        data = path.read_bytes()[-limit:]
+        with open(path, "rb") as log:
+            log.seek(max(0, log.seek(0, os.SEEK_END) - limit))
+            data = log.read()
     except OSError:
         return ""
-    return data.decode("utf-8", errors="replace").strip()
+    lines = [line.strip() for line in data.decode("utf-8", errors="replace").splitlines()]
+    last = next((line for line in reversed(lines) if line), "")
+    return last if len(last) <= 500 else last[:499] + "…"
 
 
 async def run_call(spec: TaskSpec) -> Outcome:
