@@ -41,7 +41,8 @@ def _paused_run(env: dict[str, str], tmp_path: Path) -> str:
 
 
 def test_edit_then_approve_reruns_the_reader(cli_env: dict[str, str], tmp_path: Path) -> None:
-    """`interlock edit` records the new text and names what runs again; approve delivers."""
+    """`interlock edit` records the new text and names what runs again; approve runs it and
+    pauses to show the new synthesis; approved again, the run delivers."""
     run_id = _paused_run(cli_env, tmp_path)
     new = tmp_path / "a.md"
     new.write_text("A, corrected by a person\n")
@@ -49,6 +50,9 @@ def test_edit_then_approve_reruns_the_reader(cli_env: dict[str, str], tmp_path: 
     assert edited.returncode == 0, edited.stderr
     assert "recorded the edit of researcher-a.md" in edited.stdout
     assert "synthesizer@1" in edited.stdout
+    assert "then it pauses again after 'synthesis', to show what changed" in edited.stdout
+    approved = cli(cli_env, "approve", run_id)
+    assert approved.returncode == 3, approved.stdout + approved.stderr  # the new synthesis
     approved = cli(cli_env, "approve", run_id)
     assert approved.returncode == 0, approved.stdout + approved.stderr
     lines = cli(cli_env, "events", run_id, "--json").stdout.splitlines()

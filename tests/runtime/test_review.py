@@ -77,6 +77,9 @@ def test_edit_reruns_exactly_the_tasks_that_read_the_old_version(
     assert len(edited) == 1 and edited[0].data["note"] == "fix the figures"
     assert edited[0].data["old_sha256"] != edited[0].data["sha256"]
     app.approve(run_id)
+    assert app.resume(run_id).status is RunStatus.PAUSED  # the new review, to be seen
+    assert Counter(a=1, b=1, s=2, r=2) == CALLS
+    app.approve(run_id)
     state = app.resume(run_id)
     assert state.status is RunStatus.DELIVERED
     assert Counter(a=1, b=1, s=2, r=2, p=1) == CALLS
@@ -173,6 +176,8 @@ def test_a_hand_edit_is_never_overwritten(app: Interlock, write_workflow: WriteW
     app.edit(run_id, "s.md", Path(str(s_md) + ".unrecorded").read_text())
     _record(app, run_id)
     app.approve(run_id)
+    assert app.resume(run_id).status is RunStatus.PAUSED  # r ran again on it: shown first
+    app.approve(run_id)
     assert app.resume(run_id).status is RunStatus.DELIVERED
     assert SEEN["r"][-1] == "changed in my editor\n"
 
@@ -190,11 +195,34 @@ def test_a_hand_edit_recorded_from_the_file_itself_leaves_no_copy(
     app.edit(run_id, "s.md", s_md.read_text())
     _record(app, run_id)  # the driver takes the run again: it finds the file changed
     app.approve(run_id)
+    assert app.resume(run_id).status is RunStatus.PAUSED  # r ran again on it: shown first
+    app.approve(run_id)
     assert app.resume(run_id).status is RunStatus.DELIVERED
     assert SEEN["r"][-1] == "changed in my editor\n"
     folder = app.run_dir(run_id)
     assert (folder / "s.md").read_text() == "changed in my editor\n"
     assert sorted(p.name for p in folder.iterdir() if "unrecorded" in p.name) == []
+
+
+def test_an_edit_upstream_of_a_paused_phase_shows_its_new_result_before_going_on(
+    app: Interlock, write_workflow: WriteWorkflow
+) -> None:
+    """Paused after review, a person edits a.md (read by s, read by r) and approves: s and
+    r run again, and the run pauses again after review, so that the person approves the
+    review they now see; editing r.md itself (nothing of the phase runs again) goes on."""
+    run_id = _paused(app, write_workflow)
+    app.edit(run_id, "a.md", "A EDITED BY HAND\n")
+    _record(app, run_id)
+    app.approve(run_id)
+    state = app.resume(run_id)
+    assert state.status is RunStatus.PAUSED, state.status
+    assert CALLS["s"] == 2 and CALLS["r"] == 2 and CALLS["p"] == 0
+    assert "A EDITED BY HAND" in SEEN["s"][-1]
+    app.edit(run_id, "r.md", "r looked at by a person score: 9\n")
+    _record(app, run_id)
+    app.approve(run_id)
+    assert app.resume(run_id).status is RunStatus.DELIVERED
+    assert CALLS["r"] == 2 and SEEN["p"][-1] == "r looked at by a person score: 9\n"
 
 
 def test_feedback_is_part_of_what_a_task_depends_on() -> None:

@@ -79,7 +79,7 @@ def finish(home: Path, command: list[str], point: str) -> subprocess.CompletedPr
 def test_an_edit_killed_anywhere_is_recorded_once_and_written(tmp_path: Path, point: str) -> None:
     """Killed while recording an edit (or between recording and writing it), the edit is
     recorded exactly once after resume, the file holds the recorded text, and approving
-    reruns s once and delivers."""
+    reruns s once, pauses to show it, and delivers once approved again."""
     home, workdir = paused(tmp_path)
     new = workdir / "new-a.md"
     new.write_text("A, edited\n")
@@ -94,6 +94,8 @@ def test_an_edit_killed_anywhere_is_recorded_once_and_written(tmp_path: Path, po
         if json.loads(line)["kind"] == "output_edited"
     )
     assert recorded["sha256"] == hashlib.sha256(b"A, edited\n").hexdigest()
+    approved = cli(home, "approve", "r")
+    assert approved.returncode == 3, approved.stdout + approved.stderr  # the new s, shown
     approved = cli(home, "approve", "r")
     assert approved.returncode == 0, approved.stdout + approved.stderr
     ran = (workdir / "ran.log").read_text().split()

@@ -85,6 +85,9 @@ def edit(ctx: Ctx, run_id: str, output: str, file: str | None, editor: bool, not
     if ready:
         names = ", ".join(t.task_id for t, _ in ready)
         out.print(f"runs again when the run goes on: {names} (and what reads them)")
+        paused = state.current.phase if state.current is not None else None
+        if paused is not None and pipeline.phase(paused).pause_after:
+            out.print(f"then it pauses again after {paused!r}, to show what changed")
     out.print(f"continue with: interlock approve {run_id}")
 
 

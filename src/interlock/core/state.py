@@ -452,6 +452,14 @@ def apply(state: RunState, event: ev.Event) -> None:
         else:
             if task.status is TASK_COMPLETED:
                 task.revising = True  # a completed task dispatched again: an edit's re-run
+                current = state.current
+                if current is not None and (current.phase, current.visit) == (
+                    task.phase,
+                    task.visit,
+                ):
+                    # What was approved is being made again (an input it read was edited):
+                    # a phase with pause_after waits for a person once more when it is done.
+                    current.approved = False
             state.flight.pop(event.task_id, None)  # dispatched again: last in dispatch order
             _set_status(state, task, TASK_DISPATCHED)
             task.attempt, task.model = event.attempt, event.model
