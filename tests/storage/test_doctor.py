@@ -78,6 +78,27 @@ def test_an_empty_ledger_names_the_affected_runs(tmp_path: Path) -> None:
     assert (home / "ledger.db").stat().st_size == 0  # doctor writes nothing into it
 
 
+def test_a_deleted_ledger_is_said_by_runs_and_doctor_without_recovery_commands(
+    tmp_path: Path,
+) -> None:
+    """ledger.db deleted beside two archived runs: `runs` does not say "no runs yet" but
+    exit 5 naming the missing ledger; `doctor` names the runs and says to put the file back
+    (no `.recover` commands run on a file that is not there); nothing is created."""
+    home = _home(tmp_path)
+    for leftover in home.glob("ledger.db*"):
+        leftover.unlink()
+    listed = _cli(home, "runs")
+    assert listed.returncode == 5, listed.stdout + listed.stderr
+    assert "no runs yet" not in listed.stdout
+    assert f"no ledger at {home / 'ledger.db'}, but {home} holds run folders" in listed.stderr
+    checked = _cli(home, "doctor")
+    assert checked.returncode == 5, checked.stdout + checked.stderr
+    assert "affected runs (2): r-1, r-2" in checked.stdout
+    assert "put the ledger back from a copy" in checked.stdout
+    assert ".recover" not in checked.stdout and "user_version" not in checked.stdout
+    assert not list(home.glob("ledger.db*"))
+
+
 def test_a_damaged_ledger_is_reported_and_its_recovery_steps_work(tmp_path: Path) -> None:
     """A byte flipped in an index page: exit 5 with SQLite's findings and the steps; doing
     steps 3 to 6 as printed gives a ledger that doctor finds sound and that takes new runs."""

@@ -238,7 +238,19 @@ def _report(found: Findings, path: Path | None) -> None:
 
 
 def recovery_steps(path: Path) -> list[str]:
-    """The steps that recover a damaged SQLite ledger into a new file, with exact commands."""
+    """The steps that recover a damaged SQLite ledger into a new file, with exact commands
+    (or, when the file is gone, what can and cannot be had back)."""
+    if not path.exists():
+        folder = path.parent
+        return [
+            "1. stop every interlock process that uses this state directory",
+            f"2. put the ledger back from a copy if there is one (a backup, the trash): {path}, "
+            f"with its {path.name}-wal beside it if that was kept too",
+            "3. check it: interlock doctor",
+            "without it, the runs' histories are gone: no run can be resumed or rerun from "
+            f"them, but their outputs stay in {folder}/runs and {folder}/archive; a new "
+            "ledger is made by the next 'interlock run' only once those folders are moved away",
+        ]
     version = 0
     try:
         with open(path, "rb") as handle:
