@@ -178,3 +178,33 @@ def test_a_condition_that_cannot_be_evaluated_says_why(
     status = json.loads(cli(cli_env, "status", run_id_of(result), "--json").stdout)
     assert "reviewer.score is null: nothing was extracted for it" in status["failure"]
     assert "KeyError" not in status["failure"] and "<class" not in status["failure"]
+
+
+@pytest.mark.parametrize(
+    ("hidden", "args", "extra"),
+    [
+        ("psycopg", ["--store", "postgresql://127.0.0.1:9/x", "runs"], "postgres"),
+        ("uvicorn", ["serve", "--port", "0"], "server"),
+        (
+            "redis",
+            ["--store", "postgresql://127.0.0.1:9/x", "worker", "--redis", "redis://x"],
+            "redis",
+        ),
+    ],
+)
+def test_a_missing_extra_is_named_with_exit_69(
+    cli_env: dict[str, str], tmp_path: Path, hidden: str, args: list[str], extra: str
+) -> None:
+    """Without an optional dependency installed, the command that needs it names the extra
+    to install and exits 69, the exit code the README gives for it."""
+    hide = (
+        f"import sys; sys.modules[{hidden!r}] = None; sys.argv = ['interlock', *{args!r}];"
+        "from interlock.cli.main import main; main()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", hide],
+        env=cli_env, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 69, done.stderr
+    assert f"pip install 'interlock[{extra}]'" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -7,17 +7,21 @@ import logging
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from interlock.distributed.orchestrate import Fleet
 from interlock.distributed.queue import TaskQueue
 from interlock.distributed.sources import ClaimSource
 from interlock.distributed.worker import RemoteWorker
-from interlock.errors import UsageError
+from interlock.errors import MissingExtra, UsageError
 from interlock.providers.config_files import ConfigError
 from interlock.runtime.home import Home
 from interlock.runtime.models import ModelRunner
 from interlock.runtime.orchestrator import Settings, new_owner
 from interlock.storage.postgres import PostgresStore
+
+if TYPE_CHECKING:
+    from interlock.distributed.redis_streams import RedisStreams
 
 log = logging.getLogger("interlock.distributed")
 POOL_MOST = 32  # connections a worker's pool grows to, at most (plus two)
@@ -83,6 +87,7 @@ def run_worker(
     """Claim and run tasks of `kinds` (checked by the command) until SIGTERM/SIGINT, up to
     `slots[kind]` of each at once (`default_slots` for a kind not given); running tasks
     finish or are handed back."""
+    transport = redis_transport() if redis_url else None  # a missing extra: said first
     models = ModelRunner(Home.at(home).root)
     try:
         slots = {**default_slots(models), **slots}
@@ -93,11 +98,10 @@ def run_worker(
     store = open_shared(url, pool_size=min(sum(slots[k] for k in kinds), POOL_MOST) + 2)
     name = f"worker:{new_owner()}"
     source: ClaimSource | None = None
-    if redis_url:
-        from interlock.distributed.redis_streams import RedisStreams
+    if redis_url and transport is not None:
         from interlock.distributed.stream_source import StreamSource
 
-        source = StreamSource(RedisStreams(redis_url), TaskQueue(store), min_idle=lease_ttl)
+        source = StreamSource(transport(redis_url), TaskQueue(store), min_idle=lease_ttl)
     worker = RemoteWorker(
         store,
         name=name,
@@ -136,15 +140,12 @@ def run_orchestrate(
     heartbeat: float = 0.5,
 ) -> None:
     """Drive unowned runs of the shared ledger until SIGTERM/SIGINT."""
+    transport = redis_transport() if redis_url else None  # a missing extra: said first
     store = open_shared(url, pool_size=6)
     queue = TaskQueue(store)
     for scope, limit in parse_pairs(limits, "--limit").items():
         queue.set_limit(scope, None if limit < 0 else limit)
-    streams = None
-    if redis_url:
-        from interlock.distributed.redis_streams import RedisStreams
-
-        streams = RedisStreams(redis_url)
+    streams = transport(redis_url) if redis_url and transport is not None else None
     settings = Settings(lease_ttl=lease_ttl, max_concurrency=capacity, heartbeat=heartbeat)
     fleet = Fleet(
         store,
@@ -178,3 +179,14 @@ def run_orchestrate(
         asyncio.run(main())
     finally:
         store.close()
+
+
+def redis_transport() -> type[RedisStreams]:
+    """The Redis Streams transport (`--redis`), or why it cannot be had here."""
+    try:
+        from interlock.distributed.redis_streams import RedisStreams
+    except ImportError as exc:
+        raise MissingExtra(
+            f"--redis needs an extra: pip install 'interlock[redis]' ({exc})"
+        ) from None
+    return RedisStreams

@@ -7,7 +7,7 @@ import socket
 import sys
 from typing import Any
 
-from interlock.errors import UsageError
+from interlock.errors import MissingExtra
 from interlock.server.config import ServerConfig
 
 
@@ -36,7 +36,7 @@ def serve(config: ServerConfig, *, log_level: str = "warning") -> None:
 
         from interlock.server.app import build_app
     except ImportError as exc:
-        raise UsageError(
+        raise MissingExtra(
             f"the server needs an extra: pip install 'interlock[server]' ({exc})"
         ) from None
 

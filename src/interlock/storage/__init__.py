@@ -6,7 +6,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from interlock.errors import StorageError, UsageError
+from interlock.errors import MissingExtra, StorageError, UsageError
 from interlock.storage.base import (
     AppendBatch,
     CommandRecord,
@@ -50,7 +50,7 @@ def open_store(url: str | None, home: Path, **options: Any) -> Store:
         try:
             module = importlib.import_module("interlock.storage.postgres")
         except ImportError as exc:
-            raise UsageError(
+            raise MissingExtra(
                 f"the PostgreSQL store needs an extra: pip install 'interlock[postgres]' ({exc})"
             ) from None
         store: Store = module.PostgresStore(url, **options)
