@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from interlock import Interlock, register
+from interlock.errors import StorageError
 from interlock.runtime.executors import TaskContext
 from interlock.runtime.orchestrator import Settings
 from interlock.sim.store import FaultyStore
@@ -93,6 +94,27 @@ def test_a_lock_held_past_the_busy_timeout_delays_but_loses_nothing(tmp_path: Pa
     assert state.status.value == "delivered"
     assert history_problems(app, run_id, flow) == []
     assert store.integrity_check() == "ok"
+    app.close()
+
+
+def test_a_run_refused_by_a_locked_ledger_leaves_no_folder(tmp_path: Path) -> None:
+    """Another process holds the ledger's write lock past the busy timeout while a run is
+    started: the start fails (nothing recorded) and no empty run folder is left behind for
+    `interlock doctor` to find."""
+    home = tmp_path / "home"
+    home.mkdir()
+    store = SQLiteStore(home / "ledger.db", busy_timeout=0.05)
+    app = Interlock(home, store=store, settings=SETTINGS)
+    other = sqlite3.connect(home / "ledger.db", isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(StorageError, match="locked"):
+            app.start(definition(FLOW), topic="locked out")
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert not (home / "runs").exists() or list((home / "runs").iterdir()) == []
+    assert app.store.list_runs() == []
     app.close()
 
 

@@ -222,9 +222,14 @@ class Orchestrator:
         try:
             results = self.store.append_many([batch for _, _, batch in prepared], now)
         except DiskFull as exc:
+            _drop_empty([driver.run_dir for driver, _, _ in prepared])
             raise DiskFull(f"{exc.message}: the run was not recorded; start it again") from None
+        except BaseException:  # a locked or damaged ledger: no run, so no folder either
+            _drop_empty([driver.run_dir for driver, _, _ in prepared])
+            raise
         for (driver, new, _), result in zip(prepared, results, strict=True):
             if isinstance(result, Exception):
+                _drop_empty([driver.run_dir])
                 raise result
             self.drivers[driver.run_id] = driver
             if self.settings.write_status and files:
@@ -1116,6 +1121,13 @@ def resolve_inputs(definition: Definition, given: dict[str, Any]) -> dict[str, A
         else:
             values[name] = spec.default
     return values
+
+
+def _drop_empty(folders: list[Path]) -> None:
+    """Remove the folders made for runs that were not recorded (only while still empty)."""
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 def model_aliases(definition: Definition) -> set[str]:
