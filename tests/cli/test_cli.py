@@ -67,6 +67,10 @@ def test_unknown_input(cli_env: dict[str, str]) -> None:
     """An input the pipeline does not declare is exit 2 and lists the declared ones."""
     result = cli(cli_env, "run", RESEARCH, "research", "--topic", "x", "--input", "lang=fr")
     assert result.returncode == 2 and "has no input 'lang'" in result.stderr
+    translate = str(Path(RESEARCH).parent / "translate.yaml")
+    result = cli(cli_env, "run", translate, "translate", "--topic", "x", "--input", "langage=fr")
+    assert result.returncode == 2
+    assert "has no input 'langage' (did you mean 'language'?)" in result.stderr
 
 
 def test_approve_a_run_that_is_not_paused(cli_env: dict[str, str]) -> None:

@@ -630,3 +630,18 @@ def test_a_number_where_a_mapping_goes_names_the_keys_not_a_class() -> None:
     slots = next(p for p in problems if "key 'concurrency'" in p)
     assert "worker 'translator'" in slots
     assert "a worker's concurrency is {key: EXPR, limit: N}" in slots
+
+
+def test_a_command_written_as_one_line_says_how_to_write_it() -> None:
+    """`command: "echo hi > out.md"` is refused saying that a command is a list of arguments
+    run without a shell, with both ways to write it, not pydantic's "a valid list"."""
+    data = translate()
+    worker = data["t"]["phases"][0]["workers"][0]
+    worker.pop("model", None)
+    worker.pop("task", None)
+    worker["command"] = "echo hi > out.md"
+    (problem,) = [p for p in problems_of(data) if "key 'command'" in p]
+    assert "valid list" not in problem
+    assert "a command is a list of arguments, not one line (no shell runs it)" in problem
+    assert '[sh, -c, "echo hi > out.md"]' in problem
+    assert "['echo', 'hi', '>', 'out.md']" in problem

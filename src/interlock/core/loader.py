@@ -312,6 +312,13 @@ def _describe(error: Any, data: Any) -> str:
         message = "required key is missing"
     elif error["type"] == "model_type":
         message = _mapping_expected(key, parts, child)
+    elif key == "command" and error["type"] == "list_type" and isinstance(child, str):
+        # A command line written as one string: it is not run through a shell.
+        quoted = child.replace('"', '\\"')
+        message = (
+            "a command is a list of arguments, not one line (no shell runs it): write "
+            f'[sh, -c, "{quoted}"] for a shell line, or split it: {child.split()!r}'
+        )
     message = message.removeprefix("Value error, ")
     return f"{', '.join(parts)}: {message}"
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import difflib
 import functools
 import heapq
 import logging
@@ -1107,8 +1108,11 @@ def resolve_inputs(definition: Definition, given: dict[str, Any]) -> dict[str, A
     unknown = sorted(set(given) - set(declared))
     if unknown:
         names = ", ".join(sorted(declared)) or "none"
+        close = difflib.get_close_matches(unknown[0], list(declared), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise UsageError(
-            f"pipeline {definition.name!r} has no input {unknown[0]!r}; declared inputs: {names}"
+            f"pipeline {definition.name!r} has no input {unknown[0]!r}{hint}; declared "
+            f"inputs: {names}"
         )
     values: dict[str, Any] = {}
     for name, spec in declared.items():
