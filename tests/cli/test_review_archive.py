@@ -143,3 +143,18 @@ def test_export_verify_import_across_stores(cli_env: dict[str, str], tmp_path: P
     finally:
         with psycopg.connect(PG_ADMIN, autocommit=True) as db:
             db.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def test_status_of_a_paused_run_names_the_pause_and_the_answers(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`status` of a run paused after a phase says after which one, and the three ways on."""
+    run_id = _paused_run(cli_env, tmp_path)
+    shown = cli(cli_env, "status", run_id)
+    assert shown.returncode == 0, shown.stderr
+    last = shown.stdout.strip().splitlines()[-1]
+    assert last == (
+        f"paused after phase 'synthesis' (pause_after): interlock approve {run_id}, or change "
+        f"an output: interlock edit {run_id} OUTPUT --file F, or send it back: interlock "
+        f"reject {run_id} --to PHASE -m TEXT"
+    )

@@ -253,6 +253,11 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
             f"paused because child run {child['run']} is paused ({escape(detail)}); "
             f"'interlock approve {view['run_id']}' approves it"
         )
+    if pause and not pause.get("child"):
+        at = view.get("current_phase")
+        phases = view.get("phases") or []
+        phase = phases[at]["id"] if isinstance(at, int) and at < len(phases) else None
+        out.print(_paused_line(view["run_id"], phase, pause.get("reason")), soft_wrap=True)
     for line in _running_children(view):
         out.print(line)
     parent = family["parent_run"]
@@ -297,6 +302,21 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
         out.print(
             f"final: {Home.at(ctx.home).run_dir(view['run_id']) / 'final.md'}", soft_wrap=True
         )
+
+
+def _paused_line(run_id: str, phase: str | None, reason: str | None) -> str:
+    """Why a paused run waits for a person, and the commands that answer it."""
+    why = {
+        "pause_after": f"after phase {phase!r} (pause_after)",
+        "budget": "its budget is spent (approving lets it spend on)",
+    }.get(reason or "", f"({reason})" if reason else "")
+    answers = f"interlock approve {run_id}"
+    if reason == "pause_after":
+        answers += (
+            f", or change an output: interlock edit {run_id} OUTPUT --file F, or send it "
+            f"back: interlock reject {run_id} --to PHASE -m TEXT"
+        )
+    return f"paused {why}: {answers}".replace("paused : ", "paused: ")
 
 
 def _running_children(view: dict[str, Any]) -> list[str]:
