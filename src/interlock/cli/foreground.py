@@ -16,6 +16,7 @@ from interlock.errors import ExitCode
 
 if TYPE_CHECKING:
     from interlock.api import Interlock
+    from interlock.core.state import RunState
 
 
 def drive_in_foreground(app: Interlock, run_id: str, *, since: int | None = None) -> int:
@@ -82,6 +83,8 @@ def report_end(app: Interlock, run_id: str) -> int:
     from interlock.core.state import RunStatus
 
     state = app.state(run_id)
+    if state.status.ended or state.status is RunStatus.PAUSED:
+        err.print(spent_line(state), soft_wrap=True)
     if state.status is RunStatus.DELIVERED:
         out.print(f"delivered: {app.run_dir(run_id) / 'final.md'}", soft_wrap=True)
         return int(ExitCode.OK)
@@ -112,6 +115,19 @@ def report_end(app: Interlock, run_id: str) -> int:
         return int(ExitCode.INTERRUPTED)
     out.print(f"{state.status.value}: {state.failure}", soft_wrap=True)
     return int(ExitCode.RUN_FAILED)
+
+
+def spent_line(state: RunState) -> str:
+    """What the run cost and how much of it was carried over: what someone iterating on a
+    pipeline looks at after each run."""
+    from interlock.core.state import TaskStatus
+
+    done = [t for t in state.tasks.values() if t.status is TaskStatus.COMPLETED]
+    reused = sum(1 for t in done if t.reused_from is not None)
+    line = f"spent ${state.cost_usd:.4f}, {state.tokens:,} tokens; {len(done) - reused} task(s) ran"
+    if reused:
+        line += f", {reused} reused (paid for by earlier runs)"
+    return line
 
 
 def driven_elsewhere(app: Interlock, run_id: str) -> bool:
