@@ -104,14 +104,17 @@ class ModelRunner:
         environment, provider keys included, and a script that prints its environment or a
         request it made must not put a key in the ledger, status.json or the run's folder.
         Outputs are the worker's data and are left as they are."""
-        secrets = self.secrets(spec.workflow_dir)
+        secrets: list[Secret] | None = None
         if spec.worker.kind == "command":
+            secrets = self.secrets(spec.workflow_dir)
             base = spec.log_dir / f"{spec.task_id}.{spec.attempt}"
             for log in (Path(f"{base}.stdout"), Path(f"{base}.stderr")):
                 with contextlib.suppress(OSError):  # no such log (stdout became the output)
                     redact_file(log, secrets)
         if outcome.ok or not outcome.error:
-            return outcome
+            return outcome  # a call that succeeded: nothing of it is text to mask
+        if secrets is None:
+            secrets = self.secrets(spec.workflow_dir)
         return replace(outcome, error=scrub(outcome.error, secrets))
 
     def resolve(self, alias: str, workflow_dir: Path | None = None) -> Resolved:

@@ -12,6 +12,7 @@ repaired from the same places on resume (`recover`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import importlib.util
 import inspect
@@ -117,18 +118,39 @@ def _code_token(identity: Any) -> str:
 def call_source(reference: str) -> Path | None:
     """The file defining a `call:` target: a registered function's, or the module's of
     `package.module:function` (found without running the module; its packages are imported,
-    as the call itself would)."""
+    as the call itself would). Where each is defined is looked up once per process."""
     registered = registered_call(reference)
+    if registered is not None:
+        return _function_file(registered)
+    return _module_file(reference.partition(":")[0])
+
+
+@functools.lru_cache(maxsize=1024)
+def _function_file(function: Any) -> Path | None:
     try:
-        if registered is not None:
-            found = inspect.getsourcefile(registered)
-            return Path(found) if found else None
-        spec = importlib.util.find_spec(reference.partition(":")[0])
-    except (ImportError, TypeError, ValueError):  # not found, not Python source
+        found = inspect.getsourcefile(function)
+    except TypeError:  # a builtin: no source
+        return None
+    return Path(found) if found else None
+
+
+_MODULE_FILES: dict[str, Path] = {}
+
+
+def _module_file(name: str) -> Path | None:
+    """A module's source file (remembered once found; one not found yet is looked for again,
+    since it may appear)."""
+    known = _MODULE_FILES.get(name)
+    if known is not None:
+        return known
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):  # not found: the call says so when it runs
         return None
     if spec is None or not spec.origin or not spec.origin.endswith(".py"):
         return None
-    return Path(spec.origin)
+    _MODULE_FILES[name] = Path(spec.origin)
+    return _MODULE_FILES[name]
 
 
 # path -> (modification time, size, SHA-256): a file is read again only once it changed.
