@@ -330,6 +330,10 @@ def test_bad_cel_syntax() -> None:
     assert problem.startswith(
         "pipeline 't', phase 'review', next rule 1: expression 'reviewer.score <' does not parse"
     )
+    # One line saying where, not CEL's caret, which is misplaced inside the sentence.
+    assert "\n" not in problem and problem.endswith("does not parse at character 16, at '<'")
+    data["t"]["phases"][1]["next"][0]["if"] = "reviewer.score < < 8"
+    assert one_problem(data).endswith("does not parse at character 18, at '< 8'")
 
 
 def test_unknown_name_in_expression() -> None:

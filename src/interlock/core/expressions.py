@@ -38,6 +38,19 @@ class Compiled:
     tree: Any = None  # the parse tree, for saying in words what the condition reads
 
 
+def _where(source: str, error: Exception) -> str:
+    """Where CEL stopped, on one line: its message draws a caret under the expression on a
+    line of its own, which is misplaced once the expression is quoted inside a sentence."""
+    lines = str(error).splitlines()
+    carets = [line.index("^") for line in lines if line.strip() == "^"]
+    if not carets or carets[0] > len(source):
+        return f": {' '.join(str(error).split())}"
+    at = carets[0]
+    rest = source[at:]
+    shown = repr(rest if len(rest) <= 20 else rest[:20] + "...") if rest else "its end"
+    return f" at character {at + 1}, at {shown}"
+
+
 @lru_cache(maxsize=1)
 def _environment() -> Any:
     # Building CEL's parser takes a noticeable part of a second: only pipelines with
@@ -53,7 +66,8 @@ def compile_expression(source: str) -> Compiled:
     try:
         tree = env.compile(source)
     except celparser.CELParseError as exc:
-        raise ExpressionError(f"expression {source!r} does not parse: {exc}") from None
+        where = _where(source, exc)
+        raise ExpressionError(f"expression {source!r} does not parse{where}") from None
     names = _free_names(tree)
     return Compiled(source=source, names=names, program=env.program(tree), tree=tree)
 
