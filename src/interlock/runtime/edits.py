@@ -26,6 +26,7 @@ from interlock.core import events as ev
 from interlock.core.observe import CommandKind
 from interlock.core.review import interpret_edit, interpret_reject, latest_outputs
 from interlock.core.state import RunState, apply
+from interlock.errors import StorageError
 from interlock.runtime import artifacts
 from interlock.runtime.faults import crash_point
 from interlock.storage.base import CommandRecord, NewEvent, Store
@@ -124,8 +125,12 @@ def pending_edits(store: Store, run_id: str) -> set[str]:
     """The SHA-256 of each body that an edit command waiting for the run brings: a file that
     holds one is that edit on its way to the ledger (`interlock edit RUN NAME --file` of the
     run's own file), not a change to keep aside."""
-    found = set()
-    for record in store.pending_commands(run_id):
+    found: set[str] = set()
+    try:
+        pending = store.pending_commands(run_id)
+    except StorageError:  # a busy ledger: at worst the change is kept aside, never lost
+        return found
+    for record in pending:
         if record.kind != CommandKind.EDIT.value:
             continue
         try:
