@@ -392,6 +392,44 @@ def test_a_fan_out_over_no_items_names_itself_when_its_output_is_required(
     assert app.run(write_workflow(optional), "demo", topic="t").status is RunStatus.DELIVERED
 
 
+def test_a_plan_that_cannot_see_past_a_branch_does_not_call_it_a_failure(
+    app: Interlock, write_workflow: WriteWorkflow
+) -> None:
+    """A run cancelled at its pause, before its reviewer ever ran: the plan of its rerun says
+    it cannot foresee the branch that reads the review's score, not that the rerun fails."""
+    workflow = write_workflow(
+        """
+demo:
+  phases:
+    - id: draft
+      pause_after: true
+      workers:
+        - {role: w, command: [sh, -c, "echo draft > {output}"]}
+    - id: review
+      workers:
+        - role: r
+          command: [sh, -c, "echo 'score: 9' > {output}"]
+          reads: [w.md]
+          extract: {score: {regex: "score: ([0-9]+)", type: number}}
+      next:
+        - {if: "r.score < 8", goto: draft, max_visits: 2}
+    - id: done
+      workers:
+        - role: f
+          final: true
+          reads: [w.md]
+          command: [sh, -c, "cat $0 > {output}", "{read:w.md}"]
+"""
+    )
+    paused = app.run(workflow, "demo", topic="t")
+    assert paused.status is RunStatus.PAUSED
+    app.cancel(paused.run_id)
+    assert app.drive(paused.run_id).status is RunStatus.CANCELLED
+    notes = app.plan_rerun(paused.run_id).notes
+    assert any(note.startswith("cannot foresee beyond this point") for note in notes), notes
+    assert not any("ends failed" in note for note in notes), notes
+
+
 def test_loops_match_visit_by_visit(app: Interlock, write_workflow: WriteWorkflow) -> None:
     """A rerun of a run that looped reuses every visit; from the review phase on, the first
     draft is reused and every later visit runs."""

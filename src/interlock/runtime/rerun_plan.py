@@ -148,7 +148,10 @@ def plan(prepared: PreparedRerun, reuser: Reuser, source: SourceRun, now: float)
             if pipeline.worker(task.role).extract:
                 guessed.add(task.role)
         reuser.notes.clear()
-    if state.status is RunStatus.FAILED and state.failure:
+    foreseen = not any(note.startswith("cannot foresee") for note in notes)
+    if state.status is RunStatus.FAILED and state.failure and foreseen:
+        # A branch that needed a value no run has produced yet is not a failure of the
+        # rerun, only the end of what a plan can tell: its note says so already.
         notes.append(f"the plan ends failed: {state.failure}")
     return Plan(source=source.run_id, tasks=tasks, notes=notes)
 
