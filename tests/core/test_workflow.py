@@ -120,6 +120,9 @@ p:
     spec = workflow.get("p").pipeline.worker("reviewer").extract
     text = 'Review:\n```json\n{"verdict": {"score": "8.5", "notes": ["a", "b"]}}\n```\n'
     assert extract_values(spec, text) == {"score": 8.5, "notes": ["a", "b"]}
+    # Text where the JSON should have a list is refused, not read as a list of one item.
+    with pytest.raises(ExtractionError, match="is text \\('a and b'\\), not a list"):
+        extract_values(spec, '{"verdict": {"score": 8, "notes": "a and b"}}')
 
 
 def test_definition_hash_is_stable_and_round_trips() -> None:

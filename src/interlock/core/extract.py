@@ -42,6 +42,14 @@ def extract_values(spec: Mapping[str, Extract], text: str) -> dict[str, Any]:
                 raise ExtractionError(f"value {name!r}: the output has no {where}")
             values[name] = None
             continue
+        if rule.json_path is not None and rule.type == "list" and isinstance(raw, str):
+            # A regex finds text, which a list is read from line by line; a JSON document
+            # that says text where a list belongs is not that list (one item of it, by
+            # accident, would fan out over a single wrong item).
+            raise ExtractionError(
+                f"value {name!r}: JSON field {rule.json_path!r} is text ({raw[:80]!r}), not "
+                "a list; the output must give a JSON array there"
+            )
         values[name] = _coerce(name, raw, rule.type)
     return values
 
