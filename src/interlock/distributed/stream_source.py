@@ -111,14 +111,16 @@ class StreamSource:
         created = self.streams.ensure_group()
         self._backlog.clear()
         self._messages.clear()  # messages read before are gone, or will be read again
+        # Said by whichever worker made the group again, whoever leads the re-announcing.
+        group = "consumer group recreated" if created else "consumer group there"
         if not self.streams.lead_recovery(worker.name):
-            log.warning("%s; recovered (another worker re-announces the queue)", why)
+            log.warning("%s; %s, recovered (another worker re-announces the queue)", why, group)
             return
         count = self.streams.announce_many(self.queue.queued_ids())
         log.warning(
             "%s; %s, re-announced %d queued task(s)",
             why,
-            "consumer group recreated" if created else "consumer group intact",
+            group,
             count,
             extra={"action": "transport_recovered"},
         )
