@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import tarfile
 import uuid
 from pathlib import Path
@@ -113,7 +114,12 @@ def test_export_verify_import_across_stores(cli_env: dict[str, str], tmp_path: P
     bundle = tmp_path / "run.tar.gz"
     exported = cli(cli_env, "export", run_id, "-o", str(bundle))
     assert exported.returncode == 0, exported.stderr
-    assert cli(cli_env, "verify", str(bundle)).returncode == 0
+    checked = cli(cli_env, "verify", str(bundle))
+    assert checked.returncode == 0
+    # Both count the same files: every file of the bundle, and those of the run's folder.
+    counted = re.search(r"(\d+ files, \d+ of the run's folder)", checked.stdout)
+    assert counted is not None, checked.stdout
+    assert counted.group(1).replace(", ", " (") + ")" in exported.stdout
     assert cli(cli_env, "verify", run_id).returncode == 0
     tampered = tmp_path / "tampered.tar.gz"
     _tamper(bundle, tampered)

@@ -25,9 +25,10 @@ def export(ctx: Ctx, run_id: str, target: str) -> None:
     run_id = app.resolve(run_id)
     manifest = bundle.export_run(app.store, app.home, run_id, Path(target))
     head = (manifest["chain_head"] or "none")[:16]
+    folder = sum(1 for name in manifest["files"] if name.startswith("run/"))
     out.print(
         f"exported {run_id} to {target}: {manifest['events']} events, "
-        f"{len(manifest['files'])} files, chain head {head}"
+        f"{len(manifest['files'])} files ({folder} of the run's folder), chain head {head}"
     )
 
 
@@ -61,7 +62,11 @@ def verify(ctx: Ctx, target: str) -> None:
     if path.is_file():
         found = bundle.read_bundle(path)
         report, head = found.report, found.manifest.get("chain_head")
-        what = f"bundle {target} (run {found.run_id}, {len(found.files)} files)"
+        listed = len(found.manifest.get("files") or {})
+        what = (
+            f"bundle {target} (run {found.run_id}, {listed} files, {len(found.files)} of "
+            "the run's folder)"
+        )
         # A bundle of a run pruned here must end where the run's recorded history ended.
         known = ctx.missing_ledger() is None
         receipt = ctx.store.pruned_run(found.run_id) if known else None
