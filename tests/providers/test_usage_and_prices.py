@@ -142,3 +142,47 @@ def test_check_warns_when_a_budgeted_pipeline_uses_a_model_without_a_price(
     # priced in interlock.toml: never said to have no price
     assert "model 'gpt' (" not in warning and "'gpt' has no known price" not in warning
     assert "partly explored" not in checked.stdout
+
+
+def test_run_and_status_say_which_calls_the_cost_leaves_out(
+    tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model with no known price shows as `+ unpriced` in its worker's cost, and the run's
+    cost and the end of `interlock run` name it with the fix; priced workers are unmarked."""
+    project = make_project(
+        tmp_path, server, monkeypatch, '\n[models.free]\nprovider = "oa"\nmodel = "gpt-test"\n'
+    )
+    flow = project / "two.yaml"
+    flow.write_text(
+        "p:\n  phases:\n  - id: a\n    workers:\n    - {role: x, model: free}\n"
+        "    - {role: y, model: gpt}\n  - id: b\n    workers:\n"
+        "    - {role: z, final: true, model: gpt, reads: [x.md, y.md]}\n"
+    )
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        home = ("--home", str(project / "home"))
+        done = subprocess.run(
+            [sys.executable, "-m", "interlock", *home, *args],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert "Traceback" not in done.stdout + done.stderr, done.stderr
+        return done
+
+    ran = cli("run", str(flow), "p", "--topic", "t")
+    assert ran.returncode == 0, ran.stderr
+    note = (
+        "note: the cost leaves out the calls to model 'free': no price is known for it, so "
+        "they count $0 (and budgets do not see them); set input_price_per_mtok and "
+        "output_price_per_mtok in [models.free] of interlock.toml (0 for a free model)"
+    )
+    assert note in ran.stderr
+    run_id = next(line.split()[1] for line in ran.stderr.splitlines() if line.startswith("run "))
+    status = cli("status", run_id)
+    rows = {  # worker -> its row in the table
+        line.split()[line.split().index("completed") - 1]: line
+        for line in status.stdout.splitlines()
+        if "completed" in line.split()
+    }
+    assert "+ unpriced" in rows["x"]
+    assert "+ unpriced" not in rows["y"] and "+ unpriced" not in rows["z"]
+    assert note in " ".join(status.stdout.split())

@@ -91,6 +91,50 @@ def test_research_runs_against_an_openai_compatible_server(
     prompt = (app.run_dir(state.run_id) / "prompts" / "synthesizer@1.1.md").read_text()
     assert "researcher-b.md" in prompt
     assert KEY not in json.dumps([e.data for e in app.events(state.run_id)])
+    assert state.unpriced == () and not any("unpriced" in u for u in usage)
+
+
+def test_calls_to_a_model_with_no_known_price_are_marked_not_counted_as_free(
+    project: Path, server: FakeServer
+) -> None:
+    """A model with no price (a proxy's or a fine-tune's name) counts $0, and every place
+    that shows the cost says which calls it leaves out; a cost budget is warned at once."""
+    config = project / "interlock.toml"
+    text = config.read_text().replace(
+        "input_price_per_mtok = 15.0\noutput_price_per_mtok = 75.0\n", ""
+    )
+    config.write_text(text)
+    workflow = json.loads((project / "research.json").read_text())
+    workflow["research"]["budget"] = {"max_cost_usd": 1.0}
+    (project / "research.json").write_text(json.dumps(workflow))
+    app = Interlock(project / "home", settings=Settings(heartbeat=0.05))
+    state = app.run(project / "research.json", "research", topic="t")
+    assert state.status is RunStatus.DELIVERED
+    assert state.unpriced == ("opus",)
+    assert state.cost_usd == pytest.approx(2 * (1000 * 3.0 + 500 * 15.0) / 1e6)  # sonnet's
+    assert [w for w in state.warnings if "budget" in w] == [
+        "the budget's max_cost_usd cannot see the calls to model 'opus': no price is known "
+        "for it, so they count $0; set input_price_per_mtok and output_price_per_mtok in "
+        "[models.opus] of interlock.toml"
+    ]
+    usage = {
+        e.data["task_id"]: e.data["usage"]
+        for e in app.events(state.run_id)
+        if e.kind == "task_completed"
+    }
+    assert usage["synthesizer@1"]["unpriced"] is True
+    assert "unpriced" not in usage["researcher-a@1"]
+    status = json.loads((app.run_dir(state.run_id) / "status.json").read_text())
+    assert status["unpriced_models"] == ["opus"]
+    synthesis = status["phases"][-1]["workers"]["synthesizer"]
+    assert synthesis["unpriced"] is True
+    assert "unpriced" not in status["phases"][0]["workers"]["researcher-a"]
+
+    from interlock.cli.foreground import spent_line
+
+    line = spent_line(state)
+    assert "note: the cost leaves out the calls to model 'opus'" in line
+    assert "set input_price_per_mtok and output_price_per_mtok in [models.opus]" in line
 
 
 def test_server_errors_are_retried_then_succeed(project: Path, server: FakeServer) -> None:

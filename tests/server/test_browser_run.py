@@ -298,3 +298,41 @@ def test_answers_for_a_run_page_left_behind_do_not_touch_the_next_page(
     expect(page.locator("#runs tr")).to_have_count(1)
     expect(page.locator("h1 .pill")).to_have_count(0)  # no run drawn over the list
     assert page.errors == []  # type: ignore[attr-defined]
+
+
+def test_run_page_says_which_calls_its_cost_leaves_out(
+    browser: Browser,
+    make_server: ServerFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A model with no known price (here a provider's own name for it, behind a local
+    OpenAI-compatible server): the run's cost is marked `+ unpriced` and a note names the
+    model and the fix; the budget's warning says it cannot see those calls."""
+    import threading
+
+    from providers.fake_llm_server import FakeServer, FakeState
+
+    fake = FakeServer(FakeState(api_key="sk-unpriced-0123456789", models={"m"}, reply=["ok"]))
+    threading.Thread(target=fake.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("UNPRICED_KEY", "sk-unpriced-0123456789")
+        (tmp_path / "interlock.toml").write_text(
+            f'[providers.local]\nkind = "openai"\nbase_url = "{fake.url}/v1"\n'
+            'api_key_env = "UNPRICED_KEY"\n\n[models.sonnet]\nprovider = "local"\nmodel = "m"\n'
+        )
+        server = make_server(workflows=[write_workflow(tmp_path, FLOW)])
+        run_id = server.start_run("flaky", "Tide tables")
+        server.wait_status(run_id, "delivered")
+        page = open_page(browser, f"{server.url}/ui/#/runs/{run_id}")
+        expect(page.locator(".stats")).to_contain_text("$0 + unpriced")
+        note = page.locator("#unpriced")
+        expect(note).to_contain_text("leaves out the calls to model 'sonnet'")
+        expect(note).to_contain_text("[models.sonnet] of interlock.toml")
+        expect(page.locator(".warn").filter(has_text="max_cost_usd cannot see")).to_be_visible()
+        page.screenshot(path=str(SHOTS / "unpriced.png"))
+        assert page.errors == []  # type: ignore[attr-defined]
+    finally:
+        fake.state.stopping.set()
+        fake.shutdown()
+        fake.server_close()

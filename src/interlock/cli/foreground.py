@@ -127,6 +127,10 @@ def spent_line(state: RunState) -> str:
     line = f"spent ${state.cost_usd:.4f}, {state.tokens:,} tokens; {len(done) - reused} task(s) ran"
     if reused:
         line += f", {reused} reused (paid for by earlier runs)"
+    if state.unpriced:
+        from interlock.runtime.projection import unpriced_note
+
+        line += f"\nnote: {unpriced_note(list(state.unpriced))}"
     return line
 
 

@@ -212,7 +212,7 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
                 state,
                 str(w.get("attempt", "")),
                 str(w.get("visit", "")),
-                f"${w.get('cost_usd', 0):.4f}",
+                task_cost(w),
                 w.get("output") or "",
             )
         if rest:
@@ -226,6 +226,11 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
     out.print(
         f"cost ${view['cost_usd']:.4f}  tokens {view['tokens']}  retries {view['retry_count']}"
     )
+    if view.get("unpriced_models"):
+        from interlock.runtime.projection import unpriced_note
+
+        note = unpriced_note(view["unpriced_models"])
+        out.print(f"[yellow]note:[/] {escape(note)}", markup=True)
     if view.get("rerun_of"):
         start = f", everything from phase {view['rerun_from']!r} ran again" * bool(
             view.get("rerun_from")
@@ -372,6 +377,12 @@ def _shown_workers(
         else:
             rest[status] = rest.get(status, 0) + 1
     return shown, rest
+
+
+def task_cost(worker: dict[str, Any]) -> str:
+    """A worker's cost cell: its dollars, marked when a call of it had no known price."""
+    cost = f"${worker.get('cost_usd', 0):.4f}"
+    return f"{cost} + unpriced" if worker.get("unpriced") else cost
 
 
 STATUS_KEYS = (

@@ -94,6 +94,7 @@ class TaskState:
     retryable: bool = True
     cost_usd: float = 0.0
     tokens: int = 0
+    unpriced: bool = False  # one of its calls had no known price (it counted $0)
     fingerprint: str | None = None
     reused_from: str | None = None  # "run/task" whose output was carried over, if reused
     # For edits at a review (`core.review`): when the task was last dispatched and when its
@@ -192,6 +193,7 @@ class RunState:
     delivered: str | None = None
     cost_usd: float = 0.0
     tokens: int = 0
+    unpriced: tuple[str, ...] = ()  # model aliases called with no known price (sorted)
     events: int = 0
     rerun_of: str | None = None  # the source run whose outputs this run may reuse
     rerun_from: str | None = None  # from this phase on, nothing is reused
@@ -693,6 +695,11 @@ def _charge(state: RunState, task: TaskState, attempt: int, usage: dict[str, Any
     """
     cost = float(usage.get("cost_usd", 0.0))
     tokens = int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))
+    if usage.get("unpriced"):
+        task.unpriced = True
+        alias = str(usage.get("alias") or usage.get("model") or "?")
+        if alias not in state.unpriced:
+            state.unpriced = tuple(sorted((*state.unpriced, alias)))
     counted = task.child_spend.get(attempt)
     if counted is not None:
         task.child_spend = {a: s for a, s in task.child_spend.items() if a != attempt}

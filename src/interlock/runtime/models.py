@@ -280,6 +280,12 @@ class ModelRunner:
         )
 
 
+def unpriced(model: ResolvedModel) -> bool:
+    """True when nothing prices this model's calls (neither interlock.toml nor the price
+    table): they count $0. The offline stand-in costs nothing for real."""
+    return not model.price_source and model.kind != "offline"
+
+
 def worker_schema(spec: TaskSpec) -> dict[str, Any] | None:
     """The worker's JSON Schema; a path (a pipeline built in code) is read from the workflow
     file's directory."""
@@ -345,6 +351,8 @@ def usage_of(result: ModelResult, alias: str, model: ResolvedModel | None = None
             if count
         },
         **({"estimated": True} if result.extra.get("usage") == "estimated" else {}),
+        # No price is known for this model: the call counts $0 in costs and budgets.
+        **({"unpriced": True} if model is not None and unpriced(model) else {}),
         # A tool loop's model calls and tool calls, whose spend the figures above add up.
         **{
             name: int(result.extra[name])

@@ -46,7 +46,7 @@ from interlock.runtime.driver import Report, RunDriver
 from interlock.runtime.faults import crash_point
 from interlock.runtime.home import Home
 from interlock.runtime.leases import LeaseKeeper
-from interlock.runtime.models import ModelRunner
+from interlock.runtime.models import ModelRunner, unpriced
 from interlock.runtime.processes import holder_is_dead as holder_is_dead
 from interlock.runtime.processes import reap
 from interlock.runtime.reuse import Reuser, SourceRun, WorkerMemo
@@ -337,6 +337,8 @@ class Orchestrator:
         if definition.hash not in self._warnings:
             messages = []
             unknown: list[str] = []
+            budget = definition.pipeline.budget
+            capped = budget is not None and budget.max_cost_usd is not None
             for alias in sorted(model_aliases(definition)):
                 try:
                     resolved = self.models.resolve(alias, driver_dir(definition.source))
@@ -349,6 +351,13 @@ class Orchestrator:
                     messages.append(
                         f"model {alias!r} has no provider configured: using the offline "
                         "provider (placeholder text). Configure it in interlock.toml."
+                    )
+                elif capped and unpriced(resolved.model):
+                    messages.append(
+                        f"the budget's max_cost_usd cannot see the calls to model {alias!r}: "
+                        "no price is known for it, so they count $0; set "
+                        f"input_price_per_mtok and output_price_per_mtok in [models.{alias}] "
+                        "of interlock.toml"
                     )
             if unknown and local:
                 raise UsageError(

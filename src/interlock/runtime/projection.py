@@ -78,6 +78,8 @@ def status_view(pipeline: Pipeline, state: RunState, run_dir_name: str) -> dict[
                     "error": last.error,
                     "cost_usd": round(sum(t.cost_usd for t in ordered), 6),
                 }
+                if any(t.unpriced for t in ordered):
+                    entry["unpriced"] = True  # a call with no known price counted $0
                 child = state.children.get(last.task_id)
                 if child is not None and child.attempt == last.attempt:
                     entry["child"] = child.run
@@ -125,6 +127,7 @@ def status_view(pipeline: Pipeline, state: RunState, run_dir_name: str) -> dict[
         "warnings": state.warnings,
         "failure": state.failure,
         "cost_usd": round(state.cost_usd, 6),
+        "unpriced_models": list(state.unpriced),
         "tokens": state.tokens,
         "created_at": iso(state.created_at),
         "updated_at": iso(state.updated_at),
@@ -277,3 +280,15 @@ def ledger_view(run: RunRecord, state: RunState, events: list[StoredEvent]) -> d
         "status": state.status.value,
         "tasks": tasks,
     }
+
+
+def unpriced_note(aliases: list[str]) -> str:
+    """What a cost leaves out when models without a known price were called."""
+    names = ", ".join(repr(a) for a in aliases)
+    models = "model" if len(aliases) == 1 else "models"
+    return (
+        f"the cost leaves out the calls to {models} {names}: no price is known for "
+        f"{'it' if len(aliases) == 1 else 'them'}, so they count $0 (and budgets do not see "
+        f"them); set input_price_per_mtok and output_price_per_mtok in [models.{aliases[0]}] "
+        "of interlock.toml (0 for a free model)"
+    )

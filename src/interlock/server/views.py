@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from interlock.core.state import RunState
 from interlock.runtime.family import current_children, family_view
-from interlock.runtime.projection import iso, status_view
+from interlock.runtime.projection import iso, status_view, unpriced_note
 from interlock.server.messages import progress
 from interlock.storage.base import RunRecord
 
@@ -83,6 +83,8 @@ def run_detail(api: Interlock, run_id: str) -> dict[str, Any]:
     view["last_seq"] = record.last_seq
     view["driven_by"] = record.lease_owner
     view["pause_reason"] = state.pause_reason
+    if state.unpriced:  # what the cost shown leaves out, and the fix
+        view["unpriced_note"] = unpriced_note(list(state.unpriced))
     # The child runs of `pipeline` workers, with their own state and cost, and for a child its
     # parent: what the run page draws its links and "paused in child" note from.
     view.update(family_view(api.store, view))

@@ -84,7 +84,7 @@ function drawRun() {
       inputsView(run.inputs),
       h("div", { class: "stats" },
         stat(`${Math.round(run.progress * 100)}%`, "progress"), stat(run.phase || "–", "phase"),
-        stat(money(run.cost_usd), "cost"), stat(run.tokens, "tokens"), stat(run.retry_count, "retries"),
+        stat(run.unpriced_note ? `${run.cost_usd ? money(run.cost_usd) : "$0"} + unpriced` : money(run.cost_usd), "cost"), stat(run.tokens, "tokens"), stat(run.retry_count, "retries"),
         stat(run.events, "events"), stat(ago(run.created_at), "started"))),
     headerControls(run)), h("div", { class: "bar" }, bar));
   const notes = [];
@@ -96,6 +96,7 @@ function drawRun() {
   if (run.parent_run && run.status === "paused") notes.push(h("div", { class: "warn", id: "pauses-parent" },
     "This pause holds the parent run ", runLink(run.parent_run.run_id), " too: approving here or there lets both go on."));
   for (const warning of run.warnings) notes.push(h("div", { class: "warn" }, warning));
+  if (run.unpriced_note) notes.push(h("div", { class: "warn", id: "unpriced" }, `Note: ${run.unpriced_note}`));
   view.replaceChildren(...[
     h("nav", { class: "toolbar crumbs", "aria-label": "Breadcrumb" }, h("a", { href: "#/" }, "← Runs"), parentCrumb(run)),
     head,
