@@ -147,3 +147,30 @@ def test_cache_list_and_clear(cli_env: dict[str, str], tmp_path: Path) -> None:
     # The --no-cache run reused nothing but left its fresh outputs for the next runs.
     assert "6 cache entries removed" in cli(cli_env, "cache", "clear").stdout
     assert "empty" in cli(cli_env, "cache", "list").stdout
+
+
+def test_rerun_says_when_the_workflow_file_changed_since_the_run(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """An edit to the file after the run: `rerun` without --workflow runs the definition the
+    run started with, so the plan and the rerun both say so, with the command that uses the
+    edits; with --workflow the edit runs, and an unedited file says nothing."""
+    flow = workflow(tmp_path)
+    source = started(cli(cli_env, "run", str(flow), "demo", "-t", "x"))
+    unchanged = cli(cli_env, "rerun", source, "--dry-run")
+    assert "has changed" not in unchanged.stdout + unchanged.stderr
+    flow.write_text(flow.read_text().replace("echo B >", "echo B2 >"))
+    note = (
+        f"note: {flow} has changed since {source} started: this rerun uses the definition "
+        f"that run started with. To rerun with the edits: interlock rerun {source} "
+        f"--workflow {flow}"
+    )
+    planned = cli(cli_env, "rerun", source, "--dry-run")
+    assert note in " ".join(planned.stdout.split())
+    assert "0 to run" in planned.stdout
+    ran = cli(cli_env, "rerun", source)
+    assert ran.returncode == 0, ran.stderr
+    assert note in ran.stderr
+    edited = cli(cli_env, "rerun", source, "--workflow", str(flow), "--dry-run")
+    assert "has changed" not in edited.stdout + edited.stderr
+    assert "run   b@1" in edited.stdout

@@ -83,6 +83,12 @@ def rerun(
         run_count = len(plan.tasks) - plan.reused
         out.print(f"{plan.reused} task(s) reused, {run_count} to run (nothing was called)")
         return
+    if workflow is None:
+        from interlock.runtime.rerun import edited_since
+
+        edited = edited_since(app.store.get_run(app.resolve(run_id)))
+        if edited:
+            err.print(f"note: {edited}", soft_wrap=True)
     install_terminate_handler()
     new = app.rerun(run_id, run_id=new_run_id, **changes)  # type: ignore[arg-type]
     err.print(f"run {new} (rerun of {app.state(new).rerun_of})")

@@ -15,7 +15,7 @@ from interlock.core.loader import Definition, load_workflow
 from interlock.core.state import RunState, fold
 from interlock.errors import UsageError
 from interlock.runtime.orchestrator import Orchestrator
-from interlock.storage.base import Store
+from interlock.storage.base import RunRecord, Store
 
 
 class SourceNotEnded(UsageError):
@@ -48,12 +48,34 @@ class PreparedRerun:
     inputs: dict[str, Any]
     from_phase: str | None
     no_cache: bool = False
+    notes: tuple[str, ...] = ()  # what the person asking should know (a plan shows them)
+
+
+def edited_since(record: RunRecord) -> str | None:
+    """A note when the workflow file a run was started from has changed since (its pipeline
+    no longer hashes the same): a rerun without --workflow runs the pinned definition, so
+    an edit made for this rerun would be left out. None when unchanged or unreadable."""
+    source = record.source
+    if not source or source.startswith("<") or not Path(source).is_file():
+        return None
+    try:
+        loaded = load_workflow(source).definitions.get(record.pipeline)
+    except Exception:  # no longer loads: the rerun does not need it (it says so if asked)
+        return None
+    if loaded is None or loaded.hash == record.definition_hash:
+        return None
+    return (
+        f"{source} has changed since {record.run_id} started: this rerun uses the definition "
+        f"that run started with. To rerun with the edits: interlock rerun {record.run_id} "
+        f"--workflow {source}"
+    )
 
 
 def prepare(store: Store, orchestrator: Orchestrator, request: RerunRequest) -> PreparedRerun:
     """Check a rerun request against its source; raises UsageError naming the fix."""
     source = request.source
     record = store.get_run(source)
+    notes: tuple[str, ...] = ()
     state = fold([s.event for s in store.events(source)])
     if not state.status.ended:
         raise SourceNotEnded(
@@ -78,6 +100,8 @@ def prepare(store: Store, orchestrator: Orchestrator, request: RerunRequest) -> 
     else:
         pinned = orchestrator.definition(record.pipeline, record.definition_hash)
         definition = dataclasses.replace(pinned, source=record.source)
+        edited = edited_since(record)
+        notes = (edited,) if edited else ()
     phases = [p.id for p in definition.pipeline.phases]
     if request.from_phase is not None and request.from_phase not in phases:
         raise UsageError(
@@ -95,6 +119,7 @@ def prepare(store: Store, orchestrator: Orchestrator, request: RerunRequest) -> 
         inputs=inputs,
         from_phase=request.from_phase,
         no_cache=request.no_cache,
+        notes=notes,
     )
 
 

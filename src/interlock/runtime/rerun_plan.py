@@ -153,7 +153,7 @@ def plan(prepared: PreparedRerun, reuser: Reuser, source: SourceRun, now: float)
         # A branch that needed a value no run has produced yet is not a failure of the
         # rerun, only the end of what a plan can tell: its note says so already.
         notes.append(f"the plan ends failed: {state.failure}")
-    return Plan(source=source.run_id, tasks=tasks, notes=notes)
+    return Plan(source=source.run_id, tasks=tasks, notes=[*prepared.notes, *notes])
 
 
 def _end_wait(pipeline: Pipeline, state: RunState, source: SourceRun) -> str:
