@@ -174,3 +174,62 @@ def test_rerun_says_when_the_workflow_file_changed_since_the_run(
     edited = cli(cli_env, "rerun", source, "--workflow", str(flow), "--dry-run")
     assert "has changed" not in edited.stdout + edited.stderr
     assert "run   b@1" in edited.stdout
+
+
+FAILING = """
+fails:
+  phases:
+    - id: ask
+      workers:
+        - role: slow
+          command: ["sh", "-c", "sleep 3; echo kept > {output}"]
+        - role: broken
+          command: ["sh", "-c", "sleep 0.3; echo boom >&2; exit 1"]
+    - id: end
+      workers:
+        - role: last
+          final: true
+          reads: [slow.md]
+          command: ["sh", "-c", "cat $0 > $1", "{input:slow.md}", "{output}"]
+"""
+
+
+def test_a_failing_run_waits_for_its_running_tasks_and_says_so(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A task that fails for good while a sibling runs: `status` says the run fails once the
+    sibling has ended and how to stop it now; the run then fails with the sibling's output
+    kept, and a rerun of the fixed file reuses it."""
+    import time
+
+    flow = tmp_path / "fails.yaml"
+    flow.write_text(FAILING)
+    running = subprocess.Popen(
+        [sys.executable, "-m", "interlock", "run", str(flow), "fails", "-t", "x"],
+        env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    line = ""
+    for _ in range(100):
+        time.sleep(0.1)
+        listed = cli(cli_env, "runs", "--json")
+        runs = json.loads(listed.stdout or "[]")
+        if runs:
+            shown = cli(cli_env, "status", runs[0]["run_id"])
+            line = next((x for x in shown.stdout.splitlines() if x.startswith("failing:")), "")
+            if line:
+                break
+    run_id = runs[0]["run_id"]
+    assert line == (
+        "failing: task broken@1 failed for good; the run fails once slow@1 has ended, so that "
+        f"what was paid for is kept for a rerun ('interlock cancel {run_id}' stops it now)"
+    )
+    out, err = running.communicate(timeout=60)
+    assert running.returncode != 0 and "failed: task broken@1" in out + err
+    status = cli(cli_env, "status", run_id, "--json")
+    view = json.loads(status.stdout)
+    assert view["status"] == "failed" and view["failing"] is None
+    assert view["phases"][0]["workers"]["slow"]["status"] == "completed"
+    flow.write_text(FAILING.replace("echo boom >&2; exit 1", "echo fine > {output}"))
+    rerun = cli(cli_env, "rerun", run_id, "--workflow", str(flow))
+    assert rerun.returncode == 0, rerun.stderr
+    assert "1 reused" in rerun.stderr

@@ -314,29 +314,81 @@ def _use_anthropic(project: Path, server: FakeServer) -> None:
     assert "/v1/messages" not in [r.path for r in server.requests]
 
 
+SIBLINGS = (
+    "p:\n  phases:\n  - id: a\n    workers:\n"
+    "    - {{role: doomed, command: {doomed}, retries: 0}}\n"
+    "    - {{role: sibling, model: sonnet}}\n"
+    "  - id: b\n    workers:\n    - {{role: last, model: sonnet, final: true}}\n"
+)
+
+
 @pytest.mark.parametrize("wire", ["openai", "anthropic"])
-def test_a_sibling_stopped_mid_answer_is_paid_for(
+def test_a_sibling_answered_when_another_fails_for_good_is_finished_and_kept(
     project: Path, server: FakeServer, wire: str
 ) -> None:
-    """When one worker fails for good while its parallel sibling is being answered, the run
-    fails, and the sibling's spend (the input the server reported or the prompt, and the
-    text received) is recorded, in the ledger, the run's cost and its listing."""
+    """When one worker fails for good while its parallel sibling is being answered, the
+    run waits for the answer before it fails: the sibling's output and spend are recorded,
+    nothing else starts, and a rerun with the failing worker fixed reuses the answer
+    instead of paying for it again."""
     if wire == "anthropic":
         _use_anthropic(project, server)
-    # The doomed worker fails for good a second in, by when the sibling's answer has begun
-    # streaming and stalls: the sibling is stopped mid-answer, never before its first byte.
+    # The doomed worker fails for good a second in, while the sibling's answer streams and
+    # stalls for three seconds.
     doomed = f"[{sys.executable!r}, '-c', 'import time; time.sleep(1); raise SystemExit(1)']"
     flow = project / "siblings.yaml"
-    flow.write_text(
-        "p:\n  phases:\n  - id: a\n    workers:\n"
-        f"    - {{role: doomed, command: {doomed}, retries: 0}}\n"
-        "    - {role: sibling, model: sonnet}\n"
-        "  - id: b\n    workers:\n    - {role: last, model: sonnet, final: true}\n"
-    )
+    flow.write_text(SIBLINGS.format(doomed=doomed))
     server.fail_next(Fault(stall=3.0))
     app = Interlock(project / "home", settings=Settings(heartbeat=0.05))
     state = asyncio.run(_run(app, flow))
     assert state.status is RunStatus.FAILED and "doomed" in (state.failure or "")
+    events = list(app.events(state.run_id))
+    kinds = [e.kind for e in events]
+    assert kinds.index("task_failed") < kinds.index("task_completed") < kinds.index("run_failed")
+    sibling = state.tasks["sibling@1"]
+    assert sibling.status.value == "completed" and sibling.cost_usd > 0
+    assert "last@1" not in state.tasks  # nothing after the failure started
+    assert state.cost_usd == pytest.approx(sibling.cost_usd)
+    calls = len(server.requests)
+    fixed = project / "fixed.yaml"
+    fixed.write_text(SIBLINGS.format(doomed='["sh", "-c", "echo ok > {output}"]'))
+    rerun = app.rerun(state.run_id, workflow=fixed)
+    asyncio.run(app.drive_async(rerun))
+    again = app.state(rerun)
+    assert again.status is RunStatus.DELIVERED
+    assert again.tasks["sibling@1"].reused_from == f"{state.run_id}/sibling@1"
+    assert len(server.requests) == calls + 1  # only `last` was called
+
+
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+def test_a_sibling_stopped_mid_answer_is_paid_for(
+    project: Path, server: FakeServer, wire: str
+) -> None:
+    """A run cancelled while a worker is being answered stops the call, and its spend (the
+    input the server reported or the prompt, and the text received) is recorded, in the
+    ledger, the run's cost and its listing."""
+    if wire == "anthropic":
+        _use_anthropic(project, server)
+    slow = f"[{sys.executable!r}, '-c', 'import time; time.sleep(30)']"
+    flow = project / "siblings.yaml"
+    flow.write_text(SIBLINGS.format(doomed=slow))
+    server.fail_next(Fault(stall=30.0))
+    app = Interlock(project / "home", settings=Settings(heartbeat=0.05))
+
+    async def cancel_mid_answer() -> None:
+        run_id = app.start(flow, topic="t")
+        driving = asyncio.ensure_future(app.drive_async(run_id))
+        for _ in range(400):  # the answer's first bytes, then the stall
+            await asyncio.sleep(0.05)
+            if server.requests and server.state.in_flight:
+                break
+        await asyncio.sleep(1.0)
+        app.cancel(run_id, "enough")
+        await driving
+
+    asyncio.run(cancel_mid_answer())
+    [record] = app.store.list_runs()
+    state = app.state(record.run_id)
+    assert state.status is RunStatus.CANCELLED
     events = list(app.events(state.run_id))
     (late,) = [e for e in events if e.kind == "usage_recorded"]
     assert late.data["task_id"] == "sibling@1"

@@ -336,3 +336,43 @@ def test_run_page_says_which_calls_its_cost_leaves_out(
         fake.state.stopping.set()
         fake.shutdown()
         fake.server_close()
+
+
+FAILING = """
+fails:
+  phases:
+    - id: ask
+      workers:
+        - role: slow
+          command: ["sh", "-c", "sleep 4; echo kept > {output}"]
+        - role: broken
+          command: ["sh", "-c", "echo boom >&2; exit 1"]
+    - id: end
+      workers:
+        - {role: last, final: true, command: ["sh", "-c", "echo done > {output}"]}
+"""
+
+
+def test_run_page_says_a_failing_run_waits_for_its_running_tasks(
+    browser: Browser, make_server: ServerFactory, tmp_path: Path
+) -> None:
+    """A task failed for good while a sibling runs: the run page says the run fails once the
+    sibling has ended and why, then shows the failure with the sibling's output kept."""
+    server = make_server(workflows=[write_workflow(tmp_path, FAILING)])
+    run_id = server.start_run("fails", "t")
+    for _ in range(100):
+        if server.http.get(f"/api/runs/{run_id}").json().get("failing"):
+            break
+        time.sleep(0.05)
+    page = open_page(browser, f"{server.url}/ui/#/runs/{run_id}")
+    note = page.locator("#failing")
+    expect(note).to_contain_text("Failing: task broken@1 failed for good")
+    expect(note).to_contain_text("once slow@1 has ended, so that what was paid for is kept")
+    page.screenshot(path=str(SHOTS / "failing.png"))
+    server.wait_status(run_id, "failed")
+    expect(note).to_be_hidden()
+    expect(page.locator(".warn.failure")).to_contain_text("Failed: task broken@1")
+    assert server.http.get(f"/api/runs/{run_id}").json()["phases"][0]["workers"]["slow"][
+        "output"
+    ] == "slow.md"
+    assert page.errors == []  # type: ignore[attr-defined]

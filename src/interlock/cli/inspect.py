@@ -238,6 +238,10 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
         out.print(f"rerun of {view['rerun_of']}{start}; reused outputs cost nothing here")
     for warning in view["warnings"]:
         out.print(f"[yellow]warning:[/] {escape(warning)}", markup=True)
+    if view.get("failing"):
+        from interlock.runtime.projection import failing_text
+
+        out.print(failing_text(view["run_id"], view["failing"]), soft_wrap=True)
     waiting = view.get("waiting")
     if waiting:
         from interlock.runtime.projection import waiting_text

@@ -101,6 +101,9 @@ def decide(
             return []  # the runtime records SlotTaken once the key has room
         first = pipeline.phases[0]
         return [_start_phase(first, 1, None, now, RuleName.START, "the run was created")]
+    lost = given_up(pipeline, state)
+    if lost is not None:
+        return _failing(pipeline, state, lost, now)
     for rule in _RULES:
         decisions = rule(pipeline, state, now)
         if decisions:
@@ -287,24 +290,53 @@ def _timed_out(pipeline: Pipeline, task: TaskState, now: float) -> Decision:
     return Decision(RuleName.TIMEOUT, event, why)
 
 
+def _next_attempt(worker: Worker, task: TaskState) -> int:
+    """The attempt a failed task would make next: the next one of its model, or the first
+    of the next fallback model when the failure was not worth retrying."""
+    per_model = worker.retries + 1
+    if not task.retryable:
+        return ((task.attempt - 1) // per_model + 1) * per_model + 1
+    return task.attempt + 1
+
+
+def given_up(pipeline: Pipeline, state: RunState) -> TaskState | None:
+    """The first failed task that has no attempt left (the run fails because of it)."""
+    for task in state.in_group(state.failing):
+        worker = pipeline.worker(task.role)
+        if _next_attempt(worker, task) > worker.max_attempts:
+            return task
+    return None
+
+
+def still_running(state: RunState, lost: TaskState) -> list[TaskState]:
+    """The attempts the run waits for before it fails because of `lost`: those that had
+    started by the time it failed."""
+    failed_at = lost.failed_at if lost.failed_at is not None else math.inf
+    return [t for t in state.in_flight() if t.started_at is not None and t.started_at <= failed_at]
+
+
+def _failing(pipeline: Pipeline, state: RunState, lost: TaskState, now: float) -> list[Decision]:
+    """A task failed for good: the run fails once the attempts that had started before it
+    failed have ended, so that what they were paid for is recorded and a rerun reuses it
+    instead of paying again. Meanwhile nothing else starts or is retried; an attempt that
+    passes its deadline still times out. Attempts not started by then are abandoned."""
+    timeouts = _timeouts(pipeline, state, now)
+    if timeouts:
+        return timeouts
+    if still_running(state, lost):
+        return []
+    reason = f"task {lost.task_id} failed after {lost.attempt} attempt(s): {lost.error}"
+    event = ev.RunFailed(at=now, reason=reason, task_id=lost.task_id)
+    return [Decision(RuleName.GIVE_UP, event, reason)]
+
+
 def _failures(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]:
     decisions = []
     for task in state.in_group(state.failing):
         worker = pipeline.worker(task.role)
-        attempt = task.attempt + 1
         per_model = worker.retries + 1
         switching = not task.retryable or task.attempt % per_model == 0
-        if not task.retryable:
-            attempt = ((task.attempt - 1) // per_model + 1) * per_model + 1
-        if attempt > worker.max_attempts:
-            reason = f"task {task.task_id} failed after {task.attempt} attempt(s): {task.error}"
-            return [
-                Decision(
-                    RuleName.GIVE_UP,
-                    ev.RunFailed(at=now, reason=reason, task_id=task.task_id),
-                    reason,
-                )
-            ]
+        attempt = _next_attempt(worker, task)
         model = worker.model_for_attempt(attempt)
         if switching and worker.model is not None:
             rule, delay = RuleName.FALLBACK, 0.0

@@ -84,6 +84,7 @@ class TaskState:
     dispatched_at: float
     started_at: float | None = None
     completed_at: float | None = None
+    failed_at: float | None = None  # when its current attempt failed or timed out
     not_before: float | None = None
     worker: str = ""
     artifact: str | None = None
@@ -635,12 +636,14 @@ def _apply_task_result(state: RunState, event: ev.Event) -> None:
         _record_output(state, task, event.artifact)
     elif isinstance(event, ev.TaskFailed):
         _set_status(state, task, TASK_FAILED)
+        task.failed_at = event.at
         task.error, task.retryable = event.error, event.retryable
         # The provider's Retry-After: the next attempt of the same model waits for it.
         wait = event.retry_after
         task.not_before = None if wait is None else event.at + wait
     elif isinstance(event, ev.TaskTimedOut):
         _set_status(state, task, TASK_TIMED_OUT)
+        task.failed_at = event.at
         task.retryable = True
         task.error = event.detail or "timed out"
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from interlock.core import events as ev
+from interlock.core.decide import given_up
 from interlock.core.extract import ExtractionError, extract_values
 from interlock.core.state import TaskState
 from interlock.runtime import artifacts
@@ -65,6 +66,8 @@ class LocalDispatcher:
         )
         try:
             async with self._slots.turn(lane):
+                if given_up(driver.definition.pipeline, driver.state) is not None:
+                    return  # the run fails once its running attempts end: not started now
                 task = driver.state.tasks[task_id]
                 started = ev.TaskStarted(
                     at=clock(), task_id=task_id, attempt=attempt, worker=orchestrator.owner

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from interlock.core import events as ev
-from interlock.core.decide import settle
+from interlock.core.decide import given_up, settle
 from interlock.core.extract import ExtractionError, extract_values
 from interlock.core.loader import Definition
 from interlock.core.observe import (
@@ -443,7 +443,8 @@ class RunDriver:
                 # once the task ended, so that the report is recorded before the lease goes.
                 self.stopping.add(task_id)
                 handle.add_done_callback(lambda _: orchestrator.touch(self))
-        else:
+        elif given_up(self.definition.pipeline, state) is None:
+            # (A run that fails once its running attempts end starts nothing more.)
             for task in self._to_start():
                 running = self.handles.get(task.task_id)
                 if running is not None and self.handle_attempts.get(task.task_id) != task.attempt:

@@ -12,7 +12,8 @@ import math
 import time
 from typing import Any
 
-from interlock.core.state import RUN_PAUSED, RunState, TaskStatus, listed_status
+from interlock.core.decide import given_up, still_running
+from interlock.core.state import RUN_PAUSED, RUN_RUNNING, RunState, TaskStatus, listed_status
 from interlock.core.workflow import Pipeline
 from interlock.storage.base import RunRecord, StoredEvent
 
@@ -105,6 +106,7 @@ def status_view(pipeline: Pipeline, state: RunState, run_dir_name: str) -> dict[
         "inputs": state.inputs,
         "status": listed_status(state),
         "waiting": waiting_view(state),
+        "failing": failing_view(pipeline, state),
         # Tasks of workers with a concurrency key: waiting for a slot before dispatch, or
         # holding one (see `Worker.concurrency`).
         "task_slots": {
@@ -153,6 +155,28 @@ def status_view(pipeline: Pipeline, state: RunState, run_dir_name: str) -> dict[
             for task_id, c in state.children.items()
         },
     }
+
+
+def failing_view(pipeline: Pipeline, state: RunState) -> dict[str, Any] | None:
+    """A running run that fails once its running attempts end (a task failed for good)."""
+    if state.status is not RUN_RUNNING:
+        return None
+    lost = given_up(pipeline, state)
+    if lost is None:
+        return None
+    waits = [t.task_id for t in still_running(state, lost)]
+    return {"task": lost.task_id, "error": lost.error, "waiting_for": waits}
+
+
+def failing_text(run_id: str, failing: dict[str, Any]) -> str:
+    """The line that says why a failing run is still running."""
+    running = failing["waiting_for"]
+    waits = f"{', '.join(running)} {'has' if len(running) == 1 else 'have'}" if running else "all"
+    return (
+        f"failing: task {failing['task']} failed for good; the run fails once {waits} "
+        f"ended, so that what was paid for is kept for a rerun "
+        f"('interlock cancel {run_id}' stops it now)"
+    )
 
 
 def pause_view(state: RunState) -> dict[str, Any] | None:

@@ -90,6 +90,7 @@ function drawRun() {
   const notes = [];
   if (run.failure) notes.push(h("div", { class: "warn failure" }, run.status === "cancelled" ? "Cancelled: " : "Failed: ", run.failure));
   if (run.waiting) notes.push(waitingNote(run));
+  if (run.failing) notes.push(h("div", { class: "warn failure", id: "failing" }, `Failing: task ${run.failing.task} failed for good (${run.failing.error || "no detail"}). The run fails once ${run.failing.waiting_for.join(", ") || "all"} ${run.failing.waiting_for.length === 1 ? "has" : "have"} ended, so that what was paid for is kept for a rerun; cancel it to stop now.`));
   const pausedChild = run.status === "paused" && run.pause && run.pause.child;
   if (pausedChild) notes.push(pausedInChild(run.pause.child));
   else if (run.status === "paused") notes.push(h("div", { class: "warn" }, `Paused (${run.pause_reason || "approval"}): review the outputs, then approve, edit, send back or cancel.`));
