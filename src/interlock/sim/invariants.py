@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from interlock.core import events as ev
+from interlock.core.decide import given_up, still_running
 from interlock.core.state import RunState, RunStatus, TaskStatus, apply
 from interlock.core.workflow import Pipeline
 from interlock.sim.policy import PolicyChecker
@@ -54,7 +55,7 @@ class HistoryChecker:
             self.problems.append(f"seq {seq} follows {self.seen}: a gap or a duplicate")
         self.seen = seq
         where = f"seq {seq} {event.kind}"
-        problem = self._transition(event)
+        problem = self._transition(event) or self._after_give_up(event)
         policy_problem = self.policy.problem(event)  # always: it keeps its own counts
         wait_problem = self.waits.problem(event)  # so does this one
         problem = problem or policy_problem or wait_problem
@@ -98,6 +99,22 @@ class HistoryChecker:
         if isinstance(event, (ev.OutputEdited, ev.Rejected)):
             return review_transition(self, event)
         return self._task_transition(event)
+
+    def _after_give_up(self, event: ev.Event) -> str | None:
+        """Once a task failed for good, nothing starts or is retried, and the run fails only
+        after every attempt that had started by then has ended."""
+        if self.shadow.status is not RunStatus.RUNNING or self.shadow.current is None:
+            return None
+        lost = given_up(self.pipeline, self.shadow)
+        if lost is None:
+            return None
+        if isinstance(event, (ev.TaskDispatched, ev.RetryScheduled)):
+            return f"{event.task_id}: {event.kind} after {lost.task_id} failed for good"
+        if isinstance(event, ev.RunFailed):
+            running = [t.task_id for t in still_running(self.shadow, lost)]
+            if running:
+                return f"failed while {running}, started before {lost.task_id} failed, ran"
+        return None
 
     def _task_transition(self, event: ev.Event) -> str | None:
         if isinstance(event, ev.TaskDispatched):
