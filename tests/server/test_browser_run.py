@@ -372,7 +372,8 @@ def test_run_page_says_a_failing_run_waits_for_its_running_tasks(
     server.wait_status(run_id, "failed")
     expect(note).to_be_hidden()
     expect(page.locator(".warn.failure")).to_contain_text("Failed: task broken@1")
-    assert server.http.get(f"/api/runs/{run_id}").json()["phases"][0]["workers"]["slow"][
-        "output"
-    ] == "slow.md"
+    assert (
+        server.http.get(f"/api/runs/{run_id}").json()["phases"][0]["workers"]["slow"]["output"]
+        == "slow.md"
+    )
     assert page.errors == []  # type: ignore[attr-defined]
