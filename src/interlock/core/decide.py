@@ -308,11 +308,18 @@ def given_up(pipeline: Pipeline, state: RunState) -> TaskState | None:
     return None
 
 
-def still_running(state: RunState, lost: TaskState) -> list[TaskState]:
+def still_running(pipeline: Pipeline, state: RunState, lost: TaskState) -> list[TaskState]:
     """The attempts the run waits for before it fails because of `lost`: those that had
-    started by the time it failed."""
+    started by the time it failed. Not a child run, which may wait for a person for days:
+    it is cancelled with the run, as before."""
     failed_at = lost.failed_at if lost.failed_at is not None else math.inf
-    return [t for t in state.in_flight() if t.started_at is not None and t.started_at <= failed_at]
+    return [
+        t
+        for t in state.in_flight()
+        if t.started_at is not None
+        and t.started_at <= failed_at
+        and pipeline.worker(t.role).pipeline is None
+    ]
 
 
 def _failing(pipeline: Pipeline, state: RunState, lost: TaskState, now: float) -> list[Decision]:
@@ -323,7 +330,7 @@ def _failing(pipeline: Pipeline, state: RunState, lost: TaskState, now: float) -
     timeouts = _timeouts(pipeline, state, now)
     if timeouts:
         return timeouts
-    if still_running(state, lost):
+    if still_running(pipeline, state, lost):
         return []
     reason = f"task {lost.task_id} failed after {lost.attempt} attempt(s): {lost.error}"
     event = ev.RunFailed(at=now, reason=reason, task_id=lost.task_id)

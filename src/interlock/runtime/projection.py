@@ -164,7 +164,7 @@ def failing_view(pipeline: Pipeline, state: RunState) -> dict[str, Any] | None:
     lost = given_up(pipeline, state)
     if lost is None:
         return None
-    waits = [t.task_id for t in still_running(state, lost)]
+    waits = [t.task_id for t in still_running(pipeline, state, lost)]
     return {"task": lost.task_id, "error": lost.error, "waiting_for": waits}
 
 

@@ -111,7 +111,7 @@ class HistoryChecker:
         if isinstance(event, (ev.TaskDispatched, ev.RetryScheduled)):
             return f"{event.task_id}: {event.kind} after {lost.task_id} failed for good"
         if isinstance(event, ev.RunFailed):
-            running = [t.task_id for t in still_running(self.shadow, lost)]
+            running = [t.task_id for t in still_running(self.pipeline, self.shadow, lost)]
             if running:
                 return f"failed while {running}, started before {lost.task_id} failed, ran"
         return None
