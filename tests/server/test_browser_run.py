@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Route, expect
 from playwright.sync_api import Error as PlaywrightError
+from tests.cli.test_iterate import FAILING
 from tests.server.browsing import browser, open_page, with_token
 from tests.server.conftest import ServerFactory
 from tests.server.helpers import HOLD, SECRET, token, write_workflow
@@ -336,21 +337,6 @@ def test_run_page_says_which_calls_its_cost_leaves_out(
         fake.state.stopping.set()
         fake.shutdown()
         fake.server_close()
-
-
-FAILING = """
-fails:
-  phases:
-    - id: ask
-      workers:
-        - role: slow
-          command: ["sh", "-c", "sleep 4; echo kept > {output}"]
-        - role: broken
-          command: ["sh", "-c", "echo boom >&2; exit 1"]
-    - id: end
-      workers:
-        - {role: last, final: true, command: ["sh", "-c", "echo done > {output}"]}
-"""
 
 
 def test_run_page_says_a_failing_run_waits_for_its_running_tasks(
