@@ -301,6 +301,8 @@ def _next_attempt(worker: Worker, task: TaskState) -> int:
 
 def given_up(pipeline: Pipeline, state: RunState) -> TaskState | None:
     """The first failed task that has no attempt left (the run fails because of it)."""
+    if not state.failing:  # asked on every tick and before every start: most runs have none
+        return None
     for task in state.in_group(state.failing):
         worker = pipeline.worker(task.role)
         if _next_attempt(worker, task) > worker.max_attempts:
@@ -338,6 +340,8 @@ def _failing(pipeline: Pipeline, state: RunState, lost: TaskState, now: float) -
 
 
 def _failures(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]:
+    if not state.failing:
+        return []
     decisions = []
     for task in state.in_group(state.failing):
         worker = pipeline.worker(task.role)

@@ -37,7 +37,12 @@ _ANTHROPIC_EFFORTS = ("low", "medium", "high", "xhigh")
 def unsupported(kind: str, settings: RequestSettings) -> str | None:
     """Why `settings` cannot be sent to a provider of `kind`, or None when they can."""
     allowed = SUPPORTED.get(kind, frozenset())
-    refused = [name for name in settings.set_fields() if name not in allowed]
+    given = settings.model_fields_set  # asked before every call: no dump of the model
+    refused = [
+        name
+        for name in SETTING_NAMES
+        if name in given and name not in allowed and getattr(settings, name) is not None
+    ]
     if not refused:
         return None
     names = ", ".join(repr(n) for n in refused)

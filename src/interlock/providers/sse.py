@@ -17,6 +17,8 @@ from httpx_sse import ServerSentEvent
 
 __all__ = ["EventDecoder", "ServerSentEvent", "events_of"]
 
+_LINE_ENDS = frozenset((b"\n", b"\r\n", b"\r"))  # an empty line: the event is complete
+
 
 class EventDecoder:
     """Turns byte chunks into events; keeps what an unfinished line or event holds so far."""
@@ -30,7 +32,7 @@ class EventDecoder:
 
     def feed(self, chunk: bytes) -> list[ServerSentEvent]:
         """The events completed by `chunk`."""
-        text = self._pending + chunk
+        text = self._pending + chunk if self._pending else chunk
         lines = text.splitlines(keepends=True)  # bytes split at CR, LF and CRLF only
         # A last line without its end waits for the next chunk; so does one ending in CR,
         # whose LF may be the next chunk's first byte.
@@ -40,7 +42,15 @@ class EventDecoder:
             self._pending = b""
         found = []
         for raw in lines:
-            event = self._line(raw.rstrip(b"\r\n").decode("utf-8", errors="replace"))
+            # Nearly every line of a model's stream is a payload or the blank line after it:
+            # those two are taken here without the general field parsing of `_line`.
+            if raw.startswith(b"data: "):
+                self._data.append(raw[6:].rstrip(b"\r\n").decode("utf-8", errors="replace"))
+                continue
+            if raw in _LINE_ENDS:
+                event = self._dispatch()
+            else:
+                event = self._line(raw.rstrip(b"\r\n").decode("utf-8", errors="replace"))
             if event is not None:
                 found.append(event)
         return found

@@ -172,8 +172,9 @@ class ModelRunner:
         if schema is not None and not native:
             prompt += instructions
         header = f"<!-- model {alias} -> {model.provider}:{model.model} -->"
-        if recorded_settings(model.settings):
-            header += f"\n<!-- settings {json.dumps(recorded_settings(model.settings))} -->"
+        recorded = recorded_settings(model.settings)
+        if recorded:
+            header += f"\n<!-- settings {json.dumps(recorded)} -->"
         record = f"{header}\n# System\n\n{system}\n\n# User\n\n{prompt}"
         prompt_file = spec.run_dir / "prompts" / f"{spec.task_id}.{spec.attempt}.md"
         write_record(prompt_file, record.encode())
