@@ -441,6 +441,38 @@ def test_status_refreshes_slow_down_when_many_runs_are_held(app: Interlock) -> N
         orchestrator.drivers.clear()
 
 
+def test_a_delivered_run_s_status_json_waits_for_its_archive_unless_that_is_late(
+    app: Interlock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A delivered run is archived once its files are durable, and status.json is written
+    into the archive then: it is not also written in `runs/` at the delivery. Should the
+    archive be late (here each sync fails for 1.5 s), the delivered state is written there
+    after `status_interval` (1 s) all the same."""
+    from interlock.runtime import artifacts
+
+    sync, shown = artifacts.sync_files, []
+    began: list[float] = []
+
+    def failing_for_a_while(paths: list[Path]) -> None:
+        began.append(began[0] if began else time.monotonic())
+        run_dir = paths[0].parent
+        view = json.loads((run_dir / "status.json").read_text())
+        shown.append((time.monotonic() - began[0], view["result_delivered"]))
+        if time.monotonic() - began[0] < 1.5:
+            raise OSError(5, "Input/output error")
+        sync(paths)
+
+    monkeypatch.setattr(artifacts, "sync_files", failing_for_a_while)
+    state = app.run(RESEARCH, "research", topic="late archive")
+    assert state.status is RunStatus.DELIVERED and state.archived
+    early = [delivered for at, delivered in shown if at < 0.9]
+    late = [delivered for at, delivered in shown if at > 1.2]
+    assert early and not any(early), shown  # the delivery alone rewrote nothing
+    assert late and all(late), shown  # the late archive did not keep it behind
+    archived = json.loads((app.run_dir(state.run_id) / "status.json").read_text())
+    assert archived["result_delivered"] is True
+
+
 def _record_syncs_and_commits(app: Interlock, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """What happens to the ledger and to durability, in order: ("sync", names of the files
     made durable; each sync takes a while), ("append", kinds of the events committed),

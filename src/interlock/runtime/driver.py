@@ -563,7 +563,14 @@ class RunDriver:
         # that the rewrites never take more than a small share of the loop.
         spacing = max(orchestrator.status_interval(), self.status_cost * STATUS_COST_FACTOR)
         due = self.status_written + spacing
-        if self.state.status is RunStatus.RUNNING and now < due:
+        state = self.state
+        awaiting_archive = state.status is RunStatus.DELIVERED and not state.archived
+        if awaiting_archive and self.status_due is None:
+            # Archived once its files are durable, a fraction of a second from now, and the
+            # status.json then written into the archive shows it delivered: this one is
+            # written only if the archive is late (a sync that fails, say).
+            due = max(due, now + spacing)
+        if (state.status is RunStatus.RUNNING or awaiting_archive) and now < due:
             if self.status_due is None:
                 self.status_due = due
                 orchestrator.wake_at(due, self)
