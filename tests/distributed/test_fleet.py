@@ -200,3 +200,57 @@ def test_status_left_running_by_a_killed_orchestrator_is_marked_at_the_next_star
     mark = json.loads(stale[0].read_text())["superseded"]
     assert mark["last_status"] == "running" and "delivered" in mark["why"]
     assert "Traceback" not in procs.log("third")
+
+
+GIVING_UP = """
+fails:
+  phases:
+    - id: ask
+      workers:
+        - role: broken
+          command: ["sh", "-c", "sleep 0.5; exit 1"]
+        - role: long
+          command: ["sh", "-c", "sleep 4; echo kept > {output}"]
+QUEUED
+    - id: end
+      workers:
+        - role: last
+          final: true
+          command: ["sh", "-c", "echo done > {output}"]
+"""
+
+
+def test_a_failing_run_withdraws_what_no_worker_has_begun(procs: Processes) -> None:
+    """A task fails for good while a sibling runs and eight more wait in the queue behind
+    them (the worker runs two commands at once, taking entries in the order of their task
+    ids, which the roles' names set here): the queued ones are withdrawn, so that at
+    most the one a worker took as the failure was being recorded begins (without the
+    withdrawal all eight would, one after another, while the run waited for its sibling).
+    The run then fails with the sibling's output kept."""
+    from interlock.distributed import submit
+    from interlock.storage.postgres import PostgresStore
+
+    queued = "\n".join(
+        f'        - role: q{n}\n          command: ["sh", "-c", "sleep 0.3; echo {n} > {{output}}"]'
+        for n in range(8)
+    )
+    flow = procs.root / "fails.yaml"
+    flow.write_text(GIVING_UP.replace("QUEUED", queued))
+    procs.orchestrator("o")
+    procs.worker("w", "--concurrency", "command=2")
+    run_id = submit(procs.url, flow, topic="x", home=procs.root / "submitter")
+    wait_until(lambda: statuses(procs.url).get("failed", 0) == 1, 60, "the run to fail")
+    store = PostgresStore(procs.url)
+    try:
+        events = store.events(run_id)
+    finally:
+        store.close()
+    begun = {e.data["task_id"] for e in events if e.kind == "task_started"}
+    late = sorted(t for t in begun if t.startswith("q"))
+    assert len(late) <= 2, late
+    completed = {e.data["task_id"] for e in events if e.kind == "task_completed"}
+    assert "long@1" in completed
+    with psycopg.connect(procs.url) as db:
+        rows = db.execute("SELECT task_id, state FROM task_queue WHERE run_id = %s", (run_id,))
+        states = dict(rows.fetchall())
+    assert sum(states[f"q{n}@1"] == "cancelled" for n in range(8)) >= 6, states

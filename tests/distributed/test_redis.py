@@ -52,6 +52,8 @@ def test_killed_consumer_entries_are_reclaimed(procs: Processes, streams: RedisS
     doomed = procs.worker("doomed", "--redis", REDIS, DIST_TASKS_DELAY="30")
     run_ids = submit_many(procs.url, procs.root / "submit", 2)
     wait_until(lambda: sum(claimed_by(procs.url).values()) >= 2, 30, "the doomed worker's claims")
+    # Claimed is not yet begun: killed in between, an attempt would run once, not twice.
+    wait_until(lambda: len(procs.executions()) >= 2, 30, "the doomed worker's calls to begin")
     doomed.send_signal(signal.SIGKILL)
     doomed.wait()
     assert pending(streams) >= 2

@@ -80,6 +80,9 @@ class QueueDispatcher:
         self._materialised: weakref.WeakValueDictionary[str, RunDriver] = (
             weakref.WeakValueDictionary()
         )
+        # Attempts a worker has begun (run, task, attempt), and those withdrawn before any did.
+        self._begun: set[tuple[str, str, int]] = set()
+        self._withdrawn: set[tuple[str, str, int]] = set()
 
     def start(
         self, orchestrator: Orchestrator, driver: RunDriver, task: TaskState
@@ -87,6 +90,21 @@ class QueueDispatcher:
         """See `Dispatcher.start`."""
         coroutine = self._run(orchestrator, driver, task.task_id, task.attempt)
         return asyncio.get_running_loop().create_task(coroutine, name=task.task_id)
+
+    def withdraw_unstarted(self, driver: RunDriver) -> None:
+        """See `Dispatcher.withdraw_unstarted`: the attempts still queued are taken out of
+        the queue, so that no worker begins them while the run waits for those it runs."""
+        for task_id, handle in list(driver.handles.items()):
+            task = driver.state.tasks.get(task_id)
+            if task is None or task.started_at is not None:
+                continue
+            if driver.definition.pipeline.worker(task.role).pipeline is not None:
+                continue  # a child run, driven from here: cancelled with the run, as before
+            key = (driver.run_id, task_id, task.attempt)
+            if key in self._begun or key in self._withdrawn:
+                continue
+            self._withdrawn.add(key)
+            handle.cancel()  # `_run` withdraws its queue entry as it stops
 
     def close(self) -> None:
         """Stop listening for queue notifications."""
@@ -129,7 +147,8 @@ class QueueDispatcher:
             )
         except asyncio.CancelledError:
             files.discard(tmp)
-            if not _still_wanted(driver, task_id, attempt):
+            withdrawn = (driver.run_id, task_id, attempt) in self._withdrawn
+            if withdrawn or not _still_wanted(driver, task_id, attempt):
                 with contextlib.suppress(Exception):
                     self.queue.cancel(driver.run_id, task_id, attempt)
             raise
@@ -148,6 +167,8 @@ class QueueDispatcher:
             )
             orchestrator.report(driver, Report(event=failed))
         finally:
+            self._begun.discard((driver.run_id, task_id, attempt))
+            self._withdrawn.discard((driver.run_id, task_id, attempt))
             if entry_id is not None:
                 self.watcher.unwatch(entry_id)
                 self._unannounced.discard(entry_id)
@@ -170,6 +191,10 @@ class QueueDispatcher:
         while self._batch:
             await asyncio.sleep(0)  # let the rest of this tick's dispatches join
             batch, self._batch = self._batch, []
+            # An attempt stopped while it waited here (withdrawn, its run ended) is not queued.
+            batch = [item for item in batch if not item[-1].cancelled()]
+            if not batch:
+                continue
             try:
                 items = [(spec, pipeline, fields) for spec, pipeline, fields, _ in batch]
                 results = await asyncio.to_thread(self._submit_many, items)
@@ -292,11 +317,11 @@ class QueueDispatcher:
                     await asyncio.wait_for(wake.wait(), self.poll)
                 heard = self.watcher.take(entry_id)
 
-    @staticmethod
     def _started(
-        orchestrator: Orchestrator, driver: RunDriver, fields: dict[str, Any], by: str
+        self, orchestrator: Orchestrator, driver: RunDriver, fields: dict[str, Any], by: str
     ) -> None:
         task_id, attempt = fields["task_id"], fields["attempt"]
+        self._begun.add((driver.run_id, task_id, attempt))
         event = ev.TaskStarted(at=orchestrator.clock(), task_id=task_id, attempt=attempt, worker=by)
         orchestrator.report(driver, Report(event=event))
 

@@ -40,6 +40,11 @@ class Dispatcher(Protocol):
         """Begin the attempt; cancelling the returned task must stop it."""
         ...
 
+    def withdraw_unstarted(self, driver: RunDriver) -> None:
+        """The run starts nothing more (it fails once its running attempts end): withdraw
+        the attempts it handed out that no worker has begun."""
+        ...
+
 
 class LocalDispatcher:
     """Runs tasks as asyncio tasks of this process, at most `limit` at once; when more wait,
@@ -54,6 +59,10 @@ class LocalDispatcher:
         """See `Dispatcher.start`."""
         coroutine = self._run(orchestrator, driver, task.task_id, task.attempt)
         return asyncio.get_running_loop().create_task(coroutine, name=task.task_id)
+
+    def withdraw_unstarted(self, driver: RunDriver) -> None:
+        """See `Dispatcher.withdraw_unstarted`: nothing to do, an attempt here looks whether
+        its run still starts anything when its slot comes, before it begins."""
 
     async def _run(
         self, orchestrator: Orchestrator, driver: RunDriver, task_id: str, attempt: int

@@ -465,6 +465,8 @@ class RunDriver:
                     crash_point("before_dispatch")
                     self.handles[task.task_id] = orchestrator.start_task(self, task)
                     self.handle_attempts[task.task_id] = task.attempt
+        else:
+            orchestrator.dispatcher.withdraw_unstarted(self)
         self.acted_mark = state.events
         if state.archived:  # first: its last status.json is then written into the archive
             self._archive(orchestrator)

@@ -126,6 +126,10 @@ class SimDispatcher:
         """See `runtime.children.ChildHost`: the world steps it in its loop."""
         return cast("asyncio.Task[None]", self.children.host(supervision))
 
+    def withdraw_unstarted(self, driver: RunDriver) -> None:
+        """See `Dispatcher.withdraw_unstarted`: a simulated start already scheduled happens
+        (what a queue's worker that claimed the attempt meanwhile would do)."""
+
     def start(
         self, orchestrator: Orchestrator, driver: RunDriver, task: TaskState
     ) -> asyncio.Task[None]:
