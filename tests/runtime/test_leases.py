@@ -113,3 +113,48 @@ def test_a_lease_somebody_else_held_meanwhile_is_not_taken_back(
     assert app.store.get_run(run_id).lease_owner is None  # free for whoever resumes it
     intruder.close()
     app.close()
+
+
+def test_leases_taken_back_together_are_logged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Leases of many runs that ran out together are taken back in one look and said in one
+    line with their count, not a line per run (thousands may run out at once); a lone one
+    is named."""
+    from dataclasses import dataclass
+
+    from interlock.runtime.leases import LeaseKeeper
+    from interlock.storage.base import Lease
+    from interlock.storage.sqlite import SQLiteStore
+
+    @dataclass
+    class Held:
+        run_id: str
+        lease: Lease
+
+    caplog.set_level(logging.INFO)
+    store = SQLiteStore(tmp_path / "ledger.db")
+    now = time.time()
+    holders: dict[str, Held] = {}
+    for n in range(6):
+        run_id = f"r{n}"
+        store.create_run(
+            run_id=run_id, pipeline="p", topic="t", definition_hash="h", definition="{}",
+            source="", created_at=now,
+        )  # fmt: skip
+        holders[run_id] = Held(run_id, store.acquire_lease(run_id, "me", 1.0, now - 5))
+    keeper = LeaseKeeper(
+        store, holders, ttl=10.0, interval=1.0, clock=time.time,
+        on_lost=lambda *_: pytest.fail("no lease was lost"), stall_limit=60.0,
+    )  # fmt: skip
+    keeper.renew_due()
+    taken = [r for r in caplog.records if getattr(r, "action", "") == "lease_taken_back"]
+    assert len(taken) == 1 and taken[0].getMessage().startswith("6 runs (r")
+    assert all(h.lease.token == 2 and h.lease.expires_at > now + 5 for h in holders.values())
+    holders["r0"].lease = store.acquire_lease("r0", "me", 1.0, now - 5 + 0.001)
+    for run_id in list(holders)[1:]:
+        del holders[run_id]
+    keeper.renew_due()
+    taken = [r for r in caplog.records if getattr(r, "action", "") == "lease_taken_back"]
+    assert taken[-1].getMessage().startswith("run r0: its lease had run out")
+    store.close()

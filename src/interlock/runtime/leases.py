@@ -153,12 +153,24 @@ class LeaseKeeper(Generic[H]):
                     level_for(exc), "cannot renew leases: %s", exc, extra={"action": "renew_failed"}
                 )
                 return
+            taken: list[str] = []
             for holder, lease in zip(due, renewed, strict=False):
                 if isinstance(lease, LeaseLost):
-                    if not self._take_back(holder, holder.lease.token, now):
+                    if self._take_back(holder, holder.lease.token, now):
+                        taken.append(holder.run_id)
+                    else:
                         lost.append((holder, lease))
                 elif holder.lease.token == lease.token:
                     holder.lease = lease
+            if len(taken) == 1:
+                _taken_back(taken[0])
+            elif taken:  # one line for a look's runs: thousands may run out together
+                log.warning(
+                    "%d runs (%s, ...): their leases had run out and nobody took them; taken back",
+                    len(taken),
+                    taken[0],
+                    extra={"action": "lease_taken_back", "runs": len(taken)},
+                )
         for holder, error in lost:
             self.on_lost(holder, error)
 
@@ -167,11 +179,15 @@ class LeaseKeeper(Generic[H]):
         lease is this orchestrator's again (taken back now, or already), so that it may carry
         on from what the ledger holds."""
         with self._lock:
-            return self._take_back(holder, token, self.clock())
+            if holder.lease.token != token:
+                return True  # taken back already, since the refused append was built
+            if not self._take_back(holder, token, self.clock()):
+                return False
+        _taken_back(holder.run_id)
+        return True
 
     def _take_back(self, holder: H, token: int, now: float) -> bool:
-        if holder.lease.token != token:
-            return True  # taken back already, since the refused append was built
+        """Acquire the lease of fencing token `token` again: whether nobody held it since."""
         try:
             lease = self.store.acquire_lease(holder.run_id, holder.lease.owner, self.ttl, now)
         except (LeaseHeld, StorageError):
@@ -183,12 +199,15 @@ class LeaseKeeper(Generic[H]):
                 self.store.release_lease(lease)
             return False
         holder.lease = lease
-        log.warning(
-            "run %s: its lease had run out and nobody took it; taken back",
-            holder.run_id,
-            extra={"run_id": holder.run_id, "action": "lease_taken_back"},
-        )
         return True
+
+
+def _taken_back(run_id: str) -> None:
+    log.warning(
+        "run %s: its lease had run out and nobody took it; taken back",
+        run_id,
+        extra={"run_id": run_id, "action": "lease_taken_back"},
+    )
 
 
 def _snapshot(holders: Mapping[str, H]) -> list[H]:
