@@ -476,6 +476,7 @@ class Interlock:
         """Hand back the leases of ended runs, then close the store."""
         if self._orchestrator is not None:
             self._orchestrator.flush_releases()
+            self._orchestrator.leases.close()
         self.store.close()
 
     def _definition(

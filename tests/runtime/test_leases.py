@@ -158,3 +158,30 @@ def test_leases_taken_back_together_are_logged_once(
     taken = [r for r in caplog.records if getattr(r, "action", "") == "lease_taken_back"]
     assert taken[-1].getMessage().startswith("run r0: its lease had run out")
     store.close()
+
+
+def test_runs_driven_one_after_another_share_one_keeper_thread(
+    tmp_path: Path, write_workflow: WriteWorkflow
+) -> None:
+    """The keeper's thread outlives a drive for a few seconds: runs driven one after another
+    (a script calling `run` in a loop) start it once, not once per run; closing ends it."""
+    import threading
+
+    async def quick(ctx: TaskContext) -> str:
+        return "done"
+
+    register("hog", quick)
+    app = Interlock(tmp_path / "home", settings=Settings(heartbeat=0.05))
+    flow = write_workflow(FLOW)
+
+    def keepers() -> list[int | None]:
+        return [t.ident for t in threading.enumerate() if t.name == "interlock-leases"]
+
+    seen = []
+    for _ in range(3):
+        assert app.drive(app.start(flow, topic="t")).status is RunStatus.DELIVERED
+        seen.append(keepers())
+    assert len(seen[0]) == 1 and seen == [seen[0]] * 3
+    assert not app.orchestrator.leases.running  # idle between drives: nothing to renew
+    app.close()
+    assert keepers() == []

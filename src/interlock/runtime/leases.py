@@ -31,6 +31,7 @@ from interlock.storage.base import Lease, Store
 from interlock.storage.outage import level_for
 
 log = logging.getLogger("interlock.runtime")
+IDLE_LINGER = 5.0  # seconds the keeper's thread waits for the next drive before it ends
 
 
 class Holder(Protocol):
@@ -79,6 +80,7 @@ class LeaseKeeper(Generic[H]):
         self.on_lost = on_lost
         self.stall_limit = stall_limit
         self._lock = threading.Lock()  # one renewal or take-back at a time
+        self._life = threading.Lock()  # the thread's start and end against the drives' count
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._users = 0
@@ -87,42 +89,69 @@ class LeaseKeeper(Generic[H]):
 
     def start(self) -> None:
         """Keep leases from now on (the keeper is shared by nested drives of one loop)."""
-        self._users += 1
-        self.turned()
-        if self._thread is None:
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name="interlock-leases", daemon=True)
-            self._thread.start()
+        with self._life:
+            self._users += 1
+            self.turned()
+            if self._thread is None:
+                self._stop.clear()
+                self._thread = threading.Thread(
+                    target=self._run, name="interlock-leases", daemon=True
+                )
+                self._thread.start()
 
     def stop(self) -> None:
-        """Stop keeping leases once the last drive has ended."""
-        self._users = max(0, self._users - 1)
-        if self._users == 0 and self._thread is not None:
+        """Stop keeping leases once the last drive has ended. The thread waits, idle, for
+        `IDLE_LINGER` seconds before it ends: a program that drives runs one after another
+        starts it once, not once per run."""
+        with self._life:
+            self._users = max(0, self._users - 1)
+        with self._lock:
+            pass  # a renewal under way ends before the caller goes on (it may close the store)
+
+    def close(self) -> None:
+        """End the thread now (the store is about to close)."""
+        with self._life:
+            thread, self._thread = self._thread, None
             self._stop.set()
-            self._thread.join()
-            self._thread = None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
 
     @property
     def running(self) -> bool:
-        """Whether the keeper's thread is renewing leases (a loop driven one step at a
-        time, as the simulator does, renews them itself with `renew_due`)."""
-        return self._thread is not None
+        """Whether the keeper's thread is renewing leases for a drive (a loop driven one step
+        at a time, as the simulator does, renews them itself with `renew_due`)."""
+        return self._thread is not None and self._users > 0
 
     def turned(self) -> None:
         """The loop is alive: called on each of its turns."""
         self._turned = time.monotonic()
 
     def _run(self) -> None:
+        idle_since: float | None = None
         while not self._stop.wait(self.interval):
+            if self._users == 0:  # between drives: nothing is held, nothing to renew
+                idle_since = idle_since or time.monotonic()
+                if time.monotonic() - idle_since < IDLE_LINGER:
+                    continue
+                with self._life:
+                    if self._users == 0:
+                        if self._thread is threading.current_thread():
+                            self._thread = None
+                        return
+                continue
+            idle_since = None
             try:
-                self.renew_due()
+                self.renew_due(while_driven=True)
             except Exception:  # the keeper must outlive any surprise; the next look retries
                 log.exception("renewing leases failed", extra={"action": "renew_failed"})
 
-    def renew_due(self) -> None:
-        """Renew, in one transaction, every lease that has used a third of its time."""
+    def renew_due(self, *, while_driven: bool = False) -> None:
+        """Renew, in one transaction, every lease that has used a third of its time
+        (`while_driven`: only while a drive is under way, as the keeper's thread does)."""
         lost: list[tuple[H, Exception]] = []
         with self._lock:
+            if while_driven and self._users == 0:
+                return
             stalled = time.monotonic() - self._turned
             if stalled > self.stall_limit:
                 if not self._stalled:
