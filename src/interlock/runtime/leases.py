@@ -19,12 +19,14 @@ orchestrator held the run in between, and nothing was appended but by this one.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from interlock.errors import DiskFull, LeaseHeld, LeaseLost, StorageError
 from interlock.storage.base import Lease, Store
@@ -98,6 +100,7 @@ class LeaseKeeper(Generic[H]):
                     target=self._run, name="interlock-leases", daemon=True
                 )
                 self._thread.start()
+                _LINGERING.add(self)
 
     def stop(self) -> None:
         """Stop keeping leases once the last drive has ended. The thread waits, idle, for
@@ -229,6 +232,18 @@ class LeaseKeeper(Generic[H]):
             return False
         holder.lease = lease
         return True
+
+
+# Keepers whose thread may be waiting for a next drive. At exit each is ended: a thread left
+# to the interpreter's end would keep its store open, and SQLite then leaves the ledger's
+# write-ahead log behind instead of folding it into the file.
+_LINGERING: weakref.WeakSet[LeaseKeeper[Any]] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_lingering() -> None:
+    for keeper in list(_LINGERING):
+        keeper.close()
 
 
 def _taken_back(run_id: str) -> None:
