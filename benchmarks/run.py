@@ -342,23 +342,35 @@ def postgres(runs: int, concurrent_runs: int) -> dict[str, Any]:
     }
 
 
-def commit_floor(runs: int) -> dict[str, Any]:
+def commit_floor(runs: int, concurrent_runs: int) -> dict[str, Any]:
     """The disk's ceiling for research-3: the same three durable transactions per run (create
     with its dispatches; both results with the next dispatch; the last result with delivery),
     written by bare sqlite3 with no orchestration at all; then the same with the files a run
     leaves (its folder, three outputs, `final.md`, `status.json` written atomically, the move
     to the archive), written plainly as interlock writes them. On a journaling file system the
-    fsync of each commit also flushes those files' new blocks, so they cost disk time too."""
+    fsync of each commit also flushes those files' new blocks, so they cost disk time too.
+
+    Then the ceiling of group commit, as the `concurrent` section drives its runs: the same
+    transactions and files for `concurrent_runs` runs, GROUP runs to a transaction (the
+    `concurrent` section's 256 tasks at once are 128 runs' first phase)."""
     commits_only = _floor(runs, with_files=False)
     with_files = _floor(runs, with_files=True)
+    grouped = _floor(concurrent_runs, with_files=False, group=GROUP)
+    grouped_files = _floor(concurrent_runs, with_files=True, group=GROUP)
     return {
         "runs": runs,
         "runs_per_s": round(commits_only, 1),
         "with_run_files_runs_per_s": round(with_files, 1),
+        "group_commit_runs": concurrent_runs,
+        "group_commit_runs_per_s": round(grouped, 1),
+        "group_commit_with_run_files_runs_per_s": round(grouped_files, 1),
     }
 
 
-def _floor(runs: int, *, with_files: bool) -> float:
+GROUP = 128  # runs to a transaction in the group-commit floor
+
+
+def _floor(runs: int, *, with_files: bool, group: int = 1) -> float:
     import sqlite3
 
     folder = scratch("interlock-floor-")
@@ -382,29 +394,39 @@ def _floor(runs: int, *, with_files: bool) -> float:
             os.replace(target, path)
 
     status = b'{"status":"running"}' * 20
+    run_ids = [f"research-3-{i:012x}" for i in range(runs)]
     started = time.perf_counter()
-    for i in range(runs):
-        run_id = f"research-3-{i:012x}"
-        run_dir = folder / "runs" / run_id
-        if with_files:
-            os.mkdir(run_dir)
+    for first in range(0, runs, group):
+        together = run_ids[first : first + group]
         for step, count in enumerate((4, 8, 5)):  # events per commit in a research-3 run
             db.execute("BEGIN IMMEDIATE")
-            if step == 0:
-                db.execute("INSERT INTO runs VALUES (?, 0, 'running')", (run_id,))
-            (seq,) = db.execute("SELECT last_seq FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-            rows = [(run_id, seq + k, "event", '{"task_id":"a@1"}') for k in range(1, count + 1)]
-            db.executemany("INSERT INTO events (run_id, seq, kind, data) VALUES (?,?,?,?)", rows)
-            db.execute("UPDATE runs SET last_seq = ? WHERE run_id = ?", (seq + count, run_id))
+            for run_id in together:
+                if step == 0:
+                    db.execute("INSERT INTO runs VALUES (?, 0, 'running')", (run_id,))
+                    if with_files:
+                        os.mkdir(folder / "runs" / run_id)
+                (seq,) = db.execute(
+                    "SELECT last_seq FROM runs WHERE run_id = ?", (run_id,)
+                ).fetchone()
+                rows = [
+                    (run_id, seq + k, "event", '{"task_id":"a@1"}') for k in range(1, count + 1)
+                ]
+                db.executemany(
+                    "INSERT INTO events (run_id, seq, kind, data) VALUES (?,?,?,?)", rows
+                )
+                db.execute("UPDATE runs SET last_seq = ? WHERE run_id = ?", (seq + count, run_id))
             db.execute("COMMIT")
             if with_files and step == 1:
-                write(run_dir / "a.md", b"ok")
-                write(run_dir / "b.md", b"ok")
+                for run_id in together:
+                    write(folder / "runs" / run_id / "a.md", b"ok")
+                    write(folder / "runs" / run_id / "b.md", b"ok")
         if with_files:
-            write(run_dir / "s.md", b"ok")
-            write(run_dir / "final.md", b"ok")
-            write(run_dir / "status.json", status, atomic=True)
-            os.rename(run_dir, folder / "archive" / run_id)
+            for run_id in together:
+                run_dir = folder / "runs" / run_id
+                write(run_dir / "s.md", b"ok")
+                write(run_dir / "final.md", b"ok")
+                write(run_dir / "status.json", status, atomic=True)
+                os.rename(run_dir, folder / "archive" / run_id)
     return runs / (time.perf_counter() - started)
 
 
@@ -544,7 +566,7 @@ SECTIONS: dict[str, Callable[[argparse.Namespace], Any]] = {
     ),
     "disk": lambda a: disk_limits(),
     # Bare sqlite3 doing research-3's three durable commits per run: the ceiling on this disk.
-    "floor": lambda a: median_of(a.repeat, lambda: commit_floor(a.runs)),
+    "floor": lambda a: median_of(a.repeat, lambda: commit_floor(a.runs, a.concurrent)),
     "concurrent": lambda a: median_of(a.repeat, lambda: concurrent(a.concurrent)),
     "scale": lambda a: scale(a.scale),
     "recovery": lambda a: recovery(a.recovery),
