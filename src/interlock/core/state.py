@@ -237,6 +237,9 @@ class RunState:
 
         Walks each heap only where entries are that early: the cost follows the answer's size.
         """
+        starts, queued = self.starts, self.queued
+        if (not starts or starts[0][0] > started) and (not queued or queued[0][0] > dispatched):
+            return []  # the usual answer, on every decision of every run: nothing is late
         found: dict[str, TaskState] = {}
         for heap, until, valid in (
             (self.starts, started, _running_since),
