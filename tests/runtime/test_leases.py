@@ -185,3 +185,52 @@ def test_runs_driven_one_after_another_share_one_keeper_thread(
     assert not app.orchestrator.leases.running  # idle between drives: nothing to renew
     app.close()
     assert keepers() == []
+
+
+def test_a_lease_released_while_its_renewal_waited_is_not_taken_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A renewal waits for the ledger while the loop commits; if the loop let a run go and
+    released its lease meanwhile (the run ended, or was handed back), the renewal finds the
+    lease gone. That is not a lease run out: it is not taken back (the run would stay held
+    by an orchestrator that no longer drives it) nor reported lost."""
+    from dataclasses import dataclass
+
+    from interlock.runtime.leases import LeaseKeeper
+    from interlock.storage.base import Lease
+    from interlock.storage.sqlite import SQLiteStore
+
+    @dataclass
+    class Held:
+        run_id: str
+        lease: Lease
+
+    caplog.set_level(logging.INFO)
+    store = SQLiteStore(tmp_path / "ledger.db")
+    now = time.time()
+    holders: dict[str, Held] = {}
+    for n in range(4):
+        run_id = f"r{n}"
+        store.create_run(
+            run_id=run_id, pipeline="p", topic="t", definition_hash="h", definition="{}",
+            source="", created_at=now,
+        )  # fmt: skip
+        holders[run_id] = Held(run_id, store.acquire_lease(run_id, "me", 3.0, now))
+    renew = store.renew_leases
+
+    def loop_commits_first(leases: list[Lease], ttl: float, when: float) -> list[object]:
+        for run_id in ("r1", "r2"):  # the loop stops driving them, then releases them
+            store.release_lease(holders.pop(run_id).lease)
+        return renew(leases, ttl, when)  # type: ignore[return-value]
+
+    store.renew_leases = loop_commits_first  # type: ignore[method-assign]
+    lost: list[str] = []
+    keeper = LeaseKeeper(
+        store, holders, ttl=10.0, interval=1.0, clock=time.time,
+        on_lost=lambda holder, _: lost.append(holder.run_id), stall_limit=60.0,
+    )  # fmt: skip
+    keeper.renew_due()
+    assert lost == [] and "lease_taken_back" not in actions(caplog)
+    assert store.get_run("r1").lease_owner is None and store.get_run("r2").lease_owner is None
+    assert all(h.lease.expires_at > now + 5 for h in holders.values())  # r0, r3 renewed
+    store.close()

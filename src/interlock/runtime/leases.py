@@ -15,6 +15,10 @@ A lease that ran out anyway (the machine was suspended, the database was locked 
 than the lease) is taken back when nobody else took it in the meantime: every acquisition
 raises the fencing token by one, so getting exactly the next token proves that no other
 orchestrator held the run in between, and nothing was appended but by this one.
+A lease the loop released on purpose while a renewal of it waited for the ledger (the run
+ended, or was handed back) is not one that ran out: the loop stops driving a run before it
+releases the lease, so a renewal that finds the lease gone and the run no longer driven
+leaves it released.
 """
 
 from __future__ import annotations
@@ -188,6 +192,11 @@ class LeaseKeeper(Generic[H]):
             taken: list[str] = []
             for holder, lease in zip(due, renewed, strict=False):
                 if isinstance(lease, LeaseLost):
+                    if self.holders.get(holder.run_id) is not holder:
+                        # Let go by the loop while the renewal waited for the ledger: the
+                        # loop stops driving a run before it releases the lease, so a lease
+                        # found released here was released on purpose, and is not taken back.
+                        continue
                     if self._take_back(holder, holder.lease.token, now):
                         taken.append(holder.run_id)
                     else:
