@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,10 @@ from interlock import Interlock, register
 from interlock.core.state import RunStatus
 from interlock.errors import LeaseHeld
 from interlock.runtime.executors import TaskContext
+from interlock.runtime.leases import LeaseKeeper
 from interlock.runtime.orchestrator import Settings
+from interlock.storage.base import Lease
+from interlock.storage.sqlite import SQLiteStore
 
 from .conftest import WriteWorkflow
 
@@ -35,6 +39,27 @@ def hog_the_loop(seconds: float) -> None:
 
 def actions(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [getattr(r, "action", "") for r in caplog.records]
+
+
+@dataclass
+class Held:
+    """A run holding a lease, as a driver does."""
+
+    run_id: str
+    lease: Lease
+
+
+def held_runs(store: SQLiteStore, count: int, lease_ttl: float, at: float) -> dict[str, Held]:
+    """`count` runs r0, r1, ... recorded in `store`, each holding a lease taken at `at`."""
+    holders: dict[str, Held] = {}
+    for n in range(count):
+        run_id = f"r{n}"
+        store.create_run(
+            run_id=run_id, pipeline="p", topic="t", definition_hash="h", definition="{}",
+            source="", created_at=at,
+        )  # fmt: skip
+        holders[run_id] = Held(run_id, store.acquire_lease(run_id, "me", lease_ttl, at))
+    return holders
 
 
 def test_a_loop_blocked_longer_than_the_lease_keeps_it(
@@ -121,28 +146,10 @@ def test_leases_taken_back_together_are_logged_once(
     """Leases of many runs that ran out together are taken back in one look and said in one
     line with their count, not a line per run (thousands may run out at once); a lone one
     is named."""
-    from dataclasses import dataclass
-
-    from interlock.runtime.leases import LeaseKeeper
-    from interlock.storage.base import Lease
-    from interlock.storage.sqlite import SQLiteStore
-
-    @dataclass
-    class Held:
-        run_id: str
-        lease: Lease
-
     caplog.set_level(logging.INFO)
     store = SQLiteStore(tmp_path / "ledger.db")
     now = time.time()
-    holders: dict[str, Held] = {}
-    for n in range(6):
-        run_id = f"r{n}"
-        store.create_run(
-            run_id=run_id, pipeline="p", topic="t", definition_hash="h", definition="{}",
-            source="", created_at=now,
-        )  # fmt: skip
-        holders[run_id] = Held(run_id, store.acquire_lease(run_id, "me", 1.0, now - 5))
+    holders = held_runs(store, 6, 1.0, now - 5)
     keeper = LeaseKeeper(
         store, holders, ttl=10.0, interval=1.0, clock=time.time,
         on_lost=lambda *_: pytest.fail("no lease was lost"), stall_limit=60.0,
@@ -194,28 +201,10 @@ def test_a_lease_released_while_its_renewal_waited_is_not_taken_back(
     released its lease meanwhile (the run ended, or was handed back), the renewal finds the
     lease gone. That is not a lease run out: it is not taken back (the run would stay held
     by an orchestrator that no longer drives it) nor reported lost."""
-    from dataclasses import dataclass
-
-    from interlock.runtime.leases import LeaseKeeper
-    from interlock.storage.base import Lease
-    from interlock.storage.sqlite import SQLiteStore
-
-    @dataclass
-    class Held:
-        run_id: str
-        lease: Lease
-
     caplog.set_level(logging.INFO)
     store = SQLiteStore(tmp_path / "ledger.db")
     now = time.time()
-    holders: dict[str, Held] = {}
-    for n in range(4):
-        run_id = f"r{n}"
-        store.create_run(
-            run_id=run_id, pipeline="p", topic="t", definition_hash="h", definition="{}",
-            source="", created_at=now,
-        )  # fmt: skip
-        holders[run_id] = Held(run_id, store.acquire_lease(run_id, "me", 3.0, now))
+    holders = held_runs(store, 4, 3.0, now)
     renew = store.renew_leases
 
     def loop_commits_first(leases: list[Lease], ttl: float, when: float) -> list[object]:
