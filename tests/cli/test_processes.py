@@ -199,3 +199,37 @@ def test_a_worker_is_stopped_at_its_timeout(cli_env: dict[str, str], tmp_path: P
     assert time.monotonic() - started < 60
     assert "timed out after 1s" in result.stdout
     assert "within timeout + grace" not in result.stdout
+
+
+GUARDED_EXIT = """
+import os
+from interlock.runtime.processes import GUARD
+quiet = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_WRONLY, 0) for fd in (1, 2)]
+def group():  # a process group of its own, as a command worker's
+    return os.posix_spawnp("sleep", ["sleep", "60"], os.environ, setsid=True, file_actions=quiet)
+released, left = group(), group()
+GUARD.watch(released)
+GUARD.watch(left)
+GUARD.release(released)
+print(GUARD._process.pid, released, left, flush=True)
+"""
+
+
+def test_the_guard_ends_with_the_program_and_kills_only_what_was_left_running(
+    tmp_path: Path,
+) -> None:
+    """A program that used the guard exits without a warning about a process left running
+    (the guard is reaped at exit, where before Python warned of it), and the guard still
+    does its job as the program ends: the group left watched is killed, the released one
+    is not."""
+    done = subprocess.run(
+        [sys.executable, "-X", "dev", "-c", GUARDED_EXIT],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "ResourceWarning" not in done.stderr, done.stderr
+    guard, released, left = (int(word) for word in done.stdout.split())
+    assert not alive(guard)
+    assert wait_for(lambda: not alive(left))
+    assert alive(released)
+    os.killpg(released, signal.SIGKILL)

@@ -21,6 +21,7 @@ No module of interlock is imported here: providers use it too.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import errno
@@ -224,8 +225,23 @@ class Guard:
         """The group ended (or was killed) here."""
         self._send(f"-{pgid}")
 
+    def close(self, wait: float = 2.0) -> None:
+        """End the guard as this process's end would: its stdin closes, it kills the groups
+        still watched (none after a clean shutdown) and exits; then it is reaped, so that no
+        process of ours is left behind unwaited (Python warns of one at exit)."""
+        with self._lock:
+            process, self._process = self._process, None
+        if process is None:
+            return
+        with contextlib.suppress(OSError):
+            if process.stdin is not None:
+                process.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=wait)
+
 
 GUARD = Guard()
+atexit.register(GUARD.close)
 
 
 def record(run_dir: Path, task_id: str, attempt: int, run_id: str, pgid: int) -> Path:
