@@ -1,10 +1,13 @@
-"""How long `interlock --help`, `interlock runs` and `interlock status RUN` take to start.
+"""How long `interlock --help`, `interlock runs`, `interlock status RUN` and a whole
+`interlock run` take.
 
     python benchmarks/startup.py                    # wall time, 15 runs of each
     python benchmarks/startup.py --instructions     # and instructions counted by valgrind
 
 Each command runs as a user runs it (the console script, a fresh interpreter), with stdout to
-/dev/null, against a state directory holding three delivered runs of examples/research.json.
+/dev/null, against a state directory holding three delivered runs of examples/research.json;
+`interlock run` runs examples/research.json once more to its end (its models have no provider
+here: the offline provider answers at once, so the figure is the command's own cost).
 Prints the fastest and the median wall time of each, and `python -c pass` for the floor of any
 Python command on this machine. Wall time moves with the machine's load; the instruction
 count (valgrind's callgrind, --instructions) does not, and compares two versions of the code
@@ -91,6 +94,7 @@ def main() -> None:
             "interlock --help": [*base, "--help"],
             "interlock runs": [*base, "runs"],
             "interlock status RUN": [*base, "status", run_id],
+            "interlock run": [*base, "run", str(RESEARCH), "research", "--topic", "start-up"],
         }
         figures = {}
         for name, command in commands.items():

@@ -9,6 +9,7 @@ import importlib
 import pkgutil
 import subprocess
 import sys
+from pathlib import Path
 
 import interlock.cli
 from interlock.cli.main import COMMAND_MODULES
@@ -120,3 +121,35 @@ def test_explain_of_a_run_without_conditions_loads_no_engine(cli_env: dict[str, 
     assert whole.returncode == 0 and "run_created" in whole.stdout, whole.stderr
     assert "the result was delivered" in whole.stdout
     assert cli(cli_env, "explain", run_id[:-3]).stdout == whole.stdout
+
+
+def test_a_run_loads_only_what_its_pipeline_uses(cli_env: dict[str, str]) -> None:
+    """`interlock run` of a pipeline without conditions or schemas, whose models have no
+    HTTP provider here, loads neither CEL, jsonschema nor an HTTP client; one with a
+    condition loads CEL for it, and still no HTTP client."""
+    from tests.cli.test_cli import RESEARCH
+
+    unused = ("aiohttp", "httpx", "httpx_sse", "celpy", "lark", "jsonschema")
+    assert loaded(cli_env, "run", RESEARCH, "research", "--topic", "x", heavy=unused) == []
+    looped = Path(cli_env["INTERLOCK_HOME"]).parent / "looped.yaml"
+    looped.write_text(LOOPED)
+    found = loaded(cli_env, "run", str(looped), "p", "--topic", "x", heavy=unused)
+    assert found == ["celpy", "lark"]
+
+
+LOOPED = """
+p:
+  phases:
+    - id: draft
+      workers:
+        - {role: writer, model: sonnet, task: "Draft {{ topic }}"}
+    - id: review
+      workers:
+        - {role: reviewer, model: sonnet, task: "Score it", reads: [writer.md]}
+      next:
+        - {if: "visits.review < 1", goto: draft, max_visits: 2}
+        - {goto: publish}
+    - id: publish
+      workers:
+        - {role: editor, model: sonnet, task: "Publish", reads: [writer.md], final: true}
+"""

@@ -16,7 +16,6 @@ import openai
 import openai.types.chat as openai_types
 import pytest
 from anthropic.types import message_create_params
-from httpx_sse import ServerSentEvent
 from openai.types.chat import completion_create_params
 from pydantic import BaseModel, TypeAdapter
 
@@ -24,6 +23,7 @@ from interlock.core.params import RequestSettings
 from interlock.providers import anthropic_messages, openai_chat
 from interlock.providers.attachments import Attachment
 from interlock.providers.request import anthropic_body, openai_body
+from interlock.providers.sse import ServerSentEvent
 from interlock.providers.usage import openai_details
 
 from .helpers import request

@@ -227,12 +227,8 @@ def test_an_empty_or_missing_ledger_beside_runs_is_refused(tmp_path: Path, damag
         assert not ledger.exists()
 
 
-def test_a_ledger_that_fails_its_check_refuses_writes_but_still_reads(tmp_path: Path) -> None:
-    """A byte flipped in a page of the ledger (an index page of the events): opening runs
-    `quick_check`, so a new run is refused with exit 5 and a message pointing to
-    `interlock doctor`, while `runs` still lists what was recorded."""
-    home, flow = _delivered_home(tmp_path)
-    ledger = home / "ledger.db"
+def _damage_an_index_page(ledger: Path) -> None:
+    """Zero the first byte of the events index's root page: `quick_check` fails on it."""
     with sqlite3.connect(ledger) as db:
         page_size = db.execute("PRAGMA page_size").fetchone()[0]
         (root,) = db.execute(
@@ -242,14 +238,79 @@ def test_a_ledger_that_fails_its_check_refuses_writes_but_still_reads(tmp_path: 
     with open(ledger, "r+b") as handle:
         handle.seek((root - 1) * page_size)
         handle.write(b"\x00")
-    refused = _cli(home, "run", str(flow), "p", "-t", "second")
+
+
+@pytest.mark.parametrize("command", ["run", "rerun"])
+def test_a_ledger_that_fails_its_check_refuses_writes_but_still_reads(
+    tmp_path: Path, command: str
+) -> None:
+    """A byte flipped in a page of the ledger (an index page of the events): the check
+    before the first write (`quick_check`, started early, beside the engine's imports)
+    fails, so a new run is refused with exit 5 and a message pointing to `interlock
+    doctor`, while `runs` still lists what was recorded. A rerun, which reads its source
+    run first, is stopped by what SQLite says of the damaged page it reads."""
+    home, flow = _delivered_home(tmp_path)
+    ledger = home / "ledger.db"
+    _damage_an_index_page(ledger)
+    if command == "run":
+        refused = _cli(home, "run", str(flow), "p", "-t", "second")
+    else:
+        refused = _cli(home, "rerun", "first-1", "--run-id", "second-1")
     assert refused.returncode == 5, refused.stdout + refused.stderr
-    assert "integrity check" in refused.stderr and "interlock doctor" in refused.stderr
+    said = "integrity check" if command == "run" else "malformed"
+    assert said in refused.stderr and "interlock doctor" in refused.stderr
+    assert "Traceback" not in refused.stderr
     listed = _cli(home, "runs")
     assert listed.returncode == 0 and "first-1" in listed.stdout, listed.stderr
     with sqlite3.connect(ledger) as db:
         assert db.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
     db.close()
+
+
+def test_the_check_started_ahead_is_the_one_the_first_write_obeys(tmp_path: Path) -> None:
+    """`verify_ahead` runs the check on a thread of its own; the first write waits for it
+    and is refused when it failed, as when the write makes the check itself. A check
+    nobody asked for the answer of ends with the store: no thread is left reading."""
+    home, _ = _delivered_home(tmp_path)
+    ledger = home / "ledger.db"
+    sound = SQLiteStore(ledger)
+    sound.verify_ahead()
+    sound.release_leases([])  # a write: it waits for the check, which passed
+    assert sound.refusal is None and sound.check_seconds > 0.0
+    sound.close()
+
+    _damage_an_index_page(ledger)
+    damaged = SQLiteStore(ledger)
+    damaged.verify_ahead()
+    assert damaged.get_run("first-1") is not None  # reads do not wait for the check
+    with pytest.raises(StorageError, match="integrity check"):
+        damaged.release_leases([])
+    damaged.close()
+
+    unasked = SQLiteStore(ledger)
+    unasked.verify_ahead()
+    unasked.close()
+    assert not [t for t in threading.enumerate() if t.name == "interlock-check"]
+
+
+def test_a_command_that_stops_before_writing_leaves_the_early_check_cleanly(
+    tmp_path: Path,
+) -> None:
+    """`interlock run` of a file that does not parse, on an existing ledger: the check
+    started early is stopped at exit; the error is the file's (exit 2), with no warning
+    of a thread or a connection left behind, even with Python's warnings all on."""
+    home, _ = _delivered_home(tmp_path)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("p:\n  phases: [\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERLOCK_")}
+    command = [sys.executable, "-X", "dev", "-m", "interlock", "--home", str(home)]
+    done = subprocess.run(
+        [*command, "run", str(broken), "p", "-t", "x"],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert str(broken) in done.stderr
+    assert "Warning" not in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
 def test_a_sound_ledger_is_checked_quickly_before_the_first_write(tmp_path: Path) -> None:

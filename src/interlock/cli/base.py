@@ -150,6 +150,21 @@ class Ctx:
             self._store = open_store(url, Home.at(self.home).root, **options)
         return self._store
 
+    def check_ahead(self) -> None:
+        """For a command that writes: start the ledger's check before its first write now,
+        beside the engine's imports (SQLite's `quick_check` reads the whole file, 0.45 s
+        for 100,000 runs), instead of after them. Only for a SQLite ledger that exists: a
+        new one has nothing to check, and a command refused before writing creates
+        nothing."""
+        url = self.store_url
+        if (url and not url.startswith("sqlite:")) or self.missing_ledger() is not None:
+            return
+        from interlock.storage.sqlite import SQLiteStore
+
+        store = self.store
+        if isinstance(store, SQLiteStore):
+            store.verify_ahead()
+
     def missing_ledger(self) -> Path | None:
         """The SQLite ledger file this context names when it does not exist (else None).
 

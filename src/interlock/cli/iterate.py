@@ -56,6 +56,8 @@ def rerun(
     and inputs) equals the source run's and it comes before --from; everything else runs.
     The source run is left as it is.
     """
+    if not dry_run:
+        ctx.check_ahead()
     from rich.markup import escape
 
     app = ctx.app

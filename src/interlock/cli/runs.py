@@ -42,6 +42,7 @@ def run(
     strict: bool,
 ) -> None:
     """Start a run of PIPELINE from FILE and drive it in the foreground."""
+    ctx.check_ahead()
     from interlock.cli.quote import refuse_unrunnable_calls, run_gate
     from interlock.core.loader import load_workflow
 
@@ -84,6 +85,7 @@ def submit(ctx: Ctx, file: str, pipeline: str | None, topic: str, inputs: tuple[
 def resume(ctx: Ctx, run_id: str, wait: bool) -> None:
     """Drive an existing run again (after a crash, Ctrl-C or an approval)."""
     install_terminate_handler()
+    ctx.check_ahead()
     app = ctx.reader(run_id)
     run_id = app.resolve(run_id)
     while True:
@@ -106,6 +108,7 @@ def resume(ctx: Ctx, run_id: str, wait: bool) -> None:
 def approve(ctx: Ctx, run_id: str, message: str, no_drive: bool) -> None:
     """Approve a paused run, then continue it here unless another process drives it."""
     install_terminate_handler()
+    ctx.check_ahead()
     app = ctx.reader(run_id)
     run_id = app.approve(run_id, message)
     if no_drive or driven_elsewhere(app, run_id):

@@ -3,6 +3,10 @@
 CEL (the Common Expression Language) is side-effect free and terminates, which is what a
 control plane needs: a condition can read values but never act. The values it reads come
 from model output, so they are converted to CEL data and never parsed as code.
+
+CEL's implementation (celpy, with lark and pendulum: about 50 ms to import) is imported by
+the first expression compiled, so that a pipeline without conditions never loads it; every
+function that evaluates has compiled first.
 """
 
 from __future__ import annotations
@@ -11,15 +15,12 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
-
-import celpy
-from celpy import celparser
-from celpy.adapter import json_to_cel
-from celpy.evaluation import CELEvalError
-from lark import Tree
+from typing import TYPE_CHECKING, Any
 
 from interlock.core import reads
+
+if TYPE_CHECKING:
+    from lark import Tree
 
 ROOT_NAMES = frozenset({"topic", "inputs", "visits", "roles", "feedback", "budget", "signals"})
 
@@ -55,6 +56,8 @@ def _where(source: str, error: Exception) -> str:
 def _environment() -> Any:
     # Building CEL's parser takes a noticeable part of a second: only pipelines with
     # conditions pay for it, and only once per process.
+    import celpy
+
     return celpy.Environment()
 
 
@@ -62,6 +65,8 @@ def _environment() -> Any:
 @lru_cache(maxsize=4096)
 def compile_expression(source: str) -> Compiled:
     """Parse `source` once; raise ExpressionError with CEL's own pointer on a syntax error."""
+    from celpy import celparser
+
     env = _environment()
     try:
         tree = env.compile(source)
@@ -86,6 +91,8 @@ _MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
 
 def _free_names(tree: Tree[Any]) -> frozenset[str]:
     """The top-level names an expression reads, leaving out variables bound by macros."""
+    from lark import Tree
+
     names: set[str] = set()
 
     def walk(node: Any, bound: frozenset[str]) -> None:
@@ -113,6 +120,8 @@ def _free_names(tree: Tree[Any]) -> frozenset[str]:
 
 def _bare_ident(node: Any) -> str | None:
     """The name when an expression is just one identifier, else None."""
+    from lark import Tree
+
     while isinstance(node, Tree):
         if node.data == "ident":
             return str(node.children[0])
@@ -125,6 +134,9 @@ def _bare_ident(node: Any) -> str | None:
 def evaluate_text(source: str, context: Mapping[str, Any]) -> str:
     """Evaluate an expression to text: a string as it is, any other value as JSON (for keys
     such as a concurrency key). Raises ExpressionError as `evaluate` does."""
+    from celpy.adapter import json_to_cel
+    from celpy.evaluation import CELEvalError
+
     compiled = compile_expression(source)
     activation = {k: json_to_cel(v) for k, v in context.items() if k in compiled.names}
     missing = compiled.names - activation.keys()
@@ -146,11 +158,13 @@ def evaluate_text(source: str, context: Mapping[str, Any]) -> str:
 
 def _plain(value: Any) -> Any:
     """A CEL value as plain JSON data."""
-    if isinstance(value, (celpy.celtypes.BoolType, bool)):
+    from celpy import celtypes
+
+    if isinstance(value, (celtypes.BoolType, bool)):
         return bool(value)
-    if isinstance(value, (celpy.celtypes.IntType, celpy.celtypes.UintType, int)):
+    if isinstance(value, (celtypes.IntType, celtypes.UintType, int)):
         return int(value)
-    if isinstance(value, (celpy.celtypes.DoubleType, float)):
+    if isinstance(value, (celtypes.DoubleType, float)):
         return float(value)
     if isinstance(value, Mapping):
         return {str(k): _plain(v) for k, v in value.items()}
@@ -169,6 +183,10 @@ def evaluate(source: str, context: Mapping[str, Any]) -> bool:
     Raises:
         ExpressionError: a missing value, a type mismatch or a non-boolean result.
     """
+    from celpy import celtypes
+    from celpy.adapter import json_to_cel
+    from celpy.evaluation import CELEvalError
+
     compiled = compile_expression(source)
     activation = {k: json_to_cel(context[k]) for k in compiled.names if k in context}
     missing = compiled.names - activation.keys()
@@ -187,6 +205,6 @@ def evaluate(source: str, context: Mapping[str, Any]) -> bool:
         # CEL's own error is a tuple of internals: say in words what is missing or misfits.
         problem = reads.why_not(compiled.tree, compiled.names, context, detail)
         raise ExpressionError(f"expression {source!r} cannot be evaluated: {problem}")
-    if isinstance(result, (celpy.celtypes.BoolType, bool)):
+    if isinstance(result, (celtypes.BoolType, bool)):
         return bool(result)
     raise ExpressionError(f"expression {source!r} gave {result!r}, not true or false")

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from lark import Token, Tree
+if TYPE_CHECKING:  # lark is imported with CEL, by the first expression compiled
+    from lark import Tree
 
 Path = tuple[str, ...]
 _MISSING = object()
@@ -20,6 +21,8 @@ _MISSING = object()
 def paths(tree: Tree[Any], roots: frozenset[str]) -> list[Path]:
     """The value paths an expression reads (`reviewer.score`, `roles["a-b"].x`), in order,
     each once; only paths that start at one of `roots` (names bound by macros are not)."""
+    from lark import Tree
+
     found: list[Path] = []
 
     def walk(node: Any) -> None:
@@ -40,6 +43,8 @@ def paths(tree: Tree[Any], roots: frozenset[str]) -> list[Path]:
 
 def _path(node: Any) -> Path | None:
     """The path a `member` node names, when it is only names and constant string keys."""
+    from lark import Tree
+
     if not isinstance(node, Tree):
         return None
     if node.data in ("member", "primary", "expr", "conditionalor", "conditionaland", "relation"):
@@ -60,6 +65,8 @@ def _path(node: Any) -> Path | None:
 
 
 def _string_literal(node: Any) -> str | None:
+    from lark import Token, Tree
+
     while isinstance(node, Tree) and len(node.children) == 1:
         node = node.children[0]
     if isinstance(node, Token) and node.type == "STRING_LIT":

@@ -3,14 +3,14 @@
 The schema is checked when the workflow is read, and each top-level property becomes a value
 that conditions can read (`reviewer.score`) without an `extract:` block: the answer is
 validated against the schema before it is committed, so those values are always there.
+
+`jsonschema` (with its dependencies, about 35 ms to import) is imported by the first
+schema checked, so that a pipeline without schemas never loads it.
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-from jsonschema import SchemaError
-from jsonschema.validators import validator_for
 
 # JSON Schema types -> the extracted value's type.
 _VALUE_TYPES = {"number": "number", "integer": "number", "boolean": "bool", "array": "list"}
@@ -18,6 +18,9 @@ _VALUE_TYPES = {"number": "number", "integer": "number", "boolean": "bool", "arr
 
 def schema_problem(schema: dict[str, Any]) -> str | None:
     """Why `schema` is not a valid JSON Schema (under the draft it names, 2020-12 if none)."""
+    from jsonschema import SchemaError
+    from jsonschema.validators import validator_for
+
     try:
         validator_for(schema).check_schema(schema)
     except SchemaError as exc:

@@ -21,10 +21,6 @@ import datetime as dt
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from celpy import celtypes
-from celpy.adapter import json_to_cel
-from celpy.evaluation import CELEvalError
-
 from interlock.core import events as ev
 from interlock.core.expressions import ExpressionError, compile_expression
 from interlock.core.state import RUN_RUNNING, RunState, Waiting
@@ -193,6 +189,10 @@ def signal_values(pipeline: Pipeline | None, state: RunState) -> dict[str, Any]:
 def start_time(source: str, context: Mapping[str, Any]) -> float:
     """The epoch seconds a `not_before` expression gives (a timestamp, RFC 3339 text with a
     time zone, or a number of epoch seconds)."""
+    from celpy import celtypes  # loaded with CEL by the expression's compilation
+    from celpy.adapter import json_to_cel
+    from celpy.evaluation import CELEvalError
+
     compiled = compile_expression(source)
     missing = {n for n in compiled.names if n not in context}
     if missing:

@@ -9,8 +9,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from httpx_sse import ServerSentEvent
-
 from interlock.providers.base import (
     CallStopped,
     ModelRequest,
@@ -23,6 +21,7 @@ from interlock.providers.prompt import estimate_tokens
 from interlock.providers.redaction import Secret
 from interlock.providers.request import anthropic_body, headers_for, streaming
 from interlock.providers.settings import ResolvedModel
+from interlock.providers.sse import ServerSentEvent
 from interlock.providers.transport import HttpEndpoint
 from interlock.providers.usage import anthropic_cache
 

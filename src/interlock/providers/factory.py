@@ -3,6 +3,10 @@
 Every alias served by the same provider name shares one connection pool and one limiter in
 the process, so a fan-out of many tasks over several aliases of one provider still respects
 that provider's concurrency and per-minute limits.
+
+The HTTP providers and their transport (aiohttp) are imported by the first provider that
+needs them, so that a pipeline whose models run offline or as command-line agents starts
+without loading them.
 """
 
 from __future__ import annotations
@@ -11,17 +15,18 @@ import asyncio
 import random
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from interlock.providers.anthropic_messages import AnthropicProvider
 from interlock.providers.base import Provider
 from interlock.providers.cli_agent import CliAgentProvider
 from interlock.providers.config import ModelConfig
 from interlock.providers.limits import Clock, ProviderLimiter
 from interlock.providers.offline import OfflineProvider
-from interlock.providers.openai_chat import OpenAIChatProvider
 from interlock.providers.retry import RetryPolicy, SleepFn
 from interlock.providers.settings import ProviderSettings, ResolvedModel
-from interlock.providers.transport import ClientPool, HttpEndpoint
+
+if TYPE_CHECKING:
+    from interlock.providers.transport import HttpEndpoint
 
 
 @dataclass
@@ -65,6 +70,8 @@ class ProviderRegistry:
         )
         endpoint = None
         if settings.base_url is not None and settings.kind in ("openai", "anthropic"):
+            from interlock.providers.transport import ClientPool, HttpEndpoint
+
             retry = RetryPolicy(
                 max_attempts=settings.max_attempts,
                 base_delay_s=settings.backoff_base_s,
@@ -108,6 +115,8 @@ class ProviderRegistry:
         assert shared.endpoint is not None  # settings validation requires base_url
         api_key = config.api_key(resolved)
         if resolved.kind == "anthropic":
+            from interlock.providers.anthropic_messages import AnthropicProvider
+
             return AnthropicProvider(
                 endpoint=shared.endpoint,
                 resolved=resolved,
@@ -115,6 +124,8 @@ class ProviderRegistry:
                 anthropic_version=settings.anthropic_version,
                 default_max_output_tokens=settings.default_max_output_tokens,
             )
+        from interlock.providers.openai_chat import OpenAIChatProvider
+
         return OpenAIChatProvider(
             endpoint=shared.endpoint,
             resolved=resolved,

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from httpx_sse import ServerSentEvent
 
 from interlock.providers.base import (
     CallStopped,
@@ -29,6 +28,7 @@ from interlock.providers.prompt import estimate_tokens
 from interlock.providers.redaction import Secret
 from interlock.providers.request import headers_for, openai_body, streaming
 from interlock.providers.settings import ResolvedModel
+from interlock.providers.sse import ServerSentEvent
 from interlock.providers.transport import HttpEndpoint
 from interlock.providers.usage import openai_details
 

@@ -14,9 +14,6 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from jsonschema.exceptions import best_match
-from jsonschema.validators import validator_for
-
 from interlock.providers.base import (
     ModelRequest,
     ModelResult,
@@ -68,6 +65,10 @@ def schema_document(result: ModelResult, schema: dict[str, Any]) -> str:
             retryable=True,
             answered=result,
         ) from None
+    # Imported here: only a worker with a schema needs jsonschema (35 ms to import).
+    from jsonschema.exceptions import best_match
+    from jsonschema.validators import validator_for
+
     error = best_match(validator_for(schema)(schema).iter_errors(document))
     if error is not None:
         field = error.json_path if error.json_path != "$" else "the document"

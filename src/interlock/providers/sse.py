@@ -12,10 +12,21 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterable
-
-from httpx_sse import ServerSentEvent
+from dataclasses import dataclass
 
 __all__ = ["EventDecoder", "ServerSentEvent", "events_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSentEvent:
+    """One dispatched event: its type (``message`` when the stream names none), its data
+    lines joined by newlines, the last event id seen, and the reconnection time it set."""
+
+    event: str = "message"
+    data: str = ""
+    id: str = ""
+    retry: int | None = None
+
 
 _LINE_ENDS = frozenset((b"\n", b"\r\n", b"\r"))  # an empty line: the event is complete
 
