@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 import json
@@ -63,10 +64,13 @@ def canonical_json(pipeline: Pipeline) -> str:
 
 @dataclass(frozen=True)
 class Workflow:
-    """A loaded workflow file."""
+    """A loaded workflow file, with the SHA-256 of each file it was read from (the file
+    itself, the schema files and the sub-pipelines' files it names): while those bytes are
+    the same, loading it again gives the same definitions (`unchanged`)."""
 
     source: str
     definitions: dict[str, Definition]
+    files: tuple[tuple[str, str], ...] = ()  # (path, SHA-256 of the bytes read)
 
     def get(self, name: str) -> Definition:
         """The pipeline `name`, or a UsageError listing the ones that exist."""
@@ -109,18 +113,53 @@ def load_workflow(path: str | Path) -> Workflow:
         ) from None
     if "\0" in text:
         raise WorkflowError(str(file), ["the file holds NUL bytes: it is not a text file"])
-    return parse_workflow(
-        text, str(file), json_only=file.suffix.lower() == ".json", base_dir=file.parent
+    files = {str(file): _digest(raw)}
+    workflow = parse_workflow(
+        text,
+        str(file),
+        json_only=file.suffix.lower() == ".json",
+        base_dir=file.parent,
+        files_read=files,
     )
+    return dataclasses.replace(workflow, files=tuple(sorted(files.items())))
+
+
+def unchanged(workflow: Workflow) -> bool:
+    """Whether every file `workflow` was loaded from still holds the bytes it was read
+    from (False for one loaded from text, which names no file). Each file is read again
+    and hashed: a few microseconds for a workflow file, where parsing and validating it
+    again takes milliseconds; modification times are not trusted (two edits within the
+    file system's timestamp granularity look the same)."""
+    if not workflow.files:
+        return False
+    for name, digest in workflow.files:
+        try:
+            with open(name, "rb") as stream:
+                raw = stream.read(MAX_BYTES + 1)
+        except OSError:
+            return False
+        if _digest(raw) != digest:
+            return False
+    return True
+
+
+def _digest(raw: bytes) -> str:
+    return hashlib.sha256(raw).hexdigest()
 
 
 def parse_workflow(
-    text: str, source: str = "<workflow>", *, json_only: bool = False, base_dir: Path | None = None
+    text: str,
+    source: str = "<workflow>",
+    *,
+    json_only: bool = False,
+    base_dir: Path | None = None,
+    files_read: dict[str, str] | None = None,
 ) -> Workflow:
     """Parse and validate workflow text; `source` names it in error messages.
 
     With `base_dir`, a worker's `schema: file.json` is read from there into the definition,
-    so a run pins the schema it started with.
+    so a run pins the schema it started with. `files_read`, when given, gets the path and
+    SHA-256 of each other file read (schemas, sub-pipelines' files).
 
     YAML unless `json_only`: then the text must be strict JSON (no trailing commas, no
     comments), as a `.json` file promises.
@@ -130,14 +169,17 @@ def parse_workflow(
     except ParseProblem as exc:
         raise WorkflowError(source, [str(exc)]) from None
     if base_dir is not None:
-        problems = inline_schema_files(data, base_dir)
+        problems = inline_schema_files(data, base_dir, files_read)
         if problems:
             raise WorkflowError(source, problems)
-    return build_workflow(data, source, base_dir=base_dir)
+    return build_workflow(data, source, base_dir=base_dir, files_read=files_read)
 
 
-def inline_schema_files(data: Any, base_dir: Path) -> list[str]:
-    """Replace each worker's `schema: <path>.json` by the document it names (in place)."""
+def inline_schema_files(
+    data: Any, base_dir: Path, files_read: dict[str, str] | None = None
+) -> list[str]:
+    """Replace each worker's `schema: <path>.json` by the document it names (in place),
+    noting each file read in `files_read`."""
     problems: list[str] = []
     pipelines = data.items() if isinstance(data, dict) else []
     for name, pipeline in pipelines:
@@ -150,7 +192,10 @@ def inline_schema_files(data: Any, base_dir: Path) -> list[str]:
                     continue
                 place = f"pipeline {name!r}, worker {worker.get('role')!r}, key 'schema'"
                 try:
-                    worker["schema"] = json.loads((base_dir / path).read_text(encoding="utf-8"))
+                    raw = (base_dir / path).read_bytes()
+                    if files_read is not None:
+                        files_read[str(base_dir / path)] = _digest(raw)
+                    worker["schema"] = json.loads(raw.decode("utf-8"))
                 except OSError as exc:
                     problems.append(f"{place}: cannot read {path}: {exc.strerror or exc}")
                 except ValueError as exc:
@@ -159,15 +204,19 @@ def inline_schema_files(data: Any, base_dir: Path) -> list[str]:
 
 
 def build_workflow(
-    data: Any, source: str = "<workflow>", *, base_dir: Path | None = None
+    data: Any,
+    source: str = "<workflow>",
+    *,
+    base_dir: Path | None = None,
+    files_read: dict[str, str] | None = None,
 ) -> Workflow:
     """Validate already-parsed data (a dict of pipelines); sub-pipelines in other files are
-    read relative to `base_dir`."""
+    read relative to `base_dir` (and noted in `files_read`)."""
     if not isinstance(data, dict) or not data:
         raise WorkflowError(
             source, ["the top level must map pipeline names to pipelines, e.g. 'research: {...}'"]
         )
-    embedding = embed_children(data, source, _FileReader(source, base_dir))
+    embedding = embed_children(data, source, _FileReader(source, base_dir, files_read))
     if embedding:
         raise WorkflowError(source, embedding)
     try:
@@ -192,9 +241,12 @@ def build_workflow(
 class _FileReader:
     """Reads the workflow files that sub-pipelines name (`other.yaml#name`), each once."""
 
-    def __init__(self, source: str, base_dir: Path | None) -> None:
+    def __init__(
+        self, source: str, base_dir: Path | None, files_read: dict[str, str] | None
+    ) -> None:
         self.dirs = {source: base_dir}
         self.files: dict[str, Any] = {}
+        self.files_read = files_read
 
     def __call__(self, ref: str, source: str) -> tuple[Any, str]:
         base = self.dirs.get(source)
@@ -209,11 +261,13 @@ class _FileReader:
                 raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
             if len(raw) > MAX_BYTES:
                 raise ValueError(too_large(len(raw)))
+            if self.files_read is not None:
+                self.files_read[key] = _digest(raw)
             try:
                 data = parse_text(raw.decode("utf-8-sig"), json_only=path.suffix == ".json")
             except (ParseProblem, UnicodeDecodeError) as exc:
                 raise ValueError(f"{path}: {exc}") from None
-            problems = inline_schema_files(data, path.parent)
+            problems = inline_schema_files(data, path.parent, self.files_read)
             if problems:
                 raise ValueError(f"{path}: {'; '.join(problems)}")
             self.files[key], self.dirs[key] = data, path.parent
