@@ -6,18 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests.server.test_pipeline_not_found import FLOW
 
 from interlock.core import loader
 from interlock.errors import WorkflowError
 from interlock.server.workflows import Workflows
-
-FLOW = """
-announce:
-  phases:
-    - id: a
-      workers:
-        - {role: w, final: true, command: ["echo", "hi"]}
-"""
 
 
 def test_an_unchanged_file_is_not_loaded_again_and_an_edited_one_is(
