@@ -179,9 +179,9 @@ def test_spawn_script_measures_each_way_of_starting(tmp_path: Path) -> None:
     assert set(ways) == {"fork + preexec_fn", "vfork + setpriv + sh", "vfork bare"}
 
 
-def test_startup_script_times_the_three_commands(tmp_path: Path) -> None:
-    """startup.py times `--help`, `runs` and `status` against a state directory of its own,
-    which it removes."""
+def test_startup_script_times_the_commands_and_a_whole_run(tmp_path: Path) -> None:
+    """startup.py times `--help`, `runs`, `status` and a whole `run` against a state
+    directory of its own, which it removes."""
     done = run("startup.py", "--repeat", "1", tmp=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     figures = json.loads(done.stdout.strip().splitlines()[-1])
@@ -190,6 +190,7 @@ def test_startup_script_times_the_three_commands(tmp_path: Path) -> None:
         "interlock --help",
         "interlock runs",
         "interlock status RUN",
+        "interlock run",
     }
     assert all(f["min_ms"] > 0 for f in figures.values())
     assert list(tmp_path.iterdir()) == []
