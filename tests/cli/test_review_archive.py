@@ -42,7 +42,8 @@ def _paused_run(env: dict[str, str], tmp_path: Path) -> str:
 
 
 def test_edit_then_approve_reruns_the_reader(cli_env: dict[str, str], tmp_path: Path) -> None:
-    """`interlock edit` records the new text and names what runs again; approve runs it and
+    """`interlock edit` records the new text and names what runs again (the same text given
+    again is refused: its readers would run and be paid for again); approve runs it and
     pauses to show the new synthesis; approved again, the run delivers."""
     run_id = _paused_run(cli_env, tmp_path)
     new = tmp_path / "a.md"
@@ -52,6 +53,9 @@ def test_edit_then_approve_reruns_the_reader(cli_env: dict[str, str], tmp_path: 
     assert "recorded the edit of researcher-a.md" in edited.stdout
     assert "synthesizer@1" in edited.stdout
     assert "then it pauses again after 'synthesis', to show what changed" in edited.stdout
+    again = cli(cli_env, "edit", run_id, "researcher-a.md", "--file", str(new))
+    assert again.returncode == 2, again.stdout + again.stderr  # the same text: no second rerun
+    assert "holds the same text as the recorded researcher-a.md" in again.stderr
     approved = cli(cli_env, "approve", run_id)
     assert approved.returncode == 3, approved.stdout + approved.stderr  # the new synthesis
     approved = cli(cli_env, "approve", run_id)

@@ -24,19 +24,29 @@ if TYPE_CHECKING:
 
 
 def _new_text(app: Interlock, run_id: str, output: str, file: str | None, editor: bool) -> str:
-    """The replacement text, from `--file` or from the person's editor."""
+    """The replacement text, from `--file` or from the person's editor. Text the same as the
+    output's recorded version is refused: recording it would run its readers again (and pay
+    for their model calls) for nothing."""
+    import hashlib
+
     from interlock.core.review import find_output
 
     if (file is None) == (not editor):
         raise UsageError("give the new text with --file FILE or --editor (one of them)")
-    if file is not None:
-        try:
-            return Path(file).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"{file}: cannot read the new text ({exc})") from None
     task = find_output(app.state(run_id), output)
     if isinstance(task, str):
         raise UsageError(task)
+    if file is not None:
+        try:
+            text = Path(file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"{file}: cannot read the new text ({exc})") from None
+        if hashlib.sha256(text.encode("utf-8")).hexdigest() == task.sha256:
+            raise UsageError(
+                f"{file} holds the same text as the recorded {task.artifact}; nothing was "
+                "recorded (its readers would run again for nothing)"
+            )
+        return text
     current = (app.run_dir(run_id) / (task.artifact or "")).read_text(encoding="utf-8")
     suffix = Path(task.artifact or "output.md").suffix or ".txt"
     edited = click.edit(current, extension=suffix, require_save=True)
