@@ -139,6 +139,56 @@ def test_read_of_a_file_written_only_later() -> None:
     )
 
 
+def branches(final_reads: list[str]) -> dict[str, Any]:
+    """Plan, then one of two branches (`big` skips `small`), then a final phase."""
+    return {
+        "b": {
+            "inputs": {"n": 1},
+            "phases": [
+                {
+                    "id": "plan",
+                    "workers": [worker("planner")],
+                    "next": [{"if": "inputs.n > 3", "goto": "big"}, {"goto": "small"}],
+                },
+                {"id": "small", "workers": [worker("s")], "next": [{"goto": "final"}]},
+                {"id": "big", "workers": [worker("b")]},
+                {"id": "final", "workers": [worker("editor", reads=final_reads, final=True)]},
+            ],
+        }
+    }
+
+
+def test_read_of_a_file_only_one_branch_writes() -> None:
+    """A required read of a file written on one branch only is refused before any run, with
+    the way that skips its writer and the two fixes."""
+    assert problems_of(branches(["planner.md", "s.md", "b.md"])) == [
+        "pipeline 'b', phase 'final', worker 'editor': reads 's.md', which only phase 'small' "
+        "writes, but the run can reach phase 'final' without it (plan -> big -> final); mark it "
+        "optional as 's.md?' if the task can do without it, or read a file that every branch "
+        "writes",
+        "pipeline 'b', phase 'final', worker 'editor': reads 'b.md', which only phase 'big' "
+        "writes, but the run can reach phase 'final' without it (plan -> small -> final); mark "
+        "it optional as 'b.md?' if the task can do without it, or read a file that every branch "
+        "writes",
+    ]
+
+
+def test_branch_reads_marked_optional_and_reads_before_the_branch_are_accepted() -> None:
+    """`name?` excuses a branch, and a file written before the branch is there on every way."""
+    assert build_workflow(branches(["planner.md", "s.md?", "b.md?"]))
+
+
+def test_read_after_a_loop_back_is_not_certain_either() -> None:
+    """A phase reached both straight on and from a later loop cannot count on the loop's file."""
+    data = translate()
+    data["t"]["phases"][3]["workers"][0]["reads"] = ["polisher.md"]
+    assert (
+        "which only phase 'polish' writes, but the run can reach phase 'publish' without it "
+        in (one_problem(data))
+    )
+    assert "(translate -> review -> publish)" in one_problem(data)
+
+
 def test_optional_read_of_an_unknown_file_is_still_an_error() -> None:
     """The '?' form only excuses order: the file must still be written by some worker."""
     data = translate()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import re
 
+from interlock.core.dominance import Dominance
 from interlock.core.expressions import ROOT_NAMES, ExpressionError, compile_expression
 from interlock.core.placeholders import RESERVED_OUTPUTS, command_problems
 from interlock.core.reads import paths as read_paths
@@ -227,36 +228,83 @@ def _check_final(where: str, pipeline: Pipeline) -> list[str]:
 
 
 def _check_reads(where: str, pipeline: Pipeline) -> list[str]:
+    """A required read must be written on every way the run can reach its reader.
+
+    The writer is either an earlier worker of the same sequential phase, or a phase that
+    dominates the reader's (runs on every way from the first phase to it). A file written only
+    on one branch, or only after a loop, is read as optional: `name?`.
+    """
     problems = []
     written: dict[str, int] = {}  # output name -> index of the phase that writes it
     for index, phase in enumerate(pipeline.phases):
         for worker in phase.workers:
             written[worker.output_name] = index
-    available: set[str] = set()
-    for phase in pipeline.phases:
+    dominance = _phase_dominance(pipeline)
+    for index, phase in enumerate(pipeline.phases):
         in_phase: set[str] = set()
         for worker in phase.workers:
             place = f"{where}, phase {phase.id!r}, worker {worker.role!r}"
             for entry in worker.reads:
                 file, optional = read_name(entry)
-                ok = file in available or (phase.mode == "sequential" and file in in_phase)
-                if ok:
-                    continue
-                if file not in written:
+                writer = written.get(file)
+                if writer is None:
                     problems.append(
                         f"{place}: reads {file!r}, which no worker writes"
                         f"{_suggest(file, sorted(written))}; outputs are "
                         f"{', '.join(sorted(written))}"
                     )
-                elif not optional:
+                elif optional or (phase.mode == "sequential" and file in in_phase):
+                    continue
+                elif not _sure(dominance, writer, index):
                     problems.append(
-                        f"{place}: reads {file!r}, which is written by phase "
-                        f"{pipeline.phases[written[file]].id!r}, not by an earlier phase; if it "
-                        f"is only there after a loop, mark it optional as '{file}?'"
+                        f"{place}: {_unsure_read(pipeline, dominance, file, writer, index)}"
                     )
             in_phase.add(worker.output_name)
-        available |= in_phase
     return problems
+
+
+def _phase_dominance(pipeline: Pipeline) -> Dominance | None:
+    """The phases' dominance, or None while phase ids repeat or a `goto` names no phase (the
+    graph is then unknown, and that problem is reported on its own)."""
+    indices = {phase.id: index for index, phase in enumerate(pipeline.phases)}
+    if len(indices) < len(pipeline.phases):
+        return None
+    if any(rule.goto not in indices for phase in pipeline.phases for rule in phase.next):
+        return None
+    return Dominance(
+        [
+            [indices[to] for to, _ in transitions(pipeline, index) if to in indices]
+            for index in range(len(pipeline.phases))
+        ]
+    )
+
+
+def _sure(dominance: Dominance | None, writer: int, reader: int) -> bool:
+    if writer == reader:
+        return False
+    if dominance is None:
+        return writer < reader
+    # A phase no way reaches never runs, so its reads cannot fail.
+    return dominance.dominates(writer, reader) or not dominance.reachable(reader)
+
+
+def _unsure_read(
+    pipeline: Pipeline, dominance: Dominance | None, file: str, writer: int, reader: int
+) -> str:
+    """Why a required read may find nothing, and the fix."""
+    writer_id = pipeline.phases[writer].id
+    way = [] if dominance is None else dominance.way_around(writer, reader)
+    if writer < reader and way:
+        shown = " -> ".join(pipeline.phases[i].id for i in way)
+        return (
+            f"reads {file!r}, which only phase {writer_id!r} writes, but the run can reach "
+            f"phase {pipeline.phases[reader].id!r} without it ({shown}); mark it optional as "
+            f"'{file}?' if the task can do without it, or read a file that every branch writes"
+        )
+    return (
+        f"reads {file!r}, which is written by phase {writer_id!r}, not by an earlier phase; "
+        f"if it is only there after a loop, mark it optional as '{file}?'"
+    )
 
 
 def _check_transitions(
