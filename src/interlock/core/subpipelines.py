@@ -18,6 +18,8 @@ import re
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from interlock.core.inputs import InputType, convert
+
 if TYPE_CHECKING:  # types only: listing runs reads `CHILD_ID` without loading the models
     from interlock.core.workflow import Pipeline, Worker
 
@@ -140,9 +142,26 @@ def check_children(where: str, pipeline: Pipeline) -> list[str]:
                     f"{key!r}; its inputs are {known}"
                 )
             for key, spec in sorted(declared.items()):
+                given = worker.inputs.get(key)
+                if given is not None and not _fits(given, spec.kind):
+                    problems.append(
+                        f"{place}: key 'inputs': {key} = {given!r}, but pipeline "
+                        f"{worker.child_name!r} takes {spec.kind} for input {key!r}"
+                    )
                 if spec.required and spec.default is None and key not in worker.inputs:
                     problems.append(
                         f"{place}: key 'inputs': pipeline {worker.child_name!r} needs input "
                         f"{key!r}: add '{key}: ...' under the worker's 'inputs'"
                     )
     return problems
+
+
+def _fits(value: object, kind: InputType) -> bool:
+    """Whether a child input's value is of its type; a template is known only at run time."""
+    if isinstance(value, str) and "{{" in value:
+        return True
+    try:
+        convert(value, kind)
+    except (ValueError, TypeError, OverflowError):
+        return False
+    return True

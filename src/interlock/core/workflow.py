@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from interlock.core.inputs import TYPES, InputType, convert, kind_of
 from interlock.core.params import RequestSettings
 from interlock.core.schemas import implied_extract, schema_problem
 from interlock.core.tools import MAX_TURNS_LIMIT, ToolServer
@@ -475,17 +476,38 @@ class InputSpec(_Model):
     """A declared pipeline parameter."""
 
     default: str | int | float | bool | None = None
+    # What a given value must be; without it, the default's kind (text when there is none).
+    type: InputType | None = Field(default=None, exclude_if=lambda value: value is None)
     required: bool = False
     description: str = ""
 
-    @field_validator("default", mode="before")
+    @property
+    def kind(self) -> InputType:
+        """The type a given value is converted to."""
+        return self.type or kind_of(self.default)
+
+    @model_validator(mode="before")
     @classmethod
-    def _scalar(cls, value: Any) -> Any:
-        # One clear message instead of one per member of the union.
-        if value is not None and not isinstance(value, str | int | float | bool):
-            kind = "a list" if isinstance(value, list) else f"a {type(value).__name__}"
-            raise ValueError(f"an input's default must be text, a number or true/false, not {kind}")
-        return value
+    def _default_fits(cls, data: Any) -> Any:
+        # A default is written in the file's own kind; `type: number, default: 1` keeps 1.0.
+        if (
+            not isinstance(data, dict)
+            or data.get("type") not in TYPES
+            or data.get("default") is None
+        ):
+            return data
+        kind, default = data["type"], data["default"]
+        if isinstance(default, str) and kind != "text":
+            raise ValueError(
+                f"the default {default!r} is text, but the input's type is {kind!r}: write it "
+                "without quotes"
+            )
+        try:
+            return {**data, "default": convert(default, kind)}
+        except (ValueError, TypeError, OverflowError):
+            raise ValueError(
+                f"the default {default!r} is not of the input's type {kind!r}"
+            ) from None
 
 
 class Budget(_Model):

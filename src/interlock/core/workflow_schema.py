@@ -43,6 +43,8 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
     },
     "InputSpec": {
         "default": "The value used when the run does not give one.",
+        "type": "What a given value must be: text, integer, number or boolean; a value given "
+        "as text (--input n=4) is converted. Without it, the default's kind.",
         "required": "A run must give this input (unless it has a default).",
         "description": "What the input is for, shown by 'interlock pipelines'.",
     },

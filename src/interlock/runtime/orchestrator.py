@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import difflib
 import functools
 import heapq
 import logging
@@ -27,6 +26,7 @@ from typing import Any
 
 from interlock.core import events as ev
 from interlock.core.decide import next_wake, waits_for_slot
+from interlock.core.inputs import resolve_inputs as resolve_declared
 from interlock.core.loader import Definition
 from interlock.core.state import RunState, RunStatus, TaskState, fold
 from interlock.errors import (
@@ -1112,28 +1112,9 @@ def new_run_id(pipeline: str, now: float) -> str:
 
 
 def resolve_inputs(definition: Definition, given: dict[str, Any]) -> dict[str, Any]:
-    """Declared inputs with defaults applied; unknown or missing ones are errors."""
-    declared = definition.pipeline.inputs
-    unknown = sorted(set(given) - set(declared))
-    if unknown:
-        names = ", ".join(sorted(declared)) or "none"
-        close = difflib.get_close_matches(unknown[0], list(declared), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise UsageError(
-            f"pipeline {definition.name!r} has no input {unknown[0]!r}{hint}; declared "
-            f"inputs: {names}"
-        )
-    values: dict[str, Any] = {}
-    for name, spec in declared.items():
-        if name in given:
-            values[name] = given[name]
-        elif spec.required and spec.default is None:
-            raise UsageError(
-                f"pipeline {definition.name!r} needs input {name!r}: pass --input {name}=VALUE"
-            )
-        else:
-            values[name] = spec.default
-    return values
+    """Declared inputs, given ones converted to their type, defaults applied; see
+    `interlock.core.inputs.resolve_inputs`."""
+    return resolve_declared(definition.name, definition.pipeline.inputs, given)
 
 
 def _drop_empty(folders: list[Path]) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from interlock.core.inputs import resolve_inputs
 from interlock.core.loader import Definition, load_workflow
 from interlock.core.state import RunState, fold
 from interlock.errors import UsageError
@@ -109,8 +110,9 @@ def prepare(store: Store, orchestrator: Orchestrator, request: RerunRequest) -> 
             f"its phases are {', '.join(phases)}"
         )
     declared = definition.pipeline.inputs
-    inputs = {k: v for k, v in state.inputs.items() if k in declared}
-    inputs.update(request.inputs or {})
+    kept = {k: v for k, v in state.inputs.items() if k in declared}
+    # Checked here too, so that --dry-run refuses what the rerun itself would.
+    inputs = resolve_inputs(definition.name, declared, {**kept, **(request.inputs or {})})
     return PreparedRerun(
         source=source,
         source_state=state,

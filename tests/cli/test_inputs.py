@@ -1,0 +1,119 @@
+"""Inputs given on the command line take their declared type before the run is recorded."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+BRANCHING = """\
+p:
+  inputs:
+    n: 1
+    loud: false
+  phases:
+    - id: plan
+      workers:
+        - role: planner
+          command: ["sh", "-c", "echo plan > {output}"]
+      next:
+        - {if: "inputs.n > 3 && inputs.loud", goto: big}
+        - {goto: small}
+    - id: small
+      workers:
+        - role: s
+          command: ["sh", "-c", "echo small > {output}"]
+      next: [{goto: final}]
+    - id: big
+      workers:
+        - role: b
+          command: ["sh", "-c", "echo big > {output}"]
+    - id: final
+      workers:
+        - role: editor
+          final: true
+          reads: [planner.md, "s.md?", "b.md?"]
+          command: ["sh", "-c", 'cat "$@" > {output}', "sh", "{inputs}"]
+"""
+
+
+def run(env: dict[str, str], cwd: Path, *given: str) -> subprocess.CompletedProcess[str]:
+    inputs = [arg for value in given for arg in ("-i", value)]
+    return interlock(env, cwd, "run", "flow.yaml", "p", "-t", "x", *inputs)
+
+
+def interlock(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "interlock", *args],
+        env=env, cwd=cwd, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert "Traceback" not in result.stderr + result.stdout, result.stderr
+    return result
+
+
+def test_a_number_and_a_flag_given_as_text_drive_a_condition(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`-i n=4 -i loud=yes` compare as a number and a truth value, so the big branch runs."""
+    (tmp_path / "flow.yaml").write_text(BRANCHING)
+    result = interlock(
+        cli_env, tmp_path, "run", "flow.yaml", "p", "-t", "x", "-i", "n=4", "-i", "loud=yes"
+    )
+    assert result.returncode == 0, result.stderr
+    final = Path(result.stdout.strip().splitlines()[-1].removeprefix("delivered: "))
+    assert final.read_text().split() == ["plan", "big"]
+    result = interlock(
+        cli_env, tmp_path, "run", "flow.yaml", "p", "-t", "x", "-i", "n=4", "-i", "loud=off"
+    )
+    final = Path(result.stdout.strip().splitlines()[-1].removeprefix("delivered: "))
+    assert final.read_text().split() == ["plan", "small"]
+
+
+def test_a_value_not_of_its_type_refuses_the_run_before_it_is_recorded(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`-i n=four` is exit 2 naming the input, its type and the value; no run is recorded."""
+    (tmp_path / "flow.yaml").write_text(BRANCHING)
+    result = run(cli_env, tmp_path, "n=four")
+    assert result.returncode == 2
+    assert (
+        "pipeline 'p': input 'n' is a whole number, e.g. 4, like its default 1; got 'four'"
+        in result.stderr
+    )
+    result = run(cli_env, tmp_path, "loud=maybe")
+    assert result.returncode == 2 and "input 'loud' is true or false" in result.stderr
+    assert interlock(cli_env, tmp_path, "runs").stdout.startswith("no runs yet")
+
+
+def test_a_declared_type_without_a_default(cli_env: dict[str, str], tmp_path: Path) -> None:
+    """`type: number` on a required input converts it too; a quoted default of another type is
+    refused by `check` with the fix."""
+    flow = BRANCHING.replace("    n: 1\n", "    n: {required: true, type: number}\n")
+    (tmp_path / "flow.yaml").write_text(flow)
+    result = interlock(
+        cli_env, tmp_path, "run", "flow.yaml", "p", "-t", "x", "-i", "n=3.5", "-i", "loud=1"
+    )
+    final = Path(result.stdout.strip().splitlines()[-1].removeprefix("delivered: "))
+    assert final.read_text().split() == ["plan", "big"]
+    (tmp_path / "flow.yaml").write_text(flow.replace("required: true", 'default: "3"'))
+    result = interlock(cli_env, tmp_path, "check", "flow.yaml")
+    assert result.returncode == 2
+    assert "the default '3' is text, but the input's type is 'number'" in result.stderr
+
+
+def test_rerun_and_its_dry_run_check_inputs_alike(cli_env: dict[str, str], tmp_path: Path) -> None:
+    """A plan refuses what the rerun would (an unknown input, a value not of its type), and a
+    rerun's `-i n=9` is a number too: the plan foresees the other branch, which then runs."""
+    (tmp_path / "flow.yaml").write_text(BRANCHING)
+    first = run(cli_env, tmp_path)
+    source = next(line.split()[1] for line in first.stderr.splitlines() if line.startswith("run "))
+    for given, message in [("nope=1", "has no input 'nope'"), ("n=four", "is a whole number")]:
+        for dry in (["--dry-run"], []):
+            result = interlock(cli_env, tmp_path, "rerun", source, "-i", given, *dry)
+            assert result.returncode == 2 and message in result.stderr, (given, dry)
+    given = ["-i", "n=9", "-i", "loud=true"]
+    plan = interlock(cli_env, tmp_path, "rerun", source, *given, "--dry-run")
+    assert plan.returncode == 0 and "goes to 'big'" in " ".join(plan.stdout.split())
+    again = interlock(cli_env, tmp_path, "rerun", source, *given)
+    final = Path(again.stdout.strip().splitlines()[-1].removeprefix("delivered: "))
+    assert final.read_text().split() == ["plan", "big"]
