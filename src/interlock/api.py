@@ -303,8 +303,9 @@ class Interlock:
         return run_id
 
     def reject(self, run_id: str, to: str, feedback: str, by: str | None = None) -> str:
-        """Send a paused run back to phase `to` (a new visit); `feedback` is `{{ feedback }}`
-        in task templates and `feedback` in conditions from then on."""
+        """Send a paused run back to phase `to` (a new visit). Its model workers are told
+        `feedback` after their task (unless the task places `{{ feedback }}` itself); it is
+        `{{ feedback }}` in task templates and `feedback` in conditions from then on."""
         run_id = self.resolve(run_id)
         pipeline, state = self._review(run_id)
         problem = check_reject(pipeline, state, to)

@@ -12,6 +12,7 @@ from interlock.cli.base import (
     Ctx,
     drive_in_foreground,
     driven_elsewhere,
+    err,
     handle_errors,
     install_terminate_handler,
     out,
@@ -104,15 +105,33 @@ def edit(ctx: Ctx, run_id: str, output: str, file: str | None, editor: bool, not
 @click.command()
 @click.argument("run_id")
 @click.option("--to", "to", required=True, help="The phase to go back to (a new visit).")
-@click.option("--message", "-m", "feedback", required=True, help="What to change: {{ feedback }}.")
+@click.option(
+    "--message",
+    "-m",
+    "feedback",
+    required=True,
+    help="What to change: the models of phase TO are told it; templates read {{ feedback }}.",
+)
 @click.option("--no-drive", is_flag=True, help="Only record the rejection; don't continue here.")
 @pass_ctx
 @handle_errors
 def reject(ctx: Ctx, run_id: str, to: str, feedback: str, no_drive: bool) -> None:
     """Send a paused run back to phase TO with feedback, then continue it here."""
+    from interlock.core.review import deaf_to_feedback
+
     install_terminate_handler()
     app = ctx.app
     run_id = app.reject(run_id, to, feedback)
+    record = app.store.get_run(run_id)
+    pipeline = app.orchestrator.definition(record.pipeline, record.definition_hash).pipeline
+    deaf = deaf_to_feedback(pipeline, to)
+    if deaf:
+        err.print(
+            f"note: {', '.join(deaf)} in {to!r} run again without the feedback: a command or "
+            "call sees it only where its arguments or task place {{ feedback }}",
+            soft_wrap=True,
+            markup=False,
+        )
     if no_drive or driven_elsewhere(app, run_id):
         out.print(f"rejection of {run_id} sent: back to {to}")
         return

@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from interlock.core.review import told_feedback
 from interlock.core.state import RunState, TaskState
 from interlock.core.templates import TemplateProblem, render_task
 from interlock.core.validate import read_name
@@ -190,5 +191,8 @@ def fingerprint(
         "inputs": inputs_hash or inputs_part(state, worker),
         "item": _NO_ITEM if values["item"] is None else _hash(values["item"]),
     }
+    feedback = told_feedback(pipeline, state, task)
+    if feedback:  # only then, so that every other fingerprint stays as it was
+        parts["feedback"] = _hash(feedback)
     digest = _hash({"v": FINGERPRINT_VERSION, **parts})
     return Fingerprint(digest=digest, parts={k: v[:16] for k, v in parts.items()})

@@ -26,6 +26,7 @@ from interlock.core.state import (
     TaskState,
     task_id_for,
 )
+from interlock.core.templates import template_names
 from interlock.core.validate import read_name
 from interlock.core.workflow import Pipeline
 
@@ -111,6 +112,45 @@ def interpret_reject(
     if problem is not None:
         return problem
     return ev.Rejected(at=now, to=data["to"], feedback=data["feedback"], by=by)
+
+
+def told_feedback(pipeline: Pipeline, state: RunState, task: TaskState) -> str:
+    """The feedback a task's model is told besides its task text ("" for none).
+
+    A rejection's text reaches every model task of the visit it started, so that `interlock
+    reject -m "shorter"` is never lost on a task that does not place `{{ feedback }}`. A task
+    that places it already says it in its own words; commands and calls are not told (they
+    read `{{ feedback }}` in their arguments or `ctx.task`, and `reject` says which don't).
+    """
+    if not state.feedback or state.rejected_visit != (task.phase, task.visit):
+        return ""
+    worker = pipeline.worker(task.role)
+    if worker.kind != "model" or "feedback" in template_names(worker.task):
+        return ""
+    return state.feedback
+
+
+def with_feedback(task_text: str, feedback: str) -> str:
+    """A rendered task with the feedback it is told (see `told_feedback`) after it."""
+    if not feedback:
+        return task_text
+    return (
+        f"{task_text.rstrip()}\n\nA person reviewed the previous version and sent it back with "
+        f"this feedback; make sure the new version addresses it:\n\n{feedback.strip()}\n"
+    )
+
+
+def deaf_to_feedback(pipeline: Pipeline, phase: str) -> list[str]:
+    """The workers of `phase` that a rejection's feedback does not reach (commands, calls and
+    sub-pipelines whose task or arguments do not place `{{ feedback }}`)."""
+    deaf = []
+    for worker in pipeline.phase(phase).workers:
+        if worker.kind == "model":
+            continue
+        texts = [worker.task, *(worker.command or []), *map(str, worker.inputs.values())]
+        if not any("feedback" in template_names(text) for text in texts):
+            deaf.append(worker.role)
+    return deaf
 
 
 # -- edit ---------------------------------------------------------------------------------------

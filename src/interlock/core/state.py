@@ -202,6 +202,7 @@ class RunState:
     rejections: int = 0  # times a person sent the run back at a review
     feedback: str = ""  # the latest rejection's text (`{{ feedback }}`, `feedback` in CEL)
     reject_to: str | None = None  # a recorded rejection's phase, until its new visit starts
+    rejected_visit: tuple[str, int] | None = None  # (phase, visit) the latest rejection started
     revisions: int = 0  # edits since the last rejection (0: nothing can be stale)
     edits: list[tuple[str, str, str]] = field(default_factory=list)  # task, old sha, new sha
     waiting: Waiting | None = None  # the wait in progress, if any
@@ -484,6 +485,8 @@ def apply(state: RunState, event: ev.Event) -> None:
         task.not_before, task.attempt, task.model = event.not_before, event.attempt, event.model
     elif isinstance(event, ev.PhaseStarted):
         state.visits[event.phase] = event.visit
+        if state.reject_to == event.phase:
+            state.rejected_visit = (event.phase, event.visit)
         state.reject_to = None
         state.waiting = None  # a wait belongs to one visit (a rejection may leave one behind)
         state.current = PhaseVisit(

@@ -251,7 +251,7 @@ class Tools:
     @tool("operate", "reject")
     async def reject(self, run_id: str, to: str, feedback: str, *, ctx: Context) -> Result:
         """Send a paused run back to phase `to`; `feedback` is what its tasks are told to
-        change ({{ feedback }} in their templates)."""
+        change (after a model's task, or where a template places {{ feedback }})."""
         run_id = self._in_state(run_id, "reject", ("paused",))
         self.api.reject(run_id, to, feedback, by=self._by(ctx))
         self.backend.drive(run_id)

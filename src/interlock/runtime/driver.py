@@ -32,6 +32,7 @@ from interlock.core.observe import (
     interpret_command,
     late_usage,
 )
+from interlock.core.review import told_feedback, with_feedback
 from interlock.core.state import (
     RunState,
     RunStatus,
@@ -637,6 +638,7 @@ class RunDriver:
                 worker = worker.model_copy(update={"command": command})
         except TemplateProblem as exc:
             return Outcome(ok=False, error=str(exc), retryable=False)
+        text = with_feedback(text, told_feedback(pipeline, self.state, task))
         reads = self._reads(task)
         if isinstance(reads, Outcome):
             return reads
