@@ -87,3 +87,28 @@ def test_a_missing_key_or_a_call_that_does_not_import_is_refused_before_anything
     # Recorded for others to run (a fleet's workers have their own keys): not refused here.
     submitted = cli(env, project, "submit", "flow.yaml", "keys", "--topic", "t")
     assert submitted.returncode == 0, submitted.stderr
+
+
+def test_an_invalid_interlock_toml_is_refused_before_the_run_is_recorded(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A misspelt setting, a value of the wrong type and a broken table header each exit 2
+    with the file and table named, in plain words, and leave no run behind (before, the run
+    was recorded and its first task failed)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "flow.yaml").write_text(FLOW)
+    head = '[models.sonnet]\nprovider = "openai"\nmodel = "m"\n'
+    for text, said in [
+        (head + "temprature = 0.2\n", "unknown setting 'temprature' (did you mean 'temperature'?)"),
+        (head + 'temperature = "hot"\n', "[models.sonnet] is invalid: temperature: "),
+        ('[models.sonnet\nprovider = "x"\n', "invalid TOML: Expected ']'"),
+    ]:
+        (project / "interlock.toml").write_text(text)
+        refused = cli(cli_env, project, "run", "flow.yaml", "p", "--topic", "tides")
+        assert refused.returncode == 2, refused.stderr
+        assert "nothing was recorded" in refused.stderr and said in refused.stderr
+        assert f"{project / 'interlock.toml'}" in refused.stderr
+        assert "Value error" not in refused.stderr and "table:" not in refused.stderr
+    listed = cli(cli_env, project, "runs", "--json")
+    assert listed.stdout.strip() in ("", "[]"), listed.stdout

@@ -60,9 +60,16 @@ def env_models(spec: str) -> dict[str, dict[str, Any]]:
 def validation_message(exc: ValidationError) -> str:
     # include_input=False: a mistyped field may hold something secret.
     return "; ".join(
-        f"{'.'.join(str(p) for p in e['loc']) or 'table'}: {e['msg']}"
+        ".".join(f"{p}: " for p in e["loc"][:1]) + _plain(e["msg"])
+        if not e["loc"][1:]
+        else f"{'.'.join(str(p) for p in e['loc'])}: {_plain(e['msg'])}"
         for e in exc.errors(include_input=False, include_url=False)
     )
+
+
+def _plain(message: str) -> str:
+    # A check of our own reads as its own words, without the validator's label.
+    return message.removeprefix("Value error, ")
 
 
 def build_providers(

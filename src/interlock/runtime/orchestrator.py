@@ -38,7 +38,8 @@ from interlock.errors import (
     StorageError,
     UsageError,
 )
-from interlock.providers.config import MissingKeyError, UnknownModelError
+from interlock.providers.config import UnknownModelError
+from interlock.providers.config_files import ConfigError
 from interlock.runtime import artifacts, collector
 from interlock.runtime.diskfull import DiskFullBackoff, is_enospc, stop_message
 from interlock.runtime.dispatch import Dispatcher, LocalDispatcher
@@ -321,12 +322,14 @@ class Orchestrator:
             # The first call to such a model would fail after the phases before it were paid
             # for. A fallback's key is needed only if its model fails: not refused.
             called = {w.model for p in definition.pipeline.phases for w in p.workers if w.model}
-            missing = []
+            # An interlock.toml that does not parse, or whose table for the alias is invalid,
+            # fails every call the same way: refused too.
+            missing: dict[str, None] = {}  # each message once (one bad file, many aliases)
             for alias in sorted(called):
                 try:
                     self.models.resolve(alias, driver_dir(definition.source))
-                except MissingKeyError as exc:
-                    missing.append(str(exc))
+                except ConfigError as exc:
+                    missing[str(exc)] = None
                 except Exception:  # said below, or when the task runs
                     continue
             if missing:
