@@ -34,6 +34,7 @@ def prune(ctx: Ctx, older_than: str | None, statuses: tuple[str, ...], dry_run: 
     Without --older-than, the [retention] table of interlock.toml (here, or in the state
     directory) says how long runs are kept.
     """
+    from interlock.runtime.home import Home
     from interlock.runtime.prune import (
         Retention,
         check_statuses,
@@ -42,11 +43,11 @@ def prune(ctx: Ctx, older_than: str | None, statuses: tuple[str, ...], dry_run: 
         prune,
     )
 
-    app = ctx.app
     if older_than is not None:
         retention = Retention(older_than=parse_duration(older_than, "--older-than"))
     else:
-        found = load_retention([Path("interlock.toml"), app.home.root / "interlock.toml"])
+        home = Home.at(ctx.home).root
+        found = load_retention([Path("interlock.toml"), home / "interlock.toml"])
         if found is None:
             raise UsageError(
                 'say how old: --older-than 90d, or older_than = "90d" in the [retention] '
@@ -57,6 +58,11 @@ def prune(ctx: Ctx, older_than: str | None, statuses: tuple[str, ...], dry_run: 
         retention = Retention(
             older_than=retention.older_than, statuses=check_statuses(statuses, "--status")
         )
+    missing = ctx.missing_ledger()
+    if missing is not None:  # nothing was ever recorded here: do not make a ledger to say so
+        out.print(f"nothing to prune: there is no ledger at {missing}")
+        return
+    app = ctx.app
     now = time.time()
     report = prune(app.store, app.home, retention, now, dry_run=dry_run)
     cutoff = when(now - retention.older_than)

@@ -44,6 +44,7 @@ def run(
     """Start a run of PIPELINE from FILE and drive it in the foreground."""
     ctx.check_ahead()
     from interlock.cli.quote import refuse_unrunnable_calls, run_gate
+    from interlock.core.inputs import resolve_inputs
     from interlock.core.loader import load_workflow
 
     install_terminate_handler()
@@ -51,9 +52,12 @@ def run(
     workflow = load_workflow(file)
     if pipeline is None and len(workflow.definitions) == 1:
         pipeline = next(iter(workflow.definitions))
+    if pipeline is not None:
+        # Refused inputs are said before the ledger is opened, which would create one.
+        definition = workflow.get(pipeline)
+        resolve_inputs(definition.name, definition.pipeline.inputs, given)
     app = ctx.app
     if pipeline is not None:  # without one, `start` says which pipelines there are
-        definition = workflow.get(pipeline)
         run_gate(file, definition, app.home.root, topic, given, strict)
         refuse_unrunnable_calls(file, pipeline, definition)
     run_id = app.start(

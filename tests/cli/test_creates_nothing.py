@@ -1,0 +1,37 @@
+"""Commands refused or with nothing to act on leave a directory without a ledger as it was."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+FLOW = """\
+p:
+  inputs: {n: 1}
+  phases:
+    - id: a
+      workers: [{role: w, final: true, command: ["sh", "-c", "echo hi > {output}"]}]
+"""
+
+
+def test_refused_and_empty_commands_create_no_ledger(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A run refused for its inputs, and prune with nothing recorded, answer without making
+    `.interlock/` (which would turn the next command's "no ledger here" into "no such run")."""
+    (tmp_path / "flow.yaml").write_text(FLOW)
+    env = {k: v for k, v in cli_env.items() if k != "INTERLOCK_HOME"}
+    for args, code in [
+        (["run", "flow.yaml", "p", "-t", "x", "-i", "n=four"], 2),
+        (["run", "flow.yaml", "p", "-t", "x", "-i", "m=1"], 2),
+        (["prune", "--older-than", "1d"], 0),
+        (["prune", "--older-than", "1d", "--dry-run"], 0),
+    ]:
+        result = subprocess.run(
+            [sys.executable, "-m", "interlock", *args],
+            env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert "Traceback" not in result.stderr
+        assert result.returncode == code, (args, result.stderr)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["flow.yaml"], args
