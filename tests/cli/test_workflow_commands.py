@@ -78,7 +78,7 @@ def test_check_lists_pipelines_with_their_inputs() -> None:
     code, stdout, _ = invoke("check", str(flow))
     assert code == 0
     assert "  translate: Translation with a bounded review/polish loop (5 phase(s)" in stdout
-    assert "      input language (default 'French')" in stdout
+    assert "      input language (text, default 'French')" in stdout
     assert f"      run: interlock run {flow} translate --topic TEXT" in stdout
     code, stdout, _ = invoke("check", "--quiet", str(flow))
     assert code == 0 and stdout.strip() == f"{flow}: ok (translate)"
@@ -92,7 +92,7 @@ def test_pipelines_command_lists_required_inputs(tmp_path: Path) -> None:
     flow.write_text(yaml.safe_dump(data))
     code, stdout, _ = invoke("pipelines", str(flow))
     assert code == 0
-    assert "      input tone (required): how it sounds" in stdout
+    assert "      input tone (text, required): how it sounds" in stdout
     assert "--topic TEXT --input tone=VALUE" in stdout
     code, stdout, _ = invoke("pipelines", "--json", str(flow))
     (line,) = stdout.splitlines()

@@ -233,6 +233,7 @@ def _summary(name: str, definition: Definition) -> dict[str, Any]:
         "inputs": {
             key: {
                 "default": spec.default,
+                "type": spec.kind,
                 "required": spec.required and spec.default is None,
                 "description": spec.description,
             }
@@ -251,13 +252,16 @@ def _describe(definitions: dict[str, Definition], file: Path) -> list[str]:
         lines.append(f"  {name}{about} ({phases} phase(s), {workers} worker(s))")
         flags = []
         for key, spec in summary["inputs"].items():
+            default = spec["default"]
             if spec["required"]:
-                state = "required"
+                state = f"{spec['type']}, required"
                 flags.append(f"--input {key}=VALUE")
-            elif spec["default"] is None:
-                state = "optional, no default"
+            elif default is None:
+                state = f"{spec['type']}, optional, no default"
+            elif isinstance(default, bool):  # as it is written in a file and on a command line
+                state = f"{spec['type']}, default {str(default).lower()}"
             else:
-                state = f"default {spec['default']!r}"
+                state = f"{spec['type']}, default {default!r}"
             note = f": {spec['description']}" if spec["description"] else ""
             lines.append(f"      input {key} ({state}){note}")
         command = f"interlock run {shlex.quote(str(file))} {shlex.quote(name)} --topic TEXT"
