@@ -7,13 +7,14 @@ import difflib
 import hashlib
 import json
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from interlock.core.parse import MAX_BYTES, ParseProblem, parse_text, too_large
+from interlock.core.parse import MAX_BYTES, ParseProblem, locator, parse_text, too_large
 from interlock.core.subpipelines import children, embed_children
 from interlock.core.validate import validate_pipeline
 from interlock.core.workflow import (
@@ -172,7 +173,9 @@ def parse_workflow(
         problems = inline_schema_files(data, base_dir, files_read)
         if problems:
             raise WorkflowError(source, problems)
-    return build_workflow(data, source, base_dir=base_dir, files_read=files_read)
+    return build_workflow(
+        data, source, base_dir=base_dir, files_read=files_read, locate=locator(text)
+    )
 
 
 def inline_schema_files(
@@ -209,9 +212,11 @@ def build_workflow(
     *,
     base_dir: Path | None = None,
     files_read: dict[str, str] | None = None,
+    locate: Callable[[Sequence[Any]], int | None] | None = None,
 ) -> Workflow:
     """Validate already-parsed data (a dict of pipelines); sub-pipelines in other files are
-    read relative to `base_dir` (and noted in `files_read`)."""
+    read relative to `base_dir` (and noted in `files_read`). With `locate` (see
+    `parse.locator`), each problem of a key or value names its line."""
     if not isinstance(data, dict) or not data:
         raise WorkflowError(
             source, ["the top level must map pipeline names to pipelines, e.g. 'research: {...}'"]
@@ -223,7 +228,14 @@ def build_workflow(
         parsed = WorkflowFile.model_validate(data)
     except ValidationError as exc:
         errors = _union_branch(exc.errors(), data)
-        raise WorkflowError(source, [_describe(err, data) for err in errors]) from None
+        described = [_describe(err, data) for err in errors]
+        if locate is not None:
+            lines = [locate(err["loc"]) for err in errors]
+            described = [
+                problem if line is None else f"line {line}: {problem}"
+                for problem, line in zip(described, lines, strict=True)
+            ]
+        raise WorkflowError(source, described) from None
     problems: list[str] = []
     definitions = {}
     for name, pipeline in parsed.root.items():

@@ -8,7 +8,7 @@ workflow is. Each refusal names the line and says what to do. Pure: text in, dat
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from json.decoder import scanstring  # type: ignore[attr-defined]  # not in the stubs
 from typing import Any
 
@@ -97,6 +97,48 @@ def _parse_yaml(text: str) -> Any:
         raise ParseProblem(f"not valid YAML{where}: {problem}") from None
     finally:
         loader.dispose()
+
+
+def locator(text: str) -> Callable[[Sequence[Any]], int | None]:
+    """A function giving the line where a place of the document is written, for messages.
+
+    A place is the path a validator names (`("t", "phases", 0, "workers", 0, "timout")`); its
+    line is that of the deepest key or item found along it, so a missing key is placed at its
+    mapping. JSON is YAML here too. The text is composed again, once, only when asked (only a
+    rejected document is), and None is given when it does not compose.
+    """
+    root: list[yaml.Node | None] = []
+
+    def line_of(path: Sequence[Any]) -> int | None:
+        if not root:
+            try:
+                root.append(yaml.compose(text, Loader=_BaseLoader))
+            except (yaml.YAMLError, RecursionError):
+                root.append(None)
+        node, line = root[0], None
+        for part in path:
+            if isinstance(node, yaml.MappingNode):
+                found = next(
+                    (
+                        (key, value)
+                        for key, value in node.value
+                        if isinstance(key, yaml.ScalarNode) and key.value == str(part)
+                    ),
+                    None,
+                )
+                if found is None:
+                    break
+                line, node = found[0].start_mark.line + 1, found[1]
+            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+                if not 0 <= part < len(node.value):
+                    break
+                node = node.value[part]
+                line = node.start_mark.line + 1
+            else:
+                break
+        return line
+
+    return line_of
 
 
 def _node_depth(root: yaml.Node) -> tuple[int, int | None]:
