@@ -32,7 +32,7 @@ function reviewPanel(run) {
       h("label", { for: "reject-to" }, "Run again from phase "),
       h("select", { id: "reject-to", onchange: (e) => { page.typed.rejectTo = e.target.value; } },
         visited.map((id) => h("option", { value: id, selected: id === to }, id))),
-      typed("feedback", { id: "feedback", rows: 3, placeholder: "feedback for the workers ({{ feedback }} in their task)", "aria-label": "Feedback" }, "textarea"),
+      typed("feedback", { id: "feedback", rows: 3, placeholder: "what to change: the phase's models are told it ({{ feedback }} in templates)", "aria-label": "Feedback" }, "textarea"),
       h("button", { id: "reject", type: "submit", class: "ghost" }, "Reject and send back")));
 }
 
