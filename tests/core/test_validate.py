@@ -189,6 +189,28 @@ def test_read_after_a_loop_back_is_not_certain_either() -> None:
     assert "(translate -> review -> publish)" in one_problem(data)
 
 
+def test_read_of_a_phase_a_timed_out_wait_passes_over() -> None:
+    """A phase that waits for a signal with a timeout does not run when the wait times out:
+    a required read of its output is refused; without a timeout, or `?`, it is accepted."""
+    data = translate()
+    publish = data["t"]["phases"][3]
+    publish["workers"][0]["final"] = False
+    data["t"]["phases"].append(
+        {"id": "after", "workers": [worker("closer", reads=["publisher.md"], final=True)]}
+    )
+    publish["wait_for"] = {"signal": "go", "timeout": "1h"}
+    assert one_problem(data) == (
+        "pipeline 't', phase 'after', worker 'closer': reads 'publisher.md', which phase "
+        "'publish' writes only if signal 'go' arrives before its wait times out; mark it "
+        "optional as 'publisher.md?' if the task can do without it"
+    )
+    data["t"]["phases"][4]["workers"][0]["reads"] = ["publisher.md?"]
+    assert build_workflow(data)
+    data["t"]["phases"][4]["workers"][0]["reads"] = ["publisher.md"]
+    del publish["wait_for"]["timeout"]
+    assert build_workflow(data)
+
+
 def test_optional_read_of_an_unknown_file_is_still_an_error() -> None:
     """The '?' form only excuses order: the file must still be written by some worker."""
     data = translate()

@@ -19,7 +19,7 @@ from interlock.core.state import artifact_name
 from interlock.core.subpipelines import check_children
 from interlock.core.task_slots import KEY_NAMES
 from interlock.core.templates import TEMPLATE_NAMES, TemplateProblem, template_names
-from interlock.core.workflow import Pipeline, Worker
+from interlock.core.workflow import Phase, Pipeline, WaitFor, Worker
 
 OPTIONAL_READ = "?"  # a read ending in "?" may be absent (written only on some paths)
 # Names a condition reads besides roles: a role with one of them could never be read.
@@ -255,12 +255,27 @@ def _check_reads(where: str, pipeline: Pipeline) -> list[str]:
                     )
                 elif optional or (phase.mode == "sequential" and file in in_phase):
                     continue
+                elif (wait := _skipping_wait(pipeline.phases[writer])) and writer != index:
+                    problems.append(
+                        f"{place}: reads {file!r}, which phase {pipeline.phases[writer].id!r} "
+                        f"writes only if signal {wait.signal!r} arrives before its wait times "
+                        f"out; mark it optional as '{file}?' if the task can do without it"
+                    )
                 elif not _sure(dominance, writer, index):
                     problems.append(
                         f"{place}: {_unsure_read(pipeline, dominance, file, writer, index)}"
                     )
             in_phase.add(worker.output_name)
     return problems
+
+
+def _skipping_wait(phase: Phase) -> WaitFor | None:
+    """The wait that may pass a phase over even on the way: one for a signal before the
+    phase starts, with a timeout (when it times out, the phase does not run)."""
+    wait = phase.wait_for
+    if wait is not None and wait.when == "before" and wait.timeout is not None:
+        return wait
+    return None
 
 
 def _phase_dominance(pipeline: Pipeline) -> Dominance | None:
