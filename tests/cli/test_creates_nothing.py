@@ -18,13 +18,16 @@ p:
 def test_refused_and_empty_commands_create_no_ledger(
     cli_env: dict[str, str], tmp_path: Path
 ) -> None:
-    """A run refused for its inputs, and prune with nothing recorded, answer without making
-    `.interlock/` (which would turn the next command's "no ledger here" into "no such run")."""
+    """A run or submit refused for its inputs or pipeline, and prune with nothing recorded,
+    answer without making `.interlock/` (which would turn the next command's "no ledger
+    here" into "no such run")."""
     (tmp_path / "flow.yaml").write_text(FLOW)
     env = {k: v for k, v in cli_env.items() if k != "INTERLOCK_HOME"}
     for args, code in [
         (["run", "flow.yaml", "p", "-t", "x", "-i", "n=four"], 2),
         (["run", "flow.yaml", "p", "-t", "x", "-i", "m=1"], 2),
+        (["submit", "flow.yaml", "p", "-t", "x", "-i", "n=1.5"], 2),
+        (["submit", "flow.yaml", "nope", "-t", "x"], 2),
         (["prune", "--older-than", "1d"], 0),
         (["prune", "--older-than", "1d", "--dry-run"], 0),
     ]:

@@ -76,8 +76,18 @@ def run(
 @handle_errors
 def submit(ctx: Ctx, file: str, pipeline: str | None, topic: str, inputs: tuple[str, ...]) -> None:
     """Record a run and leave it to whoever drives runs (a server or `interlock orchestrate`)."""
+    from interlock.core.inputs import resolve_inputs
+    from interlock.core.loader import load_workflow
+
+    given = parse_inputs(inputs)
+    workflow = load_workflow(file)
+    if pipeline is None and len(workflow.definitions) == 1:
+        pipeline = next(iter(workflow.definitions))
+    if pipeline is not None:  # refused before the ledger is opened, which would create one
+        definition = workflow.get(pipeline)
+        resolve_inputs(definition.name, definition.pipeline.inputs, given)
     app = ctx.app
-    run_id = app.submit(file, pipeline, topic=topic, inputs=parse_inputs(inputs))
+    run_id = app.submit(workflow, pipeline, topic=topic, inputs=given)
     out.print(run_id)
 
 
