@@ -49,7 +49,8 @@ def test_a_sound_state_directory_is_ok(tmp_path: Path) -> None:
 
 def test_damaged_and_missing_files_are_named_and_repaired(tmp_path: Path) -> None:
     """An output emptied, a final.md changed and a run directory removed: exit 6 naming each;
-    `--repair` writes back the outputs the ledger holds; the removed run stays reported."""
+    `--repair` writes back the outputs the ledger holds (the changed final.md kept aside) and
+    makes the removed archived run's directory again where it belongs."""
     home = _home(tmp_path)
     (home / "archive" / "r-1" / "w.md").write_bytes(b"")
     (home / "archive" / "r-1" / "final.md").write_text("edited\n")
@@ -59,8 +60,14 @@ def test_damaged_and_missing_files_are_named_and_repaired(tmp_path: Path) -> Non
     assert "run r-1: w.md: 0 bytes" in checked.stdout
     assert "run r-1: final.md" in checked.stdout
     assert "run r-2: its directory is missing" in checked.stdout
-    _cli(home, "doctor", "--repair")
+    assert f"its directory is missing ({home / 'archive' / 'r-2'})" in checked.stdout
+    repaired = _cli(home, "doctor", "--repair")
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
     assert (home / "archive" / "r-1" / "w.md").stat().st_size > 0
+    assert (home / "archive" / "r-1" / "final.md.unrecorded").read_text() == "edited\n"
+    assert (home / "archive" / "r-2" / "final.md").is_file()
+    assert _cli(home, "doctor").returncode == 0
+    shutil.rmtree(home / "archive" / "r-2")
     shutil.copytree(home / "archive" / "r-1", home / "archive" / "r-2")  # not r-2's files
     again = _cli(home, "doctor")
     assert again.returncode == 6 and "r-1" not in again.stdout, again.stdout

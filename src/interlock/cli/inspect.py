@@ -306,11 +306,25 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
     if view["failure"]:
         out.print(f"[red]{view['status']}:[/] {escape(view['failure'])}", markup=True)
     if view["final"]:
-        from interlock.runtime.home import Home
+        out.print(_final_line(ctx, view), soft_wrap=True, markup=True)
 
-        out.print(
-            f"final: {Home.at(ctx.home).run_dir(view['run_id']) / 'final.md'}", soft_wrap=True
-        )
+
+def _final_line(ctx: Ctx, view: dict[str, Any]) -> str:
+    """Where final.md is, or that it is missing and where it belongs (an archived run's in
+    `archive/`, unless a move cut short left it in `runs/`)."""
+    from interlock.runtime.home import Home
+
+    home = Home.at(ctx.home)
+    run_id = view["run_id"]
+    archive, live = home.archive_dir(run_id), home.live_dir(run_id)
+    for folder in (archive, live):
+        if (folder / "final.md").is_file():
+            return f"final: {escape(str(folder / 'final.md'))}"
+    belongs = archive if view.get("archived") and not live.is_dir() else live
+    return (
+        f"[yellow]final:[/] missing, {escape(str(belongs / 'final.md'))} is not there; "
+        "'interlock doctor --repair' writes back what the ledger holds"
+    )
 
 
 def _paused_line(run_id: str, phase: str | None, reason: str | None) -> str:

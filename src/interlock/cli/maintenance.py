@@ -4,7 +4,10 @@ It checks SQLite's integrity (the full `integrity_check`, not only the quick one
 every recorded output's SHA-256 against the file in `runs/` or `archive/`, each delivered run's
 `final.md`, run directories that are missing, and directories the ledger does not know. For
 each problem it says what to do. With `--repair`, outputs the ledger holds (up to 1 MiB each)
-are written back, durably. It never writes into the ledger.
+are written back, durably, into the folder where the run lives (made again if it is gone, with
+status.json for a run that ended); a file changed by hand is first moved aside to
+NAME.unrecorded, as `resume` does, so that no one's change is lost; each file it cannot write
+back is named with the reason. It never writes into the ledger.
 
 Exit codes: 0 sound; 6 files on disk do not match the ledger (or are missing); 5 the ledger
 itself is missing, empty, damaged or cannot be opened; 2 there is nothing to check.
@@ -24,7 +27,9 @@ from interlock.cli.base import Ctx, handle_errors, out, pass_ctx
 from interlock.errors import ExitCode, InterlockError
 
 if TYPE_CHECKING:  # imported when the command runs: `interlock --help` imports this module
+    from interlock.core.state import RunState
     from interlock.runtime.home import Home
+    from interlock.storage.base import RunRecord, Store
 
 APPLICATION_ID = 0x494E544C
 
@@ -37,6 +42,8 @@ class Findings:
     files: list[str] = field(default_factory=list)
     affected: set[str] = field(default_factory=set)  # runs touched by a problem
     repaired: list[str] = field(default_factory=list)
+    written: int = 0  # files written back
+    not_repaired: list[str] = field(default_factory=list)  # with the reason for each
     notes: list[str] = field(default_factory=list)
     runs: int = 0
     outputs: int = 0
@@ -72,7 +79,7 @@ def doctor(ctx: Ctx, home_option: str | None, repair: bool) -> None:
         )
         path = None
     _check_runs(ctx, home, store_url, found, repair)
-    _report(found, path)
+    _report(found, path, repair)
 
 
 def _check_sqlite_file(path: Path, state_dir: Path, found: Findings) -> bool:
@@ -126,7 +133,6 @@ def _check_sqlite_file(path: Path, state_dir: Path, found: Findings) -> bool:
 def _check_runs(ctx: Ctx, home: Home, store_url: str | None, found: Findings, repair: bool) -> None:
     """Every run the ledger knows: its directory, its outputs, its final.md."""
     from interlock.core.state import fold
-    from interlock.runtime.artifacts import digest, write_files
     from interlock.storage import open_store
 
     sqlite = not store_url or store_url.startswith("sqlite:")
@@ -149,46 +155,217 @@ def _check_runs(ctx: Ctx, home: Home, store_url: str | None, found: Findings, re
                 found.ledger.append(f"run {run_id}: its history cannot be read ({exc.message})")
                 found.affected.add(run_id)
                 continue
-            run_dir = home.run_dir(run_id)
-            tasks = [t for t in state.tasks.values() if t.artifact and t.sha256]
-            if not run_dir.is_dir():
-                if tasks:
-                    found.files.append(f"run {run_id}: its directory is missing ({run_dir})")
-                    found.affected.add(run_id)
-                continue
-            expected = [(run_dir / str(t.artifact), str(t.sha256), t.size) for t in tasks]
-            if state.delivered is not None:
-                final = next((t for t in tasks if t.artifact == state.delivered), None)
-                if final is not None:
-                    expected.append((run_dir / "final.md", str(final.sha256), final.size))
-            damaged: list[tuple[Path, str]] = []
-            for file, sha, size in expected:
-                found.outputs += 1
-                if not file.is_file():
-                    problem = "missing"
-                else:
-                    actual, actual_size = digest(file)
-                    if actual == sha:
-                        continue
-                    problem = (
-                        f"{actual_size} bytes, SHA-256 {actual[:12]}; recorded: {size} bytes, "
-                        f"{sha[:12]}"
-                    )
-                found.files.append(f"run {run_id}: {file.name}: {problem}")
-                found.affected.add(run_id)
-                damaged.append((file, sha))
-            if repair and damaged:
-                writable = []
-                for file, sha in damaged:
-                    body = store.artifact(sha)
-                    if body is not None:
-                        writable.append((file, body))
-                write_files(writable)
-                found.repaired += [f"run {run_id}: {f.name}" for f, _ in writable]
+            damaged = _check_run(home, state, found)
+            if damaged and repair:
+                _repair(store, home, record, state, damaged, found)
     finally:
         store.close()
     for run_id in sorted(_run_dirs(home.root) - known):
         found.notes.append(f"{run_id}: a run directory the ledger does not know")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recorded:
+    """A file the ledger recorded for a run: its name in the run's folder and its hash."""
+
+    name: str
+    sha256: str
+    size: int | None
+    # Where the same bytes may be found intact when the ledger lacks them: the delivered
+    # output for final.md, the source run's file for a reused output.
+    copy_of: Path | None = None
+
+
+def run_folder(home: Home, run_id: str, archived: bool) -> Path:
+    """Where the run's files are, or belong when its folder is gone: an archived run's in
+    `archive/` (unless a move cut short left it in `runs/`, where its next driver finishes
+    the move), any other run's in `runs/`."""
+    archive, live = home.archive_dir(run_id), home.live_dir(run_id)
+    if archive.is_dir() or (archived and not live.is_dir()):
+        return archive
+    return live
+
+
+def _check_run(home: Home, state: RunState, found: Findings) -> list[Recorded]:
+    """One run's recorded files against its folder; the ones missing or different."""
+    from interlock.runtime.artifacts import digest
+
+    run_id = state.run_id
+    folder = run_folder(home, run_id, state.archived)
+    tasks = sorted(
+        (t for t in state.tasks.values() if t.artifact and t.sha256), key=lambda t: t.task_id
+    )
+    expected = []
+    for task in tasks:
+        # A reused output whose bytes the ledger lacks is still in the folder of its source.
+        source = task.reused_from.partition("/")[0] if task.reused_from else None
+        copy = home.run_dir(source) / str(task.artifact) if source else None
+        expected.append(
+            Recorded(name=str(task.artifact), sha256=str(task.sha256), size=task.size, copy_of=copy)
+        )
+    final = next((t for t in tasks if t.artifact == state.delivered), None)
+    if state.delivered is not None and final is not None:
+        copy = folder / str(final.artifact)
+        expected.append(
+            Recorded(name="final.md", sha256=str(final.sha256), size=final.size, copy_of=copy)
+        )
+    found.outputs += len(expected)
+    if not folder.is_dir():
+        if tasks:
+            found.files.append(f"run {run_id}: its directory is missing ({folder})")
+            found.affected.add(run_id)
+            return expected
+        return []
+    damaged = []
+    for item in expected:
+        file = folder / item.name
+        if not file.is_file():
+            problem = "missing"
+        else:
+            actual, actual_size = digest(file)
+            if actual == item.sha256:
+                continue
+            problem = (
+                f"{actual_size} bytes, SHA-256 {actual[:12]}; recorded: {item.size} bytes, "
+                f"{item.sha256[:12]}"
+            )
+        found.files.append(f"run {run_id}: {item.name}: {problem}")
+        found.affected.add(run_id)
+        damaged.append(item)
+    return damaged
+
+
+def _repair(
+    store: Store,
+    home: Home,
+    record: RunRecord,
+    state: RunState,
+    damaged: list[Recorded],
+    found: Findings,
+) -> None:
+    """Write back what the ledger holds of `damaged` into the run's folder (made again if it
+    is gone, with status.json for a run that ended), a file changed by hand first kept aside
+    as NAME.unrecorded, as `resume` and `approve` do; say why for each file it cannot."""
+    from interlock.runtime.artifacts import fsync_dir, write_files
+    from interlock.runtime.edits import pending_edits
+
+    run_id = state.run_id
+    folder = run_folder(home, run_id, state.archived)
+    remade = not folder.is_dir()
+    bodies: list[tuple[Recorded, bytes]] = []
+    for item in damaged:
+        body = _body(store, item)
+        if body is None:
+            found.not_repaired.append(f"run {run_id}: {item.name}: {_why_not(item)}")
+        else:
+            bodies.append((item, body))
+    if not bodies:
+        return  # nothing to put in a folder made again
+    writable = [(folder / item.name, body) for item, body in bodies]
+    if remade and state.status.ended:
+        view = _status_file(store, record, state, folder.name)
+        if isinstance(view, bytes):
+            writable.append((folder / "status.json", view))
+        else:
+            found.notes.append(f"run {run_id}: status.json not written back: {view}")
+    said = [path.name for path, _ in writable]
+    try:
+        if remade:
+            folder.mkdir(parents=True)
+            fsync_dir(folder.parent)
+        else:
+            pending = pending_edits(store, run_id)
+            for number, (item, body) in enumerate(bodies):
+                kept = _keep_aside(state, folder / item.name, item.sha256, body, pending)
+                if kept is not None:
+                    said[number] += _kept_note(state, item.name, kept)
+        write_files(writable)
+    except OSError as exc:  # a full disk, a read-only folder: said, never a traceback
+        found.not_repaired.append(f"run {run_id}: cannot write into {folder}: {exc}")
+        # What was moved aside before the failure is said all the same.
+        found.notes += [f"run {run_id}: {line}" for line in said if "kept as" in line]
+        return
+    if remade:
+        found.repaired.append(f"run {run_id}: its directory, made again: {folder}")
+    found.repaired += [f"run {run_id}: {line}" for line in said]
+    found.written += len(writable)
+
+
+def _keep_aside(
+    state: RunState, path: Path, sha256: str, body: bytes, pending: set[str]
+) -> Path | None:
+    """A changed file moved aside to NAME.unrecorded before `body` is written (see
+    `keep_hand_edit`), or None. Without its size: a large file is compared whole too (the
+    driver, on resume, checks those by size alone, for speed); doctor has read it already."""
+    import logging
+
+    from interlock.runtime.edits import keep_hand_edit
+
+    def quiet(record: logging.LogRecord) -> bool:
+        # Doctor says where each change went in its report; the log line's `interlock edit`
+        # advice fits only an output of a paused run.
+        return getattr(record, "action", None) != "hand_edit_kept"
+
+    log = logging.getLogger("interlock.runtime")
+    log.addFilter(quiet)
+    try:
+        return keep_hand_edit(state, path, None, sha256, body, pending)
+    finally:
+        log.removeFilter(quiet)
+
+
+def _body(store: Store, item: Recorded) -> bytes | None:
+    """The recorded bytes of `item`: from the ledger, else from an intact copy of them."""
+    import hashlib
+
+    body = store.artifact(item.sha256)
+    if body is None and item.copy_of is not None:
+        try:
+            body = item.copy_of.read_bytes()
+        except OSError:
+            return None
+        if hashlib.sha256(body).hexdigest() != item.sha256:
+            return None
+    return body
+
+
+def _why_not(item: Recorded) -> str:
+    """Why the ledger cannot give `item` back, and what then."""
+    from interlock.runtime.artifacts import INLINE_LIMIT
+
+    if item.size is not None and item.size > INLINE_LIMIT:
+        return (
+            f"{item.size} bytes, and the ledger keeps the bytes of outputs up to 1 MiB only: "
+            "it must be produced again (start the run again)"
+        )
+    return "the ledger does not hold its bytes: it must be produced again (start the run again)"
+
+
+def _kept_note(state: RunState, name: str, kept: Path) -> str:
+    """What a person is told of their change, moved aside before the recorded version."""
+    from interlock.core.state import RunStatus
+
+    note = f"; the changed file that was there is kept as {kept}"
+    if state.status is RunStatus.PAUSED:
+        note += f"; to record it: interlock edit {state.run_id} {name} --file {kept}"
+    return note
+
+
+def _status_file(store: Store, record: RunRecord, state: RunState, folder: str) -> bytes | str:
+    """status.json of an ended run as its driver last wrote it (or why it cannot be made)."""
+    from interlock.core.loader import Definition
+    from interlock.runtime.projection import status_view
+    from interlock.storage import codec
+
+    try:
+        definition = Definition.from_canonical(
+            record.pipeline, store.definition(record.definition_hash)
+        )
+    except InterlockError as exc:
+        return f"its pipeline definition cannot be read ({exc.message})"
+    view = status_view(definition.pipeline, state, folder)
+    view["orchestrator"] = None  # an ended run: no one keeps it current
+    return codec.dumpb(view)
 
 
 def _run_dirs(state_dir: Path) -> set[str]:
@@ -202,7 +379,7 @@ def _run_dirs(state_dir: Path) -> set[str]:
     return names
 
 
-def _report(found: Findings, path: Path | None) -> None:
+def _report(found: Findings, path: Path | None, repair: bool = False) -> None:
     """Print the findings with what to do, and exit with the matching code."""
     checked = f"{found.runs} runs, {found.outputs} outputs checked"
     for line in found.ledger:
@@ -211,6 +388,8 @@ def _report(found: Findings, path: Path | None) -> None:
         out.print(f"files: {line}")
     for line in found.repaired:
         out.print(f"repaired: {line}")
+    for line in found.not_repaired:
+        out.print(f"not repaired: {line}")
     for line in found.notes:
         out.print(f"note: {line}")
     if found.ledger:
@@ -225,16 +404,19 @@ def _report(found: Findings, path: Path | None) -> None:
             for step in recovery_steps(path):
                 out.print(f"  {step}")
         sys.exit(int(ExitCode.STORAGE))
-    unrepaired = len(found.files) - len(found.repaired)
-    if found.files and unrepaired > 0:
+    if found.files and not repair:
         out.print(f"\n{checked}; {len(found.files)} problem(s) with files.")
         out.print(
             "what to do: `interlock doctor --repair` writes back outputs the ledger holds (up to "
-            "1 MiB each); `interlock resume RUN` repairs a run that has not ended; a large output "
-            "that is lost must be produced again (start the run again)"
+            "1 MiB each), first keeping a file changed by hand as NAME.unrecorded; `interlock "
+            "resume RUN` repairs a run that has not ended; a large output that is lost must be "
+            "produced again (start the run again)"
         )
         sys.exit(int(ExitCode.NOT_VERIFIED))
-    out.print(f"ok: {checked}" + (f", {len(found.repaired)} repaired" if found.repaired else ""))
+    if found.not_repaired:
+        out.print(f"\n{checked}; {len(found.not_repaired)} file(s) could not be written back.")
+        sys.exit(int(ExitCode.NOT_VERIFIED))
+    out.print(f"ok: {checked}" + (f", {found.written} written back" if found.written else ""))
 
 
 def recovery_steps(path: Path) -> list[str]:
