@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -151,6 +151,24 @@ def deaf_to_feedback(pipeline: Pipeline, phase: str) -> list[str]:
         if not any("feedback" in template_names(text) for text in texts):
             deaf.append(worker.role)
     return deaf
+
+
+def rejection_at(history: Iterable[ev.Event], phase: str, visit: int) -> ev.Rejected | None:
+    """How a run's review after visit `visit` of `phase` ended, when it was a rejection.
+
+    A rerun pauses at the reviews its source paused at; when the source was sent back there,
+    doing the same (the same phase and feedback) reuses what the source then produced, at no
+    cost, and a person should be told so rather than left to remember the feedback.
+    """
+    paused_at: tuple[str, int] | None = None
+    for event in history:
+        if isinstance(event, ev.Paused):
+            paused_at = (event.phase, event.visit)
+        elif isinstance(event, ev.Rejected) and paused_at == (phase, visit):
+            return event
+        elif isinstance(event, (ev.Approved, ev.Rejected)):
+            paused_at = None
+    return None
 
 
 # -- edit ---------------------------------------------------------------------------------------
