@@ -12,7 +12,7 @@ import signal
 from typing import TYPE_CHECKING
 
 from interlock.cli.base import driver_of, err, out, terminate_as_interrupt
-from interlock.errors import ExitCode
+from interlock.errors import ExitCode, InterlockError
 
 if TYPE_CHECKING:
     from interlock.api import Interlock
@@ -92,6 +92,9 @@ def report_end(app: Interlock, run_id: str) -> int:
         out.print(
             f"paused for approval: interlock approve {run_id} [--message TEXT]", soft_wrap=True
         )
+        hint = source_review(app, state)
+        if hint:
+            err.print(hint, soft_wrap=True, markup=False)
         return int(ExitCode.PAUSED)
     if state.status is RunStatus.RUNNING and state.slot_awaited is not None:
         key = state.slot_awaited.key
@@ -115,6 +118,31 @@ def report_end(app: Interlock, run_id: str) -> int:
         return int(ExitCode.INTERRUPTED)
     out.print(f"{state.status.value}: {state.failure}", soft_wrap=True)
     return int(ExitCode.RUN_FAILED)
+
+
+def source_review(app: Interlock, state: RunState) -> str | None:
+    """For a rerun paused where its source run was sent back: what the source's reviewer did
+    there, and the command that does the same (reusing its outputs rather than paying)."""
+    import shlex
+
+    from interlock.core.review import rejection_at
+
+    current = state.current
+    if state.rerun_of is None or current is None:
+        return None
+    try:
+        history = [stored.event for stored in app.events(state.rerun_of)]
+    except InterlockError:  # the source was pruned since: nothing to tell
+        return None
+    rejected = rejection_at(history, current.phase, current.visit)
+    if rejected is None:
+        return None
+    return (
+        f"note: at this review, {state.rerun_of} was sent back to {rejected.to!r} with "
+        f"{rejected.feedback!r}; the same rejection reuses what that produced, at no cost: "
+        f"interlock reject {state.run_id} --to {shlex.quote(rejected.to)} "
+        f"-m {shlex.quote(rejected.feedback)}"
+    )
 
 
 def spent_line(state: RunState) -> str:
