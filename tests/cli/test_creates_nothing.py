@@ -18,9 +18,9 @@ p:
 def test_refused_and_empty_commands_create_no_ledger(
     cli_env: dict[str, str], tmp_path: Path
 ) -> None:
-    """A run or submit refused for its inputs or pipeline, and prune with nothing recorded,
-    answer without making `.interlock/` (which would turn the next command's "no ledger
-    here" into "no such run")."""
+    """A run or submit refused for its inputs or pipeline, commands on runs that cannot
+    exist, and the cache and prune with nothing recorded answer without making `.interlock/`
+    (which would turn the next command's "no ledger here" into "no such run")."""
     (tmp_path / "flow.yaml").write_text(FLOW)
     env = {k: v for k, v in cli_env.items() if k != "INTERLOCK_HOME"}
     for args, code in [
@@ -28,6 +28,13 @@ def test_refused_and_empty_commands_create_no_ledger(
         (["run", "flow.yaml", "p", "-t", "x", "-i", "m=1"], 2),
         (["submit", "flow.yaml", "p", "-t", "x", "-i", "n=1.5"], 2),
         (["submit", "flow.yaml", "nope", "-t", "x"], 2),
+        (["diff", "a", "b"], 2),
+        (["rerun", "nope"], 2),
+        (["rerun", "nope", "--dry-run"], 2),
+        (["edit", "nope", "w.md", "--file", "flow.yaml"], 2),
+        (["reject", "nope", "--to", "a", "-m", "again"], 2),
+        (["cache", "list"], 0),
+        (["cache", "clear"], 0),
         (["prune", "--older-than", "1d"], 0),
         (["prune", "--older-than", "1d", "--dry-run"], 0),
     ]:

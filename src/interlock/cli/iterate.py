@@ -60,7 +60,7 @@ def rerun(
         ctx.check_ahead()
     from rich.markup import escape
 
-    app = ctx.app
+    app = ctx.reader(run_id)  # a source that cannot exist is refused creating nothing
     changes = {
         "from_phase": from_phase,
         "workflow": workflow,
@@ -111,7 +111,8 @@ def diff(ctx: Ctx, run_a: str, run_b: str, outputs: bool, as_json: bool) -> None
 
     from interlock.cli.display import styled
 
-    result = ctx.app.diff(run_a, run_b, outputs=outputs)
+    # With no ledger at all, refused creating nothing.
+    result = ctx.reader(run_a).diff(run_a, run_b, outputs=outputs)
     if as_json:
         click.echo(json.dumps(result.as_dict(), indent=2))
         return
@@ -154,7 +155,7 @@ def cache_list(ctx: Ctx, limit: int, as_json: bool) -> None:
     """The newest cache entries: fingerprint, the task and run that made it, its age."""
     from rich.table import Table
 
-    entries = ctx.app.store.cache_list(limit)
+    entries = [] if ctx.missing_ledger() is not None else ctx.store.cache_list(limit)
     if as_json:
         rows = [dataclasses.asdict(e) for e in entries]
         click.echo(json.dumps(rows, indent=2))
@@ -195,7 +196,7 @@ def cache_clear(ctx: Ctx, older_than: str | None) -> None:
                 f"--older-than {older_than!r}: give seconds or a duration like 30m, 12h, 7d"
             ) from None
         before = time.time() - (age or 0.0)
-    removed = ctx.app.store.cache_clear(before)
+    removed = 0 if ctx.missing_ledger() is not None else ctx.store.cache_clear(before)
     out.print(f"{removed} cache entr{'y' if removed == 1 else 'ies'} removed")
 
 

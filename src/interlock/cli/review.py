@@ -74,7 +74,7 @@ def edit(ctx: Ctx, run_id: str, output: str, file: str | None, editor: bool, not
     from interlock.core.review import find_output, revisions
     from interlock.core.state import RunStatus
 
-    app = ctx.app
+    app = ctx.reader(run_id)
     run_id = app.resolve(run_id)
     text = _new_text(app, run_id, output, file, editor)
     app.edit(run_id, output, text, note=note)
@@ -120,7 +120,7 @@ def reject(ctx: Ctx, run_id: str, to: str, feedback: str, no_drive: bool) -> Non
     from interlock.core.review import deaf_to_feedback
 
     install_terminate_handler()
-    app = ctx.app
+    app = ctx.reader(run_id)
     run_id = app.reject(run_id, to, feedback)
     record = app.store.get_run(run_id)
     pipeline = app.orchestrator.definition(record.pipeline, record.definition_hash).pipeline
