@@ -117,3 +117,17 @@ def test_rerun_and_its_dry_run_check_inputs_alike(cli_env: dict[str, str], tmp_p
     again = interlock(cli_env, tmp_path, "rerun", source, *given)
     final = Path(again.stdout.strip().splitlines()[-1].removeprefix("delivered: "))
     assert final.read_text().split() == ["plan", "big"]
+
+
+def test_a_rerun_carries_an_optional_input_left_unset(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """An optional input without a default that the source run left unset stays unset in a
+    rerun and its plan (it was once taken for a value to convert, and refused)."""
+    flow = BRANCHING.replace("    loud: false\n", "    loud: false\n    ratio: {type: number}\n")
+    (tmp_path / "flow.yaml").write_text(flow)
+    first = run(cli_env, tmp_path)
+    source = next(line.split()[1] for line in first.stderr.splitlines() if line.startswith("run "))
+    assert interlock(cli_env, tmp_path, "rerun", source, "--dry-run").returncode == 0
+    again = interlock(cli_env, tmp_path, "rerun", source, "-i", "n=2")
+    assert again.returncode == 0, again.stderr

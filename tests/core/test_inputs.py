@@ -31,6 +31,7 @@ def resolve(**given: object) -> dict[str, object]:
         ({"lang": 5}, {"lang": "5"}),
         ({"lang": True}, {"lang": "true"}),
         ({}, {"n": 3, "loud": False, "lang": "French"}),
+        ({"n": None, "lang": None}, {"n": 3, "lang": "French"}),  # a rerun's unset inputs
     ],
 )
 def test_given_values_take_their_inputs_type(

@@ -89,7 +89,8 @@ def resolve_inputs(
         )
     values: dict[str, Any] = {}
     for name, spec in declared.items():
-        if name not in given:
+        # None is "not given": an optional input a run left unset, carried by a rerun.
+        if given.get(name) is None:
             if spec.required and spec.default is None:
                 raise UsageError(
                     f"pipeline {pipeline!r} needs input {name!r}: pass --input {name}=VALUE"
