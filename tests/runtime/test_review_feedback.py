@@ -32,9 +32,10 @@ def prompt(app: Interlock, run_id: str, task: str) -> str:
 def test_models_of_the_rejected_phase_are_told_the_feedback_once(
     app: Interlock, write_workflow: WriteWorkflow
 ) -> None:
-    """The writer, whose task does not place {{ feedback }}, is told it after its task; the
-    titler, whose task does, is not told it twice; the next phase is not told it at all; and
-    the told feedback is part of the writer's fingerprint."""
+    """The writer, whose task does not place {{ feedback }}, is told it after its task and
+    shown the version sent back among its inputs; the titler, whose task does, is not told it
+    twice; the next phase is not told it at all; and what the writer is told is part of its
+    fingerprint."""
     state = app.run(write_workflow(FLOW), topic="tides")
     assert state.status is RunStatus.PAUSED
     assert "feedback" not in prompt(app, state.run_id, "writer@1")
@@ -42,9 +43,15 @@ def test_models_of_the_rejected_phase_are_told_the_feedback_once(
     state = app.drive(state.run_id)
     assert state.status is RunStatus.PAUSED
     writer = prompt(app, state.run_id, "writer@2")
-    assert "Write about tides.\n\nA person reviewed the previous version" in writer
+    assert (
+        "Write about tides.\n\nA person reviewed the previous version (writer.md (the version "
+        "sent back), among the input files) and sent it back" in writer
+    )
     assert writer.count("Cite two sources.") == 1
-    assert prompt(app, state.run_id, "titler@2").count("Cite two sources.") == 1
+    first = (app.run_dir(state.run_id) / "writer.md").read_text()
+    assert f"## File: writer.md (the version sent back)\n\n```\n{first}" in writer
+    titler = prompt(app, state.run_id, "titler@2")
+    assert titler.count("Cite two sources.") == 1 and "version sent back" not in titler
     app.approve(state.run_id)
     state = app.drive(state.run_id)
     assert state.status is RunStatus.DELIVERED

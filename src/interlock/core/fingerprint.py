@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from interlock.core.review import told_feedback
+from interlock.core.review import sent_back
 from interlock.core.state import RunState, TaskState
 from interlock.core.templates import TemplateProblem, render_task
 from interlock.core.validate import read_name
@@ -191,8 +191,8 @@ def fingerprint(
         "inputs": inputs_hash or inputs_part(state, worker),
         "item": _NO_ITEM if values["item"] is None else _hash(values["item"]),
     }
-    feedback = told_feedback(pipeline, state, task)
-    if feedback:  # only then, so that every other fingerprint stays as it was
-        parts["feedback"] = _hash(feedback)
+    sent = sent_back(pipeline, state, task)
+    if sent is not None:  # only then, so that every other fingerprint stays as it was
+        parts["feedback"] = _hash([sent.feedback, sent.previous_sha256])
     digest = _hash({"v": FINGERPRINT_VERSION, **parts})
     return Fingerprint(digest=digest, parts={k: v[:16] for k, v in parts.items()})

@@ -114,29 +114,60 @@ def interpret_reject(
     return ev.Rejected(at=now, to=data["to"], feedback=data["feedback"], by=by)
 
 
-def told_feedback(pipeline: Pipeline, state: RunState, task: TaskState) -> str:
-    """The feedback a task's model is told besides its task text ("" for none).
+@dataclass(frozen=True, kw_only=True)
+class SentBack:
+    """What the model of a task in a rejected visit is told besides its task."""
 
-    A rejection's text reaches every model task of the visit it started, so that `interlock
-    reject -m "shorter"` is never lost on a task that does not place `{{ feedback }}`. A task
-    that places it already says it in its own words; commands and calls are not told (they
-    read `{{ feedback }}` in their arguments or `ctx.task`, and `reject` says which don't).
+    feedback: str
+    # The version sent back (a file name in the run folder), shown to the model among its
+    # input files; None when the task reads its own output already, or has none yet.
+    previous: str | None = None
+    previous_sha256: str | None = None
+
+    @property
+    def shown_as(self) -> str:
+        """The name the version sent back has among the task's input files."""
+        return f"{self.previous} (the version sent back)"
+
+
+def sent_back(pipeline: Pipeline, state: RunState, task: TaskState) -> SentBack | None:
+    """What a task's model is told of a rejection besides its task text (None: nothing).
+
+    A rejection's text reaches every model task of the visit it started, with the version it
+    sent back, so that `interlock reject -m "shorter"` is never lost on a task that does not
+    place `{{ feedback }}`, and the model revises that version rather than starting over. A
+    task that places the feedback already says it in its own words (and chooses its reads);
+    commands and calls are not told (they read `{{ feedback }}` in their arguments or
+    `ctx.task`, and `reject` says which don't).
     """
     if not state.feedback or state.rejected_visit != (task.phase, task.visit):
-        return ""
+        return None
     worker = pipeline.worker(task.role)
     if worker.kind != "model" or "feedback" in template_names(worker.task):
-        return ""
-    return state.feedback
+        return None
+    earlier = state.outputs.get(task.role)
+    reads_itself = worker.output_name in {read_name(entry)[0] for entry in worker.reads}
+    if earlier is None or earlier[0] >= task.visit or reads_itself:
+        return SentBack(feedback=state.feedback)
+    visit, by_item = earlier
+    done = state.tasks.get(task_id_for(task.role, visit, task.item))
+    return SentBack(
+        feedback=state.feedback,
+        previous=by_item.get(task.item),
+        previous_sha256=done.sha256 if done is not None else None,
+    )
 
 
-def with_feedback(task_text: str, feedback: str) -> str:
-    """A rendered task with the feedback it is told (see `told_feedback`) after it."""
-    if not feedback:
+def with_feedback(task_text: str, sent: SentBack | None) -> str:
+    """A rendered task with what it is told of a rejection (see `sent_back`) after it."""
+    if sent is None:
         return task_text
+    version = "the previous version"
+    if sent.previous is not None:
+        version += f" ({sent.shown_as}, among the input files)"
     return (
-        f"{task_text.rstrip()}\n\nA person reviewed the previous version and sent it back with "
-        f"this feedback; make sure the new version addresses it:\n\n{feedback.strip()}\n"
+        f"{task_text.rstrip()}\n\nA person reviewed {version} and sent it back with this "
+        f"feedback; write a new version that addresses it:\n\n{sent.feedback.strip()}\n"
     )
 
 

@@ -32,7 +32,7 @@ from interlock.core.observe import (
     interpret_command,
     late_usage,
 )
-from interlock.core.review import told_feedback, with_feedback
+from interlock.core.review import sent_back, with_feedback
 from interlock.core.state import (
     RunState,
     RunStatus,
@@ -638,10 +638,13 @@ class RunDriver:
                 worker = worker.model_copy(update={"command": command})
         except TemplateProblem as exc:
             return Outcome(ok=False, error=str(exc), retryable=False)
-        text = with_feedback(text, told_feedback(pipeline, self.state, task))
+        sent = sent_back(pipeline, self.state, task)
+        text = with_feedback(text, sent)
         reads = self._reads(task)
         if isinstance(reads, Outcome):
             return reads
+        if sent is not None and sent.previous is not None:
+            reads.append((sent.shown_as, self.run_dir / sent.previous))
         key = hashlib.sha256(f"{self.run_id}/{task.task_id}/{task.attempt}".encode()).hexdigest()
         return TaskSpec(
             run_id=self.run_id,
