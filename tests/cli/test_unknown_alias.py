@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -112,3 +113,26 @@ def test_an_invalid_interlock_toml_is_refused_before_the_run_is_recorded(
         assert "Value error" not in refused.stderr and "table:" not in refused.stderr
     listed = cli(cli_env, project, "runs", "--json")
     assert listed.stdout.strip() in ("", "[]"), listed.stdout
+
+
+def test_a_rerun_and_its_plan_refuse_an_interlock_toml_broken_since(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """After interlock.toml is broken, `rerun` and `rerun --dry-run` exit 2 naming it and
+    record nothing, rather than a failed run (and a plan blaming the worker's definition)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "flow.yaml").write_text(FLOW)
+    config = '[models.sonnet]\nprovider = "offline"\n'
+    (project / "interlock.toml").write_text(config)
+    first = cli(cli_env, project, "run", "flow.yaml", "p", "--topic", "tides")
+    assert first.returncode == 0, first.stderr
+    source = next(line.split()[1] for line in first.stderr.splitlines() if line.startswith("run "))
+    (project / "interlock.toml").write_text(
+        '[models.sonnet]\nprovider = "offline"\ntemprature = 1\n'
+    )
+    for dry in (["--dry-run"], []):
+        refused = cli(cli_env, project, "rerun", source, *dry)
+        assert refused.returncode == 2, refused.stderr
+        assert "nothing was recorded" in refused.stderr and "'temprature'" in refused.stderr
+    assert len(json.loads(cli(cli_env, project, "runs", "--json").stdout)) == 1

@@ -306,6 +306,19 @@ class Orchestrator:
         )
         return driver, new, batch
 
+    def refuse_broken_config(self, definition: Definition) -> None:
+        """Raise UsageError when the interlock.toml a pipeline's model workers read does not
+        load (it does not parse, or a table is invalid): every call to a model would fail,
+        so a run, or a rerun that calls even one model, is refused before it is recorded."""
+        if not model_aliases(definition):
+            return
+        try:
+            self.models.config(driver_dir(definition.source))
+        except ConfigError as exc:
+            raise UsageError(
+                f"{definition.source or definition.name}: nothing was recorded: {exc}"
+            ) from None
+
     def _model_warnings(
         self, definition: Definition, *, refuse_missing_keys: bool = True
     ) -> list[str]:

@@ -103,6 +103,7 @@ def prepare(store: Store, orchestrator: Orchestrator, request: RerunRequest) -> 
         definition = dataclasses.replace(pinned, source=record.source)
         edited = edited_since(record)
         notes = (edited,) if edited else ()
+    orchestrator.refuse_broken_config(definition)  # a plan refuses it too, as the rerun would
     phases = [p.id for p in definition.pipeline.phases]
     if request.from_phase is not None and request.from_phase not in phases:
         raise UsageError(
