@@ -721,3 +721,22 @@ def test_a_command_written_as_one_line_says_how_to_write_it() -> None:
     assert "a command is a list of arguments, not one line (no shell runs it)" in problem
     assert '[sh, -c, "echo hi > out.md"]' in problem
     assert "['echo', 'hi', '>', 'out.md']" in problem
+
+
+def test_a_path_placeholder_of_an_optional_read_is_refused() -> None:
+    """`{read:NAME}` of a read marked `NAME?` would be left as text when the file is absent;
+    `{read:NAME?}` is told to drop the '?'. `{inputs}` lists only the files that are there."""
+    data = translate()
+    publisher = data["t"]["phases"][3]["workers"][0]
+    del publisher["model"]
+    publisher["reads"] = ["translator.md", "polisher.md?"]
+    publisher["command"] = ["sh", "-c", "cat {read:polisher.md} > {output}"]
+    assert one_problem(data).endswith(
+        "'{read:polisher.md}' is the path of 'polisher.md', which the worker reads as optional "
+        "('polisher.md?'): when it is absent there is no path to put there; use '{inputs}' (the "
+        "files that are there), or read it without '?'"
+    )
+    publisher["command"] = ["cat", "{read:polisher.md?}"]
+    assert "name the file without '?', as '{read:polisher.md}'" in one_problem(data)
+    publisher["command"] = ["cat", "{inputs}"]
+    assert build_workflow(data)

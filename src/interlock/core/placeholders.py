@@ -25,7 +25,7 @@ READ_PREFIXES = ("read:", "input:")  # `{read:NAME}`: the path of the read file 
 
 # A placeholder looks like `{name}` or `{read:NAME}`; braces around other text (awk's
 # '{print $1}', jq's '{a: .b}') are left alone, and so is what jinja2 blocks hold.
-_TOKEN = re.compile(r"\{([A-Za-z_][\w.:-]*)\}")
+_TOKEN = re.compile(r"\{([A-Za-z_][\w.:?-]*)\}")  # "?" only to catch `{read:x.md?}`
 _JINJA = re.compile(r"\{\{.*?\}\}|\{%.*?%\}|\{#.*?#\}", re.DOTALL)
 
 # Names the runner writes in a run directory beside the workers' outputs.
@@ -37,11 +37,17 @@ RESERVED_OUTPUTS = {
 }
 
 
-def command_problems(argv: list[str], reads: list[str], inputs: Collection[str] = ()) -> list[str]:
+def command_problems(
+    argv: list[str],
+    reads: list[str],
+    inputs: Collection[str] = (),
+    optional: Collection[str] = (),
+) -> list[str]:
     """What is wrong with the placeholders of one command (empty when all resolve).
 
     `reads` are the files the worker reads, `inputs` the pipeline's declared inputs (named
-    only to explain that `{input:NAME}` is a file, not an input).
+    only to explain that `{input:NAME}` is a file, not an input), `optional` the reads that
+    may be absent (`name?`): a single path cannot stand for a file that may not be there.
     """
     problems = []
     choices = [*COMMAND_PLACEHOLDERS, "inputs", *(f"read:{name}" for name in reads)]
@@ -60,7 +66,19 @@ def command_problems(argv: list[str], reads: list[str], inputs: Collection[str] 
             prefix = next((p for p in READ_PREFIXES if token.startswith(p)), None)
             if prefix is not None:
                 name = token[len(prefix) :]
-                if name not in reads:
+                if name.endswith("?"):
+                    problems.append(
+                        f"argument {number} ({arg!r}): '{{{token}}}': name the file without "
+                        f"'?', as '{{{prefix}{name[:-1]}}}' ('?' belongs in 'reads' only)"
+                    )
+                elif name in optional:
+                    problems.append(
+                        f"argument {number} ({arg!r}): '{{{token}}}' is the path of {name!r}, "
+                        f"which the worker reads as optional ('{name}?'): when it is absent "
+                        "there is no path to put there; use '{inputs}' (the files that are "
+                        "there), or read it without '?'"
+                    )
+                elif name not in reads:
                     listed = ", ".join(reads) or "nothing"
                     hint = (
                         f"; the pipeline input {name!r} is written {{{{ {name} }}}}"

@@ -420,7 +420,9 @@ def _check_templates(where: str, pipeline: Pipeline) -> list[str]:
             place = f"{where}, phase {phase.id!r}, worker {worker.role!r}"
             if worker.command is not None:
                 reads = [read_name(entry)[0] for entry in worker.reads]
-                for problem in command_problems(worker.command, reads, pipeline.inputs):
+                optional = [read_name(e)[0] for e in worker.reads if read_name(e)[1]]
+                found = command_problems(worker.command, reads, pipeline.inputs, optional)
+                for problem in found:
                     problems.append(f"{place}: key 'command', {problem}")
             texts = [("task", worker.task)] + [("command", arg) for arg in worker.command or []]
             texts += [
