@@ -740,3 +740,20 @@ def test_a_path_placeholder_of_an_optional_read_is_refused() -> None:
     assert "name the file without '?', as '{read:polisher.md}'" in one_problem(data)
     publisher["command"] = ["cat", "{inputs}"]
     assert build_workflow(data)
+
+
+def test_a_template_reading_an_undeclared_input_by_name_is_refused() -> None:
+    """`{{ inputs.langauge }}` and `{{ inputs["langauge"] }}` would fail when the task renders,
+    after the phases before it: `check` names the input and the closest declared one."""
+    data = translate()
+    data["t"]["inputs"] = {"language": "French"}
+    worker = data["t"]["phases"][2]["workers"][0]
+    worker["task"] = "Polish it into {{ inputs.langauge }}."
+    assert one_problem(data).endswith(
+        "key 'task' uses inputs.langauge, which is not a declared input (did you mean "
+        "'language'?); declared inputs: language (declare it under the pipeline's 'inputs')"
+    )
+    worker["task"] = 'Polish it into {{ inputs["langauge"] }}.'
+    assert "uses inputs.langauge" in one_problem(data)
+    worker["task"] = "Polish it into {{ inputs.language }} ({{ inputs['language'] }})."
+    assert build_workflow(data)

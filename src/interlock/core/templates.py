@@ -59,6 +59,39 @@ def template_names(source: str) -> set[str]:
 _SYNTAX = ("{{", "{%", "{#")  # what starts jinja2 syntax; a lone "{" is text
 
 
+def input_names(source: str) -> set[str]:
+    """The inputs a template reads by name as `inputs.NAME` or `inputs["NAME"]` (raises
+    TemplateProblem on a syntax error), so that a misspelt one is found before a run."""
+    if "inputs" not in source or not any(mark in source for mark in _SYNTAX):
+        return set()
+    return set(_input_names(source))
+
+
+@lru_cache(maxsize=4096)
+def _input_names(source: str) -> frozenset[str]:
+    from jinja2 import nodes
+
+    try:
+        tree = _ENV.parse(source)
+    except TemplateError as exc:
+        raise TemplateProblem(f"template does not parse: {exc}") from None
+    found = set()
+    for node in tree.find_all((nodes.Getattr, nodes.Getitem)):
+        if isinstance(node, nodes.Getattr) and _is_inputs(node.node):
+            found.add(node.attr)
+        elif isinstance(node, nodes.Getitem) and _is_inputs(node.node):
+            key = node.arg
+            if isinstance(key, nodes.Const) and isinstance(key.value, str):
+                found.add(key.value)
+    return frozenset(found)
+
+
+def _is_inputs(node: Any) -> bool:
+    from jinja2 import nodes
+
+    return isinstance(node, nodes.Name) and node.name == "inputs"
+
+
 @lru_cache(maxsize=4096)
 def _names(source: str) -> frozenset[str]:
     try:

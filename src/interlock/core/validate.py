@@ -18,7 +18,12 @@ from interlock.core.signal_checks import check_waits
 from interlock.core.state import artifact_name
 from interlock.core.subpipelines import check_children
 from interlock.core.task_slots import KEY_NAMES
-from interlock.core.templates import TEMPLATE_NAMES, TemplateProblem, template_names
+from interlock.core.templates import (
+    TEMPLATE_NAMES,
+    TemplateProblem,
+    input_names,
+    template_names,
+)
 from interlock.core.workflow import Phase, Pipeline, WaitFor, Worker
 
 OPTIONAL_READ = "?"  # a read ending in "?" may be absent (written only on some paths)
@@ -438,6 +443,14 @@ def _check_templates(where: str, pipeline: Pipeline) -> list[str]:
                     problems.append(
                         f"{place}: key {key!r} uses {{{{ {unknown} }}}}, which is not defined; "
                         f"available: {', '.join(sorted(allowed))} (declare it under 'inputs')"
+                    )
+                declared = sorted(pipeline.inputs)
+                for name in sorted(input_names(text) - set(declared)):
+                    problems.append(
+                        f"{place}: key {key!r} uses inputs.{name}, which is not a declared "
+                        f"input{_suggest(name, declared)}; declared inputs: "
+                        f"{', '.join(declared) or 'none'} (declare it under the pipeline's "
+                        "'inputs')"
                     )
                 if phase.for_each is None and names & {"item", "item_index"}:
                     problems.append(f"{place}: key {key!r} uses 'item' outside a for_each phase")
