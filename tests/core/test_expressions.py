@@ -82,6 +82,14 @@ def test_template_names_and_rendering() -> None:
     assert text == "Write about x for t in French"
 
 
+def test_booleans_and_unset_values_render_as_a_file_writes_them() -> None:
+    """A boolean input renders true/false and an optional input left unset renders nothing,
+    so a command gets `--loud=true`, not Python's `True`, and never the word `None`."""
+    values = {"loud": False, "ratio": None, "n": 0}
+    text = render_task("--loud={{ loud }} --ratio={{ ratio }} --n={{ n }}", values)
+    assert text == "--loud=false --ratio= --n=0"
+
+
 def test_template_syntax_in_values_is_inert() -> None:
     """Template syntax inside a value (model output, a topic) is rendered as plain text."""
     assert render_task("{{ topic }}", {"topic": "{{ 7 * 7 }}"}) == "{{ 7 * 7 }}"

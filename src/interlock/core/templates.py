@@ -18,7 +18,20 @@ TEMPLATE_NAMES = frozenset(
     {"topic", "inputs", "item", "item_index", "visit", "run_id", "feedback", "signals"}
 )
 
-_ENV = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
+
+def _as_text(value: Any) -> Any:
+    # A value is shown as a workflow file and a command line write it: true/false, and an
+    # optional input left unset as nothing, not Python's True, False and None.
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value
+
+
+_ENV = SandboxedEnvironment(
+    undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True, finalize=_as_text
+)
 
 
 class ItemObject(dict[str, Any]):
