@@ -26,7 +26,7 @@ from interlock.core.review import (
     check_reject,
     edited_values,
 )
-from interlock.core.state import RunState, RunStatus, fold
+from interlock.core.state import RunState, RunStatus, fold, listed_status
 from interlock.core.workflow import Pipeline
 from interlock.errors import InterlockError, InvalidSignal, UsageError
 from interlock.runtime.diff import RunDiff, compare
@@ -263,6 +263,14 @@ class Interlock:
         paused because its child run paused approves the child (both go on)."""
         run_id = self.resolve(run_id)
         state = self.state(run_id)
+        if state.status is RunStatus.RUNNING and not self._driven(run_id):
+            # Nothing to approve, but something to do: what this person wants is the run
+            # going on, and nothing drives it.
+            raise UsageError(
+                f"run {run_id} is not paused (it is {listed_status(state)}, not driven: no "
+                f"orchestrator holds it); nothing to approve: 'interlock resume {run_id}' "
+                "continues it"
+            )
         if state.status is not RunStatus.PAUSED:
             raise UsageError(
                 f"run {run_id} is not paused (it is {state.status.value}); nothing to approve"
@@ -403,6 +411,15 @@ class Interlock:
         run_id = self.resolve(run_id)
         self._post(run_id, CommandKind.MESSAGE, text, by)
         return run_id
+
+    def _driven(self, run_id: str) -> bool:
+        """True when a live orchestrator holds the run's lease (this one included)."""
+        from interlock.runtime.processes import holder_is_dead
+
+        record = self.store.get_run(run_id)
+        owner = record.lease_owner
+        alive = bool(owner) and (record.lease_expires or 0) > time.time()
+        return alive and not holder_is_dead(owner or "")
 
     def _post(self, run_id: str, kind: CommandKind, message: str, by: str | None) -> None:
         self.store.post_command(run_id, kind.value, message, by or _user(), time.time())

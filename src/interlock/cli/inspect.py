@@ -186,10 +186,14 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
 
     from interlock.cli.display import styled
 
+    run_status = styled(view["status"])
+    if view["status"] == "running" and driver is None:
+        # As `runs` says it: a waiting run needs no orchestrator until its wait ends.
+        run_status.append(" (not driven)", style="dim")
     out.print(
         Text(f"{view['pipeline']} ", style="bold"),
         f"{view['run_id']}  ",
-        styled(view["status"]),
+        run_status,
         f"  topic: {view['topic']}",
     )
     table = Table(box=None, padding=(0, 2))

@@ -1,0 +1,53 @@
+"""What a newcomer reads from the real `interlock` command: an interrupted run says nothing
+drives it and how to continue it."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.cli.test_cli import cli
+
+SLOW = "p:\n  phases:\n  - id: a\n    workers:\n    - role: w\n      final: true\n" + (
+    "      command: ['sh', '-c', 'sleep 30; echo hi > {output}']\n"
+)
+
+
+def started(env: dict[str, str], flow: Path) -> tuple[subprocess.Popen[str], str]:
+    """`interlock run` of `flow` in the background, once its task has started."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "interlock", "run", str(flow), "p", "--topic", "x"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert process.stdout is not None
+    seen = ""
+    while "task_started" not in seen:
+        line = process.stdout.readline()
+        assert line, "the run ended early"
+        seen += line
+    return process, seen.split("run_id=")[1].split()[0]
+
+
+def test_an_interrupted_run_says_it_is_not_driven_and_how_to_continue_it(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """After Ctrl-C, `status` says "running (not driven)" on its first line as `runs` does,
+    and `approve` refuses with exit 2 pointing to `interlock resume RUN`."""
+    flow = tmp_path / "slow.yaml"
+    flow.write_text(SLOW)
+    process, run_id = started(cli_env, flow)
+    process.send_signal(signal.SIGINT)
+    process.communicate(timeout=30)
+    assert process.returncode == 130
+    listing = cli(cli_env, "runs")
+    assert "running (not driven)" in listing.stdout
+    status = cli(cli_env, "status", run_id)
+    assert status.returncode == 0, status.stderr
+    assert status.stdout.splitlines()[0].split()[2:5] == ["running", "(not", "driven)"]
+    assert f"continue it with 'interlock resume {run_id}'" in status.stdout
+    approve = cli(cli_env, "approve", run_id)
+    assert approve.returncode == 2
+    assert "is not paused (it is running, not driven: no orchestrator holds it)" in approve.stderr
+    assert f"'interlock resume {run_id}' continues it" in approve.stderr
