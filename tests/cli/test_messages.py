@@ -1,5 +1,5 @@
 """What a newcomer reads from the real `interlock` command: an interrupted run says nothing
-drives it and how to continue it."""
+drives it and how to continue it and a cancelled run says so once."""
 
 from __future__ import annotations
 
@@ -51,3 +51,24 @@ def test_an_interrupted_run_says_it_is_not_driven_and_how_to_continue_it(
     assert approve.returncode == 2
     assert "is not paused (it is running, not driven: no orchestrator holds it)" in approve.stderr
     assert f"'interlock resume {run_id}' continues it" in approve.stderr
+
+
+def test_a_cancelled_run_says_its_reason_once(cli_env: dict[str, str], tmp_path: Path) -> None:
+    """A run cancelled without a reason ends with "cancelled" alone (the run's last line,
+    `status`, `events`), never "cancelled: cancelled"; a reason given is shown after it."""
+    flow = tmp_path / "slow.yaml"
+    flow.write_text(SLOW)
+    process, run_id = started(cli_env, flow)
+    cancel = cli(cli_env, "cancel", run_id)
+    assert cancel.returncode == 0, cancel.stderr
+    stdout, _ = process.communicate(timeout=30)
+    assert process.returncode == 1
+    assert stdout.strip().splitlines()[-1] == "cancelled"
+    status = cli(cli_env, "status", run_id)
+    events = cli(cli_env, "events", run_id)
+    for text in (cancel.stdout, status.stdout, events.stdout):
+        assert "cancelled: cancelled" not in text and "reason=cancelled" not in text
+    assert status.stdout.strip().splitlines()[-1] == "cancelled"
+    submitted = cli(cli_env, "submit", str(flow), "p", "--topic", "x").stdout.strip()
+    assert cli(cli_env, "cancel", submitted, "--reason", "too slow").returncode == 0
+    assert cli(cli_env, "status", submitted).stdout.strip().endswith("cancelled: too slow")

@@ -42,6 +42,14 @@ def styled(status: str) -> Text:
     return Text(status, style=STATUS_STYLE.get(status, ""))
 
 
+def ended_text(status: str, failure: str | None) -> str:
+    """How a run ended, its reason said once: a run cancelled without a reason records
+    "cancelled" as its reason, which "cancelled: cancelled" would say twice."""
+    if not failure or failure == status:
+        return status
+    return f"{status}: {failure}"
+
+
 def progress_table(definition: Definition, state: RunState, started: float) -> Group:
     """Phases and workers with status, attempts and elapsed time."""
     from rich.console import Group
@@ -139,6 +147,8 @@ def describe(new: NewEvent) -> str:
     """One line about an event."""
     event = new.event
     fields = {k: v for k, v in vars_of(event).items() if k not in _QUIET}
+    if event.kind == "run_cancelled" and fields.get("reason") == "cancelled":
+        del fields["reason"]  # the default reason: "run_cancelled reason=cancelled" says it twice
     text = " ".join(f"{k}={v}" for k, v in fields.items() if v not in (None, "", [], {}))
     if new.rule:
         text += f"  [{new.rule}: {new.why}]"

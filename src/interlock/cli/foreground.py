@@ -116,7 +116,9 @@ def report_end(app: Interlock, run_id: str) -> int:
     if state.status is RunStatus.RUNNING:
         out.print(f"still running: interlock resume {run_id}", soft_wrap=True)
         return int(ExitCode.INTERRUPTED)
-    out.print(f"{state.status.value}: {state.failure}", soft_wrap=True)
+    from interlock.cli.display import ended_text
+
+    out.print(ended_text(state.status.value, state.failure), soft_wrap=True)
     return int(ExitCode.RUN_FAILED)
 
 

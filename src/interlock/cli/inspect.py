@@ -184,7 +184,7 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from interlock.cli.display import styled
+    from interlock.cli.display import ended_text, styled
 
     run_status = styled(view["status"])
     if view["status"] == "running" and driver is None:
@@ -308,7 +308,9 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
         else:
             out.print(f"driven by {driver}")
     if view["failure"]:
-        out.print(f"[red]{view['status']}:[/] {escape(view['failure'])}", markup=True)
+        ended = ended_text(view["status"], view["failure"])
+        status_word, colon, reason = ended.partition(":")
+        out.print(f"[red]{status_word}{colon}[/]{escape(reason)}", markup=True, soft_wrap=True)
     if view["final"]:
         out.print(_final_line(ctx, view), soft_wrap=True, markup=True)
 
