@@ -1,14 +1,16 @@
 """What a newcomer reads from the real `interlock` command: an interrupted run says nothing
-drives it and how to continue it and a cancelled run says so once."""
+drives it and how to continue it, a cancelled run says so once, and moments are local
+times."""
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.cli.test_cli import cli
+from tests.cli.test_cli import cli, run_id_of
 
 SLOW = "p:\n  phases:\n  - id: a\n    workers:\n    - role: w\n      final: true\n" + (
     "      command: ['sh', '-c', 'sleep 30; echo hi > {output}']\n"
@@ -72,3 +74,25 @@ def test_a_cancelled_run_says_its_reason_once(cli_env: dict[str, str], tmp_path:
     submitted = cli(cli_env, "submit", str(flow), "p", "--topic", "x").stdout.strip()
     assert cli(cli_env, "cancel", submitted, "--reason", "too slow").returncode == 0
     assert cli(cli_env, "status", submitted).stdout.strip().endswith("cancelled: too slow")
+
+
+def test_events_show_moments_as_local_times(cli_env: dict[str, str], tmp_path: Path) -> None:
+    """A retry's `not_before` and a wait's `until` are printed as local times, like the time
+    at the start of each line, not as seconds since 1970."""
+    flow = tmp_path / "wait.yaml"
+    once = tmp_path / "once"
+    flow.write_text(
+        "p:\n  phases:\n  - id: a\n    workers:\n    - role: w\n      retries: 1\n"
+        f"      command: ['sh', '-c', 'test -f {once} && echo hi > {{output}} || "
+        f"{{ touch {once}; exit 1; }}']\n"
+        "  - id: b\n    delay: 1s\n    workers:\n"
+        "    - {role: f, final: true, command: ['sh', '-c', 'echo fin > {output}']}\n"
+    )
+    run = cli(cli_env, "run", str(flow), "p", "--topic", "x")
+    assert run.returncode == 0, run.stdout + run.stderr
+    run_id = run_id_of(run)
+    events = cli(cli_env, "events", run_id).stdout
+    moment = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
+    for key in ("not_before", "until"):
+        assert re.search(rf"\b{key}={moment}", events), events
+        assert re.search(rf"\b{key}=\d{{6,}}", run.stdout + events) is None

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from interlock.cli.base import real_console
+from interlock.cli.base import real_console, when
 
 if TYPE_CHECKING:  # the engine and the live view are loaded only when a run is shown live
     from rich.console import Console, Group
@@ -141,12 +141,18 @@ class LiveProgress:
 
 
 _QUIET = ("at", "values", "usage", "fingerprint", "fingerprint_parts")  # long; in --json
+# Fields that are moments (seconds since the epoch): shown as local times, like each line's.
+_MOMENTS = frozenset({"not_before", "until", "sent_at"})
 
 
 def describe(new: NewEvent) -> str:
     """One line about an event."""
     event = new.event
-    fields = {k: v for k, v in vars_of(event).items() if k not in _QUIET}
+    fields = {
+        k: when(v) if k in _MOMENTS and isinstance(v, int | float) else v
+        for k, v in vars_of(event).items()
+        if k not in _QUIET
+    }
     if event.kind == "run_cancelled" and fields.get("reason") == "cancelled":
         del fields["reason"]  # the default reason: "run_cancelled reason=cancelled" says it twice
     text = " ".join(f"{k}={v}" for k, v in fields.items() if v not in (None, "", [], {}))
