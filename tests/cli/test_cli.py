@@ -123,7 +123,8 @@ def test_a_failed_commands_summary_is_the_last_line_it_wrote(
     last = result.stdout.strip().splitlines()[-1]
     assert last.startswith("failed: task w@1 failed after 1 attempt(s): exited with code 1: ")
     assert "JSONDecodeError: Expecting property name" in last
-    assert last.endswith("(the rest of its stderr: logs/w@1.1.stderr)")
+    logs = Path(cli_env["INTERLOCK_HOME"]) / "runs" / run_id_of(result) / "logs"
+    assert last.endswith(f"(the rest of its stderr: {logs / 'w@1.1.stderr'})")
     assert "Traceback" not in result.stdout
 
 

@@ -1,6 +1,6 @@
 """What a newcomer reads from the real `interlock` command: an interrupted run says nothing
-drives it and how to continue it, a cancelled run says so once, and moments are local
-times."""
+drives it and how to continue it, a cancelled run says so once, moments are local times, and
+log paths open from where the user is."""
 
 from __future__ import annotations
 
@@ -14,6 +14,10 @@ from tests.cli.test_cli import cli, run_id_of
 
 SLOW = "p:\n  phases:\n  - id: a\n    workers:\n    - role: w\n      final: true\n" + (
     "      command: ['sh', '-c', 'sleep 30; echo hi > {output}']\n"
+)
+FAILING = (
+    "p:\n  phases:\n  - id: a\n    workers:\n    - role: w\n      final: true\n"
+    "      command: ['sh', '-c', 'echo first >&2; echo it broke >&2; exit 3']\n"
 )
 
 
@@ -96,3 +100,60 @@ def test_events_show_moments_as_local_times(cli_env: dict[str, str], tmp_path: P
     for key in ("not_before", "until"):
         assert re.search(rf"\b{key}={moment}", events), events
         assert re.search(rf"\b{key}=\d{{6,}}", run.stdout + events) is None
+
+
+def stderr_log(text: str) -> str:
+    """The log path a failure message names."""
+    found = re.search(r"the rest of its stderr: (\S+)\)", text)
+    assert found, text
+    return found.group(1)
+
+
+def test_a_failures_log_path_opens_from_the_current_directory(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The stderr log a failure names (the run's last line, `status`, `events`, `explain`)
+    is a path that opens from the directory the command ran in, relative to it when the
+    state directory is under it."""
+    flow = tmp_path / "fail.yaml"
+    flow.write_text(FAILING)
+
+    def here(*args: str) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [sys.executable, "-m", "interlock", *args],
+            env=cli_env, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert "Traceback" not in result.stderr + result.stdout, result.stderr
+        return result
+
+    run = here("run", str(flow), "p", "--topic", "x")
+    assert run.returncode == 1
+    run_id = run_id_of(run)
+    last = run.stdout.strip().splitlines()[-1]
+    texts = [last, *(here(command, run_id).stdout for command in ("status", "events", "explain"))]
+    for text in texts:
+        path = stderr_log(text)
+        assert path == f"home/runs/{run_id}/logs/w@1.1.stderr", text
+        assert (tmp_path / path).read_text().endswith("it broke\n")
+    elsewhere = cli(cli_env, "status", run_id).stdout  # from a directory the home is not under
+    assert stderr_log(elsewhere) == str(tmp_path / "home" / "runs" / run_id / "logs/w@1.1.stderr")
+
+
+def test_a_child_runs_log_path_is_in_the_child_runs_folder(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A parent that fails because its child run failed names the child's log in the child's
+    folder, where the file is."""
+    flow = tmp_path / "nested.yaml"
+    flow.write_text(
+        "outer:\n  phases:\n  - id: a\n    workers:\n"
+        "    - {role: s, pipeline: inner, task: x, final: true}\n"
+        + FAILING.replace("p:", "inner:", 1)
+    )
+    run = cli(cli_env, "run", str(flow), "outer", "--topic", "x")
+    assert run.returncode == 1, run.stdout + run.stderr
+    last = run.stdout.strip().splitlines()[-1]
+    child = re.search(r"child run (\S+) failed", last)
+    assert child, last
+    path = Path(stderr_log(last))
+    assert path.parent.parent.name == child.group(1) and path.is_file()

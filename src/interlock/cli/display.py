@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
@@ -13,11 +15,14 @@ from rich.text import Text
 from interlock.cli.base import real_console, when
 
 if TYPE_CHECKING:  # the engine and the live view are loaded only when a run is shown live
+    from collections.abc import Callable
+
     from rich.console import Console, Group
     from rich.live import Live
 
     from interlock.core.loader import Definition
     from interlock.core.state import RunState
+    from interlock.runtime.home import Home
     from interlock.storage.base import NewEvent
 
 STATUS_STYLE = {
@@ -48,6 +53,60 @@ def ended_text(status: str, failure: str | None) -> str:
     if not failure or failure == status:
         return status
     return f"{status}: {failure}"
+
+
+# A log path as failure messages record it: relative to the run's folder, which moves when
+# the run is archived, so the ledger keeps it relative and the terminal shows it whole.
+_LOG_PATH = re.compile(r"(?<![\w./-])logs/[^\s)'\",;]+")
+# A child run's failure is quoted in its parent's: a log path after "child run ID" is the
+# child's (the nearest such mention is the run that wrote it, however deep the nesting).
+_CHILD_RUN = re.compile(r"child run ([\w.-]+) ")
+
+
+class LogPaths:
+    """Turns the `logs/...` paths in a run's messages into paths one can open from the
+    current directory (relative to it when the run's folder is under it, else absolute)."""
+
+    def __init__(self, home: Home) -> None:
+        self.home = home
+        self._dirs: dict[str, Path | None] = {}
+
+    def __call__(self, text: str, run_id: str, *, markup: bool = False) -> str:
+        """`text` with each log path made openable from here; `markup`: `text` is rich
+        markup, so the paths put in are escaped."""
+        if "logs/" not in text:  # most lines: no regular expression run for them
+            return text
+
+        def openable(match: re.Match[str]) -> str:
+            owner = run_id
+            line = text.rfind("\n", 0, match.start()) + 1  # a mention on its own line only
+            for child in _CHILD_RUN.finditer(text, line, match.start()):
+                owner = child.group(1)
+            folder = self._folder(owner)
+            if folder is None:
+                return match.group(0)
+            shown = _from_here(folder / match.group(0))
+            return escape(shown) if markup else shown
+
+        return _LOG_PATH.sub(openable, text)
+
+    def _folder(self, run_id: str) -> Path | None:
+        if run_id not in self._dirs:
+            from interlock.errors import InterlockError
+
+            try:
+                self._dirs[run_id] = self.home.run_dir(run_id)
+            except InterlockError:  # not a run id after all: the text is left as it is
+                self._dirs[run_id] = None
+        return self._dirs[run_id]
+
+
+def _from_here(path: Path) -> str:
+    """`path` relative to the current directory when it is under it, else absolute."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except (ValueError, OSError):  # elsewhere, or the current directory is gone
+        return str(path)
 
 
 def progress_table(definition: Definition, state: RunState, started: float) -> Group:
@@ -96,10 +155,18 @@ def progress_table(definition: Definition, state: RunState, started: float) -> G
 class LiveProgress:
     """Redraws the progress table on every recorded event (or prints lines off a TTY)."""
 
-    def __init__(self, console: Console, definition: Definition, run_id: str = "") -> None:
+    def __init__(
+        self,
+        console: Console,
+        definition: Definition,
+        run_id: str = "",
+        *,
+        paths: Callable[[str, str], str] | None = None,
+    ) -> None:
         self.console = console
         self.definition = definition
         self.run_id = run_id  # the run shown; others driven with it (its children) get lines
+        self.paths = paths  # makes a line's log paths openable from here (`LogPaths`)
         self.started = time.time()
         self.live: Live | None = None
         self.state: RunState | None = None
@@ -125,9 +192,8 @@ class LiveProgress:
             # A child run (or the parent of the one shown) driven in the same process: a
             # line off a terminal, never the table, which shows the run's own pipeline.
             if self.live is None:
-                self.console.print(
-                    f"     {run_id} {seq:>4} {new.event.kind:<16} {describe(new)}", soft_wrap=True
-                )
+                line = f"     {run_id} {seq:>4} {new.event.kind:<16} {describe(new)}"
+                self.console.print(self._openable(line, run_id), soft_wrap=True)
             return
         self.state = state
         if self.live is not None:
@@ -137,7 +203,11 @@ class LiveProgress:
 
     def print_event(self, seq: int, new: NewEvent) -> None:
         """One line for an event, never wrapped (off a terminal)."""
-        self.console.print(f"{seq:>4} {new.event.kind:<16} {describe(new)}", soft_wrap=True)
+        line = f"{seq:>4} {new.event.kind:<16} {describe(new)}"
+        self.console.print(self._openable(line, self.run_id), soft_wrap=True)
+
+    def _openable(self, line: str, run_id: str) -> str:
+        return line if self.paths is None or not run_id else self.paths(line, run_id)
 
 
 _QUIET = ("at", "values", "usage", "fingerprint", "fingerprint_parts")  # long; in --json

@@ -25,13 +25,14 @@ def drive_in_foreground(app: Interlock, run_id: str, *, since: int | None = None
     Off a terminal every event after `since` is printed, one a line (None: only the events
     recorded from now on); on a terminal a table is redrawn instead.
     """
-    from interlock.cli.display import LiveProgress
+    from interlock.cli.display import LiveProgress, LogPaths
     from interlock.storage.base import NewEvent
 
     orchestrator = app.orchestrator
     driver = orchestrator.drivers.get(run_id) or orchestrator.take(run_id)
+    paths = LogPaths(app.home)
     try:
-        with LiveProgress(out, driver.definition, run_id) as progress:
+        with LiveProgress(out, driver.definition, run_id, paths=paths) as progress:
             progress.state = driver.state
             if since is not None and progress.live is None:
                 # What was recorded before the loop starts: the run's creation, warnings and
@@ -116,9 +117,10 @@ def report_end(app: Interlock, run_id: str) -> int:
     if state.status is RunStatus.RUNNING:
         out.print(f"still running: interlock resume {run_id}", soft_wrap=True)
         return int(ExitCode.INTERRUPTED)
-    from interlock.cli.display import ended_text
+    from interlock.cli.display import LogPaths, ended_text
 
-    out.print(ended_text(state.status.value, state.failure), soft_wrap=True)
+    line = LogPaths(app.home)(ended_text(state.status.value, state.failure), run_id)
+    out.print(line, soft_wrap=True)
     return int(ExitCode.RUN_FAILED)
 
 

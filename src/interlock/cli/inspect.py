@@ -184,7 +184,8 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from interlock.cli.display import ended_text, styled
+    from interlock.cli.display import LogPaths, ended_text, styled
+    from interlock.runtime.home import Home
 
     run_status = styled(view["status"])
     if view["status"] == "running" and driver is None:
@@ -308,7 +309,9 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
         else:
             out.print(f"driven by {driver}")
     if view["failure"]:
-        ended = ended_text(view["status"], view["failure"])
+        ended = ended_text(
+            view["status"], LogPaths(Home.at(ctx.home))(view["failure"], view["run_id"])
+        )
         status_word, colon, reason = ended.partition(":")
         out.print(f"[red]{status_word}{colon}[/]{escape(reason)}", markup=True, soft_wrap=True)
     if view["final"]:
@@ -454,10 +457,13 @@ def _current_status_file(ctx: Ctx, prefix: str) -> tuple[dict[str, Any], RunReco
 @handle_errors
 def events(ctx: Ctx, run_id: str, since: int, as_json: bool) -> None:
     """Print a run's history, one event a line."""
-    from interlock.cli.display import describe
+    from interlock.cli.display import LogPaths, describe
     from interlock.storage.base import NewEvent
 
-    for stored in ctx.reader(run_id).events(run_id, since):
+    app = ctx.reader(run_id)
+    run_id = app.resolve(run_id)
+    paths = LogPaths(app.home)
+    for stored in app.events(run_id, since):
         if as_json:
             record = {
                 "seq": stored.seq,
@@ -470,6 +476,7 @@ def events(ctx: Ctx, run_id: str, since: int, as_json: bool) -> None:
             click.echo(json.dumps(record))
         else:
             line = describe(NewEvent(event=stored.event, rule=stored.rule, why=stored.why))
+            line = paths(line, run_id)
             click.echo(f"{stored.seq:>4} {when(stored.at)} {stored.kind:<16} {line}")
 
 
@@ -489,17 +496,21 @@ def explain(ctx: Ctx, run_id: str, prompt_of: str | None) -> None:
             out.print(f"== {name} (task.attempt)")
             click.echo(text)
         return
+    from interlock.cli.display import LogPaths
     from interlock.cli.why import explain_lines, plain_lines
+    from interlock.runtime.home import Home
     from interlock.runtime.lookup import resolve
 
     store = ctx.ledger_reader(run_id)
     run_id = resolve(store, run_id)
+    paths = LogPaths(Home.at(ctx.home))
     if out.is_terminal:
         # One print for all lines: rich renders a wide run's tens of thousands of events in
         # one pass, instead of paying its per-call setup for each.
-        out.print("\n".join(explain_lines(store, run_id)), markup=True)
+        text = paths("\n".join(explain_lines(store, run_id)), run_id, markup=True)
+        out.print(text, markup=True)
     else:
-        click.echo("\n".join(plain_lines(store, run_id)))
+        click.echo(paths("\n".join(plain_lines(store, run_id)), run_id))
 
 
 @click.command()
