@@ -1,6 +1,6 @@
 """What a newcomer reads from the real `interlock` command: an interrupted run says nothing
-drives it and how to continue it, a cancelled run says so once, moments are local times, and
-log paths open from where the user is."""
+drives it and how to continue it, a cancelled run says so once, moments are local times, log
+paths open from where the user is, and a missing editor names its fix."""
 
 from __future__ import annotations
 
@@ -14,6 +14,13 @@ from tests.cli.test_cli import cli, run_id_of
 
 SLOW = "p:\n  phases:\n  - id: a\n    workers:\n    - role: w\n      final: true\n" + (
     "      command: ['sh', '-c', 'sleep 30; echo hi > {output}']\n"
+)
+PAUSING = (
+    "p:\n  phases:\n"
+    "  - id: a\n    pause_after: true\n    workers:\n"
+    "    - {role: w, command: ['sh', '-c', 'echo hi > {output}']}\n"
+    "  - id: b\n    workers:\n"
+    "    - {role: f, final: true, reads: [w.md], command: ['sh', '-c', 'echo fin > {output}']}\n"
 )
 FAILING = (
     "p:\n  phases:\n  - id: a\n    workers:\n    - role: w\n      final: true\n"
@@ -157,3 +164,26 @@ def test_a_child_runs_log_path_is_in_the_child_runs_folder(
     assert child, last
     path = Path(stderr_log(last))
     assert path.parent.parent.name == child.group(1) and path.is_file()
+
+
+def test_an_editor_that_does_not_exist_names_the_fix(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`edit --editor` with $EDITOR naming no program is exit 2 naming the editor and both
+    fixes (set EDITOR, or --file); $VISUAL, which comes first, is the one named when set."""
+    flow = tmp_path / "pause.yaml"
+    flow.write_text(PAUSING)
+    paused = cli(cli_env, "run", str(flow), "p", "--topic", "x")
+    assert paused.returncode == 3, paused.stdout + paused.stderr
+    run_id = run_id_of(paused)
+    env = {k: v for k, v in cli_env.items() if k not in ("VISUAL", "EDITOR")}
+    missing = cli({**env, "EDITOR": "no-such-editor-here"}, "edit", run_id, "w.md", "--editor")
+    assert missing.returncode == 2
+    assert "$EDITOR is 'no-such-editor-here', which is not a program on PATH" in missing.stderr
+    assert "set EDITOR to an editor that exists" in missing.stderr
+    assert "--file FILE" in missing.stderr
+    visual = cli({**env, "VISUAL": "nope-edit --wait"}, "edit", run_id, "w.md", "--editor")
+    assert visual.returncode == 2
+    assert "'nope-edit' is not a program on PATH; set VISUAL" in visual.stderr
+    failing = cli({**env, "EDITOR": "false"}, "edit", run_id, "w.md", "--editor")
+    assert failing.returncode == 2 and "the editor 'false' exited with an error" in failing.stderr

@@ -50,10 +50,57 @@ def _new_text(app: Interlock, run_id: str, output: str, file: str | None, editor
         return text
     current = (app.run_dir(run_id) / (task.artifact or "")).read_text(encoding="utf-8")
     suffix = Path(task.artifact or "output.md").suffix or ".txt"
-    edited = click.edit(current, extension=suffix, require_save=True)
+    command, variable = _editor()
+    try:
+        edited = click.edit(current, editor=command, extension=suffix, require_save=True)
+    except click.ClickException as exc:  # it could not start, or it exited with an error
+        # click says "EDITOR: Editing failed", then ": OSError" when it could not start.
+        reason = exc.message.removeprefix(f"{command}: Editing failed").removeprefix(": ")
+        failed = f"could not start ({reason})" if reason else "exited with an error"
+        raise UsageError(
+            f"the editor {command!r} {failed}; nothing was recorded: set {variable} to an "
+            "editor that works, or give the new text with --file FILE"
+        ) from None
     if edited is None or edited == current:
         raise UsageError(f"{task.artifact} was not changed in the editor; nothing was recorded")
     return edited
+
+
+def _editor() -> tuple[str, str]:
+    """The editor `--editor` opens, as click picks it ($VISUAL, $EDITOR, else the first of
+    the usual ones installed), and the variable that sets it; checked now: an editor that
+    does not exist is bad input with its fix, not click's "Editing failed" with exit 1."""
+    import os
+    import shlex
+    import shutil
+
+    variable = next((key for key in ("VISUAL", "EDITOR") if os.environ.get(key)), None)
+    if variable is not None:
+        editor = os.environ[variable]
+    elif sys.platform == "win32":
+        editor = "notepad"
+    else:
+        usual = ("sensible-editor", "vim", "nano")
+        editor = next((name for name in usual if shutil.which(name)), "vi")
+    # $VISUAL comes first: with it set, setting EDITOR would change nothing.
+    fix = variable or "EDITOR"
+    try:
+        program = shlex.split(editor)[0]  # "code --wait" runs code
+    except (ValueError, IndexError):  # unbalanced quotes, or blanks: no program in it
+        program = editor
+    if shutil.which(program) is not None:
+        return editor, fix
+    missing = "is not an executable file" if "/" in program else "is not a program on PATH"
+    if variable is None:
+        where = "$VISUAL and $EDITOR are not set and no editor (vi, vim, nano) is installed"
+    elif program != editor:
+        where = f"${variable} is {editor!r}, and {program!r} {missing}"
+    else:
+        where = f"${variable} is {editor!r}, which {missing}"
+    raise UsageError(
+        f"cannot open an editor: {where}; set {fix} to an editor that exists (export "
+        f"{fix}=nano), or give the new text with --file FILE"
+    )
 
 
 @click.command()
