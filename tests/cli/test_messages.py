@@ -1,6 +1,7 @@
 """What a newcomer reads from the real `interlock` command: an interrupted run says nothing
-drives it and how to continue it, a cancelled run says so once, moments are local times, log
-paths open from where the user is, and a missing editor names its fix."""
+drives it and how to continue it, a cancelled run says so once, moments are local times,
+log paths open from where the user is, a missing editor names its fix, and `diff` shows no
+cost for a task a run never had."""
 
 from __future__ import annotations
 
@@ -187,3 +188,22 @@ def test_an_editor_that_does_not_exist_names_the_fix(
     assert "'nope-edit' is not a program on PATH; set VISUAL" in visual.stderr
     failing = cli({**env, "EDITOR": "false"}, "edit", run_id, "w.md", "--editor")
     assert failing.returncode == 2 and "the editor 'false' exited with an error" in failing.stderr
+
+
+def test_diff_shows_no_cost_where_a_task_did_not_exist(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A task only one run has shows "-" as its cost in the other run's column, and its
+    cost in the run that has it."""
+    flow = tmp_path / "pause.yaml"
+    flow.write_text(PAUSING)
+    paused = cli(cli_env, "run", str(flow), "p", "--topic", "x")
+    assert paused.returncode == 3
+    a = run_id_of(paused)
+    approved = cli(cli_env, "approve", a)
+    assert approved.returncode == 0, approved.stderr
+    b = run_id_of(cli(cli_env, "run", str(flow), "p", "--topic", "x"))
+    result = cli(cli_env, "diff", a, b)
+    assert result.returncode == 0, result.stderr
+    row = next(line.split() for line in result.stdout.splitlines() if line.startswith("  f@1"))
+    assert row[1:3] == ["ran", "-"] and row[-2:] == ["$0.0000", "-"], result.stdout

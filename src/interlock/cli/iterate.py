@@ -129,8 +129,9 @@ def diff(ctx: Ctx, run_a: str, run_b: str, outputs: bool, as_json: bool) -> None
             styled(task.a),
             styled(task.b),
             task.output,
-            f"${task.cost[0]:.4f}",
-            f"${task.cost[1]:.4f}",
+            # A run without the task spent nothing on it: "-", as its status says, not $0.
+            "-" if task.a == "-" else f"${task.cost[0]:.4f}",
+            "-" if task.b == "-" else f"${task.cost[1]:.4f}",
             values,
         )
     out.print(table)
