@@ -377,8 +377,8 @@ def _result(
             return Report(event=done, body=body)
         error = f"child run {child_id} delivered, but its output cannot be read"
         return _failed(task_id, attempt, error, now, usage)
-    why = state.failure or state.status.value
-    error = f"child run {child_id} {state.status.value}: {why}"
+    why = state.failure if state.failure and state.failure != state.status.value else ""
+    error = f"child run {child_id} {state.status.value}" + (f": {why}" if why else "")
     # A child a person cancelled is not tried again; a failed one is, as the retries say.
     retryable = state.status is RunStatus.FAILED
     return _failed(task_id, attempt, error, now, usage, retryable=retryable)

@@ -193,7 +193,9 @@ def _branch(taken: Taken | None, conditions: list[str | None]) -> str:
 
 
 def _reason(state: RunState) -> str:
-    return f" ({state.failure})" if state.failure else ""
+    # A run cancelled without a reason records its status as its failure: said once.
+    same = state.failure == state.status.value
+    return f" ({state.failure})" if state.failure and not same else ""
 
 
 def _text_diff(store: Store, home: Home, a: str, ta: TaskState, b: str, tb: TaskState) -> str:

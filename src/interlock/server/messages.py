@@ -73,7 +73,7 @@ def describe(stored: StoredEvent) -> str:
         ),
         "message_noted": f"note from {d.get('by') or 'someone'}: {d.get('message', '')}",
         "run_cancelled": f"cancelled by {d.get('by') or 'someone'}"
-        + (f": {d['reason']}" if d.get("reason") else ""),
+        + (f": {d['reason']}" if d.get("reason") not in (None, "", "cancelled") else ""),
         "run_failed": f"failed: {d.get('reason', '')}",
         "delivered": f"delivered {d.get('artifact')}",
         "archived": "archived",
