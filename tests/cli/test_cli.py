@@ -58,9 +58,15 @@ def test_unknown_pipeline(cli_env: dict[str, str]) -> None:
 
 
 def test_unknown_run(cli_env: dict[str, str]) -> None:
-    """An unknown run id is exit 2 and points to `interlock runs`."""
+    """An unknown run id is exit 2, names the ledger searched and points to `interlock runs`,
+    with or without a ledger there."""
     result = cli(cli_env, "status", "no-such-run")
     assert result.returncode == 2 and "interlock runs" in result.stderr
+    assert cli(cli_env, "run", RESEARCH, "research", "--topic", "x").returncode == 0
+    result = cli(cli_env, "status", "no-such-run")
+    ledger = str(Path(cli_env["INTERLOCK_HOME"]) / "ledger.db")
+    assert result.returncode == 2
+    assert f"no run matches 'no-such-run' in {ledger} (runs started elsewhere" in result.stderr
 
 
 def test_unknown_input(cli_env: dict[str, str]) -> None:

@@ -213,7 +213,7 @@ def handle_errors(function: F) -> F:
         except InterlockError as exc:
             if debug:
                 raise
-            err.print(f"[red]error:[/] {escape(exc.message)}", markup=True)
+            err.print(f"[red]error:[/] {escape(_where(exc))}", markup=True)
             sys.exit(int(exc.exit_code))
         except KeyboardInterrupt:
             err.print("interrupted")
@@ -233,6 +233,25 @@ def handle_errors(function: F) -> F:
             sys.exit(int(ExitCode.INTERNAL))
 
     return wrapper  # type: ignore[return-value]
+
+
+def _where(exc: InterlockError) -> str:
+    """The message, with the ledger searched named when a run was not found in it: a person
+    in the wrong directory sees why (the API's own message names no path)."""
+    if not isinstance(exc, RunNotFound) or "no ledger at" in exc.message:
+        return exc.message
+    current = click.get_current_context(silent=True)
+    ctx = current.find_object(Ctx) if current is not None else None
+    if ctx is None:
+        return exc.message
+    from interlock.runtime.home import Home
+
+    place = ctx.store_url or str(Home.at(ctx.home).root / "ledger.db")
+    message = exc.message.removesuffix(" (see 'interlock runs')")
+    return (
+        f"{message} in {place} (runs started elsewhere need --home or --store; "
+        "see 'interlock runs')"
+    )
 
 
 def escape(text: str) -> str:
