@@ -145,17 +145,13 @@ def sent_back(pipeline: Pipeline, state: RunState, task: TaskState) -> SentBack 
     worker = pipeline.worker(task.role)
     if worker.kind != "model" or "feedback" in template_names(worker.task):
         return None
-    earlier = state.outputs.get(task.role)
+    # The visit before this one, looked up by id rather than as the role's latest output:
+    # the answer must not change once this task completes (its fingerprint is taken again).
+    done = state.tasks.get(task_id_for(task.role, task.visit - 1, task.item))
     reads_itself = worker.output_name in {read_name(entry)[0] for entry in worker.reads}
-    if earlier is None or earlier[0] >= task.visit or reads_itself:
+    if done is None or done.artifact is None or reads_itself:
         return SentBack(feedback=state.feedback)
-    visit, by_item = earlier
-    done = state.tasks.get(task_id_for(task.role, visit, task.item))
-    return SentBack(
-        feedback=state.feedback,
-        previous=by_item.get(task.item),
-        previous_sha256=done.sha256 if done is not None else None,
-    )
+    return SentBack(feedback=state.feedback, previous=done.artifact, previous_sha256=done.sha256)
 
 
 def with_feedback(task_text: str, sent: SentBack | None) -> str:
