@@ -131,3 +131,31 @@ def test_a_rerun_carries_an_optional_input_left_unset(
     assert interlock(cli_env, tmp_path, "rerun", source, "--dry-run").returncode == 0
     again = interlock(cli_env, tmp_path, "rerun", source, "-i", "n=2")
     assert again.returncode == 0, again.stderr
+
+
+def test_an_input_given_twice_is_refused(cli_env: dict[str, str], tmp_path: Path) -> None:
+    """`-i n=1 -i n=2` names both instead of letting the last one win unseen."""
+    (tmp_path / "flow.yaml").write_text(BRANCHING)
+    result = run(cli_env, tmp_path, "n=1", "n=2")
+    assert result.returncode == 2
+    assert "'n' is given twice (n=1 and n=2); give it once" in result.stderr
+    assert interlock(cli_env, tmp_path, "runs").stdout.startswith("no runs yet")
+
+
+def test_a_branch_not_taken_is_skipped_once_the_run_ends(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A delivered run's phase that its branch passed over will never run: `status` says
+    "skipped", not "pending" as if it were still to come."""
+    import json
+
+    (tmp_path / "flow.yaml").write_text(BRANCHING)
+    result = run(cli_env, tmp_path)
+    run_id = next(line.split()[1] for line in result.stderr.splitlines() if line.startswith("run "))
+    view = json.loads(interlock(cli_env, tmp_path, "status", run_id, "--json").stdout)
+    phases = {phase["id"]: phase for phase in view["phases"]}
+    assert phases["small"]["status"] == "completed"
+    assert phases["big"]["status"] == "skipped"
+    assert phases["big"]["workers"]["b"]["status"] == "skipped"
+    shown = interlock(cli_env, tmp_path, "status", run_id).stdout
+    assert "skipped" in shown and "pending" not in shown

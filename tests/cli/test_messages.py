@@ -207,3 +207,42 @@ def test_diff_shows_no_cost_where_a_task_did_not_exist(
     assert result.returncode == 0, result.stderr
     row = next(line.split() for line in result.stdout.splitlines() if line.startswith("  f@1"))
     assert row[1:3] == ["ran", "-"] and row[-2:] == ["$0.0000", "-"], result.stdout
+
+
+def test_an_events_fields_are_written_as_the_file_and_json_write_them() -> None:
+    """`interlock events` shows true/false and JSON mappings, not Python's `False` and
+    `{'n': None}`; empty fields are left out."""
+    from interlock.cli.display import describe
+    from interlock.core import events as ev
+    from interlock.storage.base import NewEvent
+
+    created = ev.RunCreated(
+        at=0.0,
+        run_id="r",
+        pipeline="p",
+        definition_hash="h",
+        topic="t",
+        inputs={"n": 4, "loud": True, "ratio": None},
+        no_cache=True,
+    )
+    line = describe(NewEvent(event=created))
+    assert 'inputs={"n":4,"loud":true,"ratio":null}' in line
+    assert "no_cache=true" in line and "rerun_of" not in line
+    assert "False" not in line and "None" not in line
+
+
+def test_a_submitted_run_not_yet_taken_up_says_what_takes_it_up(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A run recorded by `submit` and never driven is not "interrupted": `status` says it
+    waits for an orchestrator and names the commands that drive it."""
+    flow = tmp_path / "fail.yaml"
+    flow.write_text(FAILING)
+    submitted = cli(cli_env, "submit", str(flow), "p", "--topic", "x")
+    assert submitted.returncode == 0, submitted.stderr
+    run_id = submitted.stdout.strip()
+    status = cli(cli_env, "status", run_id)
+    assert status.returncode == 0, status.stderr
+    said = " ".join(status.stdout.split())
+    assert "not driven yet: the run is recorded and waits for an orchestrator" in said
+    assert "interrupted" not in said and f"'interlock resume {run_id}'" in said

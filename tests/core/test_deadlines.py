@@ -135,10 +135,10 @@ def test_many_attempts_waiting_each_time_out_at_their_own_start_deadline() -> No
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
-        (0, "Input should be greater than 0"),
-        (-1, "Input should be greater than 0"),
+        (0, "must be greater than 0"),
+        (-1, "must be greater than 0"),
         ("2 fortnights", "start_timeout '2 fortnights' must be seconds or a duration like 30s"),
-        ("30d", "Input should be less than or equal to 604800"),
+        ("30d", "must be less than or equal to 604800"),
     ],
 )
 def test_bad_start_timeouts_are_refused_naming_the_place(value: Any, expected: str) -> None:

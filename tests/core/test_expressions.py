@@ -108,12 +108,31 @@ def test_undefined_name_at_render_is_an_error() -> None:
 
 
 @pytest.mark.parametrize(
+    ("source", "values", "words"),
+    [
+        ('{{ n + "x" }}', {"n": 3}, "TypeError: unsupported operand"),
+        ("{{ n // 0 }}", {"n": 3}, "ZeroDivisionError"),
+        ("{{ items[5] }}", {"items": [1]}, "list object has no element 5"),
+    ],
+)
+def test_an_operation_the_values_refuse_is_a_template_problem(
+    source: str, values: dict[str, Any], words: str
+) -> None:
+    """What a template does to values of the wrong kind fails the task with words, not an
+    internal error with a traceback."""
+    with pytest.raises(TemplateProblem, match="task template cannot be rendered") as raised:
+        render_task(source, values)
+    assert words in str(raised.value)
+
+
+@pytest.mark.parametrize(
     ("source", "context", "words"),
     [
         ("reviewer.scor < 8", {"reviewer": {"score": 5}}, "reviewer has no 'scor' (it has: score)"),
         ('roles["a-b"].x > 1', {"roles": {"a-b": {"y": 1}}}, "a-b\"] has no 'x' (it has: y)"),
         ("reviewer.score < 8.0", {"reviewer": {"score": "high"}}, 'reviewer.score = "high" (text)'),
         ("reviewer.score < 8.0", {"reviewer": {"score": None}}, "reviewer.score is null"),
+        ("inputs.n > 3", {"inputs": {"n": None}}, "inputs.n is not set: it is optional"),
         ("1 / 0 == 1", {}, "divide by zero"),
     ],
 )  # fmt: skip

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+import yaml
 
 from interlock.core.loader import parse_workflow
 from interlock.errors import WorkflowError
@@ -55,3 +58,60 @@ def test_problems_of_data_without_text_have_no_line() -> None:
     with pytest.raises(WorkflowError) as info:
         build_workflow({"t": {"phases": [{"id": "a", "workers": [{"role": "w", "timout": 1}]}]}})
     assert info.value.problems[0].startswith("pipeline 't'")
+
+
+@pytest.mark.parametrize(
+    ("written", "meant"),
+    [("int", "integer"), ("string", "text"), ("strng", "text"), ("bool", "boolean")],
+)
+def test_a_choice_written_another_way_names_the_one_meant(written: str, meant: str) -> None:
+    """`type: int` is told the choices in the file's words ("must be", not pydantic's "Input
+    should be", which reads as if about the pipeline's inputs) and the one meant."""
+    text = f"t:\n  inputs:\n    n: {{type: {written}}}\n  phases:\n"
+    text += "    - {id: a, workers: [{role: w, final: true, command: [echo]}]}\n"
+    (problem,) = problems(text)
+    assert problem == (
+        "line 3: pipeline 't', input 'n', key 'type': must be 'text', 'integer', 'number' or "
+        f"'boolean' (did you mean {meant!r}?)"
+    )
+
+
+CROSS = """\
+p:
+  inputs:
+    n: {type: integer}
+  phases:
+    - id: a
+      workers:
+        - role: w
+          command: [echo, hi]
+          reads: [x.md, "x.md?"]
+      next:
+        - {if: "w.score > 3 &&", goto: b}
+    - id: b
+      workers:
+        - role: x
+          final: true
+          command: [echo, "{{ inputs.m }}"]
+"""
+
+
+def test_cross_reference_problems_name_their_lines() -> None:
+    """A problem found after the schema (a read, a condition, a template) names the line of
+    the key it is about, or of its worker or rule: the place is found from the words that
+    start the problem."""
+    lines = [problem.split(":", 1)[0] for problem in problems(CROSS)]
+    assert lines == ["line 9", "line 9", "line 11", "line 16"], problems(CROSS)
+    as_json = json.dumps(yaml.safe_load(CROSS), indent=1)
+    assert all(p.startswith("line ") for p in problems(as_json, json_only=True))
+
+
+def test_a_place_that_is_not_found_leaves_the_problem_as_it_is() -> None:
+    """A problem whose place names nothing in the file (a sub-pipeline's label, say) is
+    shown without a line rather than with a wrong one."""
+    from interlock.core.loader import _place_path
+
+    data = yaml.safe_load(CROSS)
+    assert _place_path("pipeline 'p > other.yaml#c', phase 'a': x", data) == ["p > other.yaml#c"]
+    assert _place_path("pipeline 'p', phase 'zz', worker 'w': x", data) == ["p"]
+    assert _place_path("several pipelines: x", data) == []

@@ -28,12 +28,10 @@ def problems(concurrency: Any) -> list[str]:
 def test_a_mapping_is_told_only_what_is_wrong_in_it() -> None:
     """`{key: ..., limit: 0}` is one problem at `limit`, without 'a valid integer'."""
     assert problems({"key": "inputs.customer", "limit": 0}) == [
-        "- pipeline 'p', key 'concurrency', key 'limit': Input should be greater than or equal to 1"
+        "- pipeline 'p', key 'concurrency', key 'limit': must be greater than or equal to 1"
     ]
 
 
 def test_a_number_is_told_only_what_is_wrong_with_it() -> None:
     """`concurrency: 0` is one problem at `concurrency`, naming no type of the code."""
-    assert problems(0) == [
-        "- pipeline 'p', key 'concurrency': Input should be greater than or equal to 1"
-    ]
+    assert problems(0) == ["- pipeline 'p', key 'concurrency': must be greater than or equal to 1"]

@@ -100,6 +100,18 @@ def test_duplicate_role() -> None:
     )
 
 
+def test_a_file_read_twice() -> None:
+    """`reads: [x.md, "x.md?"]` says both spellings and the fix: a read is required or
+    optional, not both."""
+    data = translate()
+    data["t"]["phases"][2]["workers"][0]["reads"] = ["translator.md", "translator.md?"]
+    assert one_problem(data) == (
+        "pipeline 't', phase 'polish', worker 'polisher': reads 'translator.md' twice "
+        "('translator.md' and 'translator.md?'); list it once, as 'translator.md' or, if the "
+        "task can do without it, 'translator.md?'"
+    )
+
+
 def test_duplicate_output_file() -> None:
     """Two workers writing the same file are told to rename one output."""
     data = translate()
@@ -344,9 +356,9 @@ def test_unsafe_output_name() -> None:
 @pytest.mark.parametrize(
     ("timeout", "expected"),
     [
-        (-5, "Input should be greater than 0"),
-        (0, "Input should be greater than 0"),
-        (10**9, "Input should be less than or equal to 604800"),
+        (-5, "must be greater than 0"),
+        (0, "must be greater than 0"),
+        (10**9, "must be less than or equal to 604800"),
     ],
 )
 def test_negative_or_absurd_timeouts(timeout: float, expected: str) -> None:
@@ -364,8 +376,8 @@ def test_negative_grace_and_retries() -> None:
     data["t"]["phases"][0]["workers"][0]["grace"] = -1
     data["t"]["phases"][0]["workers"][0]["retries"] = -1
     problems = problems_of(data)
-    assert any("key 'grace': Input should be greater than or equal to 0" in p for p in problems)
-    assert any("key 'retries': Input should be greater than or equal to 0" in p for p in problems)
+    assert any("key 'grace': must be greater than or equal to 0" in p for p in problems)
+    assert any("key 'retries': must be greater than or equal to 0" in p for p in problems)
 
 
 def test_model_and_command_both_given() -> None:

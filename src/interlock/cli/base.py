@@ -266,11 +266,16 @@ pass_ctx = click.make_pass_decorator(Ctx)
 
 def parse_inputs(pairs: tuple[str, ...]) -> dict[str, str]:
     """`k=v` pairs into a dict."""
-    values = {}
+    values: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--input")
+        if key in values:  # the last one would win unseen
+            raise click.BadParameter(
+                f"{key!r} is given twice ({key}={values[key]} and {pair}); give it once",
+                param_hint="--input",
+            )
         values[key] = value
     return values
 

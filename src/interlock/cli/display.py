@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import time
 from pathlib import Path
@@ -29,6 +30,7 @@ STATUS_STYLE = {
     "completed": "green",
     "running": "yellow",
     "pending": "dim",
+    "skipped": "dim",
     "retrying": "magenta",
     "failed": "red",
     "timed_out": "red",
@@ -225,10 +227,22 @@ def describe(new: NewEvent) -> str:
     }
     if event.kind == "run_cancelled" and fields.get("reason") == "cancelled":
         del fields["reason"]  # the default reason: "run_cancelled reason=cancelled" says it twice
-    text = " ".join(f"{k}={v}" for k, v in fields.items() if v not in (None, "", [], {}))
+    text = " ".join(
+        f"{k}={plain_value(v)}" for k, v in fields.items() if v not in (None, "", [], (), {})
+    )
     if new.rule:
         text += f"  [{new.rule}: {new.why}]"
     return text
+
+
+def plain_value(value: Any) -> str:
+    """A field's value as the file and `--json` write it: true/false, null, lists and
+    mappings as JSON, not Python's spelling (`False`, `{'a': None}`)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool | dict | list | tuple) or value is None:
+        return json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))
+    return str(value)
 
 
 def vars_of(event: Any) -> dict[str, Any]:

@@ -300,7 +300,15 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
     if pending:
         out.print(f"signals kept for a later wait: {', '.join(pending)}")
     if view["status"] in ("running", "waiting"):
-        if driver is None:
+        started = (w.get("session") for p in view["phases"] for w in p["workers"].values())
+        if driver is None and not any(started):  # submitted, no task taken up yet
+            out.print(
+                "[yellow]not driven yet:[/] the run is recorded and waits for an orchestrator "
+                "('interlock serve' or 'interlock orchestrate' on this ledger takes it up); or "
+                f"drive it here with 'interlock resume {view['run_id']}'",
+                markup=True,
+            )
+        elif driver is None:
             out.print(
                 "[yellow]not driven:[/] no orchestrator holds this run (it was interrupted or "
                 f"its process died); continue it with 'interlock resume {view['run_id']}'",
@@ -399,7 +407,7 @@ def _shown_workers(
     rest: dict[str, int] = {}
     for role, worker in workers.items():
         status = worker["status"]
-        if status not in ("completed", "reused", "pending") and len(shown) < SHOWN:
+        if status not in ("completed", "reused", "pending", "skipped") and len(shown) < SHOWN:
             shown.append((role, worker))
         else:
             rest[status] = rest.get(status, 0) + 1

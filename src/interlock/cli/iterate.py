@@ -109,7 +109,8 @@ def diff(ctx: Ctx, run_a: str, run_b: str, outputs: bool, as_json: bool) -> None
     decisions that went differently."""
     from rich.table import Table
 
-    from interlock.cli.display import styled
+    from interlock.cli.display import plain_value, styled
+    from interlock.core.reads import show_value
 
     # With no ledger at all, refused creating nothing.
     result = ctx.reader(run_a).diff(run_a, run_b, outputs=outputs)
@@ -118,12 +119,14 @@ def diff(ctx: Ctx, run_a: str, run_b: str, outputs: bool, as_json: bool) -> None
         return
     out.print(f"A {result.a}\nB {result.b}")
     for name, (a, b) in result.header.items():
-        out.print(f"  {name}: {a} -> {b}")
+        out.print(f"  {name}: {plain_value(a)} -> {plain_value(b)}")
     table = Table(box=None, padding=(0, 2))
     for column in ("task", "A", "B", "output", "cost A", "cost B", "values that differ"):
         table.add_column(column)
     for task in result.tasks:
-        values = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in task.values.items())
+        values = "; ".join(
+            f"{k}: {show_value(a)} -> {show_value(b)}" for k, (a, b) in task.values.items()
+        )
         table.add_row(
             task.task_id,
             styled(task.a),

@@ -46,6 +46,9 @@ def run(
     from interlock.cli.quote import refuse_unrunnable_calls, run_gate
     from interlock.core.inputs import resolve_inputs
     from interlock.core.loader import load_workflow
+    from interlock.runtime.home import Home
+    from interlock.runtime.models import ModelRunner
+    from interlock.runtime.orchestrator import refuse_broken_config
 
     install_terminate_handler()
     given = parse_inputs(inputs)
@@ -56,6 +59,7 @@ def run(
         # Refused inputs are said before the ledger is opened, which would create one.
         definition = workflow.get(pipeline)
         resolve_inputs(definition.name, definition.pipeline.inputs, given)
+        refuse_broken_config(ModelRunner(Home.at(ctx.home).root), definition)
     app = ctx.app
     if pipeline is not None:  # without one, `start` says which pipelines there are
         run_gate(file, definition, app.home.root, topic, given, strict)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import difflib
 import hashlib
@@ -246,8 +247,73 @@ def build_workflow(
         problems += _validate_other_files(name, pipeline)
         definitions[name] = Definition.of(name, pipeline, source)
     if problems:
+        if locate is not None:
+            problems = [_with_line(problem, data, locate) for problem in problems]
         raise WorkflowError(source, problems)
     return Workflow(source=source, definitions=definitions)
+
+
+# The place a cross-reference problem starts with, in the words `validate` writes it:
+# `pipeline 't', phase 'review', worker 'reviewer': ...`, `..., next rule 2: ...`.
+_NAME = r"(?:'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")"
+_PIPELINE_PLACE = re.compile(rf"pipeline (?P<name>{_NAME})")
+_PLACE_PART = re.compile(
+    rf", (?:phase (?P<phase>{_NAME})|worker (?P<worker>{_NAME})|next rule (?P<rule>\d+)"
+    r"|(?P<key>for_each|not_before|concurrency|inputs)\b)"
+)
+
+_PROBLEM_KEY = re.compile(r"(?:[,:] key '(?P<key>\w+)'|: (?P<verb>reads|extract|task) )")
+
+
+def _with_line(problem: str, data: Any, locate: Callable[[Sequence[Any]], int | None]) -> str:
+    """`problem` prefixed with the line of the place it names (`line 12: ...`), when found."""
+    line = locate(_place_path(problem, data))
+    return problem if line is None else f"line {line}: {problem}"
+
+
+def _place_path(problem: str, data: Any) -> list[Any]:
+    """The path in `data` of the place a problem names (as far as it is found)."""
+    found = _PIPELINE_PLACE.match(problem)
+    if found is None:
+        return []
+    name = ast.literal_eval(found["name"])
+    path: list[Any] = [name]
+    node = data.get(name) if isinstance(data, dict) else None
+    position = found.end()
+    while (part := _PLACE_PART.match(problem, position)) is not None and isinstance(node, dict):
+        position = part.end()
+        if part["phase"] is not None:
+            entries, field, wanted = node.get("phases"), "phases", part["phase"]
+        elif part["worker"] is not None:
+            entries, field, wanted = node.get("workers"), "workers", part["worker"]
+        elif part["rule"] is not None:
+            rules = node.get("next")
+            index = int(part["rule"]) - 1
+            if not isinstance(rules, list) or not 0 <= index < len(rules):
+                break
+            path += ["next", index]
+            node = rules[index]
+            continue
+        else:
+            path.append(part["key"])
+            break
+        key = "id" if field == "phases" else "role"
+        value = ast.literal_eval(wanted)
+        listed = entries if isinstance(entries, list) else []
+        at = next(
+            (i for i, e in enumerate(listed) if isinstance(e, dict) and e.get(key) == value),
+            None,
+        )
+        if at is None:
+            break
+        path += [field, at]
+        node = listed[at]
+    else:  # the key of the place the problem is about, when it says so
+        said = _PROBLEM_KEY.match(problem, position)
+        if said is not None and isinstance(node, dict):
+            word = said["key"] or said["verb"]
+            path += [word] if word in node else []
+    return path
 
 
 class _FileReader:
@@ -376,6 +442,8 @@ def _describe(error: Any, data: Any) -> str:
         message += _did_you_mean(key, parts[-2] if len(parts) > 1 else "")
     elif error["type"] == "missing":
         message = "required key is missing"
+    elif error["type"] == "literal_error" and isinstance(child, str):
+        message += _closest_choice(child, str(error.get("ctx", {}).get("expected", "")))
     elif error["type"] == "model_type":
         message = _mapping_expected(key, parts, child)
     elif key == "command" and error["type"] == "list_type" and isinstance(child, str):
@@ -386,6 +454,8 @@ def _describe(error: Any, data: Any) -> str:
             f'[sh, -c, "{quoted}"] for a shell line, or split it: {child.split()!r}'
         )
     message = message.removeprefix("Value error, ")
+    if message.startswith("Input should be "):  # pydantic's word; a file's inputs are other
+        message = "must be " + message.removeprefix("Input should be ")
     return f"{', '.join(parts)}: {message}"
 
 
@@ -418,6 +488,26 @@ def _mapping_expected(key: Any, parts: list[str], value: Any) -> str:
             " limit: 2} (a plain number limits runs and is written on the pipeline)"
         )
     return message
+
+
+# Other languages' names of a choice (`type: int`), which a near spelling would not find.
+_CHOICE_ALIASES = {
+    "int": "integer",
+    "float": "number",
+    "str": "text",
+    "string": "text",
+    "bool": "boolean",
+}
+
+
+def _closest_choice(given: str, expected: str) -> str:
+    """' (did you mean ...?)' naming the choice of `expected` (pydantic's "'a', 'b' or 'c'")
+    closest to `given`, or ''."""
+    choices = re.findall(r"'([^']*)'", expected)
+    names = {choice: choice for choice in choices}
+    names.update({alias: to for alias, to in _CHOICE_ALIASES.items() if to in choices})
+    close = difflib.get_close_matches(given.strip().lower(), list(names), n=1)
+    return f" (did you mean {names[close[0]]!r}?)" if close else ""
 
 
 def _did_you_mean(key: Any, place: str) -> str:

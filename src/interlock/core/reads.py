@@ -130,6 +130,11 @@ def why_not(
         value, problem = lookup(context, path)
         if problem is not None:
             problems.append(problem)
+        elif value is None and path[0] == "inputs":
+            problems.append(
+                f"{show_path(path)} is not set: it is optional and the run was given no value "
+                "(give one with --input, or a default in the file)"
+            )
         elif value is None:
             problems.append(f"{show_path(path)} is null: nothing was extracted for it")
         else:

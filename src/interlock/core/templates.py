@@ -126,3 +126,8 @@ def render_task(source: str, values: Mapping[str, Any]) -> str:
         return str(_compiled(source).render(**values))
     except TemplateError as exc:
         raise TemplateProblem(f"task template cannot be rendered: {exc}") from None
+    except (TypeError, ValueError, ArithmeticError, LookupError, AttributeError) as exc:
+        # An operation the values do not allow (`{{ inputs.n + "x" }}` with an integer n).
+        raise TemplateProblem(
+            f"task template cannot be rendered: {type(exc).__name__}: {exc}"
+        ) from None

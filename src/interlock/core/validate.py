@@ -249,8 +249,16 @@ def _check_reads(where: str, pipeline: Pipeline) -> list[str]:
         in_phase: set[str] = set()
         for worker in phase.workers:
             place = f"{where}, phase {phase.id!r}, worker {worker.role!r}"
+            listed: dict[str, str] = {}
             for entry in worker.reads:
                 file, optional = read_name(entry)
+                if file in listed:
+                    problems.append(
+                        f"{place}: reads {file!r} twice ({listed[file]!r} and {entry!r}); "
+                        f"list it once, as '{file}' or, if the task can do without it, '{file}?'"
+                    )
+                    continue
+                listed[file] = entry
                 writer = written.get(file)
                 if writer is None:
                     problems.append(

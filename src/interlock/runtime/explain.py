@@ -8,9 +8,11 @@ these records (`interlock explain`); the MCP server returns them as they are.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from interlock.core.state import task_id_for
 from interlock.errors import UsageError
 
 if TYPE_CHECKING:
@@ -86,10 +88,28 @@ def branch_reads(pipeline: Pipeline, state: RunState, event: ev.BranchTaken) -> 
     return lines
 
 
+# `prompts/<task id>.<attempt>.md`, and `.tools.md` beside it for a tool loop's calls; a task
+# id is `role@visit` or `role@visit.item`.
+_PROMPT_FILE = re.compile(
+    r"^(?P<role>.+)@(?P<visit>\d+)(?:\.(?P<item>\d+))?\.(?P<attempt>\d+)(?P<tools>\.tools)?\.md$"
+)
+
+
 def prompts(run_dir: Path, task: str) -> list[tuple[str, str]]:
-    """The exact prompts task `task` was sent, one per attempt: (task.attempt, text)."""
+    """The exact prompts sent for `task`, a role (every visit, item and attempt) or a task
+    id (`role@2`, `role@1.3` in a fan-out: its attempts), in the order they were sent:
+    (task.attempt, text), a tool loop's transcript after its prompt."""
     folder = run_dir / "prompts"
-    found = sorted(folder.glob(f"{task}*.md")) if folder.is_dir() else []
+    found = []
+    for path in folder.iterdir() if folder.is_dir() else []:
+        parts = _PROMPT_FILE.match(path.name)
+        if parts is None:
+            continue
+        item = None if parts["item"] is None else int(parts["item"])
+        if task not in (parts["role"], task_id_for(parts["role"], int(parts["visit"]), item)):
+            continue
+        order = (int(parts["visit"]), item or -1, int(parts["attempt"]), bool(parts["tools"]))
+        found.append((order, path.name.removesuffix(".md"), path))
     if not found:
         raise UsageError(f"no prompt was recorded for {task!r} (only model tasks have one)")
-    return [(path.stem, path.read_text(encoding="utf-8")) for path in found]
+    return [(label, path.read_text(encoding="utf-8")) for _, label, path in sorted(found)]

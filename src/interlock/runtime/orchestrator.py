@@ -310,14 +310,7 @@ class Orchestrator:
         """Raise UsageError when the interlock.toml a pipeline's model workers read does not
         load (it does not parse, or a table is invalid): every call to a model would fail,
         so a run, or a rerun that calls even one model, is refused before it is recorded."""
-        if not model_aliases(definition):
-            return
-        try:
-            self.models.config(driver_dir(definition.source))
-        except ConfigError as exc:
-            raise UsageError(
-                f"{definition.source or definition.name}: nothing was recorded: {exc}"
-            ) from None
+        refuse_broken_config(self.models, definition)
 
     def _model_warnings(
         self, definition: Definition, *, refuse_missing_keys: bool = True
@@ -1089,6 +1082,18 @@ def make_dir(path: Path) -> None:
         path.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
         pass
+
+
+def refuse_broken_config(models: ModelRunner, definition: Definition) -> None:
+    """See `Orchestrator.refuse_broken_config`; callable before any ledger is open."""
+    if not model_aliases(definition):
+        return
+    try:
+        models.config(driver_dir(definition.source))
+    except ConfigError as exc:
+        raise UsageError(
+            f"{definition.source or definition.name}: nothing was recorded: {exc}"
+        ) from None
 
 
 def driver_dir(source: str) -> Path | None:

@@ -13,7 +13,14 @@ import time
 from typing import Any
 
 from interlock.core.decide import given_up, still_running
-from interlock.core.state import RUN_PAUSED, RUN_RUNNING, RunState, TaskStatus, listed_status
+from interlock.core.state import (
+    ENDED,
+    RUN_PAUSED,
+    RUN_RUNNING,
+    RunState,
+    TaskStatus,
+    listed_status,
+)
 from interlock.core.workflow import Pipeline
 from interlock.storage.base import RunRecord, StoredEvent
 
@@ -53,8 +60,11 @@ def status_view(pipeline: Pipeline, state: RunState, run_dir_name: str) -> dict[
         latest.setdefault(task.role, {})[task.item] = task
     phases = []
     current_index = 0
+    # What an ended run never started will not run: "skipped" (a branch not taken, or what
+    # came after a failure), not "pending".
+    unstarted = "skipped" if state.status in ENDED else "pending"
     for index, phase in enumerate(pipeline.phases):
-        status = state.phase_status.get(phase.id, "pending")
+        status = state.phase_status.get(phase.id, unstarted)
         if state.current is not None and state.current.phase == phase.id:
             current_index = index
             if state.status is RUN_PAUSED and state.current.completed:
@@ -64,7 +74,7 @@ def status_view(pipeline: Pipeline, state: RunState, run_dir_name: str) -> dict[
         workers = {}
         for worker in phase.workers:
             tasks = latest.get(worker.role, {})
-            entry: dict[str, Any] = {"status": "pending", "session": ""}
+            entry: dict[str, Any] = {"status": unstarted, "session": ""}
             if tasks:
                 ordered = [tasks[k] for k in sorted(tasks, key=lambda k: -1 if k is None else k)]
                 last = ordered[-1]
