@@ -140,6 +140,23 @@ def test_invalid_entries_name_the_file_and_table(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"\[providers\.x\] is invalid: max_concurency") as caught:
         ModelConfig.load([tmp_path], env={})
     assert str(path) in str(caught.value)
+    assert "max_concurency: unknown key (did you mean 'max_concurrency'?)" in str(caught.value)
+    assert "Extra inputs" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("table", "meant"),
+    [("modles", "[models]"), ("provider", "[providers]"), ("retension", "[retention]")],
+)
+def test_a_table_no_command_reads_is_refused(tmp_path: Path, table: str, meant: str) -> None:
+    """`[modles.fast]` would be ignored, leaving `fast` to the offline stand-in: refused,
+    naming the closest table and every one interlock reads."""
+    path = write(tmp_path, f'[{table}.fast]\nprovider = "openai"\nmodel = "m"\n')
+    with pytest.raises(ConfigError) as caught:
+        ModelConfig.load([tmp_path], env={})
+    message = str(caught.value)
+    assert message.startswith(f"{path}: [{table}] is not a table interlock reads")
+    assert f"(did you mean {meant}?)" in message and "[hooks.NAME]" in message
 
 
 def test_unknown_kind_and_missing_command_are_rejected(tmp_path: Path) -> None:

@@ -91,6 +91,7 @@ from interlock.providers.config_files import (
     env_models,
     read_toml,
     tables,
+    unknown_top_level,
 )
 from interlock.providers.prices import PRICE_SOURCE, default_prices
 from interlock.providers.redaction import Secret
@@ -167,6 +168,7 @@ class ModelConfig:
             if not path.is_file():
                 continue
             document = read_toml(path)
+            unknown_top_level(document, path)
             loaded.append(path)
             for name, table in tables(document, "providers", path).items():
                 raw_providers.setdefault(name, (path, table))

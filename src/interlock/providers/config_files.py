@@ -6,12 +6,13 @@ value may be an API key.
 
 from __future__ import annotations
 
+import difflib
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from interlock.providers.settings import BUILTIN_PROVIDERS, ModelEntry, ProviderSettings
 
@@ -57,14 +58,43 @@ def env_models(spec: str) -> dict[str, dict[str, Any]]:
     return models
 
 
-def validation_message(exc: ValidationError) -> str:
+def validation_message(exc: ValidationError, model: type[BaseModel] | None = None) -> str:
+    """The problems of a table in words; an unknown key names the closest known one of
+    `model` (`api_key_envv`: did you mean 'api_key_env'?)."""
+    known = [f.alias or name for name, f in model.model_fields.items()] if model else []
+    parts = []
     # include_input=False: a mistyped field may hold something secret.
-    return "; ".join(
-        ".".join(f"{p}: " for p in e["loc"][:1]) + _plain(e["msg"])
-        if not e["loc"][1:]
-        else f"{'.'.join(str(p) for p in e['loc'])}: {_plain(e['msg'])}"
-        for e in exc.errors(include_input=False, include_url=False)
-    )
+    for e in exc.errors(include_input=False, include_url=False):
+        place = ".".join(str(p) for p in e["loc"])
+        if e["type"] == "extra_forbidden":
+            close = difflib.get_close_matches(str(e["loc"][-1]), known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            parts.append(f"{place}: unknown key{hint}; remove it or check the spelling")
+        else:
+            parts.append(f"{place}: {_plain(e['msg'])}" if place else _plain(e["msg"]))
+    return "; ".join(parts)
+
+
+# The tables and keys an interlock.toml may hold at its top level, and who reads them.
+TOP_LEVEL = {
+    "providers": "[providers.NAME]",
+    "models": "[models.ALIAS]",
+    "secrets_file": "secrets_file",
+    "hooks": "[hooks.NAME] (interlock serve)",
+    "retention": "[retention] (interlock prune)",
+}
+
+
+def unknown_top_level(document: Mapping[str, Any], path: Path) -> None:
+    """Refuse a table or key no command reads (`[modles.fast]`): it would be ignored."""
+    for key in document:
+        if key not in TOP_LEVEL:
+            close = difflib.get_close_matches(key, list(TOP_LEVEL), n=1)
+            hint = f" (did you mean [{close[0]}]?)" if close else ""
+            raise ConfigError(
+                f"{path}: [{key}] is not a table interlock reads{hint}; an interlock.toml "
+                f"holds {', '.join(TOP_LEVEL.values())}"
+            )
 
 
 def _plain(message: str) -> str:
@@ -83,7 +113,8 @@ def build_providers(
             providers[name] = ProviderSettings.model_validate(fields)
         except ValidationError as exc:
             raise ConfigError(
-                f"{origin}: [providers.{name}] is invalid: {validation_message(exc)}"
+                f"{origin}: [providers.{name}] is invalid: "
+                f"{validation_message(exc, ProviderSettings)}"
             ) from None
     return providers
 
@@ -97,7 +128,7 @@ def build_models(
             entry = ModelEntry.model_validate(table)
         except ValidationError as exc:
             raise ConfigError(
-                f"{origin}: [models.{alias}] is invalid: {validation_message(exc)}"
+                f"{origin}: [models.{alias}] is invalid: {validation_message(exc, ModelEntry)}"
             ) from None
         if entry.provider not in providers:
             raise ConfigError(
