@@ -50,17 +50,18 @@ def test_refused_and_empty_commands_create_no_ledger(
 def test_a_run_refused_for_its_configuration_creates_no_ledger(
     cli_env: dict[str, str], tmp_path: Path
 ) -> None:
-    """An `interlock.toml` that does not parse refuses a run of model workers before the
-    ledger is opened, so nothing is left behind to clean up."""
+    """An `interlock.toml` that does not parse refuses a run or a submit of model workers
+    before the ledger is opened, so nothing is left behind to clean up."""
     flow = FLOW.replace('command: ["sh", "-c", "echo hi > {output}"]', "model: fast")
     (tmp_path / "flow.yaml").write_text(flow)
     (tmp_path / "interlock.toml").write_text("[models\nfast = 1\n")
     env = {k: v for k, v in cli_env.items() if k != "INTERLOCK_HOME"}
-    result = subprocess.run(
-        [sys.executable, "-m", "interlock", "run", "flow.yaml", "p", "-t", "x"],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert "Traceback" not in result.stderr
-    assert result.returncode == 2, result.stderr
-    assert "nothing was recorded" in result.stderr and "interlock.toml" in result.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["flow.yaml", "interlock.toml"]
+    for command in ("run", "submit"):
+        result = subprocess.run(
+            [sys.executable, "-m", "interlock", command, "flow.yaml", "p", "-t", "x"],
+            env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert "Traceback" not in result.stderr
+        assert result.returncode == 2, (command, result.stderr)
+        assert "nothing was recorded" in result.stderr and "interlock.toml" in result.stderr
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["flow.yaml", "interlock.toml"]

@@ -62,7 +62,7 @@ def test_problems_of_data_without_text_have_no_line() -> None:
 
 @pytest.mark.parametrize(
     ("written", "meant"),
-    [("int", "integer"), ("string", "text"), ("strng", "text"), ("bool", "boolean")],
+    [("int", "integer"), ("float", "number"), ("strng", "text"), ("boolen", "boolean")],
 )
 def test_a_choice_written_another_way_names_the_one_meant(written: str, meant: str) -> None:
     """`type: int` is told the choices in the file's words ("must be", not pydantic's "Input
@@ -115,3 +115,21 @@ def test_a_place_that_is_not_found_leaves_the_problem_as_it_is() -> None:
     assert _place_path("pipeline 'p > other.yaml#c', phase 'a': x", data) == ["p > other.yaml#c"]
     assert _place_path("pipeline 'p', phase 'zz', worker 'w': x", data) == ["p"]
     assert _place_path("several pipelines: x", data) == []
+
+
+def test_inputs_and_extracted_values_take_each_others_type_words() -> None:
+    """`string`/`bool` (an extract's words) on an input and `text`/`boolean` (an input's) on
+    an extract mean the same types, so neither is refused for using the other's words."""
+    from interlock.core.loader import parse_workflow as parse
+
+    text = (
+        "t:\n  inputs:\n    a: {type: string, default: 3}\n    b: {type: bool}\n  phases:\n"
+        "    - id: a\n      workers:\n        - role: w\n          final: true\n"
+        "          command: [echo]\n"
+        "          extract: {ok: {regex: '(y)', type: boolean}, t: {regex: '(z)', type: text}}\n"
+    )
+    pipeline = parse(text, "flow").get("t").pipeline
+    assert pipeline.inputs["a"].type == "text" and pipeline.inputs["a"].default == "3"
+    assert pipeline.inputs["b"].type == "boolean"
+    extract = pipeline.phases[0].workers[0].extract
+    assert extract["ok"].type == "bool" and extract["t"].type == "string"

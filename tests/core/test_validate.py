@@ -112,6 +112,20 @@ def test_a_file_read_twice() -> None:
     )
 
 
+def test_a_condition_reading_a_value_its_role_does_not_extract() -> None:
+    """`reviewer.scor` is refused with the names the reviewer extracts; the run would fail
+    at the review, after the paid work, with "reviewer has no 'scor'"."""
+    data = translate()
+    data["t"]["phases"][1]["next"][0]["if"] = "reviewer.scor < 8.0"
+    assert one_problem(data) == (
+        "pipeline 't', phase 'review', next rule 1: expression 'reviewer.scor < 8.0' reads "
+        "reviewer.scor, which worker 'reviewer' does not extract (did you mean 'score'?); it "
+        "extracts score (add it under the worker's 'extract')"
+    )
+    data["t"]["phases"][1]["next"][0]["if"] = 'roles["translator"].score < 8.0'
+    assert "which worker 'translator' does not extract; it extracts nothing" in one_problem(data)
+
+
 def test_duplicate_output_file() -> None:
     """Two workers writing the same file are told to rename one output."""
     data = translate()

@@ -51,8 +51,27 @@ def test_a_task_id_shows_its_attempts_only(tmp_path: Path) -> None:
 
 
 def test_nothing_recorded_is_said_in_words(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match="no prompt was recorded for 'w@1'"):
+    with pytest.raises(UsageError, match=r"no prompt was recorded for .w@1. in this run"):
         prompts(tmp_path, "w@1")
     run_dir = folder_with(tmp_path, "w@1.1.md")
     with pytest.raises(UsageError, match="no prompt was recorded for 'w@2'"):
         prompts(run_dir, "w@2")
+
+
+def test_a_task_with_no_prompt_names_those_that_have_one(tmp_path: Path) -> None:
+    """`--prompt writer@9` of a run of three visits, or a role that is not there, lists the
+    tasks whose prompts were recorded, in order."""
+    run_dir = folder_with(tmp_path, "writer@1.1.md", "writer@2.1.md", "writer@10.1.md")
+    with pytest.raises(UsageError) as raised:
+        prompts(run_dir, "writer@9")
+    assert "prompts were recorded for writer@1, writer@2, writer@10 (give a role" in str(
+        raised.value
+    )
+
+
+def test_a_heading_says_the_task_and_its_attempt() -> None:
+    from interlock.runtime.explain import prompt_heading
+
+    assert prompt_heading("writer@2.1") == "writer@2, attempt 1"
+    assert prompt_heading("w@1.3.2") == "w@1.3, attempt 2"
+    assert prompt_heading("w@1.1.tools") == "w@1, attempt 1: tool calls"

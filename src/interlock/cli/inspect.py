@@ -497,11 +497,11 @@ def explain(ctx: Ctx, run_id: str, prompt_of: str | None) -> None:
     """Each decision with the rule that made it, why, and the values its condition read (or
     the exact prompt of a task)."""
     if prompt_of is not None:
-        from interlock.runtime.explain import prompts
+        from interlock.runtime.explain import prompt_heading, prompts
 
         app = ctx.reader(run_id)
         for name, text in prompts(app.run_dir(run_id), prompt_of):
-            out.print(f"== {name} (task.attempt)")
+            out.print(f"== {prompt_heading(name)}")
             click.echo(text)
         return
     from interlock.cli.display import LogPaths

@@ -82,6 +82,9 @@ def submit(ctx: Ctx, file: str, pipeline: str | None, topic: str, inputs: tuple[
     """Record a run and leave it to whoever drives runs (a server or `interlock orchestrate`)."""
     from interlock.core.inputs import resolve_inputs
     from interlock.core.loader import load_workflow
+    from interlock.runtime.home import Home
+    from interlock.runtime.models import ModelRunner
+    from interlock.runtime.orchestrator import refuse_broken_config
 
     given = parse_inputs(inputs)
     workflow = load_workflow(file)
@@ -90,6 +93,7 @@ def submit(ctx: Ctx, file: str, pipeline: str | None, topic: str, inputs: tuple[
     if pipeline is not None:  # refused before the ledger is opened, which would create one
         definition = workflow.get(pipeline)
         resolve_inputs(definition.name, definition.pipeline.inputs, given)
+        refuse_broken_config(ModelRunner(Home.at(ctx.home).root), definition)
     app = ctx.app
     run_id = app.submit(workflow, pipeline, topic=topic, inputs=given)
     out.print(run_id)

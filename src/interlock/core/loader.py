@@ -7,6 +7,7 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from pydantic import ValidationError
 
 from interlock.core.parse import MAX_BYTES, ParseProblem, locator, parse_text, too_large
 from interlock.core.subpipelines import children, embed_children
-from interlock.core.validate import validate_pipeline
+from interlock.core.validate import read_name, validate_pipeline
 from interlock.core.workflow import (
     Budget,
     Cache,
@@ -232,10 +233,12 @@ def build_workflow(
         described = [_describe(err, data) for err in errors]
         if locate is not None:
             lines = [locate(err["loc"]) for err in errors]
-            described = [
-                problem if line is None else f"line {line}: {problem}"
-                for problem, line in zip(described, lines, strict=True)
-            ]
+            described = by_line(
+                [
+                    problem if line is None else f"line {line}: {problem}"
+                    for problem, line in zip(described, lines, strict=True)
+                ]
+            )
         raise WorkflowError(source, described) from None
     problems: list[str] = []
     definitions = {}
@@ -248,7 +251,7 @@ def build_workflow(
         definitions[name] = Definition.of(name, pipeline, source)
     if problems:
         if locate is not None:
-            problems = [_with_line(problem, data, locate) for problem in problems]
+            problems = by_line([_with_line(problem, data, locate) for problem in problems])
         raise WorkflowError(source, problems)
     return Workflow(source=source, definitions=definitions)
 
@@ -262,7 +265,20 @@ _PLACE_PART = re.compile(
     r"|(?P<key>for_each|not_before|concurrency|inputs)\b)"
 )
 
-_PROBLEM_KEY = re.compile(r"(?:[,:] key '(?P<key>\w+)'|: (?P<verb>reads|extract|task) )")
+_PROBLEM_KEY = re.compile(
+    r"(?:[,:] key '(?P<key>\w+)'|: (?P<verb>reads|extract|task|goto|output|expression) "
+    r"(?:'(?P<name>[^']*)')?)"
+)
+_VERB_KEY = {"expression": "if"}  # a rule's condition is its `if`
+
+
+def by_line(problems: list[str]) -> list[str]:
+    """Problems in the order of the lines they name; those with no line after, as they were."""
+    placed = [(int(m[1]) if (m := _LINE.match(p)) else math.inf, i) for i, p in enumerate(problems)]
+    return [problems[i] for _, i in sorted(placed)]
+
+
+_LINE = re.compile(r"line (\d+): ")
 
 
 def _with_line(problem: str, data: Any, locate: Callable[[Sequence[Any]], int | None]) -> str:
@@ -311,8 +327,16 @@ def _place_path(problem: str, data: Any) -> list[Any]:
     else:  # the key of the place the problem is about, when it says so
         said = _PROBLEM_KEY.match(problem, position)
         if said is not None and isinstance(node, dict):
-            word = said["key"] or said["verb"]
-            path += [word] if word in node else []
+            word = said["key"] or _VERB_KEY.get(said["verb"], said["verb"])
+            if word in node:
+                path.append(word)
+                reads = node[word] if word == "reads" else None
+                if isinstance(reads, list) and said["name"] is not None:  # that entry's line
+                    path += [
+                        i
+                        for i, entry in enumerate(reads)
+                        if isinstance(entry, str) and read_name(entry)[0] == said["name"]
+                    ][:1]
     return path
 
 

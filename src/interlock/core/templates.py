@@ -87,7 +87,7 @@ def _input_names(source: str) -> frozenset[str]:
     try:
         tree = _ENV.parse(source)
     except TemplateError as exc:
-        raise TemplateProblem(f"template does not parse: {exc}") from None
+        raise TemplateProblem(f"template does not parse: {_said(exc)}") from None
     found = set()
     for node in tree.find_all((nodes.Getattr, nodes.Getitem)):
         if isinstance(node, nodes.Getattr) and _is_inputs(node.node):
@@ -97,6 +97,12 @@ def _input_names(source: str) -> frozenset[str]:
             if isinstance(key, nodes.Const) and isinstance(key.value, str):
                 found.add(key.value)
     return frozenset(found)
+
+
+def _said(exc: TemplateError) -> str:
+    """The engine's message alone: a syntax error's text also quotes a source location
+    (`File "<introspection>", line 1`) on lines of its own."""
+    return " ".join((exc.message or str(exc) or type(exc).__name__).split())
 
 
 def _is_inputs(node: Any) -> bool:
@@ -110,7 +116,7 @@ def _names(source: str) -> frozenset[str]:
     try:
         return frozenset(meta.find_undeclared_variables(_ENV.parse(source)))
     except TemplateError as exc:
-        raise TemplateProblem(f"template does not parse: {exc}") from None
+        raise TemplateProblem(f"template does not parse: {_said(exc)}") from None
 
 
 @lru_cache(maxsize=512)
@@ -125,7 +131,7 @@ def render_task(source: str, values: Mapping[str, Any]) -> str:
     try:
         return str(_compiled(source).render(**values))
     except TemplateError as exc:
-        raise TemplateProblem(f"task template cannot be rendered: {exc}") from None
+        raise TemplateProblem(f"task template cannot be rendered: {_said(exc)}") from None
     except (TypeError, ValueError, ArithmeticError, LookupError, AttributeError) as exc:
         # An operation the values do not allow (`{{ inputs.n + "x" }}` with an integer n).
         raise TemplateProblem(

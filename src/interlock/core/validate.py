@@ -356,6 +356,7 @@ def _check_transitions(
                 continue
             problems += [f"{place}: {p}" for p in budget_problems(pipeline, rule.if_)]
             problems += [f"{place}: {p}" for p in input_problems(pipeline, rule.if_)]
+            problems += [f"{place}: {p}" for p in value_problems(pipeline, rule.if_)]
             known = ROOT_NAMES | {r for r in roles if r.isidentifier()}
             for unknown in sorted(compiled.names - known):
                 problems.append(
@@ -407,6 +408,28 @@ def _check_not_before(where: str, pipeline: Pipeline) -> list[str]:
         except ExpressionError:
             continue  # reported by check_waits
         problems += [f"{where}, phase {phase.id!r}, not_before: {p}" for p in found]
+    return problems
+
+
+def value_problems(pipeline: Pipeline, expression: str) -> list[str]:
+    """`role.NAME` (or `roles["role"].NAME`) an expression reads that the role's worker does
+    not extract: a role's values are exactly its `extract` names, so it never has one."""
+    workers = {w.role: w for phase in pipeline.phases for w in phase.workers}
+    problems = []
+    tree = compile_expression(expression).tree
+    for path in read_paths(tree, frozenset({*workers, "roles"})):
+        named = path[1:] if path[0] == "roles" else path
+        if len(named) < 2 or named[0] not in workers:
+            continue  # the role alone, or one that is not there (said by the caller)
+        role, name = named[0], named[1]
+        extracted = sorted(workers[role].extract)
+        if name not in extracted:
+            shown = show_path(path[: len(path) - len(named) + 2])
+            problems.append(
+                f"expression {expression!r} reads {shown}, which worker {role!r} does not "
+                f"extract{_suggest(name, extracted)}; it extracts "
+                f"{', '.join(extracted) or 'nothing'} (add it under the worker's 'extract')"
+            )
     return problems
 
 

@@ -118,6 +118,12 @@ class Extract(_Model):
     type: Literal["number", "string", "bool", "list"] = "string"
     required: bool = True
 
+    @field_validator("type", mode="before")
+    @classmethod
+    def _inputs_words(cls, value: Any) -> Any:
+        # An input's type is written `text` or `boolean`: the same words are taken here.
+        return {"text": "string", "boolean": "bool"}.get(value, value)
+
     @model_validator(mode="after")
     def _one_source(self) -> Extract:
         if (self.json_path is None) == (self.regex is None):
@@ -489,6 +495,9 @@ class InputSpec(_Model):
     @model_validator(mode="before")
     @classmethod
     def _default_fits(cls, data: Any) -> Any:
+        # An extracted value's type is written `string` or `bool`: the same words are taken.
+        if isinstance(data, dict) and data.get("type") in ("string", "bool"):
+            data = {**data, "type": {"string": "text", "bool": "boolean"}[data["type"]]}
         # A default is written in the file's own kind; `type: number, default: 1` keeps 1.0.
         if (
             not isinstance(data, dict)
@@ -514,7 +523,8 @@ class InputSpec(_Model):
     def _scalar(cls, value: Any) -> Any:
         # One clear message instead of one per member of the union.
         if value is not None and not isinstance(value, str | int | float | bool):
-            kind = "a list" if isinstance(value, list) else f"a {type(value).__name__}"
+            kinds = {"list": "a list", "dict": "a mapping"}
+            kind = kinds.get(type(value).__name__, f"a {type(value).__name__}")
             raise ValueError(f"an input's default must be text, a number or true/false, not {kind}")
         return value
 

@@ -100,16 +100,34 @@ def prompts(run_dir: Path, task: str) -> list[tuple[str, str]]:
     id (`role@2`, `role@1.3` in a fan-out: its attempts), in the order they were sent:
     (task.attempt, text), a tool loop's transcript after its prompt."""
     folder = run_dir / "prompts"
-    found = []
+    found, recorded = [], set()
     for path in folder.iterdir() if folder.is_dir() else []:
         parts = _PROMPT_FILE.match(path.name)
         if parts is None:
             continue
         item = None if parts["item"] is None else int(parts["item"])
-        if task not in (parts["role"], task_id_for(parts["role"], int(parts["visit"]), item)):
-            continue
+        task_id = task_id_for(parts["role"], int(parts["visit"]), item)
         order = (int(parts["visit"]), item or -1, int(parts["attempt"]), bool(parts["tools"]))
-        found.append((order, path.name.removesuffix(".md"), path))
+        recorded.add((parts["role"], order[:2], task_id))
+        if task in (parts["role"], task_id):
+            found.append((order, path.name.removesuffix(".md"), path))
     if not found:
-        raise UsageError(f"no prompt was recorded for {task!r} (only model tasks have one)")
+        tasks = [task_id for _, _, task_id in sorted(recorded)]
+        shown = ", ".join(tasks[:12]) + (f" and {len(tasks) - 12} more" if len(tasks) > 12 else "")
+        there = f"; prompts were recorded for {shown}" if tasks else " in this run"
+        raise UsageError(
+            f"no prompt was recorded for {task!r}{there} (give a role or a task id such as "
+            "'writer@2'; only model workers' tasks have prompts)"
+        )
     return [(label, path.read_text(encoding="utf-8")) for _, label, path in sorted(found)]
+
+
+def prompt_heading(name: str) -> str:
+    """`writer@2.1` as a person reads it: `writer@2, attempt 1` (`: tool calls` for a tool
+    loop's transcript)."""
+    parts = _PROMPT_FILE.match(name + ".md")
+    if parts is None:
+        return name
+    task_id = name.removesuffix(".tools").rpartition(".")[0]
+    heading = f"{task_id}, attempt {parts['attempt']}"
+    return heading + ": tool calls" if parts["tools"] else heading
