@@ -107,7 +107,8 @@ def prompts(run_dir: Path, task: str) -> list[tuple[str, str]]:
             continue
         item = None if parts["item"] is None else int(parts["item"])
         task_id = task_id_for(parts["role"], int(parts["visit"]), item)
-        order = (int(parts["visit"]), item or -1, int(parts["attempt"]), bool(parts["tools"]))
+        lane = -1 if item is None else item
+        order = (int(parts["visit"]), lane, int(parts["attempt"]), bool(parts["tools"]))
         recorded.add((parts["role"], order[:2], task_id))
         if task in (parts["role"], task_id):
             found.append((order, path.name.removesuffix(".md"), path))
