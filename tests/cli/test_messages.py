@@ -246,3 +246,6 @@ def test_a_submitted_run_not_yet_taken_up_says_what_takes_it_up(
     said = " ".join(status.stdout.split())
     assert "not driven yet: the run is recorded and waits for an orchestrator" in said
     assert "interrupted" not in said and f"'interlock resume {run_id}'" in said
+    listing = " ".join(cli(cli_env, "runs").stdout.split())
+    assert "(interrupted, or submitted and not yet taken up)" in listing
+    assert "or all of them with 'interlock serve'" in listing

@@ -467,6 +467,8 @@ def test_unknown_name_in_template() -> None:
     )
     data["t"]["inputs"] = {"language": "French"}
     assert build_workflow(data)
+    data["t"]["phases"][0]["workers"][0]["task"] = "Translate {{ topc }}"
+    assert "uses {{ topc }}, which is not defined (did you mean 'topic'?)" in one_problem(data)
 
 
 def test_template_syntax_error() -> None:

@@ -124,8 +124,9 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
     out.print(table)
     if stopped:
         out.print(
-            f"not driven: no orchestrator holds {len(stopped)} running run(s); continue one "
-            f"with 'interlock resume {stopped[0]}'"
+            f"not driven: no orchestrator holds {len(stopped)} running run(s) (interrupted, or "
+            f"submitted and not yet taken up); continue one with 'interlock resume "
+            f"{stopped[0]}', or all of them with 'interlock serve'"
         )
     if idle:
         out.print(

@@ -472,8 +472,9 @@ def _check_templates(where: str, pipeline: Pipeline) -> list[str]:
                     continue
                 for unknown in sorted(names - allowed):
                     problems.append(
-                        f"{place}: key {key!r} uses {{{{ {unknown} }}}}, which is not defined; "
-                        f"available: {', '.join(sorted(allowed))} (declare it under 'inputs')"
+                        f"{place}: key {key!r} uses {{{{ {unknown} }}}}, which is not defined"
+                        f"{_suggest(unknown, sorted(allowed))}; available: "
+                        f"{', '.join(sorted(allowed))} (declare it under 'inputs')"
                     )
                 declared = sorted(pipeline.inputs)
                 for name in sorted(input_names(text) - set(declared)):
