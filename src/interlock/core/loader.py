@@ -287,12 +287,21 @@ def _with_line(problem: str, data: Any, locate: Callable[[Sequence[Any]], int | 
     return problem if line is None else f"line {line}: {problem}"
 
 
+def _quoted(text: str) -> str | None:
+    """The name a problem quotes with `!r` (None if it does not read as one)."""
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return value if isinstance(value, str) else None
+
+
 def _place_path(problem: str, data: Any) -> list[Any]:
     """The path in `data` of the place a problem names (as far as it is found)."""
     found = _PIPELINE_PLACE.match(problem)
     if found is None:
         return []
-    name = ast.literal_eval(found["name"])
+    name = _quoted(found["name"])
     path: list[Any] = [name]
     node = data.get(name) if isinstance(data, dict) else None
     position = found.end()
@@ -314,7 +323,7 @@ def _place_path(problem: str, data: Any) -> list[Any]:
             path.append(part["key"])
             break
         key = "id" if field == "phases" else "role"
-        value = ast.literal_eval(wanted)
+        value = _quoted(wanted)
         listed = entries if isinstance(entries, list) else []
         at = next(
             (i for i, e in enumerate(listed) if isinstance(e, dict) and e.get(key) == value),

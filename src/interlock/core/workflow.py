@@ -122,7 +122,11 @@ class Extract(_Model):
     @classmethod
     def _inputs_words(cls, value: Any) -> Any:
         # An input's type is written `text` or `boolean`: the same words are taken here.
-        return {"text": "string", "boolean": "bool"}.get(value, value)
+        return (
+            {"text": "string", "boolean": "bool"}.get(value, value)
+            if isinstance(value, str)
+            else value
+        )
 
     @model_validator(mode="after")
     def _one_source(self) -> Extract:
