@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 import subprocess
 import sys
@@ -189,8 +190,8 @@ def test_redact_file_masks_keys_in_a_file_and_leaves_one_without_untouched(
 def test_a_command_printing_a_provider_key_leaves_it_nowhere(
     cli_env: dict[str, str], tmp_path: Path
 ) -> None:
-    """A command worker inherits the environment, provider keys included. One that prints a
-    configured key to stderr and fails, or to its log and succeeds, leaves no trace of the key
+    """A command worker given a provider key by name (`env:` of the worker or its pipeline)
+    that prints the key to stderr and fails, or to its log and succeeds, leaves no trace of the key
     in the ledger, status.json, its logs or what the CLI prints; a `call:` function whose
     exception carries it likewise."""
     project = tmp_path / "project"
@@ -208,13 +209,15 @@ def test_a_command_printing_a_provider_key_leaves_it_nowhere(
     write = "open(os.environ['INTERLOCK_OUTPUT'], 'w').write('done')"
     (project / "flow.yaml").write_text(
         "ok:\n  phases:\n  - id: a\n    workers:\n"
-        f'    - {{role: w, command: [python3, -c, "{say}; {write}"], final: true}}\n'
-        "bad:\n  phases:\n  - id: a\n    workers:\n"
+        f'    - {{role: w, command: [python3, -c, "{say}; {write}"], env: [LEAKY_KEY],\n'
+        "       final: true}\n"
+        "bad:\n  env: [LEAKY_KEY]\n  phases:\n  - id: a\n    workers:\n"
         f'    - {{role: w, command: [python3, -c, "{say}; sys.exit(1)"], final: true}}\n'
         "raises:\n  phases:\n  - id: a\n    workers:\n"
         "    - {role: w, call: 'leaky:fail', final: true}\n"
     )
-    env = {**cli_env, "LEAKY_KEY": CANARY, "PYTHONPATH": str(project)}
+    path = os.pathsep.join([str(project), cli_env.get("PYTHONPATH", "")])
+    env = {**cli_env, "LEAKY_KEY": CANARY, "PYTHONPATH": path}
     said = ""
     for pipeline, code in (("ok", 0), ("bad", 1), ("raises", 1)):
         result = subprocess.run(

@@ -160,6 +160,7 @@ def test_hostile_values_reach_commands_as_single_argv_items(tmp_path: Path, host
     flow = definition(f"""
     p:
       inputs: {{extra: x}}
+      env: [H]
       phases:
         - id: plan
           workers:

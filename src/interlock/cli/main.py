@@ -78,7 +78,20 @@ def cli(
     from interlock.cli.logs import configure_logging
 
     configure_logging(debug=debug, json_format=log_format == "json")
+    protect_own_secrets(store)
     ctx.obj = Ctx(home, store, sync, debug)
+
+
+def protect_own_secrets(store: str | None) -> None:
+    """Mask this process's own secrets in whatever it records or prints: a server's token
+    secret in the environment (a worker or a command started beside a server inherits it)
+    and the store's password."""
+    import os
+
+    from interlock.providers.redaction import protect, protect_url
+
+    protect(os.environ.get("INTERLOCK_AUTH_SECRET"))
+    protect_url(store)
 
 
 def main() -> None:

@@ -17,7 +17,18 @@ from interlock.errors import ExitCode
 @click.option(
     "--workflows", "-w", multiple=True, type=click.Path(dir_okay=False), help="Workflow file."
 )
-@click.option("--auth-secret", envvar="INTERLOCK_AUTH_SECRET", help="HS256 secret for tokens.")
+@click.option(
+    "--auth-secret",
+    envvar="INTERLOCK_AUTH_SECRET",
+    help="HS256 secret for tokens. On the command line it is visible to other users of the "
+    "machine (ps): prefer --auth-secret-file or the environment variable.",
+)
+@click.option(
+    "--auth-secret-file",
+    envvar="INTERLOCK_AUTH_SECRET_FILE",
+    type=click.Path(dir_okay=False),
+    help="A file holding the HS256 secret for tokens (its first line).",
+)
 @click.option("--insecure", is_flag=True, help="Allow serving off loopback without auth.")
 @click.option("--allow-origin", multiple=True, help="Another web origin allowed to connect.")
 @click.option("--webhook", multiple=True, help="URL to POST notifications to.")
@@ -57,6 +68,7 @@ def serve(
     port: int,
     workflows: tuple[str, ...],
     auth_secret: str | None,
+    auth_secret_file: str | None,
     insecure: bool,
     allow_origin: tuple[str, ...],
     webhook: tuple[str, ...],
@@ -74,13 +86,23 @@ def serve(
     if store_here:
         ctx.store_url = store_here
     from interlock.runtime.home import Home
-    from interlock.server.config import ServerConfig
+    from interlock.server.config import ServerConfig, read_secret_file
 
+    if auth_secret_file:
+        if auth_secret:
+            raise click.UsageError(
+                "give the token secret once: --auth-secret-file, or --auth-secret (or "
+                "INTERLOCK_AUTH_SECRET), not both"
+            )
+        auth_secret = read_secret_file(Path(auth_secret_file))
     if issue_token is not None:
         from interlock.server.auth import issue_token as make_token
 
         if not auth_secret:
-            raise click.UsageError("--issue-token needs --auth-secret (or INTERLOCK_AUTH_SECRET)")
+            raise click.UsageError(
+                "--issue-token needs the token secret: --auth-secret-file (or "
+                "INTERLOCK_AUTH_SECRET_FILE), or INTERLOCK_AUTH_SECRET"
+            )
         scopes = [s.strip() for s in issue_token.split(",") if s.strip()]
         try:
             out.print(make_token(auth_secret, scopes, ttl=token_ttl), soft_wrap=True)

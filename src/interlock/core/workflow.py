@@ -81,6 +81,21 @@ class Cache(_Model):
 DEFAULT_REJECTIONS = 3
 
 
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+def env_names(value: list[str]) -> list[str]:
+    """`value` if each item can name an environment variable; a bad item is never repeated
+    (it may be a pasted value, even a key)."""
+    for index, name in enumerate(value):
+        if not _ENV_NAME.match(name):
+            raise ValueError(
+                f"env item {index + 1} is not a variable's name: 'env' lists names (such as "
+                "GITHUB_TOKEN), whose values the command gets from the environment it runs in"
+            )
+    return list(dict.fromkeys(value))
+
+
 def cache_setting(value: Any) -> Any:
     """`cache:` as written: true, false, or a mapping such as {ttl: 7d} (one clear error)."""
     if value is None or isinstance(value, bool | Cache):
@@ -169,6 +184,10 @@ class Worker(_Model):
     output: str | None = None
     model: str | None = None
     command: list[str] | None = None
+    # Names of environment variables a command gets beyond the few every started program
+    # gets (`interlock.providers.cli_env`) and its INTERLOCK_* variables: names only, so no
+    # value is pinned with the run. Left out of the canonical form when empty.
+    env: list[str] = Field(default_factory=list, exclude_if=lambda value: not value)
     call: str | None = None
     system: str | None = None
     retries: Annotated[int, Field(ge=0, le=20)] = 0
@@ -271,6 +290,20 @@ class Worker(_Model):
         if value is not None and (not value or not value[0].strip()):
             raise ValueError("command must be a non-empty argv list, e.g. ['python', 'x.py']")
         return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: list[str]) -> list[str]:
+        return env_names(value)
+
+    @model_validator(mode="after")
+    def _env_of_a_command(self) -> Worker:
+        if self.env and self.command is None:
+            raise ValueError(
+                "'env' only applies to command workers: a model or call: worker does not "
+                "start a program (tools: servers take their own 'env')"
+            )
+        return self
 
     @field_validator("call")
     @classmethod
@@ -552,11 +585,23 @@ class Pipeline(_Model):
     # At most this many runs of the pipeline at once, or per value of a key.
     concurrency: Annotated[int, Field(ge=1)] | ConcurrencyKey | None = None
     cache: bool | Cache | None = None  # for every worker that does not say otherwise
+    # Environment variables every command worker of the pipeline gets (see `Worker.env`).
+    env: list[str] = Field(default_factory=list, exclude_if=lambda value: not value)
 
     @field_validator("cache", mode="before")
     @classmethod
     def _cache_setting(cls, value: Any) -> Any:
         return cache_setting(value)
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: list[str]) -> list[str]:
+        return env_names(value)
+
+    def env_for(self, role: str) -> list[str]:
+        """The variables a command worker `role` gets beyond the base set: the pipeline's
+        `env`, then the worker's."""
+        return list(dict.fromkeys([*self.env, *self.worker(role).env]))
 
     # How many times a person may send a run back at a review (`interlock reject`).
     max_rejections: Annotated[int, Field(ge=0, le=1000)] = DEFAULT_REJECTIONS

@@ -32,6 +32,8 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "{key: CEL over topic and inputs, limit: N}: at most N runs at once per key value.",
         "cache": "Reuse completed tasks of earlier runs with the same fingerprint: true, "
         "false, or {ttl: 7d}. Workers may say otherwise.",
+        "env": "Names of environment variables every command worker gets, beside those its "
+        "own 'env' names.",
         "max_rejections": "How many times a person may send a run back at a review "
         "('interlock reject').",
     },
@@ -100,6 +102,8 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "model": "Run a model: an alias configured in interlock.toml.",
         "command": "Run a command: an argv list, e.g. ['python', 'x.py', '{output}'].",
         "call": "Run a Python function: 'package.module:function' or a registered name.",
+        "env": "Names of environment variables a command gets beyond PATH, HOME, the locale, "
+        "proxies, CA bundles and its INTERLOCK_* variables (it gets no others).",
         "system": "The system prompt of a model worker.",
         "retries": "Attempts again after a failure (each after the backoff delay).",
         "backoff": "The delay between attempts.",

@@ -15,6 +15,7 @@ from interlock.distributed.sources import ClaimSource
 from interlock.distributed.worker import RemoteWorker
 from interlock.errors import MissingExtra, UsageError
 from interlock.providers.config_files import ConfigError
+from interlock.providers.redaction import protect_url
 from interlock.runtime.home import Home
 from interlock.runtime.models import ModelRunner
 from interlock.runtime.orchestrator import Settings, new_owner
@@ -51,6 +52,7 @@ def open_shared(url: str | None, pool_size: int) -> PostgresStore:
             "workers and fleet orchestrators share a PostgreSQL ledger: "
             "pass --store postgresql://... (or set INTERLOCK_STORE)"
         )
+    protect_url(url)  # its password, masked in whatever this process records
     return PostgresStore(url, pool_size=pool_size)
 
 
@@ -88,6 +90,7 @@ def run_worker(
     `slots[kind]` of each at once (`default_slots` for a kind not given); running tasks
     finish or are handed back."""
     transport = redis_transport() if redis_url else None  # a missing extra: said first
+    protect_url(redis_url)
     models = ModelRunner(Home.at(home).root)
     try:
         slots = {**default_slots(models), **slots}
@@ -141,6 +144,7 @@ def run_orchestrate(
 ) -> None:
     """Drive unowned runs of the shared ledger until SIGTERM/SIGINT."""
     transport = redis_transport() if redis_url else None  # a missing extra: said first
+    protect_url(redis_url)
     store = open_shared(url, pool_size=6)
     queue = TaskQueue(store)
     for scope, limit in parse_pairs(limits, "--limit").items():

@@ -1,23 +1,32 @@
-"""Keeping API keys out of messages, reprs and logs.
+"""Keeping API keys and interlock's own secrets out of messages, reprs and logs.
 
 A key is wrapped in `Secret` as soon as it is read, so printing a config object, a provider
 or a traceback's locals shows a mask instead of the key. Text that may echo a key back (a
 provider's error body, a stream's error event, an exception message) goes through `redact`
 before it is raised, and again through `scrub` where a provider's failure becomes a task's
-failure: there every configured key is masked, in the forms a server may echo it (plain,
-JSON-escaped, URL-encoded), together with anything shaped like a credential (a bearer
-token, an ``sk-`` key, an ``api_key=`` query parameter), since a proxy may echo a key this
-process never held.
+failure: there every configured key is masked, in the forms a server may echo it or a
+program may print it (plain, JSON-escaped, URL-encoded, upper- and lower-case, base64 in its
+standard and URL-safe alphabets with or without padding, also inside a longer base64 text,
+and hex), together with anything shaped like a credential (a bearer token, an ``sk-`` key,
+an ``api_key=`` query parameter), since a proxy may echo a key this process never held.
+
+The secrets of this process itself (a server's token secret, its hooks' secrets, the
+password of a store or Redis URL, a webhook's URL) are registered with `protect` when the
+process starts; `redact`, `redact_file` and `scrub` mask them in every text, whoever asks.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import functools
 import json
 import os
 import re
+import threading
 from collections.abc import Iterable
 from pathlib import Path
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
 
 MASK = "[redacted]"
 
@@ -68,13 +77,105 @@ class Secret:
         raise TypeError("a Secret cannot be pickled")
 
 
-def _forms(value: str) -> set[str]:
-    """The spellings of a key a server may echo: as sent, JSON-escaped, URL-encoded."""
-    return {value, json.dumps(value)[1:-1], quote(value, safe=""), quote(value)}
+MIN_SECRET = 8  # shorter values would mask ordinary words; real keys are long
+
+# This process's own secrets (`protect`), masked in every text whoever asks.
+_OWN: set[Secret] = set()
+_own_lock = threading.Lock()
+
+
+def protect(value: str | bytes | Secret | None) -> None:
+    """Mask `value` in every text `redact`, `redact_file` and `scrub` see from now on: a
+    secret of this process (a server's token secret, a hook's secret, a password)."""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if isinstance(value, str):
+        value = Secret(value)
+    if value is not None and len(value.reveal()) >= MIN_SECRET:
+        with _own_lock:
+            _OWN.add(value)
+
+
+def protect_url(url: str | None) -> None:
+    """`protect` the password of a URL (``postgresql://user:pw@host/db``, ``redis://:pw@h``,
+    a ``password=`` query parameter), as written and decoded."""
+    if not url:
+        return
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+        query = parse_qsl(parts.query)
+    except ValueError:
+        return
+    if password:
+        protect(password)
+        protect(unquote(password))
+    for name, value in query:
+        if name.lower() in ("password", "pass", "passwd") and value:
+            protect(value)
+
+
+def protected() -> list[Secret]:
+    """The secrets registered with `protect`."""
+    with _own_lock:
+        return list(_OWN)
+
+
+def _base64_forms(data: bytes) -> set[str]:
+    """The base64 spellings of `data`: whole (padded or not, both alphabets), and the part
+    that is the same wherever `data` starts inside a longer encoded text (a ``Basic``
+    header of ``user:key``, a JSON document encoded whole)."""
+    found: set[str] = set()
+    for encode in (base64.b64encode, base64.urlsafe_b64encode):
+        whole = encode(data).decode()
+        found |= {whole, whole.rstrip("=")}
+        for offset in range(3):
+            # Preceded by `offset` bytes, the first characters also carry bits of those
+            # bytes and the last ones bits of what follows: keep the characters fixed by
+            # `data` alone.
+            encoded = encode(b"\0" * offset + data).decode().rstrip("=")
+            start = -(-offset * 8 // 6)  # characters touched by the preceding bytes
+            end = (offset + len(data)) * 8 // 6  # the characters holding only `data`
+            core = encoded[start:end]
+            if len(core) >= MIN_SECRET:
+                found.add(core)
+    return found
+
+
+@functools.lru_cache(maxsize=256)
+def _forms(value: str) -> frozenset[str]:
+    """The spellings of a key a server may echo or a program print: as sent, JSON-escaped,
+    URL-encoded, upper- and lower-case, base64 and hex."""
+    data = value.encode()
+    hexed = binascii.hexlify(data).decode()
+    return frozenset(
+        {
+            value,
+            json.dumps(value)[1:-1],
+            quote(value, safe=""),
+            quote(value),
+            value.upper(),
+            value.lower(),
+            hexed,
+            hexed.upper(),
+            *_base64_forms(data),
+        }
+    )
+
+
+def _needles(secrets: Iterable[Secret | None]) -> list[str]:
+    """Every form of every secret given and protected, longest first (an escaped form may
+    contain the plain one)."""
+    forms: set[str] = set()
+    for secret in [*secrets, *protected()]:
+        if secret is not None and len(secret.reveal()) >= MIN_SECRET:
+            forms |= _forms(secret.reveal())
+    return sorted(forms, key=len, reverse=True)
 
 
 def redact(text: str, secrets: Iterable[Secret | None]) -> str:
-    """Replace every occurrence of each secret's value in `text` with a mask.
+    """Replace every occurrence of each secret's value (in each of its forms), and of this
+    process's own secrets (`protect`), in `text` with a mask.
 
     Args:
         text: Any message that might echo a key back (error bodies, exception text).
@@ -83,32 +184,18 @@ def redact(text: str, secrets: Iterable[Secret | None]) -> str:
     Returns:
         `text` with the keys replaced by ``[redacted]``.
     """
-    for secret in secrets:
-        if secret is None:
-            continue
-        value = secret.reveal()
-        # Very short values would mask ordinary words; real keys are long.
-        if len(value) >= 8:
-            # Longest first: an escaped form may contain the plain one.
-            for form in sorted(_forms(value), key=len, reverse=True):
-                text = text.replace(form, MASK)
+    for form in _needles(secrets):
+        if form in text:
+            text = text.replace(form, MASK)
     return text
 
 
 def redact_file(path: Path, secrets: Iterable[Secret | None]) -> bool:
-    """Mask every given key in the file at `path` (in the spellings `redact` knows); returns
+    """Mask every given key and this process's own secrets in the file at `path` (in the
+    spellings `redact` knows); returns
     whether there was one. The file is read a line at a time (a key holds no line break), and
     written again, atomically, only when it held a key: a log without one costs a read."""
-    needles = sorted(
-        {
-            form.encode()
-            for secret in secrets
-            if secret is not None and len(secret.reveal()) >= 8
-            for form in _forms(secret.reveal())
-        },
-        key=len,
-        reverse=True,  # longest first: an escaped form may contain the plain one
-    )
+    needles = [form.encode() for form in _needles(secrets)]
     if not needles:
         return False
     with open(path, "rb") as source:
@@ -129,6 +216,42 @@ def remember(secret: Secret | None) -> None:
     """Have `scrub` mask this key from now on (called where a key goes into a request)."""
     if secret is not None:
         _SENT.add(secret)
+
+
+def mask_keys(text: str, secrets: Iterable[Secret | None] = ()) -> str:
+    """`redact` the given keys, every key sent so far and this process's own secrets, and
+    nothing else: for a model's answer, where text merely shaped like a credential (an
+    example in documentation) is the answer's own."""
+    return redact(text, [*secrets, *_SENT])
+
+
+class MaskedStream:
+    """A text that arrives in fragments (a model's streamed answer) with `mask_keys`
+    applied: a key split across two fragments is masked too, since the end of what came
+    (as long as the longest form of a key, less one character) is held back until more
+    comes or `flush`."""
+
+    def __init__(self, secrets: Iterable[Secret | None] = ()) -> None:
+        self._needles = _needles([*secrets, *_SENT])
+        self._hold = max((len(n) for n in self._needles), default=1) - 1
+        self._held = ""
+
+    def feed(self, text: str) -> str:
+        """The part of what came so far that can be shown now, masked."""
+        if not self._needles:
+            return text
+        held = self._held + text
+        for needle in self._needles:
+            if needle in held:
+                held = held.replace(needle, MASK)
+        cut = max(0, len(held) - self._hold)
+        self._held = held[cut:]
+        return held[:cut]
+
+    def flush(self) -> str:
+        """What is still held back, masked (at the end of the stream)."""
+        held, self._held = self._held, ""
+        return held
 
 
 def scrub(text: str, secrets: Iterable[Secret | None] = ()) -> str:

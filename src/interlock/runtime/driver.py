@@ -635,7 +635,9 @@ class RunDriver:
                     for k, v in self.state.inputs.items()
                 }
                 command = [render_task(arg, literal) for arg in command]
-                worker = worker.model_copy(update={"command": command})
+                # The command gets the pipeline's `env` names as well as its own.
+                env = pipeline.env_for(worker.role)
+                worker = worker.model_copy(update={"command": command, "env": env})
         except TemplateProblem as exc:
             return Outcome(ok=False, error=str(exc), retryable=False)
         sent = sent_back(pipeline, self.state, task)

@@ -17,13 +17,14 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from interlock.core.placeholders import COMMAND_PLACEHOLDERS, READ_PREFIXES
 from interlock.core.workflow import Worker
+from interlock.providers.cli_env import allowed_env
 from interlock.runtime import processes
 from interlock.runtime.artifacts import INLINE_LIMIT
 from interlock.runtime.processes import GUARD
@@ -197,11 +198,13 @@ def expand_argv(argv: list[str], spec: TaskSpec) -> list[str]:
     return expanded
 
 
-async def run_command(spec: TaskSpec) -> Outcome:
-    """Run a `command:` worker in its own process group; kill the group on timeout or cancel."""
-    assert spec.worker.command is not None
-    argv = expand_argv(spec.worker.command, spec)
-    env = dict(os.environ)
+def command_env(environ: Mapping[str, str], spec: TaskSpec) -> dict[str, str]:
+    """The environment of a `command:` worker: what every started program gets (the
+    allow-list of `interlock.providers.cli_env`), the variables its worker and pipeline name
+    under `env:`, and its own INTERLOCK_* variables. Nothing else of this process's
+    environment (the server's auth secret, hook secrets, database passwords, other
+    programs' keys) reaches a command that did not ask for it by name."""
+    env = allowed_env(environ, spec.worker.env)
     env.update(
         {
             "INTERLOCK_OUTPUT": str(spec.output),
@@ -216,6 +219,14 @@ async def run_command(spec: TaskSpec) -> Outcome:
             "INTERLOCK_RUN_DIR": str(spec.run_dir),
         }
     )
+    return env
+
+
+async def run_command(spec: TaskSpec) -> Outcome:
+    """Run a `command:` worker in its own process group; kill the group on timeout or cancel."""
+    assert spec.worker.command is not None
+    argv = expand_argv(spec.worker.command, spec)
+    env = command_env(os.environ, spec)
     spec.log_dir.mkdir(parents=True, exist_ok=True)
     base = spec.log_dir / f"{spec.task_id}.{spec.attempt}"
     with open(f"{base}.stdout", "wb") as out, open(f"{base}.stderr", "wb") as err:

@@ -36,7 +36,7 @@ from interlock.providers import (
     estimate_tokens,
 )
 from interlock.providers.attachments import load_attachment, media_type
-from interlock.providers.redaction import Secret, redact_file, scrub
+from interlock.providers.redaction import MaskedStream, Secret, mask_keys, redact_file, scrub
 from interlock.providers.request import unsupported
 from interlock.providers.schema_output import (
     NATIVE_KINDS,
@@ -100,10 +100,11 @@ class ModelRunner:
 
     def masked(self, spec: TaskSpec, outcome: Outcome) -> Outcome:
         """The outcome of a command or `call:` worker with every key this configuration
-        reaches masked in its error, and in a command's logs (`logs/`). They inherit the
-        environment, provider keys included, and a script that prints its environment or a
-        request it made must not put a key in the ledger, status.json or the run's folder.
-        Outputs are the worker's data and are left as they are."""
+        reaches, and this process's own secrets (`redaction.protect`), masked in its error
+        and in a command's logs (`logs/`). A command gets the variables its `env:` names (a
+        key among them, maybe) and a `call:` function runs in this process: one that prints
+        its environment or a request it made must not put a key in the ledger, status.json
+        or the run's folder. Outputs are the worker's data and are left as they are."""
         secrets: list[Secret] | None = None
         if spec.worker.kind == "command":
             secrets = self.secrets(spec.workflow_dir)
@@ -179,11 +180,17 @@ class ModelRunner:
         prompt_file = spec.run_dir / "prompts" / f"{spec.task_id}.{spec.attempt}.md"
         write_record(prompt_file, record.encode())
         received: list[str] = []
+        # A gateway may echo a key into the answer: what is streamed, kept and recorded
+        # has every key this configuration reaches masked.
+        keys = self._answer_keys(spec, model)
+        shown = MaskedStream(keys)
 
         def relay(text: str) -> None:
             received.append(text)
             if progress is not None:
-                progress(text)
+                masked = shown.feed(text)
+                if masked:
+                    progress(masked)
 
         try:
             check_context(
@@ -216,17 +223,26 @@ class ModelRunner:
                 warnings.extend(w for w in said if w not in warnings)
                 return result
 
+            transcript = spec.run_dir / "prompts" / f"{spec.task_id}.{spec.attempt}.tools.md"
             if spec.worker.tools:
-                result = await complete_with_tools(
-                    complete,
-                    request,
-                    spec.worker,
-                    kind=model.kind,
-                    transcript=spec.run_dir / "prompts" / f"{spec.task_id}.{spec.attempt}.tools.md",
-                    cwd=spec.workflow_dir,
-                )
+                try:
+                    result = await complete_with_tools(
+                        complete,
+                        request,
+                        spec.worker,
+                        kind=model.kind,
+                        transcript=transcript,
+                        cwd=spec.workflow_dir,
+                    )
+                finally:
+                    with contextlib.suppress(OSError):  # no transcript yet
+                        await asyncio.to_thread(redact_file, transcript, keys)
             else:
                 result = await complete(request)
+            if progress is not None:
+                rest = shown.flush()
+                if rest:
+                    progress(rest)
         except CallStopped as stopped:
             # Stopped while the server was answering (the run ended): that much was spent.
             stopped.usage = usage_of(stopped.answered, alias, model)
@@ -251,9 +267,16 @@ class ModelRunner:
             text = result.text if schema is None else schema_document(result, schema)
         except ProviderError as exc:
             return self._failed(spec, exc, alias, model)
-        kept = keep_output(spec.output, text, durable=False)
+        kept = keep_output(spec.output, mask_keys(text, keys), durable=False)
         usage = usage_of(result, alias, model)
         return replace(kept, usage={**usage, "warnings": warnings} if warnings else usage)
+
+    def _answer_keys(self, spec: TaskSpec, model: ResolvedModel) -> list[Secret]:
+        """The keys masked in an answer: every key of the configuration, and the values of
+        the model's configured headers (a gateway's key often travels in one)."""
+        keys = self.secrets(spec.workflow_dir)
+        headers = model.settings.headers or {}
+        return keys + [Secret(v) for v in headers.values() if len(v) >= 8]
 
     def _failed(
         self,

@@ -37,6 +37,7 @@ CSP = (
 def build_app(config: ServerConfig) -> FastAPI:
     """An app that runs `config`'s service while it is served."""
     config.check()
+    config.protect_secrets()
     service = Service(config)
     auth = Authenticator(config)
     limiter = RateLimiter(config.rate_limit, config.rate_burst)

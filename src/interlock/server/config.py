@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from interlock.errors import UsageError
+from interlock.providers.redaction import protect, protect_url
 
 if TYPE_CHECKING:
     from interlock.server.hooks import Hook
@@ -23,6 +24,30 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+SECRET_FILE_LIMIT = 64 * 1024  # bytes read of a secret file: a secret is a line
+
+
+def read_secret_file(path: Path) -> str:
+    """The token secret kept in `path`: its first line, without surrounding whitespace (as
+    `openssl rand -hex 32 > FILE` or a container's secret mount leaves it)."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(SECRET_FILE_LIMIT)
+    except OSError as exc:
+        raise UsageError(
+            f"--auth-secret-file {path}: cannot read it ({exc.strerror or exc}); "
+            "name a readable file holding the secret"
+        ) from None
+    text = data.decode("utf-8", "replace")
+    secret = text.strip().splitlines()[0].strip() if text.strip() else ""
+    if not secret:
+        raise UsageError(
+            f"--auth-secret-file {path} is empty: write the secret into it "
+            f"(e.g. openssl rand -hex 32 > {path})"
+        )
+    return secret
 
 
 @dataclass(kw_only=True)
@@ -56,8 +81,9 @@ class ServerConfig:
         """Refuse settings that would expose runs to the network without protection."""
         if not is_loopback(self.host) and not self.auth_secret and not self.insecure:
             raise UsageError(
-                f"serving on {self.host} (not loopback) needs auth: set --auth-secret (or "
-                "INTERLOCK_AUTH_SECRET), or pass --insecure to accept anyone who can connect"
+                f"serving on {self.host} (not loopback) needs auth: set --auth-secret-file "
+                "(or INTERLOCK_AUTH_SECRET_FILE, or INTERLOCK_AUTH_SECRET), or pass "
+                "--insecure to accept anyone who can connect"
             )
         if self.auth_secret is not None and len(self.auth_secret.encode()) < 32:
             raise UsageError(
@@ -69,7 +95,18 @@ class ServerConfig:
                 raise UsageError(f"{option} must be a positive number of seconds")
         for url in self.webhooks:
             if not url.startswith(("http://", "https://")):
-                raise UsageError(f"webhook {url!r} must be an http:// or https:// URL")
+                # Never repeated: a webhook's URL is often its key.
+                raise UsageError("each --webhook must be an http:// or https:// URL")
+
+    def protect_secrets(self) -> None:
+        """Have every text this process masks mask the server's own secrets too: the token
+        secret, each hook's secret, the store's password and each webhook's URL."""
+        protect(self.auth_secret)
+        for hook in self.hooks.values():
+            protect(hook.secret)
+        protect_url(self.store_url)
+        for url in self.webhooks:
+            protect(url)
 
     @property
     def auth_required(self) -> bool:

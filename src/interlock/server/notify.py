@@ -6,6 +6,9 @@ through a durable outbox: a producer turns events after its stored cursor into o
 and moves the cursor in the same transaction; senders claim due rows, POST them with an
 `Idempotency-Key` derived from the run id and the event's seq, and record the outcome. A
 restart resumes from the cursor and the undelivered rows, so nothing is lost or queued twice.
+
+A webhook's URL is a secret (a Slack-style URL's path is its key): it is shown and logged as
+`sink_label` gives it, the scheme and host alone, and masked in every error recorded.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import httpx
 
 from interlock.core.state import RunState
 from interlock.errors import InterlockError
+from interlock.providers.redaction import MASK, Secret, redact, safe_url
 from interlock.runtime.home import Home
 from interlock.server.files import real_run_dir
 from interlock.server.hub import last_event_id
@@ -35,6 +39,28 @@ EXCERPT = 2000  # characters of each phase output in a pause summary
 FULL = 100_000  # characters of the final output in a delivery notification
 CURSOR = "notifications"
 MAX_ATTEMPTS = 12
+
+
+def sink_label(url: str) -> str:
+    """How a webhook's URL is shown and logged: its scheme and host (and port), with a mask
+    for its path and query string, which often are its key; never its user info."""
+    shown = safe_url(url)
+    if shown.startswith("("):
+        return shown  # an unreadable URL
+    scheme, _, rest = shown.partition("://")
+    host, slash, path = rest.partition("/")
+    if not (path or "?" in url.partition("://")[2]):
+        return f"{scheme}://{host}{slash}"
+    return f"{scheme}://{host}/{MASK}"
+
+
+def masked_error(error: str | None, url: str) -> str | None:
+    """A sending error with the webhook's URL (and its parts, as an HTTP library may quote
+    them) masked."""
+    if not error:
+        return error
+    parts = url.partition("://")[2].partition("/")[2]
+    return redact(error, [Secret(url), Secret("/" + parts) if len(parts) >= 8 else None])
 
 
 def idempotency_key(run_id: str, seq: int) -> str:
@@ -159,7 +185,7 @@ class Webhooks:
                 response = await client.post(item.sink, json=item.payload, headers=headers)
                 error = None if response.is_success else f"HTTP {response.status_code}"
             except httpx.HTTPError as exc:
-                error = f"{type(exc).__name__}: {exc}"
+                error = masked_error(f"{type(exc).__name__}: {exc}", item.sink)
             now = time.time()
             if error is None:
                 self.store.outbox_settle(item.key, self.owner, now)
@@ -167,7 +193,9 @@ class Webhooks:
                 self.on_sent("delivered")
                 continue
             retry_at = now + backoff(item.attempts) if item.attempts < MAX_ATTEMPTS else None
-            log.warning("webhook %s: %s", item.sink, error, extra={"run_id": item.run_id})
+            log.warning(
+                "webhook %s: %s", sink_label(item.sink), error, extra={"run_id": item.run_id}
+            )
             self.store.outbox_settle(item.key, self.owner, now, error=error, retry_at=retry_at)
             self.on_sent("failed" if retry_at is not None else "gave_up")
         return delivered

@@ -17,6 +17,7 @@ from interlock.server.auth import Authenticator, Principal
 from interlock.server.deps import download_reader, operator, reader, resolve, service
 from interlock.server.errors import ApiError
 from interlock.server.messages import event_record
+from interlock.server.notify import masked_error, sink_label
 from interlock.server.service import Service
 from interlock.server.views import run_detail, run_row
 from interlock.storage import run_list
@@ -236,12 +237,12 @@ async def notifications(svc: Svc, _: Reader, run_id: str) -> list[dict[str, Any]
     items = svc.store.outbox_items(resolve(svc, run_id))
     return [
         {
-            "sink": i.sink,
+            "sink": sink_label(i.sink),  # its path and query are often its key
             "kind": i.payload.get("kind"),
             "idempotency_key": i.payload.get("idempotency_key"),
             "attempts": i.attempts,
             "delivered_at": iso(i.delivered_at),
-            "last_error": i.last_error,
+            "last_error": masked_error(i.last_error, i.sink),
         }
         for i in items
     ]

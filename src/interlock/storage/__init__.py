@@ -34,8 +34,12 @@ __all__ = [
 def open_store(url: str | None, home: Path, **options: Any) -> Store:
     """The store a URL names: `sqlite:///path`, `postgresql://...`, `memory://`.
 
-    Without a URL the embedded default is used: `<home>/ledger.db`.
+    Without a URL the embedded default is used: `<home>/ledger.db`. A password in the URL
+    is masked from then on in every text this process masks (`redaction.protect_url`).
     """
+    from interlock.providers.redaction import protect_url
+
+    protect_url(url)
     if not url or url.startswith("sqlite:"):
         from interlock.storage.sqlite import SQLiteStore
 
