@@ -20,12 +20,13 @@ import logging
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
 from interlock.core.state import RunState
 from interlock.errors import InterlockError
-from interlock.providers.redaction import MASK, Secret, redact, safe_url
+from interlock.providers.redaction import MASK, MIN_SECRET, Secret, redact, safe_url
 from interlock.runtime.home import Home
 from interlock.server.files import real_run_dir
 from interlock.server.hub import last_event_id
@@ -59,8 +60,12 @@ def masked_error(error: str | None, url: str) -> str | None:
     them) masked."""
     if not error:
         return error
-    parts = url.partition("://")[2].partition("/")[2]
-    return redact(error, [Secret(url), Secret("/" + parts) if len(parts) >= 8 else None])
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return redact(error, [Secret(url)])
+    pieces = [url, f"{parts.path}?{parts.query}", parts.path, parts.query]
+    return redact(error, [Secret(piece) for piece in pieces if len(piece) >= MIN_SECRET])
 
 
 def idempotency_key(run_id: str, seq: int) -> str:
