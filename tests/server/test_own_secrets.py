@@ -21,7 +21,6 @@ from tests.server.test_mcp_http import http_session
 from tests.server.test_notify_schedule import Receiver
 
 from interlock.server.hooks import load_hooks
-from interlock.server.notify import masked_error, sink_label
 
 JWT_SECRET = "own-jwt-secret-7f3a9c1e5b2d4f6a8c0e1b3d5f7a9c2e"
 HOOK_SECRET = "own-hook-secret-2b4d6f8a0c1e3g5h"
@@ -35,7 +34,7 @@ secret_env = "PAY_HOOK_SECRET"
 # attempt's error) every variable of the server whose name says it is a secret.
 DUMP = (
     "import os, sys; print(dict(os.environ)); "
-    "print('secrets:', *(k + '=' + v for k, v in os.environ.items() if 'SECRET' in k), "
+    "print('secrets:', *(v for k, v in os.environ.items() if 'SECRET' in k), "
     "file=sys.stderr); sys.exit(3)"
 )
 # A command given the secrets by name prints each in the forms a program may use.
@@ -152,6 +151,8 @@ def test_webhook_urls_are_shown_and_logged_without_their_path(
     """A webhook whose path and query are its key (a Slack-style URL) is listed by
     `/notifications` and logged on each failed attempt with its scheme and host alone; an
     error quoting the URL is recorded masked."""
+    from interlock.server.notify import masked_error, sink_label
+
     receiver = Receiver()
     receiver.fail = True
     key_path = "services/T0AAAA/B0BBBB/XyZsecretPathPart0123"
