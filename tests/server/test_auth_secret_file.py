@@ -13,6 +13,8 @@ import httpx
 import jwt
 from tests.server.helpers import token
 
+from interlock.server.config import ServerConfig
+
 CLI = [sys.executable, "-m", "interlock"]
 SECRET = "file-secret-a3f9c2e8b1d4f6a0c2e4b6d8f0a2c4e6"
 
@@ -68,7 +70,8 @@ def test_a_server_reads_its_secret_from_a_file_and_it_is_not_in_its_command_line
 def test_secret_file_options_and_their_refusals(tmp_path: Path) -> None:
     """--issue-token signs with the file's secret (also named by INTERLOCK_AUTH_SECRET_FILE);
     a secret given twice, a missing file and an empty one are usage errors naming the fix;
-    the help of --auth-secret says the command line is visible to other users."""
+    the help of --auth-secret says the command line is visible to other users; the server's
+    settings never show the secret, a webhook's URL or the store's password in their repr."""
     secret_file = tmp_path / "secret"
     secret_file.write_text(f"  {SECRET}  \r\n")
     for result in (
@@ -95,3 +98,13 @@ def test_secret_file_options_and_their_refusals(tmp_path: Path) -> None:
     for result in (twice, missing, empty):
         assert SECRET not in result.stdout + result.stderr
         assert "Traceback" not in result.stderr
+    hook = "https://hooks.example.com/services/T0/B0/keyPartOfTheUrl0123"
+    config = ServerConfig(
+        home=tmp_path, auth_secret=SECRET, webhooks=[hook], store_url="postgresql://u:pw@h/db"
+    )
+    assert SECRET not in repr(config) and hook not in repr(config) and "pw@" not in repr(config)
+    # Webhooks come from INTERLOCK_WEBHOOKS too; a bad one is refused without repeating it.
+    bad = "ftp://hooks.example.com/keyPartOfTheUrl0123"
+    refused = serve(tmp_path, "--port", "0", INTERLOCK_WEBHOOKS=f"https://ok.example/ {bad}")
+    assert refused.returncode == 2 and "must be an http:// or https:// URL" in refused.stderr
+    assert "keyPartOfTheUrl" not in refused.stderr

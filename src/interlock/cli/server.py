@@ -31,7 +31,13 @@ from interlock.errors import ExitCode
 )
 @click.option("--insecure", is_flag=True, help="Allow serving off loopback without auth.")
 @click.option("--allow-origin", multiple=True, help="Another web origin allowed to connect.")
-@click.option("--webhook", multiple=True, help="URL to POST notifications to.")
+@click.option(
+    "--webhook",
+    multiple=True,
+    envvar="INTERLOCK_WEBHOOKS",
+    help="URL to POST notifications to (INTERLOCK_WEBHOOKS: several, space-separated, kept "
+    "out of the command line other users can read).",
+)
 @click.option("--rate-limit", default=30.0, show_default=True, help="Actions/minute per token.")
 @click.option(
     "--header-timeout", default=10.0, show_default=True, help="Seconds for a request's headers."

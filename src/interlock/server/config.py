@@ -55,15 +55,16 @@ class ServerConfig:
     """Settings of one `interlock serve` process."""
 
     home: Path
-    store_url: str | None = None
+    store_url: str | None = field(default=None, repr=False)  # may hold a password
     dispatch: str = "local"  # "local": this process runs tasks; "queue": `interlock worker`s do
     host: str = "127.0.0.1"
     port: int = 8765
     workflows: list[Path] = field(default_factory=list)
-    auth_secret: str | None = None  # HS256 secret for bearer tokens; None: no auth (loopback)
+    # HS256 secret for bearer tokens; None: no auth (loopback). Never in a repr.
+    auth_secret: str | None = field(default=None, repr=False)
     insecure: bool = False  # allow serving off loopback without auth
     allowed_origins: list[str] = field(default_factory=list)  # beside the server's own
-    webhooks: list[str] = field(default_factory=list)
+    webhooks: list[str] = field(default_factory=list, repr=False)  # a URL is often its key
     rate_limit: float = 30.0  # mutating requests per minute per token (or client address)
     rate_burst: int = 10
     max_body: int = 64 * 1024  # bytes of a request body
