@@ -129,3 +129,43 @@ def test_check_accepts_env_and_the_pinned_definition_keeps_its_hash_without_it(
     pipeline = parse_workflow(without).get("p").pipeline
     assert "env" not in pipeline.model_dump(mode="json", by_alias=True)
     assert "env" not in pipeline.phases[0].workers[0].model_dump(mode="json", by_alias=True)
+
+
+def test_check_warns_about_variables_a_command_reads_but_will_not_get(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """`interlock check` names each variable a command's script reads (`$NAME` in a shell
+    script, `os.environ[...]` / `getenv(...)` in a Python one-liner) that it will not get,
+    with the `env:` line that fixes it; what it gets (the allow-list, INTERLOCK_*, its `env:`)
+    and what the script sets itself are not named, and the file is still ok."""
+    flow = tmp_path / "flow.yaml"
+    script = (
+        'X=1; echo "$X $HOME $LISTED $INTERLOCK_OUTPUT $DEPLOY_TOKEN $PPID" > "$INTERLOCK_OUTPUT"'
+        "; for f in a; do echo $f; done"
+    )
+    python = "import os; print(os.environ['DB_URL'], os.getenv('LC_ALL'), os.environ.get('OWN'))"
+    flow.write_text(
+        textwrap.dedent(f"""
+        p:
+          env: [LISTED]
+          phases:
+            - id: a
+              workers:
+                - {{role: s, command: [sh, -c, {json.dumps(script)}]}}
+                - role: py
+                  command: [python3, -c, {json.dumps(python)}]
+                  env: [OWN]
+                  final: true
+        """)
+    )
+    checked = subprocess.run(
+        [sys.executable, "-m", "interlock", "check", str(flow)],
+        env=cli_env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stderr
+    said = " ".join(checked.stderr.split())
+    assert "worker 's': its command reads $DEPLOY_TOKEN, which it will not get" in said
+    assert "add env: [DEPLOY_TOKEN] to the worker or the pipeline" in said
+    assert "worker 'py': its command reads $DB_URL" in said
+    for name in ("$X", "$HOME", "$LISTED", "$INTERLOCK_OUTPUT", "$PPID", "$f", "$LC_ALL", "$OWN"):
+        assert f"reads {name}," not in said

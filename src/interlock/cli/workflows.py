@@ -17,6 +17,7 @@ from interlock.errors import ExitCode, UsageError
 
 if TYPE_CHECKING:
     from interlock.core.loader import Definition
+    from interlock.core.workflow import Pipeline
 
 
 HERE = Path(__file__).parent
@@ -120,6 +121,26 @@ def _write_schema_beside(target: Path) -> None:
         out.print(f"{schema} is not this version's; refresh it: interlock schema -o {schema}")
 
 
+def env_warnings(name: str, pipeline: Pipeline) -> list[str]:
+    """A warning for each variable a command's own text reads that it will not get (a
+    command gets only the allow-list, its INTERLOCK_* variables and what `env:` names)."""
+    from interlock.providers.cli_env import unlisted_variables
+
+    warnings = []
+    for phase in pipeline.phases:
+        for worker in phase.workers:
+            if worker.command is None:
+                continue
+            for variable in unlisted_variables(worker.command, pipeline.env_for(worker.role)):
+                warnings.append(
+                    f"pipeline {name!r}, worker {worker.role!r}: its command reads ${variable}, "
+                    "which it will not get: a command gets PATH, HOME, the locale, proxies, "
+                    f"its INTERLOCK_* variables and what 'env:' names; add env: [{variable}] "
+                    "to the worker or the pipeline if it needs it"
+                )
+    return warnings
+
+
 @click.command()
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option(
@@ -178,6 +199,7 @@ def check(
         problems += settings_problems(name, definition.pipeline, config)
         problems += tool_problems(name, definition.pipeline, config)
         priced += tool_warnings(name, definition.pipeline, Path(file).parent.absolute())
+        priced += env_warnings(name, definition.pipeline)
         if cost or definition.pipeline.budget is not None:
             quotes.append((quote_of(definition, config, report=report), definition))
         # A model without a price under a cost budget leaves the worst case unbounded: the

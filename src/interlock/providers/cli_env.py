@@ -1,14 +1,17 @@
-"""The environment an agent command-line tool runs with.
+"""The environment an agent command-line tool, an MCP tool server or a `command:` worker
+runs with.
 
 An agent is a program that reads prompts written by others and may run tools; it gets what
 it needs to run (where programs and its home are, the locale, proxies and certificates) and
 nothing else, so that the keys of other providers, database passwords and tokens of the
 process that runs interlock stay out of its reach. Its own provider table names what it
-needs beyond that (``env`` and ``api_key_env``).
+needs beyond that (``env`` and ``api_key_env``); a worker's or a pipeline's ``env:`` does the
+same for a command, which also gets its own INTERLOCK_* variables.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 
 ALLOWED = frozenset(
@@ -53,3 +56,60 @@ def allowed_env(environ: Mapping[str, str], extra: Iterable[str] = ()) -> dict[s
         for name, value in environ.items()
         if name in ALLOWED or name in wanted or name.startswith(ALLOWED_PREFIXES)
     }
+
+
+TASK_VARIABLES = frozenset(
+    {
+        "INTERLOCK_OUTPUT",
+        "INTERLOCK_TASK",
+        "INTERLOCK_TOPIC",
+        "INTERLOCK_RUN_ID",
+        "INTERLOCK_TASK_ID",
+        "INTERLOCK_ATTEMPT",
+        "INTERLOCK_INPUTS",
+        "INTERLOCK_ITEM",
+        "INTERLOCK_IDEMPOTENCY_KEY",
+        "INTERLOCK_RUN_DIR",
+    }
+)
+"""The variables interlock sets for each attempt of a `command:` worker."""
+
+# Variables a shell sets itself, never read from the environment it was given.
+_SHELL_OWN = frozenset(
+    {"PPID", "PWD", "OLDPWD", "RANDOM", "LINENO", "SECONDS", "IFS", "OPTARG", "OPTIND",
+     "REPLY", "HOSTNAME", "UID", "EUID", "BASH", "BASHPID", "BASH_VERSION", "PIPESTATUS"}
+)  # fmt: skip
+# `$NAME` / `${NAME}` in a script, and `os.environ["NAME"]`, `.get("NAME"`, `getenv("NAME"`.
+_READS = re.compile(
+    r"\$\{?([A-Za-z_][A-Za-z0-9_]*)"
+    r"""|environ(?:\.get\(|\[)\s*["']([A-Za-z_][A-Za-z0-9_]*)["']"""
+    r"""|getenv\(\s*["']([A-Za-z_][A-Za-z0-9_]*)["']"""
+)
+# What sets NAME inside a script: `NAME=`, `export NAME=`, `for NAME in`, `read ... NAME`.
+_SETS = (
+    r"(?:^|[\s;&|(])(?:export\s+|local\s+|readonly\s+)?{name}="
+    r"|\bfor\s+{name}\s+in\b|\bread\b[^;\n]*\b{name}\b"
+)
+
+
+def unlisted_variables(argv: Iterable[str], listed: Iterable[str]) -> list[str]:
+    """The environment variables a command's own text reads (a shell script's ``$NAME``, a
+    Python one-liner's ``os.environ["NAME"]``) that it will not get: neither allowed for
+    every program, nor its INTERLOCK_* variables, nor `listed`, nor set by the script."""
+    given = set(listed)
+    found: list[str] = []
+    for arg in argv:
+        for match in _READS.finditer(arg):
+            name = next(group for group in match.groups() if group)
+            if (
+                name in ALLOWED
+                or name in TASK_VARIABLES
+                or name in given
+                or name in _SHELL_OWN
+                or name.startswith(ALLOWED_PREFIXES)
+                or name in found
+                or re.search(_SETS.format(name=re.escape(name)), arg)
+            ):
+                continue
+            found.append(name)
+    return found
