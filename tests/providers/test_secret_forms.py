@@ -95,3 +95,21 @@ def test_mask_keys_leaves_credential_shaped_text_of_an_answer_alone() -> None:
     assert mask_keys(answer, [Secret(KEY)]) == (
         "Send 'Authorization: Bearer sk-example-000000000000' (not [redacted])."
     )
+
+
+def test_a_log_is_searched_in_blocks_without_missing_a_key_across_two(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`redact_file` reads a log in blocks: a key that starts in one block and ends in the
+    next is still found and masked, and a log without a key is left untouched."""
+    from interlock.providers import redaction
+
+    monkeypatch.setattr(redaction, "_BLOCK", 64)
+    for start in range(40, 70):
+        log = tmp_path / f"{start}.stdout"
+        log.write_text("x" * start + KEY + "y" * 100 + "\n")
+        assert redact_file(log, [Secret(KEY)]), start
+        assert log.read_text() == "x" * start + "[redacted]" + "y" * 100 + "\n"
+    clean = tmp_path / "clean.stdout"
+    clean.write_text("z" * 1000)
+    assert not redact_file(clean, [Secret(KEY)])

@@ -192,15 +192,12 @@ def redact(text: str, secrets: Iterable[Secret | None]) -> str:
 
 def redact_file(path: Path, secrets: Iterable[Secret | None]) -> bool:
     """Mask every given key and this process's own secrets in the file at `path` (in the
-    spellings `redact` knows); returns
-    whether there was one. The file is read a line at a time (a key holds no line break), and
-    written again, atomically, only when it held a key: a log without one costs a read."""
+    spellings `redact` knows); returns whether there was one. The file is searched in large
+    overlapping blocks, and written again, a line at a time (a key holds no line break) and
+    atomically, only when it held a key: a log without one costs a read."""
     needles = [form.encode() for form in _needles(secrets)]
-    if not needles:
+    if not needles or not _holds_any(path, _detectors(needles)):
         return False
-    with open(path, "rb") as source:
-        if not any(needle in line for line in source for needle in needles):
-            return False
     mask = MASK.encode()
     temporary = path.with_name(f".{path.name}.redacting")
     with open(path, "rb") as source, open(temporary, "wb") as sink:
@@ -210,6 +207,33 @@ def redact_file(path: Path, secrets: Iterable[Secret | None]) -> bool:
             sink.write(line)
     os.replace(temporary, path)
     return True
+
+
+_BLOCK = 1 << 20  # bytes searched at once: a search per line costs more than the search
+
+
+def _detectors(needles: list[bytes]) -> list[bytes]:
+    """The needles that find every one of `needles`: one that holds another is found with it
+    (a padded base64 with its unpadded form, a whole encoding with its inner part)."""
+    kept: list[bytes] = []
+    for needle in sorted(set(needles), key=len):
+        if not any(shorter in needle for shorter in kept):
+            kept.append(needle)
+    return kept
+
+
+def _holds_any(path: Path, needles: list[bytes]) -> bool:
+    """Whether the file holds one of `needles`, read in blocks that overlap by the longest
+    needle less one byte (so that none is missed across two blocks)."""
+    overlap = max(len(n) for n in needles) - 1
+    tail = b""
+    with open(path, "rb") as source:
+        while block := source.read(_BLOCK):
+            window = tail + block
+            if any(needle in window for needle in needles):
+                return True
+            tail = window[-overlap:] if overlap else b""
+    return False
 
 
 def remember(secret: Secret | None) -> None:
