@@ -92,7 +92,7 @@ class LocalDispatcher:
                     outcome = await execute(orchestrator, driver.run_id, spec)
                 if outcome.ok and outcome.body is None and not outcome.durable and large(tmp):
                     await asyncio.to_thread(artifacts.fsync_file, tmp)
-                report = outcome_report(driver, task, attempt, outcome, tmp, clock())
+                report = await off_loop_report(driver, task, attempt, outcome, tmp, clock())
                 orchestrator.report(driver, report)
         except asyncio.CancelledError as stopped:
             artifacts.discard(tmp)
@@ -153,6 +153,17 @@ async def execute(orchestrator: Orchestrator, run_id: str, spec: TaskSpec) -> Ou
     return await orchestrator.models.run(
         spec, progress if orchestrator.progress_listeners else None
     )
+
+
+async def off_loop_report(
+    driver: RunDriver, task: TaskState, attempt: int, outcome: Outcome, tmp: Path, now: float
+) -> Report:
+    """`outcome_report`, in a thread when the worker's `extract` rules read the output: an
+    output of any size is read, parsed and matched away from the event loop, which keeps
+    serving every other run (and the API) meanwhile."""
+    if outcome.ok and driver.definition.pipeline.worker(task.role).extract:
+        return await asyncio.to_thread(outcome_report, driver, task, attempt, outcome, tmp, now)
+    return outcome_report(driver, task, attempt, outcome, tmp, now)
 
 
 def outcome_report(
