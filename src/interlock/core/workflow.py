@@ -28,6 +28,7 @@ from interlock.core.inputs import TYPES, InputType, convert, kind_of
 from interlock.core.params import RequestSettings
 from interlock.core.schema_patterns import pattern_problem
 from interlock.core.schemas import implied_extract, schema_problem
+from interlock.core.template_guard import MAX_TASK_SIZE_LIMIT
 from interlock.core.tools import MAX_TURNS_LIMIT, ToolServer
 
 # A role, phase id or output name becomes part of a path on disk: keep it to one plain segment.
@@ -187,6 +188,12 @@ class Worker(_Model):
     # Left out of the canonical form when off, so existing definitions keep their hashes.
     accept_truncated: bool = Field(default=False, exclude_if=lambda value: not value)
     extract: dict[str, Extract] = Field(default_factory=dict)
+    # Characters the worker's rendered task (and each value its templates build) may have;
+    # unset: MAX_TASK_SIZE. Left out of the canonical form when unset, so other workers keep
+    # their hashes.
+    max_task_size: Annotated[int, Field(ge=1, le=MAX_TASK_SIZE_LIMIT)] | None = Field(
+        default=None, exclude_if=lambda value: value is None
+    )
     tags: list[str] = Field(default_factory=list)
     cache: bool | Cache | None = None  # None: as the pipeline says
     # At most `limit` attempts of this worker's tasks at once per value of `key`, across every

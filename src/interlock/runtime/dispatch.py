@@ -83,7 +83,9 @@ class LocalDispatcher:
                 )
                 orchestrator.report(driver, Report(event=started))
                 crash_point("after_dispatch")
-                spec = driver.task_spec(task, tmp)
+                # Templates render in a thread (within their limits: `render_limits`), from
+                # a copy of what they read, while the loop serves every other run.
+                spec = await asyncio.to_thread(driver.prepare_spec(task, tmp))
                 if isinstance(spec, Outcome):
                     outcome = spec
                 else:
