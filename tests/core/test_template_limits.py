@@ -129,3 +129,18 @@ def test_check_leaves_templates_that_need_the_run_values_alone(tmp_path: Path) -
         "          task: \"{{ 'x' * (inputs.n + 1) }}\"\n"
     )
     assert load_workflow(flow).definitions
+
+
+def test_a_worker_raises_its_own_size_limit(tmp_path: Path) -> None:
+    """`max_task_size` lets one worker's task be larger; others keep the default."""
+    flow = tmp_path / "flow.yaml"
+    worker = (
+        "p:\n  phases:\n    - id: a\n      workers:\n        - role: w\n          final: true\n"
+        "          command: [echo, hi]\n          task: \"{{ 'x' * 1500000 }}\"\n"
+    )
+    flow.write_text(worker)
+    with pytest.raises(WorkflowError, match=r"past the limit of 1,000,000"):
+        load_workflow(flow)
+    flow.write_text(worker + "          max_task_size: 2000000\n")
+    definition = load_workflow(flow).get("p")
+    assert definition.pipeline.worker("w").max_task_size == 2_000_000
