@@ -19,7 +19,7 @@ from interlock.core.extract import ExtractionError, extract_values
 from interlock.core.state import TaskState
 from interlock.runtime import artifacts
 from interlock.runtime.diskfull import is_enospc
-from interlock.runtime.driver import Report, RunDriver
+from interlock.runtime.driver import Report, RunDriver, renders_templates
 from interlock.runtime.executors import Outcome, TaskSpec, run_call, run_command
 from interlock.runtime.fair import FairGate
 from interlock.runtime.faults import crash_point
@@ -85,7 +85,11 @@ class LocalDispatcher:
                 crash_point("after_dispatch")
                 # Templates render in a thread (within their limits: `render_limits`), from
                 # a copy of what they read, while the loop serves every other run.
-                spec = await asyncio.to_thread(driver.prepare_spec(task, tmp))
+                render = driver.prepare_spec(task, tmp)
+                if renders_templates(driver.definition.pipeline.worker(task.role)):
+                    spec = await asyncio.to_thread(render)
+                else:
+                    spec = render()
                 if isinstance(spec, Outcome):
                     outcome = spec
                 else:

@@ -629,8 +629,8 @@ class RunDriver:
         worker = pipeline.worker(task.role)
         items = self.state.current.items if self.state.current else None
         item = items[task.item] if items is not None and task.item is not None else None
-        text, command = worker.task, worker.command
-        templated = "{" in text or command is not None  # most tasks are plain text
+        text = worker.task
+        templated = renders_templates(worker)
         values = self._template_values(task, item) if templated else {}
         inputs = dict(self.state.inputs)
         sent = sent_back(pipeline, self.state, task)
@@ -768,6 +768,12 @@ def _intact(path: Path, size: int | None, sha256: str) -> bool:
 
 def _same(outcome: Outcome) -> Outcome:
     return outcome
+
+
+def renders_templates(worker: Worker) -> bool:
+    """Whether a worker's task or command has templates to render (most tasks are plain
+    text, rendered by nothing)."""
+    return "{" in worker.task or worker.command is not None
 
 
 def render_limits(worker: Worker) -> RenderLimits:
