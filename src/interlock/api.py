@@ -544,9 +544,10 @@ def check_signal(pipeline: Pipeline, pipeline_name: str, name: str, data: Any) -
             continue
         import jsonschema
 
-        error = jsonschema.exceptions.best_match(
-            jsonschema.Draft202012Validator(schema).iter_errors(data)
-        )
+        from interlock.core.schema_patterns import linear_validator
+
+        # The draft the schema names (2020-12 when none), its patterns matched with RE2.
+        error = jsonschema.exceptions.best_match(linear_validator(schema).iter_errors(data))
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path) or "(the whole data)"
             raise InvalidSignal(

@@ -65,3 +65,24 @@ def test_a_required_input_with_a_type_must_still_be_given() -> None:
     """`type` does not make an input optional."""
     with pytest.raises(UsageError, match="needs input 'ratio': pass --input ratio=VALUE"):
         resolve_inputs("p", DECLARED, {})
+
+
+def test_a_value_past_the_size_limit_is_refused_with_the_input_named() -> None:
+    """An input of more than MAX_VALUE_SIZE characters is refused before the run exists."""
+    with pytest.raises(UsageError, match=r"input 'lang' has 100,001 characters; .* at most"):
+        resolve(lang="x" * 100_001)
+    assert resolve(lang="x" * 100_000)["lang"] == "x" * 100_000
+
+
+def test_a_huge_number_is_measured_without_writing_it_out() -> None:
+    """A number given through the API with a hundred thousand digits is refused by size."""
+    with pytest.raises(UsageError, match=r"input 'n' has"):
+        resolve(n=10**400_000)
+
+
+def test_the_topic_is_bounded_too() -> None:
+    """The topic is checked like an input."""
+    from interlock.core.inputs import check_size
+
+    with pytest.raises(UsageError, match=r"the topic has 100,001 characters"):
+        check_size("p", "the topic", "t" * 100_001)

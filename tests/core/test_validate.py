@@ -573,7 +573,7 @@ def test_extract_needs_exactly_one_source() -> None:
 
 
 def test_extract_regex_must_compile() -> None:
-    """A regex that does not compile is reported with Python's reason."""
+    """A regex that does not compile is reported with the engine's reason."""
     data = translate()
     data["t"]["phases"][1]["workers"][0]["extract"]["score"]["regex"] = "score: ("
     assert "regex 'score: (' does not compile" in one_problem(data)

@@ -18,6 +18,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from interlock.core import reads
+from interlock.core.expression_limits import MAX_SIZE, ExpressionLimit, weight
 
 if TYPE_CHECKING:
     from lark import Tree
@@ -58,7 +59,10 @@ def _environment() -> Any:
     # conditions pay for it, and only once per process.
     import celpy
 
-    return celpy.Environment()
+    from interlock.core.expression_limits import runner_class
+
+    # Every evaluation counts its steps and the values it builds (`expression_limits`).
+    return celpy.Environment(runner_class=runner_class())
 
 
 # Sized for the largest pipelines: a check of 4,000 conditions parses each once, not per path.
@@ -146,6 +150,8 @@ def evaluate_text(source: str, context: Mapping[str, Any]) -> str:
         )
     try:
         result = compiled.program.evaluate(activation)
+    except ExpressionLimit as exc:
+        raise ExpressionError(f"expression {source!r} passes a limit: {exc}") from None
     except Exception as exc:  # CEL raises its own error types; all mean "cannot evaluate"
         result = CELEvalError(exc.args[0] if exc.args else "")
     if isinstance(result, CELEvalError):
@@ -153,6 +159,11 @@ def evaluate_text(source: str, context: Mapping[str, Any]) -> str:
         raise ExpressionError(f"expression {source!r} cannot be evaluated: {problem}")
     if isinstance(result, str):
         return str(result)
+    if weight(result) > MAX_SIZE:
+        raise ExpressionError(
+            f"expression {source!r} passes a limit: its value holds more than {MAX_SIZE:,} "
+            "items once written out"
+        )
     return json.dumps(_plain(result), sort_keys=True)
 
 
@@ -196,6 +207,8 @@ def evaluate(source: str, context: Mapping[str, Any]) -> bool:
         )
     try:
         result = compiled.program.evaluate(activation)
+    except ExpressionLimit as exc:
+        raise ExpressionError(f"expression {source!r} passes a limit: {exc}") from None
     except Exception as exc:  # CEL raises its own error types; all mean "cannot evaluate"
         result, failed, detail = None, True, exc.args[0] if exc.args else ""
     else:

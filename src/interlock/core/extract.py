@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from interlock.core.patterns import compile_pattern
 from interlock.core.workflow import Extract
 
 MAX_STRING = 10_000  # characters kept per extracted string; bounds what the ledger stores
@@ -88,10 +89,12 @@ def _walk(document: Any, path: str) -> Any:
 
 
 def _search(pattern: str, text: str) -> Any:
-    match = re.search(pattern, text, re.MULTILINE)
+    # RE2: time linear in the output, whatever the pattern (`interlock.core.patterns`).
+    compiled = compile_pattern(pattern)
+    match = compiled.search(text)
     if match is None:
         return None
-    return match.group(1) if match.re.groups else match.group(0)
+    return match.group(1) if compiled.groups else match.group(0)
 
 
 def _coerce(name: str, raw: Any, kind: str) -> Any:

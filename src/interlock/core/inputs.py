@@ -19,6 +19,8 @@ from interlock.errors import UsageError
 if TYPE_CHECKING:
     from interlock.core.workflow import InputSpec
 
+MAX_VALUE_SIZE = 100_000  # characters of a run's topic and of each input value given
+
 InputType = Literal["text", "integer", "number", "boolean"]
 TYPES: tuple[InputType, ...] = ("text", "integer", "number", "boolean")
 _TRUE = frozenset({"true", "yes", "on", "1"})
@@ -79,6 +81,8 @@ def resolve_inputs(
     """Every declared input's value: given ones converted to their type, defaults for the
     rest. Raises UsageError for an unknown input, a missing required one, or a value that is
     not of its input's type."""
+    for name, value in given.items():
+        check_size(pipeline, f"input {name!r}", value)
     unknown = sorted(set(given) - set(declared))
     if unknown:
         names = ", ".join(sorted(declared)) or "none"
@@ -107,3 +111,20 @@ def resolve_inputs(
                 f"{_text(given[name])!r}"
             ) from None
     return values
+
+
+def check_size(pipeline: str, what: str, value: object) -> None:
+    """Raise UsageError when a given value (the topic, an input) is past MAX_VALUE_SIZE:
+    every template that reads it would carry it, and every event that records it."""
+    if isinstance(value, str):
+        size = len(value)
+    elif isinstance(value, int):
+        size = value.bit_length() * 3 // 10 + 1  # its digits, without writing them out
+    else:
+        size = len(repr(value))
+    if size > MAX_VALUE_SIZE:
+        raise UsageError(
+            f"pipeline {pipeline!r}: {what} has {size:,} characters; a topic or an input "
+            f"value may have at most {MAX_VALUE_SIZE:,} (pass a large document as a file a "
+            "worker reads, e.g. its path as the input)"
+        )

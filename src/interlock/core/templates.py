@@ -12,7 +12,15 @@ from functools import lru_cache
 from typing import Any
 
 from jinja2 import StrictUndefined, TemplateError, meta
-from jinja2.sandbox import SandboxedEnvironment
+
+from interlock.core.template_guard import (
+    MAX_TASK_SIZE,
+    RenderLimits,
+    TemplateLimit,
+    checked_text,
+    make_environment,
+    render_bounded,
+)
 
 TEMPLATE_NAMES = frozenset(
     {"topic", "inputs", "item", "item_index", "visit", "run_id", "feedback", "signals"}
@@ -26,10 +34,12 @@ def _as_text(value: Any) -> Any:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
-    return value
+    return checked_text(value)
 
 
-_ENV = SandboxedEnvironment(
+# jinja2's sandbox, with what a template builds and how long it runs bounded
+# (`interlock.core.template_guard`).
+_ENV = make_environment(
     undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True, finalize=_as_text
 )
 
@@ -124,16 +134,37 @@ def _compiled(source: str) -> Any:
     return _ENV.from_string(source)
 
 
-def render_task(source: str, values: Mapping[str, Any]) -> str:
-    """Render a task; input names are available both bare and under `inputs`."""
+def render_task(source: str, values: Mapping[str, Any], limits: RenderLimits | None = None) -> str:
+    """Render a task; input names are available both bare and under `inputs`.
+
+    Rendering stays within `limits` (the defaults of `interlock.core.template_guard` when
+    None): what would pass one raises TemplateProblem naming it, as does an operation the
+    values do not allow.
+    """
     if "{" not in source:
         return source  # most tasks are plain text: skip the template machinery
+    limits = limits or RenderLimits()
+    hint = (
+        " (max_task_size; set it on the worker to raise it)"
+        if limits.size == MAX_TASK_SIZE
+        else " (the worker's max_task_size)"
+    )
     try:
-        return str(_compiled(source).render(**values))
+        return render_bounded(_compiled(source), dict(values), limits, hint)
+    except TemplateLimit as exc:
+        raise TemplateProblem(f"task template passes a limit: {exc}") from None
     except TemplateError as exc:
         raise TemplateProblem(f"task template cannot be rendered: {_said(exc)}") from None
     except (TypeError, ValueError, ArithmeticError, LookupError, AttributeError) as exc:
         # An operation the values do not allow (`{{ inputs.n + "x" }}` with an integer n).
         raise TemplateProblem(
             f"task template cannot be rendered: {type(exc).__name__}: {exc}"
+        ) from None
+    except RecursionError:
+        raise TemplateProblem(
+            "task template passes a limit: its macros call themselves too deeply"
+        ) from None
+    except MemoryError:
+        raise TemplateProblem(
+            "task template passes a limit: rendering it ran out of memory"
         ) from None

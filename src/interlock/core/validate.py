@@ -18,6 +18,7 @@ from interlock.core.signal_checks import check_waits
 from interlock.core.state import artifact_name
 from interlock.core.subpipelines import check_children
 from interlock.core.task_slots import KEY_NAMES
+from interlock.core.template_checks import limit_problems
 from interlock.core.templates import (
     TEMPLATE_NAMES,
     TemplateProblem,
@@ -97,6 +98,8 @@ def validate_pipeline(name: str, pipeline: Pipeline) -> list[str]:
     problems += _check_reads(where, pipeline)
     problems += _check_transitions(where, pipeline, phase_ids, set(roles))
     problems += _check_templates(where, pipeline)
+    if not any("task template" in p for p in problems):  # one that parses, of known names
+        problems += limit_problems(where, pipeline)
     problems += _check_for_each(where, pipeline)
     problems += _check_loops(where, pipeline)
     problems += check_waits(where, pipeline)

@@ -26,7 +26,9 @@ from pydantic import (
 
 from interlock.core.inputs import TYPES, InputType, convert, kind_of
 from interlock.core.params import RequestSettings
+from interlock.core.schema_patterns import pattern_problem
 from interlock.core.schemas import implied_extract, schema_problem
+from interlock.core.template_guard import MAX_TASK_SIZE_LIMIT
 from interlock.core.tools import MAX_TURNS_LIMIT, ToolServer
 
 # A role, phase id or output name becomes part of a path on disk: keep it to one plain segment.
@@ -147,14 +149,22 @@ class Extract(_Model):
     def _one_source(self) -> Extract:
         if (self.json_path is None) == (self.regex is None):
             raise ValueError("give exactly one of 'json' (a field path) or 'regex'")
-        if self.regex is not None:
-            try:
-                compiled = re.compile(self.regex)
-            except re.error as exc:
-                raise ValueError(f"regex {self.regex!r} does not compile: {exc}") from exc
-            if compiled.groups > 1:
-                raise ValueError("regex may have at most one capture group")
         return self
+
+    @field_validator("regex")
+    @classmethod
+    def _linear_regex(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        from interlock.core.patterns import PatternError, compile_pattern
+
+        try:
+            compiled = compile_pattern(value)
+        except PatternError as exc:
+            raise ValueError(str(exc)) from None
+        if compiled.groups > 1:
+            raise ValueError("regex may have at most one capture group")
+        return value
 
 
 class ConcurrencyKey(_Model):
@@ -197,6 +207,12 @@ class Worker(_Model):
     # Left out of the canonical form when off, so existing definitions keep their hashes.
     accept_truncated: bool = Field(default=False, exclude_if=lambda value: not value)
     extract: dict[str, Extract] = Field(default_factory=dict)
+    # Characters the worker's rendered task (and each value its templates build) may have;
+    # unset: MAX_TASK_SIZE. Left out of the canonical form when unset, so other workers keep
+    # their hashes.
+    max_task_size: Annotated[int, Field(ge=1, le=MAX_TASK_SIZE_LIMIT)] | None = Field(
+        default=None, exclude_if=lambda value: value is None
+    )
     tags: list[str] = Field(default_factory=list)
     cache: bool | Cache | None = None  # None: as the pipeline says
     # At most `limit` attempts of this worker's tasks at once per value of `key`, across every
@@ -265,7 +281,9 @@ class Worker(_Model):
     def _valid_schema(cls, value: dict[str, Any] | str | None) -> dict[str, Any] | str | None:
         if isinstance(value, str) and not value.endswith(".json"):
             raise ValueError("'schema' is a JSON Schema object or the path of a .json file")
-        problem = schema_problem(value) if isinstance(value, dict) else None
+        problem = (
+            schema_problem(value) or pattern_problem(value) if isinstance(value, dict) else None
+        )
         if problem is not None:
             raise ValueError(problem)
         return value
@@ -469,7 +487,7 @@ class WaitFor(_Model):
     @field_validator("data_schema")
     @classmethod
     def _valid_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        problem = schema_problem(value) if value is not None else None
+        problem = schema_problem(value) or pattern_problem(value) if value is not None else None
         if problem is not None:
             raise ValueError(problem)
         return value

@@ -112,6 +112,8 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "failing the attempt.",
         "extract": "Named values pulled out of the output (a JSON field or a regex group), "
         "for conditions and fan-out.",
+        "max_task_size": "Characters the rendered task (and each value its templates build) "
+        "may have; default 1,000,000.",
         "tags": "Labels for filtering and fleet routing.",
         "cache": "Reuse this worker's completed task from earlier runs: true, false or "
         "{ttl: 7d}; unset: as the pipeline says.",

@@ -30,7 +30,7 @@ from interlock.distributed.queue import Entry, TaskQueue
 from interlock.distributed.watch import Watcher
 from interlock.errors import StorageUnavailable
 from interlock.runtime import artifacts as files
-from interlock.runtime.dispatch import outcome_report
+from interlock.runtime.dispatch import off_loop_report, outcome_report
 from interlock.runtime.driver import Report, RunDriver
 from interlock.runtime.executors import Outcome, TaskSpec
 
@@ -142,9 +142,8 @@ class QueueDispatcher:
             queued, state = await self._submit(spec, pipeline, fields)
             entry_id = queued
             outcome = await self._wait(orchestrator, driver, queued, state, fields, tmp)
-            orchestrator.report(
-                driver, outcome_report(driver, task, attempt, outcome, tmp, clock())
-            )
+            report = await off_loop_report(driver, task, attempt, outcome, tmp, clock())
+            orchestrator.report(driver, report)
         except asyncio.CancelledError:
             files.discard(tmp)
             withdrawn = (driver.run_id, task_id, attempt) in self._withdrawn

@@ -67,9 +67,10 @@ def schema_document(result: ModelResult, schema: dict[str, Any]) -> str:
         ) from None
     # Imported here: only a worker with a schema needs jsonschema (35 ms to import).
     from jsonschema.exceptions import best_match
-    from jsonschema.validators import validator_for
 
-    error = best_match(validator_for(schema)(schema).iter_errors(document))
+    from interlock.core.schema_patterns import linear_validator
+
+    error = best_match(linear_validator(schema).iter_errors(document))
     if error is not None:
         field = error.json_path if error.json_path != "$" else "the document"
         raise ProviderError(

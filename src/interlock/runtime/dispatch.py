@@ -19,7 +19,7 @@ from interlock.core.extract import ExtractionError, extract_values
 from interlock.core.state import TaskState
 from interlock.runtime import artifacts
 from interlock.runtime.diskfull import is_enospc
-from interlock.runtime.driver import Report, RunDriver
+from interlock.runtime.driver import Report, RunDriver, renders_templates
 from interlock.runtime.executors import Outcome, TaskSpec, run_call, run_command
 from interlock.runtime.fair import FairGate
 from interlock.runtime.faults import crash_point
@@ -83,7 +83,13 @@ class LocalDispatcher:
                 )
                 orchestrator.report(driver, Report(event=started))
                 crash_point("after_dispatch")
-                spec = driver.task_spec(task, tmp)
+                # Templates render in a thread (within their limits: `render_limits`), from
+                # a copy of what they read, while the loop serves every other run.
+                render = driver.prepare_spec(task, tmp)
+                if renders_templates(driver.definition.pipeline.worker(task.role)):
+                    spec = await asyncio.to_thread(render)
+                else:
+                    spec = render()
                 if isinstance(spec, Outcome):
                     outcome = spec
                 else:
@@ -92,7 +98,7 @@ class LocalDispatcher:
                     outcome = await execute(orchestrator, driver.run_id, spec)
                 if outcome.ok and outcome.body is None and not outcome.durable and large(tmp):
                     await asyncio.to_thread(artifacts.fsync_file, tmp)
-                report = outcome_report(driver, task, attempt, outcome, tmp, clock())
+                report = await off_loop_report(driver, task, attempt, outcome, tmp, clock())
                 orchestrator.report(driver, report)
         except asyncio.CancelledError as stopped:
             artifacts.discard(tmp)
@@ -153,6 +159,17 @@ async def execute(orchestrator: Orchestrator, run_id: str, spec: TaskSpec) -> Ou
     return await orchestrator.models.run(
         spec, progress if orchestrator.progress_listeners else None
     )
+
+
+async def off_loop_report(
+    driver: RunDriver, task: TaskState, attempt: int, outcome: Outcome, tmp: Path, now: float
+) -> Report:
+    """`outcome_report`, in a thread when the worker's `extract` rules read the output: an
+    output of any size is read, parsed and matched away from the event loop, which keeps
+    serving every other run (and the API) meanwhile."""
+    if outcome.ok and driver.definition.pipeline.worker(task.role).extract:
+        return await asyncio.to_thread(outcome_report, driver, task, attempt, outcome, tmp, now)
+    return outcome_report(driver, task, attempt, outcome, tmp, now)
 
 
 def outcome_report(

@@ -9,11 +9,13 @@ what follows (`settle`), and after the orchestrator committed both, carries the 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import hashlib
 import logging
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,6 +43,7 @@ from interlock.core.state import (
     artifact_name,
     listed_status,
 )
+from interlock.core.template_guard import MAX_TASK_SIZE, RenderLimits
 from interlock.core.templates import TemplateProblem, render_task, template_item
 from interlock.core.validate import read_name
 from interlock.core.waits import signal_values
@@ -60,6 +63,7 @@ from interlock.storage import codec
 from interlock.storage.base import CommandRecord, Lease, NewEvent, RunSummary, Store
 
 if TYPE_CHECKING:
+    from interlock.core.workflow import Worker
     from interlock.runtime.orchestrator import Orchestrator
 
 log = logging.getLogger("interlock.runtime")
@@ -615,40 +619,30 @@ class RunDriver:
 
     def task_spec(self, task: TaskState, tmp: Path) -> TaskSpec | Outcome:
         """What the worker of `task` receives, or why it cannot run."""
+        return self.prepare_spec(task, tmp)()
+
+    def prepare_spec(self, task: TaskState, tmp: Path) -> Callable[[], TaskSpec | Outcome]:
+        """`task_spec` in two halves: what it reads of the run is read now, and the function
+        returned renders the templates from that copy alone, so that it may run in a thread
+        while the loop goes on changing the run's state."""
         pipeline = self.definition.pipeline
         worker = pipeline.worker(task.role)
         items = self.state.current.items if self.state.current else None
         item = items[task.item] if items is not None and task.item is not None else None
-        text, command = worker.task, worker.command
-        try:
-            if "{" in text or command is not None:  # most tasks are plain text
-                values = self._template_values(task, item)
-                text = render_task(text, values)
-            if command is not None:
-                # Values rendered into an argument keep their braces literal, so that a topic
-                # or an extracted item can never turn into a placeholder such as {output}.
-                literal = {
-                    k: escape_braces(v) if isinstance(v, str) else v for k, v in values.items()
-                }
-                literal["inputs"] = {
-                    k: escape_braces(v) if isinstance(v, str) else v
-                    for k, v in self.state.inputs.items()
-                }
-                command = [render_task(arg, literal) for arg in command]
-                # The command gets the pipeline's `env` names as well as its own.
-                env = pipeline.env_for(worker.role)
-                worker = worker.model_copy(update={"command": command, "env": env})
-        except TemplateProblem as exc:
-            return Outcome(ok=False, error=str(exc), retryable=False)
+        text = worker.task
+        templated = renders_templates(worker)
+        values = self._template_values(task, item) if templated else {}
+        inputs = dict(self.state.inputs)
+        # The command gets the pipeline's `env` names as well as its own.
+        env = pipeline.env_for(worker.role) if worker.command is not None else []
         sent = sent_back(pipeline, self.state, task)
-        text = with_feedback(text, sent)
         reads = self._reads(task)
         if isinstance(reads, Outcome):
-            return reads
+            return functools.partial(_same, reads)
         if sent is not None and sent.previous is not None:
             reads.append((sent.shown_as, self.run_dir / sent.previous))
         key = hashlib.sha256(f"{self.run_id}/{task.task_id}/{task.attempt}".encode()).hexdigest()
-        return TaskSpec(
+        spec = TaskSpec(
             run_id=self.run_id,
             task_id=task.task_id,
             attempt=task.attempt,
@@ -664,6 +658,18 @@ class RunDriver:
             workflow_dir=self.workflow_dir,
             idempotency_key=key[:32],
         )
+
+        def render() -> TaskSpec | Outcome:
+            try:
+                rendered, argv = _render_spec(worker, values, inputs) if templated else (text, None)
+            except TemplateProblem as exc:
+                return Outcome(ok=False, error=str(exc), retryable=False)
+            ran = (
+                worker if argv is None else worker.model_copy(update={"command": argv, "env": env})
+            )
+            return dataclasses.replace(spec, task=with_feedback(rendered, sent), worker=ran)
+
+        return render
 
     def _template_values(self, task: TaskState, item: Any) -> dict[str, Any]:
         """What a task's templates may use."""
@@ -687,9 +693,10 @@ class RunDriver:
         item = items[task.item] if items is not None and task.item is not None else None
         values = self._template_values(task, item)
         try:
-            topic = render_task(worker.task, values) if worker.task else self.state.topic
+            limits = render_limits(worker)
+            topic = render_task(worker.task, values, limits) if worker.task else self.state.topic
             inputs = {
-                key: render_task(value, values) if isinstance(value, str) else value
+                key: render_task(value, values, limits) if isinstance(value, str) else value
                 for key, value in worker.inputs.items()
             }
         except TemplateProblem as exc:
@@ -761,3 +768,37 @@ def _intact(path: Path, size: int | None, sha256: str) -> bool:
     if not path.is_file() or path.stat().st_size != size:
         return False
     return size > artifacts.INLINE_LIMIT or artifacts.digest(path)[0] == sha256
+
+
+def _same(outcome: Outcome) -> Outcome:
+    return outcome
+
+
+def renders_templates(worker: Worker) -> bool:
+    """Whether a worker's task or command has templates to render (most tasks are plain
+    text, rendered by nothing)."""
+    return "{" in worker.task or worker.command is not None
+
+
+def render_limits(worker: Worker) -> RenderLimits:
+    """The bounds of rendering a worker's templates: its `max_task_size`, and wall-clock time
+    besides the steps counted."""
+    size = worker.max_task_size or MAX_TASK_SIZE
+    return RenderLimits(size=size, clock=time.monotonic)
+
+
+def _render_spec(
+    worker: Worker, values: dict[str, Any], inputs: dict[str, Any]
+) -> tuple[str, list[str] | None]:
+    """A worker's task text and command rendered (raises TemplateProblem)."""
+    limits = render_limits(worker)
+    text = render_task(worker.task, values, limits)
+    if worker.command is None:
+        return text, None
+    # Values rendered into an argument keep their braces literal, so that a topic or an
+    # extracted item can never turn into a placeholder such as {output}.
+    literal = {k: escape_braces(v) if isinstance(v, str) else v for k, v in values.items()}
+    literal["inputs"] = {
+        k: escape_braces(v) if isinstance(v, str) else v for k, v in inputs.items()
+    }
+    return text, [render_task(arg, literal, limits) for arg in worker.command]

@@ -26,6 +26,7 @@ from typing import Any
 
 from interlock.core import events as ev
 from interlock.core.decide import next_wake, waits_for_slot
+from interlock.core.inputs import check_size
 from interlock.core.inputs import resolve_inputs as resolve_declared
 from interlock.core.loader import Definition
 from interlock.core.state import RunState, RunStatus, TaskState, fold
@@ -217,6 +218,7 @@ class Orchestrator:
         for definition, topic, inputs, run_id in specs:
             if run_id is not None:
                 refuse_existing(self.store, run_id)
+            check_size(definition.name, "the topic", topic)
             given = resolve_inputs(definition, inputs or {})
             slot_key(definition, topic, given)  # a key that cannot be computed refuses the run
             run_id = run_id or new_run_id(definition.name, now)

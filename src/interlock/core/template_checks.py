@@ -1,0 +1,45 @@
+"""`check` renders each task template once with stand-in values, to find those that pass a
+rendering limit whatever the run (`interlock.core.template_guard`): `{{ 'x' * 10**10 }}`, or
+loops that never end in time, are refused before a run rather than failing its first attempt.
+
+Only a passed limit is a problem here: a template that cannot be rendered with stand-ins
+(an input compared with a number, a signal not sent yet) is left for the run, where the real
+values are. Pure: steps are counted, no clock is read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from interlock.core.template_guard import MAX_TASK_SIZE, RenderLimits
+from interlock.core.templates import TemplateProblem, render_task
+from interlock.core.workflow import Pipeline
+
+_LIMIT = "task template passes a limit"
+
+
+def limit_problems(where: str, pipeline: Pipeline) -> list[str]:
+    """Every task template, command argument and child input of `pipeline` that passes a
+    rendering limit with stand-in values."""
+    problems = []
+    inputs = {name: "" if spec.default is None else spec.default
+              for name, spec in pipeline.inputs.items()}  # fmt: skip
+    values: dict[str, Any] = {
+        **inputs, "topic": "", "inputs": inputs, "item": "", "item_index": 0, "visit": 1,
+        "run_id": "run", "feedback": "", "signals": {},
+    }  # fmt: skip
+    for phase in pipeline.phases:
+        for worker in phase.workers:
+            place = f"{where}, phase {phase.id!r}, worker {worker.role!r}"
+            limits = RenderLimits(size=worker.max_task_size or MAX_TASK_SIZE)
+            texts = [("task", worker.task)] + [("command", arg) for arg in worker.command or []]
+            texts += [(f"inputs.{k}", v) for k, v in worker.inputs.items() if isinstance(v, str)]
+            for key, text in texts:
+                if "{{" not in text and "{%" not in text:
+                    continue
+                try:
+                    render_task(text, values, limits)
+                except TemplateProblem as exc:
+                    if str(exc).startswith(_LIMIT):
+                        problems.append(f"{place}: key {key!r}: {exc}")
+    return problems

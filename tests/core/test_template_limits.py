@@ -1,0 +1,146 @@
+"""Rendering a task template is bounded: what it builds, how many steps it takes, how long."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from interlock.core.loader import load_workflow
+from interlock.core.template_guard import RenderLimits
+from interlock.core.templates import TemplateProblem, render_task
+from interlock.errors import WorkflowError
+
+NESTED_LOOPS = "{% for a in range(100000) %}{% for b in range(100000) %}x{% endfor %}{% endfor %}"
+SILENT_LOOPS = "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}"
+
+
+def refused(source: str, values: dict[str, object] | None = None, **limits: int) -> str:
+    with pytest.raises(TemplateProblem) as raised:
+        render_task(source, values or {}, RenderLimits(**limits))  # type: ignore[arg-type]
+    said = str(raised.value)
+    assert said.startswith("task template passes a limit: "), said
+    return said
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{{ 'x' * 10**10 }}",
+        "{{ 'x'.ljust(10**10) }}",
+        "{{ 'x' | center(10**10) }}",
+        "{{ '%10000000000d' % 1 }}",
+        "{{ '{:>10000000000}'.format(1) }}",
+        "{{ '{:>{}}'.format(1, 10**10) }}",
+        "{{ ('a' * 1000) | replace('a', 'b' * 10000) }}",
+        "{% set ns = namespace(s='ab') %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}"
+        "{% endfor %}{{ ns.s }}",
+        "{% set xs = [1] %}{% for i in range(40) %}{{ xs.extend(xs) or '' }}{% endfor %}",
+        "{{ (['x' * 100000] * 1000) | tojson }}",
+        "{{ ['x' * 100000] * 1000 }}",
+    ],
+)
+def test_a_value_past_the_size_limit_is_refused_before_it_is_built(source: str) -> None:
+    """Each way to ask for gigabytes is refused naming the size limit, not run out of memory."""
+    said = refused(source)
+    assert "past the limit of 1,000,000 (max_task_size" in said, said
+
+
+def test_output_is_counted_as_it_is_written() -> None:
+    """A loop writing a character at a time stops at the size limit."""
+    said = refused("{% for a in range(100000) %}{{ 'x' * 100 }}{% endfor %}", size=50_000)
+    assert "the rendered text would have" in said and "(the worker's max_task_size)" in said
+
+
+@pytest.mark.parametrize("source", [NESTED_LOOPS, SILENT_LOOPS])
+def test_loops_are_counted_even_when_they_write_nothing(source: str) -> None:
+    """Ten billion iterations stop at the step limit, with or without output."""
+    assert "more than 20,000 steps" in refused(source, steps=20_000)
+
+
+def test_a_macro_that_calls_itself_stops_at_a_depth() -> None:
+    """Recursion ends with a named limit, not Python's RecursionError."""
+    said = refused("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}")
+    assert "more than 100 deep" in said
+
+
+def test_huge_integers_are_refused() -> None:
+    """`10 ** 10 ** 6`-sized arithmetic is a limit, not minutes of CPU."""
+    assert "integer of more than" in refused("{{ 2 ** (10 ** 7) }}")
+
+
+def test_a_clock_bounds_the_time() -> None:
+    """With a clock (as the runtime gives), rendering stops at its deadline."""
+    ticks = itertools.count()
+    limits = RenderLimits(seconds=5.0, clock=lambda: float(next(ticks)))
+    with pytest.raises(TemplateProblem, match=r"takes longer than 5 s"):
+        render_task(SILENT_LOOPS, {}, limits)
+
+
+def test_ordinary_templates_render_as_before() -> None:
+    """Loops, filters, formatting and concatenation of ordinary sizes are untouched."""
+    source = (
+        "{{ topic | upper }} {{ '%03d' % n }} {{ '{:>4}'.format(n) }} {{ items | join(',') }}"
+        "{% for x in items %}[{{ loop.index }}{{ x ~ '!' }}]{% endfor %}{{ 'ab' * 2 }}"
+        "{{ [1, 2] + [3] }}"
+    )
+    values = {"topic": "t", "n": 7, "items": ["a", "b"]}
+    assert render_task(source, values) == "T 007    7 a,b[1a!][2b!]abab[1, 2, 3]"
+
+
+def test_check_refuses_a_template_that_passes_a_limit_at_its_line(tmp_path: Path) -> None:
+    """`check` renders templates with stand-in values and names the line and the limit."""
+    flow = tmp_path / "flow.yaml"
+    flow.write_text(
+        "p:\n"
+        "  phases:\n"
+        "    - id: a\n"
+        "      workers:\n"
+        "        - role: w\n"
+        "          final: true\n"
+        "          command: [echo, hi]\n"
+        f"          task: '{NESTED_LOOPS} {{{{ topic }}}}'\n"
+        "        - role: v\n"
+        "          command: [echo, hi]\n"
+        "          task: \"{{ 'x' * 10**10 }}\"\n"
+    )
+    with pytest.raises(WorkflowError) as raised:
+        load_workflow(flow)
+    said = str(raised.value)
+    assert "line 8: pipeline 'p', phase 'a', worker 'w': key 'task': task template " in said
+    assert "more than 2,000,000 steps" in said
+    assert "line 11: pipeline 'p', phase 'a', worker 'v': key 'task'" in said
+
+
+def test_check_leaves_templates_that_need_the_run_values_alone(tmp_path: Path) -> None:
+    """A template that fails only on stand-ins (a number input without default) passes."""
+    flow = tmp_path / "flow.yaml"
+    flow.write_text(
+        "p:\n"
+        "  inputs:\n"
+        "    n: {type: integer, required: true}\n"
+        "  phases:\n"
+        "    - id: a\n"
+        "      workers:\n"
+        "        - role: w\n"
+        "          final: true\n"
+        "          command: [echo, hi]\n"
+        "          task: \"{{ 'x' * (inputs.n + 1) }}\"\n"
+    )
+    assert load_workflow(flow).definitions
+
+
+def test_a_worker_raises_its_own_size_limit(tmp_path: Path) -> None:
+    """`max_task_size` lets one worker's task be larger; others keep the default."""
+    flow = tmp_path / "flow.yaml"
+    worker = (
+        "p:\n  phases:\n    - id: a\n      workers:\n        - role: w\n          final: true\n"
+        "          command: [echo, hi]\n          task: \"{{ 'x' * 1500000 }}\"\n"
+    )
+    flow.write_text(worker)
+    with pytest.raises(WorkflowError, match=r"past the limit of 1,000,000"):
+        load_workflow(flow)
+    flow.write_text(worker + "          max_task_size: 2000000\n")
+    definition = load_workflow(flow).get("p")
+    assert definition.pipeline.worker("w").max_task_size == 2_000_000
