@@ -39,6 +39,7 @@ THREADS = 2  # reads never take more of the process than this
 RUNS = 32  # runs whose folded history is kept
 EVENTS = 1_000_000  # events of history kept folded, over all those runs
 PAGE = 10_000  # events read from the store at a time while folding
+MEMO = 16  # answers derived from one run's folded views, kept until it records more
 BUNDLES = 64 * 1024 * 1024  # bytes of exported bundles kept, each for its run's last seq
 
 
@@ -81,8 +82,11 @@ class Folded:
     memo: dict[Hashable, Any] = field(default_factory=dict)
 
     def remember(self, key: Hashable, make: Callable[[], T]) -> T:
-        """`make()`, computed once per folded `seq`."""
+        """`make()`, computed once per folded `seq` (at most `MEMO` answers are kept: a client
+        asking for ever other pages cannot fill the memory)."""
         if key not in self.memo:
+            if len(self.memo) >= MEMO:
+                del self.memo[next(iter(self.memo))]
             self.memo[key] = make()
         found: T = self.memo[key]
         return found
