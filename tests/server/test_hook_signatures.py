@@ -136,6 +136,7 @@ def test_signatures_match_the_standard_webhooks_test_vector(tmp_path: Path) -> N
     env = {"TEST_PAYMENTS_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}
     hook = load_hooks(config, env)["payments"]
     assert hook.secret == base64.b64decode("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+    assert hook.written == env["TEST_PAYMENTS_SECRET"]  # what masking must hide
     signature = sign(
         hook.secret, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, b'{"test": 2432232314}'
     )

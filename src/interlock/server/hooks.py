@@ -116,7 +116,8 @@ class Hook:
 
     name: str
     table: HookTable
-    secret: bytes = field(repr=False)
+    secret: bytes = field(repr=False)  # the HMAC key (a `whsec_` secret's decoded bytes)
+    written: str = field(repr=False, default="")  # the secret as its variable holds it
 
 
 def load_hooks(path: Path, env: Mapping[str, str] | None = None) -> dict[str, Hook]:
@@ -158,7 +159,8 @@ def load_hooks(path: Path, env: Mapping[str, str] | None = None) -> dict[str, Ho
                 f"{where}: the environment variable {parsed.secret_env} must hold the hook's "
                 "secret (at least 16 bytes, e.g. openssl rand -hex 32)"
             )
-        hooks[name] = Hook(name=name, table=parsed, secret=_key(where, parsed.secret_env, secret))
+        key = _key(where, parsed.secret_env, secret)
+        hooks[name] = Hook(name=name, table=parsed, secret=key, written=secret)
     return hooks
 
 
