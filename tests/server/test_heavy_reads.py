@@ -171,3 +171,45 @@ def test_attempts_come_a_page_at_a_time(make_server: ServerFactory, tmp_path: Pa
     assert len(seen) == total and seen == sorted(set(seen))
     too_big = server.http.get(f"/api/runs/{run_id}/attempts", params={"limit": 10_001})
     assert too_big.status_code == 422
+
+
+def test_a_cancelled_read_keeps_its_run_locked_until_its_thread_is_done(tmp_path: Path) -> None:
+    """A read whose request is cancelled while its thread folds keeps the run's lock until the
+    thread finishes, so a second read never folds the same run at the same time."""
+    import asyncio
+
+    from interlock.server.reads import Reads
+
+    workflow = tmp_path / "loop.yaml"
+    workflow.write_text(WORKFLOW + LOOP)
+    run_id = long_run(tmp_path / "home", workflow, 20)
+    api = Interlock(tmp_path / "home")
+    reads = Reads(api)
+    started: list[int] = []
+    gate = threading.Event()
+    real = api.store.events
+
+    def events(run: str, since: int = 0, limit: int | None = None) -> Any:
+        started.append(since)
+        gate.wait(30)
+        return real(run, since, limit)
+
+    api.store.events = events  # type: ignore[method-assign]
+
+    async def scenario() -> int:
+        first = asyncio.create_task(reads.call(run_id, lambda f: f.seq))
+        while not started:
+            await asyncio.sleep(0.01)
+        first.cancel()
+        second = asyncio.create_task(reads.call(run_id, lambda f: f.seq))
+        await asyncio.sleep(0.3)
+        assert len(started) == 1, "a second thread folded the run while the first did"
+        gate.set()
+        return await second
+
+    try:
+        assert asyncio.run(scenario()) > 100
+    finally:
+        gate.set()
+        reads.close()
+        api.store.close()

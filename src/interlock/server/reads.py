@@ -115,7 +115,14 @@ class Reads:
         entry = self._entry(run_id)
         async with entry.lock:
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._pool, self._refresh_then, entry, build)
+            work = loop.run_in_executor(self._pool, self._refresh_then, entry, build)
+            try:
+                return await asyncio.shield(work)
+            finally:
+                if not work.done():
+                    # The request was cancelled (its client left) while the thread folds: the
+                    # lock is kept until it is done, so no two threads ever fold one run.
+                    await asyncio.wait({work})
 
     async def json(self, run_id: str, build: Callable[[Folded], Any]) -> Response:
         """`build(folded)` encoded as the JSON answer on the read thread too: a big answer's
