@@ -1,6 +1,6 @@
-"""Webhook retries without a `key`: the sender's delivery id header, else the body's hash,
-keeps a retried delivery from becoming a second signal; `dedupe = "none"` turns that off.
-And hook tables with a wrong key are refused with the file, the key and the fix."""
+"""Webhook retries without a `key`: the signed `webhook-id` keeps a retried delivery from
+becoming a second signal, and distinct deliveries with byte-identical bodies are two. And hook
+tables with a wrong key are refused with the file, the key and the fix."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from tests.server.conftest import ServerFactory
 from tests.server.helpers import WORKFLOW, Server, write_workflow
 
 from interlock.errors import UsageError
-from interlock.server.hooks import SIGNATURE_HEADER, load_hooks, signature
+from interlock.server.hooks import Seen, load_hooks, signed_headers
 
 SECRET = "s" * 32
 HOOKS = """
@@ -44,9 +44,9 @@ def hook_server(make_server: ServerFactory, tmp_path: Path, extra: str = "") -> 
     return make_server(hooks=hooks, workflows=[write_workflow(tmp_path, WORKFLOW + BUSY)])
 
 
-def send(server: Server, body: str, **headers: str) -> dict[str, object]:
-    """POST a signed body to the hook; the answer."""
-    signed = {SIGNATURE_HEADER: signature(SECRET.encode(), body.encode()), **headers}
+def send(server: Server, body: str, delivery: str | None = None) -> dict[str, object]:
+    """POST a body to the hook, signed now as delivery `delivery` (a new one by default)."""
+    signed = signed_headers(SECRET.encode(), body.encode(), delivery)
     answer = server.http.post("/api/hooks/payments", content=body, headers=signed)
     assert answer.status_code == 202, answer.text
     result: dict[str, object] = answer.json()
@@ -59,47 +59,46 @@ def received(server: Server, run_id: str) -> int:
     return sum(e["kind"] == "signal_received" for e in events)
 
 
-def test_a_retried_delivery_is_one_signal_by_header_or_by_body(
+def test_a_retried_delivery_is_one_signal_and_distinct_ones_are_two(
     make_server: ServerFactory, tmp_path: Path
 ) -> None:
-    """The same body sent twice is one signal; two bodies with one `X-GitHub-Delivery` are
-    one signal (the header names the delivery), and so are two with one `Idempotency-Key`;
-    a retry that comes after the run has ended is still acknowledged as a duplicate."""
+    """A delivery retried (the same `webhook-id`, signed again with a new timestamp, even with
+    another body) is one signal, also once the run has ended; two deliveries with
+    byte-identical bodies are two signals."""
     server = hook_server(make_server, tmp_path)
-    same = lambda run, n: {"metadata": {"run": run}, "payload": {"amount": 2}}  # noqa: E731
-    fresh = lambda run, n: {"metadata": {"run": run}, "payload": {"amount": n}}  # noqa: E731
-    cases = [({}, same), ({"X-GitHub-Delivery": "d-1"}, fresh), ({"Idempotency-Key": "k-9"}, fresh)]
-    for headers, make_body in cases:
-        run_id = server.start_run("signalled")
-        assert send(server, json.dumps(make_body(run_id, 1)), **headers)["duplicate"] is False
-        assert send(server, json.dumps(make_body(run_id, 2)), **headers)["duplicate"] is True
-        server.wait_status(run_id, "delivered")
-        late = send(server, json.dumps(make_body(run_id, 3)), **headers)
-        assert late["duplicate"] is True, late
-        assert received(server, run_id) == 1
-
-
-def test_dedupe_none_makes_every_delivery_a_signal(
-    make_server: ServerFactory, tmp_path: Path
-) -> None:
-    """With `dedupe = "none"` and no `key`, a byte-identical body sent twice is two signals
-    (both kept while the run works before its wait)."""
-    server = hook_server(make_server, tmp_path, 'dedupe = "none"\n')
-    run_id = server.start_run("busy")
-    body = json.dumps({"metadata": {"run": run_id}, "payload": {"amount": 2}})
-    assert send(server, body)["duplicate"] is False
-    assert send(server, body)["duplicate"] is False
+    run_id = server.start_run("signalled")
+    first = json.dumps({"metadata": {"run": run_id}, "payload": {"amount": 1}})
+    assert send(server, first, "d-1")["duplicate"] is False
+    retry = json.dumps({"metadata": {"run": run_id}, "payload": {"amount": 2}})
+    assert send(server, retry, "d-1")["duplicate"] is True
+    server.wait_status(run_id, "delivered")
+    assert send(server, first, "d-1")["duplicate"] is True
+    server.app.state.hook_deliveries = Seen()  # as after a restart: the ledger's key answers
+    assert send(server, first, "d-1")["duplicate"] is True
+    assert received(server, run_id) == 1
+    busy = server.start_run("busy")
+    same = json.dumps({"metadata": {"run": busy}, "payload": {"amount": 2}})
+    assert send(server, same)["duplicate"] is False
+    assert send(server, same)["duplicate"] is False
     deadline = time.monotonic() + 15
-    while received(server, run_id) < 2 and time.monotonic() < deadline:
+    while received(server, busy) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert received(server, run_id) == 2
+    assert received(server, busy) == 2
+
+
+def test_dedupe_none_is_refused_with_why(tmp_path: Path) -> None:
+    """`dedupe = "none"` is refused at load: signed ids already tell deliveries apart."""
+    config = tmp_path / "interlock.toml"
+    config.write_text(HOOKS + 'dedupe = "none"\n')
+    with pytest.raises(UsageError, match="no longer offered: each delivery is named by its"):
+        load_hooks(config, {"TEST_PAYMENTS_SECRET": SECRET})
 
 
 @pytest.mark.parametrize(
     ("line", "expected"),
     [
         ('signall = "payment"', "unknown key 'signall': did you mean 'signal'? the keys are"),
-        ('dedupe = "sometimes"', "dedupe = 'sometimes' is wrong: it must be \"auto\" (a delivery"),
+        ('dedupe = "sometimes"', "dedupe = 'sometimes' is wrong: it must be \"auto\" (the"),
         ('run_id = "a..b"', "run_id = 'a..b' is wrong: it must be the dotted path of the run id"),
         ('signal = "pay-ment"', "signal = 'pay-ment' is wrong: it must be the signal it sends"),
     ],

@@ -14,7 +14,7 @@ from tests.server.helpers import Server, token
 
 from interlock.api import Interlock
 from interlock.errors import UsageError
-from interlock.server.hooks import SIGNATURE_HEADER, load_hooks, signature
+from interlock.server.hooks import SIGNATURE_HEADER, load_hooks, signed_headers
 
 
 def test_signal_route_delivers_and_repeats_are_ignored(server: Server) -> None:
@@ -92,7 +92,8 @@ def test_webhook_signals_a_run_when_its_signature_is_right(
     server.wait_status(run_id, "waiting")
     body = json.dumps({"id": "evt_1", "metadata": {"run": run_id}, "payload": {"amount": 2}})
     url = "/api/hooks/payments"
-    forged = server.http.post(url, content=body, headers={SIGNATURE_HEADER: "sha256=00"})
+    forged_headers = {**signed_headers(secret.encode(), body.encode()), SIGNATURE_HEADER: "v1,AA=="}
+    forged = server.http.post(url, content=body, headers=forged_headers)
     assert forged.status_code == 401 and forged.json()["error"]["code"] == "bad_signature"
     unknown = server.http.post("/api/hooks/other", content=body)
     assert unknown.status_code == 404
@@ -100,10 +101,10 @@ def test_webhook_signals_a_run_when_its_signature_is_right(
     no_run = server.http.post(
         url,
         content=missing,
-        headers={SIGNATURE_HEADER: signature(secret.encode(), missing.encode())},
+        headers=signed_headers(secret.encode(), missing.encode()),
     )
     assert no_run.status_code == 400 and "'metadata.run'" in no_run.text
-    signed = {SIGNATURE_HEADER: signature(secret.encode(), body.encode())}
+    signed = signed_headers(secret.encode(), body.encode())
     sent = server.http.post(url, content=body, headers=signed)
     assert sent.status_code == 202 and sent.json()["accepted"] == "signal", sent.text
     replayed = server.http.post(url, content=body, headers=signed)

@@ -40,6 +40,9 @@ from interlock.errors import ExitCode
 )
 @click.option("--rate-limit", default=30.0, show_default=True, help="Actions/minute per token.")
 @click.option(
+    "--read-rate-limit", default=1200.0, show_default=True, help="Reads/minute per token."
+)
+@click.option(
     "--header-timeout", default=10.0, show_default=True, help="Seconds for a request's headers."
 )
 @click.option(
@@ -79,6 +82,7 @@ def serve(
     allow_origin: tuple[str, ...],
     webhook: tuple[str, ...],
     rate_limit: float,
+    read_rate_limit: float,
     header_timeout: float,
     body_timeout: float,
     no_schedules: bool,
@@ -134,6 +138,7 @@ def serve(
         allowed_origins=list(allow_origin),
         webhooks=list(webhook),
         rate_limit=rate_limit,
+        read_rate_limit=read_rate_limit,
         header_timeout=header_timeout,
         body_timeout=body_timeout,
         schedules=not no_schedules,

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from interlock.api import Interlock
     from interlock.mcpserver.pipelines import Pipelines
     from interlock.runtime.orchestrator import Orchestrator
+    from interlock.server.reads import Reads
 
 PRINCIPAL_KEY = "interlock.principal"  # where the HTTP guard leaves the caller in the ASGI scope
 
@@ -37,6 +38,15 @@ class Backend:
     local: bool  # stdio: the caller is on this machine (prompts may be read)
     principal: Principal | None = None  # stdio: fixed; HTTP: None, taken from each request
     limit: Callable[[str], None] | None = None  # HTTP: the rate limit of one action key
+    reads: Reads | None = None  # HTTP: the server's; stdio: made on first use
+
+    def reader(self) -> Reads:
+        """Where the tools read runs' folded histories: off the event loop, kept per run."""
+        if self.reads is None:
+            from interlock.server.reads import Reads
+
+            self.reads = Reads(self.api)
+        return self.reads
 
     @property
     def orchestrator(self) -> Orchestrator:

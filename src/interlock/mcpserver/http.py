@@ -31,12 +31,19 @@ if TYPE_CHECKING:
 class McpEndpoint:
     """The ASGI app served at `/mcp`: authenticate, then hand the request to the SDK."""
 
-    def __init__(self, service: Service, auth: Authenticator, limiter: RateLimiter) -> None:
+    def __init__(
+        self,
+        service: Service,
+        auth: Authenticator,
+        limiter: RateLimiter,
+        read_limiter: RateLimiter | None = None,
+    ) -> None:
         backend = Backend(
             api=service.api,
             pipelines=Pipelines(service.workflows),
             local=False,
             limit=limiter.take,
+            reads=service.reads,
         )
         self.server = build(backend)
         # The Guard in front of every route already refuses foreign Host headers, and the
@@ -47,6 +54,7 @@ class McpEndpoint:
             transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         )
         self.auth = auth
+        self.read_limiter = read_limiter
 
     def running(self) -> AbstractAsyncContextManager[None]:
         """The SDK's session manager, run for the app's lifetime."""
@@ -61,6 +69,8 @@ class McpEndpoint:
             client = request.client.host if request.client else "?"
             principal = self.auth.principal(bearer(request), client)
             self.auth.require(principal, "read")
+            if self.read_limiter is not None:  # each request is at least a read
+                self.read_limiter.take(principal.key)
         except ApiError as error:
             await reply(send, error)
             return

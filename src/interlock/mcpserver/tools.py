@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult, TextContent
 
+from interlock.core.state import RunState
 from interlock.errors import InterlockError
 from interlock.mcpserver.backend import Backend
 from interlock.runtime.home import check_run_id
@@ -80,10 +81,10 @@ class Tools:
         """A run id or unambiguous prefix, resolved (a clear error when unknown)."""
         return self.api.resolve(check_run_id(run_id))
 
-    def _in_state(self, run_id: str, action: str, allowed: tuple[str, ...]) -> str:
+    async def _in_state(self, run_id: str, action: str, allowed: tuple[str, ...]) -> str:
         """The resolved run, refused unless its status is one of `allowed`."""
         run_id = self._run(run_id)
-        status = self.api.state(run_id).status.value
+        status = await self.backend.reader().call(run_id, lambda f: f.state.status.value)
         if status not in allowed:
             raise ApiError(
                 409,
@@ -152,7 +153,7 @@ class Tools:
         """Start a new run from an ended one: tasks before `from_phase` whose inputs did not
         change reuse the source's outputs at no cost. `pipeline` runs that pipeline's current
         definition instead of the pinned one; `dry_run` returns only the plan."""
-        source = self._in_state(run_id, "rerun", ENDED)
+        source = await self._in_state(run_id, "rerun", ENDED)
         definition = self.backend.pipelines.get(pipeline) if pipeline else None
         options: dict[str, Any] = {
             "from_phase": from_phase,
@@ -171,7 +172,13 @@ class Tools:
     async def run_status(self, run_id: str, *, ctx: Context) -> Result:
         """A run's state: status, phase, why it is paused, each phase's workers and tasks
         (attempts, outputs, errors), cost, tokens, warnings, failure, final output."""
-        return run_detail(self.api, self._run(run_id))
+        return await self._detail(self._run(run_id))
+
+    async def _detail(self, run_id: str) -> Result:
+        """What run_status answers (the REST route's view), read off the event loop."""
+        return await self.backend.reader().call(
+            run_id, lambda f: run_detail(self.api, run_id, state=f.state, record=f.record)
+        )
 
     @tool("read")
     async def wait_for_run(self, run_id: str, timeout_s: float = 30.0, *, ctx: Context) -> Result:
@@ -185,7 +192,7 @@ class Tools:
             commands = self.api.store.pending_commands(run_id)
             settled = record.summary.status != "running" and not commands
             if settled or time.monotonic() >= deadline:
-                return {**run_detail(self.api, run_id), "timed_out": not settled}
+                return {**await self._detail(run_id), "timed_out": not settled}
             await asyncio.sleep(0.05)
 
     @tool("read")
@@ -195,8 +202,10 @@ class Tools:
         """A run's history after sequence number `since`: each event with the rule and
         reason that decided it and one readable sentence."""
         run_id = self._run(run_id)
-        found = self.api.store.events(run_id, max(0, since), max(1, min(limit, 10_000)))
-        events = [event_record(s) for s in found]
+        since, limit = max(0, min(since, 2**62)), max(1, min(limit, 10_000))
+        events = await self.backend.reader().off_loop(
+            lambda: [event_record(s) for s in self.api.store.events(run_id, since, limit)]
+        )
         last = events[-1]["seq"] if events else since
         return {"run_id": run_id, "events": events, "last_seq": last}
 
@@ -227,8 +236,10 @@ class Tools:
         """The outputs a run committed so far (and final.md once delivered), each with the
         resource URI that reads it."""
         run_id = self._run(run_id)
-        state = self.api.state(run_id)
-        served = files.served(state, files.run_dir(self.api.home, run_id))
+        directory = files.run_dir(self.api.home, run_id)
+        served = await self.backend.reader().call(
+            run_id, lambda f: files.served(f.state, directory)
+        )
         listed = [{**item, "uri": output_uri(run_id, str(item["name"]))} for item in served]
         return {"run_id": run_id, "outputs": listed}
 
@@ -236,14 +247,17 @@ class Tools:
     async def read_output(self, run_id: str, name: str, *, ctx: Context) -> Result:
         """The text of output `name` of a run (a name list_outputs gives, or final.md)."""
         run_id = self._run(run_id)
-        return {"run_id": run_id, "name": name, "text": read_text(self.backend, run_id, name)}
+        text = await self.backend.reader().call(
+            run_id, lambda f: read_text(self.backend, run_id, name, f.state)
+        )
+        return {"run_id": run_id, "name": name, "text": text}
 
     # -- a person's commands ------------------------------------------------------------------
 
     @tool("operate", "approve")
     async def approve(self, run_id: str, note: str = "", *, ctx: Context) -> Result:
         """Approve a paused run (with an optional note kept in its history); it goes on."""
-        run_id = self._in_state(run_id, "approve", ("paused",))
+        run_id = await self._in_state(run_id, "approve", ("paused",))
         self.api.approve(run_id, note, by=self._by(ctx))
         self.backend.drive(run_id)
         return {"run_id": run_id, "accepted": "approve"}
@@ -252,7 +266,7 @@ class Tools:
     async def reject(self, run_id: str, to: str, feedback: str, *, ctx: Context) -> Result:
         """Send a paused run back to phase `to`; `feedback` is what its tasks are told to
         change (after a model's task, or where a template places {{ feedback }})."""
-        run_id = self._in_state(run_id, "reject", ("paused",))
+        run_id = await self._in_state(run_id, "reject", ("paused",))
         self.api.reject(run_id, to, feedback, by=self._by(ctx))
         self.backend.drive(run_id)
         return {"run_id": run_id, "accepted": "reject", "to": to}
@@ -264,7 +278,7 @@ class Tools:
         """Replace output `output` (a file name such as draft.md, or a role) of a paused run
         with `text`. The run stays paused; tasks that read the old text run again once it is
         approved."""
-        run_id = self._in_state(run_id, "edit", ("paused",))
+        run_id = await self._in_state(run_id, "edit", ("paused",))
         self.api.edit(run_id, output, text, note=note, by=self._by(ctx))
         self.backend.drive(run_id)
         return {"run_id": run_id, "accepted": "edit", "output": output}
@@ -272,7 +286,7 @@ class Tools:
     @tool("operate", "cancel")
     async def cancel(self, run_id: str, reason: str = "", *, ctx: Context) -> Result:
         """Cancel a running or paused run; its in-flight tasks are stopped."""
-        run_id = self._in_state(run_id, "cancel", ("running", "paused"))
+        run_id = await self._in_state(run_id, "cancel", ("running", "paused"))
         self.api.cancel(run_id, reason, by=self._by(ctx))
         self.backend.drive(run_id)
         return {"run_id": run_id, "accepted": "cancel"}
@@ -284,7 +298,7 @@ class Tools:
         """Send signal `name` with JSON `data` to a run (running, waiting or paused): the phase
         that waits for it (`wait_for`) goes on, reading `signals.NAME`. A signal sent before
         the wait is kept until then; a repeated idempotency `key` is ignored."""
-        run_id = self._in_state(run_id, "signal", ("running", "paused"))
+        run_id = await self._in_state(run_id, "signal", ("running", "paused"))
         receipt = self.api.signal(run_id, name, data, key=key, by=self._by(ctx))
         self.backend.drive(run_id)
         return {
@@ -300,13 +314,13 @@ class Tools:
     async def resume(self, run_id: str, *, ctx: Context) -> Result:
         """Drive a running or paused run here again when nothing drives it (its process was
         stopped); a run another live process drives is left to it."""
-        run_id = self._in_state(run_id, "resume", ("running", "paused"))
+        run_id = await self._in_state(run_id, "resume", ("running", "paused"))
         self.backend.drive(run_id)
         return {"run_id": run_id, "accepted": "resume"}
 
 
-def read_text(backend: Backend, run_id: str, name: str) -> str:
+def read_text(backend: Backend, run_id: str, name: str, state: RunState | None = None) -> str:
     """Output `name` of a run, as the API serves it (only what its outputs list names)."""
-    state = backend.api.state(run_id)
+    state = backend.api.state(run_id) if state is None else state
     path = files.output_path(backend.api.home, state, run_id, name)
     return path.read_bytes().decode("utf-8", errors="replace")

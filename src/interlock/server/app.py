@@ -41,7 +41,8 @@ def build_app(config: ServerConfig) -> FastAPI:
     service = Service(config)
     auth = Authenticator(config)
     limiter = RateLimiter(config.rate_limit, config.rate_burst)
-    mcp, mcp_running = mcp_endpoint(service, auth, limiter)
+    read_limiter = RateLimiter(config.read_rate_limit, config.read_burst)
+    mcp, mcp_running = mcp_endpoint(service, auth, limiter, read_limiter)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -69,6 +70,8 @@ def build_app(config: ServerConfig) -> FastAPI:
     app.state.service = service
     app.state.auth = auth
     app.state.limiter = limiter
+    app.state.read_limiter = read_limiter
+    app.state.hook_deliveries = hooks.Seen()
     app.include_router(routes.router)
     app.include_router(hooks.router)
     app.include_router(iterate.router)
@@ -139,7 +142,7 @@ def build_app(config: ServerConfig) -> FastAPI:
 
 
 def mcp_endpoint(
-    service: Service, auth: Authenticator, limiter: RateLimiter
+    service: Service, auth: Authenticator, limiter: RateLimiter, read_limiter: RateLimiter
 ) -> tuple[ASGIApp, Callable[[], AbstractAsyncContextManager[None]]]:
     """The MCP server's app for `/mcp` and what runs beside it while serving; without the
     `mcp` extra, an answer that names it."""
@@ -147,7 +150,7 @@ def mcp_endpoint(
         from interlock.mcpserver.http import McpEndpoint
     except ImportError:
         return NotInstalled(), contextlib.nullcontext
-    endpoint = McpEndpoint(service, auth, limiter)
+    endpoint = McpEndpoint(service, auth, limiter, read_limiter)
     return endpoint, endpoint.running
 
 

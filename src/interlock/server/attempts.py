@@ -130,16 +130,44 @@ class Timeline:
 
 def timeline(events: list[StoredEvent]) -> Timeline:
     """Fold a run's history into its attempts and pauses."""
-    found = Timeline()
-    latest: dict[str, Attempt] = {}  # task id -> its current attempt
-    numbered: dict[tuple[str, int], Attempt] = {}  # (task id, attempt number) -> attempt
-    paused: dict[str, Any] | None = None
-    waiting: dict[str, Any] | None = None
-    for stored in events:
+    folder = TimelineFold()
+    folder.feed(events)
+    return folder.timeline()
+
+
+class TimelineFold:
+    """The attempts and pauses of a run, folded one event at a time, so that a reader that
+    kept it folds only the events recorded since (`interlock.server.reads`)."""
+
+    def __init__(self) -> None:
+        self.attempts: list[Attempt] = []
+        self.pauses: list[dict[str, Any]] = []  # times as epoch seconds until `timeline`
+        self.start: float | None = None
+        self.end: float | None = None
+        self._latest: dict[str, Attempt] = {}  # task id -> its current attempt
+        self._numbered: dict[tuple[str, int], Attempt] = {}  # (task id, attempt number)
+        self._paused: dict[str, Any] | None = None
+        self._waiting: dict[str, Any] | None = None
+
+    def timeline(self) -> Timeline:
+        """What is folded so far, with the pauses' times as ISO text (copies: feeding more
+        does not change them)."""
+        pauses = [
+            {**pause, "start": iso(pause["start"]), "end": iso(pause["end"])}
+            for pause in self.pauses
+        ]
+        return Timeline(attempts=self.attempts, pauses=pauses, start=self.start, end=self.end)
+
+    def feed(self, events: list[StoredEvent]) -> None:
+        """Fold `events` (the next ones of the run's history, in order)."""
+        for stored in events:
+            self._one(stored)
+
+    def _one(self, stored: StoredEvent) -> None:
         event = stored.event
         at = event.at
-        found.start = at if found.start is None else found.start
-        found.end = at
+        self.start = at if self.start is None else self.start
+        self.end = at
         if isinstance(event, ev.TaskDispatched):
             attempt = Attempt(
                 seq=stored.seq,
@@ -152,44 +180,44 @@ def timeline(events: list[StoredEvent]) -> Timeline:
                 model=event.model,
                 queued_at=at,
             )
-            found.attempts.append(attempt)
-            latest[event.task_id] = attempt
-            numbered[event.task_id, event.attempt] = attempt
+            self.attempts.append(attempt)
+            self._latest[event.task_id] = attempt
+            self._numbered[event.task_id, event.attempt] = attempt
         elif isinstance(event, ev.ChildSpent):
             # An earlier attempt's child may still be spending after a retry began.
-            spender = numbered.get((event.task_id, event.attempt))
+            spender = self._numbered.get((event.task_id, event.attempt))
             if spender is not None:
                 spender.child_spent = (event.cost_usd, event.tokens)
         elif isinstance(event, ev.WaitStarted):
             reason = f"signal {event.signal}" if event.signal else "delay"
             waiting = {"phase": event.phase, "reason": reason, "start": at, "end": None}
             waiting["kind"] = "wait"
-            found.pauses.append(waiting)
-        elif isinstance(event, ev.WaitEnded) and waiting is not None:
-            waiting["end"], waiting["how"] = at, event.outcome
-            waiting = None
+            self._waiting = waiting
+            self.pauses.append(waiting)
+        elif isinstance(event, ev.WaitEnded) and self._waiting is not None:
+            self._waiting["end"], self._waiting["how"] = at, event.outcome
+            self._waiting = None
         elif isinstance(event, ev.Paused):
             paused = {"phase": event.phase, "reason": event.reason, "start": at, "end": None}
             paused["kind"] = "pause"
-            found.pauses.append(paused)
+            self._paused = paused
+            self.pauses.append(paused)
         elif isinstance(event, (ev.Approved, ev.Rejected, ev.RunCancelled, ev.RunFailed)):
-            if paused is not None:
-                paused["end"] = at
-                paused["by"] = getattr(event, "by", "")
-                paused["how"] = event.kind
-                paused = None
+            if self._paused is not None:
+                self._paused["end"] = at
+                self._paused["by"] = getattr(event, "by", "")
+                self._paused["how"] = event.kind
+                self._paused = None
             if isinstance(event, (ev.RunCancelled, ev.RunFailed)):
-                if waiting is not None:
-                    waiting["end"], waiting["how"], waiting = at, event.kind, None
-                for open_attempt in latest.values():
+                if self._waiting is not None:
+                    self._waiting["end"], self._waiting["how"] = at, event.kind
+                    self._waiting = None
+                for open_attempt in self._latest.values():
                     if open_attempt.outcome in ("queued", "running", "retry_wait"):
                         open_attempt.outcome = "abandoned"
                         open_attempt.finished_at = open_attempt.finished_at or at
-        elif hasattr(event, "task_id") and event.task_id in latest:
-            _task_event(latest[event.task_id], event, at)
-    for pause in found.pauses:
-        pause["start"], pause["end"] = iso(pause["start"]), iso(pause["end"])
-    return found
+        elif hasattr(event, "task_id") and event.task_id in self._latest:
+            _task_event(self._latest[event.task_id], event, at)
 
 
 def _task_event(attempt: Attempt, event: ev.Event, at: float) -> None:

@@ -1,5 +1,11 @@
-"""Who may do what: bearer tokens (JWT, HS256) with `read` and `operate` scopes, the Origin
-and Host checks that keep web pages from driving a local server, and per-token rate limits.
+"""Who may do what: bearer tokens (JWT, HS256) with `read`, `operate` and `export` scopes, the
+Origin and Host checks that keep web pages from driving a local server, and per-token rate
+limits.
+
+Scopes are independent: none implies another. `read` sees runs as the API shows them (capped,
+credentials masked); `operate` acts on runs; `export` downloads a run's whole bundle (its
+history, outputs, prompts and logs, as `interlock export` writes it), which is more than any
+read shows, so a token for dashboards never carries it unless asked.
 
 Without a configured secret (allowed on loopback only) every caller has both scopes; the Host
 and Origin checks still apply, since any web page can reach a loopback port.
@@ -19,7 +25,7 @@ import jwt
 from interlock.server.config import ServerConfig, is_loopback
 from interlock.server.errors import ApiError
 
-SCOPES = ("read", "operate")
+SCOPES = ("read", "operate", "export")
 WS_PROTOCOL = "interlock"  # the subprotocol the server answers with
 WS_TOKEN_PREFIX = "bearer."  # `Sec-WebSocket-Protocol: interlock, bearer.<token>`
 
@@ -37,7 +43,7 @@ def issue_token(secret: str, scopes: list[str], subject: str = "cli", ttl: float
     """A signed token for `subject` with `scopes`, valid for `ttl` seconds."""
     unknown = set(scopes) - set(SCOPES)
     if unknown:
-        raise ValueError(f"unknown scope {sorted(unknown)[0]!r}; scopes are: read, operate")
+        raise ValueError(f"unknown scope {sorted(unknown)[0]!r}; scopes are: {', '.join(SCOPES)}")
     now = int(time.time())
     claims = {"sub": subject, "scope": " ".join(scopes), "iat": now, "exp": now + int(ttl)}
     return jwt.encode(claims, secret, algorithm="HS256")

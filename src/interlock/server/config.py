@@ -67,6 +67,8 @@ class ServerConfig:
     webhooks: list[str] = field(default_factory=list, repr=False)  # a URL is often its key
     rate_limit: float = 30.0  # mutating requests per minute per token (or client address)
     rate_burst: int = 10
+    read_rate_limit: float = 1200.0  # reads per minute per token (or client address)
+    read_burst: int = 300
     max_body: int = 64 * 1024  # bytes of a request body
     header_timeout: float = 10.0  # seconds for a request's headers, from its first byte
     body_timeout: float = 30.0  # seconds for a request's body, after its headers
@@ -90,6 +92,10 @@ class ServerConfig:
             raise UsageError(
                 "the auth secret is too short: use at least 32 bytes (e.g. openssl rand -hex 32)"
             )
+        for name in ("rate_limit", "read_rate_limit"):
+            if not getattr(self, name) > 0:
+                option = "--" + name.replace("_", "-")
+                raise UsageError(f"{option} must be a positive number of requests per minute")
         for name in ("header_timeout", "body_timeout"):
             if not getattr(self, name) > 0:
                 option = "--" + name.replace("_", "-")
@@ -104,7 +110,7 @@ class ServerConfig:
         secret, each hook's secret, the store's password and each webhook's URL."""
         protect(self.auth_secret)
         for hook in self.hooks.values():
-            protect(hook.secret)
+            protect(hook.written)  # as its variable holds it (the HMAC key may be decoded)
         protect_url(self.store_url)
         for url in self.webhooks:
             protect(url)

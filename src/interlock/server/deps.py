@@ -50,6 +50,10 @@ def _reader(request: Request, *, query: bool) -> Principal:
     client = request.client.host if request.client else "?"
     principal = auth.principal(bearer(request, query=query), client)
     auth.require(principal, "read")
+    # Reads have a bucket of their own per caller (see `read_rate_limit`): a client polling in
+    # a loop is slowed down with 429 and Retry-After, never the others, nor any action.
+    limiter: RateLimiter = request.app.state.read_limiter
+    limiter.take(principal.key)
     return principal
 
 
@@ -68,6 +72,19 @@ def download_reader(request: Request) -> Principal:
     """A caller allowed to read; `?token=` is accepted on `?download=1` links."""
     download = request.query_params.get("download", "").lower() in TRUE
     return _reader(request, query=download)
+
+
+def exporter(request: Request) -> Principal:
+    """A caller allowed to download a run's bundle: the `export` scope, the token in the
+    Authorization header only (a bundle is a run's every prompt and log: its token is never
+    put in a link), within the rate limit of exports."""
+    auth: Authenticator = request.app.state.auth
+    client = request.client.host if request.client else "?"
+    principal = auth.principal(bearer(request), client)
+    auth.require(principal, "export")
+    limiter: RateLimiter = request.app.state.limiter
+    limiter.take(f"{principal.key}:export")
+    return principal
 
 
 def operator(action: str) -> Callable[[Request], Principal]:

@@ -71,19 +71,35 @@ def describe(pipeline: Pipeline) -> dict[str, Any]:
 def path_taken(events: list[StoredEvent]) -> dict[str, Any]:
     """The phases a run visited in order, and how many times each `next:` edge was taken
     (keyed `from->to`)."""
-    visits: list[dict[str, Any]] = []
-    taken: dict[str, int] = {}
-    for stored in events:
-        event = stored.event
-        if isinstance(event, ev.PhaseStarted):
-            visits.append({"phase": event.phase, "visit": event.visit})
-        elif isinstance(event, ev.BranchTaken):
-            key = f"{event.phase}->{event.goto}"
-            taken[key] = taken.get(key, 0) + 1
-        elif isinstance(event, ev.Delivered) and visits:
-            key = f"{visits[-1]['phase']}->{END}"
-            taken[key] = taken.get(key, 0) + 1
-        elif isinstance(event, ev.Rejected) and visits:
-            key = f"{visits[-1]['phase']}->{event.to}"
-            taken[key] = taken.get(key, 0) + 1
-    return {"visits": visits, "taken": taken}
+    folder = PathFold()
+    folder.feed(events)
+    return folder.path()
+
+
+class PathFold:
+    """The path a run took, folded one event at a time (see `path_taken`)."""
+
+    def __init__(self) -> None:
+        self.visits: list[dict[str, Any]] = []
+        self.taken: dict[str, int] = {}
+
+    def path(self) -> dict[str, Any]:
+        """What is folded so far (copies: feeding more does not change them)."""
+        return {"visits": [dict(v) for v in self.visits], "taken": dict(self.taken)}
+
+    def feed(self, events: list[StoredEvent]) -> None:
+        """Fold `events` (the next ones of the run's history, in order)."""
+        visits, taken = self.visits, self.taken
+        for stored in events:
+            event = stored.event
+            if isinstance(event, ev.PhaseStarted):
+                visits.append({"phase": event.phase, "visit": event.visit})
+            elif isinstance(event, ev.BranchTaken):
+                key = f"{event.phase}->{event.goto}"
+                taken[key] = taken.get(key, 0) + 1
+            elif isinstance(event, ev.Delivered) and visits:
+                key = f"{visits[-1]['phase']}->{END}"
+                taken[key] = taken.get(key, 0) + 1
+            elif isinstance(event, ev.Rejected) and visits:
+                key = f"{visits[-1]['phase']}->{event.to}"
+                taken[key] = taken.get(key, 0) + 1

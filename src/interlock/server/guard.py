@@ -1,5 +1,6 @@
 """ASGI middleware in front of every route: the Host check (DNS rebinding) and request body
-limits, answered before any route code or body parsing runs. It also keeps a WebSocket's
+limits (size; for the JSON of a POST, nesting, numbers and text: `bodies`), answered before
+any route code or body parsing runs. It also keeps a WebSocket's
 `send` as the server gave it (`SERVER_SEND` in the scope), before the routes' own wrappers,
 for the frames written as prepared bytes (see `wire.py`)."""
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from interlock.server import bodies
 from interlock.server.auth import Authenticator
 from interlock.server.errors import ApiError, body
 
@@ -47,12 +49,16 @@ class Guard:
         if scope["type"] == "websocket":
             scope[SERVER_SEND] = send
         if scope["type"] == "http" and scope["method"] in ("POST", "PUT", "PATCH", "DELETE"):
-            receive = await self._bounded(headers, receive, send)
+            # Every POST body is JSON (a PUT is an output's text): read it (within the limit)
+            # and check it before any route parses it.
+            receive = await self._bounded(headers, receive, send, json=scope["method"] == "POST")
             if receive is None:
                 return
         await self.app(scope, receive, send)
 
-    async def _bounded(self, headers: dict[str, str], receive: Receive, send: Send) -> Any:
+    async def _bounded(
+        self, headers: dict[str, str], receive: Receive, send: Send, *, json: bool
+    ) -> Any:
         too_big = ApiError(
             413, "too_large", f"the request body is larger than {self.max_body} bytes"
         )
@@ -61,8 +67,9 @@ class Guard:
             if int(length) > self.max_body:
                 await reply(send, too_big)
                 return None
-            return receive
-        chunks, size = [], 0  # no length given: read (at most the limit) before routing
+            if not json:
+                return receive
+        chunks, size = [], 0  # read (at most the limit) before routing
         while True:
             message = await receive()
             if message["type"] != "http.request":
@@ -74,7 +81,12 @@ class Guard:
                 return None
             if not message.get("more_body"):
                 break
-        replay: list[Message] = [{"type": "http.request", "body": b"".join(chunks)}]
+        data = b"".join(chunks)
+        reason = bodies.problem(data) if json and data.strip() else None
+        if reason is not None:
+            await reply(send, ApiError(400, "bad_request", reason))
+            return None
+        replay: list[Message] = [{"type": "http.request", "body": data}]
 
         async def replayed() -> Message:
             return replay.pop() if replay else await receive()

@@ -86,4 +86,8 @@ async def diff(
 ) -> dict[str, Any]:
     """How run `other` differs from `run_id`: tasks, outputs, values, cost and decisions."""
     a, b = resolve(svc, run_id), resolve(svc, other)
-    return svc.api.diff(a, b, outputs=outputs).as_dict()
+    # Two whole histories are read and compared: on a read thread, not the event loop.
+    found: dict[str, Any] = await svc.reads.off_loop(
+        lambda: svc.api.diff(a, b, outputs=outputs).as_dict()
+    )
+    return found

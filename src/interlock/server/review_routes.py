@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 from interlock.core.review import EDIT_LIMIT
 from interlock.runtime import bundle
 from interlock.server.auth import Principal
-from interlock.server.deps import download_reader, operator, resolve, service
+from interlock.server.deps import exporter, operator, resolve, service
 from interlock.server.errors import ApiError
 from interlock.server.service import Service
 
@@ -25,7 +25,7 @@ router = APIRouter(prefix="/api")
 Svc = Annotated[Service, Depends(service)]
 Editor = Annotated[Principal, Depends(operator("edit"))]
 Rejecter = Annotated[Principal, Depends(operator("reject"))]
-Exporter = Annotated[Principal, Depends(download_reader)]
+Exporter = Annotated[Principal, Depends(exporter)]
 
 
 NOTE_LIMIT = 2_000
@@ -72,11 +72,16 @@ async def reject(svc: Svc, who: Rejecter, run_id: str, body: Rejection) -> dict[
 
 @router.get("/runs/{run_id}/export")
 async def export(svc: Svc, _: Exporter, run_id: str) -> Response:
-    """The run as one verifiable .tar.gz (what `interlock export` writes)."""
+    """The run as one verifiable .tar.gz (what `interlock export` writes); needs the `export`
+    scope, with the token in the Authorization header."""
     run_id = resolve(svc, run_id)
-    with tempfile.TemporaryDirectory() as scratch:
-        target = Path(scratch) / f"{run_id}.tar.gz"
-        bundle.export_run(svc.api.store, svc.api.home, run_id, target)
-        data = target.read_bytes()
+
+    def export_bundle() -> bytes:
+        with tempfile.TemporaryDirectory() as scratch:
+            target = Path(scratch) / f"{run_id}.tar.gz"
+            bundle.export_run(svc.api.store, svc.api.home, run_id, target)
+            return target.read_bytes()
+
+    data = await svc.reads.bundle(run_id, export_bundle)
     headers = {"Content-Disposition": f'attachment; filename="{run_id}.tar.gz"'}
     return Response(data, media_type="application/gzip", headers=headers)

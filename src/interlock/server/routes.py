@@ -8,7 +8,6 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import FileResponse, PlainTextResponse, Response
 from pydantic import BaseModel, Field
 
-from interlock.core.state import fold
 from interlock.runtime.family import parents_of
 from interlock.runtime.projection import iso, waiting_view
 from interlock.server import files
@@ -18,11 +17,13 @@ from interlock.server.deps import download_reader, operator, reader, resolve, se
 from interlock.server.errors import ApiError
 from interlock.server.messages import event_record
 from interlock.server.notify import masked_error, sink_label
+from interlock.server.reads import Folded
 from interlock.server.service import Service
-from interlock.server.views import run_detail, run_row
+from interlock.server.views import detail_of_state, run_row, with_family
 from interlock.storage import run_list
 
 router = APIRouter(prefix="/api")
+MAX_SEQ = 2**62  # beyond any seq, and within what SQLite and PostgreSQL integers hold
 Svc = Annotated[Service, Depends(service)]
 Reader = Annotated[Principal, Depends(reader)]
 Downloader = Annotated[Principal, Depends(download_reader)]
@@ -119,7 +120,7 @@ async def list_runs(
     # What each waiting run waits for, folded from its history as `interlock runs` does: the
     # listed summary does not hold it, and a list of runs says why a run waits.
     waits = {
-        r.run_id: waiting_view(fold([e.event for e in svc.store.events(r.run_id)]))
+        r.run_id: await svc.reads.call(r.run_id, lambda f: waiting_view(f.state))
         for r in records
         if r.summary.status == "waiting"
     }
@@ -138,30 +139,46 @@ async def start_run(svc: Svc, _: Starter, body: StartRun) -> dict[str, Any]:
     return run_row(svc.store.get_run(run_id))
 
 
-@router.get("/runs/{run_id}")
-async def get_run(svc: Svc, _: Reader, run_id: str) -> dict[str, Any]:
+@router.get("/runs/{run_id}", response_model=None)
+async def get_run(svc: Svc, _: Reader, run_id: str) -> Response:
     """A run's state: phases, workers, tasks, costs, warnings."""
-    return run_detail(svc.api, resolve(svc, run_id))
+    run_id = resolve(svc, run_id)
+
+    def detail(f: Folded) -> dict[str, Any]:
+        record = f.record
+        assert record is not None  # set by every read
+        base = f.remember("detail", lambda: detail_of_state(svc.api, run_id, f.state, record))
+        return with_family(svc.api, base, f.state, record)
+
+    return await svc.reads.json(run_id, detail)
 
 
-@router.get("/runs/{run_id}/events")
+EVENTS_PAGE = 1000  # events in a page of /events unless `limit` says otherwise
+
+
+@router.get("/runs/{run_id}/events", response_model=None)
 async def run_events(
     svc: Svc,
     _: Reader,
     run_id: str,
-    since: Annotated[int, Query(ge=0)] = 0,
-    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
-) -> list[dict[str, Any]]:
-    """A run's history after `since`, each event with the rule and reason that decided it."""
-    return [event_record(s) for s in svc.store.events(resolve(svc, run_id), since, limit)]
+    since: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = EVENTS_PAGE,
+) -> Response:
+    """A run's history after `since`, a page at a time (`limit`, 1000 by default: a shorter
+    page is the last; the next starts after the last `seq`), each event with the rule and
+    reason that decided it."""
+    run_id = resolve(svc, run_id)
+    return await svc.reads.json_off_loop(
+        lambda: [event_record(s) for s in svc.store.events(run_id, since, limit)]
+    )
 
 
-@router.get("/runs/{run_id}/outputs")
-async def outputs(svc: Svc, _: Reader, run_id: str) -> list[dict[str, Any]]:
+@router.get("/runs/{run_id}/outputs", response_model=None)
+async def outputs(svc: Svc, _: Reader, run_id: str) -> Response:
     """The outputs committed so far (and `final.md` once delivered): all that is served."""
     run_id = resolve(svc, run_id)
-    state = svc.api.state(run_id)
-    return files.served(state, files.run_dir(svc.home, run_id))
+    directory = files.run_dir(svc.home, run_id)
+    return await svc.reads.json(run_id, lambda f: files.served(f.state, directory))
 
 
 @router.get("/runs/{run_id}/outputs/{name:path}", response_model=None)
@@ -170,10 +187,12 @@ async def output(
 ) -> Response:
     """One output's text (or as a download): only a file that the outputs list names."""
     run_id = resolve(svc, run_id)
-    path = files.output_path(svc.home, svc.api.state(run_id), run_id, name)
+    path = await svc.reads.call(
+        run_id, lambda f: files.output_path(svc.home, f.state, run_id, name)
+    )
     if download:
         return FileResponse(path, filename=path.name, media_type="text/plain; charset=utf-8")
-    text = path.read_bytes().decode("utf-8", errors="replace")
+    text = await svc.reads.off_loop(lambda: path.read_bytes().decode("utf-8", errors="replace"))
     return PlainTextResponse(text, headers={"X-Content-Type-Options": "nosniff"})
 
 
@@ -222,9 +241,9 @@ async def send_signal(
 async def resume(svc: Svc, _: Resumer, run_id: str) -> dict[str, Any]:
     """Drive a run here again (after it was interrupted elsewhere)."""
     run_id = resolve(svc, run_id)
-    state = svc.api.state(run_id)
-    if state.status.ended:
-        raise ApiError(409, "wrong_state", f"run {run_id} already ended ({state.status.value})")
+    status = await svc.reads.call(run_id, lambda f: f.state.status)
+    if status.ended:
+        raise ApiError(409, "wrong_state", f"run {run_id} already ended ({status.value})")
     if run_id not in svc.orchestrator.drivers:
         svc.orchestrator.take(run_id)
     svc.orchestrator.wake()

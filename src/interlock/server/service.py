@@ -19,6 +19,7 @@ from interlock.server.config import ServerConfig
 from interlock.server.hub import Hub
 from interlock.server.metrics import Metrics
 from interlock.server.notify import Webhooks, annotator
+from interlock.server.reads import Reads
 from interlock.server.schedule import Scheduler, check_schedule
 from interlock.server.workflows import Workflows
 from interlock.storage.base import StoredEvent
@@ -79,6 +80,7 @@ class Service:
             self.store, self.home, settings=settings, dispatcher=self.dispatcher
         )
         self.api.orchestrator = self.orchestrator  # runs started through the API are driven here
+        self.reads = Reads(self.api)  # the read routes' folded histories, off the event loop
         self.metrics = Metrics(self.store, self.orchestrator)
         self.orchestrator.on_tick = self.metrics.tick.observe
         self.hub = Hub(
@@ -162,6 +164,7 @@ class Service:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(task, 10)
         await self.orchestrator.shutdown()
+        await asyncio.to_thread(self.reads.close)
         await aclose_providers()
         close = getattr(self.dispatcher, "close", None)
         if close is not None:

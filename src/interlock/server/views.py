@@ -71,25 +71,47 @@ def task_rows(state: RunState) -> list[dict[str, Any]]:
     return rows
 
 
-def run_detail(api: Interlock, run_id: str) -> dict[str, Any]:
-    """A run's state: phases, workers, tasks, costs, warnings, progress, why it is paused."""
-    record = api.store.get_run(run_id)
-    state = api.state(run_id)
+def run_detail(
+    api: Interlock,
+    run_id: str,
+    *,
+    state: RunState | None = None,
+    record: RunRecord | None = None,
+) -> dict[str, Any]:
+    """A run's state: phases, workers, tasks, costs, warnings, progress, why it is paused
+    (from `state` and `record` when the caller has them folded already)."""
+    record = api.store.get_run(run_id) if record is None else record
+    state = api.state(run_id) if state is None else state
+    return with_family(api, detail_of_state(api, run_id, state, record), state, record)
+
+
+def detail_of_state(
+    api: Interlock, run_id: str, state: RunState, record: RunRecord
+) -> dict[str, Any]:
+    """The part of `run_detail` that only the run's own history decides (what a reader may
+    keep until the run records more)."""
     pipeline = api.definition_of(record.pipeline, record.definition_hash).pipeline
     view = status_view(pipeline, state, run_id)
     view["tasks"] = task_rows(state)
     view["progress"] = progress(pipeline, state)
     view["phase"] = state.current.phase if state.current else None
     view["last_seq"] = record.last_seq
-    view["driven_by"] = record.lease_owner
     view["pause_reason"] = state.pause_reason
     if state.unpriced:  # what the cost shown leaves out, and the fix
         view["unpriced_note"] = unpriced_note(list(state.unpriced))
-    # The child runs of `pipeline` workers, with their own state and cost, and for a child its
-    # parent: what the run page draws its links and "paused in child" note from.
+    return view
+
+
+def with_family(
+    api: Interlock, base: dict[str, Any], state: RunState, record: RunRecord
+) -> dict[str, Any]:
+    """`base` (left as it is) with what other runs and the lease say now: who drives the run,
+    its child runs of `pipeline` workers with their own state and cost, and for a child its
+    parent (what the run page draws its links and "paused in child" note from)."""
+    view = dict(base)
+    view["driven_by"] = record.lease_owner
     view.update(family_view(api.store, view))
     now = current_children(state)
     current = {c["task_id"]: c for c in view["child_runs"] if c["task_id"] in now}
-    for task in view["tasks"]:
-        task["child"] = current.get(task["task_id"])
+    view["tasks"] = [{**task, "child": current.get(task["task_id"])} for task in base["tasks"]]
     return view

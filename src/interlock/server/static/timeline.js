@@ -62,7 +62,9 @@ function timelineView(data, ended) {
     h("div", { class: "tl-legend muted", "aria-hidden": "true" }, ["done", "running", "retried", "failed", "timed_out", "reused", "edited"].map((o) =>
       h("span", {}, h("i", { class: `tl-key o-${o}` }), OUTCOME_TEXT[o])), h("span", {}, h("i", { class: "tl-key tl-q" }), "queued"),
     data.pauses.some((p) => p.kind !== "wait") ? h("span", {}, h("i", { class: "tl-key tl-pk" }), "paused") : null,
-    data.pauses.some((p) => p.kind === "wait") ? h("span", {}, h("i", { class: "tl-key tl-wk" }), "waiting") : null));
+    data.pauses.some((p) => p.kind === "wait") ? h("span", {}, h("i", { class: "tl-key tl-wk" }), "waiting") : null),
+    // The API pages attempts (1000 by default): a longer run says what the timeline leaves out.
+    data.total > attempts.length ? h("div", { class: "muted" }, `The first ${attempts.length} of ${data.total} attempts.`) : null);
 }
 
 function bar(a, start, end, pct, ended, data) {
