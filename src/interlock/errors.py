@@ -95,6 +95,16 @@ class StorageUnavailable(StorageError):
     caller may wait and try again, nothing was written."""
 
 
+class DamagedHistory(StorageError):
+    """One run's recorded history cannot be read (an event the code cannot decode or fold):
+    commands about that run say which event and what to do; other runs are not affected."""
+
+    def __init__(self, run_id: str, seq: int | None, message: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.seq = seq
+
+
 class DiskFull(StorageError):
     """The disk (or file system) holding the ledger or the run directories has no space left."""
 

@@ -384,10 +384,10 @@ def _running_children(view: dict[str, Any]) -> list[str]:
 
 def _waits_for(ctx: Ctx, run_id: str) -> dict[str, Any] | None:
     """What a waiting run waits for (folded from its history: a listing shows few of them)."""
-    from interlock.core.state import fold
     from interlock.runtime.projection import waiting_view
+    from interlock.storage.base import fold_history
 
-    return waiting_view(fold([s.event for s in ctx.store.events(run_id)]))
+    return waiting_view(fold_history(ctx.store.events(run_id)))
 
 
 WIDE = 30  # a phase with more workers shows those that need a look, and counts the rest

@@ -31,6 +31,7 @@ from interlock.storage.base import (
     PrunedRun,
     RunRecord,
     StoredEvent,
+    damaged_history,
     receipt_from_row,
 )
 from interlock.storage.queries import migrations, queries
@@ -623,7 +624,13 @@ def _cache(row: Any) -> CacheEntry:
 
 
 def _event(row: Any) -> StoredEvent:
-    return event_from_row(row, codec.loads(row[5]))
+    try:
+        data = codec.loads(row[5])
+    except (ValueError, TypeError) as exc:  # text a damaged page or a hand edit left
+        raise damaged_history(
+            str(row[1]), row[2], str(row[4]), f"its data is not JSON ({exc})"
+        ) from None
+    return event_from_row(row, data)
 
 
 def _outbox(row: Any, **extra: Any) -> OutboxItem:
