@@ -288,7 +288,10 @@ def when(timestamp: float) -> str:
 @functools.lru_cache(maxsize=4096)
 def _second(second: int) -> str:
     # A long history has many events in each second: each second is formatted once.
-    return dt.datetime.fromtimestamp(second).strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        return dt.datetime.fromtimestamp(second).strftime("%Y-%m-%d %H:%M:%S")
+    except (ValueError, OverflowError, OSError):  # a recorded time no date can show
+        return "after 9999-12-31" if second > 0 else "before 0001-01-01"
 
 
 def drive_in_foreground(app: Interlock, run_id: str, *, since: int | None = None) -> int:

@@ -64,7 +64,9 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
     parents = parents_of(ctx.store, [r.run_id for r in records]) if records else {}
     live = ("running", "waiting")
     drivers = {r.run_id: driver_of(r) for r in records if r.summary.status in live}
-    waits = {r.run_id: _waits_for(ctx, r.run_id) for r in records if r.summary.status == "waiting"}
+    from interlock.runtime.projection import waits_of
+
+    waits, unreadable = waits_of(ctx.store, records)
     if as_json:
         rows = [
             {
@@ -79,6 +81,7 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
                 "updated_at": r.summary.updated_at,
                 "driven_by": drivers.get(r.run_id),
                 "waiting": waits.get(r.run_id),
+                "unreadable": unreadable.get(r.run_id),
                 "parent_run": parents[r.run_id][0] if r.run_id in parents else None,
             }
             for r in records
@@ -100,11 +103,13 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
     stopped, idle = [], []
     for r in _nested(records, parents):
         state = styled(r.summary.status)
+        if r.run_id in unreadable:
+            state.append(" (unreadable)", style="red")
         if r.run_id in waits:
             from interlock.runtime.projection import waiting_text
 
             state.append(" " + waiting_text(waits[r.run_id]).removeprefix("waiting "))
-        if r.run_id in drivers and drivers[r.run_id] is None:
+        if r.run_id in drivers and drivers[r.run_id] is None and r.run_id not in unreadable:
             # A waiting run holds no worker and was not cut off mid-task: it only needs an
             # orchestrator when its wait ends, so it is not one of the stopped running runs.
             if r.summary.status == "running":
@@ -122,6 +127,8 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
             r.topic[:40],
         )
     out.print(table)
+    for why in unreadable.values():
+        out.print(f"unreadable: {why}")
     if stopped:
         out.print(
             f"not driven: no orchestrator holds {len(stopped)} running run(s) (interrupted, or "
@@ -380,14 +387,6 @@ def _running_children(view: dict[str, Any]) -> list[str]:
             f"${child.get('cost_usd', 0):.4f} and {child.get('tokens', 0)} tokens spent so far"
         )
     return lines
-
-
-def _waits_for(ctx: Ctx, run_id: str) -> dict[str, Any] | None:
-    """What a waiting run waits for (folded from its history: a listing shows few of them)."""
-    from interlock.runtime.projection import waiting_view
-    from interlock.storage.base import fold_history
-
-    return waiting_view(fold_history(ctx.store.events(run_id)))
 
 
 WIDE = 30  # a phase with more workers shows those that need a look, and counts the rest

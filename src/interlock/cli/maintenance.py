@@ -491,8 +491,7 @@ def history_steps(found: Findings) -> list[str]:
             "disk are what the workers wrote and were left as they are",
             "put the ledger back from a backup taken before the change, then check it again: "
             "interlock doctor",
-            "without one, do not resume or rerun such a run: start it again with `interlock "
-            "run`",
+            "without one, do not resume or rerun such a run: start it again with `interlock run`",
         ]
     if set(found.affected) - set(found.changed):
         steps.append(
