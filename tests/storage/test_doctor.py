@@ -98,6 +98,10 @@ def test_a_deleted_ledger_is_said_by_runs_and_doctor_without_recovery_commands(
     assert listed.returncode == 5, listed.stdout + listed.stderr
     assert "no runs yet" not in listed.stdout
     assert f"no ledger at {home / 'ledger.db'}, but {home} holds run folders" in listed.stderr
+    for command in (["status", "r-1"], ["events", "r-1"], ["resume", "r-1"], ["verify", "r-1"]):
+        same = _cli(home, *command)
+        assert same.returncode == 5, (command, same.stderr)
+        assert same.stderr == listed.stderr, command  # one answer, word for word
     checked = _cli(home, "doctor")
     assert checked.returncode == 5, checked.stdout + checked.stderr
     assert "affected runs (2): r-1, r-2" in checked.stdout

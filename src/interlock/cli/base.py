@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 import click
 
-from interlock.errors import ExitCode, InterlockError, RunNotFound
+from interlock.errors import ExitCode, InterlockError, RunNotFound, StorageError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -169,17 +169,25 @@ class Ctx:
         """The SQLite ledger file this context names when it does not exist (else None).
 
         Commands that only read use it to answer without creating a state directory.
+
+        Raises:
+            StorageError: the file is gone from beside the runs it held (moved or deleted):
+                every command says so the same way, with exit 5.
         """
         url = self.store_url
         if url and not url.startswith("sqlite:"):
             return None
-        if url:
-            path = Path(url.removeprefix("sqlite://"))
-        else:
-            from interlock.runtime.home import Home
+        from interlock.runtime.home import Home
 
-            path = Home.at(self.home).root / "ledger.db"
-        return None if path.exists() else path
+        state_dir = Home.at(self.home).root
+        path = Path(url.removeprefix("sqlite://")) if url else state_dir / "ledger.db"
+        if path.exists():
+            return None
+        from interlock.storage.sqlite import holds_runs, lost_ledger
+
+        if holds_runs(state_dir):
+            raise StorageError(lost_ledger(path, state_dir))
+        return path
 
     def reader(self, run_id: str) -> Interlock:
         """The API object for a command that only reads `run_id`: an unknown run (and no

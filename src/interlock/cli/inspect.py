@@ -47,17 +47,6 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
     records = []
     if missing is None:
         records = ctx.store.list_runs(status=status, pipeline=pipeline, limit=limit)
-    else:
-        from interlock.errors import StorageError
-        from interlock.runtime.home import Home
-        from interlock.storage.sqlite import holds_runs
-
-        state_dir = Home.at(ctx.home).root
-        if holds_runs(state_dir):  # runs were made here: their ledger is gone, not "no runs"
-            raise StorageError(
-                f"no ledger at {missing}, but {state_dir} holds run folders: the ledger was "
-                "moved or deleted; 'interlock doctor' says what can be done"
-            )
     from interlock.runtime.family import parents_of
 
     # Only with records: opening the store where there is no ledger would create one.

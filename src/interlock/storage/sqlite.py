@@ -65,7 +65,7 @@ class SQLiteStore:
         self._verified = not verify  # checked before the first write, so reads never pay
         self._ahead: _CheckAhead | None = None  # that check, started early (`verify_ahead`)
         if not self.path.exists() and holds_runs(self.state_dir):
-            raise StorageError(self._beside_runs("is missing"))
+            raise StorageError(lost_ledger(self.path, self.state_dir))
         try:
             self._db = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout
@@ -634,6 +634,16 @@ def _event(row: Any) -> StoredEvent:
 
 def _outbox(row: Any, **extra: Any) -> OutboxItem:
     return outbox_from_row(row, codec.loads(row[3]), **extra)
+
+
+def lost_ledger(path: Path, state_dir: Path) -> str:
+    """What every command says of a ledger file that is gone from beside the runs it held."""
+    return (
+        f"no ledger at {path}, but {state_dir} holds run folders (runs/ or archive/): the "
+        "ledger was moved or deleted, and is not taken as a new, empty one. Put a copy of it "
+        "back (`interlock doctor` says what the state directory holds); to start afresh, move "
+        "runs/ and archive/ away or use another --home"
+    )
 
 
 def holds_runs(state_dir: Path) -> bool:
