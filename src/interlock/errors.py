@@ -105,6 +105,12 @@ class DamagedHistory(StorageError):
         self.seq = seq
 
 
+class RunFolderTaken(StorageError):
+    """A new run's folder already holds files of a run this ledger does not know (another
+    store using the same state directory, or a ledger that was replaced): nothing is
+    recorded, and those files are left as they are."""
+
+
 class DiskFull(StorageError):
     """The disk (or file system) holding the ledger or the run directories has no space left."""
 

@@ -9,6 +9,7 @@ what follows (`settle`), and after the orchestrator committed both, carries the 
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 import hashlib
 import logging
@@ -44,6 +45,7 @@ from interlock.core.state import (
 from interlock.core.templates import TemplateProblem, render_task, template_item
 from interlock.core.validate import read_name
 from interlock.core.waits import signal_values
+from interlock.errors import RunFolderTaken
 from interlock.runtime import artifacts
 from interlock.runtime.edits import (
     REVIEW_KINDS,
@@ -611,6 +613,15 @@ class RunDriver:
                 os.rename(self.run_dir, target)
             elif not target.exists():
                 return  # neither is there: nothing to move
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            raise RunFolderTaken(
+                f"run {self.run_id}: delivered, but it cannot be archived: {target} holds "
+                "another run's files (a run of another store given the same state directory, "
+                "say); move that folder away, then 'interlock resume "
+                f"{self.run_id}' archives it"
+            ) from None
         self.run_dir = target
 
     def task_spec(self, task: TaskState, tmp: Path) -> TaskSpec | Outcome:

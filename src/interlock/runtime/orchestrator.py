@@ -217,6 +217,8 @@ class Orchestrator:
         for definition, topic, inputs, run_id in specs:
             if run_id is not None:
                 refuse_existing(self.store, run_id)
+                if files:
+                    self.home.refuse_taken(run_id)
             given = resolve_inputs(definition, inputs or {})
             slot_key(definition, topic, given)  # a key that cannot be computed refuses the run
             run_id = run_id or new_run_id(definition.name, now)

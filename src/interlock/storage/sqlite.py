@@ -640,9 +640,10 @@ def lost_ledger(path: Path, state_dir: Path) -> str:
     """What every command says of a ledger file that is gone from beside the runs it held."""
     return (
         f"no ledger at {path}, but {state_dir} holds run folders (runs/ or archive/): the "
-        "ledger was moved or deleted, and is not taken as a new, empty one. Put a copy of it "
-        "back (`interlock doctor` says what the state directory holds); to start afresh, move "
-        "runs/ and archive/ away or use another --home"
+        "ledger was moved or deleted (or the folders are another store's, such as a "
+        "PostgreSQL --store given this state directory), and is not taken as a new, empty "
+        "one. Put a copy of it back (`interlock doctor` says what the state directory "
+        "holds); to start afresh, move runs/ and archive/ away or use another --home"
     )
 
 
