@@ -196,7 +196,7 @@ def test_doctor_recovers_a_ledger_with_a_damaged_table_page(tmp_path: Path) -> N
     assert f"{events} events of 10 runs (their records count 150: {150 - events} lost)" in (
         recovered.stdout
     )
-    looked = _shell(steps["4."].replace("interlock", f"{interlock} --home {home}", 1))
+    looked = _shell(steps["4."].replace("interlock", interlock, 1))
     assert looked.returncode == 5, looked.stdout
     assert "the ledger is wrong at event" in looked.stdout and "are missing" in looked.stdout
     assert _shell(steps["5."]).returncode == 0

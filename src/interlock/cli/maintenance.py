@@ -49,6 +49,7 @@ class Findings:
     sqlite_damaged: bool = False  # SQLite's own check failed (else the file is sound)
     runs: int = 0
     outputs: int = 0
+    state_dir: Path | None = None  # the state directory checked
 
 
 @click.command()
@@ -71,11 +72,11 @@ def doctor(ctx: Ctx, home_option: str | None, repair: bool, recover: bool) -> No
 
     home = Home.at(home_option or ctx.home)
     url = ctx.store_url
-    found = Findings()
+    found = Findings(state_dir=home.root)
     if recover:
         if url and not url.startswith("sqlite:"):
             raise InterlockError("--recover is for a SQLite ledger: PostgreSQL has its own tools")
-        _recover(Path(url.removeprefix("sqlite://")) if url else home.root / "ledger.db")
+        _recover(Path(url.removeprefix("sqlite://")) if url else home.root / "ledger.db", home)
         return
     if not url or url.startswith("sqlite:"):
         path = Path(url.removeprefix("sqlite://")) if url else home.root / "ledger.db"
@@ -455,7 +456,7 @@ def _report(found: Findings, path: Path | None, repair: bool = False) -> None:
             out.print(f"affected runs ({len(names)}): {shown}")
         if path is not None and found.sqlite_damaged:
             out.print("\nwhat to do:")
-            for step in recovery_steps(path):
+            for step in recovery_steps(path, found.state_dir or path.parent):
                 out.print(f"  {step}")
         else:
             out.print("\nwhat to do:")
@@ -502,7 +503,7 @@ def history_steps(found: Findings) -> list[str]:
     return steps
 
 
-def _recover(path: Path) -> None:
+def _recover(path: Path, home: Home) -> None:
     """`doctor --recover`: every readable row of `path` into LEDGER.recovered.db, checked."""
     import sqlite3
 
@@ -532,7 +533,7 @@ def _recover(path: Path) -> None:
     out.print(f"  SQLite's integrity check of the new file: {result.integrity}")
     folder = path.parent
     out.print("next:")
-    out.print(f"  check it: interlock --store sqlite://{target} doctor")
+    out.print(f"  check it: interlock --home {home.root} --store sqlite://{target} doctor")
     out.print(
         f"  put it in place: mv {path} {folder}/{path.stem}.damaged{path.suffix} && "
         f"rm -f {path}-wal {path}-shm && mv {target} {path}"
@@ -546,7 +547,7 @@ def _recover(path: Path) -> None:
         sys.exit(int(ExitCode.STORAGE))
 
 
-def recovery_steps(path: Path) -> list[str]:
+def recovery_steps(path: Path, state_dir: Path) -> list[str]:
     """The steps that recover a damaged SQLite ledger into a new file, with exact commands
     (or, when the file is gone, what can and cannot be had back)."""
     if not path.exists():
@@ -566,9 +567,9 @@ def recovery_steps(path: Path) -> list[str]:
         "1. stop every interlock process that uses this state directory",
         f"2. keep a copy of the ledger and its companions: cp -p {folder}/{name}* /a/safe/place/",
         "3. copy every row SQLite can still read into a new ledger (it says how many events "
-        f"it recovered and which it could not): interlock --store sqlite://{path} doctor "
-        "--recover",
-        f"4. check it: interlock --store sqlite://{recovered} doctor",
+        f"it recovered and which it could not): interlock --home {state_dir} --store "
+        f"sqlite://{path} doctor --recover",
+        f"4. check it: interlock --home {state_dir} --store sqlite://{recovered} doctor",
         f"5. put it in place: mv {path} {folder}/{path.stem}.damaged{path.suffix} && "
         f"rm -f {path}-wal {path}-shm && mv {recovered} {path}",
         "6. resume the runs that had not ended (`interlock runs --status running`); a run "
