@@ -76,10 +76,13 @@ def _waiting(tmp_path: Path, home: Path, run_id: str) -> None:
 def _events(home: Path, run_id: str) -> list[str]:
     if not (home / "ledger.db").exists():
         return []
-    with sqlite3.connect(home / "ledger.db") as db:
-        rows = db.execute("SELECT kind FROM events WHERE run_id = ? ORDER BY seq", (run_id,))
-        kinds = [str(k) for (k,) in rows]
-    db.close()
+    try:
+        with sqlite3.connect(home / "ledger.db") as db:
+            rows = db.execute("SELECT kind FROM events WHERE run_id = ? ORDER BY seq", (run_id,))
+            kinds = [str(k) for (k,) in rows]
+        db.close()
+    except sqlite3.OperationalError:  # its tables are not made yet, or it is locked
+        return []
     return kinds
 
 
