@@ -219,7 +219,7 @@ def test_an_empty_or_missing_ledger_beside_runs_is_refused(tmp_path: Path, damag
         ledger.unlink()
     again = _cli(home, "run", str(flow), "p", "-t", "second")
     assert again.returncode == 5, again.stdout + again.stderr
-    assert str(ledger) in again.stderr and "holds runs" in again.stderr
+    assert str(ledger) in again.stderr and "holds run" in again.stderr
     assert "Traceback" not in again.stderr
     if damage == "empty":
         assert ledger.stat().st_size == 0
