@@ -26,13 +26,14 @@ from interlock.core.review import (
     check_reject,
     edited_values,
 )
-from interlock.core.state import RunState, RunStatus, fold, listed_status
+from interlock.core.state import RunState, RunStatus, listed_status
 from interlock.core.workflow import Pipeline
 from interlock.errors import InterlockError, InvalidSignal, UsageError
 from interlock.runtime.diff import RunDiff, compare
 from interlock.runtime.edits import hand_edit_message, unrecorded_changes
 from interlock.runtime.home import Home, check_run_id
 from interlock.storage import Store, StoredEvent, open_store
+from interlock.storage.base import fold_history
 
 # The engine, the runtime and the model clients are imported when first needed: reading a
 # run (`interlock runs`, `status`) should not pay for loading what drives one.
@@ -441,7 +442,7 @@ class Interlock:
     def state(self, run_id: str) -> RunState:
         """The run's state, folded from its history."""
         run_id = self.resolve(run_id)
-        return fold([s.event for s in self.store.events(run_id)])
+        return fold_history(self.store.events(run_id))
 
     def status(self, run_id: str) -> dict[str, Any]:
         """The `status.json` view of a run."""
@@ -466,7 +467,7 @@ class Interlock:
 
         run_id = self.resolve(run_id)
         events = self.store.events(run_id)
-        return ledger_view(self.store.get_run(run_id), fold([s.event for s in events]), events)
+        return ledger_view(self.store.get_run(run_id), fold_history(events), events)
 
     def run_dir(self, run_id: str) -> Path:
         """Where the run's files are (the archive, once archived)."""

@@ -95,6 +95,22 @@ class StorageUnavailable(StorageError):
     caller may wait and try again, nothing was written."""
 
 
+class DamagedHistory(StorageError):
+    """One run's recorded history cannot be read (an event the code cannot decode or fold):
+    commands about that run say which event and what to do; other runs are not affected."""
+
+    def __init__(self, run_id: str, seq: int | None, message: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.seq = seq
+
+
+class RunFolderTaken(StorageError):
+    """A new run's folder already holds files of a run this ledger does not know (another
+    store using the same state directory, or a ledger that was replaced): nothing is
+    recorded, and those files are left as they are."""
+
+
 class DiskFull(StorageError):
     """The disk (or file system) holding the ledger or the run directories has no space left."""
 

@@ -219,7 +219,7 @@ def test_an_empty_or_missing_ledger_beside_runs_is_refused(tmp_path: Path, damag
         ledger.unlink()
     again = _cli(home, "run", str(flow), "p", "-t", "second")
     assert again.returncode == 5, again.stdout + again.stderr
-    assert str(ledger) in again.stderr and "holds runs" in again.stderr
+    assert str(ledger) in again.stderr and "holds run" in again.stderr
     assert "Traceback" not in again.stderr
     if damage == "empty":
         assert ledger.stat().st_size == 0
@@ -245,9 +245,9 @@ def test_a_ledger_that_fails_its_check_refuses_writes_but_still_reads(
     tmp_path: Path, command: str
 ) -> None:
     """A byte flipped in a page of the ledger (an index page of the events): the check
-    before the first write (`quick_check`, started early, beside the engine's imports)
-    fails, so a new run is refused with exit 5 and a message pointing to `interlock
-    doctor`, while `runs` still lists what was recorded. A rerun, which reads its source
+    before the first write (`integrity_check` at this size, started early, beside the
+    engine's imports) fails, so a new run is refused with exit 5 and a message pointing to
+    `interlock doctor`, while `runs` still lists what was recorded. A rerun, which reads its source
     run first, is stopped by what SQLite says of the damaged page it reads."""
     home, flow = _delivered_home(tmp_path)
     ledger = home / "ledger.db"
@@ -314,7 +314,7 @@ def test_a_command_that_stops_before_writing_leaves_the_early_check_cleanly(
 
 
 def test_a_sound_ledger_is_checked_quickly_before_the_first_write(tmp_path: Path) -> None:
-    """Opening reads nothing more than before; the first write runs `quick_check`, cheap
+    """Opening reads nothing more than before; the first write runs `integrity_check`, cheap
     for a ledger of a few hundred runs (well under 0.2 s)."""
     store = SQLiteStore(tmp_path / "ledger.db")
     app = Interlock(tmp_path, store=store, settings=SETTINGS)

@@ -98,6 +98,10 @@ def test_a_deleted_ledger_is_said_by_runs_and_doctor_without_recovery_commands(
     assert listed.returncode == 5, listed.stdout + listed.stderr
     assert "no runs yet" not in listed.stdout
     assert f"no ledger at {home / 'ledger.db'}, but {home} holds run folders" in listed.stderr
+    for command in (["status", "r-1"], ["events", "r-1"], ["resume", "r-1"], ["verify", "r-1"]):
+        same = _cli(home, *command)
+        assert same.returncode == 5, (command, same.stderr)
+        assert same.stderr == listed.stderr, command  # one answer, word for word
     checked = _cli(home, "doctor")
     assert checked.returncode == 5, checked.stdout + checked.stderr
     assert "affected runs (2): r-1, r-2" in checked.stdout
@@ -108,7 +112,7 @@ def test_a_deleted_ledger_is_said_by_runs_and_doctor_without_recovery_commands(
 
 def test_a_damaged_ledger_is_reported_and_its_recovery_steps_work(tmp_path: Path) -> None:
     """A byte flipped in an index page: exit 5 with SQLite's findings and the steps; doing
-    steps 3 to 6 as printed gives a ledger that doctor finds sound and that takes new runs."""
+    steps 3 to 5 as printed gives a ledger that doctor finds sound and that takes new runs."""
     home = _home(tmp_path)
     ledger = home / "ledger.db"
     with sqlite3.connect(ledger) as db:
@@ -122,17 +126,22 @@ def test_a_damaged_ledger_is_reported_and_its_recovery_steps_work(tmp_path: Path
         handle.write(b"\x00")
     checked = _cli(home, "doctor")
     assert checked.returncode == 5, checked.stdout + checked.stderr
-    assert "fails SQLite's integrity check" in checked.stdout and ".recover" in checked.stdout
+    assert "fails SQLite's integrity check" in checked.stdout
+    assert "doctor --recover" in checked.stdout
     steps = [
         line.strip()
         for line in checked.stdout.splitlines()
-        if line.strip()[:2] in ("3.", "4.", "6.")
+        if line.strip()[:2] in ("3.", "4.", "5.")
     ]
+    assert len(steps) == 3
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERLOCK_")}
     for step in steps:
-        command = step.split(": ", 1)[1]
+        command = step.split(": ", 1)[1].replace("interlock ", f"{sys.executable} -m interlock ", 1)
         shell = ["bash", "-c", command]  # the steps are shell lines, as a person would paste them
-        done = subprocess.run(shell, capture_output=True, text=True, check=False)
-        assert done.returncode == 0, (command, done.stderr)
+        done = subprocess.run(shell, capture_output=True, text=True, check=False, env=env)
+        assert done.returncode == 0, (command, done.stdout, done.stderr)
+        if step.startswith("3."):  # an index page only: every event is recovered
+            assert "30 events of 2 runs (their records count 30: 0 lost)" in done.stdout
     recovered = _cli(home, "doctor")
     assert recovered.returncode == 0, recovered.stdout + recovered.stderr
     flow = tmp_path / "flow.yaml"

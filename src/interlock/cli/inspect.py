@@ -47,24 +47,15 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
     records = []
     if missing is None:
         records = ctx.store.list_runs(status=status, pipeline=pipeline, limit=limit)
-    else:
-        from interlock.errors import StorageError
-        from interlock.runtime.home import Home
-        from interlock.storage.sqlite import holds_runs
-
-        state_dir = Home.at(ctx.home).root
-        if holds_runs(state_dir):  # runs were made here: their ledger is gone, not "no runs"
-            raise StorageError(
-                f"no ledger at {missing}, but {state_dir} holds run folders: the ledger was "
-                "moved or deleted; 'interlock doctor' says what can be done"
-            )
     from interlock.runtime.family import parents_of
 
     # Only with records: opening the store where there is no ledger would create one.
     parents = parents_of(ctx.store, [r.run_id for r in records]) if records else {}
     live = ("running", "waiting")
     drivers = {r.run_id: driver_of(r) for r in records if r.summary.status in live}
-    waits = {r.run_id: _waits_for(ctx, r.run_id) for r in records if r.summary.status == "waiting"}
+    from interlock.runtime.projection import waits_of
+
+    waits, unreadable = waits_of(ctx.store, records)
     if as_json:
         rows = [
             {
@@ -79,6 +70,7 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
                 "updated_at": r.summary.updated_at,
                 "driven_by": drivers.get(r.run_id),
                 "waiting": waits.get(r.run_id),
+                "unreadable": unreadable.get(r.run_id),
                 "parent_run": parents[r.run_id][0] if r.run_id in parents else None,
             }
             for r in records
@@ -100,11 +92,13 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
     stopped, idle = [], []
     for r in _nested(records, parents):
         state = styled(r.summary.status)
+        if r.run_id in unreadable:
+            state.append(" (unreadable)", style="red")
         if r.run_id in waits:
             from interlock.runtime.projection import waiting_text
 
             state.append(" " + waiting_text(waits[r.run_id]).removeprefix("waiting "))
-        if r.run_id in drivers and drivers[r.run_id] is None:
+        if r.run_id in drivers and drivers[r.run_id] is None and r.run_id not in unreadable:
             # A waiting run holds no worker and was not cut off mid-task: it only needs an
             # orchestrator when its wait ends, so it is not one of the stopped running runs.
             if r.summary.status == "running":
@@ -122,6 +116,8 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
             r.topic[:40],
         )
     out.print(table)
+    for why in unreadable.values():
+        out.print(f"unreadable: {why}")
     if stopped:
         out.print(
             f"not driven: no orchestrator holds {len(stopped)} running run(s) (interrupted, or "
@@ -380,14 +376,6 @@ def _running_children(view: dict[str, Any]) -> list[str]:
             f"${child.get('cost_usd', 0):.4f} and {child.get('tokens', 0)} tokens spent so far"
         )
     return lines
-
-
-def _waits_for(ctx: Ctx, run_id: str) -> dict[str, Any] | None:
-    """What a waiting run waits for (folded from its history: a listing shows few of them)."""
-    from interlock.core.state import fold
-    from interlock.runtime.projection import waiting_view
-
-    return waiting_view(fold([s.event for s in ctx.store.events(run_id)]))
 
 
 WIDE = 30  # a phase with more workers shows those that need a look, and counts the rest

@@ -17,21 +17,21 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
 from interlock.cli.base import Ctx, handle_errors, out, pass_ctx
-from interlock.errors import ExitCode, InterlockError
+from interlock.errors import ExitCode, InterlockError, StorageError
+
+APPLICATION_ID = 0x494E544C
 
 if TYPE_CHECKING:  # imported when the command runs: `interlock --help` imports this module
     from interlock.core.state import RunState
     from interlock.runtime.home import Home
     from interlock.storage.base import RunRecord, Store
-
-APPLICATION_ID = 0x494E544C
 
 
 @dataclass
@@ -45,16 +45,24 @@ class Findings:
     written: int = 0  # files written back
     not_repaired: list[str] = field(default_factory=list)  # with the reason for each
     notes: list[str] = field(default_factory=list)
+    changed: dict[str, int] = field(default_factory=dict)  # run -> first event the chain refutes
+    sqlite_damaged: bool = False  # SQLite's own check failed (else the file is sound)
     runs: int = 0
     outputs: int = 0
+    state_dir: Path | None = None  # the state directory checked
 
 
 @click.command()
 @click.option("--home", "home_option", help="State directory (the same as the global --home).")
 @click.option("--repair", is_flag=True, help="Write back outputs whose content the ledger holds.")
+@click.option(
+    "--recover",
+    is_flag=True,
+    help="Copy every readable row of a damaged SQLite ledger into LEDGER.recovered.db.",
+)
 @pass_ctx
 @handle_errors
-def doctor(ctx: Ctx, home_option: str | None, repair: bool) -> None:
+def doctor(ctx: Ctx, home_option: str | None, repair: bool, recover: bool) -> None:
     """Check the ledger and every recorded output against the files on disk.
 
     Exit 0 when all is sound, 6 when files do not match the ledger, 5 when the ledger itself
@@ -64,7 +72,12 @@ def doctor(ctx: Ctx, home_option: str | None, repair: bool) -> None:
 
     home = Home.at(home_option or ctx.home)
     url = ctx.store_url
-    found = Findings()
+    found = Findings(state_dir=home.root)
+    if recover:
+        if url and not url.startswith("sqlite:"):
+            raise InterlockError("--recover is for a SQLite ledger: PostgreSQL has its own tools")
+        _recover(Path(url.removeprefix("sqlite://")) if url else home.root / "ledger.db", home)
+        return
     if not url or url.startswith("sqlite:"):
         path = Path(url.removeprefix("sqlite://")) if url else home.root / "ledger.db"
         if not _check_sqlite_file(path, home.root, found):
@@ -95,11 +108,13 @@ def _check_sqlite_file(path: Path, state_dir: Path, found: Findings) -> bool:
             raise InterlockError(f"no ledger at {path} and no runs in {state_dir}: nothing to do")
         found.ledger.append(f"{path} is missing, but {state_dir} holds runs")
         found.affected |= _run_dirs(state_dir)
+        found.sqlite_damaged = True
         return False
     if path.stat().st_size == 0:
         what = "but the state directory holds runs" if runs else "and no runs are recorded"
         found.ledger.append(f"{path} is empty (0 bytes), {what}")
         found.affected |= _run_dirs(state_dir)
+        found.sqlite_damaged = True
         return False
     try:
         db = sqlite3.connect(f"file:{path}?mode=rw", uri=True)
@@ -115,6 +130,7 @@ def _check_sqlite_file(path: Path, state_dir: Path, found: Findings) -> bool:
     except sqlite3.DatabaseError as exc:
         found.ledger.append(f"{path} cannot be read as a SQLite database: {exc}")
         found.affected |= _run_dirs(state_dir)
+        found.sqlite_damaged = True
         return False
     if app_id not in (0, APPLICATION_ID) or (app_id == 0 and tables):
         raise InterlockError(f"{path} is not an interlock ledger: nothing to check")
@@ -122,9 +138,11 @@ def _check_sqlite_file(path: Path, state_dir: Path, found: Findings) -> bool:
         if runs:
             found.ledger.append(f"{path} holds no ledger tables, but {state_dir} holds runs")
             found.affected |= _run_dirs(state_dir)
+            found.sqlite_damaged = True
             return False
         raise InterlockError(f"{path} holds no runs yet: nothing to check")
     if rows != ["ok"]:
+        found.sqlite_damaged = True
         found.ledger.append(f"{path} fails SQLite's integrity check:")
         found.ledger += [f"  {row}" for row in rows]
     return True
@@ -132,7 +150,6 @@ def _check_sqlite_file(path: Path, state_dir: Path, found: Findings) -> bool:
 
 def _check_runs(ctx: Ctx, home: Home, store_url: str | None, found: Findings, repair: bool) -> None:
     """Every run the ledger knows: its directory, its outputs, its final.md."""
-    from interlock.core.state import fold
     from interlock.storage import open_store
 
     sqlite = not store_url or store_url.startswith("sqlite:")
@@ -144,24 +161,62 @@ def _check_runs(ctx: Ctx, home: Home, store_url: str | None, found: Findings, re
         except InterlockError as exc:
             found.ledger.append(f"the list of runs cannot be read: {exc.message}")
             found.affected |= _run_dirs(home.root)
+            found.sqlite_damaged = True
             return
         for record in records:
-            run_id = record.run_id
-            known.add(run_id)
+            known.add(record.run_id)
             found.runs += 1
             try:
-                state = fold([s.event for s in store.events(run_id)])
-            except InterlockError as exc:
-                found.ledger.append(f"run {run_id}: its history cannot be read ({exc.message})")
-                found.affected.add(run_id)
-                continue
-            damaged = _check_run(home, state, found)
-            if damaged and repair:
-                _repair(store, home, record, state, damaged, found)
+                _check_one(store, home, record, found, repair)
+            except Exception as exc:  # one run's damage never stops the others
+                message = exc.message if isinstance(exc, InterlockError) else repr(exc)
+                found.ledger.append(f"run {record.run_id}: cannot be checked ({message})")
+                found.affected.add(record.run_id)
     finally:
         store.close()
     for run_id in sorted(_run_dirs(home.root) - known):
         found.notes.append(f"{run_id}: a run directory the ledger does not know")
+
+
+def _check_one(store: Store, home: Home, record: RunRecord, found: Findings, repair: bool) -> None:
+    """One run: its hash chain first (which side is wrong), its history, then its files."""
+    from interlock.storage.base import fold_history
+    from interlock.storage.chain import verify_events
+
+    run_id = record.run_id
+    try:
+        stored = store.events(run_id)
+    except InterlockError as exc:
+        found.ledger.append(f"run {run_id}: its history cannot be read ({exc.message})")
+        found.affected.add(run_id)
+        return
+    chain = verify_events(stored)
+    if chain.ok and stored and stored[-1].seq < record.last_seq:
+        # The run's record counts more events than the history holds: its end was lost.
+        seq = stored[-1].seq + 1
+        chain = replace(
+            chain, first_bad=seq, problem=f"events {seq} to {record.last_seq} are missing"
+        )
+    if not chain.ok:
+        # The chain was computed when each event was recorded: an event that no longer
+        # matches it was changed in the ledger afterwards, whatever the files say.
+        found.changed[run_id] = int(chain.first_bad or 0)
+        found.ledger.append(
+            f"run {run_id}: the ledger is wrong at event {chain.first_bad}: {chain.problem} "
+            f"(its hash chain breaks there; `interlock verify {run_id}`); its files are not "
+            "judged against a changed history, and none is written back"
+        )
+        found.affected.add(run_id)
+        return
+    try:
+        state = fold_history(stored)
+    except InterlockError as exc:
+        found.ledger.append(f"run {run_id}: {exc.message}")
+        found.affected.add(run_id)
+        return
+    damaged = _check_run(home, state, found)
+    if damaged and repair:
+        _repair(store, home, record, state, damaged, found)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -399,13 +454,21 @@ def _report(found: Findings, path: Path | None, repair: bool = False) -> None:
             more = f" and {len(names) - 20} more" if len(names) > 20 else ""
             shown = ", ".join(names[:20]) + more
             out.print(f"affected runs ({len(names)}): {shown}")
-        if path is not None:
+        if path is not None and found.sqlite_damaged:
             out.print("\nwhat to do:")
-            for step in recovery_steps(path):
+            for step in recovery_steps(path, found.state_dir or path.parent):
+                out.print(f"  {step}")
+        else:
+            out.print("\nwhat to do:")
+            for step in history_steps(found):
                 out.print(f"  {step}")
         sys.exit(int(ExitCode.STORAGE))
     if found.files and not repair:
         out.print(f"\n{checked}; {len(found.files)} problem(s) with files.")
+        out.print(
+            "the runs' hash chains hold: these files changed after the ledger recorded them, "
+            "the ledger is right"
+        )
         out.print(
             "what to do: `interlock doctor --repair` writes back outputs the ledger holds (up to "
             "1 MiB each), first keeping a file changed by hand as NAME.unrecorded; `interlock "
@@ -419,7 +482,72 @@ def _report(found: Findings, path: Path | None, repair: bool = False) -> None:
     out.print(f"ok: {checked}" + (f", {found.written} written back" if found.written else ""))
 
 
-def recovery_steps(path: Path) -> list[str]:
+def history_steps(found: Findings) -> list[str]:
+    """What to do when the SQLite file is sound but runs' histories are not."""
+    steps = []
+    if found.changed:
+        runs = ", ".join(f"{run} (event {seq})" for run, seq in sorted(found.changed.items()))
+        steps += [
+            f"the ledger lost or changed these events after it recorded them: {runs}; the files on "
+            "disk are what the workers wrote and were left as they are",
+            "put the ledger back from a backup taken before the change, then check it again: "
+            "interlock doctor",
+            "without one, do not resume or rerun such a run: start it again with `interlock run`",
+        ]
+    if set(found.affected) - set(found.changed):
+        steps.append(
+            "an event whose hash chain holds but that this interlock cannot read was written "
+            "by a newer interlock (read it with that version) or holds a value this version "
+            "cannot take; the other runs are not affected"
+        )
+    return steps
+
+
+def _recover(path: Path, home: Home) -> None:
+    """`doctor --recover`: every readable row of `path` into LEDGER.recovered.db, checked."""
+    import sqlite3
+
+    from interlock.storage.salvage import salvage
+
+    target = path.with_name(f"{path.stem}.recovered{path.suffix}")
+    if not path.is_file():
+        raise StorageError(f"no ledger at {path}: nothing to recover")
+    if target.exists():
+        raise InterlockError(f"{target} exists: move it away first (nothing was written)")
+    try:
+        result = salvage(path, target)
+    except sqlite3.DatabaseError as exc:
+        target.unlink(missing_ok=True)
+        raise StorageError(f"{path} cannot be opened by SQLite at all ({exc})") from None
+    events = result.rows.get("events", 0)
+    lost = max(result.runs_expected_events - events, 0)
+    out.print(f"recovered into {target}:")
+    out.print(
+        f"  {events} events of {result.rows.get('runs', 0)} runs "
+        f"(their records count {result.runs_expected_events}: {lost} lost), "
+        f"{result.rows.get('definitions', 0)} definitions, "
+        f"{result.rows.get('artifacts', 0)} stored outputs"
+    )
+    for problem in result.problems:
+        out.print(f"  skipped: {problem}")
+    out.print(f"  SQLite's integrity check of the new file: {result.integrity}")
+    folder = path.parent
+    out.print("next:")
+    out.print(f"  check it: interlock --home {home.root} --store sqlite://{target} doctor")
+    out.print(
+        f"  put it in place: mv {path} {folder}/{path.stem}.damaged{path.suffix} && "
+        f"rm -f {path}-wal {path}-shm && mv {target} {path}"
+    )
+    if lost:
+        out.print(
+            "  a run missing events fails `interlock verify` at the first one lost: start it "
+            "again rather than resume it"
+        )
+    if result.integrity != "ok":
+        sys.exit(int(ExitCode.STORAGE))
+
+
+def recovery_steps(path: Path, state_dir: Path) -> list[str]:
     """The steps that recover a damaged SQLite ledger into a new file, with exact commands
     (or, when the file is gone, what can and cannot be had back)."""
     if not path.exists():
@@ -433,30 +561,19 @@ def recovery_steps(path: Path) -> list[str]:
             f"them, but their outputs stay in {folder}/runs and {folder}/archive; a new "
             "ledger is made by the next 'interlock run' only once those folders are moved away",
         ]
-    version = 0
-    try:
-        with open(path, "rb") as handle:
-            header = handle.read(100)
-        if len(header) == 100:
-            version = int.from_bytes(header[60:64], "big")
-    except OSError:
-        pass
     folder, name = path.parent, path.name
     recovered = folder / f"{path.stem}.recovered{path.suffix}"
-    sql = folder / f"{path.stem}.recovered.sql"
     return [
         "1. stop every interlock process that uses this state directory",
         f"2. keep a copy of the ledger and its companions: cp -p {folder}/{name}* /a/safe/place/",
-        "3. recover what SQLite can read into a new file (`.recover` salvages the most; "
-        f"`.dump` where it stops with an error): (sqlite3 {path} .recover > {sql} || "
-        f"sqlite3 {path} .dump > {sql}) && sqlite3 {recovered} < {sql}",
-        f'4. mark it as a ledger: sqlite3 {recovered} "PRAGMA user_version = {version}; '
-        f'PRAGMA application_id = {APPLICATION_ID}"',
-        f"5. check it: interlock --store sqlite://{recovered} doctor",
-        f"6. put it in place: mv {path} {folder}/{path.stem}.damaged{path.suffix} && "
-        f"mv {recovered} {path}",
-        "7. resume the runs that had not ended (`interlock runs --status running`); a run "
-        "missing from the recovered ledger cannot be resumed: start it again",
+        "3. copy every row SQLite can still read into a new ledger (it says how many events "
+        f"it recovered and which it could not): interlock --home {state_dir} --store "
+        f"sqlite://{path} doctor --recover",
+        f"4. check it: interlock --home {state_dir} --store sqlite://{recovered} doctor",
+        f"5. put it in place: mv {path} {folder}/{path.stem}.damaged{path.suffix} && "
+        f"rm -f {path}-wal {path}-shm && mv {recovered} {path}",
+        "6. resume the runs that had not ended (`interlock runs --status running`); a run "
+        "that lost events in the recovery fails `interlock verify`: start it again",
     ]
 
 

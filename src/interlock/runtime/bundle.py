@@ -22,6 +22,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import tarfile
 import time
 from collections.abc import Iterator
@@ -283,6 +284,7 @@ def import_run(
     else:
         hint = "" if run_id else "; import it under another id with --run-id NEW-ID"
         raise UsageError(f"run {new_id} already exists in this store{hint}")
+    home.refuse_taken(new_id)  # never written over: another store's run, say
     try:
         history = [
             NewEvent(event=_renamed(e.event, new_id), rule=e.rule, why=e.why) for e in bundle.events
@@ -310,7 +312,11 @@ def import_run(
         register=registration,
         artifacts=sorted(bundle.bodies.items()),
     )
-    store.append(batch, now)
+    try:
+        store.append(batch, now)
+    except BaseException:  # not recorded: its files go too, so that a retry finds no folder
+        shutil.rmtree(home.archive_dir(new_id) if state.archived else home.live_dir(new_id))
+        raise
     store.release_lease(lease)
     stored = store.events(new_id)
     same = [e.hash for e in stored] == [e.hash for e in bundle.events]
@@ -335,8 +341,8 @@ def _summary(state: RunState) -> RunSummary:
 
 
 def _place_files(home: Home, run_id: str, state: RunState, files: dict[str, bytes]) -> None:
-    """Write the run's directory (before the ledger knows the run: a failed import leaves
-    only files that a retry overwrites)."""
+    """Write the run's directory (before the ledger knows the run; removed again when
+    recording it fails)."""
     base = home.archive_dir(run_id) if state.archived else home.live_dir(run_id)
     base.mkdir(parents=True, exist_ok=True)
     for name, data in files.items():

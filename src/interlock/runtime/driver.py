@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import functools
 import hashlib
 import logging
@@ -47,6 +48,7 @@ from interlock.core.template_guard import MAX_TASK_SIZE, RenderLimits
 from interlock.core.templates import TemplateProblem, render_task, template_item
 from interlock.core.validate import read_name
 from interlock.core.waits import signal_values
+from interlock.errors import RunFolderTaken
 from interlock.runtime import artifacts
 from interlock.runtime.edits import (
     REVIEW_KINDS,
@@ -615,6 +617,15 @@ class RunDriver:
                 os.rename(self.run_dir, target)
             elif not target.exists():
                 return  # neither is there: nothing to move
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            raise RunFolderTaken(
+                f"run {self.run_id}: delivered, but it cannot be archived: {target} holds "
+                "another run's files (a run of another store given the same state directory, "
+                "say); move that folder away, then 'interlock resume "
+                f"{self.run_id}' archives it"
+            ) from None
         self.run_dir = target
 
     def task_spec(self, task: TaskState, tmp: Path) -> TaskSpec | Outcome:

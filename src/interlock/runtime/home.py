@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from interlock.errors import UsageError
+from interlock.errors import RunFolderTaken, UsageError
 
 RUN_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,80}$")
 
@@ -63,6 +63,30 @@ class Home:
         """Wherever the run's directory is now (archive once moved there)."""
         archived = self.archive_dir(run_id)
         return archived if archived.is_dir() else self.live_dir(run_id)
+
+    def refuse_taken(self, run_id: str) -> None:
+        """Raise RunFolderTaken when a run the ledger does not know yet would be given a
+        folder that already holds files (`runs/ID` with anything in it, or `archive/ID`):
+        those are another run's, of another store (a SQLite ledger and a PostgreSQL one
+        given the same --home) or of a ledger that was replaced, and are never written over.
+        An empty `runs/ID` is what a process killed before recording its run left: taken."""
+        for folder in (self.live_dir(run_id), self.archive_dir(run_id)):
+            try:
+                with os.scandir(folder) as entries:
+                    held = next(entries, None) is not None
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            except OSError:
+                held = True
+            if held or folder == self.archive_dir(run_id):
+                raise RunFolderTaken(
+                    f"run id {run_id!r} is taken in {self.root}: {folder} holds the files of "
+                    "a run this ledger does not know (a run of another store given the same "
+                    "state directory, such as a SQLite ledger and a PostgreSQL --store, or of "
+                    "a ledger that was replaced); nothing was recorded and those files were "
+                    "left as they are. Give another --run-id, or give each store a --home of "
+                    "its own"
+                )
 
     def inside(self, base: Path, name: str) -> Path:
         """`base/name`, refusing names that escape `base` (.., absolute, symlinks out)."""

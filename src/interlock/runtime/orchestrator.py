@@ -31,7 +31,9 @@ from interlock.core.inputs import resolve_inputs as resolve_declared
 from interlock.core.loader import Definition
 from interlock.core.state import RunState, RunStatus, TaskState, fold
 from interlock.errors import (
+    DamagedHistory,
     DiskFull,
+    InterlockError,
     LeaseHeld,
     LeaseLost,
     RunExists,
@@ -65,6 +67,7 @@ from interlock.storage.base import (
     RunSummary,
     Store,
     StoredEvent,
+    fold_history,
 )
 from interlock.storage.outage import level_for
 
@@ -218,6 +221,8 @@ class Orchestrator:
         for definition, topic, inputs, run_id in specs:
             if run_id is not None:
                 refuse_existing(self.store, run_id)
+                if files:
+                    self.home.refuse_taken(run_id)
             check_size(definition.name, "the topic", topic)
             given = resolve_inputs(definition, inputs or {})
             slot_key(definition, topic, given)  # a key that cannot be computed refuses the run
@@ -400,7 +405,14 @@ class Orchestrator:
         if not stored:
             self._abandon_unstarted(record, lease, self.clock())
             stored = self.store.events(run_id)
-        state = fold([s.event for s in stored])
+        try:
+            state = fold_history(stored)
+        except DamagedHistory:
+            # Nothing can be decided from a history that cannot be read: the run is left
+            # to a person (the error says what to do), and its lease to the next reader.
+            with contextlib.suppress(InterlockError):
+                self.store.release_lease(lease)
+            raise
         live = self.home.live_dir(run_id)
         # An archived run whose move was cut short still sits in runs/: driving it from there
         # lets `act` finish the move, instead of creating an empty archive beside it.

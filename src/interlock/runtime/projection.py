@@ -10,6 +10,7 @@ import datetime as dt
 import functools
 import math
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from interlock.core.decide import given_up, still_running
@@ -22,7 +23,7 @@ from interlock.core.state import (
     listed_status,
 )
 from interlock.core.workflow import Pipeline
-from interlock.storage.base import RunRecord, StoredEvent
+from interlock.storage.base import RunRecord, Store, StoredEvent, fold_history
 
 
 def iso(timestamp: float | None) -> str | None:
@@ -36,7 +37,10 @@ def iso(timestamp: float | None) -> str | None:
     if timestamp is None:
         return None
     if not 0 <= timestamp < _YEAR_10000:
-        moment = dt.datetime.fromtimestamp(timestamp, dt.UTC)
+        try:
+            moment = dt.datetime.fromtimestamp(timestamp, dt.UTC)
+        except (ValueError, OverflowError, OSError):  # a time `datetime` cannot hold
+            return beyond_dates(timestamp)
         return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
     fraction, whole = math.modf(timestamp)
     micros = round(fraction * 1e6)
@@ -46,6 +50,38 @@ def iso(timestamp: float | None) -> str | None:
 
 
 _YEAR_10000 = 253402300800.0  # the first second `datetime` cannot show
+
+
+def beyond_dates(timestamp: float) -> str:
+    """A time no calendar date can show (a recorded delay of a billion days), in words: a
+    view of such a run still answers, and so do lists that hold it."""
+    if math.isnan(timestamp):
+        return "not a time"
+    return "after 9999-12-31T23:59:59Z" if timestamp > 0 else "before 0001-01-01T00:00:00Z"
+
+
+def waits_of(
+    store: Store, records: Sequence[RunRecord]
+) -> tuple[dict[str, dict[str, Any] | None], dict[str, str]]:
+    """What each waiting run of `records` waits for, folded from its history (a list shows
+    few waiting runs), and the runs whose history cannot be read, each with why: one run's
+    history never breaks a list of many. A store that does not answer is still an error."""
+    from interlock.errors import DamagedHistory, InterlockError
+
+    waits: dict[str, dict[str, Any] | None] = {}
+    unreadable: dict[str, str] = {}
+    for record in records:
+        if record.summary.status != "waiting":
+            continue
+        try:
+            waits[record.run_id] = waiting_view(fold_history(store.events(record.run_id)))
+        except DamagedHistory as exc:
+            unreadable[record.run_id] = exc.message
+        except InterlockError:
+            raise
+        except Exception as exc:  # a value the views cannot take: that run alone is unreadable
+            unreadable[record.run_id] = f"run {record.run_id}: {type(exc).__name__}: {exc}"
+    return waits, unreadable
 
 
 @functools.lru_cache(maxsize=256)

@@ -13,10 +13,10 @@ from typing import Any
 
 from interlock.core.inputs import resolve_inputs
 from interlock.core.loader import Definition, load_workflow
-from interlock.core.state import RunState, fold
+from interlock.core.state import RunState
 from interlock.errors import UsageError
 from interlock.runtime.orchestrator import Orchestrator
-from interlock.storage.base import RunRecord, Store
+from interlock.storage.base import RunRecord, Store, fold_history
 
 
 class SourceNotEnded(UsageError):
@@ -77,7 +77,7 @@ def prepare(store: Store, orchestrator: Orchestrator, request: RerunRequest) -> 
     source = request.source
     record = store.get_run(source)
     notes: tuple[str, ...] = ()
-    state = fold([s.event for s in store.events(source)])
+    state = fold_history(store.events(source))
     if not state.status.ended:
         raise SourceNotEnded(
             f"run {source} is still {state.status.value}: a rerun needs a finished run. "

@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from interlock.errors import (
+    DamagedHistory,
     InterlockError,
     InvalidSignal,
     LeaseHeld,
     LeaseLost,
     PipelineNotFound,
+    RunFolderTaken,
     RunNotFound,
     StorageError,
     WorkflowError,
@@ -44,6 +46,10 @@ def from_interlock(exc: InterlockError) -> ApiError:
         return ApiError(422, "invalid_workflow", exc.message)
     if isinstance(exc, LeaseHeld | LeaseLost):
         return ApiError(409, "busy", exc.message)
+    if isinstance(exc, RunFolderTaken):  # the id is taken in the state directory
+        return ApiError(409, "run_folder_taken", exc.message)
+    if isinstance(exc, DamagedHistory):  # that run's history: waiting will not mend it
+        return ApiError(500, "damaged_history", exc.message)
     if isinstance(exc, StorageError):
         return ApiError(503, "storage", exc.message)
     state_words = ("not paused", "already ended", "nothing to", "can be sent to a run")

@@ -9,7 +9,7 @@ from fastapi.responses import FileResponse, PlainTextResponse, Response
 from pydantic import BaseModel, Field
 
 from interlock.runtime.family import parents_of
-from interlock.runtime.projection import iso, waiting_view
+from interlock.runtime.projection import iso, waits_of
 from interlock.server import files
 from interlock.server import run_list as run_list_api
 from interlock.server.auth import Authenticator, Principal
@@ -119,12 +119,13 @@ async def list_runs(
     parents = parents_of(svc.store, [r.run_id for r in records])
     # What each waiting run waits for, folded from its history as `interlock runs` does: the
     # listed summary does not hold it, and a list of runs says why a run waits.
-    waits = {
-        r.run_id: await svc.reads.call(r.run_id, lambda f: waiting_view(f.state))
-        for r in records
-        if r.summary.status == "waiting"
-    }
-    return [run_row(r, parents.get(r.run_id), waits.get(r.run_id)) for r in records]
+    # On a read thread: folding holds no other request up.
+    waits, unreadable = await svc.reads.off_loop(lambda: waits_of(svc.store, records))
+    rows = [run_row(r, parents.get(r.run_id), waits.get(r.run_id)) for r in records]
+    for row in rows:
+        if row["run_id"] in unreadable:  # that run's history cannot be read: the rest can
+            row["unreadable"] = unreadable[row["run_id"]]
+    return rows
 
 
 @router.post("/runs", status_code=201)

@@ -12,7 +12,7 @@ from typing import Any
 from interlock.api import Interlock
 from interlock.core.state import RunState, fold
 from interlock.core.workflow import Pipeline
-from interlock.errors import InterlockError, LeaseHeld, UsageError
+from interlock.errors import DamagedHistory, InterlockError, LeaseHeld, UsageError
 from interlock.providers import aclose_providers
 from interlock.runtime.orchestrator import Orchestrator, Settings, holder_is_dead
 from interlock.server.config import ServerConfig
@@ -101,6 +101,7 @@ class Service:
             on_start=lambda _: self.orchestrator.wake(),
         )
         self.stop = asyncio.Event()
+        self.unreadable: dict[str, str] = {}  # runs whose history cannot be read: not taken
         self._tasks: list[asyncio.Task[None]] = []
         self._listener: Any = None  # PostgreSQL notifications of posted commands
         if config.otel:
@@ -183,9 +184,15 @@ class Service:
                 live = record.lease_owner and (record.lease_expires or 0) > now
                 if live and not holder_is_dead(record.lease_owner or ""):
                     continue
+                if record.run_id in self.unreadable:
+                    continue
                 try:
                     self.orchestrator.take(record.run_id)
                 except LeaseHeld:
+                    continue
+                except DamagedHistory as exc:  # that run alone: the others are taken up
+                    self.unreadable[record.run_id] = exc.message
+                    log.error(exc.message, extra={"action": "run_unreadable"})
                     continue
                 taken.append(record.run_id)
         if taken:

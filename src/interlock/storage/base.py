@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from interlock.errors import LeaseLost
+from interlock.errors import DamagedHistory, LeaseLost
 from interlock.storage import chain, codec
 from interlock.storage.run_list import RunQuery
 
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     # The event types are imported where events are encoded or decoded: listing runs needs
     # none of them, and defining them costs a good part of a command's start.
     from interlock.core.events import Event
+    from interlock.core.state import RunState
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -67,10 +68,54 @@ class StoredEvent:
 
     @property
     def event(self) -> Event:
-        """The typed event."""
+        """The typed event.
+
+        Raises:
+            DamagedHistory: the record cannot be decoded (a damaged or changed ledger, or
+                one written by a newer interlock), naming the run and the event.
+        """
         from interlock.core.events import from_record
 
-        return from_record(self.kind, self.data)
+        try:
+            return from_record(self.kind, self.data)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise damaged_history(self.run_id, self.seq, str(self.kind), str(exc)) from None
+
+
+def damaged_history(run_id: str, seq: int | None, kind: str, why: str) -> DamagedHistory:
+    """The error for event `seq` of `run_id` that cannot be read, with what to do."""
+    at = f" at event {seq}" if seq is not None else ""
+    why = why.removesuffix(" (written by a newer interlock?)")
+    what = f" ({kind})" if kind else ""
+    return DamagedHistory(
+        run_id,
+        seq,
+        f"run {run_id}: its history cannot be read{at}{what}: {why}. If a newer interlock "
+        "wrote it, read it with that version; otherwise the ledger was damaged or changed: "
+        f"`interlock verify {run_id}` says whether its hash chain holds and "
+        "`interlock doctor` what is affected and how to recover the ledger",
+    )
+
+
+def fold_history(events: Sequence[StoredEvent]) -> RunState:
+    """The state a run's stored history leads to.
+
+    Raises:
+        DamagedHistory: an event cannot be decoded, or holds a value folding cannot take
+            (a time out of range, a field of the wrong type); the error names it.
+    """
+    from interlock.core.state import RunState, apply
+
+    state = RunState()
+    for stored in events:
+        event = stored.event
+        try:
+            apply(state, event)
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
+            raise damaged_history(
+                stored.run_id, stored.seq, str(stored.kind), f"{type(exc).__name__}: {exc}"
+            ) from None
+    return state
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
