@@ -9,6 +9,7 @@ import hashlib
 import json
 import math
 import re
+import reprlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -504,6 +505,12 @@ _NESTED: dict[str, Any] = {
 }
 
 
+_SHORT = reprlib.Repr()  # a value quoted in a message: its start, not megabytes of it
+_SHORT.maxstring = _SHORT.maxother = 80
+_SHORT.maxlevel = 2
+_SHORT.maxlist = _SHORT.maxdict = _SHORT.maxtuple = 4
+
+
 def _mapping_expected(key: Any, parts: list[str], value: Any) -> str:
     """What a key that takes a mapping was given instead, in the file's words: pydantic's own
     message names an internal class (`instance of ConcurrencyKey`), which no file mentions."""
@@ -511,7 +518,7 @@ def _mapping_expected(key: Any, parts: list[str], value: Any) -> str:
     fields = [field.alias or name for name, field in model.model_fields.items()] if model else []
     given = type(value).__name__ if value is not None else "null"
     shown = {"str": "text", "int": "a number", "float": "a number", "list": "a list"}
-    message = f"expected a mapping, not {shown.get(given, given)} ({value!r})"
+    message = f"expected a mapping, not {shown.get(given, given)} ({_SHORT.repr(value)})"
     if fields:
         message += f"; its keys are {', '.join(fields)}"
     if key == "concurrency" and len(parts) > 1 and parts[-2].startswith("worker "):
