@@ -201,10 +201,12 @@ def inline_schema_files(
                     raw = (base_dir / path).read_bytes()
                     if files_read is not None:
                         files_read[str(base_dir / path)] = _digest(raw)
-                    worker["schema"] = json.loads(raw.decode("utf-8"))
+                    if len(raw) > MAX_BYTES:
+                        raise ParseProblem(too_large(len(raw)))
+                    worker["schema"] = parse_text(raw.decode("utf-8"), json_only=True)
                 except OSError as exc:
                     problems.append(f"{place}: cannot read {path}: {exc.strerror or exc}")
-                except ValueError as exc:
+                except ValueError as exc:  # ParseProblem (bounded as the workflow is) or UTF-8
                     problems.append(f"{place}: {path} is not JSON: {exc}")
     return problems
 
