@@ -18,12 +18,14 @@ phase's tasks do not run: it goes straight to its `next` rules. Pure: no I/O, no
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from interlock.core import events as ev
 from interlock.core.expressions import ExpressionError, compile_expression
 from interlock.core.state import RUN_RUNNING, RunState, Waiting
+from interlock.core.timebounds import time_problem
 from interlock.core.workflow import Phase, Pipeline
 
 Row = tuple[str, ev.Event, str]  # (rule name, event, why): `decide` makes decisions of them
@@ -189,8 +191,7 @@ def signal_values(pipeline: Pipeline | None, state: RunState) -> dict[str, Any]:
 def start_time(source: str, context: Mapping[str, Any]) -> float:
     """The epoch seconds a `not_before` expression gives (a timestamp, RFC 3339 text with a
     time zone, or a number of epoch seconds)."""
-    from celpy import celtypes  # loaded with CEL by the expression's compilation
-    from celpy.adapter import json_to_cel
+    from celpy.adapter import json_to_cel  # loaded with CEL by the expression's compilation
     from celpy.evaluation import CELEvalError
 
     compiled = compile_expression(source)
@@ -199,26 +200,69 @@ def start_time(source: str, context: Mapping[str, Any]) -> float:
         raise ExpressionError(
             f"expression {source!r} reads {', '.join(sorted(missing))}, which has no value"
         )
-    activation = {k: json_to_cel(context[k]) for k in compiled.names if k in context}
     try:
+        activation = {k: json_to_cel(context[k]) for k in compiled.names if k in context}
         value = compiled.program.evaluate(activation)
     except Exception as exc:  # CEL raises its own error types; all mean "cannot evaluate"
         raise ExpressionError(f"expression {source!r} cannot be evaluated: {exc}") from None
     if isinstance(value, CELEvalError) or value is None:
         raise ExpressionError(f"expression {source!r} has no value")
-    if isinstance(value, dt.datetime):  # CEL's timestamp type is a datetime
-        return value.timestamp()
-    number = (celtypes.IntType, celtypes.UintType, celtypes.DoubleType, int, float)
-    if isinstance(value, number) and not isinstance(value, (bool, celtypes.BoolType)):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            parsed = dt.datetime.fromisoformat(str(value))
-        except ValueError:
-            parsed = None
-        if parsed is not None and parsed.tzinfo is not None:
-            return parsed.timestamp()
+    epoch = _epoch_of(value)
+    if epoch is not None:
+        problem = time_problem(epoch, f"expression {source!r} gave a time that")
+        if problem is not None:
+            raise ExpressionError(problem)
+        return epoch
     raise ExpressionError(
         f"expression {source!r} gave {value!r}: give a timestamp, RFC 3339 text with a time "
         "zone (2026-01-31T09:00:00Z) or epoch seconds"
     )
+
+
+def _epoch_of(value: Any) -> float | None:
+    """Epoch seconds of a CEL timestamp, a number or RFC 3339 text with a zone, else None."""
+    from celpy import celtypes
+
+    if isinstance(value, dt.datetime):  # CEL's timestamp type is a datetime
+        return value.timestamp()
+    number = (celtypes.IntType, celtypes.UintType, celtypes.DoubleType, int, float)
+    if isinstance(value, number) and not isinstance(value, (bool, celtypes.BoolType)):
+        try:
+            return float(value)
+        except OverflowError:  # an integer past any float
+            return math.inf
+    if isinstance(value, str):
+        try:
+            parsed = dt.datetime.fromisoformat(str(value))
+        except ValueError:
+            return None
+        if parsed.tzinfo is not None:
+            return parsed.timestamp()
+    return None
+
+
+def not_before_problems(where: str, pipeline: Pipeline) -> list[str]:
+    """A `not_before` that reads only inputs and gives a time outside what interlock keeps
+    with the inputs' defaults (a constant, most often): found by `check`, not by the run."""
+    defaults = {
+        name: spec.default for name, spec in pipeline.inputs.items() if spec.default is not None
+    }
+    return [f"{where}, {problem}" for problem in start_time_problems(pipeline, "", defaults)]
+
+
+def start_time_problems(pipeline: Pipeline, topic: str, inputs: Mapping[str, Any]) -> list[str]:
+    """Each `not_before` that reads only the topic and inputs and gives, with these, a time
+    outside what interlock keeps: a run given such inputs is refused before it is recorded."""
+    context = {"topic": topic, "inputs": dict(inputs)}
+    problems = []
+    for phase in pipeline.phases:
+        if phase.not_before is None:
+            continue
+        try:
+            if not compile_expression(phase.not_before).names <= context.keys():
+                continue  # it reads what only a run has: the run checks it
+            start_time(phase.not_before, context)
+        except ExpressionError as exc:
+            if "outside the times interlock keeps" in str(exc):
+                problems.append(f"phase {phase.id!r}, not_before: {exc}")
+    return problems
