@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from interlock.core.parse import MAX_BYTES, ParseProblem, locator, parse_text, too_large
+from interlock.core.shell_scripts import as_arguments
 from interlock.core.subpipelines import children, embed_children
 from interlock.core.validate import read_name, validate_pipeline
 from interlock.core.workflow import (
@@ -483,11 +484,13 @@ def _describe(error: Any, data: Any) -> str:
     elif error["type"] == "model_type":
         message = _mapping_expected(key, parts, child)
     elif key == "command" and error["type"] == "list_type" and isinstance(child, str):
-        # A command line written as one string: it is not run through a shell.
-        quoted = child.replace('"', '\\"')
+        # A command line written as one string: it is not run through a shell. The shell
+        # form suggested passes placeholders as arguments: pasted into the script, a topic
+        # or an item would run as code.
         message = (
-            "a command is a list of arguments, not one line (no shell runs it): write "
-            f'[sh, -c, "{quoted}"] for a shell line, or split it: {child.split()!r}'
+            "a command is a list of arguments, not one line (no shell runs it): split it, "
+            f"{child.split()!r}, or for a shell line write {as_arguments(child)} "
+            '(values as arguments, read as "$1", never pasted into the script)'
         )
     message = message.removeprefix("Value error, ")
     if message.startswith("Input should be "):  # pydantic's word; a file's inputs are other
