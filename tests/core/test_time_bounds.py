@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from interlock.core import events as ev
 from interlock.core.expressions import ExpressionError
 from interlock.core.inputs import resolve_inputs
 from interlock.core.loader import parse_workflow
@@ -101,3 +102,32 @@ def test_a_servers_retry_after_is_bounded() -> None:
     assert retry_after_of({"retry-after": "inf"}) is None
     assert retry_after_of({"retry-after-ms": "1e300"}) == MAX_WAIT_S
     assert retry_after_of({"retry-after": "30"}) == 30.0
+
+
+def test_a_pinned_definition_past_the_limits_still_reads_and_fails_at_its_wait() -> None:
+    """A definition recorded before the limits (a billion-day delay, a remote `$ref`) is
+    rebuilt as it was, and the run fails when the wait would start instead of recording a
+    wait's end that is no date."""
+    from interlock.core.loader import Definition
+    from interlock.core.state import RunStatus
+
+    from .driver import Driver, worker
+
+    data = {
+        "phases": [
+            {"id": "a", "workers": [worker("wa")]},
+            {"id": "b", "delay": 86400 * 10**9, "workers": [worker("wb", final=True)]},
+        ]
+    }
+    definition = Definition.from_canonical("p", json.dumps(data))
+    assert definition.pipeline.phases[1].delay == 86400 * 10**9
+    schema = {"properties": {"x": {"$ref": "http://127.0.0.1:9/x"}}}
+    remote = {"phases": [{"id": "a", "workers": [worker("w", final=True, schema=schema)]}]}
+    Definition.from_canonical("q", json.dumps(remote))
+    d = Driver(definition.pipeline)
+    d.start()
+    d.complete("wa@1")
+    assert d.state.status is RunStatus.FAILED and d.state.waiting is None
+    (failed,) = d.events_of(ev.RunFailed)
+    assert "phase 'b': the end of phase 'b''s delay is" in failed.reason
+    assert "outside the times interlock keeps" in failed.reason

@@ -32,7 +32,7 @@ def schema_problem(schema: dict[str, Any]) -> str | None:
     except SchemaError as exc:
         where = exc.json_path if exc.json_path != "$" else "the top level"
         return f"'schema' is not valid JSON Schema: at {where}: {exc.message}"
-    return ref_problem(schema)
+    return None
 
 
 # Keywords whose values are data, not schemas: a `$ref` key inside them is just a key.

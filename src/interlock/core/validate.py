@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import re
 
+from interlock.core.bounds import bounds_problems
 from interlock.core.dominance import Dominance
 from interlock.core.expressions import ROOT_NAMES, ExpressionError, compile_expression
 from interlock.core.placeholders import RESERVED_OUTPUTS, command_problems
@@ -24,7 +25,6 @@ from interlock.core.templates import (
     input_names,
     template_names,
 )
-from interlock.core.waits import not_before_problems
 from interlock.core.workflow import Phase, Pipeline, WaitFor, Worker
 
 OPTIONAL_READ = "?"  # a read ending in "?" may be absent (written only on some paths)
@@ -102,7 +102,7 @@ def validate_pipeline(name: str, pipeline: Pipeline) -> list[str]:
     problems += _check_loops(where, pipeline)
     problems += check_waits(where, pipeline)
     problems += _check_not_before(where, pipeline)
-    problems += not_before_problems(where, pipeline)
+    problems += bounds_problems(where, pipeline)
     problems += _check_concurrency(where, pipeline)
     problems += _check_task_keys(where, pipeline)
     problems += check_children(where, pipeline)

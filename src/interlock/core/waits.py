@@ -109,17 +109,35 @@ def _start(
                     reason = f"phase {phase.id!r}, not_before: {exc}"
                     return ("branch_error", ev.RunFailed(at=now, reason=reason), reason)
             said = f"not_before {phase.not_before}"
+        refused = _out_of_range(phase, until, "delay" if phase.delay is not None else None, now)
+        if refused is not None:
+            return refused
         event = ev.WaitStarted(at=now, phase=phase.id, visit=visit, gate=gate, until=until)
         return ("wait", event, f"phase {phase.id!r} waits ({said}) before it starts")
     wait = phase.wait_for
     assert wait is not None
     deadline: float | None = None if wait.timeout is None else now + wait.timeout
+    refused = _out_of_range(phase, deadline, "wait_for timeout", now)
+    if refused is not None:
+        return refused
     event = ev.WaitStarted(
         at=now, phase=phase.id, visit=visit, gate=gate, signal=wait.signal, until=deadline
     )
     where = "before it starts" if gate == "before" else "after it ended"
     limit = "" if wait.timeout is None else f" (timeout {wait.timeout:g}s)"
     return ("wait", event, f"phase {phase.id!r} waits for signal {wait.signal!r}{limit} {where}")
+
+
+def _out_of_range(phase: Phase, until: float | None, what: str | None, now: float) -> Row | None:
+    """A failed run instead of a wait whose end is no date (a definition pinned before
+    durations were bounded): recorded, it would break every command that shows the run."""
+    if until is None or what is None:
+        return None
+    problem = time_problem(until, f"the end of phase {phase.id!r}'s {what}")
+    if problem is None:
+        return None
+    reason = f"phase {phase.id!r}: {problem}"
+    return ("branch_error", ev.RunFailed(at=now, reason=reason), reason)
 
 
 def _end(
