@@ -544,11 +544,19 @@ def check_signal(pipeline: Pipeline, pipeline_name: str, name: str, data: Any) -
         if schema is None:
             continue
         import jsonschema
+        from referencing.exceptions import Unresolvable
 
-        from interlock.core.schema_patterns import linear_validator
+        from interlock.core.schemas import local_validator
 
-        # The draft the schema names (2020-12 when none), its patterns matched with RE2.
-        error = jsonschema.exceptions.best_match(linear_validator(schema).iter_errors(data))
+        validator = local_validator(schema, default=jsonschema.Draft202012Validator)
+        try:
+            error = jsonschema.exceptions.best_match(validator.iter_errors(data))
+        except Unresolvable as exc:  # a definition read before references were checked
+            raise InvalidSignal(
+                f"the schema of phase {phase.id!r}'s wait_for refers to {exc.ref!r}, which is "
+                "not inside it, and nothing is retrieved: the signal cannot be checked; "
+                "start the run from a workflow whose schema is whole"
+            ) from None
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path) or "(the whole data)"
             raise InvalidSignal(

@@ -747,7 +747,7 @@ def test_a_command_written_as_one_line_says_how_to_write_it() -> None:
     (problem,) = [p for p in problems_of(data) if "key 'command'" in p]
     assert "valid list" not in problem
     assert "a command is a list of arguments, not one line (no shell runs it)" in problem
-    assert '[sh, -c, "echo hi > out.md"]' in problem
+    assert "[sh, -c, 'echo hi > out.md']" in problem
     assert "['echo', 'hi', '>', 'out.md']" in problem
 
 

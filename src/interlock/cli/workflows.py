@@ -163,6 +163,8 @@ def check(
     from interlock.cli.quote import budget_gate, quote_lines, quote_of
     from interlock.core.explore import explore
     from interlock.core.loader import load_workflow
+    from interlock.core.parse import locator
+    from interlock.core.shell_scripts import shell_warnings
     from interlock.providers import ModelConfig
     from interlock.providers.checks import (
         settings_problems,
@@ -173,6 +175,7 @@ def check(
     from interlock.runtime.orchestrator import model_aliases
 
     workflow = load_workflow(file)
+    line_of = locator(Path(file).read_text(encoding="utf-8-sig", errors="replace"))
     problems: list[str] = []
     warnings: list[str] = []
     # Tool server commands not found.
@@ -200,6 +203,7 @@ def check(
         problems += tool_problems(name, definition.pipeline, config)
         priced += tool_warnings(name, definition.pipeline, Path(file).parent.absolute())
         priced += env_warnings(name, definition.pipeline)
+        priced += [f"{file}: {w}" for w in shell_warnings(name, definition.pipeline, line_of)]
         if cost or definition.pipeline.budget is not None:
             quotes.append((quote_of(definition, config, report=report), definition))
         # A model without a price under a cost budget leaves the worst case unbounded: the

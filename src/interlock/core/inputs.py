@@ -58,17 +58,37 @@ def convert(value: object, kind: InputType) -> object:
         raise ValueError
     if kind == "integer":
         if isinstance(value, int):
-            return value
+            return _int64(value)
         if isinstance(value, float) and value.is_integer():
-            return int(value)
+            return _int64(int(value))
         text = str(value).strip()
         if "_" in text:  # Python reads "1_000"; a person may have meant something else
             raise ValueError
-        return int(text)
+        return _int64(int(text))
     number = float(value) if isinstance(value, int | float) else float(str(value).strip())
     if not math.isfinite(number):
         raise ValueError
     return number
+
+
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1  # what conditions (CEL) compute with
+
+
+def scalar_problem(value: object) -> str | None:
+    """Why a number is not one conditions can compute with (past 64 bits, or not finite)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and not INT_MIN <= value <= INT_MAX:
+        return f"{value} is past the integers conditions compute with (64 bits, ±9.2e18)"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value} is not a finite number"
+    return None
+
+
+def _int64(value: int) -> int:
+    if not INT_MIN <= value <= INT_MAX:
+        raise OverflowError
+    return value
 
 
 def _text(value: object) -> str:
@@ -104,7 +124,13 @@ def resolve_inputs(
         kind = spec.kind
         try:
             values[name] = convert(given[name], kind)
-        except (ValueError, TypeError, OverflowError):
+        except OverflowError:
+            raise UsageError(
+                f"pipeline {pipeline!r}: input {name!r} must fit in 64 bits (at most "
+                f"{INT_MAX:,} either side of 0), which conditions compute with; got "
+                f"{_text(given[name])!r}"
+            ) from None
+        except (ValueError, TypeError):
             default = "" if spec.default is None else f", like its default {_text(spec.default)}"
             raise UsageError(
                 f"pipeline {pipeline!r}: input {name!r} is {_SAYS[kind]}{default}; got "

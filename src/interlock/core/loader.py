@@ -9,6 +9,7 @@ import hashlib
 import json
 import math
 import re
+import reprlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from interlock.core.parse import MAX_BYTES, ParseProblem, locator, parse_text, too_large
+from interlock.core.shell_scripts import as_arguments
 from interlock.core.subpipelines import children, embed_children
 from interlock.core.validate import read_name, validate_pipeline
 from interlock.core.workflow import (
@@ -200,10 +202,12 @@ def inline_schema_files(
                     raw = (base_dir / path).read_bytes()
                     if files_read is not None:
                         files_read[str(base_dir / path)] = _digest(raw)
-                    worker["schema"] = json.loads(raw.decode("utf-8"))
+                    if len(raw) > MAX_BYTES:
+                        raise ParseProblem(too_large(len(raw)))
+                    worker["schema"] = parse_text(raw.decode("utf-8"), json_only=True)
                 except OSError as exc:
                     problems.append(f"{place}: cannot read {path}: {exc.strerror or exc}")
-                except ValueError as exc:
+                except ValueError as exc:  # ParseProblem (bounded as the workflow is) or UTF-8
                     problems.append(f"{place}: {path} is not JSON: {exc}")
     return problems
 
@@ -480,11 +484,13 @@ def _describe(error: Any, data: Any) -> str:
     elif error["type"] == "model_type":
         message = _mapping_expected(key, parts, child)
     elif key == "command" and error["type"] == "list_type" and isinstance(child, str):
-        # A command line written as one string: it is not run through a shell.
-        quoted = child.replace('"', '\\"')
+        # A command line written as one string: it is not run through a shell. The shell
+        # form suggested passes placeholders as arguments: pasted into the script, a topic
+        # or an item would run as code.
         message = (
-            "a command is a list of arguments, not one line (no shell runs it): write "
-            f'[sh, -c, "{quoted}"] for a shell line, or split it: {child.split()!r}'
+            "a command is a list of arguments, not one line (no shell runs it): split it, "
+            f"{child.split()!r}, or for a shell line write {as_arguments(child)} "
+            '(values as arguments, read as "$1", never pasted into the script)'
         )
     message = message.removeprefix("Value error, ")
     if message.startswith("Input should be "):  # pydantic's word; a file's inputs are other
@@ -504,6 +510,12 @@ _NESTED: dict[str, Any] = {
 }
 
 
+_SHORT = reprlib.Repr()  # a value quoted in a message: its start, not megabytes of it
+_SHORT.maxstring = _SHORT.maxother = 80
+_SHORT.maxlevel = 2
+_SHORT.maxlist = _SHORT.maxdict = _SHORT.maxtuple = 4
+
+
 def _mapping_expected(key: Any, parts: list[str], value: Any) -> str:
     """What a key that takes a mapping was given instead, in the file's words: pydantic's own
     message names an internal class (`instance of ConcurrencyKey`), which no file mentions."""
@@ -511,7 +523,7 @@ def _mapping_expected(key: Any, parts: list[str], value: Any) -> str:
     fields = [field.alias or name for name, field in model.model_fields.items()] if model else []
     given = type(value).__name__ if value is not None else "null"
     shown = {"str": "text", "int": "a number", "float": "a number", "list": "a list"}
-    message = f"expected a mapping, not {shown.get(given, given)} ({value!r})"
+    message = f"expected a mapping, not {shown.get(given, given)} ({_SHORT.repr(value)})"
     if fields:
         message += f"; its keys are {', '.join(fields)}"
     if key == "concurrency" and len(parts) > 1 and parts[-2].startswith("worker "):

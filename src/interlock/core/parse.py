@@ -2,7 +2,8 @@
 
 Both formats refuse what a person almost never means: a key given twice in one mapping (the
 last would silently win), nesting deeper than any workflow needs, and text larger than any
-workflow is. Each refusal names the line and says what to do. Pure: text in, data out.
+workflow is, or YAML whose aliases stand for more than such text could write out. Each
+refusal names the line and says what to do. Pure: text in, data out.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from json.decoder import scanstring  # type: ignore[attr-defined]  # not in the 
 from typing import Any
 
 import yaml
+
+from interlock.core.aliases import AliasProblem, check_expanded
 
 MAX_BYTES = 10 * 1024 * 1024  # a 10,000-worker pipeline is about 1 MB
 MAX_DEPTH = 64  # a workflow nests about 8 levels; hostile text nests thousands
@@ -87,6 +90,10 @@ def _parse_yaml(text: str) -> Any:
         depth, line = _node_depth(node)
         if depth > MAX_DEPTH:
             raise _too_deep(line)
+        try:
+            check_expanded(node, text, _BaseLoader)
+        except AliasProblem as exc:
+            raise ParseProblem(str(exc)) from None
         return loader.construct_document(node)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)

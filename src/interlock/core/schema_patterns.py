@@ -70,14 +70,15 @@ def _has_keyword(node: Any, keyword: str) -> bool:
 
 def linear_validator(schema: dict[str, Any]) -> Any:
     """A jsonschema validator of `schema` (under the draft it names) whose patterns RE2
-    matches."""
-    from jsonschema.validators import validator_for
+    matches and whose references are never retrieved."""
+    from interlock.core.schemas import local_validator
 
-    return _linear_class(validator_for(schema))(schema)
+    return local_validator(schema)
 
 
 @lru_cache(maxsize=16)
-def _linear_class(base: Any) -> Any:
+def linear_class(base: Any) -> Any:
+    """`base`, a jsonschema validator class, with its patterns matched by RE2."""
     from jsonschema.validators import extend
 
     return extend(  # type: ignore[no-untyped-call]  # jsonschema leaves it untyped

@@ -6,10 +6,16 @@ validated against the schema before it is committed, so those values are always 
 
 `jsonschema` (with its dependencies, about 35 ms to import) is imported by the first
 schema checked, so that a pipeline without schemas never loads it.
+
+A schema is all there is: a `$ref` may only point inside the schema itself (`#/$defs/...`,
+`#name`). A reference to a URL or another file would be fetched when an answer is validated,
+outside the definition the run pinned and its fingerprint, so it is refused when the workflow
+is read, and every validator is built with a registry that refuses to retrieve anything.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 # JSON Schema types -> the extracted value's type.
@@ -27,6 +33,70 @@ def schema_problem(schema: dict[str, Any]) -> str | None:
         where = exc.json_path if exc.json_path != "$" else "the top level"
         return f"'schema' is not valid JSON Schema: at {where}: {exc.message}"
     return None
+
+
+# Keywords whose values are data, not schemas: a `$ref` key inside them is just a key.
+_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
+_REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
+
+
+def ref_problem(schema: Any) -> str | None:
+    """Why `schema` refers outside itself (a `$ref` that is not `#...`), or None."""
+    for path, keyword, target in _refs(schema, "$"):
+        if not target.startswith("#"):
+            return (
+                f"'schema' refers outside itself: at {path}: {keyword} {target!r}; a schema "
+                "must be whole, since a URL or a file would be read at run time, unpinned: "
+                "copy the definition under '$defs' and refer to it as '#/$defs/NAME'"
+            )
+    return None
+
+
+def _refs(node: Any, path: str) -> Iterator[tuple[str, str, str]]:
+    """(place, keyword, target) of each reference in a schema, in document order."""
+    stack: list[tuple[Any, str]] = [(node, path)]
+    while stack:
+        value, place = stack.pop()
+        if isinstance(value, dict):
+            for keyword in _REF_KEYWORDS:
+                target = value.get(keyword)
+                if isinstance(target, str):
+                    yield place, keyword, target
+            children = [
+                (child, f"{place}.{key}")
+                for key, child in value.items()
+                if key not in _DATA_KEYWORDS and isinstance(child, dict | list)
+            ]
+            stack.extend(reversed(children))
+        elif isinstance(value, list):
+            items = [(child, f"{place}[{i}]") for i, child in enumerate(value)]
+            stack.extend(reversed([(c, p) for c, p in items if isinstance(c, dict | list)]))
+
+
+def local_validator(schema: dict[str, Any], default: type[Any] | None = None) -> Any:
+    """A validator of `schema` whose patterns RE2 matches and that never retrieves anything
+    (under the draft the schema names, else `default`, else 2020-12). A reference it cannot
+    find in the schema raises `referencing.exceptions.Unresolvable` instead of reading a URL
+    or a file."""
+    from jsonschema.validators import validator_for
+
+    from interlock.core.schema_patterns import linear_class
+
+    cls = validator_for(schema, default=default) if default else validator_for(schema)
+    # Its patterns are matched with RE2 (linear in the text), its references never fetched.
+    return linear_class(cls)(schema, registry=_local_registry())
+
+
+def _local_registry() -> Any:
+    from referencing import Registry
+
+    return Registry(retrieve=_refuse_retrieval)  # type: ignore[call-arg]
+
+
+def _refuse_retrieval(uri: str) -> Any:
+    from referencing.exceptions import NoSuchResource
+
+    raise NoSuchResource(ref=uri)  # type: ignore[call-arg]  # attrs fields the stubs miss
 
 
 def implied_extract(schema: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import re
 
+from interlock.core.bounds import bounds_problems
 from interlock.core.dominance import Dominance
 from interlock.core.expressions import ROOT_NAMES, ExpressionError, compile_expression
 from interlock.core.placeholders import RESERVED_OUTPUTS, command_problems
@@ -104,6 +105,7 @@ def validate_pipeline(name: str, pipeline: Pipeline) -> list[str]:
     problems += _check_loops(where, pipeline)
     problems += check_waits(where, pipeline)
     problems += _check_not_before(where, pipeline)
+    problems += bounds_problems(where, pipeline)
     problems += _check_concurrency(where, pipeline)
     problems += _check_task_keys(where, pipeline)
     problems += check_children(where, pipeline)

@@ -18,12 +18,14 @@ phase's tasks do not run: it goes straight to its `next` rules. Pure: no I/O, no
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from interlock.core import events as ev
 from interlock.core.expressions import ExpressionError, compile_expression
 from interlock.core.state import RUN_RUNNING, RunState, Waiting
+from interlock.core.timebounds import time_problem
 from interlock.core.workflow import Phase, Pipeline
 
 Row = tuple[str, ev.Event, str]  # (rule name, event, why): `decide` makes decisions of them
@@ -107,17 +109,35 @@ def _start(
                     reason = f"phase {phase.id!r}, not_before: {exc}"
                     return ("branch_error", ev.RunFailed(at=now, reason=reason), reason)
             said = f"not_before {phase.not_before}"
+        refused = _out_of_range(phase, until, "delay" if phase.delay is not None else None, now)
+        if refused is not None:
+            return refused
         event = ev.WaitStarted(at=now, phase=phase.id, visit=visit, gate=gate, until=until)
         return ("wait", event, f"phase {phase.id!r} waits ({said}) before it starts")
     wait = phase.wait_for
     assert wait is not None
     deadline: float | None = None if wait.timeout is None else now + wait.timeout
+    refused = _out_of_range(phase, deadline, "wait_for timeout", now)
+    if refused is not None:
+        return refused
     event = ev.WaitStarted(
         at=now, phase=phase.id, visit=visit, gate=gate, signal=wait.signal, until=deadline
     )
     where = "before it starts" if gate == "before" else "after it ended"
     limit = "" if wait.timeout is None else f" (timeout {wait.timeout:g}s)"
     return ("wait", event, f"phase {phase.id!r} waits for signal {wait.signal!r}{limit} {where}")
+
+
+def _out_of_range(phase: Phase, until: float | None, what: str | None, now: float) -> Row | None:
+    """A failed run instead of a wait whose end is no date (a definition pinned before
+    durations were bounded): recorded, it would break every command that shows the run."""
+    if until is None or what is None:
+        return None
+    problem = time_problem(until, f"the end of phase {phase.id!r}'s {what}")
+    if problem is None:
+        return None
+    reason = f"phase {phase.id!r}: {problem}"
+    return ("branch_error", ev.RunFailed(at=now, reason=reason), reason)
 
 
 def _end(
@@ -189,8 +209,7 @@ def signal_values(pipeline: Pipeline | None, state: RunState) -> dict[str, Any]:
 def start_time(source: str, context: Mapping[str, Any]) -> float:
     """The epoch seconds a `not_before` expression gives (a timestamp, RFC 3339 text with a
     time zone, or a number of epoch seconds)."""
-    from celpy import celtypes  # loaded with CEL by the expression's compilation
-    from celpy.adapter import json_to_cel
+    from celpy.adapter import json_to_cel  # loaded with CEL by the expression's compilation
     from celpy.evaluation import CELEvalError
 
     compiled = compile_expression(source)
@@ -199,26 +218,69 @@ def start_time(source: str, context: Mapping[str, Any]) -> float:
         raise ExpressionError(
             f"expression {source!r} reads {', '.join(sorted(missing))}, which has no value"
         )
-    activation = {k: json_to_cel(context[k]) for k in compiled.names if k in context}
     try:
+        activation = {k: json_to_cel(context[k]) for k in compiled.names if k in context}
         value = compiled.program.evaluate(activation)
     except Exception as exc:  # CEL raises its own error types; all mean "cannot evaluate"
         raise ExpressionError(f"expression {source!r} cannot be evaluated: {exc}") from None
     if isinstance(value, CELEvalError) or value is None:
         raise ExpressionError(f"expression {source!r} has no value")
-    if isinstance(value, dt.datetime):  # CEL's timestamp type is a datetime
-        return value.timestamp()
-    number = (celtypes.IntType, celtypes.UintType, celtypes.DoubleType, int, float)
-    if isinstance(value, number) and not isinstance(value, (bool, celtypes.BoolType)):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            parsed = dt.datetime.fromisoformat(str(value))
-        except ValueError:
-            parsed = None
-        if parsed is not None and parsed.tzinfo is not None:
-            return parsed.timestamp()
+    epoch = _epoch_of(value)
+    if epoch is not None:
+        problem = time_problem(epoch, f"expression {source!r} gave a time that")
+        if problem is not None:
+            raise ExpressionError(problem)
+        return epoch
     raise ExpressionError(
         f"expression {source!r} gave {value!r}: give a timestamp, RFC 3339 text with a time "
         "zone (2026-01-31T09:00:00Z) or epoch seconds"
     )
+
+
+def _epoch_of(value: Any) -> float | None:
+    """Epoch seconds of a CEL timestamp, a number or RFC 3339 text with a zone, else None."""
+    from celpy import celtypes
+
+    if isinstance(value, dt.datetime):  # CEL's timestamp type is a datetime
+        return value.timestamp()
+    number = (celtypes.IntType, celtypes.UintType, celtypes.DoubleType, int, float)
+    if isinstance(value, number) and not isinstance(value, (bool, celtypes.BoolType)):
+        try:
+            return float(value)
+        except OverflowError:  # an integer past any float
+            return math.inf
+    if isinstance(value, str):
+        try:
+            parsed = dt.datetime.fromisoformat(str(value))
+        except ValueError:
+            return None
+        if parsed.tzinfo is not None:
+            return parsed.timestamp()
+    return None
+
+
+def not_before_problems(where: str, pipeline: Pipeline) -> list[str]:
+    """A `not_before` that reads only inputs and gives a time outside what interlock keeps
+    with the inputs' defaults (a constant, most often): found by `check`, not by the run."""
+    defaults = {
+        name: spec.default for name, spec in pipeline.inputs.items() if spec.default is not None
+    }
+    return [f"{where}, {problem}" for problem in start_time_problems(pipeline, "", defaults)]
+
+
+def start_time_problems(pipeline: Pipeline, topic: str, inputs: Mapping[str, Any]) -> list[str]:
+    """Each `not_before` that reads only the topic and inputs and gives, with these, a time
+    outside what interlock keeps: a run given such inputs is refused before it is recorded."""
+    context = {"topic": topic, "inputs": dict(inputs)}
+    problems = []
+    for phase in pipeline.phases:
+        if phase.not_before is None:
+            continue
+        try:
+            if not compile_expression(phase.not_before).names <= context.keys():
+                continue  # it reads what only a run has: the run checks it
+            start_time(phase.not_before, context)
+        except ExpressionError as exc:
+            if "outside the times interlock keeps" in str(exc):
+                problems.append(f"phase {phase.id!r}, not_before: {exc}")
+    return problems

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import random
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+
+from interlock.core.timebounds import MAX_WAIT_S
 
 SleepFn = Callable[[float], Awaitable[None]]
 """An awaitable sleep; tests inject one that records delays instead of waiting."""
@@ -109,7 +112,10 @@ def retry_after_of(headers: Mapping[str, str], *, now: datetime | None = None) -
         seconds = parse_retry_after(headers.get(name), now=now)
         if seconds is not None:
             waits.append(seconds)
-    return max(waits) if waits else None
+    # A server's word is bounded: not finite or past ten years is not a wait anyone means,
+    # and it would be recorded as the time the next attempt may start.
+    kept = [min(wait, MAX_WAIT_S) for wait in waits if math.isfinite(wait)]
+    return max(kept) if kept else None
 
 
 def describe_wait(seconds: float, *, now: datetime | None = None) -> str:

@@ -67,10 +67,20 @@ def schema_document(result: ModelResult, schema: dict[str, Any]) -> str:
         ) from None
     # Imported here: only a worker with a schema needs jsonschema (35 ms to import).
     from jsonschema.exceptions import best_match
+    from referencing.exceptions import Unresolvable
 
-    from interlock.core.schema_patterns import linear_validator
+    from interlock.core.schemas import local_validator
 
-    error = best_match(linear_validator(schema).iter_errors(document))
+    try:
+        error = best_match(local_validator(schema).iter_errors(document))
+    except Unresolvable as exc:  # a definition read before references were checked
+        raise ProviderError(
+            f"{where}: the worker's schema refers to {exc.ref!r}, which is not inside it; "
+            "nothing is retrieved at run time: copy the definition under '$defs' of the "
+            "schema and refer to it as '#/$defs/NAME'",
+            retryable=False,
+            answered=result,
+        ) from None
     if error is not None:
         field = error.json_path if error.json_path != "$" else "the document"
         raise ProviderError(

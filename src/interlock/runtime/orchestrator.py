@@ -226,6 +226,7 @@ class Orchestrator:
             check_size(definition.name, "the topic", topic)
             given = resolve_inputs(definition, inputs or {})
             slot_key(definition, topic, given)  # a key that cannot be computed refuses the run
+            refuse_start_times(definition, topic, given)
             run_id = run_id or new_run_id(definition.name, now)
             prepared.append(self._prepare(definition, topic, given, run_id, now, origin, files))
         try:
@@ -1144,6 +1145,15 @@ def new_run_id(pipeline: str, now: float) -> str:
     slug = "".join(c if c.isalnum() else "-" for c in plain)
     slug = re.sub("-+", "-", slug).strip("-")[:24].strip("-") or "run"
     return f"{slug}-{stamp}-{uuid.uuid4().hex[:12]}"  # 48 random bits: no clash at scale
+
+
+def refuse_start_times(definition: Definition, topic: str, given: dict[str, Any]) -> None:
+    """Refuse (UsageError) a run whose inputs make a `not_before` a time past 9999."""
+    from interlock.core.waits import start_time_problems
+
+    problems = start_time_problems(definition.pipeline, topic, given)
+    if problems:
+        raise UsageError(f"pipeline {definition.name!r}: {problems[0]}; nothing was recorded")
 
 
 def resolve_inputs(definition: Definition, given: dict[str, Any]) -> dict[str, Any]:
