@@ -193,6 +193,7 @@ class Interlock:
         run_id: str | None = None,
         no_cache: bool = False,
         definition: Definition | None = None,
+        trust_bundle: bool = False,
     ) -> str:
         """Record a rerun of a finished run; `drive` carries it out.
 
@@ -215,6 +216,7 @@ class Interlock:
             run_id=run_id,
             no_cache=no_cache,
             definition=definition,
+            trust_bundle=trust_bundle,
         )
         prepared = rerun.prepare(self.store, self.orchestrator, request)
         return rerun.create(self.orchestrator, prepared, run_id)
@@ -230,6 +232,7 @@ class Interlock:
         inputs: dict[str, Any] | None = None,
         no_cache: bool = False,
         definition: Definition | None = None,
+        trust_bundle: bool = False,
     ) -> Plan:
         """What `rerun` would reuse and run, task by task, and why; nothing is recorded or
         called."""
@@ -244,6 +247,7 @@ class Interlock:
             inputs=inputs,
             no_cache=no_cache,
             definition=definition,
+            trust_bundle=trust_bundle,
         )
         return rerun_plan.dry_run(self.orchestrator, request)
 
