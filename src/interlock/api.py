@@ -279,6 +279,11 @@ class Interlock:
             raise UsageError(
                 f"run {run_id} is not paused (it is {state.status.value}); nothing to approve"
             )
+        if state.inert:  # nothing recorded: the approval would wait for a trust
+            from interlock.errors import RunInert
+            from interlock.runtime.orchestrator import inert_message
+
+            raise RunInert(inert_message(run_id))
         target = run_id
         # A run paused by its child run goes on when that child does: the approval is the
         # child's (the deepest paused one, when children nest).

@@ -148,7 +148,9 @@ def test_export_verify_import_across_stores(cli_env: dict[str, str], tmp_path: P
         assert renamed.returncode == 0 and cli(pg, "verify", "copy-1").returncode == 0
         status = json.loads(cli(pg, "status", run_id, "--json").stdout)
         assert status["status"] == "delivered"
-        rerun = cli(pg, "rerun", run_id)
+        refused = cli(pg, "rerun", run_id)  # the bundle's definition is not this user's code
+        assert refused.returncode == 2 and "--workflow FILE" in refused.stderr
+        rerun = cli(pg, "rerun", run_id, "--workflow", RESEARCH)
         assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     finally:
         with psycopg.connect(PG_ADMIN, autocommit=True) as db:
