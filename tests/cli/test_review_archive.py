@@ -101,7 +101,10 @@ def _tamper(bundle: Path, target: Path) -> None:
     lines[3] = json.dumps(event)
     members["events.jsonl"] = ("\n".join(lines) + "\n").encode()
     manifest = json.loads(members["manifest.json"])
-    manifest["files"]["events.jsonl"] = hashlib.sha256(members["events.jsonl"]).hexdigest()
+    manifest["files"]["events.jsonl"] = {
+        "sha256": hashlib.sha256(members["events.jsonl"]).hexdigest(),
+        "size": len(members["events.jsonl"]),
+    }
     members["manifest.json"] = json.dumps(manifest).encode()
     with tarfile.open(target, "w:gz") as tar:
         for name, data in members.items():

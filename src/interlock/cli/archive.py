@@ -28,13 +28,13 @@ def _reading(command: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option(
             "--max-size",
-            default="2GiB",
+            default="1GiB",
             show_default=True,
             help="Refuse a bundle whose members hold more than this in all.",
         ),
         click.option(
             "--max-member-size",
-            default="512MiB",
+            default="256MiB",
             show_default=True,
             help="Refuse a bundle with a member larger than this.",
         ),

@@ -397,15 +397,12 @@ def read_bundle(
             bodies[key] = member
         elif name.startswith("run/"):
             relative = name.removeprefix("run/")
-            if relative in _VIEWS and manifest.get("version", 1) < 2:
-                continue  # written by an older export: made again from the ledger
             want = bound.get(relative)
             if want is None:
                 raise _fail(
                     path,
                     f"{name} is not bound to the run's history (no event records its hash): "
-                    "a file added to the bundle, or one exported by an older interlock "
-                    "(export the run again)",
+                    "a file added to the bundle",
                 )
             if sha != want:
                 raise _fail(path, f"{name} is not the file the run's history records")

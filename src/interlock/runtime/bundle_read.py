@@ -34,8 +34,8 @@ COPY_CHUNK = 1024 * 1024
 class Limits:
     """How much a bundle may hold; each is named when a bundle passes it."""
 
-    total: int = 2 * 1024**3  # bytes of all members together (--max-size)
-    member: int = 512 * 1024**2  # bytes of one member (--max-member-size)
+    total: int = 1024**3  # bytes of all members together (--max-size)
+    member: int = 256 * 1024**2  # bytes of one member (--max-member-size)
     members: int = 200_000  # members
 
 
@@ -121,30 +121,27 @@ class Extracted:
         return self.paths[name].read_bytes()
 
 
-def _listed(path: Path, manifest: dict[str, Any]) -> dict[str, tuple[str, int | None]]:
-    """The manifest's members: name -> (sha256, declared size; None in version 1)."""
+def _listed(path: Path, manifest: dict[str, Any]) -> dict[str, tuple[str, int]]:
+    """The manifest's members: name -> (sha256, declared size)."""
     files = manifest.get("files")
     if not isinstance(files, dict):
         raise _fail(path, "manifest.json lists no files")
-    listed: dict[str, tuple[str, int | None]] = {}
+    listed: dict[str, tuple[str, int]] = {}
     for name, entry in files.items():
-        if isinstance(entry, str):  # version 1: the hash alone
-            listed[str(name)] = (entry, None)
-        elif isinstance(entry, dict) and isinstance(entry.get("size"), int):
-            listed[str(name)] = (str(entry.get("sha256")), int(entry["size"]))
-        else:
+        if not isinstance(entry, dict) or not isinstance(entry.get("size"), int):
             raise _fail(path, f"manifest.json's entry for {name!r} is not a hash and a size")
+        listed[str(name)] = (str(entry.get("sha256")), int(entry["size"]))
     return listed
 
 
-def _check_declared(path: Path, listed: dict[str, tuple[str, int | None]], limits: Limits) -> None:
+def _check_declared(path: Path, listed: dict[str, tuple[str, int]], limits: Limits) -> None:
     if len(listed) + 2 > limits.members:
         raise _too_large(
             path, f"it has {len(listed)} members, more than the limit of {limits.members}"
         )
-    sizes = [size for _, size in listed.values() if size is not None]
+    sizes = [size for _, size in listed.values()]
     for name, (_, size) in sorted(listed.items()):
-        if size is not None and (size < 0 or size > limits.member):
+        if size < 0 or size > limits.member:
             raise _too_large(
                 path,
                 f"{name} declares {show_size(size)}, more than {show_size(limits.member)} (the "
@@ -190,7 +187,7 @@ def read_members(path: Path, folder: Path, limits: Limits) -> Extracted:
     stream = _open(path)
     bounded = _Bounded(stream, limits.total + (limits.members + 16) * 2 * tarfile.BLOCKSIZE, path)
     found: Extracted | None = None
-    listed: dict[str, tuple[str, int | None]] = {}
+    listed: dict[str, tuple[str, int]] = {}
     total = count = 0
     try:
         with tarfile.open(fileobj=bounded, mode="r:") as tar:  # type: ignore[call-overload]
@@ -227,7 +224,7 @@ def read_members(path: Path, folder: Path, limits: Limits) -> Extracted:
                 if info.name in found.paths:
                     raise _fail(path, f"{info.name} appears twice")
                 declared = listed[info.name][1]
-                if declared is not None and declared != info.size:
+                if declared != info.size:
                     raise _fail(
                         path,
                         f"{info.name} holds {info.size} bytes where the manifest says {declared}",
@@ -280,4 +277,10 @@ def _manifest(
     version = manifest.get("version", 0)
     if not isinstance(version, int) or version > FORMAT_VERSION:
         raise _fail(path, f"bundle version {version} is newer than this interlock")
+    if version < FORMAT_VERSION:
+        raise _fail(
+            path,
+            f"bundle version {version} was written by an older interlock: it binds neither its "
+            "files to the run's history nor their sizes to its manifest; export the run again",
+        )
     return Extracted(manifest=manifest, manifest_bytes=data, signature=None, folder=folder)
