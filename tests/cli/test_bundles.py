@@ -376,7 +376,8 @@ def test_a_long_tar_name_block_is_refused_before_it_is_read(
     header."""
     target = tmp_path / "longname.tar.gz"
     with gzip.open(target, "wb", compresslevel=1) as raw:
-        data = json.dumps({"format": "interlock-run", "version": 2, "files": {}}).encode()
+        manifest = {"format": "interlock-run", "version": 2, "run_id": "r", "definition_hash": "x"}
+        data = json.dumps({**manifest, "files": {}}).encode()
         header = tarfile.TarInfo("manifest.json")
         header.size = len(data)
         raw.write(header.tobuf(tarfile.GNU_FORMAT) + data + bytes(-len(data) % 512))

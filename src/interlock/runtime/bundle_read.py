@@ -283,4 +283,7 @@ def _manifest(
             f"bundle version {version} was written by an older interlock: it binds neither its "
             "files to the run's history nor their sizes to its manifest; export the run again",
         )
+    for name in ("run_id", "definition_hash"):
+        if not isinstance(manifest.get(name), str):
+            raise _fail(path, f"manifest.json has no {name}")
     return Extracted(manifest=manifest, manifest_bytes=data, signature=None, folder=folder)
