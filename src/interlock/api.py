@@ -194,6 +194,7 @@ class Interlock:
         run_id: str | None = None,
         no_cache: bool = False,
         definition: Definition | None = None,
+        trust_bundle: bool = False,
     ) -> str:
         """Record a rerun of a finished run; `drive` carries it out.
 
@@ -216,6 +217,7 @@ class Interlock:
             run_id=run_id,
             no_cache=no_cache,
             definition=definition,
+            trust_bundle=trust_bundle,
         )
         prepared = rerun.prepare(self.store, self.orchestrator, request)
         return rerun.create(self.orchestrator, prepared, run_id)
@@ -231,6 +233,7 @@ class Interlock:
         inputs: dict[str, Any] | None = None,
         no_cache: bool = False,
         definition: Definition | None = None,
+        trust_bundle: bool = False,
     ) -> Plan:
         """What `rerun` would reuse and run, task by task, and why; nothing is recorded or
         called."""
@@ -245,6 +248,7 @@ class Interlock:
             inputs=inputs,
             no_cache=no_cache,
             definition=definition,
+            trust_bundle=trust_bundle,
         )
         return rerun_plan.dry_run(self.orchestrator, request)
 
@@ -276,6 +280,11 @@ class Interlock:
             raise UsageError(
                 f"run {run_id} is not paused (it is {state.status.value}); nothing to approve"
             )
+        if state.inert:  # nothing recorded: the approval would wait for a trust
+            from interlock.errors import RunInert
+            from interlock.runtime.orchestrator import inert_message
+
+            raise RunInert(inert_message(run_id))
         target = run_id
         # A run paused by its child run goes on when that child does: the approval is the
         # child's (the deepest paused one, when children nest).

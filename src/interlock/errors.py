@@ -20,6 +20,7 @@ class ExitCode(IntEnum):
     STORAGE = 5  # the state directory or database cannot be used
     NOT_VERIFIED = 6  # a run's history or a bundle fails verification (tampered or damaged)
     OVER_BUDGET = 7  # with --strict: the worst case of a run is over its pipeline's budget
+    BAD_SIGNATURE = 8  # a bundle's signature does not match the public key given (or is absent)
     MISSING_EXTRA = 69  # an optional dependency the command needs is not installed (sysexits)
     INTERNAL = 70  # a bug in interlock itself (EX_SOFTWARE); nothing recorded is lost
     INTERRUPTED = 130  # Ctrl-C or SIGTERM; the run stays resumable
@@ -72,6 +73,10 @@ class RunExists(UsageError):
     """A new run was given the id of a run the ledger already holds."""
 
 
+class RunInert(UsageError):
+    """The run was imported from a bundle and nobody has trusted its definition yet."""
+
+
 class LeaseHeld(InterlockError):
     """Another orchestrator is driving the run."""
 
@@ -119,3 +124,9 @@ class VerificationFailed(InterlockError):
     """A run's history or an exported bundle does not match its hashes."""
 
     exit_code = ExitCode.NOT_VERIFIED
+
+
+class BadSignature(VerificationFailed):
+    """A bundle's signature does not match the public key it is checked against."""
+
+    exit_code = ExitCode.BAD_SIGNATURE

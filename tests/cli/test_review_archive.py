@@ -101,7 +101,10 @@ def _tamper(bundle: Path, target: Path) -> None:
     lines[3] = json.dumps(event)
     members["events.jsonl"] = ("\n".join(lines) + "\n").encode()
     manifest = json.loads(members["manifest.json"])
-    manifest["files"]["events.jsonl"] = hashlib.sha256(members["events.jsonl"]).hexdigest()
+    manifest["files"]["events.jsonl"] = {
+        "sha256": hashlib.sha256(members["events.jsonl"]).hexdigest(),
+        "size": len(members["events.jsonl"]),
+    }
     members["manifest.json"] = json.dumps(manifest).encode()
     with tarfile.open(target, "w:gz") as tar:
         for name, data in members.items():
@@ -148,7 +151,9 @@ def test_export_verify_import_across_stores(cli_env: dict[str, str], tmp_path: P
         assert renamed.returncode == 0 and cli(pg, "verify", "copy-1").returncode == 0
         status = json.loads(cli(pg, "status", run_id, "--json").stdout)
         assert status["status"] == "delivered"
-        rerun = cli(pg, "rerun", run_id)
+        refused = cli(pg, "rerun", run_id)  # the bundle's definition is not this user's code
+        assert refused.returncode == 2 and "--workflow FILE" in refused.stderr
+        rerun = cli(pg, "rerun", run_id, "--workflow", RESEARCH)
         assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     finally:
         with psycopg.connect(PG_ADMIN, autocommit=True) as db:

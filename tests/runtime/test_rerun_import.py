@@ -31,9 +31,9 @@ def test_an_imported_run_is_rerun_from_its_bundle(
     laptop = Interlock(tmp_path / "laptop", store=pg_url, settings=Settings(heartbeat=0.05))
     try:
         imported = import_run(laptop.store, laptop.home, bundle)
-        plan = laptop.plan_rerun(imported.run_id, from_phase="synth")
+        plan = laptop.plan_rerun(imported.run_id, from_phase="synth", workflow=workflow)
         assert [t.reuse for t in plan.tasks] == [True, True, False]
-        state = laptop.drive(laptop.rerun(imported.run_id, from_phase="synth"))
+        state = laptop.drive(laptop.rerun(imported.run_id, from_phase="synth", workflow=workflow))
         assert state.status is RunStatus.DELIVERED and calls(workflow) == ["s"]
         assert state.tasks["a@1"].reused_from == f"{first.run_id}/a@1"
         text = (laptop.run_dir(state.run_id) / "a.md").read_text()

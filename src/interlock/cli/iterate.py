@@ -35,6 +35,11 @@ from interlock.errors import UsageError
 @click.option("--dry-run", is_flag=True, help="Only say what would be reused and what would run.")
 @click.option("--json", "as_json", is_flag=True, help="With --dry-run: print the plan as JSON.")
 @click.option("--no-cache", is_flag=True, help="Reuse only from RUN_ID, never from the cache.")
+@click.option(
+    "--trust-bundle",
+    is_flag=True,
+    help="RUN_ID was imported: run the bundle's own definition (its commands and calls).",
+)
 @pass_ctx
 @handle_errors
 def rerun(
@@ -49,6 +54,7 @@ def rerun(
     dry_run: bool,
     as_json: bool,
     no_cache: bool,
+    trust_bundle: bool,
 ) -> None:
     """Start a new run from RUN_ID, reusing every output that would come out the same.
 
@@ -68,6 +74,7 @@ def rerun(
         "topic": topic,
         "inputs": parse_inputs(inputs),
         "no_cache": no_cache,
+        "trust_bundle": trust_bundle,
     }
     if dry_run:
         plan = app.plan_rerun(run_id, **changes)  # type: ignore[arg-type]

@@ -96,6 +96,8 @@ def decide(
         if state.status is RUN_DELIVERED and not state.archived and archive:
             return [Decision(RuleName.ARCHIVE, ev.Archived(at=now), "the result was delivered")]
         return []
+    if state.inert:
+        return []  # imported and not trusted: its definition is nobody's code yet
     if state.current is None:
         if waits_for_slot(pipeline, state):
             return []  # the runtime records SlotTaken once the key has room

@@ -131,6 +131,9 @@ class TaskCompleted(Event):
     adopted: bool = False  # found committed on disk after a restart, not reported live
     fingerprint: str | None = None  # what the output depends on (`core.fingerprint`)
     fingerprint_parts: dict[str, str] | None = None  # a short hash per part of it
+    # The SHA-256 of each record the attempt left beside its output (its prompt, a tool
+    # loop's transcript, a command's logs), by path in the run directory, as kept (masked).
+    records: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -167,6 +170,7 @@ class TaskFailed(Event):
     usage: dict[str, Any] | None = None
     # Seconds after `at` before which the provider takes no new call (its Retry-After).
     retry_after: float | None = None
+    records: dict[str, str] | None = None  # as in `TaskCompleted`
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -188,6 +192,7 @@ class TaskTimedOut(Event):
     task_id: str
     attempt: int
     detail: str = ""
+    records: dict[str, str] | None = None  # as in `TaskCompleted`
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -406,6 +411,29 @@ class Delivered(Event):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class RunImported(Event):
+    """The run was added to this store from a bundle (`interlock import`), its history up to
+    `chain_head` as exported. A bundle is code (its definition names commands and `call:`
+    targets): unless `trusted`, the run is inert, and nothing of it runs until a person
+    trusts it (`BundleTrusted`)."""
+
+    kind: ClassVar[str] = "run_imported"
+    bundle: str  # the file's name
+    chain_head: str | None = None
+    signer: str | None = None  # the fingerprint of the public key its signature matched
+    trusted: bool = False
+    by: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BundleTrusted(Event):
+    """A person trusted the imported run's definition: it may be driven like any other."""
+
+    kind: ClassVar[str] = "bundle_trusted"
+    by: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Archived(Event):
     """The delivered run's directory moved to the archive."""
 
@@ -447,6 +475,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         RunFailed,
         Delivered,
         Archived,
+        RunImported,
+        BundleTrusted,
     )
 }
 
@@ -457,7 +487,7 @@ _FIELDS = {
 
 # Optional fields added after version 1 are written only when set, so that interlock
 # versions that predate them still read every record that does not use them.
-_SPARSE = frozenset({"retry_after", "parent_run", "parent_task"})
+_SPARSE = frozenset({"retry_after", "parent_run", "parent_task", "records"})
 
 
 def to_record(event: Event) -> tuple[str, dict[str, Any]]:

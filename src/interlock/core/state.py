@@ -223,6 +223,8 @@ class RunState:
     parent_run: str | None = None  # a child run: the run whose task it works for
     parent_task: str | None = None
     children: dict[str, Child] = field(default_factory=dict)  # task id -> its latest child
+    # Imported from a bundle and not trusted since: nothing of its definition runs.
+    inert: bool = False
 
     def in_flight(self) -> list[TaskState]:
         """Tasks dispatched and not finished, in dispatch order."""
@@ -554,6 +556,10 @@ def apply(state: RunState, event: ev.Event) -> None:
         state.task_slots.clear()
     elif isinstance(event, ev.Archived):
         state.archived = True
+    elif isinstance(event, ev.RunImported):
+        state.inert = not event.trusted
+    elif isinstance(event, ev.BundleTrusted):
+        state.inert = False
     elif isinstance(event, (ev.RunFailed, ev.RunCancelled)):
         failed = isinstance(event, ev.RunFailed)
         state.status = RUN_FAILED if failed else RUN_CANCELLED

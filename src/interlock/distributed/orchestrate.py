@@ -23,7 +23,7 @@ from interlock.distributed.dispatcher import QueueDispatcher, Transport
 from interlock.distributed.listen import Listener
 from interlock.distributed.queue import TaskQueue
 from interlock.distributed.stale import supersede_stale
-from interlock.errors import InterlockError
+from interlock.errors import InterlockError, RunInert
 from interlock.runtime.home import Home
 from interlock.runtime.orchestrator import Orchestrator, Settings
 from interlock.storage.outage import level_for
@@ -151,7 +151,11 @@ class Fleet:
             log.log(level_for(exc), "cannot look for runs: %s", exc)
             return False
         orchestrator = self.orchestrator
-        fresh = [run_id for run_id in candidates if run_id not in orchestrator.drivers]
+        fresh = [
+            run_id
+            for run_id in candidates
+            if run_id not in orchestrator.drivers and run_id not in orchestrator.inert
+        ]
         try:
             # Their leases, records and histories in one transaction; a run someone else
             # took meanwhile is left out.
@@ -166,6 +170,8 @@ class Fleet:
             try:
                 orchestrator.taken(lease, record, stored)
                 taken += 1
+            except RunInert:
+                continue  # imported, not trusted: left alone (`Orchestrator.taken`)
             except InterlockError as exc:  # its lease runs out; it is taken up again later
                 log.warning("cannot drive run %s: %s", record.run_id, exc)
         if taken:

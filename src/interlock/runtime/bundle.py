@@ -2,78 +2,91 @@
 
 A bundle is a gzipped tar written with the standard library:
 
-    manifest.json        what the bundle holds: the run, its chain head, the SHA-256 of every
-                         other member
+    manifest.json        first: the run, its chain head, the SHA-256 and size of every member
+    signature.json       optional: an ed25519 signature of manifest.json (`runtime.signing`)
     definition.json      the pinned definition (its SHA-256 is the run's definition hash)
     events.jsonl         every event, one a line, with its seq, rule, why and chain hash
-    artifacts/<sha256>   the output bodies the ledger holds (every version, edits included)
-    run/...              the run's directory: outputs, final.md, prompts/, logs/
+    artifacts/<sha256>   the output bodies the ledger holds that the events name
+    run/...              the files of the run's directory that its history binds: each output
+                         (the hash of its last completion or edit), final.md (the delivered
+                         output's hash), each prompt, tool transcript and command log (the
+                         hashes its attempt recorded, `runtime.records`)
 
-Verification recomputes everything it can: each member's hash against the manifest, the
-definition's hash, the events' hash chain (naming the first seq that does not match) and each
-stored body against its name. Importing verifies first and changes nothing when that fails;
-the run is then added to the store as recorded (same events, same chain), its files placed in
-the state directory, and nobody holds its lease.
+Every member is bound to the hash chain, and every manifest field that the history also holds
+is checked against it: a bundle whose files were changed and whose manifest was hashed again
+still fails, naming the file. A forger can rewrite the events too, and the chain with them:
+only a signature made with a key the exporter holds, checked against its public key, shows
+who wrote a bundle. Exported files are masked like every other view of them (a record that
+masking would change now, a key configured since it was recorded, is withheld, named in the
+manifest). A bundle is code as well as data: its definition names commands and `call:`
+targets, so an imported run is inert (`RunImported`) until a person trusts it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import getpass
 import hashlib
 import io
 import json
 import os
 import shutil
 import tarfile
+import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
-from pathlib import Path, PurePosixPath
-from typing import Any
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import IO, Any
 
 from interlock.core import events as ev
 from interlock.core.state import RunState, fold
-from interlock.errors import RunNotFound, UsageError, VerificationFailed
+from interlock.core.workflow import Pipeline
+from interlock.errors import BadSignature, RunNotFound, UsageError, VerificationFailed
+from interlock.providers.redaction import Secret
+from interlock.runtime import records, signing
+from interlock.runtime.bundle_read import (
+    FORMAT,
+    FORMAT_VERSION,
+    MANIFEST,
+    SIGNATURE,
+    Extracted,
+    Limits,
+    read_members,
+)
 from interlock.runtime.home import Home, check_run_id
 from interlock.storage import chain
 from interlock.storage.base import (
     AppendBatch,
     Lease,
     NewEvent,
+    RunRecord,
     RunRegistration,
     RunSummary,
     Store,
     StoredEvent,
 )
 
-FORMAT = "interlock-run"
-FORMAT_VERSION = 1
-MAX_MEMBER = 512 * 1024 * 1024  # bytes: a member larger than this is not from an export
 _BODY_FIELDS: dict[str, tuple[str, ...]] = {
     "task_completed": ("sha256",),
     "task_reused": ("sha256",),
     "output_edited": ("sha256", "old_sha256"),
 }
-
-
-@dataclass(frozen=True, kw_only=True)
-class Bundle:
-    """A verified bundle, read into memory."""
-
-    manifest: dict[str, Any]
-    definition: str
-    events: list[StoredEvent]
-    bodies: dict[str, bytes]  # sha256 -> body
-    files: dict[str, bytes]  # path inside the run directory -> content
-    report: chain.ChainReport
-
-    @property
-    def run_id(self) -> str:
-        """The run's id as exported."""
-        return str(self.manifest["run_id"])
+_OUTPUTS = ("task_completed", "task_reused", "output_edited")
+_ATTEMPT_ENDS = ("task_completed", "task_failed", "task_timed_out")
+_VIEWS = frozenset({"status.json"})  # written from the ledger: never carried, written again
 
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def _file_sha(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _body_shas(events: list[StoredEvent]) -> list[str]:
@@ -87,21 +100,108 @@ def _body_shas(events: list[StoredEvent]) -> list[str]:
     return list(found)
 
 
+def bound_files(events: list[StoredEvent]) -> dict[str, str]:
+    """The files of a run's directory its history binds, by path, with the SHA-256 each must
+    have: outputs (their last completion or edit), final.md (the delivered output) and the
+    records each ended attempt names."""
+    bound: dict[str, str] = {}
+    for event in events:
+        data = event.data
+        artifact = data.get("artifact")
+        if event.kind in _OUTPUTS and isinstance(artifact, str) and artifact:
+            bound[artifact] = str(data.get("sha256") or "")
+        kept = data.get("records")
+        if event.kind in _ATTEMPT_ENDS and isinstance(kept, dict):
+            bound.update({str(name): str(sha) for name, sha in kept.items()})
+        if event.kind == "delivered" and isinstance(artifact, str) and artifact in bound:
+            bound["final.md"] = bound[artifact]
+    return bound
+
+
+def runs_what(pipeline: Pipeline, within: str = "") -> list[str]:
+    """What a definition would run on this machine: each command, `call:` target and tool
+    server, by worker (a sub-pipeline's with its path)."""
+    found: list[str] = []
+    for phase in pipeline.phases:
+        for worker in phase.workers:
+            where = f"{within}{phase.id}/{worker.role}"
+            if worker.command is not None:
+                found.append(f"{where}: command {json.dumps(worker.command)}")
+            elif worker.kind == "call":
+                found.append(f"{where}: call {worker.call}")
+            for server in worker.tools:
+                if server.mcp is not None:
+                    found.append(f"{where}: tool server {json.dumps(server.mcp)}")
+                elif server.url is not None:
+                    found.append(f"{where}: tool server at {server.url}")
+            if worker.pipeline_definition is not None:
+                found += runs_what(worker.pipeline_definition, f"{where} > ")
+    return found
+
+
 def _run_files(run_dir: Path) -> Iterator[tuple[str, Path]]:
     """Regular files of a run directory (symlinks and temporary files left out)."""
     if not run_dir.is_dir():
         return
     for path in sorted(run_dir.rglob("*")):
-        if path.is_symlink() or not path.is_file() or ".tmp" in path.name:
+        if path.is_symlink() or not path.is_file() or ".tmp" in path.parts or ".tmp" in path.name:
             continue
         yield path.relative_to(run_dir).as_posix(), path
 
 
-def export_run(store: Store, home: Home, run_id: str, target: Path) -> dict[str, Any]:
-    """Write run `run_id` to the bundle `target` (atomically); returns its manifest."""
+def run_secrets(home: Home, record: RunRecord) -> list[Secret]:
+    """Every key the run's configuration reaches (interlock.toml beside its workflow file and
+    in the state directory, and the environment), as `ModelRunner.secrets` finds them."""
+    from interlock.providers.config import ModelConfig
+
+    source = record.source
+    folders = [home.root]
+    if source and not source.startswith("<"):
+        folders.insert(0, Path(source).parent.absolute())
+    try:
+        return ModelConfig.load(folders).secrets()
+    except Exception:  # an unreadable configuration: masked by the shapes of credentials
+        return []
+
+
+def _is_record(name: str) -> bool:
+    return name.startswith(("prompts/", "logs/"))
+
+
+def _masked_digest(path: Path, secrets: list[Secret]) -> tuple[str, bool]:
+    """The file's SHA-256, and whether masking it now would change it."""
+    digest, changed = hashlib.sha256(), False
+    with open(path, "rb") as handle:
+        while line := handle.readline(records.CHUNK):
+            digest.update(line)
+            changed = changed or records.masked(line, secrets) != line
+    return digest.hexdigest(), changed
+
+
+@dataclass(frozen=True, kw_only=True)
+class Exported:
+    """What an export wrote."""
+
+    manifest: dict[str, Any]
+    withheld: dict[str, str]  # files of the run's folder left out, with why
+    signer: str | None  # the fingerprint of the key that signed it
+
+
+def export_run(
+    store: Store,
+    home: Home,
+    run_id: str,
+    target: Path,
+    *,
+    sign_key: Path | None = None,
+    secrets: list[Secret] | None = None,
+) -> Exported:
+    """Write run `run_id` to the bundle `target` (atomically), signed with the private key
+    at `sign_key` if given."""
     record = store.get_run(run_id)
     events = store.events(run_id)
-    members: dict[str, bytes] = {}
+    keys = run_secrets(home, record) if secrets is None else secrets
+    members: dict[str, bytes | Path] = {}
     members["definition.json"] = store.definition(record.definition_hash).encode()
     lines = [
         json.dumps(
@@ -124,8 +224,35 @@ def export_run(store: Store, home: Home, run_id: str, target: Path) -> dict[str,
         body = store.artifact(sha)
         if body is not None:
             members[f"artifacts/{sha}"] = body
+    bound = bound_files(events)
+    withheld: dict[str, str] = {}
+    hashes: dict[str, tuple[str, int]] = {}
     for name, path in _run_files(home.run_dir(run_id)):
-        members[f"run/{name}"] = path.read_bytes()
+        if name in _VIEWS:
+            continue
+        want = bound.get(name)
+        if want is None:
+            withheld[name] = "not bound to the run's history"
+            continue
+        if _is_record(name):
+            digest, changed = _masked_digest(path, keys)
+            if changed:
+                withheld[name] = "holds a secret (masked in every view) configured since"
+                continue
+        else:
+            digest = _file_sha(path)
+        if digest == want:
+            members[f"run/{name}"] = path
+            hashes[f"run/{name}"] = (digest, path.stat().st_size)
+            continue
+        body = store.artifact(want)
+        if body is not None:  # changed by hand since: the recorded text goes
+            members[f"run/{name}"] = body
+        else:
+            withheld[name] = "changed since it was recorded"
+    for name, data in members.items():
+        if isinstance(data, bytes):
+            hashes[name] = (_sha(data), len(data))
     report = chain.verify_events(events)
     manifest = {
         "format": FORMAT,
@@ -141,86 +268,153 @@ def export_run(store: Store, home: Home, run_id: str, target: Path) -> dict[str,
         "events": len(events),
         "unchained": report.unchained,
         "chain_head": events[-1].hash if events else None,
-        "files": {name: _sha(data) for name, data in sorted(members.items())},
+        "files": {
+            name: {"sha256": sha, "size": size} for name, (sha, size) in sorted(hashes.items())
+        },
+        "withheld": dict(sorted(withheld.items())),
     }
+    manifest_bytes = json.dumps(manifest, indent=2, ensure_ascii=False).encode()
+    signature = None if sign_key is None else signing.sign(manifest_bytes, sign_key)
     tmp = target.with_name(target.name + ".tmp")
-    with tarfile.open(tmp, "w:gz") as tar:
-        _add(tar, "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False).encode())
-        for name, data in sorted(members.items()):
-            _add(tar, name, data)
-    os.replace(tmp, target)
-    return manifest
+    try:
+        with tarfile.open(tmp, "w:gz") as tar:
+            _add(tar, MANIFEST, manifest_bytes)
+            if signature is not None:
+                _add(tar, SIGNATURE, json.dumps(signature.as_dict(), indent=2).encode())
+            for name, data in sorted(members.items()):
+                _add(tar, name, data, hashes[name])
+        os.replace(tmp, target)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    signer = None if signature is None else signing.fingerprint(signature.public_key)
+    return Exported(manifest=manifest, withheld=withheld, signer=signer)
 
 
-def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+class _Hashing(io.RawIOBase):
+    """Reads a file for the tar, hashing what it gives."""
+
+    def __init__(self, handle: IO[bytes]) -> None:
+        self.handle, self.digest = handle, hashlib.sha256()
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.handle.read(size)
+        self.digest.update(data)
+        return data
+
+
+def _add(
+    tar: tarfile.TarFile, name: str, data: bytes | Path, expect: tuple[str, int] | None = None
+) -> None:
     info = tarfile.TarInfo(name)
-    info.size, info.mode, info.mtime = len(data), 0o644, 0  # the same run, the same bytes
-    tar.addfile(info, io.BytesIO(data))
+    info.mode, info.mtime = 0o644, 0  # the same run, the same bytes
+    if isinstance(data, bytes):
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+        return
+    assert expect is not None
+    info.size = expect[1]
+    with open(data, "rb") as handle:
+        reader = _Hashing(handle)
+        tar.addfile(info, reader)
+    if reader.digest.hexdigest() != expect[0]:
+        raise UsageError(f"{data}: changed while it was being exported; export the run again")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bundle:
+    """A verified bundle, read into a folder (`Extracted`)."""
+
+    manifest: dict[str, Any]
+    definition: str
+    events: list[StoredEvent]
+    bodies: dict[str, Path]  # sha256 -> its file
+    files: dict[str, Path]  # path inside the run directory -> its file
+    report: chain.ChainReport
+    signer: str | None  # the fingerprint of the key its signature was made with
+    checked: bool  # the signature was checked against a public key given
+    runs: list[str] = field(default_factory=list)  # what its definition would run
+
+    @property
+    def run_id(self) -> str:
+        """The run's id as exported."""
+        return str(self.manifest["run_id"])
+
+    @property
+    def trust(self) -> str:
+        """How far the bundle is vouched for, in words."""
+        if self.signer is None:
+            return "unsigned (its hashes show it is whole, not who wrote it)"
+        if self.checked:
+            return f"signed by the key given ({self.signer})"
+        return f"signed by {self.signer}, not checked: pass --public-key FILE to check it"
 
 
 def _fail(path: Path, problem: str) -> VerificationFailed:
     return VerificationFailed(f"{path}: the bundle fails verification: {problem}")
 
 
-def _read_members(path: Path) -> dict[str, bytes]:
-    """Every regular member of the tar, by name (anything else is refused)."""
-    if not path.is_file():
-        raise UsageError(f"{path}: no such file")
-    members: dict[str, bytes] = {}
-    try:
-        with tarfile.open(path, "r:*") as tar:
-            for info in tar:
-                name = PurePosixPath(info.name)
-                if not info.isfile() or name.is_absolute() or ".." in name.parts:
-                    raise _fail(path, f"member {info.name!r} is not a plain file of the bundle")
-                if info.size > MAX_MEMBER or info.name in members:
-                    raise _fail(path, f"member {info.name!r} is too large or appears twice")
-                handle = tar.extractfile(info)
-                assert handle is not None
-                members[info.name] = handle.read()
-    except (tarfile.TarError, OSError, EOFError) as exc:
-        problem = f"it is not an interlock bundle (a .tar.gz from 'interlock export'): {exc}"
-        raise _fail(path, problem) from None
-    return members
-
-
-def read_bundle(path: Path) -> Bundle:
-    """Read and verify a bundle (raises VerificationFailed naming the first problem)."""
-    members = _read_members(path)
-    try:
-        manifest = json.loads(members.pop("manifest.json"))
-    except (KeyError, ValueError):
-        raise _fail(path, "manifest.json is missing or not JSON") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise _fail(path, "manifest.json does not describe an interlock run")
-    if manifest.get("version", 0) > FORMAT_VERSION:
-        raise _fail(path, f"bundle version {manifest['version']} is newer than this interlock")
-    listed: dict[str, str] = manifest.get("files") or {}
-    for name in sorted(set(listed) | set(members)):
-        if name not in members:
-            raise _fail(path, f"{name} is listed in the manifest but missing")
-        if name not in listed:
-            raise _fail(path, f"{name} is in the bundle but not in its manifest")
-        if _sha(members[name]) != listed[name]:
-            raise _fail(path, f"{name} does not match its hash in the manifest")
-    definition = members.get("definition.json", b"").decode()
+def read_bundle(
+    path: Path,
+    folder: Path,
+    *,
+    limits: Limits | None = None,
+    public_key: bytes | None = None,
+) -> Bundle:
+    """Read the bundle at `path` into `folder` and verify it (raises VerificationFailed
+    naming the first problem, BadSignature for a signature that does not hold)."""
+    found = read_members(path, folder, limits or Limits())
+    manifest = found.manifest
+    signer = _check_signature(path, found, public_key)
+    definition = found.read("definition.json").decode() if "definition.json" in found.paths else ""
     if _sha(definition.encode()) != manifest.get("definition_hash"):
         raise _fail(path, "definition.json does not match the run's definition hash")
-    events = _events(path, manifest, members.get("events.jsonl", b""))
+    events = _events(path, manifest, found.paths.get("events.jsonl"))
     report = chain.verify_events(events)
     if not report.ok:
         raise _fail(path, f"event {report.first_bad}: {report.problem}")
     head = events[-1].hash if events else None
     if head != manifest.get("chain_head") or len(events) != manifest.get("events"):
         raise _fail(path, "the events do not end where the manifest says they end")
-    bodies = {}
-    for name, data in members.items():
+    state = fold([e.event for e in events])
+    _check_manifest(path, manifest, events, state)
+    named = set(_body_shas(events))
+    bound = bound_files(events)
+    bodies, files = {}, {}
+    for name, member in sorted(found.paths.items()):
+        sha = found.hashes[name]
+        if name in ("definition.json", "events.jsonl"):
+            continue
         if name.startswith("artifacts/"):
-            sha = name.removeprefix("artifacts/")
-            if _sha(data) != sha:
+            key = name.removeprefix("artifacts/")
+            if sha != key:
                 raise _fail(path, f"{name} does not match its name")
-            bodies[sha] = data
-    files = {n.removeprefix("run/"): d for n, d in members.items() if n.startswith("run/")}
+            if key not in named:
+                raise _fail(path, f"{name} is an output no event of the history names")
+            bodies[key] = member
+        elif name.startswith("run/"):
+            relative = name.removeprefix("run/")
+            want = bound.get(relative)
+            if want is None:
+                raise _fail(
+                    path,
+                    f"{name} is not bound to the run's history (no event records its hash): "
+                    "a file added to the bundle",
+                )
+            if sha != want:
+                raise _fail(path, f"{name} is not the file the run's history records")
+            files[relative] = member
+        else:
+            raise _fail(path, f"{name} is not a member of an interlock bundle")
+    from interlock.core.loader import Definition
+
+    try:
+        pipeline = Definition.from_canonical(state.pipeline, definition).pipeline
+    except Exception as exc:  # a definition this version cannot read
+        raise _fail(path, f"definition.json cannot be read: {exc}") from None
     return Bundle(
         manifest=manifest,
         definition=definition,
@@ -228,29 +422,84 @@ def read_bundle(path: Path) -> Bundle:
         bodies=bodies,
         files=files,
         report=report,
+        signer=None if signer is None else signing.fingerprint(signer),
+        checked=public_key is not None,
+        runs=runs_what(pipeline),
     )
 
 
-def _events(path: Path, manifest: dict[str, Any], text: bytes) -> list[StoredEvent]:
-    events = []
-    for number, line in enumerate(text.decode().splitlines(), start=1):
-        try:
-            row = json.loads(line)
-            events.append(
-                StoredEvent(
-                    id=number,
-                    run_id=str(manifest["run_id"]),
-                    seq=int(row["seq"]),
-                    at=float(row["at"]),
-                    kind=str(row["kind"]),
-                    data=dict(row["data"]),
-                    rule=row.get("rule"),
-                    why=row.get("why"),
-                    hash=row.get("hash"),
-                )
+def _check_signature(path: Path, found: Extracted, public_key: bytes | None) -> bytes | None:
+    """The signing key (raw) once its signature holds; None for an unsigned bundle."""
+    if found.signature is None:
+        if public_key is not None:
+            raise BadSignature(
+                f"{path}: the bundle is unsigned, but --public-key was given: it cannot be "
+                "shown to come from that key's holder; ask for a signed export "
+                "(interlock export RUN -o FILE --sign-key KEY)"
             )
-        except (ValueError, KeyError, TypeError):
-            raise _fail(path, f"events.jsonl line {number} is not an event record") from None
+        return None
+    try:
+        signature = signing.Signature.from_dict(found.signature)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise BadSignature(f"{path}: signature.json is not a signature: {exc}") from None
+    signing.check(found.manifest_bytes, signature, str(path))
+    if public_key is not None and signature.public_key != public_key:
+        other = signing.fingerprint(signature.public_key)
+        raise BadSignature(
+            f"{path}: the bundle is signed by another key ({other}) than the one given "
+            f"({signing.fingerprint(public_key)}): do not import it"
+        )
+    return signature.public_key
+
+
+def _check_manifest(
+    path: Path, manifest: dict[str, Any], events: list[StoredEvent], state: RunState
+) -> None:
+    """The manifest says of the run what its history says."""
+    created = events[0]
+    said = {
+        "pipeline": (manifest.get("pipeline"), state.pipeline),
+        "topic": (manifest.get("topic"), state.topic),
+        "status": (manifest.get("status"), state.status.value),
+    }
+    for name, (given, recorded) in said.items():
+        if given != recorded:
+            raise _fail(
+                path, f"the manifest's {name} {given!r} is not the history's ({recorded!r})"
+            )
+    at = manifest.get("created_at")
+    if not isinstance(at, (int, float)) or abs(float(at) - created.at) > 1.0:
+        raise _fail(path, "the manifest's created_at is not when the history says the run began")
+    exported = manifest.get("exported_at")
+    if not isinstance(exported, (int, float)) or exported < events[-1].at - 1.0:
+        raise _fail(path, "the manifest's exported_at comes before the history's last event")
+
+
+def _events(path: Path, manifest: dict[str, Any], file: Path | None) -> list[StoredEvent]:
+    events = []
+    if file is not None:
+        with open(file, "rb") as handle:
+            for number, line in enumerate(handle, start=1):
+                try:
+                    row = json.loads(line)
+                    events.append(
+                        StoredEvent(
+                            id=number,
+                            run_id=str(manifest["run_id"]),
+                            seq=int(row["seq"]),
+                            at=float(row["at"]),
+                            kind=str(row["kind"]),
+                            data=dict(row["data"]),
+                            rule=row.get("rule"),
+                            why=row.get("why"),
+                            hash=row.get("hash"),
+                        )
+                    )
+                    events[-1].event  # noqa: B018 - an event this version reads, or refused
+                except (ValueError, KeyError, TypeError):
+                    raise _fail(
+                        path, f"events.jsonl line {number} is not an event record"
+                    ) from None
     if not events or events[0].kind != "run_created":
         raise _fail(path, "the history does not start with the run's creation")
     created = events[0].data
@@ -269,13 +518,43 @@ class Imported:
     events: int
     status: str
     same_chain: bool  # the store's hashes are the bundle's (false under another run id)
+    bundle: Bundle
+    trusted: bool
 
 
 def import_run(
-    store: Store, home: Home, path: Path, *, run_id: str | None = None, now: float | None = None
+    store: Store,
+    home: Home,
+    path: Path,
+    *,
+    run_id: str | None = None,
+    now: float | None = None,
+    limits: Limits | None = None,
+    public_key: bytes | None = None,
+    trust: bool = False,
+    by: str | None = None,
 ) -> Imported:
-    """Verify the bundle at `path` and add its run to `store` (under `run_id` if given)."""
-    bundle = read_bundle(path)
+    """Verify the bundle at `path` and add its run to `store` (under `run_id` if given),
+    inert unless `trust`: nothing of its definition runs until a person trusts it."""
+    home.root.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=".import-", dir=home.root))
+    try:
+        bundle = read_bundle(path, folder, limits=limits, public_key=public_key)
+        return _add_run(store, home, path, bundle, run_id, now, trust, by)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _add_run(
+    store: Store,
+    home: Home,
+    path: Path,
+    bundle: Bundle,
+    run_id: str | None,
+    now: float | None,
+    trust: bool,
+    by: str | None,
+) -> Imported:
     new_id = check_run_id(run_id or bundle.run_id)
     try:
         store.get_run(new_id)
@@ -291,18 +570,29 @@ def import_run(
         ]
     except ValueError as exc:
         raise UsageError(f"{path}: {exc}") from None
-    state = fold([n.event for n in history])
     now = time.time() if now is None else now
+    imported = ev.RunImported(
+        at=max(now, bundle.events[-1].at),
+        bundle=path.name,
+        chain_head=bundle.manifest.get("chain_head"),
+        signer=bundle.signer if bundle.checked else None,
+        trusted=trust,
+        by=by or _user(),
+    )
+    why = "trusted by the person who imported it" if trust else "inert until a person trusts it"
+    history.append(NewEvent(event=imported, why=why))
+    state = fold([n.event for n in history])
     _place_files(home, new_id, state, bundle.files)
     manifest = bundle.manifest
     lease = Lease(run_id=new_id, owner=f"import-{os.getpid()}", token=1, expires_at=now + 300)
     registration = RunRegistration(
         run_id=new_id,
-        pipeline=str(manifest["pipeline"]),
-        topic=str(manifest["topic"]),
+        pipeline=state.pipeline,
+        topic=state.topic,
         definition_hash=str(manifest["definition_hash"]),
         definition=bundle.definition,
-        source=str(manifest.get("source") or ""),
+        # Where it was exported from is no folder of this machine: never its workflow's.
+        source=f"<bundle {path.name}>",
         created_at=float(manifest["created_at"]),
     )
     batch = AppendBatch(
@@ -310,7 +600,7 @@ def import_run(
         events=history,
         summary=_summary(state),
         register=registration,
-        artifacts=sorted(bundle.bodies.items()),
+        artifacts=sorted((sha, file.read_bytes()) for sha, file in bundle.bodies.items()),
     )
     try:
         store.append(batch, now)
@@ -319,8 +609,43 @@ def import_run(
         raise
     store.release_lease(lease)
     stored = store.events(new_id)
-    same = [e.hash for e in stored] == [e.hash for e in bundle.events]
-    return Imported(run_id=new_id, events=len(stored), status=state.status.value, same_chain=same)
+    count = len(bundle.events)
+    same = [e.hash for e in stored[:count]] == [e.hash for e in bundle.events]
+    return Imported(
+        run_id=new_id,
+        events=len(stored),
+        status=state.status.value,
+        same_chain=same,
+        bundle=bundle,
+        trusted=trust,
+    )
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no user name to be had: recorded without one
+        return ""
+
+
+def trust_run(store: Store, run_id: str, by: str | None = None, now: float | None = None) -> None:
+    """Record that a person trusts an imported run's definition (it may then be driven)."""
+    state = fold([s.event for s in store.events(run_id)])
+    if not state.inert:
+        raise UsageError(f"run {run_id} is not an inert imported run: nothing to trust")
+    now = time.time() if now is None else now
+    lease = store.acquire_lease(run_id, f"trust-{os.getpid()}", 30.0, now)
+    try:
+        event = ev.BundleTrusted(at=max(now, state.updated_at), by=by or _user())
+        state = fold([*(s.event for s in store.events(run_id)), event])
+        batch = AppendBatch(
+            lease=lease,
+            events=[NewEvent(event=event, why="a person trusted the bundle's definition")],
+            summary=_summary(state),
+        )
+        store.append(batch, now)
+    finally:
+        store.release_lease(lease)
 
 
 def _renamed(event: ev.Event, run_id: str) -> ev.Event:
@@ -340,15 +665,15 @@ def _summary(state: RunState) -> RunSummary:
     )
 
 
-def _place_files(home: Home, run_id: str, state: RunState, files: dict[str, bytes]) -> None:
-    """Write the run's directory (before the ledger knows the run; removed again when
-    recording it fails)."""
+def _place_files(home: Home, run_id: str, state: RunState, files: dict[str, Path]) -> None:
+    """Move the run's files into its directory (before the ledger knows the run; removed
+    again when recording it fails)."""
     base = home.archive_dir(run_id) if state.archived else home.live_dir(run_id)
     base.mkdir(parents=True, exist_ok=True)
-    for name, data in files.items():
+    for name, source in files.items():
         target = home.inside(base, name)
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+        shutil.move(source, target)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -358,6 +683,7 @@ class RunCheck:
     report: chain.ChainReport
     head: str | None
     bodies: int  # output bodies checked against their hashes
+    imported_head: str | None = None  # imported: where the bundle's history ended
 
 
 def verify_run(store: Store, run_id: str) -> RunCheck:
@@ -379,4 +705,10 @@ def verify_run(store: Store, run_id: str) -> RunCheck:
             raise VerificationFailed(
                 f"run {run_id}: the stored output {sha[:12]} no longer matches its hash"
             )
-    return RunCheck(report=report, head=events[-1].hash if events else None, bodies=checked)
+    imported = next((e for e in reversed(events) if e.kind == "run_imported"), None)
+    return RunCheck(
+        report=report,
+        head=events[-1].hash if events else None,
+        bodies=checked,
+        imported_head=None if imported is None else imported.data.get("chain_head"),
+    )

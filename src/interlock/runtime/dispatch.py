@@ -9,6 +9,7 @@ dispatcher hands them to worker processes on other machines through the same two
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -17,7 +18,7 @@ from interlock.core import events as ev
 from interlock.core.decide import given_up
 from interlock.core.extract import ExtractionError, extract_values
 from interlock.core.state import TaskState
-from interlock.runtime import artifacts
+from interlock.runtime import artifacts, records
 from interlock.runtime.diskfull import is_enospc
 from interlock.runtime.driver import Report, RunDriver, renders_templates
 from interlock.runtime.executors import Outcome, TaskSpec, run_call, run_command
@@ -99,7 +100,14 @@ class LocalDispatcher:
                 if outcome.ok and outcome.body is None and not outcome.durable and large(tmp):
                     await asyncio.to_thread(artifacts.fsync_file, tmp)
                 report = await off_loop_report(driver, task, attempt, outcome, tmp, clock())
-                orchestrator.report(driver, report)
+                kept = await asyncio.to_thread(
+                    records.seal,
+                    driver.run_dir,
+                    task_id,
+                    attempt,
+                    orchestrator.models.secrets(driver.workflow_dir),
+                )
+                orchestrator.report(driver, with_records(report, kept))
         except asyncio.CancelledError as stopped:
             artifacts.discard(tmp)
             spent = getattr(stopped, "usage", None)  # a model call stopped after it was answered
@@ -127,6 +135,14 @@ class LocalDispatcher:
         finally:
             if driver.handles.get(task_id) is asyncio.current_task():
                 del driver.handles[task_id]
+
+
+def with_records(report: Report, kept: dict[str, str] | None) -> Report:
+    """The report with the hashes of the attempt's records in the event that ends it."""
+    event = report.event
+    if kept and isinstance(event, (ev.TaskCompleted, ev.TaskFailed, ev.TaskTimedOut)):
+        return dataclasses.replace(report, event=dataclasses.replace(event, records=kept))
+    return report
 
 
 def prepare_output(tmp: Path) -> None:

@@ -302,6 +302,7 @@ class RunDriver:
             size=size,
             values=event.values,
             usage=event.usage,
+            records=event.records,
         )
 
     def _keep_body(self, event: ev.TaskCompleted, body: bytes) -> ev.TaskCompleted:
@@ -322,6 +323,7 @@ class RunDriver:
             size=len(body),
             values=event.values,
             usage=event.usage,
+            records=event.records,
         )
 
     def keep_recorded_outputs(self) -> None:
@@ -450,6 +452,8 @@ class RunDriver:
                 # once the task ended, so that the report is recorded before the lease goes.
                 self.stopping.add(task_id)
                 handle.add_done_callback(lambda _: orchestrator.touch(self))
+        elif state.inert:
+            pass  # imported and not trusted (`RunImported`): nothing of it is started
         elif given_up(self.definition.pipeline, state) is None:
             # (A run that fails once its running attempts end starts nothing more.)
             for task in self._to_start():

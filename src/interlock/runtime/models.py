@@ -1,7 +1,8 @@
 """Running `model:` workers: resolve the alias, assemble the prompt, call the provider.
 
 The exact prompt of every attempt is kept in `prompts/<task>.<attempt>.md` of the run's
-directory, so `interlock explain --prompts` can show what a model was sent.
+directory, so `interlock explain --prompts` can show what a model was sent (masked, with its
+hash recorded, once the attempt ends: `runtime.records`).
 
 `ModelRunner.run` is the one place where a provider's failure becomes a task's failure, for
 the local dispatcher and for fleet workers alike: every message passes through `scrub` with

@@ -29,6 +29,7 @@ from interlock.core.decide import next_wake, waits_for_slot
 from interlock.core.inputs import check_size
 from interlock.core.inputs import resolve_inputs as resolve_declared
 from interlock.core.loader import Definition
+from interlock.core.observe import CommandKind
 from interlock.core.state import RunState, RunStatus, TaskState, fold
 from interlock.errors import (
     DamagedHistory,
@@ -37,6 +38,7 @@ from interlock.errors import (
     LeaseHeld,
     LeaseLost,
     RunExists,
+    RunInert,
     RunNotFound,
     StorageError,
     UsageError,
@@ -132,6 +134,9 @@ class Orchestrator:
         self.cost_timer = cost_timer
         self.owner = owner or new_owner()
         self.drivers: dict[str, RunDriver] = {}
+        # Imported runs found inert (`RunImported`), with the last seq seen: not taken up
+        # again until their history changes (a person trusted one, or cancelled it).
+        self.inert: dict[str, int] = {}
         self.listeners: list[EventListener] = []
         self.progress_listeners: list[ProgressListener] = []
         self._definitions: dict[str, Definition] = {}
@@ -414,6 +419,11 @@ class Orchestrator:
             with contextlib.suppress(InterlockError):
                 self.store.release_lease(lease)
             raise
+        if state.inert and not self._cancelling(run_id):
+            # Imported from a bundle: its commands are nobody's until a person says so.
+            self.store.release_lease(lease)
+            self.inert[run_id] = record.last_seq
+            raise RunInert(inert_message(run_id))
         live = self.home.live_dir(run_id)
         # An archived run whose move was cut short still sits in runs/: driving it from there
         # lets `act` finish the move, instead of creating an empty archive beside it.
@@ -431,6 +441,12 @@ class Orchestrator:
         if state.parent_run is not None and not state.status.ended:
             self._take_parent(state.parent_run, run_id)
         return driver
+
+    def _cancelling(self, run_id: str) -> bool:
+        """True when a cancellation of the run waits to be recorded (an inert run may be
+        driven for that: its engine starts nothing, and the cancellation ends it)."""
+        waiting = self.store.pending_commands(run_id)
+        return any(c.kind == CommandKind.CANCEL.value for c in waiting)
 
     def _take_parent(self, parent_id: str, child_id: str) -> None:
         """A child run taken here: drive its parent too (resuming either resumes both); a
@@ -1109,6 +1125,16 @@ def refuse_broken_config(models: ModelRunner, definition: Definition) -> None:
         raise UsageError(
             f"{definition.source or definition.name}: nothing was recorded: {exc}"
         ) from None
+
+
+def inert_message(run_id: str) -> str:
+    """Why an imported run is not driven, and the two ways on."""
+    return (
+        f"run {run_id} was imported from a bundle and runs nothing until you say so (a "
+        "bundle's definition is code: 'interlock verify FILE' lists the commands and call: "
+        f"targets it runs). Run it as imported: interlock trust {run_id}; or run your own "
+        f"workflow on its outputs: interlock rerun {run_id} --workflow FILE"
+    )
 
 
 def driver_dir(source: str) -> Path | None:

@@ -14,7 +14,7 @@ from typing import Any
 from interlock.core.inputs import resolve_inputs
 from interlock.core.loader import Definition, load_workflow
 from interlock.core.state import RunState
-from interlock.errors import UsageError
+from interlock.errors import RunInert, UsageError
 from interlock.runtime.orchestrator import Orchestrator
 from interlock.storage.base import RunRecord, Store, fold_history
 
@@ -36,6 +36,8 @@ class RerunRequest:
     run_id: str | None = None
     no_cache: bool = False
     definition: Definition | None = None  # instead of `workflow`: a definition at hand
+    # The source was imported from a bundle: run its pinned definition all the same.
+    trust_bundle: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,6 +101,14 @@ def prepare(store: Store, orchestrator: Orchestrator, request: RerunRequest) -> 
             name = next(iter(loaded.definitions))
         definition = loaded.get(name)
     else:
+        if state.inert and not request.trust_bundle:
+            raise RunInert(
+                f"run {source} was imported from a bundle: rerunning it as recorded runs the "
+                "bundle's definition, which is code ('interlock verify FILE' lists the commands "
+                f"and call: targets it runs). Rerun it with your own workflow: interlock rerun "
+                f"{source} --workflow FILE; or, trusting the bundle: interlock rerun {source} "
+                "--trust-bundle"
+            )
         pinned = orchestrator.definition(record.pipeline, record.definition_hash)
         definition = dataclasses.replace(pinned, source=record.source)
         edited = edited_since(record)

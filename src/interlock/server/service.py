@@ -12,7 +12,7 @@ from typing import Any
 from interlock.api import Interlock
 from interlock.core.state import RunState, fold
 from interlock.core.workflow import Pipeline
-from interlock.errors import DamagedHistory, InterlockError, LeaseHeld, UsageError
+from interlock.errors import DamagedHistory, InterlockError, LeaseHeld, RunInert, UsageError
 from interlock.providers import aclose_providers
 from interlock.runtime.orchestrator import Orchestrator, Settings, holder_is_dead
 from interlock.server.config import ServerConfig
@@ -179,6 +179,8 @@ class Service:
             for record in self.store.list_runs(status=status, limit=10_000):
                 if record.run_id in self.orchestrator.drivers or now - record.created_at < min_age:
                     continue
+                if self.orchestrator.inert.get(record.run_id) == record.last_seq:
+                    continue  # imported, not trusted: never taken up (`Orchestrator.taken`)
                 if status == "delivered" and not record.lease_owner:
                     continue  # released by its driver once delivered and archived
                 live = record.lease_owner and (record.lease_expires or 0) > now
@@ -188,7 +190,7 @@ class Service:
                     continue
                 try:
                     self.orchestrator.take(record.run_id)
-                except LeaseHeld:
+                except (LeaseHeld, RunInert):
                     continue
                 except DamagedHistory as exc:  # that run alone: the others are taken up
                     self.unreadable[record.run_id] = exc.message
