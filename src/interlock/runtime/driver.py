@@ -420,8 +420,6 @@ class RunDriver:
             artifacts.write_files(files)  # before any task that reads them starts
         if delivering:
             crash_point("after_deliver")
-        if self.reuser is not None and self.reuser.to_index:
-            self.reuser.flush_index(state)
         for point in sorted(self.waits):  # recorded, not yet acted on: resume repairs
             crash_point(point)
         self.waits.clear()

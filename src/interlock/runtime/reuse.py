@@ -16,7 +16,6 @@ import functools
 import hashlib
 import importlib.util
 import inspect
-import logging
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,13 +33,10 @@ from interlock.core.loader import Definition
 from interlock.core.reuse import ReuseReason, ReuseVerdict, judge
 from interlock.core.state import RunState, TaskState, artifact_name, fold
 from interlock.core.workflow import Worker
-from interlock.errors import StorageError
 from interlock.runtime.executors import registered_call
 from interlock.runtime.home import Home
 from interlock.runtime.models import ModelRunner
 from interlock.storage.base import CacheEntry, Store
-
-log = logging.getLogger("interlock.runtime")
 
 
 def model_identity(models: ModelRunner, worker: Worker, workflow_dir: Path | None) -> Any:
@@ -235,7 +231,7 @@ class Reuser:
     source: SourceRun | None = None
     notes: list[str] = field(default_factory=list)  # why a match could not be used
     verdicts: dict[str, ReuseVerdict] = field(default_factory=dict)
-    to_index: list[CacheEntry] = field(default_factory=list)  # for the cache, once recorded
+    to_index: list[CacheEntry] = field(default_factory=list)  # for the cache, with the commit
     # What the workers of this definition resolve to and their worker parts, by role: the
     # same for every run of the definition started from the same folder (model settings are
     # read once per folder and process), so the orchestrator shares one `memo` between them
@@ -414,24 +410,16 @@ class Reuser:
             return None
         return body
 
-    def flush_index(self, state: RunState) -> None:
-        """Index the recorded completions of cached workers (after their commit). A lost
-        entry only costs a cache miss, so a storage problem here is logged, not raised."""
+    def take_index(self, state: RunState) -> list[CacheEntry]:
+        """The cache entries of the completions about to be recorded (handed to the same
+        commit: `AppendBatch.cache`), those the state still holds; none are kept after."""
         entries = [
             e
             for e in self.to_index
             if (task := state.tasks.get(e.task_id)) is not None and task.sha256 == e.sha256
         ]
         self.to_index.clear()
-        if entries:
-            try:
-                self.store.cache_put(entries)
-            except StorageError as exc:
-                log.warning(
-                    "cannot index outputs for the cache: %s",
-                    exc,
-                    extra={"run_id": state.run_id, "action": "cache_index_failed"},
-                )
+        return entries
 
     def recover(self, task: TaskState) -> bytes | None:
         """The body of a reused output whose file a crash kept from being placed."""
