@@ -49,8 +49,8 @@ from interlock.runtime.faults import crash_point
 from interlock.runtime.home import Home
 from interlock.runtime.leases import LeaseKeeper
 from interlock.runtime.models import ModelRunner, unpriced
+from interlock.runtime.processes import begun_attempts, reap
 from interlock.runtime.processes import holder_is_dead as holder_is_dead
-from interlock.runtime.processes import reap
 from interlock.runtime.reuse import Reuser, SourceRun, WorkerMemo
 from interlock.runtime.runfiles import status_writer
 from interlock.runtime.slots import awaiting, slot_key, slot_poll, take_slot
@@ -409,6 +409,7 @@ class Orchestrator:
             definition=definition, state=state, lease=lease, run_dir=run_dir, source=record.source
         )
         driver.run_dir.mkdir(parents=True, exist_ok=True)
+        driver.begun = begun_attempts(driver.run_dir)  # before `reap` removes its records
         reap(driver.run_dir, run_id)  # workers a dead orchestrator left: before any restart
         self._attach_reuser(driver)
         driver.restore_outputs(self.store)
