@@ -283,6 +283,8 @@ class MemoryStore:
                 ]
                 for sha, body in batch.artifacts:
                     self._artifacts.setdefault(sha, bytes(body))
+                for entry in batch.cache:
+                    self._cache.setdefault((entry.fingerprint, run_id, entry.task_id), entry)
                 results.append(seq)
             for lease in releases:
                 holder, token, _ = self._leases.get(lease.run_id, (None, 0, None))

@@ -443,3 +443,46 @@ def test_loops_match_visit_by_visit(app: Interlock, write_workflow: WriteWorkflo
     forced = app.drive(app.rerun(first.run_id, from_phase="review"))
     assert calls(workflow) == ["d", "d", "r", "r", "r"]
     assert [t for t, v in reused(app, forced.run_id).items() if v] == ["d@1"]
+
+
+def test_a_data_file_named_by_path_is_not_code_and_an_edited_script_is_named(
+    app: Interlock, write_workflow: WriteWorkflow, tmp_path: Path
+) -> None:
+    """A log the command appends to (beside the workflow and elsewhere, by absolute path)
+    changes every run without making the worker run again, under a rerun and the cache;
+    an edited script makes it run, and the plan names that script."""
+    data = tmp_path / "elsewhere" / "app.log"
+    data.parent.mkdir()
+    data.write_text("")
+    workflow = write_workflow(
+        f"""
+demo:
+  cache: true
+  phases:
+    - id: collect
+      workers:
+        - role: a
+          final: true
+          command: ["{{python}}", "{{workflow_dir}}/make_a.py", "{{output}}",
+                    "{{workflow_dir}}/calls.log", "{data}"]
+"""
+    )
+    script = workflow.parent / "make_a.py"
+    script.write_text(
+        "import sys\nopen(sys.argv[1], 'w').write('A')\n"
+        "for log in sys.argv[2:]:\n    open(log, 'a').write('a\\n')\n"
+    )
+    first = app.run(workflow, "demo", topic="t")
+    assert first.status is RunStatus.DELIVERED and calls(workflow) == ["a"]
+    assert data.read_text() == "a\n"
+    plan = app.plan_rerun(first.run_id)
+    assert [(t.task_id, t.reuse) for t in plan.tasks] == [("a@1", True)], plan.tasks
+    second = app.run(workflow, "demo", topic="t")  # the cache, with both logs changed
+    assert calls(workflow) == [] and second.tasks["a@1"].reused_from == f"{first.run_id}/a@1"
+
+    script.write_text(script.read_text().replace("'A'", "'A2'"))
+    [task] = app.plan_rerun(first.run_id).tasks
+    assert not task.reuse and task.changed == ["worker"]
+    assert task.why == f"runs: changed a file it runs: {script}"
+    third = app.run(workflow, "demo", topic="t")
+    assert calls(workflow) == ["a"] and third.tasks["a@1"].reused_from is None

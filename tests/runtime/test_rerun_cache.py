@@ -135,3 +135,39 @@ def test_a_bad_cache_setting_is_one_clear_error(write_workflow: WriteWorkflow) -
     )
     pipeline = load_workflow(write_workflow(good)).get("demo").pipeline
     assert pipeline.cache_for("a") is None and pipeline.cache_for("b") is not None
+
+
+def _cli(home: Path, *args: str, crash_at: str | None = None) -> int:
+    """The real CLI (armed to kill itself at `crash_at`); its exit code."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INTERLOCK_")}
+    if crash_at:
+        env["INTERLOCK_CRASH_AT"] = crash_at
+    command = [sys.executable, "-m", "interlock", "--home", str(home), *args]
+    done = subprocess.run(command, env=env, capture_output=True, timeout=120, check=False)
+    return done.returncode
+
+
+def test_a_kill_right_after_a_cached_completion_keeps_its_cache_entry(
+    write_workflow: WriteWorkflow, tmp_path: Path
+) -> None:
+    """Killed (SIGKILL) just after each of its first commits and resumed, a cached run leaves
+    every task in the cache: the next run of the same topic calls nothing."""
+    import signal
+
+    workflow = write_workflow(cached(PIPELINE))
+    killed = 0
+    for n in (1, 2, 3, 4):
+        home = tmp_path / f"home{n}"
+        first = _cli(home, "run", str(workflow), "demo", "-t", "t", "--run-id", "first",
+                     crash_at=f"after_append:{n}")  # fmt: skip
+        if first == -signal.SIGKILL:
+            killed += 1
+            assert _cli(home, "resume", "first") == 0
+        calls(workflow)
+        assert _cli(home, "run", str(workflow), "demo", "-t", "t", "--run-id", "next") == 0
+        assert calls(workflow) == [], f"killed after commit {n}: the next run paid again"
+    assert killed >= 3

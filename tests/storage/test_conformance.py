@@ -523,3 +523,22 @@ def test_cache_index_keeps_the_first_entry_and_clears_by_age(store: Store) -> No
     assert store.cache_clear(before=15.0) == 1
     assert [e.run_id for e in store.cache_list()] == ["r2"]
     assert store.cache_clear() == 1 and store.cache_list() == []
+
+
+def test_cache_entries_are_indexed_with_their_append_and_only_under_the_lease(
+    store: Store,
+) -> None:
+    """An append's cache entries are found once it commits; a fenced-off append indexes none."""
+    from dataclasses import replace
+
+    make_run(store, "r1")
+    lease = store.acquire_lease("r1", "a", TTL, T0)
+    entry = cache_entry("f1", "r1", 10.0, score=4)
+    store.append(replace(batch(lease, "done"), cache=[entry]), T0)
+    assert store.cache_find("f1", 0.0) == [entry]
+    stale = replace(lease, token=lease.token + 7)
+    refused = store.append_many(
+        [replace(batch(stale, "x"), cache=[cache_entry("f2", "r1", 1.0)])], T0
+    )
+    assert isinstance(refused[0], LeaseLost)
+    assert store.cache_find("f2", 0.0) == []

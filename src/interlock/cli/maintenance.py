@@ -217,6 +217,28 @@ def _check_one(store: Store, home: Home, record: RunRecord, found: Findings, rep
     damaged = _check_run(home, state, found)
     if damaged and repair:
         _repair(store, home, record, state, damaged, found)
+    _check_archived(record, state, found, repair)
+
+
+def _check_archived(record: RunRecord, state: RunState, found: Findings, repair: bool) -> None:
+    """A run delivered but not archived, which nothing drives: its delivery is not done (a
+    driver stopped in between). Taking it up (`resume`) finishes it; doctor never records."""
+    import time
+
+    from interlock.core.state import RunStatus
+    from interlock.runtime.processes import holder_is_dead
+
+    if state.status is not RunStatus.DELIVERED or state.archived:
+        return
+    owner = record.lease_owner
+    if owner and (record.lease_expires or 0) > time.time() and not holder_is_dead(owner):
+        return  # being driven: its driver archives it
+    line = (
+        f"run {state.run_id}: delivered but never archived, and no orchestrator drives it: "
+        f"'interlock resume {state.run_id}' archives it"
+    )
+    (found.not_repaired if repair else found.files).append(line)
+    found.affected.add(state.run_id)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -195,4 +195,40 @@ def fingerprint(
     if sent is not None:  # only then, so that every other fingerprint stays as it was
         parts["feedback"] = _hash([sent.feedback, sent.previous_sha256])
     digest = _hash({"v": FINGERPRINT_VERSION, **parts})
-    return Fingerprint(digest=digest, parts={k: v[:16] for k, v in parts.items()})
+    short = {k: v[:16] for k, v in parts.items()}
+    # Each file the worker runs, named beside the parts (the worker part covers them all
+    # already, so the digest is the same without them): a change can say which file it was.
+    for name, file_digest in code_files_of(identity).items():
+        short[f"{FILE_PART}{name}"] = file_digest[:16]
+    return Fingerprint(digest=digest, parts=short)
+
+
+FILE_PART = "file:"
+"""The prefix of the entries of recorded parts that name a file the worker runs."""
+
+
+def code_files_of(identity: Any) -> dict[str, str]:
+    """The files (name -> SHA-256) a worker's identity says it runs: a command's or call's
+    code files, a model worker's tool server scripts."""
+    if isinstance(identity, dict):
+        files = identity.get("code_files")
+        return dict(files) if isinstance(files, dict) else {}
+    found: dict[str, str] = {}
+    if isinstance(identity, list):
+        for entry in identity:
+            if isinstance(entry, dict) and isinstance(entry.get("tool_files"), dict):
+                found.update(entry["tool_files"])
+    return found
+
+
+def changed_files(parts: dict[str, str], other_parts: dict[str, str] | None) -> list[str]:
+    """The files the worker runs whose hash differs between two recorded parts, or that one
+    of them lacks (empty when either was recorded without naming its files and none differ)."""
+    if not other_parts:
+        return []
+    mine = {k: v for k, v in parts.items() if k.startswith(FILE_PART)}
+    theirs = {k: v for k, v in other_parts.items() if k.startswith(FILE_PART)}
+    if not theirs:
+        return []  # recorded before files were named: which one changed is not known
+    return sorted(k.removeprefix(FILE_PART) for k in mine.keys() | theirs.keys()
+                  if mine.get(k) != theirs.get(k))  # fmt: skip

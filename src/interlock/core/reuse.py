@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from interlock.core.fingerprint import PART_WORDS, Fingerprint
+from interlock.core.fingerprint import PART_WORDS, Fingerprint, changed_files
 from interlock.core.state import TASK_COMPLETED, RunState, TaskState
 
 
@@ -90,9 +90,17 @@ def judge(
 
 
 def changed_verdict(current: Fingerprint, parts: dict[str, str] | None) -> ReuseVerdict:
-    """A verdict to run, naming the parts of the fingerprint that changed."""
+    """A verdict to run, naming the parts of the fingerprint that changed (and, for the
+    worker, which file it runs changed, when that is known)."""
     changed = current.changed(parts)
-    words = "; ".join(PART_WORDS[p] for p in changed) or "the fingerprint recipe"
+    files = changed_files(current.parts, parts) if "worker" in changed else []
+    named = [
+        f"{'a file it runs' if len(files) == 1 else 'files it runs'}: {', '.join(files)}"
+        if p == "worker" and files
+        else PART_WORDS[p]
+        for p in changed
+    ]
+    words = "; ".join(named) or "the fingerprint recipe"
     return ReuseVerdict(
         reuse=False, reason=ReuseReason.CHANGED, why=f"runs: changed {words}", changed=changed
     )

@@ -112,6 +112,9 @@ class RunDriver:
     status_due: float | None = None  # when a coalesced rewrite is scheduled
     status_cost: float = 0.0  # seconds the last status.json write took
     checked_adoption: bool = False
+    # Attempts a worker began before this driver took the run (see `begun_attempts`): each
+    # gets its start recorded, if the orchestrator that began it did not record one.
+    begun: set[tuple[str, int]] = field(default_factory=set)
     acted_mark: int = 0  # the number of events the state held when `act` last ran (0: never)
     dirty: bool = True
     inline: list[tuple[str, bytes]] = field(default_factory=list)  # outputs for the next append
@@ -363,8 +366,9 @@ class RunDriver:
                 self.final_md_placed = False
 
     def _adopt(self, now: float) -> list[NewEvent]:
-        """Outputs committed while no orchestrator was recording (it died in between)."""
-        adopted = []
+        """Outputs committed while no orchestrator was recording (it died in between), each
+        after the start it implies; and the starts of attempts a worker began unrecorded."""
+        adopted = self._begun_starts(now)
         for task in self.state.in_flight():
             final = self.final_path(task)
             if task.task_id in self.handles or final.is_symlink() or not final.is_file():
@@ -397,9 +401,28 @@ class RunDriver:
             )
             if self.reuser is not None:
                 event = self.reuser.stamp(self.state, event)
+            if task.started_at is None:  # it ran: its worker began it, unrecorded
+                start = ev.TaskStarted(at=now, task_id=task.task_id, attempt=task.attempt)
+                apply(self.state, start)
+                adopted.append(NewEvent(event=start, why="implied by its output found on disk"))
             apply(self.state, event)
             adopted.append(NewEvent(event=event, why="output found committed on disk"))
         return adopted
+
+    def _begun_starts(self, now: float) -> list[NewEvent]:
+        """The starts of attempts in flight that a worker began (its process or prompt
+        record was found) though none was recorded: the orchestrator that began them
+        stopped first. They run again, and show both starts."""
+        begun, self.begun = self.begun, set()
+        starts = []
+        for task in self.state.in_flight():
+            if task.started_at is not None or (task.task_id, task.attempt) not in begun:
+                continue
+            start = ev.TaskStarted(at=now, task_id=task.task_id, attempt=task.attempt)
+            apply(self.state, start)
+            why = "begun by a worker of an orchestrator that stopped before recording it"
+            starts.append(NewEvent(event=start, why=why))
+        return starts
 
     def pending_writes(self) -> tuple[list[tuple[Path, bytes]], bool]:
         """The files `act` writes before anything else (in-memory outputs whose completions
@@ -428,8 +451,6 @@ class RunDriver:
             artifacts.write_files(files)  # before any task that reads them starts
         if delivering:
             crash_point("after_deliver")
-        if self.reuser is not None and self.reuser.to_index:
-            self.reuser.flush_index(state)
         for point in sorted(self.waits):  # recorded, not yet acted on: resume repairs
             crash_point(point)
         self.waits.clear()

@@ -1,7 +1,9 @@
 """Named crash points, for proving that a kill at any of them loses nothing.
 
 Set `INTERLOCK_CRASH_AT=<name>` (or `<name>:<n>` for its n-th pass) and the process kills
-itself with SIGKILL when it reaches that point. Unarmed, a crash point costs one comparison.
+itself with SIGKILL when it reaches that point; `<name>:<n>:SIGTERM` sends it SIGTERM instead
+(what a service manager sends), and the process goes on to stop as it would on being told.
+Unarmed, a crash point costs one comparison.
 """
 
 from __future__ import annotations
@@ -47,8 +49,10 @@ SUBPIPELINE_CRASH_POINTS = (
 )
 
 _armed = os.environ.get("INTERLOCK_CRASH_AT") or None
-_name, _, _count = (_armed or "").partition(":")
+_name, _, _rest = (_armed or "").partition(":")
+_count, _, _signal_name = _rest.partition(":")
 _remaining = int(_count or "1")
+_signal = signal.Signals[_signal_name] if _signal_name else signal.SIGKILL
 # The deterministic simulator (`interlock.sim`) installs a hook here to crash an in-process
 # orchestrator by raising, instead of killing the whole process.
 _hook: Callable[[str], None] | None = None
@@ -62,12 +66,13 @@ def set_hook(hook: Callable[[str], None] | None) -> Callable[[str], None] | None
 
 
 def crash_point(name: str) -> None:
-    """Die here, by SIGKILL, if this point is armed (and this is the armed pass)."""
+    """Die here, by SIGKILL (or the armed signal), if this point is armed (and this is the
+    armed pass)."""
     global _remaining
     if _hook is not None:
         _hook(name)
     if _armed is None or name != _name:
         return
     _remaining -= 1
-    if _remaining <= 0:
-        os.kill(os.getpid(), signal.SIGKILL)
+    if _remaining == 0 or (_remaining < 0 and _signal is signal.SIGKILL):
+        os.kill(os.getpid(), _signal)

@@ -53,8 +53,8 @@ from interlock.runtime.faults import crash_point
 from interlock.runtime.home import Home
 from interlock.runtime.leases import LeaseKeeper
 from interlock.runtime.models import ModelRunner, unpriced
+from interlock.runtime.processes import begun_attempts, reap
 from interlock.runtime.processes import holder_is_dead as holder_is_dead
-from interlock.runtime.processes import reap
 from interlock.runtime.reuse import Reuser, SourceRun, WorkerMemo
 from interlock.runtime.runfiles import status_writer
 from interlock.runtime.slots import awaiting, slot_key, slot_poll, take_slot
@@ -433,6 +433,7 @@ class Orchestrator:
             definition=definition, state=state, lease=lease, run_dir=run_dir, source=record.source
         )
         driver.run_dir.mkdir(parents=True, exist_ok=True)
+        driver.begun = begun_attempts(driver.run_dir)  # before `reap` removes its records
         reap(driver.run_dir, run_id)  # workers a dead orchestrator left: before any restart
         self._attach_reuser(driver)
         driver.restore_outputs(self.store)
@@ -651,12 +652,14 @@ class Orchestrator:
             if driver.state.task_slot_waits:
                 new += self._first_asks(driver, new, now)
             if new or consumed:
+                reuser = driver.reuser
                 batch = AppendBatch(
                     lease=driver.lease,
                     events=new,
                     summary=driver.summary(),
                     consumed=consumed,
                     artifacts=driver.inline,
+                    cache=reuser.take_index(driver.state) if reuser and reuser.to_index else (),
                 )
                 driver.inline = []
                 batches.append((driver, new, batch))
@@ -855,6 +858,25 @@ class Orchestrator:
             for driver in ended:
                 driver.unsynced, driver.synced_mark = [], driver.state.events
 
+    def _archive_delivered(self) -> None:
+        """Before the loop lets its runs go: archive the runs that were delivered and whose
+        files are now durable (`_finish_syncs`), in one last tick of those runs alone (no
+        other run is decided on, so nothing new starts). One that cannot be archived now is
+        handed back unfinished (`release`)."""
+        due = {d.run_id for d in self.drivers.values() if awaits_archive(d.state) and d.durable()}
+        if not due:
+            return
+        others, lazy = self._dirty - due, self._lazy
+        self._dirty, self._lazy = set(due), set()
+        try:
+            self._tick(self.clock())
+        except (InterlockError, OSError) as exc:
+            log.warning("cannot archive %d delivered run(s) before stopping: %s", len(due), exc)
+        finally:
+            self._dirty |= others
+            self._lazy |= lazy
+        status_writer().flush()  # the archived runs' last status.json, before the process ends
+
     def _act(self, driver: RunDriver) -> None:
         """`driver.act`; a full disk while writing outputs stops the loop (the ledger holds
         them: resume writes them once there is space)."""
@@ -975,6 +997,9 @@ class Orchestrator:
         for handle in driver.handles.values():
             handle.cancel()
         self.drivers.pop(driver.run_id, None)
+        if awaits_archive(driver.state):
+            self._let_lapse(driver)
+            return
         if driver.state.status.ended:
             if not self._releases:
                 self._releases_since = self.clock()
@@ -986,6 +1011,21 @@ class Orchestrator:
         with contextlib.suppress(StorageError, LeaseLost):
             self.store.release_lease(driver.lease)
 
+    def _let_lapse(self, driver: RunDriver) -> None:
+        """Hand back a run delivered but not archived yet: its delivery is not done, so its
+        lease is not released (a released lease says the run was fully acted on) but ended
+        now, still naming its holder, the mark of an ended run whose driver stopped before
+        finishing it. Whoever looks for work next (a fleet orchestrator, `interlock serve`,
+        this one started again) takes it up and archives it."""
+        status_writer().flush(driver.run_dir / "status.json")  # before anyone else writes it
+        with contextlib.suppress(StorageError, LeaseLost):  # already run out: the same
+            self.store.renew_lease(driver.lease, 0.0, self.clock())
+        log.warning(
+            "run %s is delivered but not archived yet: left for the next orchestrator",
+            driver.run_id,
+            extra={"run_id": driver.run_id, "action": "archive_left"},
+        )
+
     def flush_releases(self) -> None:
         """Release the leases of ended runs gathered so far (one transaction)."""
         if self._releases:
@@ -994,8 +1034,10 @@ class Orchestrator:
                 self.store.release_leases(leases)
 
     async def shutdown(self) -> None:
-        """Stop every task (killing process groups) and release every lease."""
+        """Stop every task (killing process groups) and release every lease; a delivered
+        run is archived first (its delivery is done only then)."""
         await self._finish_syncs()
+        self._archive_delivered()
         handles = [h for d in self.drivers.values() for h in d.handles.values()]
         for driver in list(self.drivers.values()):
             self.release(driver)
@@ -1103,6 +1145,11 @@ class Orchestrator:
         """Forward a streamed fragment to progress listeners (never recorded)."""
         for listener in self.progress_listeners:
             listener(run_id, task_id, text)
+
+
+def awaits_archive(state: RunState) -> bool:
+    """A run delivered whose archive is not recorded yet: its delivery is not done."""
+    return state.status is RunStatus.DELIVERED and not state.archived
 
 
 def make_dir(path: Path) -> None:

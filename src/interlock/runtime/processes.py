@@ -253,6 +253,25 @@ def record(run_dir: Path, task_id: str, attempt: int, run_id: str, pgid: int) ->
     return path
 
 
+def begun_attempts(run_dir: Path) -> set[tuple[str, int]]:
+    """(task id, attempt) of every attempt a worker of this run began, by what it left in
+    the run's folder: the record of its process group (`record`), its temporary output
+    (`.tmp/<task>.<attempt>.part`), or its prompt record (`prompts/<task>.<attempt>.md`,
+    written before a model is called). Read at resume, before `reap` removes the first: an
+    attempt found here ran when the orchestrator that started it stopped, even if its start
+    was never recorded."""
+    found: set[tuple[str, int]] = set()
+    tmp, prompts = run_dir / ".tmp", run_dir / "prompts"
+    for folder, suffix in ((tmp, ".pgid"), (tmp, ".part"), (prompts, ".md")):
+        if not folder.is_dir():
+            continue
+        for path in folder.glob(f"*{suffix}"):
+            task_id, _, attempt = path.name.removesuffix(suffix).rpartition(".")
+            if task_id and attempt.isdigit():
+                found.add((task_id, int(attempt)))
+    return found
+
+
 def kill_group(pgid: int) -> None:
     """SIGKILL a process group; nothing to do when it is gone."""
     with contextlib.suppress(ProcessLookupError, PermissionError):

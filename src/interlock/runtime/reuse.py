@@ -16,7 +16,7 @@ import functools
 import hashlib
 import importlib.util
 import inspect
-import logging
+import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,13 +34,10 @@ from interlock.core.loader import Definition
 from interlock.core.reuse import ReuseReason, ReuseVerdict, judge
 from interlock.core.state import RunState, TaskState, artifact_name, fold
 from interlock.core.workflow import Worker
-from interlock.errors import StorageError
 from interlock.runtime.executors import registered_call
 from interlock.runtime.home import Home
 from interlock.runtime.models import ModelRunner
 from interlock.storage.base import CacheEntry, Store
-
-log = logging.getLogger("interlock.runtime")
 
 
 def model_identity(models: ModelRunner, worker: Worker, workflow_dir: Path | None) -> Any:
@@ -84,18 +81,23 @@ def tool_files(worker: Worker, workflow_dir: Path | None) -> dict[str, str]:
 
 
 def code_files(worker: Worker, workflow_dir: Path | None) -> dict[str, str]:
-    """The SHA-256 of the code a command or `call:` worker runs from files of its own: each
-    file its command line names (beside the workflow through `{workflow_dir}`, or by an
-    absolute path) and the source file of its `call:` target, so that an edited script or
-    function is never reused from a run that ran the old one. An interpreter or a program
-    on the PATH is left out (too large, or not the user's), and so is a file that cannot be
-    read now (the attempt says so when it runs)."""
+    """The SHA-256 of the code a command or `call:` worker runs from files of its own, so
+    that an edited script or function is never reused from a run that ran the old one: the
+    executable its command names by path, the script an interpreter it starts runs, each
+    script beside the workflow (under its folder, through `{workflow_dir}` or an absolute
+    path) that its command line names, and the source file of its `call:` target (see
+    `is_code`). A file its command passes as data (a log, an input, a file elsewhere that
+    no interpreter runs) is not code: its changes make no new fingerprint. An interpreter
+    or a program on the PATH is left out (too large, or not the user's), and so is a file
+    that cannot be read now (the attempt says so when it runs)."""
     hashes: dict[str, str] = {}
     folder = str(workflow_dir) if workflow_dir is not None else None
-    for arg in worker.command or []:
-        if folder is not None:
-            arg = arg.replace("{workflow_dir}", folder)
-        if "{" in arg or not Path(arg).is_absolute():
+    argv = [
+        arg.replace("{workflow_dir}", folder) if folder is not None else arg
+        for arg in worker.command or []
+    ]
+    for index, arg in enumerate(argv):
+        if "{" in arg or not Path(arg).is_absolute() or not is_code(argv, index, workflow_dir):
             continue
         digest = file_hash(Path(arg))
         if digest is not None:
@@ -106,6 +108,50 @@ def code_files(worker: Worker, workflow_dir: Path | None) -> dict[str, str]:
         if digest is not None:
             hashes[f"call:{worker.call}"] = digest
     return hashes
+
+
+# Programs whose first argument that is not an option is the script they run (unless an
+# option such as -c or -e gives the code inline, or -m names a module).
+_INTERPRETER = re.compile(
+    r"(python|pypy|sh|bash|zsh|dash|ksh|fish|node|nodejs|deno|bun|ruby|perl|php|rscript|lua"
+    r"|luajit|julia|tclsh|pwsh|awk|gawk|jq)[\d.]*(\.exe)?"
+)
+_INLINE_CODE = frozenset({"-c", "-e", "-m", "--eval", "--command"})
+# Names of files beside a workflow that are code when its command line names them.
+SCRIPT_SUFFIXES = frozenset(
+    {".py", ".sh", ".bash", ".zsh", ".js", ".mjs", ".cjs", ".ts", ".rb", ".pl", ".pm", ".php",
+     ".r", ".lua", ".jl", ".tcl", ".ps1", ".awk", ".jq", ".sed"}
+)  # fmt: skip
+
+
+def is_code(argv: list[str], index: int, workflow_dir: Path | None) -> bool:
+    """Whether `argv[index]`, an absolute path, is code the command runs: the executable
+    (`argv[0]`), the script of an interpreter (`python x.py`, `bash x.sh`), or a file under
+    the workflow's folder that is a script by its name or is executable. Anything else it
+    names (data files, logs, outputs of other runs) is not."""
+    if index == 0:
+        return True
+    path = Path(argv[index])
+    if _INTERPRETER.fullmatch(Path(argv[0]).name.lower()) and _script_index(argv) == index:
+        return True
+    if workflow_dir is None or not path.is_relative_to(workflow_dir):
+        return False
+    if path.suffix.lower() in SCRIPT_SUFFIXES:
+        return True
+    try:
+        return path.is_file() and bool(path.stat().st_mode & stat.S_IXUSR)
+    except OSError:
+        return False
+
+
+def _script_index(argv: list[str]) -> int | None:
+    """Where an interpreter's script is in its command line (None: its code is inline)."""
+    for index, arg in enumerate(argv[1:], start=1):
+        if arg in _INLINE_CODE:
+            return None
+        if not arg.startswith("-"):
+            return index
+    return None
 
 
 def _code_token(identity: Any) -> str:
@@ -235,7 +281,7 @@ class Reuser:
     source: SourceRun | None = None
     notes: list[str] = field(default_factory=list)  # why a match could not be used
     verdicts: dict[str, ReuseVerdict] = field(default_factory=dict)
-    to_index: list[CacheEntry] = field(default_factory=list)  # for the cache, once recorded
+    to_index: list[CacheEntry] = field(default_factory=list)  # for the cache, with the commit
     # What the workers of this definition resolve to and their worker parts, by role: the
     # same for every run of the definition started from the same folder (model settings are
     # read once per folder and process), so the orchestrator shares one `memo` between them
@@ -414,24 +460,16 @@ class Reuser:
             return None
         return body
 
-    def flush_index(self, state: RunState) -> None:
-        """Index the recorded completions of cached workers (after their commit). A lost
-        entry only costs a cache miss, so a storage problem here is logged, not raised."""
+    def take_index(self, state: RunState) -> list[CacheEntry]:
+        """The cache entries of the completions about to be recorded (handed to the same
+        commit: `AppendBatch.cache`), those the state still holds; none are kept after."""
         entries = [
             e
             for e in self.to_index
             if (task := state.tasks.get(e.task_id)) is not None and task.sha256 == e.sha256
         ]
         self.to_index.clear()
-        if entries:
-            try:
-                self.store.cache_put(entries)
-            except StorageError as exc:
-                log.warning(
-                    "cannot index outputs for the cache: %s",
-                    exc,
-                    extra={"run_id": state.run_id, "action": "cache_index_failed"},
-                )
+        return entries
 
     def recover(self, task: TaskState) -> bytes | None:
         """The body of a reused output whose file a crash kept from being placed."""

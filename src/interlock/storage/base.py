@@ -184,11 +184,27 @@ class RunRegistration:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class CacheEntry:
+    """A completed task in the cache index: where its output is, by fingerprint."""
+
+    fingerprint: str
+    run_id: str
+    task_id: str
+    artifact: str
+    sha256: str
+    size: int
+    values: dict[str, Any] = field(default_factory=dict)
+    completed_at: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class AppendBatch:
     """One run's part of a group commit.
 
     `artifacts` are small outputs stored content-addressed in the same transaction as the
-    completions that name them, so their durability costs no fsync of their own.
+    completions that name them, so their durability costs no fsync of their own. `cache`
+    entries index completions of cached workers in the same transaction too: a completion is
+    never recorded without its entry (a crash in between would cost the next run the call).
 
     With `register`, the run is created by this very batch: its row, its pinned definition
     and its lease (held by `lease.owner` with `lease.token`, normally 1) are written in the same
@@ -201,6 +217,7 @@ class AppendBatch:
     consumed: Sequence[int] = field(default_factory=tuple)
     register: RunRegistration | None = None
     artifacts: Sequence[tuple[str, bytes]] = field(default_factory=tuple)  # (sha256, body)
+    cache: Sequence[CacheEntry] = field(default_factory=tuple)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -249,20 +266,6 @@ def receipt_from_row(row: Sequence[Any]) -> PrunedRun:
         chain_head=None if head is None else str(head),
         pruned_at=float(pruned_at),
     )
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class CacheEntry:
-    """A completed task in the cache index: where its output is, by fingerprint."""
-
-    fingerprint: str
-    run_id: str
-    task_id: str
-    artifact: str
-    sha256: str
-    size: int
-    values: dict[str, Any] = field(default_factory=dict)
-    completed_at: float = 0.0
 
 
 class Store(Protocol):

@@ -723,6 +723,20 @@ def _append_args(batch: AppendBatch, now: float) -> dict[str, Any]:
         "consumed": list(batch.consumed),
         "shas": [sha for sha, _ in batch.artifacts],
         "bodies": [bytes(body) for _, body in batch.artifacts],
+        "cache": codec.dumps([_cache_row(e) for e in batch.cache]),
+    }
+
+
+def _cache_row(entry: CacheEntry) -> dict[str, Any]:
+    """One cache entry as `append_run` reads it."""
+    return {
+        "fingerprint": entry.fingerprint,
+        "task_id": entry.task_id,
+        "artifact": entry.artifact,
+        "sha256": entry.sha256,
+        "size": entry.size,
+        "value_json": codec.dumps(entry.values),
+        "completed_at": entry.completed_at,
     }
 
 

@@ -422,6 +422,7 @@ class SQLiteStore:
             db.execute(Q["consume_command"], (now, command_id, lease.run_id))
         for sha, body in batch.artifacts:
             db.execute(Q["put_artifact"], (sha, len(body), body, now))
+        _put_cache(db, batch.cache)
         return int(last)
 
     def events(self, run_id: str, since: int = 0, limit: int | None = None) -> list[StoredEvent]:
@@ -569,9 +570,7 @@ class SQLiteStore:
     def cache_put(self, entries: Sequence[CacheEntry]) -> None:
         """See `Store.cache_put`."""
         with self._write() as db:
-            for e in entries:
-                row = (e.fingerprint, e.run_id, e.task_id, e.artifact, e.sha256, e.size)
-                db.execute(Q["cache_put"], (*row, codec.dumps(e.values), e.completed_at))
+            _put_cache(db, entries)
 
     def cache_find(self, fingerprint: str, since: float, limit: int = 5) -> list[CacheEntry]:
         """See `Store.cache_find`."""
@@ -725,3 +724,10 @@ class _CheckAhead:
     def _close(self) -> None:
         atexit.unregister(self.cancel)
         self._db.close()
+
+
+def _put_cache(db: sqlite3.Connection, entries: Sequence[CacheEntry]) -> None:
+    """Index cache entries (an entry already there is kept)."""
+    for e in entries:
+        row = (e.fingerprint, e.run_id, e.task_id, e.artifact, e.sha256, e.size)
+        db.execute(Q["cache_put"], (*row, codec.dumps(e.values), e.completed_at))

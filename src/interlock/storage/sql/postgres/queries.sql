@@ -155,9 +155,9 @@ SELECT body FROM artifacts WHERE sha256 = %s;
 
 -- name: append_run
 -- One round trip per run of a group commit: the lease fence, the summary, the events (numbered
--- after the run's last seq and chained to its last hash), consumed commands, stored outputs and
--- the notification, each applied only when the fence holds. Returns the run's new last seq, or
--- no row (lease lost). `prior` reads the run as the fence will find it: appends to a run are
+-- after the run's last seq and chained to its last hash), consumed commands, stored outputs,
+-- cache index entries and the notification, each applied only when the fence holds. Returns
+-- the run's new last seq, or no row (lease lost). `prior` reads the run as the fence will find it: appends to a run are
 -- serialised by `commit_order`, taken earlier in the same transaction. Each link is
 -- sha256(previous hash, newline, seq, newline, content digest), as `interlock.storage.chain`.
 -- Arrays travel in binary format: in text each element is quoted and escaped in Python, which
@@ -201,6 +201,16 @@ WITH RECURSIVE prior AS (
     FROM unnest(%(shas)b::text[], %(bodies)b::bytea[]) AS a (sha256, body)
     WHERE EXISTS (SELECT 1 FROM fenced)
     ON CONFLICT (sha256) DO NOTHING
+), cached AS (
+    -- Completions of cached workers are indexed with them: never one without the other.
+    INSERT INTO task_cache
+        (fingerprint, run_id, task_id, artifact, sha256, size, value_json, completed_at)
+    SELECT c.fingerprint, %(run)s, c.task_id, c.artifact, c.sha256, c.size, c.value_json::jsonb,
+           c.completed_at
+    FROM jsonb_to_recordset(%(cache)s::jsonb) AS c (fingerprint text, task_id text,
+         artifact text, sha256 text, size bigint, value_json text, completed_at float8)
+    WHERE EXISTS (SELECT 1 FROM fenced)
+    ON CONFLICT DO NOTHING
 )
 SELECT fenced.last_seq FROM fenced
 LEFT JOIN LATERAL (SELECT pg_notify('interlock_events', %(run)s) WHERE %(n)s > 0) note ON true;
