@@ -202,6 +202,10 @@ class ResolvedModel:
     settings: RequestSettings = field(default_factory=RequestSettings)
     limits: AnswerLimits = field(default_factory=AnswerLimits)
 
+    def __post_init__(self) -> None:
+        if self.limits.table == AnswerLimits.table:  # the defaults: name this alias's table
+            object.__setattr__(self, "limits", replace(self.limits, table=f"[models.{self.alias}]"))
+
     def with_params(self, params: RequestSettings | None) -> ResolvedModel:
         """This model with a worker's `params` laid over the alias's settings."""
         if params is None:

@@ -12,6 +12,11 @@ last send in one go, so a client costs per send, not per event. Fan-out never wa
 that falls more than `queue_size` messages behind (one that stopped reading, or reads too
 slowly) is marked dropped and told so, instead of slowing anyone else down.
 
+Streamed model text (`token` messages) is coalesced: what arrives for one task before the loop
+publishes it leaves as one message, of at most `PROGRESS_CHARS` characters (the rest is
+counted in `skipped`), so a model that streams without pause costs watchers a bounded number
+of messages and bytes per round, and a queue of `queue_size` messages a bounded size.
+
 Clients of the runs list take run summaries from the hub's `board` instead (see `board.py`).
 """
 
@@ -20,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,6 +40,8 @@ from interlock.server.messages import event_message, is_final
 from interlock.storage.base import Store, StoredEvent
 
 log = logging.getLogger("interlock.server")
+
+PROGRESS_CHARS = 64 * 1024  # of streamed text per task in one token message
 
 PipelineOf = Callable[[RunState], Pipeline | None]
 Annotate = Callable[[StoredEvent, RunState], dict[str, Any] | None]
@@ -125,6 +133,10 @@ class Hub:
         self._published = asyncio.Event()  # replaced after each wake: set once per round
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Streamed text not yet published, by (run, task): its parts, their size, and what
+        # was left out. Filled from any thread, emptied on the loop.
+        self._progress: dict[tuple[str, str], tuple[list[str], list[int]]] = {}
+        self._progress_lock = threading.Lock()
 
     def start(self) -> None:
         """Begin at the end of the feed: clients replay older events from the store."""
@@ -141,10 +153,37 @@ class Hub:
         self.wake()
 
     def on_progress(self, run_id: str, task_id: str, text: str) -> None:
-        """Orchestrator progress listener: a streamed model fragment (never recorded)."""
-        message = {"type": "token", "run_id": run_id, "task_id": task_id, "text": text}
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._publish_now, message)
+        """Orchestrator progress listener: a streamed model fragment (never recorded).
+
+        Kept with the task's other fragments until the loop publishes them together; past
+        `PROGRESS_CHARS` only counted."""
+        if self._loop is None:
+            return
+        with self._progress_lock:
+            first = not self._progress
+            parts, sizes = self._progress.setdefault((run_id, task_id), ([], [0, 0]))
+            room = PROGRESS_CHARS - sizes[0]
+            if room > 0:
+                parts.append(text[:room])
+                sizes[0] += min(room, len(text))
+            sizes[1] += max(0, len(text) - max(room, 0))
+        if first:
+            self._loop.call_soon_threadsafe(self._publish_progress)
+
+    def _publish_progress(self) -> None:
+        with self._progress_lock:
+            taken, self._progress = self._progress, {}
+        for (run_id, task_id), (parts, (_, skipped)) in taken.items():
+            message: dict[str, Any] = {
+                "type": "token",
+                "run_id": run_id,
+                "task_id": task_id,
+                "text": "".join(parts),
+            }
+            if skipped:
+                message["skipped"] = skipped
+            self.publish(message)
+        self._flush()
 
     def subscribe(self, run_id: str | None) -> Subscriber:
         """Start receiving live messages (of one run, or of all)."""
@@ -185,10 +224,6 @@ class Hub:
                 self._drop(subscriber)
             else:
                 subscriber.arrived.set()
-
-    def _publish_now(self, message: dict[str, Any]) -> None:
-        self.publish(message)
-        self._flush()
 
     def _flush(self) -> None:
         """Wake the writers of every-run clients once for all that was published."""
