@@ -207,3 +207,24 @@ def test_the_limits_are_set_per_model_in_interlock_toml(tmp_path: Path, server: 
     )
     with pytest.raises(ConfigError, match=r"\[models.small\] is invalid: max_answer_bytes"):
         ModelConfig.load([tmp_path], env={})
+
+
+def test_a_tool_transcript_clips_entries_and_stops_growing(tmp_path: Path) -> None:
+    """A tool loop's transcript shows a 10 MiB answer and a 10 MiB tool result by their first
+    64 KiB each, and stops at 4 MiB with a note however many entries follow."""
+    from interlock.runtime.tool_runs import ENTRY_CHARS, TRANSCRIPT_CHARS, Transcript
+
+    path = tmp_path / "w.1.tools.md"
+    transcript = Transcript(path, ["search"])
+    huge = "y" * (10 * MIB)
+    call = {"id": "c1", "name": "search", "arguments": '{"q": "z"}'}
+    transcript.add({"turn": 1, "text": huge, "finish_reason": "tool_calls", "calls": [call]})
+    transcript.add({"turn": 1, "call": "c1", "name": "search", "result": huge, "is_error": False})
+    text = path.read_text()
+    assert text.startswith("# Tool servers") and '"q": "z"' in text
+    assert len(text) < 3 * ENTRY_CHARS and f"{10 * MIB - ENTRY_CHARS:,} more characters" in text
+    for turn in range(2, 200):
+        transcript.add({"turn": turn, "text": huge, "finish_reason": "tool_calls", "calls": []})
+    text = path.read_text()
+    assert len(text) <= TRANSCRIPT_CHARS + 200
+    assert text.endswith("Later turns, calls and results are not shown.)\n")

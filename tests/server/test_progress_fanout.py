@@ -7,7 +7,7 @@ import asyncio
 import json
 from pathlib import Path
 
-from interlock.server.hub import PROGRESS_CHARS, Hub
+from interlock.server.hub import PROGRESS_CHARS, QUEUE_BYTES, Hub
 from interlock.storage import open_store
 
 
@@ -34,3 +34,23 @@ def test_fragments_of_one_round_leave_as_one_bounded_message(tmp_path: Path) -> 
         ("writer@1", PROGRESS_CHARS, 10_000 * 1024 - PROGRESS_CHARS),
         ("critic@1", 5, None),
     ]
+
+
+def test_a_watcher_that_does_not_read_is_dropped_by_size_too(tmp_path: Path) -> None:
+    """A watcher of a run that stops reading is dropped once the messages waiting for it pass
+    `QUEUE_BYTES`, long before `queue_size` messages of streamed text (which held up to 64 MB
+    each watcher); a watcher of every run is dropped when the shared log is cut past it."""
+    store = open_store(None, tmp_path)
+
+    async def main() -> tuple[bool, bool, int]:
+        hub = Hub(store, lambda state: None, queue_size=1000)
+        hub.start()
+        one, every = hub.subscribe("run-1"), hub.subscribe(None)
+        for _ in range(300):
+            hub.on_progress("run-1", "writer@1", "x" * PROGRESS_CHARS)
+            await asyncio.sleep(0)  # each fragment its own round: its own message
+        return one.dropped.is_set(), every.dropped.is_set(), hub._log_size
+
+    one, every, log_size = asyncio.run(main())
+    assert one and every
+    assert log_size <= 2 * QUEUE_BYTES

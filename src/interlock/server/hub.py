@@ -9,8 +9,8 @@ Fan-out costs the same whatever the number of clients: each message is encoded o
 clients of every run share one log of encoded messages, each with its own position in it (a
 client of one run has its own short queue). Each client's writer sends what arrived since its
 last send in one go, so a client costs per send, not per event. Fan-out never waits: a client
-that falls more than `queue_size` messages behind (one that stopped reading, or reads too
-slowly) is marked dropped and told so, instead of slowing anyone else down.
+that falls more than `queue_size` messages or `QUEUE_BYTES` behind (one that stopped reading,
+or reads too slowly) is marked dropped and told so, instead of slowing anyone else down.
 
 Streamed model text (`token` messages) is coalesced: what arrives for one task before the loop
 publishes it leaves as one message, of at most `PROGRESS_CHARS` characters (the rest is
@@ -42,6 +42,7 @@ from interlock.storage.base import Store, StoredEvent
 log = logging.getLogger("interlock.server")
 
 PROGRESS_CHARS = 64 * 1024  # of streamed text per task in one token message
+QUEUE_BYTES = 8 * 1024 * 1024  # of messages a client may fall behind, besides their number
 
 PipelineOf = Callable[[RunState], Pipeline | None]
 Annotate = Callable[[StoredEvent, RunState], dict[str, Any] | None]
@@ -97,6 +98,7 @@ class Subscriber:
     run_id: str | None
     position: int = 0
     queue: deque[Encoded] = field(default_factory=deque)
+    queued: int = 0  # characters in `queue`
     arrived: asyncio.Event = field(default_factory=asyncio.Event)  # (one run) queue not empty
     dropped: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -129,6 +131,7 @@ class Hub:
         # The shared log of clients of every run: `_log[0]` is at position `_start`.
         self._log: list[Encoded] = []
         self._start = 0
+        self._log_size = 0  # characters in `_log`
         self._chunks: dict[int, Chunk] = {}  # from a position to the head, this round
         self._published = asyncio.Event()  # replaced after each wake: set once per round
         self._wake = asyncio.Event()
@@ -216,11 +219,13 @@ class Hub:
         encoded = encode(message)
         if self._everyone:
             self._log.append(encoded)
-            if len(self._log) >= 2 * self.queue_size:
+            self._log_size += len(encoded.text)
+            if len(self._log) >= 2 * self.queue_size or self._log_size >= 2 * QUEUE_BYTES:
                 self._trim()
         for subscriber in list(self._by_run.get(str(message.get("run_id")), ())):
             subscriber.queue.append(encoded)
-            if len(subscriber.queue) > self.queue_size:
+            subscriber.queued += len(encoded.text)
+            if len(subscriber.queue) > self.queue_size or subscriber.queued > QUEUE_BYTES:
                 self._drop(subscriber)
             else:
                 subscriber.arrived.set()
@@ -231,6 +236,7 @@ class Hub:
         if not self._everyone:
             self._log.clear()
             self._start = 0
+            self._log_size = 0
             return
         head = self._start + len(self._log)
         for subscriber in [s for s in self._everyone if head - s.position > self.queue_size]:
@@ -240,10 +246,16 @@ class Hub:
         published.set()
 
     def _trim(self) -> None:
-        """Forget the log's older half; clients that had not read it are dropped."""
-        cut = len(self._log) - self.queue_size
+        """Forget the log's older part (past `queue_size` messages or `QUEUE_BYTES`); clients
+        that had not read it are dropped."""
+        cut = max(0, len(self._log) - self.queue_size)
+        kept = sum(len(m.text) for m in self._log[cut:])
+        while kept > QUEUE_BYTES and cut < len(self._log) - 1:
+            kept -= len(self._log[cut].text)
+            cut += 1
         self._start += cut
         del self._log[:cut]
+        self._log_size = kept
         for subscriber in [s for s in self._everyone if s.position < self._start]:
             self._drop(subscriber)
 
@@ -260,6 +272,7 @@ class Hub:
                 if subscriber.queue:
                     taken = Chunk(subscriber.queue)
                     subscriber.queue.clear()
+                    subscriber.queued = 0
                     return taken
                 subscriber.arrived.clear()
                 await subscriber.arrived.wait()
