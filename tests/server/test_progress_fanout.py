@@ -4,8 +4,14 @@ before the feed publishes them, a task's text leaves as one message of bounded s
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
+import time
+import warnings
 from pathlib import Path
+
+from tests.server.conftest import ServerFactory
+from tests.server.test_fanout import stalled_client
 
 from interlock.server.hub import PROGRESS_CHARS, QUEUE_BYTES, Hub
 from interlock.storage import open_store
@@ -54,3 +60,35 @@ def test_a_watcher_that_does_not_read_is_dropped_by_size_too(tmp_path: Path) -> 
     one, every, log_size = asyncio.run(main())
     assert one and every
     assert log_size <= 2 * QUEUE_BYTES
+
+
+def test_a_watcher_that_stopped_reading_does_not_hold_the_shutdown(
+    make_server: ServerFactory,
+) -> None:
+    """A stream client that stopped reading while streamed text filled every buffer on the way
+    does not keep the server from stopping (and handing its leases back): it had held the
+    shutdown for ever."""
+    server = make_server()
+    port = int(server.url.rsplit(":", 1)[1])
+    stalled = stalled_client(port)
+    deadline = time.monotonic() + 10
+    while not server.service.hub._everyone and time.monotonic() < deadline:
+        time.sleep(0.01)
+    (stuck,) = server.service.hub._everyone
+    for number in range(2000):
+        server.service.hub.on_progress("some-run", str(number), "x" * PROGRESS_CHARS)
+        if stuck.dropped.is_set():
+            break
+        time.sleep(0.001)
+    assert stuck.dropped.is_set()
+    with warnings.catch_warnings():
+        # Cancelled after the grace period, uvicorn leaves the stuck connection's transport to
+        # the process's end: here, to the collector.
+        warnings.simplefilter("ignore", ResourceWarning)
+        server.stop()  # waits up to 20 s
+        stalled.close()
+        state = server.server.server_state
+        state.connections.clear()
+        state.tasks.clear()
+        gc.collect()
+    assert not server.thread.is_alive()
