@@ -194,10 +194,14 @@ def test_the_limits_are_set_per_model_in_interlock_toml(tmp_path: Path, server: 
     )
     assert "max_line_bytes" not in str(small.identity())  # not part of the fingerprint
     server.fail_next(Fault(endless=True))
-    provider = ProviderRegistry(sleep=RecordingSleep()).build(small, config)
+    registry = ProviderRegistry(sleep=RecordingSleep())
+    provider = registry.build(small, config)
 
     async def call() -> None:
-        await provider.complete(request(alias="small", timeout=60))
+        try:
+            await provider.complete(request(alias="small", timeout=60))
+        finally:
+            await registry.aclose()
 
     with pytest.raises(AnswerTooLarge) as failure:
         asyncio.run(call())
