@@ -174,6 +174,17 @@ class CliAgentProvider:
             await asyncio.wait_for(process.wait(), timeout=self._grace)
         _signal_group(process.pid, signal.SIGKILL)
         await process.wait()
+        # A pipe whose reader stopped (too much output) is closed only once its end is read.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(_discard(process), DRAIN_S)
+
+
+async def _discard(process: asyncio.subprocess.Process) -> None:
+    """Read what is left on the process's pipes until they end."""
+    for stream in (process.stdout, process.stderr):
+        if stream is not None:
+            while await stream.read(1 << 16):
+                pass
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -47,7 +47,7 @@ def serve(config: ServerConfig, *, log_level: str = "warning") -> None:
     server.run(sockets=[sock])
 
 
-SHUTDOWN_GRACE_S = 10.0
+SHUTDOWN_GRACE_S = 10  # seconds
 
 
 def uvicorn_config(app: Any, config: ServerConfig, *, log_level: str = "warning") -> Any:
