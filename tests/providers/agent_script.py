@@ -24,6 +24,10 @@ def main() -> int:
     if mode == "fail":
         sys.stderr.write("noise\n" * 1000 + "fatal: model quota exhausted\n")
         return 3
+    if mode == "flood":  # print without end, as a runaway agent does
+        line = "x" * 1000 + "\n"
+        while True:
+            sys.stdout.write(line)
     if mode == "silent":
         return 0
     if mode == "env":  # print the environment it was given

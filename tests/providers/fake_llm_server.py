@@ -57,6 +57,12 @@ class Fault:
     # is what the model says before its calls.
     tool_calls: list[tuple[str, Any]] | None = None
     tool_text: str = ""
+    # Send one `data:` line of this many bytes that never ends, then close the connection.
+    long_line: int = 0
+    # Stream valid text deltas without end, until the client goes away.
+    endless: bool = False
+    # With `status`: an error body that never ends.
+    endless_body: bool = False
 
 
 @dataclass
@@ -199,6 +205,12 @@ class Handler(BaseHTTPRequestHandler):
                 state.stopping.wait(fault.delay)
             if fault.echo is not None and fault.echo != "stream":
                 return self._echo(headers, fault.echo)
+            if fault.endless_body:
+                return self._endless_error(fault.status or 400)
+            if fault.long_line:
+                return self._long_line(fault.long_line)
+            if fault.endless:
+                return self._endless(self.path == "/v1/messages")
             if self.path == "/v1/chat/completions":
                 self._openai(state, headers, body, fault)
             elif self.path == "/v1/messages":
@@ -258,6 +270,41 @@ class Handler(BaseHTTPRequestHandler):
             "headers": {"Authorization": headers.get("authorization", "")},
         }
         self._json(400, {"error": error})
+
+    def _endless_error(self, status: int) -> None:
+        """An error answer whose body goes on until the client stops reading."""
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self._done()
+        self.wfile.write(b'{"error": {"message": "')
+        block = b"e" * 65536
+        while not self.server.state.stopping.is_set():
+            self.wfile.write(block)
+
+    def _long_line(self, size: int) -> None:
+        """One data line of `size` bytes that never ends; then the connection closes."""
+        self._start_stream()
+        self._done()
+        self.wfile.write(b'data: {"x": "')
+        block = b"a" * 65536
+        for _ in range(0, size, len(block)):
+            self.wfile.write(block)
+
+    def _endless(self, anthropic: bool) -> None:
+        """Valid text deltas, without end, until the client goes away."""
+        self._start_stream()
+        self._done()
+        if anthropic:
+            delta = {"type": "content_block_delta", "index": 0,
+                     "delta": {"type": "text_delta", "text": "word " * 20}}  # fmt: skip
+            event = f"event: content_block_delta\ndata: {json.dumps(delta)}\n\n"
+        else:
+            choice = {"index": 0, "delta": {"content": "word " * 20}, "finish_reason": None}
+            event = f"data: {json.dumps({'model': 'gpt-test', 'choices': [choice]})}\n\n"
+        batch = (event * 64).encode()
+        while not self.server.state.stopping.is_set():
+            self.wfile.write(batch)
 
     def _cut(self, fault: Fault) -> None:
         """End a stream part-way: in order, or with a reset when the fault says so."""

@@ -56,8 +56,10 @@ def count(text: str) -> int:
 
 @server.tool()
 def crash() -> str:
-    """Exit the server process at once."""
+    """Write 2 MB of noise and a last line to stderr, then exit the server process at once."""
     sys.stdout.flush()
+    sys.stderr.write("noise " * 350_000 + "\nlast words: crashed on purpose\n")
+    sys.stderr.flush()
     os._exit(3)
 
 

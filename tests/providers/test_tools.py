@@ -158,7 +158,8 @@ def test_a_tool_server_that_exits_mid_loop_fails_the_attempt_saying_so(
     tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A server that exits while a call runs fails the attempt (retryable, its spend
-    recorded) naming the server and the tool; the transcript keeps the call."""
+    recorded) naming the server and the tool, quoting the end of its 2 MB of stderr; the
+    transcript keeps the call."""
     server.fail_next(Fault(tool_calls=[("crash", {})]))
     project = make_project(tmp_path, server, monkeypatch)
     app = app_for(project)
@@ -167,6 +168,7 @@ def test_a_tool_server_that_exits_mid_loop_fails_the_attempt_saying_so(
     failed = failure(app, state.run_id)
     assert "tool server" in failed["error"] and "mcp_server.py" in failed["error"]
     assert "exited while tool 'crash' was running" in failed["error"]
+    assert failed["error"].endswith("last words: crashed on purpose")
     assert failed["retryable"] is True and failed["usage"]["input_tokens"] == 1000
     assert "## Call `crash`" in transcript(app, state.run_id)
 

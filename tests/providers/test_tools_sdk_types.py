@@ -223,7 +223,7 @@ def test_anthropic_sdk_tool_use_events_and_messages_parse_into_calls() -> None:
     assert "".join(state.parts) == "Adding." and state.stop_reason == "tool_use"
     assert state.tool_calls() == (ToolCall(id="toolu_1", name="add", arguments='{"a": 2, "b": 3}'),)
     thinking = {"type": "thinking", "thinking": "Sum", "signature": "s1"}
-    assert state.thinking == {0: thinking}
+    assert state.thinking_blocks() == (thinking,)
     turn = ToolTurn(
         text="Adding.",
         calls=state.tool_calls(),

@@ -6,7 +6,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from interlock.providers.base import (
@@ -17,6 +17,7 @@ from interlock.providers.base import (
     TokenCallback,
     ToolCall,
 )
+from interlock.providers.bounds import AnswerMeter, AnswerTooLarge
 from interlock.providers.prompt import estimate_tokens
 from interlock.providers.redaction import Secret
 from interlock.providers.request import anthropic_body, headers_for, streaming
@@ -47,6 +48,36 @@ class _Stream:
     # tool_use blocks by their index: id, name, the input given whole and the JSON fragments.
     uses: dict[int, dict[str, Any]] = field(default_factory=dict)
     thinking: dict[int, dict[str, Any]] = field(default_factory=dict)  # blocks by index
+    # The thinking and signature fragments of each block, joined once at the end: adding
+    # each fragment to the text so far would copy it again per fragment.
+    thoughts: dict[int, dict[str, list[str]]] = field(default_factory=dict)
+    meter: AnswerMeter | None = None  # counts what is kept, against max_answer_bytes
+
+    def keep(self, text: str) -> str:
+        """`text`, counted against the answer's limit before it is kept."""
+        return text if self.meter is None else self.meter.add(text)
+
+    def start_block(self, entry: dict[str, Any]) -> dict[str, Any]:
+        """A new block's entry, counted (at least `_BLOCK_ENTRY`) against the limit."""
+        if self.meter is not None:
+            self.meter.count(_BLOCK_ENTRY + len(json.dumps(entry, default=str)))
+        return entry
+
+    def add_thought(self, index: Any, key: str, text: str) -> None:
+        """One thinking or signature fragment of the block at `index`."""
+        if index in self.thinking:
+            parts = self.thoughts.setdefault(index, {})
+            parts.setdefault(key, []).append(self.keep(text))
+
+    def thinking_blocks(self) -> tuple[dict[str, Any], ...]:
+        """The thinking blocks in order, each with its streamed fragments joined."""
+        blocks = []
+        for index, block in sorted(self.thinking.items()):
+            joined = dict(block)
+            for key, parts in self.thoughts.get(index, {}).items():
+                joined[key] = str(block.get(key) or "") + "".join(parts)
+            blocks.append(joined)
+        return tuple(blocks)
 
     def tool_calls(self) -> tuple[ToolCall, ...]:
         """The calls the model asked for, in order."""
@@ -64,6 +95,11 @@ class _Stream:
         reported = anthropic_cache(usage)
         if reported is not None:
             self.cache_read_tokens, self.cache_write_tokens = reported
+
+
+# What a new content block counts against max_answer_bytes besides what it holds: a stream
+# of empty blocks with new indexes must not grow without bound either.
+_BLOCK_ENTRY = 256
 
 
 class AnthropicProvider:
@@ -120,7 +156,9 @@ class AnthropicProvider:
         estimate = estimate_tokens(request.system) + estimate_tokens(request.prompt)
         estimate += self._max_tokens(request)
 
-        arrived = _Stream()  # what the stream brought so far, also when it is stopped
+        limits = self._resolved.limits
+        # What the stream brought so far, also when it is stopped.
+        arrived = _Stream(meter=AnswerMeter(limits, self.name))
 
         async def consume(events: AsyncIterator[ServerSentEvent]) -> _Stream:
             return await _read_stream(self.name, events, on_token, arrived)
@@ -140,11 +178,19 @@ class AnthropicProvider:
                     secret=self._api_key,
                     consume=consume,
                     parse=parse,
+                    limits=limits,
                 )
         except asyncio.CancelledError as stopped:
             if not arrived.began:
                 raise
             raise CallStopped(self._result(request, arrived, started)) from stopped
+        except AnswerTooLarge as exc:
+            if not arrived.began:
+                raise
+            # What arrived was generated, and is paid for: the failure carries its cost.
+            result = self._result(request, arrived, started)
+            spent = replace(result, text="", tool_calls=(), thinking=())
+            raise AnswerTooLarge(str(exc), answered=spent) from None
         limiter.settle(estimate, stream.input_tokens + stream.output_tokens)
         return self._result(request, stream, started)
 
@@ -175,7 +221,7 @@ class AnthropicProvider:
             cache_write_tokens=stream.cache_write_tokens,
             extra=extra,
             tool_calls=stream.tool_calls(),
-            thinking=tuple(block for _, block in sorted(stream.thinking.items())),
+            thinking=stream.thinking_blocks(),
         )
 
 
@@ -247,24 +293,23 @@ async def _read_stream(
             block = payload.get("content_block") or {}
             index = payload.get("index", -1)
             if block.get("type") == "tool_use":
-                state.uses[index] = _use(block)
+                state.uses[index] = state.start_block(_use(block))
             elif block.get("type") in _THINKING:
-                state.thinking[index] = dict(block)
+                state.thinking[index] = state.start_block(dict(block))
         elif kind == "content_block_delta":
             delta = payload.get("delta", {})
             if delta.get("type") == "text_delta" and delta.get("text"):
-                state.parts.append(delta["text"])
+                state.parts.append(state.keep(delta["text"]))
                 if on_token is not None:
                     on_token(delta["text"])
             elif delta.get("type") == "input_json_delta":
                 use = state.uses.get(payload.get("index", -1))
                 if use is not None and isinstance(delta.get("partial_json"), str):
-                    use["parts"].append(delta["partial_json"])
+                    use["parts"].append(state.keep(delta["partial_json"]))
             elif delta.get("type") in ("thinking_delta", "signature_delta"):
-                thought = state.thinking.get(payload.get("index", -1))
                 key = "thinking" if delta["type"] == "thinking_delta" else "signature"
-                if thought is not None and isinstance(delta.get(key), str):
-                    thought[key] = str(thought.get(key) or "") + delta[key]
+                if isinstance(delta.get(key), str):
+                    state.add_thought(payload.get("index", -1), key, delta[key])
         elif kind == "message_delta":
             state.stop_reason = payload.get("delta", {}).get("stop_reason") or state.stop_reason
             usage = payload.get("usage", {})

@@ -5,6 +5,9 @@ inside its arguments are replaced: ``{prompt}``, ``{system}`` and ``{model}``. W
 ``{prompt}`` placeholder the prompt is written to stdin; without ``{system}`` the system
 message is put in front of the prompt. Standard output is the document.
 
+What it prints is bounded by the alias's ``max_answer_bytes``: past it, the agent is stopped
+and the attempt fails, naming the key that raises it.
+
 The process runs in its own process group so that a timeout kills the tool and anything it
 started. POSIX only.
 
@@ -22,6 +25,7 @@ import os
 import signal
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from interlock.providers.base import (
     ModelRequest,
@@ -30,6 +34,7 @@ from interlock.providers.base import (
     ProviderTimeout,
     TokenCallback,
 )
+from interlock.providers.bounds import AnswerMeter
 from interlock.providers.cli_env import allowed_env
 from interlock.providers.limits import ProviderLimiter
 from interlock.providers.prompt import estimate_tokens
@@ -102,8 +107,9 @@ class CliAgentProvider:
             await self._limiter.admit(input_tokens)
             process = await self._start(argv, stdin_text is not None)
             try:
+                meter = AnswerMeter(self._resolved.limits, self.name, f"what {argv[0]} printed")
                 text, stderr_tail, code = await asyncio.wait_for(
-                    _communicate(process, stdin_text, on_token), timeout=request.timeout
+                    _communicate(process, stdin_text, on_token, meter), timeout=request.timeout
                 )
             except TimeoutError:
                 await self._kill_group(process)
@@ -168,6 +174,17 @@ class CliAgentProvider:
             await asyncio.wait_for(process.wait(), timeout=self._grace)
         _signal_group(process.pid, signal.SIGKILL)
         await process.wait()
+        # A pipe whose reader stopped (too much output) is closed only once its end is read.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(_discard(process), DRAIN_S)
+
+
+async def _discard(process: asyncio.subprocess.Process) -> None:
+    """Read what is left on the process's pipes until they end."""
+    for stream in (process.stdout, process.stderr):
+        if stream is not None:
+            while await stream.read(1 << 16):
+                pass
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
@@ -177,18 +194,24 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
 
 
 async def _communicate(
-    process: asyncio.subprocess.Process, stdin_text: str | None, on_token: TokenCallback | None
+    process: asyncio.subprocess.Process,
+    stdin_text: str | None,
+    on_token: TokenCallback | None,
+    meter: AnswerMeter | None = None,
 ) -> tuple[str, str, int]:
     """Feed stdin, stream stdout to `on_token`, keep the stderr tail; return all three.
 
     The agent's exit decides: a helper it started that still holds stdout open does not
     keep the call waiting. What was printed is read for `DRAIN_S` more, then the agent's
     process group is killed and what was read is the answer.
+
+    Raises:
+        AnswerTooLarge: The agent printed more than `meter` allows (it is not waited for).
     """
     assert process.stdout is not None and process.stderr is not None
     text: list[str] = []
     tail: list[bytes] = [b""]
-    stdout_task = asyncio.ensure_future(_read_stdout(process.stdout, on_token, text))
+    stdout_task = asyncio.ensure_future(_read_stdout(process.stdout, on_token, text, meter))
     stderr_task = asyncio.ensure_future(_read_tail(process.stderr, tail))
     readers = asyncio.gather(stdout_task, stderr_task)
     try:
@@ -199,7 +222,7 @@ async def _communicate(
                 process.stdin.close()
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the agent does not read stdin; its exit status tells the rest
-        code = await exited(process)
+        code = await _exit_unless_failed(process, stdout_task)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(readers), DRAIN_S)
         # Helpers the agent left behind would keep the pipes open forever.
@@ -212,6 +235,23 @@ async def _communicate(
             task.cancel()
         with contextlib.suppress(BaseException):
             await readers
+
+
+async def _exit_unless_failed(
+    process: asyncio.subprocess.Process, reader: asyncio.Future[None]
+) -> int:
+    """The exit status, or the failure of `reader` (too much output) as soon as it fails."""
+    waiter = asyncio.ensure_future(exited(process))
+    either: set[asyncio.Future[Any]] = {waiter, reader}
+    try:
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        if reader.done() and not reader.cancelled():
+            failure = reader.exception()
+            if failure is not None:
+                raise failure
+        return await waiter
+    finally:
+        waiter.cancel()
 
 
 async def exited(process: asyncio.subprocess.Process) -> int:
@@ -228,13 +268,16 @@ async def exited(process: asyncio.subprocess.Process) -> int:
 
 
 async def _read_stdout(
-    stream: asyncio.StreamReader, on_token: TokenCallback | None, parts: list[str]
+    stream: asyncio.StreamReader,
+    on_token: TokenCallback | None,
+    parts: list[str],
+    meter: AnswerMeter | None = None,
 ) -> None:
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     while chunk := await stream.read(4096):
         text = decoder.decode(chunk)
         if text:
-            parts.append(text)
+            parts.append(text if meter is None else meter.add(text))
             if on_token is not None:
                 on_token(text)
     parts.append(decoder.decode(b"", final=True))

@@ -46,6 +46,8 @@ File format::
     output_price_per_mtok = 15.0
     context_tokens = 200000
     max_output_tokens = 8192           # optional
+    max_line_bytes = 1048576           # longest line of its event stream (default 1 MiB)
+    max_answer_bytes = 33554432        # largest answer one call keeps (default 32 MiB)
     # Request settings (each optional; see interlock.core.params and the README's Models):
     # temperature, top_p, seed, stop, reasoning_effort, thinking_budget, timeout, stream,
     # cache_prompt, extra_body = {...}, headers = {...}
@@ -229,6 +231,7 @@ class ModelConfig:
             api_key_env=settings.api_key_env,
             secrets_file=self.secrets_file,
             settings=entry.settings(),
+            limits=entry.limits(alias),
         )
 
     def missing_models(self, aliases: Iterable[str]) -> list[str]:

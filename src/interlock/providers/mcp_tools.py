@@ -21,7 +21,7 @@ import tempfile
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from interlock.core.tools import ToolServer
 from interlock.providers.base import ProviderError, ToolCall, ToolResult, ToolSpec
@@ -47,7 +47,7 @@ def sdk_missing() -> str | None:
 class _Server:
     """One connected server: its client, its settings and where its stderr goes."""
 
-    def __init__(self, server: ToolServer, client: Client, errlog: IO[str] | None) -> None:
+    def __init__(self, server: ToolServer, client: Client, errlog: TextIO | None) -> None:
         self.server = server
         self.client = client
         self.errlog = errlog
@@ -57,8 +57,11 @@ class _Server:
         if self.errlog is None:
             return ""
         self.errlog.flush()
-        self.errlog.seek(0)
-        text = self.errlog.read().strip()
+        # Only the tail is read: a server may have written gigabytes.
+        raw = self.errlog.buffer
+        size = raw.seek(0, os.SEEK_END)
+        raw.seek(max(0, size - 4 * _STDERR_TAIL))
+        text = raw.read().decode("utf-8", errors="replace").strip()
         return f"; it wrote: {text[-_STDERR_TAIL:]}" if text else ""
 
 
@@ -114,10 +117,13 @@ class Toolbox:
         from mcp import Client, StdioServerParameters
         from mcp.client.stdio import stdio_client
 
-        errlog: IO[str] | None = None
+        errlog: TextIO | None = None
         if server.mcp is not None:
-            errlog = self._stack.enter_context(
-                tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115 (the stack closes it)
+            errlog = cast(
+                TextIO,
+                self._stack.enter_context(
+                    tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115 (the stack closes it)
+                ),
             )
             params = StdioServerParameters(
                 command=server.mcp[0],

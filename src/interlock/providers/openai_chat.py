@@ -11,7 +11,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -24,6 +24,7 @@ from interlock.providers.base import (
     TokenCallback,
     ToolCall,
 )
+from interlock.providers.bounds import AnswerMeter, AnswerTooLarge
 from interlock.providers.prompt import estimate_tokens
 from interlock.providers.redaction import Secret
 from interlock.providers.request import headers_for, openai_body, streaming
@@ -31,6 +32,10 @@ from interlock.providers.settings import ResolvedModel
 from interlock.providers.sse import ServerSentEvent
 from interlock.providers.transport import HttpEndpoint
 from interlock.providers.usage import openai_details
+
+# What a new tool call's entry counts against max_answer_bytes, however little it holds: a
+# stream of empty calls with new indexes must not grow without bound either.
+_CALL_ENTRY = 256
 
 
 @dataclass
@@ -44,15 +49,22 @@ class _Stream:
     began: bool = False  # the server started answering
     # Tool calls by their index in the answer: id, name and the argument fragments so far.
     calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    meter: AnswerMeter | None = None  # counts what is kept, against max_answer_bytes
+
+    def keep(self, text: str) -> str:
+        """`text`, counted against the answer's limit before it is kept."""
+        return text if self.meter is None else self.meter.add(text)
 
     def add_call(self, index: int, part: dict[str, Any]) -> None:
         """Fold one `tool_calls` entry (whole, or a streamed fragment) into the calls."""
+        if index not in self.calls and self.meter is not None:
+            self.meter.count(_CALL_ENTRY)
         call = self.calls.setdefault(index, {"id": "", "name": "", "arguments": []})
         function = part.get("function") or {}
-        call["id"] = call["id"] or part.get("id") or ""
-        call["name"] = call["name"] or function.get("name") or ""
+        call["id"] = call["id"] or self.keep(part.get("id") or "")
+        call["name"] = call["name"] or self.keep(function.get("name") or "")
         if isinstance(function.get("arguments"), str):
-            call["arguments"].append(function["arguments"])
+            call["arguments"].append(self.keep(function["arguments"]))
 
     def tool_calls(self) -> tuple[ToolCall, ...]:
         """The calls the model asked for, in order (an id made up when a server sent none)."""
@@ -116,7 +128,9 @@ class OpenAIChatProvider:
         estimate = estimate_tokens(request.system) + estimate_tokens(request.prompt)
         estimate += request.max_output_tokens or self._resolved.max_output_tokens or 0
 
-        arrived = _Stream()  # what the stream brought so far, also when it is stopped
+        limits = self._resolved.limits
+        # What the stream brought so far, also when it is stopped.
+        arrived = _Stream(meter=AnswerMeter(limits, self.name))
 
         async def consume(events: AsyncIterator[ServerSentEvent]) -> _Stream:
             return await _read_stream(self.name, events, on_token, arrived)
@@ -136,12 +150,20 @@ class OpenAIChatProvider:
                     secret=self._api_key,
                     consume=consume,
                     parse=parse,
+                    limits=limits,
                 )
         except asyncio.CancelledError as stopped:
             if not arrived.began:
                 raise
             arrived.finish_reason = arrived.finish_reason if arrived.usage else "stopped"
             raise CallStopped(self._result(request, arrived, started)) from stopped
+        except AnswerTooLarge as exc:
+            if not arrived.began:
+                raise
+            # What arrived was generated, and is paid for: the failure carries its cost.
+            arrived.finish_reason = "stopped"
+            spent = replace(self._result(request, arrived, started), text="", tool_calls=())
+            raise AnswerTooLarge(str(exc), answered=spent) from None
         result = self._result(request, stream, started)
         limiter.settle(estimate, result.input_tokens + result.output_tokens)
         return result
@@ -226,7 +248,7 @@ async def _read_stream(
             delta = choice.get("delta") or {}
             content = delta.get("content")
             if content:
-                state.parts.append(content)
+                state.parts.append(state.keep(content))
                 if on_token is not None:
                     on_token(content)
             for number, call in enumerate(delta.get("tool_calls") or []):

@@ -16,6 +16,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from interlock.core.params import RequestSettings
+from interlock.providers.bounds import (
+    DEFAULT_MAX_ANSWER_BYTES,
+    DEFAULT_MAX_LINE_BYTES,
+    AnswerLimits,
+)
 
 ProviderKind = Literal["openai", "anthropic", "cli", "offline"]
 
@@ -125,11 +130,23 @@ class ModelEntry(RequestSettings):
     cache_write_price_per_mtok: float | None = Field(default=None, ge=0)
     reasoning_price_per_mtok: float | None = Field(default=None, ge=0)
     context_tokens: int | None = Field(default=None, gt=0)
+    # What one call may bring back (`interlock.providers.bounds`): the longest line of its
+    # event stream, and the largest answer it keeps. Not request settings: nothing is sent.
+    max_line_bytes: int = Field(default=DEFAULT_MAX_LINE_BYTES, ge=1024)
+    max_answer_bytes: int = Field(default=DEFAULT_MAX_ANSWER_BYTES, ge=1024)
 
     def prices(self) -> dict[str, float]:
         """The prices this table sets, by field name."""
         return {k: v for k, v in self.model_dump().items() if k.endswith("_price_per_mtok")
                 and v is not None}  # fmt: skip
+
+    def limits(self, alias: str) -> AnswerLimits:
+        """The bounds of every call to `alias`."""
+        return AnswerLimits(
+            max_line_bytes=self.max_line_bytes,
+            max_answer_bytes=self.max_answer_bytes,
+            table=f"[models.{alias}]",
+        )
 
     def settings(self) -> RequestSettings:
         """The request settings this table gives."""
@@ -164,6 +181,7 @@ class ResolvedModel:
         offline_fallback: True when no configuration exists and the offline provider was
             chosen for that reason; the runtime should warn.
         settings: The request settings of its calls (the alias's, under a worker's `params`).
+        limits: What one call may bring back (``max_line_bytes``, ``max_answer_bytes``).
     """
 
     alias: str
@@ -182,6 +200,11 @@ class ResolvedModel:
     secrets_file: Path | None = None
     offline_fallback: bool = False
     settings: RequestSettings = field(default_factory=RequestSettings)
+    limits: AnswerLimits = field(default_factory=AnswerLimits)
+
+    def __post_init__(self) -> None:
+        if self.limits.table == AnswerLimits.table:  # the defaults: name this alias's table
+            object.__setattr__(self, "limits", replace(self.limits, table=f"[models.{self.alias}]"))
 
     def with_params(self, params: RequestSettings | None) -> ResolvedModel:
         """This model with a worker's `params` laid over the alias's settings."""

@@ -26,6 +26,7 @@ import aiohttp
 import orjson
 
 from interlock.providers.base import ProviderError, ProviderTimeout
+from interlock.providers.bounds import ERROR_BODY_BYTES, AnswerLimits
 from interlock.providers.limits import ProviderLimiter
 from interlock.providers.redaction import Secret, join_url, remember, safe_url, scrub
 from interlock.providers.retry import (
@@ -34,7 +35,7 @@ from interlock.providers.retry import (
     is_retryable_status,
     retry_after_of,
 )
-from interlock.providers.sse import ServerSentEvent, events_of
+from interlock.providers.sse import EventTooLarge, ServerSentEvent, events_of
 
 logger = logging.getLogger("interlock.providers")
 
@@ -206,22 +207,26 @@ class HttpEndpoint:
         secret: Secret | None,
         consume: EventConsumer[T],
         parse: AnswerParser[T] | None = None,
+        limits: AnswerLimits | None = None,
     ) -> T:
         """POST `body` to `path`, retrying before the stream starts, and consume the events
         (or, when the server answers with one JSON document, `parse` it).
 
         Every failure raised here, the consumer's included (an error event inside the
-        stream), has the key masked from its message.
+        stream), has the key masked from its message. `limits` bound the stream's lines and
+        a JSON answer's body (the consumer bounds what it keeps of the answer).
 
         Raises:
             ProviderTimeout: The call did not finish within `timeout` seconds.
+            AnswerTooLarge: A line of the stream, or a JSON answer, passed its limit.
             ProviderError: The provider refused the request or the stream broke.
         """
         remember(secret)
         try:
             return await self._stream(
-                path, headers, body, timeout, estimated_tokens, consume, parse
-            )
+                path, headers, body, timeout, estimated_tokens, consume, parse,
+                limits or AnswerLimits(),
+            )  # fmt: skip
         except ProviderTimeout as exc:
             raise ProviderTimeout(scrub(str(exc), [secret])) from None
         except ProviderError as exc:
@@ -236,6 +241,7 @@ class HttpEndpoint:
         estimated_tokens: int,
         consume: EventConsumer[T],
         parse: AnswerParser[T] | None,
+        limits: AnswerLimits,
     ) -> T:
         url, shown = self._urls(path)
         deadline = time.monotonic() + timeout
@@ -265,16 +271,21 @@ class HttpEndpoint:
                         success = 200 <= response.status < 300
                         if success and parse is not None and _is_json(response):
                             started = True
-                            return parse(_json_answer(self.name, await response.read()))
+                            raw = await _read_at_most(response, limits.max_answer_bytes)
+                            if raw is None:
+                                raise limits.answer_too_large(self.name, "the JSON answer")
+                            return parse(_json_answer(self.name, raw))
                         if success:
                             started = True
                             _check_event_stream(response)
                             # aclosing: consumers may stop early (at [DONE]), and the
                             # generator must be closed while the response is still open.
                             chunks = response.content.iter_any()
-                            async with aclosing(events_of(chunks)) as events:
+                            events = events_of(chunks, max_line_bytes=limits.max_line_bytes)
+                            async with aclosing(events):
                                 return await consume(events)
-                        raw = await response.read()
+                        # Only the message of an error is shown: its start is enough.
+                        raw = await _read_at_most(response, ERROR_BODY_BYTES, cut=True) or b""
                         status = response.status
                         retry_after = retry_after_of(response.headers)
                         failure = ProviderError(
@@ -287,6 +298,8 @@ class HttpEndpoint:
                 raise ProviderTimeout(
                     f"{self.name}: no complete answer within {timeout:g}s from {shown}"
                 ) from None
+            except EventTooLarge:
+                raise limits.line_too_long(self.name) from None
             except NotAnEventStream as exc:
                 raise ProviderError(
                     f"{self.name}: {shown} did not answer with an event stream ({exc})",
@@ -354,6 +367,26 @@ def _encode(body: dict[str, Any]) -> bytes:
         return orjson.dumps(body)
     except TypeError:  # orjson.JSONEncodeError is a TypeError
         return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+async def _read_at_most(
+    response: aiohttp.ClientResponse, limit: int, *, cut: bool = False
+) -> bytes | None:
+    """The body, read as it arrives; None once it passes `limit` bytes (or, with `cut`, its
+    first `limit` bytes). What was not read is never buffered: the connection is dropped."""
+    declared = response.content_length
+    if declared is not None and declared > limit and not cut:
+        return None
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in response.content.iter_any():
+        parts.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            if not cut:
+                return None
+            break
+    return b"".join(parts)[:limit]
 
 
 def _is_json(response: aiohttp.ClientResponse) -> bool:

@@ -2,8 +2,11 @@
 loop, and the attempt's transcript.
 
 The transcript is kept beside the attempt's prompt, as ``prompts/<task>.<attempt>.tools.md``
-(so ``interlock explain --prompt`` shows it too), and rewritten after every entry: a loop that
-fails part-way leaves every call made so far on disk.
+(so ``interlock explain --prompt`` shows it too), and written as each entry arrives: a loop
+that fails part-way leaves every call made so far on disk. Entries are appended, each one's
+text shown up to `ENTRY_CHARS`, and the file stops growing at `TRANSCRIPT_CHARS` (saying so):
+a model or a tool that answers without end must not fill the disk, nor rewrite a growing file
+per entry.
 """
 
 from __future__ import annotations
@@ -19,48 +22,78 @@ from interlock.providers.mcp_tools import Toolbox
 from interlock.providers.tool_loop import Complete, run_tool_loop
 from interlock.runtime.artifacts import write_atomic
 
+ENTRY_CHARS = 64 * 1024  # of one text, call's arguments or result, in the transcript
+TRANSCRIPT_CHARS = 4 * 1024 * 1024  # of the whole transcript
+
 TOOL_KINDS = frozenset({"openai", "anthropic", "offline"})
 """Provider kinds a tool loop runs on (the offline stand-in never asks for a tool)."""
 
 
 class Transcript:
-    """The attempt's tool transcript as Markdown, rewritten as entries arrive."""
+    """The attempt's tool transcript as Markdown, appended to as entries arrive."""
 
     def __init__(self, path: Path, servers: list[str]) -> None:
         self.path = path
-        self.lines = ["# Tool servers", "", *(f"- `{s}`" for s in servers), ""]
+        self.head = "\n".join(["# Tool servers", "", *(f"- `{s}`" for s in servers), ""]) + "\n"
+        self.size = 0  # characters written; 0 until the first entry writes the file
+        self.full = False
 
     def add(self, entry: dict[str, Any]) -> None:
-        """Add one entry from the loop and write the file."""
+        """Add one entry from the loop to the file."""
+        if self.full:
+            return
+        lines: list[str] = []
         if "text" in entry:
-            self.lines += [f"# Turn {entry['turn']}: model ({entry['finish_reason']})", ""]
+            lines += [f"# Turn {entry['turn']}: model ({entry['finish_reason']})", ""]
             if entry["text"]:
-                self.lines += [entry["text"], ""]
+                lines += [_clip(entry["text"]), ""]
             for call in entry["calls"]:
-                self.lines += [
-                    f"## Call `{call['name']}` ({call['id']})",
+                lines += [
+                    f"## Call `{_clip(call['name'], 200)}` ({_clip(call['id'], 200)})",
                     "",
                     "```json",
-                    _pretty(call["arguments"]),
+                    _pretty(_clip(call["arguments"])),
                     "```",
                     "",
                 ]
         elif "fault" in entry:
-            self.lines += [f"## Fault ({entry['call']})", "", entry["fault"], ""]
+            lines += [f"## Fault ({entry['call']})", "", _clip(entry["fault"]), ""]
         else:
             heading = "Error result" if entry["is_error"] else "Result"
-            self.lines += [
+            lines += [
                 f"## {heading} of `{entry['name']}` ({entry['call']})",
                 "",
                 "```",
-                entry["result"],
+                _clip(entry["result"]),
                 "```",
                 "",
             ]
-        write_atomic(self.path, "\n".join(self.lines).encode(), durable=False)
+        text = "\n".join(lines) + "\n"
+        if self.size + len(text) > TRANSCRIPT_CHARS:
+            self.full = True
+            text = (
+                f"(The transcript stops here: it reached {TRANSCRIPT_CHARS // (1024 * 1024)} MiB. "
+                "Later turns, calls and results are not shown.)\n"
+            )
+        if not self.size:
+            text = self.head + text
+            write_atomic(self.path, text.encode(), durable=False)
+        else:
+            with self.path.open("a", encoding="utf-8") as handle:
+                handle.write(text)
+        self.size += len(text)
+
+
+def _clip(text: str, limit: int = ENTRY_CHARS) -> str:
+    """`text`, or its start with how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\n... ({len(text) - limit:,} more characters not shown)"
 
 
 def _pretty(arguments: str) -> str:
+    if len(arguments) > ENTRY_CHARS:
+        return arguments  # clipped: no longer JSON
     try:
         return json.dumps(json.loads(arguments), indent=2, ensure_ascii=False)
     except ValueError:

@@ -9,8 +9,13 @@ Fan-out costs the same whatever the number of clients: each message is encoded o
 clients of every run share one log of encoded messages, each with its own position in it (a
 client of one run has its own short queue). Each client's writer sends what arrived since its
 last send in one go, so a client costs per send, not per event. Fan-out never waits: a client
-that falls more than `queue_size` messages behind (one that stopped reading, or reads too
-slowly) is marked dropped and told so, instead of slowing anyone else down.
+that falls more than `queue_size` messages or `QUEUE_BYTES` behind (one that stopped reading,
+or reads too slowly) is marked dropped and told so, instead of slowing anyone else down.
+
+Streamed model text (`token` messages) is coalesced: what arrives for one task before the loop
+publishes it leaves as one message, of at most `PROGRESS_CHARS` characters (the rest is
+counted in `skipped`), so a model that streams without pause costs watchers a bounded number
+of messages and bytes per round, and a queue of `queue_size` messages a bounded size.
 
 Clients of the runs list take run summaries from the hub's `board` instead (see `board.py`).
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,6 +40,9 @@ from interlock.server.messages import event_message, is_final
 from interlock.storage.base import Store, StoredEvent
 
 log = logging.getLogger("interlock.server")
+
+PROGRESS_CHARS = 64 * 1024  # of streamed text per task in one token message
+QUEUE_BYTES = 8 * 1024 * 1024  # of messages a client may fall behind, besides their number
 
 PipelineOf = Callable[[RunState], Pipeline | None]
 Annotate = Callable[[StoredEvent, RunState], dict[str, Any] | None]
@@ -89,6 +98,7 @@ class Subscriber:
     run_id: str | None
     position: int = 0
     queue: deque[Encoded] = field(default_factory=deque)
+    queued: int = 0  # characters in `queue`
     arrived: asyncio.Event = field(default_factory=asyncio.Event)  # (one run) queue not empty
     dropped: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -121,10 +131,15 @@ class Hub:
         # The shared log of clients of every run: `_log[0]` is at position `_start`.
         self._log: list[Encoded] = []
         self._start = 0
+        self._log_size = 0  # characters in `_log`
         self._chunks: dict[int, Chunk] = {}  # from a position to the head, this round
         self._published = asyncio.Event()  # replaced after each wake: set once per round
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Streamed text not yet published, by (run, task): its parts, their size, and what
+        # was left out. Filled from any thread, emptied on the loop.
+        self._progress: dict[tuple[str, str], tuple[list[str], list[int]]] = {}
+        self._progress_lock = threading.Lock()
 
     def start(self) -> None:
         """Begin at the end of the feed: clients replay older events from the store."""
@@ -141,10 +156,37 @@ class Hub:
         self.wake()
 
     def on_progress(self, run_id: str, task_id: str, text: str) -> None:
-        """Orchestrator progress listener: a streamed model fragment (never recorded)."""
-        message = {"type": "token", "run_id": run_id, "task_id": task_id, "text": text}
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._publish_now, message)
+        """Orchestrator progress listener: a streamed model fragment (never recorded).
+
+        Kept with the task's other fragments until the loop publishes them together; past
+        `PROGRESS_CHARS` only counted."""
+        if self._loop is None:
+            return
+        with self._progress_lock:
+            first = not self._progress
+            parts, sizes = self._progress.setdefault((run_id, task_id), ([], [0, 0]))
+            room = PROGRESS_CHARS - sizes[0]
+            if room > 0:
+                parts.append(text[:room])
+                sizes[0] += min(room, len(text))
+            sizes[1] += max(0, len(text) - max(room, 0))
+        if first:
+            self._loop.call_soon_threadsafe(self._publish_progress)
+
+    def _publish_progress(self) -> None:
+        with self._progress_lock:
+            taken, self._progress = self._progress, {}
+        for (run_id, task_id), (parts, (_, skipped)) in taken.items():
+            message: dict[str, Any] = {
+                "type": "token",
+                "run_id": run_id,
+                "task_id": task_id,
+                "text": "".join(parts),
+            }
+            if skipped:
+                message["skipped"] = skipped
+            self.publish(message)
+        self._flush()
 
     def subscribe(self, run_id: str | None) -> Subscriber:
         """Start receiving live messages (of one run, or of all)."""
@@ -177,18 +219,16 @@ class Hub:
         encoded = encode(message)
         if self._everyone:
             self._log.append(encoded)
-            if len(self._log) >= 2 * self.queue_size:
+            self._log_size += len(encoded.text)
+            if len(self._log) >= 2 * self.queue_size or self._log_size >= 2 * QUEUE_BYTES:
                 self._trim()
         for subscriber in list(self._by_run.get(str(message.get("run_id")), ())):
             subscriber.queue.append(encoded)
-            if len(subscriber.queue) > self.queue_size:
+            subscriber.queued += len(encoded.text)
+            if len(subscriber.queue) > self.queue_size or subscriber.queued > QUEUE_BYTES:
                 self._drop(subscriber)
             else:
                 subscriber.arrived.set()
-
-    def _publish_now(self, message: dict[str, Any]) -> None:
-        self.publish(message)
-        self._flush()
 
     def _flush(self) -> None:
         """Wake the writers of every-run clients once for all that was published."""
@@ -196,6 +236,7 @@ class Hub:
         if not self._everyone:
             self._log.clear()
             self._start = 0
+            self._log_size = 0
             return
         head = self._start + len(self._log)
         for subscriber in [s for s in self._everyone if head - s.position > self.queue_size]:
@@ -205,10 +246,16 @@ class Hub:
         published.set()
 
     def _trim(self) -> None:
-        """Forget the log's older half; clients that had not read it are dropped."""
-        cut = len(self._log) - self.queue_size
+        """Forget the log's older part (past `queue_size` messages or `QUEUE_BYTES`); clients
+        that had not read it are dropped."""
+        cut = max(0, len(self._log) - self.queue_size)
+        kept = sum(len(m.text) for m in self._log[cut:])
+        while kept > QUEUE_BYTES and cut < len(self._log) - 1:
+            kept -= len(self._log[cut].text)
+            cut += 1
         self._start += cut
         del self._log[:cut]
+        self._log_size = kept
         for subscriber in [s for s in self._everyone if s.position < self._start]:
             self._drop(subscriber)
 
@@ -225,6 +272,7 @@ class Hub:
                 if subscriber.queue:
                     taken = Chunk(subscriber.queue)
                     subscriber.queue.clear()
+                    subscriber.queued = 0
                     return taken
                 subscriber.arrived.clear()
                 await subscriber.arrived.wait()

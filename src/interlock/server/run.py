@@ -47,10 +47,14 @@ def serve(config: ServerConfig, *, log_level: str = "warning") -> None:
     server.run(sockets=[sock])
 
 
+SHUTDOWN_GRACE_S = 10  # seconds
+
+
 def uvicorn_config(app: Any, config: ServerConfig, *, log_level: str = "warning") -> Any:
     """How uvicorn serves `app`: HTTP/1.1 with deadlines for each request's headers and body,
     idle keep-alive connections closed after 5 s, request heads of at most 16 KiB, WebSocket
-    messages of at most 1 MiB, and no permessage-deflate: it compresses every frame once per
+    messages of at most 1 MiB, `SHUTDOWN_GRACE_S` for connections at shutdown, and no
+    permessage-deflate: it compresses every frame once per
     client (the stream's frames are shared by all clients), which cost the server more CPU
     than everything else it did for 200 watchers."""
     import uvicorn
@@ -66,4 +70,7 @@ def uvicorn_config(app: Any, config: ServerConfig, *, log_level: str = "warning"
         h11_max_incomplete_event_size=16 * 1024,
         ws_max_size=1 << 20,
         ws_per_message_deflate=False,
+        # On SIGTERM, connections get this long to finish: a stream client that stopped
+        # reading would otherwise hold the shutdown, and the hand-back of every lease, forever.
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
     )
