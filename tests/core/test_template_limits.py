@@ -144,3 +144,62 @@ def test_a_worker_raises_its_own_size_limit(tmp_path: Path) -> None:
     flow.write_text(worker + "          max_task_size: 2000000\n")
     definition = load_workflow(flow).get("p")
     assert definition.pipeline.worker("w").max_task_size == 2_000_000
+
+
+def test_a_range_past_jinjas_cap_loops_within_the_step_budget() -> None:
+    """`range(200000)` is counted against the 2,000,000 steps, not refused at 100,000 items."""
+    source = "{% for i in range(200000) %}{% endfor %}{{ range(200000) | length }}"
+    assert render_task(source, {}) == "200000"
+    assert render_task("{{ range(10**10) | last }} {{ 7 in range(10**10) }}", {}) == (
+        "9999999999 true"
+    )
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{% for i in range(10**10) %}{% endfor %}x",
+        "{{ range(10**10) | list }}",
+        "{{ range(10**8) | list }}",
+        "{{ range(10**10) | reverse | list }}",
+        "{{ range(10**10) | sum }}",
+        "{{ 'a' in range(10**10) }}",
+        "{{ range(10**30) | length }}",
+    ],
+)
+def test_a_huge_range_stops_at_the_step_limit(source: str) -> None:
+    """Each way to go through ten billion items stops at interlock's step limit, by name."""
+    said = refused(source)
+    assert "more than 2,000,000 steps" in said, said
+    assert "MAX_RANGE" not in said
+
+
+@pytest.mark.parametrize(
+    ("source", "words"),
+    [
+        ("{{ ''.__class__ }}", "it reads '__class__' of a str value, which a task template"),
+        ("{{ '{0.__class__}'.format(1) }}", "it reads '__class__' of a int value"),
+    ],
+)
+def test_a_blocked_attribute_is_refused_in_interlocks_words(source: str, words: str) -> None:
+    """The sandbox's own "access to attribute ... is unsafe" never reaches the user."""
+    with pytest.raises(TemplateProblem) as raised:
+        render_task(source, {})
+    said = str(raised.value)
+    assert said.startswith("task template cannot be rendered: ") and words in said, said
+    assert "is unsafe" not in said
+
+
+def test_check_refuses_a_huge_range_at_its_line(tmp_path: Path) -> None:
+    """`check` finds `range(10**10)` at its line; `range(200000)` passes it."""
+    flow = tmp_path / "flow.yaml"
+    head = "p:\n  phases:\n    - id: a\n      workers:\n        - role: w\n          final: true\n"
+    head += "          command: [echo, hi]\n"
+    flow.write_text(head + '          task: "{% for i in range(10**10) %}{% endfor %}x"\n')
+    with pytest.raises(WorkflowError) as raised:
+        load_workflow(flow)
+    said = str(raised.value)
+    assert "line 8: pipeline 'p', phase 'a', worker 'w': key 'task': task template passes" in said
+    assert "more than 2,000,000 steps" in said
+    flow.write_text(head + '          task: "{% for i in range(200000) %}{% endfor %}x"\n')
+    assert load_workflow(flow).definitions

@@ -20,6 +20,7 @@ from typing import Any
 
 from jinja2 import nodes
 from jinja2.compiler import CodeGenerator, Frame
+from jinja2.exceptions import SecurityError
 from jinja2.runtime import Macro
 from jinja2.sandbox import SandboxedEnvironment
 
@@ -211,9 +212,23 @@ class GuardedEnvironment(SandboxedEnvironment):
 
         return checked
 
+    def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
+        """A blocked attribute, refused in interlock's words when the template uses it."""
+        return self.undefined(
+            f"it reads {attribute!r} of a {type(obj).__name__} value, which a task template "
+            "may not read (names starting with '_' and the internals of Python objects are "
+            "blocked)",
+            name=attribute,
+            obj=obj,
+            exc=SecurityError,
+        )
+
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
         budget = _budget()
         budget.step()
+        if not __self.is_safe_callable(__obj):
+            name = getattr(__obj, "__name__", type(__obj).__name__)
+            raise SecurityError(f"it calls {name!r}, which a task template may not call")
         owner = getattr(__obj, "__self__", None)
         name = getattr(__obj, "__name__", "")
         if isinstance(owner, str):
@@ -238,6 +253,12 @@ class GuardedEnvironment(SandboxedEnvironment):
 
     def guard_iter(self, iterable: Any) -> Iterator[Any]:
         """A loop's iterable, each iteration counted."""
+        if isinstance(iterable, CountedRange):
+            return iter(iterable)  # it counts its own items
+        return self._counted(iterable)
+
+    @staticmethod
+    def _counted(iterable: Any) -> Iterator[Any]:
         budget = _budget()
         for each in iterable:
             budget.step()
@@ -361,11 +382,72 @@ def _check_filter(
         _check_printf(text, budget)
 
 
+class CountedRange:
+    """`range(...)` in a template: lazy like Python's, each item it gives counted as a step, so
+    `range(200000)` loops within the step budget and `range(10**10)` stops at its limit
+    (jinja2's sandbox refuses any range past 100,000 items instead)."""
+
+    __slots__ = ("_range",)
+
+    def __init__(self, *args: int) -> None:
+        self._range = range(*args)
+
+    @property
+    def start(self) -> int:
+        return self._range.start
+
+    @property
+    def stop(self) -> int:
+        return self._range.stop
+
+    @property
+    def step(self) -> int:
+        return self._range.step
+
+    def __iter__(self) -> Iterator[int]:
+        return GuardedEnvironment._counted(self._range)
+
+    def __reversed__(self) -> Iterator[int]:
+        return GuardedEnvironment._counted(reversed(self._range))
+
+    def __len__(self) -> int:
+        # `list()` makes room for this many items before it counts one: a range longer than
+        # the step budget could never be gone through anyway.
+        budget = _budget()
+        start, stop, step = self._range.start, self._range.stop, self._range.step
+        if (stop - start) // step > budget.limits.steps:
+            budget.step(budget.limits.steps + 1)
+        return len(self._range)
+
+    def __getitem__(self, index: Any) -> Any:
+        found = self._range[index]
+        if isinstance(found, range):
+            return CountedRange(found.start, found.stop, found.step)
+        return found
+
+    def __contains__(self, value: Any) -> bool:
+        if isinstance(value, int):
+            return value in self._range  # arithmetic, no steps
+        return any(each == value for each in self)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, CountedRange):
+            return self._range == other._range
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._range)
+
+    def __repr__(self) -> str:
+        return repr(self._range)
+
+
 def _guard_filters(environment: GuardedEnvironment) -> None:
     for name, function in list(environment.filters.items()):
         environment.filters[name] = _guarded_filter(name, function)
     # Writes paragraphs of filler text (as many as asked): nothing a task needs.
     environment.globals.pop("lipsum", None)
+    environment.globals["range"] = CountedRange
 
 
 def make_environment(**options: Any) -> GuardedEnvironment:
