@@ -62,3 +62,24 @@ def test_an_input_that_puts_not_before_past_9999_refuses_the_run(
     assert "nothing was recorded" in ran.stderr
     listed = interlock(cli_env, tmp_path, "runs")
     assert listed.returncode == 0 and "p-" not in listed.stdout
+
+
+def test_a_text_input_that_is_no_time_refuses_the_run(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`--input at=99999-01-01T00:00:00Z` for `not_before: inputs.at` is refused (exit 2)
+    before anything is recorded, the value quoted as text."""
+    flow = FLOW.replace("when: 1800000000", "at: {type: string, required: true}")
+    (tmp_path / "flow.yaml").write_text(flow.replace("KEY", "not_before: inputs.at"))
+    assert interlock(cli_env, tmp_path, "check", "flow.yaml").returncode == 0
+    ran = interlock(
+        cli_env, tmp_path, "run", "flow.yaml", "p", "-t", "x", "-i", "at=99999-01-01T00:00:00Z"
+    )
+    assert ran.returncode == 2, ran.stderr
+    assert (
+        "phase 'two', not_before: expression 'inputs.at' gave \"99999-01-01T00:00:00Z\""
+        in ran.stderr
+    )
+    assert "nothing was recorded" in ran.stderr and "StringType" not in ran.stderr
+    listed = interlock(cli_env, tmp_path, "runs")
+    assert listed.returncode == 0 and "p-" not in listed.stdout

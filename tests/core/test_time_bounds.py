@@ -85,6 +85,38 @@ def test_a_given_input_that_makes_not_before_past_9999_is_found_before_the_run()
     assert start_time("inputs.when", {"inputs": {"when": 1_800_000_000}}) == 1_800_000_000
 
 
+def test_a_given_text_that_is_no_time_is_found_before_the_run() -> None:
+    """A text input no date can be (year 99999) is a problem of the run's inputs, quoted as
+    JSON text, never as the evaluator's `StringType(...)`; check with no default passes."""
+    data = {"p": {"inputs": {"at": {"type": "string", "required": True}}, "phases": [
+        {"id": "one", "not_before": "inputs.at", "workers": [WORKER]}]}}  # fmt: skip
+    pipeline = parse_workflow(json.dumps(data), "f.json", json_only=True).get("p").pipeline
+    (problem,) = start_time_problems(pipeline, "x", {"at": "99999-01-01T00:00:00Z"})
+    assert problem.startswith(
+        "phase 'one', not_before: expression 'inputs.at' gave \"99999-01-01T00:00:00Z\": give a"
+    ), problem
+    assert start_time_problems(pipeline, "x", {"at": "2030-01-01T00:00:00Z"}) == []
+    with pytest.raises(ExpressionError) as raised:
+        start_time("inputs.n", {"inputs": {"n": [1, "a"]}})
+    assert 'gave [1, "a"]: give a timestamp' in str(raised.value)
+
+
+def test_a_condition_that_is_not_true_or_false_quotes_its_value_plainly() -> None:
+    """`gave` in a condition's error shows JSON text, not celpy's types."""
+    from interlock.core.expressions import evaluate
+
+    for source, shown in (
+        ("inputs.s", '"abc"'),
+        ("inputs.n + 1", "6"),
+        ("{'k': 1.5}", '{"k": 1.5}'),
+    ):
+        with pytest.raises(ExpressionError) as raised:
+            evaluate(source, {"inputs": {"s": "abc", "n": 5}})
+        said = str(raised.value)
+        assert f"gave {shown}, not true or false" in said, said
+        assert "Type(" not in said
+
+
 def test_an_integer_past_64_bits_is_refused_as_an_input_and_a_default() -> None:
     """Conditions compute with 64-bit integers: a larger one is refused where it is given."""
     data = {"p": {"inputs": {"n": {"type": "integer", "default": 1}}, "phases": [

@@ -167,6 +167,12 @@ def evaluate_text(source: str, context: Mapping[str, Any]) -> str:
     return json.dumps(_plain(result), sort_keys=True)
 
 
+def shown(value: Any) -> str:
+    """A CEL value as a person reads it in a message: JSON text, shortened (`"abc"`, `5`),
+    never the evaluator's own types (`StringType('abc')`)."""
+    return reads.show_value(_plain(value))
+
+
 def _plain(value: Any) -> Any:
     """A CEL value as plain JSON data."""
     from celpy import celtypes
@@ -220,4 +226,4 @@ def evaluate(source: str, context: Mapping[str, Any]) -> bool:
         raise ExpressionError(f"expression {source!r} cannot be evaluated: {problem}")
     if isinstance(result, (celtypes.BoolType, bool)):
         return bool(result)
-    raise ExpressionError(f"expression {source!r} gave {result!r}, not true or false")
+    raise ExpressionError(f"expression {source!r} gave {shown(result)}, not true or false")

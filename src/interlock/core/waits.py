@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from interlock.core import events as ev
-from interlock.core.expressions import ExpressionError, compile_expression
+from interlock.core.expressions import ExpressionError, compile_expression, shown
 from interlock.core.state import RUN_RUNNING, RunState, Waiting
 from interlock.core.timebounds import time_problem
 from interlock.core.workflow import Phase, Pipeline
@@ -232,7 +232,7 @@ def start_time(source: str, context: Mapping[str, Any]) -> float:
             raise ExpressionError(problem)
         return epoch
     raise ExpressionError(
-        f"expression {source!r} gave {value!r}: give a timestamp, RFC 3339 text with a time "
+        f"expression {source!r} gave {shown(value)}: give a timestamp, RFC 3339 text with a time "
         "zone (2026-01-31T09:00:00Z) or epoch seconds"
     )
 
@@ -265,12 +265,19 @@ def not_before_problems(where: str, pipeline: Pipeline) -> list[str]:
     defaults = {
         name: spec.default for name, spec in pipeline.inputs.items() if spec.default is not None
     }
-    return [f"{where}, {problem}" for problem in start_time_problems(pipeline, "", defaults)]
+    return [
+        f"{where}, {problem}"
+        for problem in start_time_problems(pipeline, "", defaults, every=False)
+    ]
 
 
-def start_time_problems(pipeline: Pipeline, topic: str, inputs: Mapping[str, Any]) -> list[str]:
-    """Each `not_before` that reads only the topic and inputs and gives, with these, a time
-    outside what interlock keeps: a run given such inputs is refused before it is recorded."""
+def start_time_problems(
+    pipeline: Pipeline, topic: str, inputs: Mapping[str, Any], *, every: bool = True
+) -> list[str]:
+    """Each `not_before` that reads only the topic and inputs and gives, with these, no time
+    interlock keeps (not a time, or outside 1970-9999): a run given such inputs is refused
+    before it is recorded. With `every` false (`check`, with the inputs' defaults, where an
+    input without one has no value), only a time outside the range is a problem."""
     context = {"topic": topic, "inputs": dict(inputs)}
     problems = []
     for phase in pipeline.phases:
@@ -281,6 +288,6 @@ def start_time_problems(pipeline: Pipeline, topic: str, inputs: Mapping[str, Any
                 continue  # it reads what only a run has: the run checks it
             start_time(phase.not_before, context)
         except ExpressionError as exc:
-            if "outside the times interlock keeps" in str(exc):
+            if every or "outside the times interlock keeps" in str(exc):
                 problems.append(f"phase {phase.id!r}, not_before: {exc}")
     return problems
