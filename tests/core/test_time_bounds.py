@@ -101,6 +101,17 @@ def test_a_given_text_that_is_no_time_is_found_before_the_run() -> None:
     assert 'gave [1, "a"]: give a timestamp' in str(raised.value)
 
 
+def test_a_not_before_that_cannot_be_evaluated_says_why_in_words() -> None:
+    """A misfit operation names the value it read, never CEL's tuple of internal types."""
+    with pytest.raises(ExpressionError) as raised:
+        start_time("inputs.s + 1", {"inputs": {"s": "a"}})
+    said = str(raised.value)
+    assert said == (
+        "expression 'inputs.s + 1' cannot be evaluated: the values do not fit the operation: "
+        'inputs.s = "a" (text)'
+    ), said
+
+
 def test_a_condition_that_is_not_true_or_false_quotes_its_value_plainly() -> None:
     """`gave` in a condition's error shows JSON text, not celpy's types."""
     from interlock.core.expressions import evaluate

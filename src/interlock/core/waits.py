@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from interlock.core import events as ev
+from interlock.core import reads
 from interlock.core.expressions import ExpressionError, compile_expression, shown
 from interlock.core.state import RUN_RUNNING, RunState, Waiting
 from interlock.core.timebounds import time_problem
@@ -222,9 +223,13 @@ def start_time(source: str, context: Mapping[str, Any]) -> float:
         activation = {k: json_to_cel(context[k]) for k in compiled.names if k in context}
         value = compiled.program.evaluate(activation)
     except Exception as exc:  # CEL raises its own error types; all mean "cannot evaluate"
-        raise ExpressionError(f"expression {source!r} cannot be evaluated: {exc}") from None
+        value, detail = None, exc.args[0] if exc.args else ""
+    else:
+        detail = value.args[0] if isinstance(value, CELEvalError) and value.args else ""
     if isinstance(value, CELEvalError) or value is None:
-        raise ExpressionError(f"expression {source!r} has no value")
+        # CEL's own error is a tuple of internals: say in words what is missing or misfits.
+        why = reads.why_not(compiled.tree, compiled.names, context, detail)
+        raise ExpressionError(f"expression {source!r} cannot be evaluated: {why}")
     epoch = _epoch_of(value)
     if epoch is not None:
         problem = time_problem(epoch, f"expression {source!r} gave a time that")
