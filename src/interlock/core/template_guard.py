@@ -3,7 +3,8 @@
 A template is a small program: `{{ 'x' * 10**10 }}` asks for ten gigabytes, two nested
 loops over `range(100000)` for ten billion steps, and jinja2's sandbox stops neither. Here
 every operator that can multiply a value's size (`*`, `**`, `+`, `%`, `~`), every call,
-filter and loop step is counted against a `Budget`, and what would pass a limit is refused
+filter and loop step (and each item `range()` gives: it is lazy, not capped at jinja2's
+100,000 items) is counted against a `Budget`, and what would pass a limit is refused
 before it is built, with a `TemplateLimit` that names the limit. Steps are counted, so the
 same template fails the same way everywhere (at `check` too); the runtime also passes its
 clock for a wall-clock bound. Pure: the clock is passed in.
