@@ -543,6 +543,8 @@ def _recover(path: Path, home: Home) -> None:
         raise StorageError(f"{path} cannot be opened by SQLite at all ({exc})") from None
     events = result.rows.get("events", 0)
     lost = max(result.runs_expected_events - events, 0)
+    on_disk = _run_dirs(home.root)
+    missing = sorted(on_disk - result.run_ids)
     out.print(f"recovered into {target}:")
     out.print(
         f"  {events} events of {result.rows.get('runs', 0)} runs "
@@ -552,10 +554,33 @@ def _recover(path: Path, home: Home) -> None:
     )
     for problem in result.problems:
         out.print(f"  skipped: {problem}")
+    for run_id, (held, counted) in sorted(result.short.items()):
+        out.print(f"  run {run_id}: {held} of its {counted} events recovered")
+    if missing:
+        out.print(
+            f"  runs with a folder on disk that are not in it ({len(missing)}): {_names(missing)}"
+        )
+    if not result.run_ids and (on_disk or result.unreadable or result.source_pages > 2):
+        target.unlink(missing_ok=True)
+        why = "the schema is unreadable" if result.unreadable else "no run's record could be read"
+        out.print(
+            f"nothing could be recovered: {why}; keep the damaged file ({path}, with its "
+            f"-wal beside it if there is one) and put the ledger back from a backup; "
+            f"{target} was removed: do not put an empty ledger in its place, the runs' outputs "
+            f"stay in {home.root}/runs and {home.root}/archive"
+        )
+        sys.exit(int(ExitCode.STORAGE))
     out.print(f"  SQLite's integrity check of the new file: {result.integrity}")
     folder = path.parent
     out.print("next:")
     out.print(f"  check it: interlock --home {home.root} --store sqlite://{target} doctor")
+    if missing:
+        out.print(
+            f"  it is not put in place: {len(missing)} run(s) whose folders are on disk are "
+            f"missing from it; keep the damaged file ({path}) and put the ledger back from a "
+            f"backup; {target} holds what could be read of the others"
+        )
+        sys.exit(int(ExitCode.STORAGE))
     out.print(
         f"  put it in place: mv {path} {folder}/{path.stem}.damaged{path.suffix} && "
         f"rm -f {path}-wal {path}-shm && mv {target} {path}"
@@ -567,6 +592,11 @@ def _recover(path: Path, home: Home) -> None:
         )
     if result.integrity != "ok":
         sys.exit(int(ExitCode.STORAGE))
+
+
+def _names(runs: list[str]) -> str:
+    more = f" and {len(runs) - 20} more" if len(runs) > 20 else ""
+    return ", ".join(runs[:20]) + more
 
 
 def recovery_steps(path: Path, state_dir: Path) -> list[str]:
