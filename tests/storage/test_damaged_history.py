@@ -309,3 +309,28 @@ def test_one_unreadable_run_breaks_no_command_about_the_others(tmp_path: Path, d
     checked = _cli(home, "doctor")
     assert "internal error" not in checked.stderr
     assert checked.returncode in (0, 5), checked.stdout
+
+
+def test_damage_in_an_index_only_is_repaired_by_reindex(tmp_path: Path) -> None:
+    """One bit of an events index entry flipped: doctor exits 5 pointing to `--repair`, which
+    keeps a copy of the file, rebuilds the indexes and exits 0; the ledger then takes runs."""
+    home = _home(tmp_path)
+    ledger = home / "ledger.db"
+    size, root = _page_of(ledger, "sqlite_autoindex_events_1")
+    data = bytearray(ledger.read_bytes())
+    page = (root - 1) * size
+    header = 12 if data[page] in (2, 5) else 8
+    cell = int.from_bytes(data[page + header : page + header + 2], "big")
+    data[page + cell + 6] ^= 0x01
+    ledger.write_bytes(bytes(data))
+    checked = _cli(home, "doctor")
+    assert checked.returncode == 5, checked.stdout + checked.stderr
+    assert "missing from index sqlite_autoindex_events_1" in checked.stdout
+    assert "only indexes are damaged" in checked.stdout and "doctor --repair" in checked.stdout
+    repaired = _cli(home, "doctor", "--repair")
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    assert "its indexes were rebuilt (REINDEX)" in repaired.stdout
+    assert (home / "ledger.before-reindex.db").read_bytes() == bytes(data)
+    assert _cli(home, "doctor").returncode == 0
+    flow = tmp_path / "flow.yaml"
+    assert _cli(home, "run", str(flow), "p", "-t", "after").returncode == 0
