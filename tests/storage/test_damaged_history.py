@@ -309,3 +309,64 @@ def test_one_unreadable_run_breaks_no_command_about_the_others(tmp_path: Path, d
     checked = _cli(home, "doctor")
     assert "internal error" not in checked.stderr
     assert checked.returncode in (0, 5), checked.stdout
+
+
+def test_damage_in_an_index_only_is_repaired_by_reindex(tmp_path: Path) -> None:
+    """One bit of an events index entry flipped: doctor exits 5 pointing to `--repair`, which
+    keeps a copy of the file, rebuilds the indexes and exits 0; the ledger then takes runs."""
+    home = _home(tmp_path)
+    ledger = home / "ledger.db"
+    size, root = _page_of(ledger, "sqlite_autoindex_events_1")
+    data = bytearray(ledger.read_bytes())
+    page = (root - 1) * size
+    header = 12 if data[page] in (2, 5) else 8
+    cell = int.from_bytes(data[page + header : page + header + 2], "big")
+    data[page + cell + 6] ^= 0x01
+    ledger.write_bytes(bytes(data))
+    checked = _cli(home, "doctor")
+    assert checked.returncode == 5, checked.stdout + checked.stderr
+    assert "missing from index sqlite_autoindex_events_1" in checked.stdout
+    assert "only indexes are damaged" in checked.stdout and "doctor --repair" in checked.stdout
+    repaired = _cli(home, "doctor", "--repair")
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    assert "its indexes were rebuilt (REINDEX)" in repaired.stdout
+    assert (home / "ledger.before-reindex.db").read_bytes() == bytes(data)
+    assert _cli(home, "doctor").returncode == 0
+    flow = tmp_path / "flow.yaml"
+    assert _cli(home, "run", str(flow), "p", "-t", "after").returncode == 0
+
+
+def test_a_run_with_an_undecodable_kind_is_refused_by_status_and_export(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Event 5 of r-1 renamed to an unknown kind: `status` exits 5 naming the event (its
+    status.json is no excuse), `export` exits 5 and writes nothing, and `verify` of a bundle
+    holding that event (as an export that did not check made it) exits 6 about the bundle."""
+    home = _home(tmp_path)
+    with sqlite3.connect(home / "ledger.db") as db:
+        (kind,) = db.execute("SELECT kind FROM events WHERE run_id = 'r-1' AND seq = 5").fetchone()
+        db.execute("UPDATE events SET kind = 'x' || kind WHERE run_id = 'r-1' AND seq = 5")
+    db.close()
+    shown = _cli(home, "status", "r-1")
+    assert shown.returncode == 5, shown.stdout + shown.stderr
+    assert f"run r-1: its history cannot be read at event 5 (x{kind})" in shown.stderr
+    assert _cli(home, "status", "r-2").returncode == 0
+    target = tmp_path / "r-1.tgz"
+    exported = _cli(home, "export", "r-1", "-o", str(target))
+    assert exported.returncode == 5, exported.stdout + exported.stderr
+    assert "r-1" in exported.stderr and "event 5" in exported.stderr
+    assert not target.exists()
+    from interlock.runtime import bundle
+    from interlock.runtime.home import Home
+    from interlock.storage.sqlite import SQLiteStore
+
+    monkeypatch.setattr(bundle, "_check_exportable", lambda run_id, events: None)
+    store = SQLiteStore(home / "ledger.db", state_dir=home)
+    try:
+        bundle.export_run(store, Home.at(home), "r-1", target)
+    finally:
+        store.close()
+    checked = _cli(home, "verify", str(target))
+    assert checked.returncode == 6, checked.stdout + checked.stderr
+    assert f"{target}: the bundle fails verification: events.jsonl line 5" in checked.stderr
+    assert "interlock verify r-1" not in checked.stderr

@@ -156,3 +156,53 @@ def test_doctor_checks_outputs_of_a_postgresql_store(tmp_path: Path, pg_database
     checked = _cli(home, "doctor", store=pg_database)
     assert checked.returncode == 6, checked.stdout + checked.stderr
     assert "run r-2: s.md" in checked.stdout and "PostgreSQL" in checked.stdout
+
+
+def _schema_pages(ledger: Path) -> list[int]:
+    """The pages below page 1 that hold the schema (sqlite_master is an interior page here)."""
+    import struct
+
+    data = ledger.read_bytes()
+    assert data[100] == 0x05, "the schema fits in page 1: no child page to damage"
+    count = struct.unpack(">H", data[103:105])[0]
+    cells = [struct.unpack(">H", data[112 + 2 * i : 114 + 2 * i])[0] for i in range(count)]
+    children = [struct.unpack(">I", data[c : c + 4])[0] for c in cells]
+    return [*children, struct.unpack(">I", data[108:112])[0]]
+
+
+def test_recover_of_a_ledger_whose_schema_is_unreadable_says_nothing_was_recovered(
+    tmp_path: Path,
+) -> None:
+    """A byte flipped at the start of a schema page: `doctor --recover` exits 5 saying nothing
+    could be recovered, suggests no `mv` into place and leaves no empty ledger behind."""
+    home = _home(tmp_path)
+    ledger = home / "ledger.db"
+    with sqlite3.connect(ledger) as db:
+        page_size = db.execute("PRAGMA page_size").fetchone()[0]
+    db.close()
+    offset = (_schema_pages(ledger)[0] - 1) * page_size
+    with open(ledger, "r+b") as handle:
+        handle.seek(offset)
+        byte = handle.read(1)
+        handle.seek(offset)
+        handle.write(bytes([byte[0] ^ 0xFF]))
+    assert _cli(home, "doctor").returncode == 5
+    recovered = _cli(home, "doctor", "--recover")
+    assert recovered.returncode == 5, recovered.stdout + recovered.stderr
+    assert "nothing could be recovered: the schema is unreadable" in recovered.stdout
+    assert "runs with a folder on disk that are not in it (2): r-1, r-2" in recovered.stdout
+    assert "put it in place" not in recovered.stdout and "mv " not in recovered.stdout
+    assert not (home / "ledger.recovered.db").exists()
+
+
+def test_recover_that_misses_runs_on_disk_is_not_put_in_place(tmp_path: Path) -> None:
+    """A run folder on disk that the recovered ledger lacks: `--recover` names it, exits 5 and
+    does not suggest putting the new file in place."""
+    home = _home(tmp_path)
+    shutil.copytree(home / "archive" / "r-1", home / "archive" / "r-gone")
+    recovered = _cli(home, "doctor", "--recover")
+    assert recovered.returncode == 5, recovered.stdout + recovered.stderr
+    assert "30 events of 2 runs" in recovered.stdout
+    assert "not in it (1): r-gone" in recovered.stdout
+    assert "it is not put in place" in recovered.stdout
+    assert "put it in place: mv" not in recovered.stdout

@@ -442,6 +442,11 @@ def _current_status_file(ctx: Ctx, prefix: str) -> tuple[dict[str, Any], RunReco
             and view["events"] == record.last_seq
         ):
             view.pop("orchestrator", None)  # who wrote the file; `driven_by` says who drives
+            from interlock.storage.base import fold_history
+
+            # The file may be older than damage to the ledger: the history is what counts
+            # (a run whose history cannot be read is exit 5 here as everywhere).
+            fold_history(store.events(run_id))
             return view, record
     return None
 

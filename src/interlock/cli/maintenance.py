@@ -7,7 +7,8 @@ each problem it says what to do. With `--repair`, outputs the ledger holds (up t
 are written back, durably, into the folder where the run lives (made again if it is gone, with
 status.json for a run that ended); a file changed by hand is first moved aside to
 NAME.unrecorded, as `resume` does, so that no one's change is lost; each file it cannot write
-back is named with the reason. It never writes into the ledger.
+back is named with the reason. It writes into the ledger only to rebuild its indexes when
+SQLite's check finds nothing else wrong (`REINDEX`, after keeping a copy of the file).
 
 Exit codes: 0 sound; 6 files on disk do not match the ledger (or are missing); 5 the ledger
 itself is missing, empty, damaged or cannot be opened; 2 there is nothing to check.
@@ -16,6 +17,7 @@ itself is missing, empty, damaged or cannot be opened; 2 there is nothing to che
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -47,6 +49,7 @@ class Findings:
     notes: list[str] = field(default_factory=list)
     changed: dict[str, int] = field(default_factory=dict)  # run -> first event the chain refutes
     sqlite_damaged: bool = False  # SQLite's own check failed (else the file is sound)
+    index_only: bool = False  # ...and every line it gave is about an index
     runs: int = 0
     outputs: int = 0
     state_dir: Path | None = None  # the state directory checked
@@ -83,6 +86,8 @@ def doctor(ctx: Ctx, home_option: str | None, repair: bool, recover: bool) -> No
         if not _check_sqlite_file(path, home.root, found):
             _report(found, path)
             return
+        if found.index_only and repair:
+            _reindex(path, home.root, found)
         store_url = url or None
     else:
         store_url = url
@@ -143,9 +148,53 @@ def _check_sqlite_file(path: Path, state_dir: Path, found: Findings) -> bool:
         raise InterlockError(f"{path} holds no runs yet: nothing to check")
     if rows != ["ok"]:
         found.sqlite_damaged = True
+        found.index_only = all(_INDEX_LINE.match(row) for row in rows)
         found.ledger.append(f"{path} fails SQLite's integrity check:")
         found.ledger += [f"  {row}" for row in rows]
     return True
+
+
+# What integrity_check says of an index that disagrees with its table (the rows are sound).
+_INDEX_LINE = re.compile(r"^(row \d+ missing from index \S+|wrong # of entries in index \S+)$")
+
+
+def _reindex(path: Path, state_dir: Path, found: Findings) -> None:
+    """Rebuild the indexes of a ledger whose only damage is in them, after keeping a copy of
+    the file (with its -wal) beside it; then SQLite's check again."""
+    import shutil
+    import sqlite3
+
+    kept = path.with_name(f"{path.stem}.before-reindex{path.suffix}")
+    if kept.exists():
+        found.not_repaired.append(f"indexes not rebuilt: {kept} exists: move it away first")
+        return
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=rw", uri=True, timeout=10, isolation_level=None)
+        try:
+            db.execute("BEGIN IMMEDIATE")  # no writer in between the copy and the rebuild
+            shutil.copy2(path, kept)
+            wal = Path(f"{path}-wal")
+            if wal.exists():
+                shutil.copy2(wal, Path(f"{kept}-wal"))
+            db.execute("REINDEX")
+            db.execute("COMMIT")
+            rows = [str(r[0]) for r in db.execute("PRAGMA integrity_check(20)").fetchall()]
+        finally:
+            db.close()
+    except (OSError, sqlite3.DatabaseError) as exc:
+        found.not_repaired.append(f"indexes not rebuilt: {exc}")
+        return
+    if rows != ["ok"]:
+        found.ledger.append("after REINDEX, SQLite's integrity check still fails:")
+        found.ledger += [f"  {row}" for row in rows]
+        found.index_only = False
+        return
+    found.ledger.clear()  # it held SQLite's findings only: the runs are checked after this
+    found.sqlite_damaged = found.index_only = False
+    found.repaired.append(
+        f"ledger: its indexes were rebuilt (REINDEX) and it passes SQLite's integrity check; "
+        f"the file as it was is kept as {kept}"
+    )
 
 
 def _check_runs(ctx: Ctx, home: Home, store_url: str | None, found: Findings, repair: bool) -> None:
@@ -478,6 +527,14 @@ def _report(found: Findings, path: Path | None, repair: bool = False) -> None:
             out.print(f"affected runs ({len(names)}): {shown}")
         if path is not None and found.sqlite_damaged:
             out.print("\nwhat to do:")
+            if found.index_only:
+                out.print(
+                    "  only indexes are damaged (the rows they index are intact): `interlock "
+                    f"--home {found.state_dir or path.parent} --store sqlite://{path} doctor "
+                    f"--repair` keeps a copy of the file as {path.stem}.before-reindex"
+                    f"{path.suffix} and rebuilds them (REINDEX), then checks again"
+                )
+                out.print("  if it still fails:")
             for step in recovery_steps(path, found.state_dir or path.parent):
                 out.print(f"  {step}")
         else:
@@ -543,6 +600,8 @@ def _recover(path: Path, home: Home) -> None:
         raise StorageError(f"{path} cannot be opened by SQLite at all ({exc})") from None
     events = result.rows.get("events", 0)
     lost = max(result.runs_expected_events - events, 0)
+    on_disk = _run_dirs(home.root)
+    missing = sorted(on_disk - result.run_ids)
     out.print(f"recovered into {target}:")
     out.print(
         f"  {events} events of {result.rows.get('runs', 0)} runs "
@@ -552,10 +611,33 @@ def _recover(path: Path, home: Home) -> None:
     )
     for problem in result.problems:
         out.print(f"  skipped: {problem}")
+    for run_id, (held, counted) in sorted(result.short.items()):
+        out.print(f"  run {run_id}: {held} of its {counted} events recovered")
+    if missing:
+        out.print(
+            f"  runs with a folder on disk that are not in it ({len(missing)}): {_names(missing)}"
+        )
+    if not result.run_ids and (on_disk or result.unreadable or result.source_pages > 2):
+        target.unlink(missing_ok=True)
+        why = "the schema is unreadable" if result.unreadable else "no run's record could be read"
+        out.print(
+            f"nothing could be recovered: {why}; keep the damaged file ({path}, with its "
+            f"-wal beside it if there is one) and put the ledger back from a backup; "
+            f"{target} was removed: do not put an empty ledger in its place, the runs' outputs "
+            f"stay in {home.root}/runs and {home.root}/archive"
+        )
+        sys.exit(int(ExitCode.STORAGE))
     out.print(f"  SQLite's integrity check of the new file: {result.integrity}")
     folder = path.parent
     out.print("next:")
     out.print(f"  check it: interlock --home {home.root} --store sqlite://{target} doctor")
+    if missing:
+        out.print(
+            f"  it is not put in place: {len(missing)} run(s) whose folders are on disk are "
+            f"missing from it; keep the damaged file ({path}) and put the ledger back from a "
+            f"backup; {target} holds what could be read of the others"
+        )
+        sys.exit(int(ExitCode.STORAGE))
     out.print(
         f"  put it in place: mv {path} {folder}/{path.stem}.damaged{path.suffix} && "
         f"rm -f {path}-wal {path}-shm && mv {target} {path}"
@@ -567,6 +649,11 @@ def _recover(path: Path, home: Home) -> None:
         )
     if result.integrity != "ok":
         sys.exit(int(ExitCode.STORAGE))
+
+
+def _names(runs: list[str]) -> str:
+    more = f" and {len(runs) - 20} more" if len(runs) > 20 else ""
+    return ", ".join(runs[:20]) + more
 
 
 def recovery_steps(path: Path, state_dir: Path) -> list[str]:

@@ -42,7 +42,13 @@ from typing import IO, Any
 from interlock.core import events as ev
 from interlock.core.state import RunState, fold
 from interlock.core.workflow import Pipeline
-from interlock.errors import BadSignature, RunNotFound, UsageError, VerificationFailed
+from interlock.errors import (
+    BadSignature,
+    DamagedHistory,
+    RunNotFound,
+    UsageError,
+    VerificationFailed,
+)
 from interlock.providers.redaction import Secret
 from interlock.runtime import records, signing
 from interlock.runtime.bundle_read import (
@@ -65,6 +71,7 @@ from interlock.storage.base import (
     RunSummary,
     Store,
     StoredEvent,
+    fold_history,
 )
 
 _BODY_FIELDS: dict[str, tuple[str, ...]] = {
@@ -187,6 +194,20 @@ class Exported:
     signer: str | None  # the fingerprint of the key that signed it
 
 
+def _check_exportable(run_id: str, events: list[StoredEvent]) -> None:
+    """Refuse to export a history that cannot be decoded or whose hash chain breaks: the
+    bundle would carry the damage under a fresh manifest (raises DamagedHistory, exit 5)."""
+    report = chain.verify_events(events)
+    if not report.ok:
+        raise DamagedHistory(
+            run_id,
+            report.first_bad,
+            f"run {run_id} is not exported: its hash chain breaks at event {report.first_bad} "
+            f"({report.problem}); `interlock doctor` says what is affected and how to recover",
+        )
+    fold_history(events)  # raises DamagedHistory naming the event
+
+
 def export_run(
     store: Store,
     home: Home,
@@ -200,6 +221,7 @@ def export_run(
     at `sign_key` if given."""
     record = store.get_run(run_id)
     events = store.events(run_id)
+    _check_exportable(run_id, events)
     keys = run_secrets(home, record) if secrets is None else secrets
     members: dict[str, bytes | Path] = {}
     members["definition.json"] = store.definition(record.definition_hash).encode()
@@ -379,7 +401,10 @@ def read_bundle(
     head = events[-1].hash if events else None
     if head != manifest.get("chain_head") or len(events) != manifest.get("events"):
         raise _fail(path, "the events do not end where the manifest says they end")
-    state = fold([e.event for e in events])
+    try:
+        state = fold_history(events)
+    except DamagedHistory as exc:
+        raise _fail(path, f"its history cannot be folded at event {exc.seq}") from None
     _check_manifest(path, manifest, events, state)
     named = set(_body_shas(events))
     bound = bound_files(events)
@@ -496,6 +521,13 @@ def _events(path: Path, manifest: dict[str, Any], file: Path | None) -> list[Sto
                         )
                     )
                     events[-1].event  # noqa: B018 - an event this version reads, or refused
+                except DamagedHistory:
+                    raise _fail(
+                        path,
+                        f"events.jsonl line {number} (event {events[-1].seq}, "
+                        f"{events[-1].kind}) is not an event this interlock can read: the "
+                        "bundle was damaged or changed, or a newer interlock wrote it",
+                    ) from None
                 except (ValueError, KeyError, TypeError):
                     raise _fail(
                         path, f"events.jsonl line {number} is not an event record"

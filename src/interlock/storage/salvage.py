@@ -47,6 +47,10 @@ class Salvage:
     problems: list[str] = field(default_factory=list)
     runs_expected_events: int = 0  # the events the recovered runs' records count
     integrity: str = ""
+    unreadable: list[str] = field(default_factory=list)  # tables whose schema cannot be read
+    run_ids: set[str] = field(default_factory=set)  # the runs recovered
+    short: dict[str, tuple[int, int]] = field(default_factory=dict)  # run -> (events, counted)
+    source_pages: int = 0  # pages of the damaged file
 
 
 def salvage(source: Path, target: Path) -> Salvage:
@@ -70,14 +74,22 @@ def salvage(source: Path, target: Path) -> Salvage:
         dst.execute("BEGIN")
         for name, _ in made:
             dst.execute(f'DROP TRIGGER "{name}"')
+        with contextlib.suppress(sqlite3.DatabaseError):
+            found.source_pages = int(src.execute("PRAGMA page_count").fetchone()[0])
         for table, key in _TABLES:
-            found.rows[table] = _copy(src, dst, table, key, found.problems)
+            found.rows[table] = _copy(src, dst, table, key, found.problems, found.unreadable)
         for _, sql in made:
             dst.execute(sql)
         dst.execute("COMMIT")
         found.runs_expected_events = int(
             dst.execute("SELECT coalesce(sum(last_seq), 0) FROM runs").fetchone()[0]
         )
+        found.run_ids = {str(r[0]) for r in dst.execute("SELECT run_id FROM runs")}
+        counted = dst.execute(
+            "SELECT r.run_id, r.last_seq, (SELECT count(*) FROM events e WHERE e.run_id = "
+            "r.run_id) FROM runs r"
+        )
+        found.short = {str(r): (int(n), int(seq)) for r, seq, n in counted if int(n) < int(seq)}
         found.integrity = str(dst.execute("PRAGMA integrity_check").fetchone()[0])
     finally:
         src.close()
@@ -95,12 +107,14 @@ def _copy(
     table: str,
     key: tuple[str, ...],
     problems: list[str],
+    unreadable: list[str],
 ) -> int:
     """Copy the readable rows of `table`; the number copied."""
     try:
         have = _columns(src, table)
     except sqlite3.DatabaseError as exc:
         problems.append(f"{table}: its columns cannot be read ({exc})")
+        unreadable.append(table)
         return 0
     columns = [c for c in _columns(dst, table) if c in have]
     if not columns or not all(k in columns for k in key):
