@@ -53,9 +53,13 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
     parents = parents_of(ctx.store, [r.run_id for r in records]) if records else {}
     live = ("running", "waiting")
     drivers = {r.run_id: driver_of(r) for r in records if r.summary.status in live}
-    from interlock.runtime.projection import waits_of
+    waits: dict[str, Any] = {}
+    unreadable: dict[str, str] = {}
+    if any(r.summary.status == "waiting" for r in records):
+        # Only a waiting run's history is folded (and the engine's modules loaded for it).
+        from interlock.runtime.projection import waits_of
 
-    waits, unreadable = waits_of(ctx.store, records)
+        waits, unreadable = waits_of(ctx.store, records)
     if as_json:
         rows = [
             {
