@@ -25,7 +25,9 @@ _DATA = {
     "item": "$INTERLOCK_ITEM",
     "task": "$INTERLOCK_TASK",
 }
-_VALUE = re.compile(r"\{\{.*?\}\}|\{%.*?%\}|\{(?:read|input):[^{}]+\}|\{[A-Za-z_]\w*\}", re.S)
+_VALUE = re.compile(
+    r"\{\{.*?\}\}|\{%.*?%\}|(?<!\$)\{(?:read|input):[^{}]+\}|(?<!\$)\{[A-Za-z_]\w*\}", re.S
+)
 _SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "fish"})
 _SHELLS |= {"csh", "tcsh", "pwsh", "powershell", "cmd", "su"}
 _EVAL_FLAGS = {  # interpreter -> the flags after which its next argument is code
