@@ -8,6 +8,7 @@ import pytest
 
 from interlock.core.extract import extract_values
 from interlock.core.loader import load_workflow
+from interlock.core.patterns import PatternError, compile_pattern
 from interlock.core.schema_patterns import linear_validator, pattern_problem
 from interlock.core.workflow import Extract
 from interlock.errors import WorkflowError
@@ -89,3 +90,13 @@ def test_a_schema_pattern_re2_cannot_match_is_refused() -> None:
     assert problem is not None and "lookahead" in problem
     both = pattern_problem({"patternProperties": {"a": {}}, "unevaluatedProperties": False})
     assert both is not None and "unevaluatedProperties" in both
+
+
+def test_a_refused_pattern_is_quoted_as_written() -> None:
+    """The message quotes the regex as the file has it: one backslash, not repr's two."""
+    with pytest.raises(PatternError) as raised:
+        compile_pattern(r"Score: (\d) \1")
+    assert "regex 'Score: (\\d) \\1' is not supported" in str(raised.value)
+    with pytest.raises(PatternError) as raised:
+        compile_pattern(r"it's (\d")
+    assert """regex "it's (\\d" does not compile""" in str(raised.value)

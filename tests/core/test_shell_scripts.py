@@ -59,6 +59,7 @@ def test_the_environment_variable_is_named_for_topic_item_and_task() -> None:
     assert 'or read "$INTERLOCK_ITEM"' in warning
     (warning,) = script_warnings(["python", "-c", "print('{topic}')"])
     assert 'or read os.environ["INTERLOCK_TOPIC"]' in warning
+    assert "read sys.argv[1]: [python, -c, 'import sys; ... sys.argv[1]', '{topic}']" in warning
 
 
 def test_a_one_line_command_is_suggested_with_its_values_as_arguments() -> None:

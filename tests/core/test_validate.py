@@ -737,18 +737,26 @@ def test_a_number_where_a_mapping_goes_names_the_keys_not_a_class() -> None:
 
 
 def test_a_command_written_as_one_line_says_how_to_write_it() -> None:
-    """`command: "echo hi > out.md"` is refused saying that a command is a list of arguments
-    run without a shell, with both ways to write it, not pydantic's "a valid list"."""
+    """`command: "echo hi out.md"` is refused saying that a command is a list of arguments
+    run without a shell, with both ways to write it, not pydantic's "a valid list"; a line
+    with shell syntax (`>`, `|`, `&&`, `$`, ...) is offered the shell form only, since split
+    into arguments its `>` would be a literal word."""
     data = translate()
     worker = data["t"]["phases"][0]["workers"][0]
     worker.pop("model", None)
     worker.pop("task", None)
-    worker["command"] = "echo hi > out.md"
+    worker["command"] = "echo hi out.md"
     (problem,) = [p for p in problems_of(data) if "key 'command'" in p]
     assert "valid list" not in problem
     assert "a command is a list of arguments, not one line (no shell runs it)" in problem
-    assert "[sh, -c, 'echo hi > out.md']" in problem
-    assert "['echo', 'hi', '>', 'out.md']" in problem
+    assert "[sh, -c, 'echo hi out.md']" in problem
+    assert "split it, ['echo', 'hi', 'out.md'], or" in problem
+    for line in ("echo {topic} > {output}", "a | b", "a && b", "a || b", "echo $HOME", "a; b",
+                 "a < in", "echo `date`", "a & b"):  # fmt: skip
+        worker["command"] = line
+        (problem,) = [p for p in problems_of(data) if "key 'command'" in p]
+        assert "split it" not in problem, line
+        assert "no shell runs it): for a shell line write [sh, -c, '" in problem, line
 
 
 def test_a_path_placeholder_of_an_optional_read_is_refused() -> None:

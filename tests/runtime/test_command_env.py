@@ -166,6 +166,93 @@ def test_check_warns_about_variables_a_command_reads_but_will_not_get(
     said = " ".join(checked.stderr.split())
     assert "worker 's': its command reads $DEPLOY_TOKEN, which it will not get" in said
     assert "add env: [DEPLOY_TOKEN] to the worker or the pipeline" in said
-    assert "worker 'py': its command reads $DB_URL" in said
+    assert "worker 'py': its command reads the environment variable DB_URL," in said
     for name in ("$X", "$HOME", "$LISTED", "$INTERLOCK_OUTPUT", "$PPID", "$f", "$LC_ALL", "$OWN"):
         assert f"reads {name}," not in said
+
+
+def test_check_names_the_line_node_reads_and_env_names_that_are_not_set(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """`check` warns with "FILE: line N:" about a Node one-liner's `process.env.API_KEY`,
+    a Python one-liner's `os.environ["DB_URL"]` (as "the environment variable DB_URL") and a
+    name under `env:` that is not set in its environment."""
+    flow = tmp_path / "flow.yaml"
+    flow.write_text(
+        textwrap.dedent("""
+        p:
+          phases:
+            - id: a
+              workers:
+                - role: js
+                  command: [node, -e, 'console.log(process.env.API_KEY, process.env["OTHER"])']
+                - role: py
+                  command: [python3, -c, 'import os; print(os.environ["DB_URL"])']
+                  env: [MY_TOKEN_NOT_SET]
+                  final: true
+        """)
+    )
+    cli_env.pop("MY_TOKEN_NOT_SET", None)
+    checked = subprocess.run(
+        [sys.executable, "-m", "interlock", "check", "-q", str(flow)],
+        env=cli_env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stderr
+    said = " ".join(checked.stderr.split())
+    assert (
+        f"warning: {flow}: line 7: pipeline 'p', worker 'js': its command reads the "
+        "environment variable API_KEY, which it will not get" in said
+    )
+    assert "reads the environment variable OTHER," in said
+    assert (
+        f"warning: {flow}: line 9: pipeline 'p', worker 'py': its command reads the "
+        "environment variable DB_URL," in said
+    )
+    assert (
+        f"warning: {flow}: line 10: pipeline 'p', worker 'py': MY_TOKEN_NOT_SET, listed "
+        "under 'env:', is not set in this environment" in said
+    )
+
+
+def test_a_failed_command_says_which_variable_it_lacked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command failing with `KeyError: 'MY_TOKEN'` for a variable set here but not passed
+    is told that commands get only the allow-list and `env:` (MY_TOKEN is not passed); one
+    whose `env:` names an unset variable is told that it is not set."""
+    monkeypatch.setenv("MY_TOKEN", "a-value-that-is-set")
+    monkeypatch.delenv("UNSET_TOKEN", raising=False)
+    reads = "import os; print(os.environ['MY_TOKEN'])"
+    flow = tmp_path / "flow.yaml"
+    flow.write_text(
+        textwrap.dedent(f"""
+        p:
+          phases:
+            - id: a
+              workers:
+                - role: w
+                  command: [{json.dumps(sys.executable)}, -c, {json.dumps(reads)}]
+                  final: true
+        q:
+          phases:
+            - id: a
+              workers:
+                - role: u
+                  command: [sh, -c, 'test -n "$UNSET_TOKEN" || exit 3']
+                  env: [UNSET_TOKEN]
+                  final: true
+        """)
+    )
+    app = Interlock(tmp_path / "home", settings=Settings(heartbeat=0.05))
+    lacked = app.run(flow, "p", topic="t")
+    unset = app.run(flow, "q", topic="t")
+    app.close()
+    assert lacked.status is RunStatus.FAILED and unset.status is RunStatus.FAILED
+    assert "KeyError: 'MY_TOKEN'" in (lacked.failure or "")
+    assert (lacked.failure or "").endswith(
+        "; commands get only the allow-listed variables and those under env: "
+        "(MY_TOKEN is not passed)"
+    )
+    assert (unset.failure or "").endswith(
+        "(nothing on stderr); note: UNSET_TOKEN, listed under env:, is not set"
+    )

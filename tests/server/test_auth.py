@@ -105,3 +105,18 @@ def test_refuses_open_network_serving(tmp_path: object) -> None:
     ServerConfig(home=tmp_path, host="0.0.0.0", insecure=True).check()  # type: ignore[arg-type]
     ServerConfig(home=tmp_path, host="0.0.0.0", auth_secret=SECRET).check()  # type: ignore[arg-type]
     ServerConfig(home=tmp_path, host="::1").check()  # type: ignore[arg-type]
+
+
+def test_a_malformed_token_gets_a_plain_401(make_server: ServerFactory) -> None:
+    """A bearer token that is not a JWT (bytes no decoder can read) gets 401 'the token is
+    not a valid JWT', without the decoding library's text."""
+    server = make_server(auth_secret=SECRET)
+    for bad in ("t7W8.abc.def", "not-a-jwt", "eyJhbGciOiJIUzI1NiJ9.e30"):
+        answer = server.http.get("/api/runs", headers=auth(bad))
+        assert answer.status_code == 401
+        error = answer.json()["error"]
+        assert error == {
+            **error,
+            "code": "invalid_token",
+            "message": "the token is not a valid JWT",
+        }

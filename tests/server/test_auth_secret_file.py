@@ -108,3 +108,14 @@ def test_secret_file_options_and_their_refusals(tmp_path: Path) -> None:
     refused = serve(tmp_path, "--port", "0", INTERLOCK_WEBHOOKS=f"https://ok.example/ {bad}")
     assert refused.returncode == 2 and "must be an http:// or https:// URL" in refused.stderr
     assert "keyPartOfTheUrl" not in refused.stderr
+
+
+def test_issue_token_refuses_a_secret_the_server_would_refuse(tmp_path: Path) -> None:
+    """--issue-token with a secret under 32 bytes exits 2 with the server's reason and
+    prints no token."""
+    secret_file = tmp_path / "short"
+    secret_file.write_text("short\n")
+    done = serve(tmp_path, "--auth-secret-file", str(secret_file), "--issue-token", "read")
+    assert done.returncode == 2, done
+    assert "too short: use at least 32 bytes" in done.stderr
+    assert done.stdout == "" and "Warning" not in done.stderr

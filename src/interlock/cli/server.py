@@ -96,7 +96,7 @@ def serve(
     if store_here:
         ctx.store_url = store_here
     from interlock.runtime.home import Home
-    from interlock.server.config import ServerConfig, read_secret_file
+    from interlock.server.config import ServerConfig, check_secret_length, read_secret_file
 
     if auth_secret_file:
         if auth_secret:
@@ -113,6 +113,7 @@ def serve(
                 "--issue-token needs the token secret: --auth-secret-file (or "
                 "INTERLOCK_AUTH_SECRET_FILE), or INTERLOCK_AUTH_SECRET"
             )
+        check_secret_length(auth_secret)
         scopes = [s.strip() for s in issue_token.split(",") if s.strip()]
         try:
             out.print(make_token(auth_secret, scopes, ttl=token_ttl), soft_wrap=True)

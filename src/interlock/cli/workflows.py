@@ -6,7 +6,7 @@ import json
 import shlex
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -121,22 +121,52 @@ def _write_schema_beside(target: Path) -> None:
         out.print(f"{schema} is not this version's; refresh it: interlock schema -o {schema}")
 
 
-def env_warnings(name: str, pipeline: Pipeline) -> list[str]:
+def env_warnings(
+    name: str,
+    pipeline: Pipeline,
+    line_of: Callable[[list[Any]], int | None] = lambda _: None,
+    environ: Mapping[str, str] | None = None,
+) -> list[str]:
     """A warning for each variable a command's own text reads that it will not get (a
-    command gets only the allow-list, its INTERLOCK_* variables and what `env:` names)."""
-    from interlock.providers.cli_env import unlisted_variables
+    command gets only the allow-list, its INTERLOCK_* variables and what `env:` names), and
+    for each name under `env:` that is not set in `environ` (this process's environment),
+    each after "line N: " when the line is known."""
+    import os
 
+    from interlock.providers.cli_env import unlisted_reads
+
+    environ = os.environ if environ is None else environ
     warnings = []
-    for phase in pipeline.phases:
-        for worker in phase.workers:
+
+    def at(path: list[Any]) -> str:
+        line = line_of(path)
+        return f"line {line}: " if line is not None else ""
+
+    for name_ in dict.fromkeys(pipeline.env):
+        if name_ not in environ:
+            index = pipeline.env.index(name_)
+            warnings.append(
+                f"{at([name, 'env', index])}pipeline {name!r}: {name_}, listed under 'env:', "
+                "is not set in this environment: its commands will run without it"
+            )
+    for p, phase in enumerate(pipeline.phases):
+        for w, worker in enumerate(phase.workers):
             if worker.command is None:
                 continue
-            for variable in unlisted_variables(worker.command, pipeline.env_for(worker.role)):
+            path = [name, "phases", p, "workers", w]
+            place = f"pipeline {name!r}, worker {worker.role!r}"
+            for index, listed in enumerate(worker.env):
+                if listed not in environ and listed not in pipeline.env:
+                    warnings.append(
+                        f"{at([*path, 'env', index])}{place}: {listed}, listed under 'env:', "
+                        "is not set in this environment: the command will run without it"
+                    )
+            for read in unlisted_reads(worker.command, pipeline.env_for(worker.role)):
                 warnings.append(
-                    f"pipeline {name!r}, worker {worker.role!r}: its command reads ${variable}, "
-                    "which it will not get: a command gets PATH, HOME, the locale, proxies, "
-                    f"its INTERLOCK_* variables and what 'env:' names; add env: [{variable}] "
-                    "to the worker or the pipeline if it needs it"
+                    f"{at([*path, 'command', read.argument])}{place}: its command reads "
+                    f"{read.described()}, which it will not get: a command gets PATH, HOME, the "
+                    "locale, proxies, its INTERLOCK_* variables and what 'env:' names; add "
+                    f"env: [{read.name}] to the worker or the pipeline if it needs it"
                 )
     return warnings
 
@@ -202,7 +232,7 @@ def check(
         problems += settings_problems(name, definition.pipeline, config)
         problems += tool_problems(name, definition.pipeline, config)
         priced += tool_warnings(name, definition.pipeline, Path(file).parent.absolute())
-        priced += env_warnings(name, definition.pipeline)
+        priced += [f"{file}: {w}" for w in env_warnings(name, definition.pipeline, line_of)]
         priced += [f"{file}: {w}" for w in shell_warnings(name, definition.pipeline, line_of)]
         if cost or definition.pipeline.budget is not None:
             quotes.append((quote_of(definition, config, report=report), definition))

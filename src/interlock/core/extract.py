@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from interlock.core.patterns import compile_pattern
+from interlock.core.patterns import as_written, compile_pattern
 from interlock.core.workflow import Extract
 
 MAX_STRING = 10_000  # characters kept per extracted string; bounds what the ledger stores
@@ -38,7 +38,9 @@ def extract_values(spec: Mapping[str, Extract], text: str) -> dict[str, Any]:
         if raw is None:
             if rule.required:
                 where = (
-                    f"JSON field {rule.json_path!r}" if rule.json_path else f"regex {rule.regex!r}"
+                    f"JSON field {rule.json_path!r}"
+                    if rule.json_path
+                    else f"regex {as_written(rule.regex or '')}"
                 )
                 raise ExtractionError(f"value {name!r}: the output has no {where}")
             values[name] = None

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from interlock.core.parse import MAX_BYTES, ParseProblem, locator, parse_text, too_large
-from interlock.core.shell_scripts import as_arguments
+from interlock.core.shell_scripts import as_arguments, has_shell_syntax
 from interlock.core.subpipelines import children, embed_children
 from interlock.core.validate import read_name, validate_pipeline
 from interlock.core.workflow import (
@@ -487,9 +487,10 @@ def _describe(error: Any, data: Any) -> str:
         # A command line written as one string: it is not run through a shell. The shell
         # form suggested passes placeholders as arguments: pasted into the script, a topic
         # or an item would run as code.
+        split = f"split it, {child.split()!r}, or " if not has_shell_syntax(child) else ""
         message = (
-            "a command is a list of arguments, not one line (no shell runs it): split it, "
-            f"{child.split()!r}, or for a shell line write {as_arguments(child)} "
+            "a command is a list of arguments, not one line (no shell runs it): "
+            f"{split}for a shell line write {as_arguments(child)} "
             '(values as arguments, read as "$1", never pasted into the script)'
         )
     message = message.removeprefix("Value error, ")

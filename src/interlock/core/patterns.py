@@ -44,6 +44,15 @@ def _unsupported(message: str, pattern: str) -> str | None:
     return None
 
 
+def as_written(pattern: str) -> str:
+    """`pattern` quoted as the file has it: `\\d` stays one backslash, not repr's two."""
+    if "'" not in pattern:
+        return f"'{pattern}'"
+    if '"' not in pattern:
+        return f'"{pattern}"'
+    return repr(pattern)
+
+
 @lru_cache(maxsize=1024)
 def compile_pattern(pattern: str, *, multiline: bool = True) -> Any:
     """`pattern` compiled for RE2; multi-line (`^` and `$` at each line) as extracts match
@@ -61,8 +70,8 @@ def compile_pattern(pattern: str, *, multiline: bool = True) -> Any:
         reason = _unsupported(message, pattern)
         if reason is None:
             said = message.replace("(?m)", "", 1) if multiline else message
-            raise PatternError(f"regex {pattern!r} does not compile: {said}") from None
+            raise PatternError(f"regex {as_written(pattern)} does not compile: {said}") from None
         raise PatternError(
-            f"regex {pattern!r} is not supported: {reason} (interlock matches with RE2, in "
-            "time linear in the text; syntax: https://github.com/google/re2/wiki/Syntax)"
+            f"regex {as_written(pattern)} is not supported: {reason} (interlock matches with "
+            "RE2, in time linear in the text; syntax: https://github.com/google/re2/wiki/Syntax)"
         ) from None

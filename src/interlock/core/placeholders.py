@@ -24,8 +24,10 @@ INPUTS_PLACEHOLDER = "{inputs}"  # every file the worker reads, one argument eac
 READ_PREFIXES = ("read:", "input:")  # `{read:NAME}`: the path of the read file NAME
 
 # A placeholder looks like `{name}` or `{read:NAME}`; braces around other text (awk's
-# '{print $1}', jq's '{a: .b}') are left alone, and so is what jinja2 blocks hold.
-_TOKEN = re.compile(r"\{([A-Za-z_][\w.:?-]*)\}")  # "?" only to catch `{read:x.md?}`
+# '{print $1}', jq's '{a: .b}') are left alone, and so is what jinja2 blocks hold. Braces
+# right after a `$` are a shell's (`${DB_URL:-none}`, `${output}`), never a placeholder.
+NOT_SHELL = r"(?<!\$)"
+_TOKEN = re.compile(NOT_SHELL + r"\{([A-Za-z_][\w.:?-]*)\}")  # "?" only to catch `{read:x.md?}`
 _JINJA = re.compile(r"\{\{.*?\}\}|\{%.*?%\}|\{#.*?#\}", re.DOTALL)
 
 # Names the runner writes in a run directory beside the workers' outputs.

@@ -25,7 +25,9 @@ _DATA = {
     "item": "$INTERLOCK_ITEM",
     "task": "$INTERLOCK_TASK",
 }
-_VALUE = re.compile(r"\{\{.*?\}\}|\{%.*?%\}|\{(?:read|input):[^{}]+\}|\{[A-Za-z_]\w*\}", re.S)
+_VALUE = re.compile(
+    r"\{\{.*?\}\}|\{%.*?%\}|(?<!\$)\{(?:read|input):[^{}]+\}|(?<!\$)\{[A-Za-z_]\w*\}", re.S
+)
 _SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "fish"})
 _SHELLS |= {"csh", "tcsh", "pwsh", "powershell", "cmd", "su"}
 _EVAL_FLAGS = {  # interpreter -> the flags after which its next argument is code
@@ -93,7 +95,7 @@ def script_warnings(argv: Sequence[str]) -> list[str]:
         env = f', or read "{reads}"' if reads else ""
         if runner.startswith("python"):
             fix = (
-                f"pass it as an argument after the script and read sys.argv[1] "
+                "pass it as an argument after the script and read sys.argv[1]: "
                 f"[{runner.split()[0]}, -c, 'import sys; ... sys.argv[1]', {value!r}]"
             )
             env = f', or read os.environ["{reads[1:]}"]' if reads else ""
@@ -141,6 +143,17 @@ def shell_warnings(
                 place = f"pipeline {name!r}, phase {phase.id!r}, worker {worker.role!r}"
                 warnings.append(f"{where}{place}, key 'command': {warning}")
     return warnings
+
+
+# What only a shell reads in a line: redirections, pipes, separators, `$` and backquotes
+# (`&&` and `||` are made of these). Split into arguments, each would be a literal word.
+_SHELL_SYNTAX = re.compile(r"[><|;&$`]")
+
+
+def has_shell_syntax(line: str) -> bool:
+    """Whether a command written as one line needs a shell to mean what it says (`echo x >
+    out`): placeholders and `{{ ... }}` templates aside, it holds > < | ; & $ or a backquote."""
+    return _SHELL_SYNTAX.search(_VALUE.sub(" ", line)) is not None
 
 
 def as_arguments(line: str) -> str:

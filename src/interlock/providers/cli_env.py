@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 ALLOWED = frozenset(
     {
@@ -58,6 +59,24 @@ def allowed_env(environ: Mapping[str, str], extra: Iterable[str] = ()) -> dict[s
     }
 
 
+# A variable whose name says it holds a secret; its value, when long enough, is masked in
+# what the command that was given it prints (README and docs/reliability.md say the same).
+_SECRET_NAME = re.compile(
+    r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|PASS|CREDENTIAL|AUTH|PRIVATE|_PWD?$", re.IGNORECASE
+)
+
+
+def secret_named(name: str) -> bool:
+    """Whether the name of a variable says it holds a secret (`DEPLOY_TOKEN`, `DB_PWD`)."""
+    return _SECRET_NAME.search(name) is not None
+
+
+def secret_values(environ: Mapping[str, str], names: Iterable[str]) -> list[str]:
+    """The values of `environ` under `names` whose names look like secrets (the masking
+    keeps only those of `redaction.MIN_SECRET` characters or more)."""
+    return [environ[n] for n in dict.fromkeys(names) if secret_named(n) and environ.get(n)]
+
+
 TASK_VARIABLES = frozenset(
     {
         "INTERLOCK_OUTPUT",
@@ -79,11 +98,13 @@ _SHELL_OWN = frozenset(
     {"PPID", "PWD", "OLDPWD", "RANDOM", "LINENO", "SECONDS", "IFS", "OPTARG", "OPTIND",
      "REPLY", "HOSTNAME", "UID", "EUID", "BASH", "BASHPID", "BASH_VERSION", "PIPESTATUS"}
 )  # fmt: skip
-# `$NAME` / `${NAME}` in a script, and `os.environ["NAME"]`, `.get("NAME"`, `getenv("NAME"`.
+# `$NAME` / `${NAME}` / `${NAME:-x}` in a script; `os.environ["NAME"]`, `.get("NAME"`,
+# `getenv("NAME"` (Python and others); `process.env.NAME`, `process.env["NAME"]` (Node).
 _READS = re.compile(
     r"\$\{?([A-Za-z_][A-Za-z0-9_]*)"
     r"""|environ(?:\.get\(|\[)\s*["']([A-Za-z_][A-Za-z0-9_]*)["']"""
     r"""|getenv\(\s*["']([A-Za-z_][A-Za-z0-9_]*)["']"""
+    r"""|process\.env(?:\.([A-Za-z_][A-Za-z0-9_]*)|\[\s*["']([A-Za-z_][A-Za-z0-9_]*)["'])"""
 )
 # What sets NAME inside a script: `NAME=`, `export NAME=`, `for NAME in`, `read ... NAME`.
 _SETS = (
@@ -96,9 +117,28 @@ def unlisted_variables(argv: Iterable[str], listed: Iterable[str]) -> list[str]:
     """The environment variables a command's own text reads (a shell script's ``$NAME``, a
     Python one-liner's ``os.environ["NAME"]``) that it will not get: neither allowed for
     every program, nor its INTERLOCK_* variables, nor `listed`, nor set by the script."""
+    return [read.name for read in unlisted_reads(argv, listed)]
+
+
+@dataclass(frozen=True)
+class Read:
+    """A variable a command's text reads and will not get."""
+
+    name: str
+    argument: int  # the index in argv of the argument that reads it
+    shell: bool  # read as a shell's `$NAME` (else through a language's environment API)
+
+    def described(self) -> str:
+        """How the warning says it is read: `$NAME`, or the environment variable NAME."""
+        return f"${self.name}" if self.shell else f"the environment variable {self.name}"
+
+
+def unlisted_reads(argv: Iterable[str], listed: Iterable[str]) -> list[Read]:
+    """`unlisted_variables`, each with the argument that reads it and how."""
     given = set(listed)
-    found: list[str] = []
-    for arg in argv:
+    found: list[Read] = []
+    seen: set[str] = set()
+    for index, arg in enumerate(argv):
         for match in _READS.finditer(arg):
             name = next(group for group in match.groups() if group)
             if (
@@ -107,9 +147,10 @@ def unlisted_variables(argv: Iterable[str], listed: Iterable[str]) -> list[str]:
                 or name in given
                 or name in _SHELL_OWN
                 or name.startswith(ALLOWED_PREFIXES)
-                or name in found
+                or name in seen
                 or re.search(_SETS.format(name=re.escape(name)), arg)
             ):
                 continue
-            found.append(name)
+            seen.add(name)
+            found.append(Read(name, index, match.group(1) is not None))
     return found

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from interlock.core.placeholders import COMMAND_PLACEHOLDERS, READ_PREFIXES
+from interlock.core.placeholders import COMMAND_PLACEHOLDERS, NOT_SHELL, READ_PREFIXES
 from interlock.core.workflow import Worker
-from interlock.providers.cli_env import allowed_env
+from interlock.providers.cli_env import allowed_env, unlisted_variables
 from interlock.runtime import processes
 from interlock.runtime.artifacts import INLINE_LIMIT
 from interlock.runtime.processes import GUARD
@@ -149,7 +149,8 @@ def resolve_call(reference: str) -> CallTarget:
     return target
 
 
-_PLACEHOLDER = re.compile(r"\{(" + "|".join(COMMAND_PLACEHOLDERS) + r")\}")
+# `${output}` is the shell's variable, not a placeholder: no `$` right before the brace.
+_PLACEHOLDER = re.compile(NOT_SHELL + r"\{(" + "|".join(COMMAND_PLACEHOLDERS) + r")\}")
 # Braces of values rendered into an argument travel as two private-use characters until the
 # placeholders are filled, so they can never form one; they become braces again at the end.
 _HIDDEN = str.maketrans("{}", "\ue000\ue001")
@@ -188,7 +189,7 @@ def expand_argv(argv: list[str], spec: TaskSpec) -> list[str]:
     pattern = _PLACEHOLDER
     if reads:
         names = "|".join(re.escape(k) for k in sorted(reads, key=len, reverse=True))
-        pattern = re.compile(f"{names}|{_PLACEHOLDER.pattern}")
+        pattern = re.compile(f"{NOT_SHELL}(?:{names})|{_PLACEHOLDER.pattern}")
     expanded: list[str] = []
     for arg in argv:
         if arg == "{inputs}":
@@ -259,13 +260,51 @@ async def run_command(spec: TaskSpec) -> Outcome:
         last = _last_line(Path(f"{base}.stderr"))
         where = f"logs/{spec.task_id}.{spec.attempt}.stderr"
         said = f": {last} (the rest of its stderr: {where})" if last else " (nothing on stderr)"
-        return Outcome(ok=False, error=f"exited with code {code}{said}")
+        hints = env_hints(spec.worker.command, spec.worker.env, os.environ, env, last)
+        return Outcome(ok=False, error=f"exited with code {code}{said}{hints}")
     if not spec.output.exists():
         stdout = Path(f"{base}.stdout")
         if stdout.stat().st_size == 0:
             return Outcome(ok=False, error="exited 0 but wrote no output ($INTERLOCK_OUTPUT)")
         os.replace(stdout, spec.output)  # a command that prints its output is fine too
     return Outcome(ok=True)
+
+
+_KEY_ERROR = re.compile(r"""KeyError: ['"]([A-Za-z_][A-Za-z0-9_]*)['"]""")
+
+
+def env_hints(
+    argv: list[str],
+    listed: list[str],
+    environ: Mapping[str, str],
+    given: Mapping[str, str],
+    last: str,
+) -> str:
+    """What to add to a failed command's error about the environment it ran in: the names
+    under `env:` that are not set, and a variable its last line of stderr names that it read
+    (its own text reads it, or a `KeyError: 'NAME'`) which is set here but was not passed."""
+    hints = ""
+    unset = [name for name in dict.fromkeys(listed) if name not in environ]
+    if unset:
+        names = " and ".join([", ".join(unset[:-1]), unset[-1]] if len(unset) > 1 else unset)
+        verb = "is" if len(unset) == 1 else "are"
+        hints += f"; note: {names}, listed under env:, {verb} not set"
+    candidates = [*unlisted_variables(argv, listed), *_KEY_ERROR.findall(last)]
+    withheld = [
+        name
+        for name in dict.fromkeys(candidates)
+        if name in environ
+        and name not in given
+        and re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", last)
+    ]
+    if withheld:
+        names = ", ".join(withheld)
+        verb = "is" if len(withheld) == 1 else "are"
+        hints += (
+            "; commands get only the allow-listed variables and those under env: "
+            f"({names} {verb} not passed)"
+        )
+    return hints
 
 
 async def _kill_group(process: subprocess.Popen[bytes]) -> None:

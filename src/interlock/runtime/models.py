@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -37,6 +38,7 @@ from interlock.providers import (
     estimate_tokens,
 )
 from interlock.providers.attachments import load_attachment, media_type
+from interlock.providers.cli_env import secret_values
 from interlock.providers.redaction import MaskedStream, Secret, mask_keys, redact_file, scrub
 from interlock.providers.request import unsupported
 from interlock.providers.schema_output import (
@@ -108,7 +110,9 @@ class ModelRunner:
         or the run's folder. Outputs are the worker's data and are left as they are."""
         secrets: list[Secret] | None = None
         if spec.worker.kind == "command":
-            secrets = self.secrets(spec.workflow_dir)
+            # The values of the secret-named variables under `env:` that it was given, too.
+            given = secret_values(os.environ, spec.worker.env)
+            secrets = [*self.secrets(spec.workflow_dir), *(Secret(v) for v in given)]
             base = spec.log_dir / f"{spec.task_id}.{spec.attempt}"
             for log in (Path(f"{base}.stdout"), Path(f"{base}.stderr")):
                 with contextlib.suppress(OSError):  # no such log (stdout became the output)

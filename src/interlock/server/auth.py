@@ -74,7 +74,12 @@ class Authenticator:
             )
         except jwt.ExpiredSignatureError:
             raise ApiError(401, "token_expired", "the token has expired") from None
-        except (jwt.InvalidTokenError, ValueError, TypeError) as exc:
+        except jwt.InvalidSignatureError:
+            raise ApiError(401, "invalid_token", "the token's signature does not match") from None
+        except (jwt.DecodeError, ValueError, TypeError):
+            # The library's text quotes the bytes it could not decode: not for a caller.
+            raise ApiError(401, "invalid_token", "the token is not a valid JWT") from None
+        except jwt.InvalidTokenError as exc:  # a missing or malformed claim, named
             raise ApiError(401, "invalid_token", f"the token is not valid: {exc}") from None
         digest = hashlib.sha256(token.encode()).hexdigest()[:16]
         return Principal(_subject(claims), _scopes(claims), f"token:{digest}")

@@ -88,10 +88,8 @@ class ServerConfig:
                 "(or INTERLOCK_AUTH_SECRET_FILE, or INTERLOCK_AUTH_SECRET), or pass "
                 "--insecure to accept anyone who can connect"
             )
-        if self.auth_secret is not None and len(self.auth_secret.encode()) < 32:
-            raise UsageError(
-                "the auth secret is too short: use at least 32 bytes (e.g. openssl rand -hex 32)"
-            )
+        if self.auth_secret is not None:
+            check_secret_length(self.auth_secret)
         for name in ("rate_limit", "read_rate_limit"):
             if not getattr(self, name) > 0:
                 option = "--" + name.replace("_", "-")
@@ -119,3 +117,15 @@ class ServerConfig:
     def auth_required(self) -> bool:
         """Tokens are checked whenever a secret is configured (loopback or not)."""
         return self.auth_secret is not None
+
+
+MIN_AUTH_SECRET = 32  # bytes: HS256 wants a key at least as long as its hash
+
+
+def check_secret_length(secret: str) -> None:
+    """Refuse a token secret too short to sign with (UsageError, exit 2)."""
+    if len(secret.encode()) < MIN_AUTH_SECRET:
+        raise UsageError(
+            f"the auth secret is too short: use at least {MIN_AUTH_SECRET} bytes "
+            "(e.g. openssl rand -hex 32)"
+        )
