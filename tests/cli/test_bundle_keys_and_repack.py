@@ -79,3 +79,56 @@ def test_a_key_of_the_wrong_kind_is_named_and_exits_2(
     ):
         done = cli(env, *args, str(junk))
         assert done.returncode == 2 and "not an ed25519" in done.stderr, (args, done.stderr)
+
+
+def _tar(cwd: Path, *args: str) -> None:
+    subprocess.run(["tar", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+def test_a_bundle_unpacked_and_packed_again_with_tar_still_verifies(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`tar -czf B .` and `tar czf B *` of an untouched unpack (directory entries, `./` names,
+    the manifest where it sorts) verify with the signature and import; a file added, a link or
+    a `..` name in such a repack is still refused (exit 6)."""
+    run_id, _bundle, marker = _paused_bundle(cli_env, tmp_path)
+    env = _env(cli_env, tmp_path / "a", marker)
+    key = tmp_path / "key"
+    assert cli(env, "keygen", str(key)).returncode == 0
+    signed = tmp_path / "signed.tar.gz"
+    assert cli(env, "export", run_id, "-o", str(signed), "--sign-key", str(key)).returncode == 0
+    unpacked = tmp_path / "unp"
+    unpacked.mkdir()
+    _tar(unpacked, "-xzf", str(signed))
+    names = sorted(p.name for p in unpacked.iterdir())
+    _tar(unpacked, "-czf", str(tmp_path / "dot.tar.gz"), ".")
+    _tar(unpacked, "czf", str(tmp_path / "star.tar.gz"), *names)
+    with tarfile.open(tmp_path / "star.tar.gz") as tar:
+        assert tar.getnames()[0] != "manifest.json"  # where `tar` puts it, not where export does
+    for repacked in ("dot.tar.gz", "star.tar.gz"):
+        checked = cli(env, "verify", str(tmp_path / repacked), "--public-key", f"{key}.pub")
+        assert checked.returncode == 0, (repacked, checked.stdout, checked.stderr)
+        assert "signed by the key given" in checked.stdout
+    imported = cli(_env(cli_env, tmp_path / "b", marker), "import", str(tmp_path / "dot.tar.gz"))
+    assert imported.returncode == 0, imported.stderr
+    (unpacked / "run" / "notes.md").write_text("an added file\n")
+    _tar(unpacked, "-czf", str(tmp_path / "added.tar.gz"), ".")
+    added = cli(env, "verify", str(tmp_path / "added.tar.gz"))
+    assert added.returncode == 6 and "run/notes.md" in added.stderr, added.stderr
+    (unpacked / "run" / "notes.md").unlink()
+    (unpacked / "run" / "link.md").symlink_to("/etc/passwd")
+    _tar(unpacked, "-czf", str(tmp_path / "link.tar.gz"), ".")
+    linked = cli(env, "verify", str(tmp_path / "link.tar.gz"))
+    assert linked.returncode == 6 and "not a plain file" in linked.stderr, linked.stderr
+    (unpacked / "run" / "link.md").unlink()
+    _tar(
+        unpacked,
+        "-czf",
+        str(tmp_path / "up.tar.gz"),
+        "-P",
+        "--transform",
+        "s,^\\./run,../run,",
+        ".",
+    )
+    upward = cli(env, "verify", str(tmp_path / "up.tar.gz"))
+    assert upward.returncode == 6 and "not a plain file" in upward.stderr, upward.stderr

@@ -134,7 +134,7 @@ def sign(manifest: bytes, key_path: Path) -> Signature:
                 f"{key_path}: the private key is encrypted; give one without a passphrase "
                 "(interlock keygen PATH makes one)"
             ) from None
-        except Exception:  # noqa: BLE001 - any key the library cannot load is not one
+        except Exception:  # any key the library cannot load is not one
             continue
     if key is None and (b"PUBLIC KEY-----" in data or data.startswith(b"ssh-")):
         raise UsageError(
@@ -159,7 +159,7 @@ def public_key(path: Path) -> bytes:
         try:
             key = load(data)
             break
-        except Exception:  # noqa: BLE001 - any key the library cannot load is not one
+        except Exception:  # any key the library cannot load is not one
             continue
     if not isinstance(key, ed25519.Ed25519PublicKey):
         raise UsageError(f"{path}: not an ed25519 public key (the .pub of interlock keygen)")
