@@ -284,7 +284,7 @@ class Interlock:
             from interlock.errors import RunInert
             from interlock.runtime.orchestrator import inert_message
 
-            raise RunInert(inert_message(run_id))
+            raise RunInert(inert_message(run_id, state.status.value))
         target = run_id
         # A run paused by its child run goes on when that child does: the approval is the
         # child's (the deepest paused one, when children nest).

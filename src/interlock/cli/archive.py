@@ -161,14 +161,12 @@ def import_(
         highlight=False,
     )
     _describe(done.bundle)
+    from interlock.runtime.orchestrator import imported_next
+
+    step = imported_next(done.run_id, done.status, trusted=done.trusted)
     if not done.trusted:
-        out.print(
-            f"nothing of it runs until you say so: interlock rerun {done.run_id} --workflow "
-            f"FILE runs your workflow on its outputs; interlock trust {done.run_id} lets its "
-            "own definition run",
-            highlight=False,
-            soft_wrap=True,
-        )
+        step = f"nothing of it runs until you say so. {step}"
+    out.print(step, highlight=False, soft_wrap=True)
 
 
 @click.command()
@@ -273,7 +271,10 @@ def trust(ctx: Ctx, run_id: str) -> None:
     out.print(f"trusted {run_id}: its definition may run {len(runs)} program(s) or function(s)")
     for line in runs:
         out.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
-    out.print(f"go on with it: interlock resume {run_id}", highlight=False)
+    from interlock.runtime.orchestrator import imported_next
+
+    status = app.store.get_run(run_id).summary.status
+    out.print(imported_next(run_id, status, trusted=True), highlight=False, soft_wrap=True)
 
 
 COMMANDS = [export, import_, verify, keygen, trust]

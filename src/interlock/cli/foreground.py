@@ -154,9 +154,17 @@ def spent_line(state: RunState) -> str:
     pipeline looks at after each run."""
     from interlock.core.state import TaskStatus
 
-    done = [t for t in state.tasks.values() if t.status is TaskStatus.COMPLETED]
+    cost, tokens, before = state.imported_spend  # an imported run's spend at its source
+    done = [
+        t for i, t in state.tasks.items() if t.status is TaskStatus.COMPLETED and i not in before
+    ]
     reused = sum(1 for t in done if t.reused_from is not None)
-    line = f"spent ${state.cost_usd:.4f}, {state.tokens:,} tokens; {len(done) - reused} task(s) ran"
+    line = (
+        f"spent ${state.cost_usd - cost:.4f}, {state.tokens - tokens:,} tokens; "
+        f"{len(done) - reused} task(s) ran"
+    )
+    if state.imported:
+        line += f" here (the bundle's source spent ${cost:.4f}, {tokens:,} tokens)"
     if reused:
         line += f", {reused} reused (paid for by earlier runs)"
     if state.unpriced:

@@ -275,6 +275,13 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
         out.print(_paused_line(view["run_id"], phase, pause.get("reason")), soft_wrap=True)
     for line in _running_children(view):
         out.print(line)
+    if view.get("imported"):
+        from interlock.runtime.orchestrator import imported_next
+
+        trusted = bool(view.get("trusted"))
+        how = "trusted" if trusted else f"inert until `interlock trust {view['run_id']}`"
+        step = imported_next(view["run_id"], view["status"], trusted=trusted)
+        out.print(f"imported ({how}): {step[0].lower()}{step[1:]}", markup=False, soft_wrap=True)
     parent = family["parent_run"]
     if parent:
         out.print(

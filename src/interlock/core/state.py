@@ -225,6 +225,9 @@ class RunState:
     children: dict[str, Child] = field(default_factory=dict)  # task id -> its latest child
     # Imported from a bundle and not trusted since: nothing of its definition runs.
     inert: bool = False
+    imported: bool = False  # its history came from a bundle (`interlock import`)
+    # What the source had spent and completed when it was exported (an imported run).
+    imported_spend: tuple[float, int, frozenset[str]] = (0.0, 0, frozenset())
 
     def in_flight(self) -> list[TaskState]:
         """Tasks dispatched and not finished, in dispatch order."""
@@ -557,7 +560,11 @@ def apply(state: RunState, event: ev.Event) -> None:
     elif isinstance(event, ev.Archived):
         state.archived = True
     elif isinstance(event, ev.RunImported):
-        state.inert = not event.trusted
+        state.inert, state.imported = not event.trusted, True
+        done = frozenset(
+            t for t, task in state.tasks.items() if task.status is TaskStatus.COMPLETED
+        )
+        state.imported_spend = (state.cost_usd, state.tokens, done)
     elif isinstance(event, ev.BundleTrusted):
         state.inert = False
     elif isinstance(event, (ev.RunFailed, ev.RunCancelled)):

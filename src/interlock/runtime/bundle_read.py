@@ -1,9 +1,12 @@
 """Reading a bundle's tar within limits, a member at a time, into a folder.
 
-A bundle is read once, sequentially, never whole into memory: `manifest.json` comes first
-and declares every member's size, so a bundle that would pass the limits is refused before
-anything else is decompressed; each member's header must then match what was declared, and
-its bytes are streamed to a file while they are hashed. Decompression itself is bounded too
+A bundle is read once, sequentially, never whole into memory: `manifest.json` declares every
+member's size, and `interlock export` writes it first, so a bundle that would pass the limits
+is refused before anything else is decompressed; each member's header must then match what
+was declared, and its bytes are streamed to a file while they are hashed. A bundle packed
+again with an ordinary `tar` (directory entries, `./` names, the manifest where it sorts) is
+read too: the members before the manifest are held to the limits as they are read and checked
+against it once it comes. Decompression itself is bounded too
 (no read past the total limit, no metadata block past `META_LIMIT`), so a gzip or tar bomb
 costs at most the limit it is refused at, whatever it claims in its headers.
 """
@@ -181,12 +184,31 @@ def _small(handle: IO[bytes], size: int) -> bytes:
     return bytes(data)
 
 
+def _member_name(path: Path, info: tarfile.TarInfo) -> str | None:
+    """The member's name in the manifest (an ordinary `tar -C DIR .` writes `./NAME`), or None
+    for a directory entry (a repack with `tar` adds them; they hold nothing)."""
+    parts = [part for part in PurePosixPath(info.name).parts if part != "."]
+    if info.name.startswith("/") or ".." in parts:
+        raise _fail(path, f"member {info.name!r} is not a plain file of the bundle")
+    if info.isdir():
+        return None
+    if not info.isfile() or not parts:
+        raise _fail(path, f"member {info.name!r} is not a plain file of the bundle")
+    return "/".join(parts)
+
+
 def read_members(path: Path, folder: Path, limits: Limits) -> Extracted:
     """Read the bundle at `path` into `folder` within `limits` (raises VerificationFailed
-    naming the first problem, or the limit passed)."""
+    naming the first problem, or the limit passed). `manifest.json` may come anywhere (an
+    ordinary `tar` repack puts it where it sorts): the members before it are bounded by the
+    limits as they are read, and checked against their declared sizes once it is read."""
     stream = _open(path)
     bounded = _Bounded(stream, limits.total + (limits.members + 16) * 2 * tarfile.BLOCKSIZE, path)
     found: Extracted | None = None
+    signature: Any = None
+    paths: dict[str, Path] = {}
+    hashes: dict[str, str] = {}
+    sizes: dict[str, int] = {}
     listed: dict[str, tuple[str, int]] = {}
     total = count = 0
     try:
@@ -194,46 +216,38 @@ def read_members(path: Path, folder: Path, limits: Limits) -> Extracted:
             while (info := tar.next()) is not None:
                 tar.members.clear()  # kept by tarfile for random access, unused here
                 count += 1
-                name = PurePosixPath(info.name)
-                if not info.isfile() or name.is_absolute() or ".." in name.parts:
-                    raise _fail(path, f"member {info.name!r} is not a plain file of the bundle")
-                if found is None:
-                    if info.name != MANIFEST or info.size > MANIFEST_LIMIT:
-                        raise _fail(
-                            path,
-                            "its first member is not manifest.json (a .tar.gz from "
-                            "'interlock export' starts with it)",
-                        )
+                if count > limits.members + 2:
+                    raise _too_large(path, f"it has more than {limits.members} members")
+                name = _member_name(path, info)
+                if name is None:
+                    continue
+                if name == MANIFEST:
+                    if found is not None or info.size > MANIFEST_LIMIT:
+                        raise _fail(path, "manifest.json appears twice, or is too large")
                     found = _manifest(path, tar, info, folder, limits)
                     listed = _listed(path, found.manifest)
                     _check_declared(path, listed, limits)
+                    for seen in sorted(sizes):
+                        _check_member(path, listed, seen, sizes[seen])
                     continue
-                if count > limits.members:
-                    raise _too_large(path, f"it has more than {limits.members} members")
-                if info.name == SIGNATURE and found.signature is None and count == 2:
+                if name == SIGNATURE:
                     handle = tar.extractfile(info)
-                    if info.size > SIGNATURE_LIMIT or handle is None:
+                    if signature is not None or info.size > SIGNATURE_LIMIT or handle is None:
                         raise _fail(path, "signature.json is not a signature")
                     try:
-                        found.signature = json.loads(_small(handle, info.size))
+                        signature = json.loads(_small(handle, info.size))
                     except ValueError:
                         raise _fail(path, "signature.json is not JSON") from None
                     continue
-                if info.name not in listed:
-                    raise _fail(path, f"{info.name} is in the bundle but not in its manifest")
-                if info.name in found.paths:
-                    raise _fail(path, f"{info.name} appears twice")
-                declared = listed[info.name][1]
-                if declared != info.size:
-                    raise _fail(
-                        path,
-                        f"{info.name} holds {info.size} bytes where the manifest says {declared}",
-                    )
+                if name in paths:
+                    raise _fail(path, f"{name} appears twice")
+                if found is not None:
+                    _check_member(path, listed, name, info.size)
                 total += info.size
                 if info.size > limits.member:
                     raise _too_large(
                         path,
-                        f"{info.name} holds {show_size(info.size)}, more than "
+                        f"{name} holds {show_size(info.size)}, more than "
                         f"{show_size(limits.member)} (--max-member-size raises the limit)",
                     )
                 if total > limits.total:
@@ -245,8 +259,9 @@ def read_members(path: Path, folder: Path, limits: Limits) -> Extracted:
                 handle = tar.extractfile(info)
                 assert handle is not None  # a regular file
                 target = folder / f"m{count}"
-                found.paths[info.name] = target
-                found.hashes[info.name] = _copy(handle, target)
+                sizes[name] = info.size
+                paths[name] = target
+                hashes[name] = _copy(handle, target)
     except (tarfile.TarError, OSError, EOFError, gzip.BadGzipFile) as exc:
         problem = f"it is not an interlock bundle (a .tar.gz from 'interlock export'): {exc}"
         raise _fail(path, problem) from None
@@ -254,12 +269,21 @@ def read_members(path: Path, folder: Path, limits: Limits) -> Extracted:
         stream.close()
     if found is None:
         raise _fail(path, "manifest.json is missing")
+    found.signature, found.paths, found.hashes = signature, paths, hashes
     for member in sorted(listed):
         if member not in found.paths:
             raise _fail(path, f"{member} is listed in the manifest but missing")
         if found.hashes[member] != listed[member][0]:
             raise _fail(path, f"{member} does not match its hash in the manifest")
     return found
+
+
+def _check_member(path: Path, listed: dict[str, tuple[str, int]], name: str, size: int) -> None:
+    if name not in listed:
+        raise _fail(path, f"{name} is in the bundle but not in its manifest")
+    declared = listed[name][1]
+    if declared != size:
+        raise _fail(path, f"{name} holds {size} bytes where the manifest says {declared}")
 
 
 def _manifest(

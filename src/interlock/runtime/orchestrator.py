@@ -423,7 +423,7 @@ class Orchestrator:
             # Imported from a bundle: its commands are nobody's until a person says so.
             self.store.release_lease(lease)
             self.inert[run_id] = record.last_seq
-            raise RunInert(inert_message(run_id))
+            raise RunInert(inert_message(run_id, state.status.value))
         live = self.home.live_dir(run_id)
         # An archived run whose move was cut short still sits in runs/: driving it from there
         # lets `act` finish the move, instead of creating an empty archive beside it.
@@ -1174,14 +1174,27 @@ def refuse_broken_config(models: ModelRunner, definition: Definition) -> None:
         ) from None
 
 
-def inert_message(run_id: str) -> str:
-    """Why an imported run is not driven, and the two ways on."""
+def inert_message(run_id: str, status: str) -> str:
+    """Why an imported run is not driven, and the ways on from its `status`."""
     return (
         f"run {run_id} was imported from a bundle and runs nothing until you say so (a "
         "bundle's definition is code: 'interlock verify FILE' lists the commands and call: "
-        f"targets it runs). Run it as imported: interlock trust {run_id}; or run your own "
-        f"workflow on its outputs: interlock rerun {run_id} --workflow FILE"
+        f"targets it runs). {imported_next(run_id, status, trusted=False)}"
     )
+
+
+def imported_next(run_id: str, status: str, *, trusted: bool) -> str:
+    """The commands that take an imported run on from `status`: a run that ended can only
+    be run again (`rerun`), a paused one approved, a running or waiting one resumed."""
+    if status in ("delivered", "failed", "cancelled"):
+        own = f"run your own workflow on its outputs: interlock rerun {run_id} --workflow FILE"
+        if trusted:
+            return f"{own[0].upper()}{own[1:]}, or its own: interlock rerun {run_id}"
+        return f"{own[0].upper()}{own[1:]}; or its own: interlock rerun {run_id} --trust-bundle"
+    step = f"interlock approve {run_id}" if status == "paused" else f"interlock resume {run_id}"
+    if trusted:
+        return f"Go on with it: {step}"
+    return f"Run it as imported: interlock trust {run_id}, then {step}"
 
 
 def driver_dir(source: str) -> Path | None:

@@ -172,6 +172,8 @@ def status_view(pipeline: Pipeline, state: RunState, run_dir_name: str) -> dict[
         "result_delivered": state.delivered is not None,
         "final": state.delivered,
         "archived": state.archived,
+        "imported": state.imported,
+        "trusted": state.imported and not state.inert,
         "warnings": state.warnings,
         "failure": state.failure,
         "cost_usd": round(state.cost_usd, 6),

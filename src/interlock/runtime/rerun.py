@@ -80,6 +80,15 @@ def prepare(store: Store, orchestrator: Orchestrator, request: RerunRequest) -> 
     record = store.get_run(source)
     notes: tuple[str, ...] = ()
     state = fold_history(store.events(source))
+    if not state.status.ended and state.imported:
+        from interlock.runtime.orchestrator import imported_next
+
+        step = imported_next(source, state.status.value, trusted=not state.inert)
+        raise SourceNotEnded(
+            f"run {source} is still {state.status.value}: a rerun needs a finished run. It "
+            f"was imported from a bundle: {step[0].lower()}{step[1:]}; or stop it with "
+            f"'interlock cancel {source}' and rerun it then"
+        )
     if not state.status.ended:
         raise SourceNotEnded(
             f"run {source} is still {state.status.value}: a rerun needs a finished run. "

@@ -32,6 +32,16 @@ def _crypto() -> Any:
     return ed25519
 
 
+def _serialization() -> Any:
+    _crypto()
+    from cryptography.hazmat.primitives import serialization
+
+    return serialization
+
+
+_PRIVATE_MARKERS = (b"PRIVATE KEY-----", b"-----BEGIN OPENSSH PRIVATE KEY")
+
+
 def fingerprint(raw_public: bytes) -> str:
     """How a public key is named in messages (as OpenSSH names keys)."""
     digest = base64.b64encode(hashlib.sha256(raw_public).digest()).decode().rstrip("=")
@@ -68,7 +78,7 @@ class Signature:
 
 
 def _raw_public(key: Any) -> bytes:
-    from cryptography.hazmat.primitives import serialization
+    serialization = _serialization()
 
     raw: bytes = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     return raw
@@ -77,13 +87,12 @@ def _raw_public(key: Any) -> bytes:
 def keygen(path: Path) -> tuple[Path, str]:
     """Write a new private key to `path` (mode 0600) and its public key to `path`.pub;
     returns the public key's path and fingerprint. An existing file is never replaced."""
-    from cryptography.hazmat.primitives import serialization
-
-    ed25519 = _crypto()
     public_path = path.with_name(path.name + ".pub")
     for target in (path, public_path):
         if target.exists():
             raise UsageError(f"{target} already exists: choose another path, or remove it first")
+    ed25519 = _crypto()
+    serialization = _serialization()
     key = ed25519.Ed25519PrivateKey.generate()
     private = key.private_bytes(
         serialization.Encoding.PEM,
@@ -112,10 +121,9 @@ def _read(path: Path, what: str) -> bytes:
 
 def sign(manifest: bytes, key_path: Path) -> Signature:
     """Sign the manifest's bytes with the private key at `key_path`."""
-    from cryptography.hazmat.primitives import serialization
-
-    ed25519 = _crypto()
     data = _read(key_path, "private key")
+    ed25519 = _crypto()
+    serialization = _serialization()
     key: Any = None
     for load in (serialization.load_pem_private_key, serialization.load_ssh_private_key):
         try:
@@ -126,8 +134,12 @@ def sign(manifest: bytes, key_path: Path) -> Signature:
                 f"{key_path}: the private key is encrypted; give one without a passphrase "
                 "(interlock keygen PATH makes one)"
             ) from None
-        except ValueError:
+        except Exception:  # any key the library cannot load is not one
             continue
+    if key is None and (b"PUBLIC KEY-----" in data or data.startswith(b"ssh-")):
+        raise UsageError(
+            f"{key_path} is a public key: signing needs the private key (the file without .pub)"
+        )
     if not isinstance(key, ed25519.Ed25519PrivateKey):
         raise UsageError(
             f"{key_path}: not an ed25519 private key (interlock keygen PATH makes one)"
@@ -137,16 +149,17 @@ def sign(manifest: bytes, key_path: Path) -> Signature:
 
 def public_key(path: Path) -> bytes:
     """The raw public key in the file at `path` (PEM or an OpenSSH line)."""
-    from cryptography.hazmat.primitives import serialization
-
-    ed25519 = _crypto()
     data = _read(path, "public key")
+    if any(marker in data for marker in _PRIVATE_MARKERS):
+        raise UsageError(f"{path} is a private key; pass {path}.pub (its public key)")
+    ed25519 = _crypto()
+    serialization = _serialization()
     key: Any = None
     for load in (serialization.load_pem_public_key, serialization.load_ssh_public_key):
         try:
             key = load(data)
             break
-        except (ValueError, TypeError):
+        except Exception:  # any key the library cannot load is not one
             continue
     if not isinstance(key, ed25519.Ed25519PublicKey):
         raise UsageError(f"{path}: not an ed25519 public key (the .pub of interlock keygen)")
@@ -155,9 +168,9 @@ def public_key(path: Path) -> bytes:
 
 def check(manifest: bytes, signature: Signature, where: str) -> None:
     """Raise BadSignature unless `signature` signs `manifest` with its own public key."""
+    ed25519 = _crypto()
     from cryptography.exceptions import InvalidSignature
 
-    ed25519 = _crypto()
     key = ed25519.Ed25519PublicKey.from_public_bytes(signature.public_key)
     try:
         key.verify(signature.signature, manifest)

@@ -12,6 +12,7 @@ from interlock.errors import (
     LeaseLost,
     PipelineNotFound,
     RunFolderTaken,
+    RunInert,
     RunNotFound,
     StorageError,
     WorkflowError,
@@ -46,6 +47,8 @@ def from_interlock(exc: InterlockError) -> ApiError:
         return ApiError(422, "invalid_workflow", exc.message)
     if isinstance(exc, LeaseHeld | LeaseLost):
         return ApiError(409, "busy", exc.message)
+    if isinstance(exc, RunInert):  # imported, nobody trusted it yet
+        return ApiError(409, "run_inert", exc.message)
     if isinstance(exc, RunFolderTaken):  # the id is taken in the state directory
         return ApiError(409, "run_folder_taken", exc.message)
     if isinstance(exc, DamagedHistory):  # that run's history: waiting will not mend it
