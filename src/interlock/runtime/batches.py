@@ -1,0 +1,354 @@
+"""Driving a batch: starting its rows' runs as room and budget allow, and watching them.
+
+The batch and all its rows are recorded first (`record_batch`, one transaction). Then the
+`BatchRunner` turns: it reads the rows with their runs' summaries, asks the pure engine
+(`interlock.core.batches.next_starts`) which rows start now, records their run ids on the
+rows (`claim_rows`), and only then makes the runs, through the orchestrator's
+`create_runs` under those ids. The orchestrator's own loop (`serve_forever`) drives them
+meanwhile: the runner only runs while that loop sleeps, on the same event loop.
+
+A row's run id is derived from the batch, the row and its try (`run_id_of`), so a crash at
+any instant leaves nothing a second start could duplicate: a claimed row without its run is
+made under the recorded id by the next runner, a row with its run is driven on (its lease
+taken over from the dead process), and an ended run is left as it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+import unicodedata
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from interlock.core.batches import (
+    MAX_BATCH_ID,
+    RUN_ENDED,
+    BatchProgress,
+    RowInputs,
+    RowStatus,
+    RowView,
+    fold,
+    next_starts,
+    run_id_of,
+)
+from interlock.errors import InterlockError, LeaseHeld, StorageError, UsageError
+from interlock.storage.batches import BatchLedger, BatchRecord, BatchRow, NewBatch, batch_ledger
+
+if TYPE_CHECKING:
+    from interlock.api import Interlock
+    from interlock.core.loader import Definition
+    from interlock.core.state import RunState
+    from interlock.storage.base import NewEvent
+
+log = logging.getLogger("interlock.runtime")
+
+BATCH_TTL = 15.0  # seconds another process waits after a batch's driver dies
+TAKE_EVERY = 2.0  # seconds between tries to take a row's run held by another process
+_BATCH_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+
+
+def new_batch_id(pipeline: str, now: float) -> str:
+    """A readable, sortable id: the pipeline, the UTC time and a little randomness."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))
+    plain = unicodedata.normalize("NFKD", pipeline).encode("ascii", "ignore").decode().lower()
+    slug = re.sub("-+", "-", "".join(c if c.isalnum() else "-" for c in plain)).strip("-")
+    return f"{slug[:20].strip('-') or 'batch'}-{stamp}-{uuid.uuid4().hex[:6]}"
+
+
+def check_batch_id(batch_id: str) -> str:
+    """Refuse an id its rows' run ids could not be made from."""
+    if not _BATCH_ID.match(batch_id) or len(batch_id) > MAX_BATCH_ID:
+        raise UsageError(
+            f"--batch-id {batch_id!r} is not valid: lowercase letters, digits and '-', starting "
+            f"with a letter or digit, at most {MAX_BATCH_ID} characters (its rows' runs are "
+            f"named {batch_id[:12]}...-r1, -r2...)"
+        )
+    return batch_id
+
+
+def record_batch(
+    app: Interlock,
+    definition: Definition,
+    rows: list[RowInputs],
+    *,
+    batch_id: str,
+    inputs_file: str,
+    concurrency: int,
+    max_cost_usd: float | None,
+    now: float,
+) -> BatchRecord:
+    """Record the batch and all its rows in one transaction, before any run starts."""
+    ledger = batch_ledger(app.store)
+    batch = NewBatch(
+        batch_id=check_batch_id(batch_id),
+        pipeline=definition.name,
+        definition_hash=definition.hash,
+        definition=definition.canonical,
+        source=definition.source,
+        inputs_file=inputs_file,
+        concurrency=concurrency,
+        max_cost_usd=max_cost_usd,
+        created_at=now,
+    )
+    ledger.create_batch(batch, [(r.number, r.topic, r.inputs) for r in rows])
+    return ledger.get_batch(batch_id)
+
+
+def batch_definition(app: Interlock, record: BatchRecord) -> Definition:
+    """The definition the batch pinned, with its workflow file as its source (where
+    `{workflow_dir}` and interlock.toml are found)."""
+    pinned = app.definition_of(record.pipeline, record.definition_hash)
+    return replace(pinned, source=record.source)
+
+
+def result_of(definition: Definition, state: RunState) -> dict[str, Any]:
+    """What an ended run gives its row: the final worker's extracted values, the output it
+    delivered, and why it failed."""
+    final = definition.pipeline.final_worker.role
+    return {
+        "values": dict(state.values.get(final, {})),
+        "output": state.delivered,
+        "failure": state.failure,
+    }
+
+
+def row_results(app: Interlock, definition: Definition, rows: list[BatchRow]) -> list[BatchRow]:
+    """The rows with the result of each ended run, folded from its history where the
+    batch's driver has not kept it yet (a run ended while no batch driver ran)."""
+    filled = []
+    for row in rows:
+        view = row.view
+        if row.result is None and view.run_id is not None and view.run_status in RUN_ENDED:
+            with contextlib.suppress(InterlockError):
+                row = replace(row, result=result_of(definition, app.state(view.run_id)))
+        filled.append(row)
+    return filled
+
+
+@dataclass(frozen=True, kw_only=True)
+class Snapshot:
+    """What a progress display shows after a turn of the runner."""
+
+    batch: BatchRecord
+    progress: BatchProgress
+    rows: tuple[RowView, ...]
+    elapsed: float  # seconds since this runner started
+    eta: float | None  # seconds to go, at the rate rows ended here (None: no rate yet)
+
+
+class BatchRunner:
+    """Drives one batch in this process until nothing runs and nothing more may start."""
+
+    def __init__(
+        self,
+        app: Interlock,
+        batch_id: str,
+        *,
+        on_progress: Callable[[Snapshot], None] = lambda _: None,
+        clock: Callable[[], float] = time.time,
+        poll: float = 0.25,
+    ) -> None:
+        self.app = app
+        self.ledger: BatchLedger = batch_ledger(app.store)
+        self.batch = self.ledger.get_batch(batch_id)
+        self.definition = batch_definition(app, self.batch)
+        self.on_progress = on_progress
+        self.clock = clock
+        self.poll = poll
+        self._changed: asyncio.Event | None = None
+        self._results: dict[str, dict[str, Any]] = {}  # run id -> result, seen ending here
+        self._tried: dict[str, float] = {}  # run id -> when this runner last tried to take it
+        self._started = clock()
+        self._done_at_start: int | None = None
+        self._held_until = 0.0
+
+    # -- the listener the orchestrator calls for every event it records ----------------------
+
+    def _on_event(self, run_id: str, seq: int, new: NewEvent, state: RunState) -> None:
+        if state.status.ended:
+            self._results[run_id] = result_of(self.definition, state)
+        if (state.status.ended or state.status.value == "paused") and self._changed is not None:
+            self._changed.set()
+
+    # -- the loop ------------------------------------------------------------------------
+
+    async def run(self) -> Snapshot:
+        """Drive the batch; returns how it stands when nothing more runs here.
+
+        Raises:
+            LeaseHeld: another live process drives the batch.
+        """
+        orchestrator = self.app.orchestrator
+        self._hold()
+        self._changed = asyncio.Event()
+        stop = asyncio.Event()
+        orchestrator.listeners.append(self._on_event)
+        loop = asyncio.create_task(orchestrator.serve_forever(stop))
+        try:
+            while True:
+                snapshot = self._turn()
+                self.on_progress(snapshot)
+                if snapshot.progress.settled:
+                    return snapshot
+                if loop.done():  # the orchestrator's loop stopped (its error says why)
+                    loop.result()
+                    raise StorageError("the orchestrator's loop stopped; resume the batch")
+                self._changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.poll):
+                        await self._changed.wait()
+        finally:
+            stop.set()
+            with contextlib.suppress(Exception):
+                await loop
+            orchestrator.listeners.remove(self._on_event)
+            await orchestrator.shutdown()
+            from interlock.providers import aclose_providers
+
+            await aclose_providers()
+            with contextlib.suppress(InterlockError):
+                self.ledger.release_batch(self.batch.batch_id, orchestrator.owner)
+
+    def _hold(self) -> None:
+        """Take (or renew) the batch's lease; a holder that was a process of this host that
+        has died is taken over at once."""
+        from interlock.runtime.processes import holder_is_dead
+
+        now = self.clock()
+        owner = self.app.orchestrator.owner
+        try:
+            self.ledger.hold_batch(self.batch.batch_id, owner, BATCH_TTL, now)
+        except LeaseHeld:
+            holder = self.ledger.get_batch(self.batch.batch_id).driver or ""
+            if not holder_is_dead(holder):
+                raise
+            self.ledger.hold_batch(
+                self.batch.batch_id, owner, BATCH_TTL, now, take_over_from=holder
+            )
+        self._held_until = now + BATCH_TTL
+
+    def _turn(self) -> Snapshot:
+        """One look: keep results, drive on runs left by a dead process, make the runs of
+        rows claimed but not made, claim and make the rows that may start."""
+        now = self.clock()
+        if now > self._held_until - BATCH_TTL * 2 / 3:
+            self._hold()
+        batch = self.batch = self.ledger.get_batch(self.batch.batch_id)
+        rows = self.ledger.rows(batch.batch_id)
+        self._keep_results(rows)
+        self._take_orphans(rows, now)
+        views = [r.view for r in rows]
+        starts = next_starts(
+            views,
+            concurrency=batch.concurrency,
+            max_cost_usd=batch.max_cost_usd,
+            cancelled=batch.cancelled_at is not None,
+        )
+        claims = [(n, views[n - 1].tries, run_id_of(batch.batch_id, n, views[n - 1].tries)) for n in starts.rows]
+        claimed = set(self.ledger.claim_rows(batch.batch_id, claims, now)) if claims else set()
+        # Rows claimed before (by a driver that stopped before making their runs) are made
+        # now under the id recorded for them, unless that run was made and pruned since.
+        unmade = [
+            r for r in rows if r.view.status is RowStatus.STARTING and r.view.run_id is not None
+        ]
+        unmade = [r for r in unmade if self.app.store.pruned_run(r.view.run_id or "") is None]
+        fresh = [rows[n - 1] for n, _, _ in claims if n in claimed]
+        ids = {n: run_id for n, _, run_id in claims}
+        specs = [(r, r.view.run_id or "") for r in unmade] + [(r, ids[r.view.number]) for r in fresh]
+        if specs:
+            self._make(specs)
+            rows = self.ledger.rows(batch.batch_id)
+        progress = fold([r.view for r in rows], max_cost_usd=batch.max_cost_usd)
+        elapsed = max(0.0, now - self._started)
+        if self._done_at_start is None:
+            self._done_at_start = progress.done
+        return Snapshot(
+            batch=batch,
+            progress=progress,
+            rows=tuple(r.view for r in rows),
+            elapsed=elapsed,
+            eta=progress.eta(elapsed, progress.done - self._done_at_start),
+        )
+
+    def _make(self, specs: list[tuple[BatchRow, str]]) -> None:
+        """Make the runs of claimed rows, in one transaction; when that is refused, one by
+        one, so that a row whose run cannot be made is marked so and the others start."""
+        orchestrator = self.app.orchestrator
+        definition = self.definition
+        entries = [(definition, row.topic, dict(row.inputs), run_id) for row, run_id in specs]
+        try:
+            orchestrator.create_runs(entries)
+            return
+        except StorageError:
+            raise
+        except InterlockError:
+            if len(specs) == 1:
+                self._refuse(specs[0], entries[0])
+                return
+        for spec, entry in zip(specs, entries, strict=True):
+            self._refuse(spec, entry)
+
+    def _refuse(self, spec: tuple[BatchRow, str], entry: Any) -> None:
+        """Make one row's run, or record why it cannot be made."""
+        row, run_id = spec
+        try:
+            self.app.orchestrator.create_runs([entry])
+        except StorageError:
+            raise
+        except InterlockError as exc:
+            log.warning(
+                "batch %s row %d: its run cannot be made: %s",
+                self.batch.batch_id,
+                row.view.number,
+                exc.message,
+                extra={"run_id": run_id, "action": "batch_row_refused"},
+            )
+            self.ledger.refuse_row(self.batch.batch_id, row.view.number, run_id, exc.message)
+
+    def _keep_results(self, rows: list[BatchRow]) -> None:
+        """Record what ended runs delivered, once: from the states seen ending here, or
+        folded from the history of a run that ended while no batch driver ran."""
+        found = []
+        for row in rows:
+            view = row.view
+            if row.result is not None or view.run_id is None or view.run_status not in RUN_ENDED:
+                continue
+            result = self._results.pop(view.run_id, None)
+            if result is None:
+                try:
+                    result = result_of(self.definition, self.app.state(view.run_id))
+                except InterlockError:
+                    continue
+            found.append((view.number, view.run_id, result))
+        if found:
+            self.ledger.set_results(self.batch.batch_id, found)
+
+    def _take_orphans(self, rows: list[BatchRow], now: float) -> None:
+        """Drive on the runs of this batch that are in flight and driven by no one here
+        (left by a driver that stopped): their leases are taken over from a dead process."""
+        orchestrator = self.app.orchestrator
+        for row in rows:
+            run_id = row.view.run_id
+            if row.view.status is not RowStatus.RUNNING or run_id is None:
+                continue
+            if run_id in orchestrator.drivers or now - self._tried.get(run_id, -1e9) < TAKE_EVERY:
+                continue
+            self._tried[run_id] = now
+            try:
+                orchestrator.take(run_id)
+            except InterlockError as exc:  # driven elsewhere, or not drivable: said once
+                log.info(
+                    "batch %s row %d: its run is not driven here: %s",
+                    self.batch.batch_id,
+                    row.view.number,
+                    exc.message,
+                    extra={"run_id": run_id, "action": "batch_run_not_taken"},
+                )
+        if orchestrator.drivers:
+            orchestrator.wake()
