@@ -251,7 +251,7 @@ def parse_rows(name: str, text: str) -> list[Row]:
     if not rows:
         raise BatchInputError(
             f"{name}: has no rows: nothing to run; add one row per run "
-            + ("(one JSON object a line)" if not lower.endswith(".csv") else "after the header")
+            + ("(one JSON object a line)" if not lower.endswith(".csv") else "after a header row naming the inputs")
         )
     return rows
 
@@ -411,11 +411,14 @@ def check_rows(
             continue
         topic = _text(topic_value) if _given(topic_value) else f"row {row.number} of {name}"
         try:
-            resolve_inputs(pipeline, declared, given)
+            resolved = resolve_inputs(pipeline, declared, given)
         except UsageError as exc:
             problems.add(_row_fix(exc.message, pipeline, name), row.number)
             continue
-        checked.append(RowInputs(number=row.number, topic=topic, inputs=given))
+        # Kept as their inputs' types (a CSV's "3" is 3 for an integer input); defaults are
+        # left to the run, which records them.
+        inputs = {k: resolved[k] for k in given}
+        checked.append(RowInputs(number=row.number, topic=topic, inputs=inputs))
     lines = problems.lines()
     if lines:
         listed = "\n".join(f"  - {line}" for line in lines)
