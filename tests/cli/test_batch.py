@@ -27,7 +27,14 @@ summarize:
       workers:
         - role: writer
           final: true
-          command: [sh, -c, 'sleep SLEEP; echo "$1 $INTERLOCK_RUN_ID" >> "$2"; printf "Score: %s\\n" "$1" > "$3"', sh, "{{ n }}", "COUNT", "{output}"]
+          command:
+            - sh
+            - -c
+            - 'sleep SLEEP; echo "$1 $INTERLOCK_RUN_ID" >> "$2"; printf "Score: %s\\n" "$1" > "$3"'
+            - sh
+            - "{{ n }}"
+            - COUNT
+            - "{output}"
           extract:
             score: {regex: "Score: ([0-9]+)", type: number}
 """
@@ -62,10 +69,14 @@ def executions(tmp_path: Path) -> dict[int, list[str]]:
     return runs
 
 
-def test_a_csv_batch_is_delivered_shown_and_exported(cli_env: dict[str, str], tmp_path: Path) -> None:
+def test_a_csv_batch_is_delivered_shown_and_exported(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
     """20 rows, 4 at a time: every row delivered once; status and export show each row."""
     setup(tmp_path, 20)
-    done = interlock(cli_env, tmp_path, "batch", "wf.yaml", "--inputs", "articles.csv", "--batch-id", "b")
+    done = interlock(
+        cli_env, tmp_path, "batch", "wf.yaml", "--inputs", "articles.csv", "--batch-id", "b"
+    )
     assert done.returncode == 0, done.stderr
     assert "batch b: 20 row(s) of pipeline 'summarize' recorded" in done.stderr
     assert "worst case of the batch (20 row(s)): at most $0.0000" in done.stderr
@@ -114,7 +125,9 @@ def test_kill_9_then_resume_runs_every_row_once(cli_env: dict[str, str], tmp_pat
     setup(tmp_path, 20, sleep=0.2)
     args = [sys.executable, "-m", "interlock", "batch", "wf.yaml", "--inputs", "articles.csv"]
     args += ["--batch-id", "k", "--concurrency", "3"]
-    first = subprocess.Popen(args, env=cli_env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = subprocess.Popen(
+        args, env=cli_env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     count = tmp_path / "count.txt"
     deadline = time.monotonic() + 60
     while not count.exists() or len(count.read_text().splitlines()) < 7:
@@ -141,9 +154,22 @@ def test_kill_9_then_resume_runs_every_row_once(cli_env: dict[str, str], tmp_pat
         ("rows.txt", "n\n1\n", "rows.txt: is neither JSONL nor CSV"),
         ("rows.jsonl", '{"n": 1}\n{"n": \n', "rows.jsonl: bad JSON (line 2:"),
         ("rows.jsonl", '{"n": 1}\n[1]\n', "row 2: is a JSON list, not an object"),
-        ("rows.csv", "n,langage\n1,fr\n", "row 1: column 'langage' is no input of pipeline 'summarize' (did you mean 'language'?)"),
-        ("rows.csv", "topic,language\na,fr\nb,de\n", "rows 1, 2: needs input 'n': add a 'n' column to rows.csv"),
-        ("rows.csv", "n,language\n1,fr\n2\n", "ragged rows: the header has 2 columns but row(s) 2 (line 3: 1 cells)"),
+        (
+            "rows.csv",
+            "n,langage\n1,fr\n",
+            "row 1: column 'langage' is no input of pipeline 'summarize' (did you mean "
+            "'language'?)",
+        ),
+        (
+            "rows.csv",
+            "topic,language\na,fr\nb,de\n",
+            "rows 1, 2: needs input 'n': add a 'n' column to rows.csv",
+        ),
+        (
+            "rows.csv",
+            "n,language\n1,fr\n2\n",
+            "ragged rows: the header has 2 columns but row(s) 2 (line 3: 1 cells)",
+        ),
         ("rows.csv", "", "rows.csv: has no rows"),
     ],
 )

@@ -71,12 +71,19 @@ def test_files_that_are_not_rows_are_refused_with_the_fix() -> None:
 
 def test_rows_that_cannot_run_are_all_named_at_once() -> None:
     """Every problem is listed with its rows (a few, then a count), nothing is recorded."""
-    rows = "\n".join(['{"text": "a"}', "[1, 2]", '{"langauge": "fr", "text": "b"}'] + ['{}'] * 7)
+    rows = "\n".join(['{"text": "a"}', "[1, 2]", '{"langauge": "fr", "text": "b"}'] + ["{}"] * 7)
     message = problem("d.jsonl", rows)
-    assert message.startswith("d.jsonl: 9 of 10 row(s) cannot run pipeline 'p'; nothing was recorded")
+    assert message.startswith(
+        "d.jsonl: 9 of 10 row(s) cannot run pipeline 'p'; nothing was recorded"
+    )
     assert "row 2: is a JSON list, not an object" in message
-    assert "row 3: column 'langauge' is no input of pipeline 'p' (did you mean 'language'?)" in message
-    assert "rows 4, 5, 6, 7, 8 and 2 more: needs input 'text': add a 'text' column to d.jsonl" in message
+    assert (
+        "row 3: column 'langauge' is no input of pipeline 'p' (did you mean 'language'?)" in message
+    )
+    assert (
+        "rows 4, 5, 6, 7, 8 and 2 more: needs input 'text': add a 'text' column to d.jsonl"
+        in message
+    )
 
 
 def test_a_value_its_input_refuses_names_the_row() -> None:
@@ -87,10 +94,14 @@ def test_a_value_its_input_refuses_names_the_row() -> None:
     assert "--topic-field 'title' names no column" in problem("d.csv", "text\na\n", "title")
 
 
-def view(number: int, state: RowState = RowState.PENDING, run: str | None = None, cost: float = 0.0) -> RowView:
+def view(
+    number: int, state: RowState = RowState.PENDING, run: str | None = None, cost: float = 0.0
+) -> RowView:
     """A row of a batch, started when `run` is its run's status."""
     run_id = None if state is RowState.PENDING else f"b-r{number}"
-    return RowView(number=number, state=state, tries=1, run_id=run_id, run_status=run, cost_usd=cost)
+    return RowView(
+        number=number, state=state, tries=1, run_id=run_id, run_status=run, cost_usd=cost
+    )
 
 
 def test_rows_start_in_order_up_to_the_concurrency() -> None:
@@ -120,10 +131,12 @@ def test_the_budget_holds_unstarted_rows_and_never_fails_finished_ones() -> None
 def test_a_cancelled_batch_starts_nothing_and_a_settled_one_is_over() -> None:
     """Cancelled: nothing starts; settled: nothing runs and nothing may start."""
     views = [view(1), view(2, RowState.CANCELLED), view(3, RowState.REFUSED)]
-    assert next_starts(views, concurrency=5, max_cost_usd=None, cancelled=True).held == Held.CANCELLED
+    assert (
+        next_starts(views, concurrency=5, max_cost_usd=None, cancelled=True).held == Held.CANCELLED
+    )
     progress = fold(views, max_cost_usd=None)
     assert not progress.settled and progress.waiting == 1
-    ended = fold(views[1:] + [view(4, RowState.STARTED, "paused")], max_cost_usd=None)
+    ended = fold([*views[1:], view(4, RowState.STARTED, "paused")], max_cost_usd=None)
     assert ended.settled and ended.done == 2
     assert ended.counts[RowStatus.FAILED] == 1 and ended.counts[RowStatus.PAUSED] == 1
 

@@ -7,12 +7,13 @@ import asyncio
 import time
 from pathlib import Path
 
+from tests.runtime.conftest import WriteWorkflow
+
 from interlock import Interlock
 from interlock.core.batches import RowInputs, RowState, RowStatus
 from interlock.core.loader import load_workflow
 from interlock.runtime.batches import BatchRunner, Snapshot, record_batch
 from interlock.storage.batches import batch_ledger
-from tests.runtime.conftest import WriteWorkflow
 
 WORKFLOW = """\
 p:
@@ -23,13 +24,16 @@ p:
       workers:
         - role: w
           final: true
-          command: [sh, -c, 'echo "$1" >> "$2"; echo "Score: $1" > "$3"', sh, "{{ n }}", "COUNT", "{output}"]
+          command:
+            [sh, -c, 'echo "$1" >> "$2"; echo "Score: $1" > "$3"', sh, "{{ n }}", COUNT, "{output}"]
           extract:
             score: {regex: "Score: ([0-9]+)", type: number}
 """
 
 
-def start(app: Interlock, write_workflow: WriteWorkflow, tmp_path: Path, rows: int, **limits: object) -> str:
+def start(
+    app: Interlock, write_workflow: WriteWorkflow, tmp_path: Path, rows: int, **limits: object
+) -> str:
     """Record a batch of `rows` rows of WORKFLOW (each appends its number to a file)."""
     path = write_workflow(WORKFLOW.replace("COUNT", str(tmp_path / "count.txt")))
     definition = load_workflow(path).get("p")
@@ -64,7 +68,9 @@ def test_every_row_runs_once_within_the_concurrency(
     assert max(s.progress.running for s in seen) == 2
     assert executions(tmp_path) == [1, 2, 3, 4, 5, 6]
     rows = batch_ledger(app.store).rows(batch_id)
-    assert [r.result and r.result["values"] for r in rows] == [{"score": float(n)} for n in range(1, 7)]
+    assert [r.result and r.result["values"] for r in rows] == [
+        {"score": float(n)} for n in range(1, 7)
+    ]
     assert [r.view.run_id for r in rows] == [f"b-r{n}" for n in range(1, 7)]
     assert batch_ledger(app.store).get_batch(batch_id).driver is None  # handed back
 

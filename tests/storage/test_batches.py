@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from tests.storage.test_conformance import TTL, make_run, notes
 
 from interlock.core.batches import RowState, RowStatus, fold
 from interlock.errors import LeaseHeld
 from interlock.storage.base import AppendBatch, Lease, RunSummary, Store
 from interlock.storage.batches import BatchExists, BatchNotFound, NewBatch, batch_ledger
-from tests.storage.test_conformance import TTL, make_run, notes
 
 T0 = 1000.0
 
@@ -74,7 +74,9 @@ def test_a_rows_try_is_claimed_once(opener: Callable[[], Store]) -> None:
     assert batch_ledger(second).claim_rows("b1", [(1, 1, "b1-r1"), (3, 1, "b1-r3")], T0) == [3]
     assert batch_ledger(second).claim_rows("b1", [(2, 2, "b1-r2-t2")], T0) == []
     views = [r.view for r in batch_ledger(second).rows("b1")]
-    assert [(v.state, v.run_id) for v in views] == [(RowState.STARTED, f"b1-r{n}") for n in (1, 2, 3)]
+    assert [(v.state, v.run_id) for v in views] == [
+        (RowState.STARTED, f"b1-r{n}") for n in (1, 2, 3)
+    ]
     # No run is made yet: each is "starting", which a resumed driver makes.
     assert {v.status for v in views} == {RowStatus.STARTING}
 

@@ -284,7 +284,9 @@ def batches(ctx: Ctx, limit: int) -> None:
         table.add_column(column)
     table.add_column("cost", justify="right")
     for record in records:
-        progress = fold([r.view for r in ledger.rows(record.batch_id)], max_cost_usd=record.max_cost_usd)
+        progress = fold(
+            [r.view for r in ledger.rows(record.batch_id)], max_cost_usd=record.max_cost_usd
+        )
         counts = progress.counts
         table.add_row(
             record.batch_id + (" (cancelled)" if record.cancelled_at else ""),

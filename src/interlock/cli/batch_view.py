@@ -12,7 +12,7 @@ from interlock.cli.base import err, out, real_console
 if TYPE_CHECKING:
     from rich.live import Live
 
-    from interlock.core.batches import BatchProgress, RowView
+    from interlock.core.batches import BatchProgress
     from interlock.runtime.batches import Snapshot
     from interlock.storage.batches import BatchRow
 

@@ -251,13 +251,18 @@ def parse_rows(name: str, text: str) -> list[Row]:
     if not rows:
         raise BatchInputError(
             f"{name}: has no rows: nothing to run; add one row per run "
-            + ("(one JSON object a line)" if not lower.endswith(".csv") else "after a header row naming the inputs")
+            + (
+                "(one JSON object a line)"
+                if not lower.endswith(".csv")
+                else "after a header row naming the inputs"
+            )
         )
     return rows
 
 
 def _jsonl_rows(name: str, text: str) -> list[Row]:
-    rows, bad = [], []
+    rows: list[Row] = []
+    bad: list[str] = []
     for line_no, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -295,7 +300,8 @@ def _csv_rows(name: str, text: str) -> list[Row]:
     twice = sorted({c for c in header if header.count(c) > 1})
     if twice:
         raise BatchInputError(f"{name}: the header names column {twice[0]!r} twice; keep one")
-    rows, ragged = [], []
+    rows: list[Row] = []
+    ragged: list[tuple[int, int, int]] = []
     for line_no, cells in lines[1:]:
         number = len(rows) + 1
         if len(cells) != len(header):

@@ -250,7 +250,10 @@ class BatchRunner:
             max_cost_usd=batch.max_cost_usd,
             cancelled=batch.cancelled_at is not None,
         )
-        claims = [(n, views[n - 1].tries, run_id_of(batch.batch_id, n, views[n - 1].tries)) for n in starts.rows]
+        claims = [
+            (n, views[n - 1].tries, run_id_of(batch.batch_id, n, views[n - 1].tries))
+            for n in starts.rows
+        ]
         claimed = set(self.ledger.claim_rows(batch.batch_id, claims, now)) if claims else set()
         # Rows claimed before (by a driver that stopped before making their runs) are made
         # now under the id recorded for them, unless that run was made and pruned since.
@@ -260,7 +263,9 @@ class BatchRunner:
         unmade = [r for r in unmade if self.app.store.pruned_run(r.view.run_id or "") is None]
         fresh = [rows[n - 1] for n, _, _ in claims if n in claimed]
         ids = {n: run_id for n, _, run_id in claims}
-        specs = [(r, r.view.run_id or "") for r in unmade] + [(r, ids[r.view.number]) for r in fresh]
+        specs = [(r, r.view.run_id or "") for r in unmade] + [
+            (r, ids[r.view.number]) for r in fresh
+        ]
         if specs:
             self._make(specs)
             rows = self.ledger.rows(batch.batch_id)
@@ -281,7 +286,9 @@ class BatchRunner:
         one, so that a row whose run cannot be made is marked so and the others start."""
         orchestrator = self.app.orchestrator
         definition = self.definition
-        entries = [(definition, row.topic, dict(row.inputs), run_id) for row, run_id in specs]
+        entries: list[tuple[Definition, str, dict[str, Any] | None, str | None]] = [
+            (definition, row.topic, dict(row.inputs), run_id) for row, run_id in specs
+        ]
         try:
             orchestrator.create_runs(entries)
             return

@@ -84,7 +84,9 @@ class BatchRow:
 class BatchLedger(Protocol):
     """What the batch driver and commands need from a ledger."""
 
-    def create_batch(self, batch: NewBatch, rows: Sequence[tuple[int, str, dict[str, Any]]]) -> None:
+    def create_batch(
+        self, batch: NewBatch, rows: Sequence[tuple[int, str, dict[str, Any]]]
+    ) -> None:
         """Record the batch, its pinned definition and its rows (number, topic, inputs) in
         one transaction. Raises BatchExists when the id is taken."""
         ...
@@ -101,7 +103,9 @@ class BatchLedger(Protocol):
         """Every row of the batch in row order, each with its current run's summary."""
         ...
 
-    def claim_rows(self, batch_id: str, claims: Sequence[tuple[int, int, str]], now: float) -> list[int]:
+    def claim_rows(
+        self, batch_id: str, claims: Sequence[tuple[int, int, str]], now: float
+    ) -> list[int]:
         """Record run ids for rows (number, try, run id) still pending at that try, in one
         transaction; returns the rows claimed (a row claimed before is left out)."""
         ...
@@ -110,7 +114,9 @@ class BatchLedger(Protocol):
         """Record that the row's run could not be made, and why."""
         ...
 
-    def set_results(self, batch_id: str, results: Sequence[tuple[int, str, dict[str, Any]]]) -> None:
+    def set_results(
+        self, batch_id: str, results: Sequence[tuple[int, str, dict[str, Any]]]
+    ) -> None:
         """Keep what ended runs delivered (row, run id, result), for status and export."""
         ...
 
@@ -129,7 +135,13 @@ class BatchLedger(Protocol):
         ...
 
     def hold_batch(
-        self, batch_id: str, owner: str, ttl: float, now: float, *, take_over_from: str | None = None
+        self,
+        batch_id: str,
+        owner: str,
+        ttl: float,
+        now: float,
+        *,
+        take_over_from: str | None = None,
     ) -> None:
         """Take or renew the right to drive the batch until `now + ttl`.
 
@@ -148,7 +160,7 @@ def batch_ledger(store: Store) -> BatchLedger:
     from interlock.storage.sqlite import SQLiteStore
 
     if isinstance(store, SQLiteStore):
-        return SQLBatches(_sqlite_transact(store), store._read, "sqlite")  # noqa: SLF001
+        return SQLBatches(_sqlite_transact(store), store._read, "sqlite")
     from interlock.testing import MemoryStore
 
     if isinstance(store, MemoryStore):
@@ -158,7 +170,7 @@ def batch_ledger(store: Store) -> BatchLedger:
     from interlock.storage.postgres import PostgresStore
 
     if isinstance(store, PostgresStore):
-        return SQLBatches(store.retrying, store._read, "postgres")  # noqa: SLF001
+        return SQLBatches(store.retrying, store._read, "postgres")
     raise UsageError(f"batches are not kept in a store of type {type(store).__name__}")
 
 
@@ -193,20 +205,17 @@ class SQLBatches:
         self._transact = transact
         self._read = read
         self._q = named(dialect, "batches.sql")
-        self._definition = (
-            "INSERT OR IGNORE INTO definitions (hash, body) VALUES (?, ?)"
-            if dialect == "sqlite"
-            else "INSERT INTO definitions (hash, body) VALUES (%s, %s) ON CONFLICT (hash) DO NOTHING"
-        )
 
-    def create_batch(self, batch: NewBatch, rows: Sequence[tuple[int, str, dict[str, Any]]]) -> None:
+    def create_batch(
+        self, batch: NewBatch, rows: Sequence[tuple[int, str, dict[str, Any]]]
+    ) -> None:
         """See `BatchLedger.create_batch`."""
         q = self._q
 
         def create(db: Any) -> None:
             if db.execute(q["get_batch"], (batch.batch_id,)).fetchone() is not None:
                 raise BatchExists(exists_message(batch.batch_id))
-            db.execute(self._definition, (batch.definition_hash, batch.definition))
+            db.execute(q["insert_definition"], (batch.definition_hash, batch.definition))
             db.execute(
                 q["insert_batch"],
                 (
@@ -244,7 +253,9 @@ class SQLBatches:
         """See `BatchLedger.rows`."""
         return [_row(r) for r in self._read(self._q["batch_rows"], batch_id)]
 
-    def claim_rows(self, batch_id: str, claims: Sequence[tuple[int, int, str]], now: float) -> list[int]:
+    def claim_rows(
+        self, batch_id: str, claims: Sequence[tuple[int, int, str]], now: float
+    ) -> list[int]:
         """See `BatchLedger.claim_rows`."""
         q = self._q["claim_row"]
 
@@ -263,7 +274,9 @@ class SQLBatches:
         q = self._q["refuse_row"]
         self._transact(lambda db: db.execute(q, (error, batch_id, row, run_id)))
 
-    def set_results(self, batch_id: str, results: Sequence[tuple[int, str, dict[str, Any]]]) -> None:
+    def set_results(
+        self, batch_id: str, results: Sequence[tuple[int, str, dict[str, Any]]]
+    ) -> None:
         """See `BatchLedger.set_results`."""
         if not results:
             return
@@ -305,7 +318,13 @@ class SQLBatches:
         self._transact(lambda db: db.execute(q, (concurrency, max_cost_usd, batch_id)))
 
     def hold_batch(
-        self, batch_id: str, owner: str, ttl: float, now: float, *, take_over_from: str | None = None
+        self,
+        batch_id: str,
+        owner: str,
+        ttl: float,
+        now: float,
+        *,
+        take_over_from: str | None = None,
     ) -> None:
         """See `BatchLedger.hold_batch`."""
         q = self._q

@@ -59,12 +59,14 @@ class MemoryBatches:
         assert isinstance(found, MemoryBatches)
         return found
 
-    def create_batch(self, batch: NewBatch, rows: Sequence[tuple[int, str, dict[str, Any]]]) -> None:
+    def create_batch(
+        self, batch: NewBatch, rows: Sequence[tuple[int, str, dict[str, Any]]]
+    ) -> None:
         """See `BatchLedger.create_batch`."""
         with self._lock:
             if batch.batch_id in self._batches:
                 raise BatchExists(exists_message(batch.batch_id))
-            self._store._definitions.setdefault(batch.definition_hash, batch.definition)  # noqa: SLF001
+            self._store._definitions.setdefault(batch.definition_hash, batch.definition)
             self._batches[batch.batch_id] = BatchRecord(
                 batch_id=batch.batch_id,
                 pipeline=batch.pipeline,
@@ -125,7 +127,9 @@ class MemoryBatches:
             result=copy.deepcopy(row.result),
         )
 
-    def claim_rows(self, batch_id: str, claims: Sequence[tuple[int, int, str]], now: float) -> list[int]:
+    def claim_rows(
+        self, batch_id: str, claims: Sequence[tuple[int, int, str]], now: float
+    ) -> list[int]:
         """See `BatchLedger.claim_rows`."""
         claimed = []
         with self._lock:
@@ -145,7 +149,9 @@ class MemoryBatches:
             if found is not None and found.run_id == run_id:
                 found.state, found.error = RowState.REFUSED, error
 
-    def set_results(self, batch_id: str, results: Sequence[tuple[int, str, dict[str, Any]]]) -> None:
+    def set_results(
+        self, batch_id: str, results: Sequence[tuple[int, str, dict[str, Any]]]
+    ) -> None:
         """See `BatchLedger.set_results`."""
         with self._lock:
             rows = self._rows.get(batch_id, {})
@@ -190,7 +196,13 @@ class MemoryBatches:
             )
 
     def hold_batch(
-        self, batch_id: str, owner: str, ttl: float, now: float, *, take_over_from: str | None = None
+        self,
+        batch_id: str,
+        owner: str,
+        ttl: float,
+        now: float,
+        *,
+        take_over_from: str | None = None,
     ) -> None:
         """See `BatchLedger.hold_batch`."""
         with self._lock:

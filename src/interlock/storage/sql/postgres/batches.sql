@@ -1,5 +1,8 @@
 -- Batches: the queries of `interlock.storage.batches` (tables: 017_batches.sql).
 
+-- name: insert_definition
+INSERT INTO definitions (hash, body) VALUES (%s, %s) ON CONFLICT (hash) DO NOTHING;
+
 -- name: insert_batch
 INSERT INTO batches (batch_id, pipeline, definition_hash, source, inputs_file, concurrency,
                      max_cost_usd, row_count, created_at)

@@ -1,5 +1,8 @@
 -- Batches: the queries of `interlock.storage.batches` (tables: 011_batches.sql).
 
+-- name: insert_definition
+INSERT OR IGNORE INTO definitions (hash, body) VALUES (?, ?);
+
 -- name: insert_batch
 INSERT INTO batches (batch_id, pipeline, definition_hash, source, inputs_file, concurrency,
                      max_cost_usd, row_count, created_at)
