@@ -135,3 +135,16 @@ def test_one_driver_at_a_time(opener: Callable[[], Store]) -> None:
     first.hold_batch("b1", "a", TTL, T0 + 3)
     first.hold_batch("b1", "a", TTL, T0 + 3)
     second.hold_batch("b1", "b", TTL, T0 + 3 + TTL)  # a's lease ran out
+
+
+def test_views_are_the_rows_without_their_data(store: Store) -> None:
+    """`views` gives each row's view as `rows` does, and says which results are kept."""
+    ledger = batch_ledger(store)
+    ledger.create_batch(new_batch(), ROWS)
+    ledger.claim_rows("b1", [(1, 1, "b1-r1")], T0)
+    finish(store, "b1-r1", "delivered", 0.25)
+    assert ledger.views("b1") == [r.view for r in ledger.rows("b1")]
+    assert not ledger.views("b1")[0].kept
+    ledger.set_results("b1", [(1, "b1-r1", {"values": {}})])
+    assert [v.kept for v in ledger.views("b1")] == [True, False, False]
+    assert ledger.views("b1") == [r.view for r in ledger.rows("b1")]

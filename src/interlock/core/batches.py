@@ -88,6 +88,7 @@ class RowView:
     run_status: str | None = None  # None: no run (not started, or not made yet)
     cost_usd: float = 0.0  # every try's spend, this one's so far included
     tokens: int = 0
+    kept: bool = False  # its ended run's result is recorded on the row
 
     @property
     def status(self) -> RowStatus:

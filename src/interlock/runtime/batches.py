@@ -164,6 +164,7 @@ class BatchRunner:
         self._changed: asyncio.Event | None = None
         self._results: dict[str, dict[str, Any]] = {}  # run id -> result, seen ending here
         self._tried: dict[str, float] = {}  # run id -> when this runner last tried to take it
+        self._rows: dict[int, BatchRow] = {}  # row -> its topic and inputs, read when first needed
         self._started = clock()
         self._done_at_start: int | None = None
         self._held_until = 0.0
@@ -240,70 +241,73 @@ class BatchRunner:
         if now > self._held_until - BATCH_TTL * 2 / 3:
             self._hold()
         batch = self.batch = self.ledger.get_batch(self.batch.batch_id)
-        rows = self.ledger.rows(batch.batch_id)
-        self._keep_results(rows)
-        self._take_orphans(rows, now)
-        views = [r.view for r in rows]
+        views = self.ledger.views(batch.batch_id)
+        self._keep_results(views)
+        self._take_orphans(views, now)
         starts = next_starts(
             views,
             concurrency=batch.concurrency,
             max_cost_usd=batch.max_cost_usd,
             cancelled=batch.cancelled_at is not None,
         )
+        by_number = {v.number: v for v in views}
         claims = [
-            (n, views[n - 1].tries, run_id_of(batch.batch_id, n, views[n - 1].tries))
+            (n, by_number[n].tries, run_id_of(batch.batch_id, n, by_number[n].tries))
             for n in starts.rows
         ]
         claimed = set(self.ledger.claim_rows(batch.batch_id, claims, now)) if claims else set()
         # Rows claimed before (by a driver that stopped before making their runs) are made
         # now under the id recorded for them, unless that run was made and pruned since.
-        unmade = [
-            r for r in rows if r.view.status is RowStatus.STARTING and r.view.run_id is not None
+        specs = [
+            (v.number, v.run_id)
+            for v in views
+            if v.status is RowStatus.STARTING
+            and v.run_id is not None
+            and self.app.store.pruned_run(v.run_id) is None
         ]
-        unmade = [r for r in unmade if self.app.store.pruned_run(r.view.run_id or "") is None]
-        fresh = [rows[n - 1] for n, _, _ in claims if n in claimed]
-        ids = {n: run_id for n, _, run_id in claims}
-        specs = [(r, r.view.run_id or "") for r in unmade] + [
-            (r, ids[r.view.number]) for r in fresh
-        ]
+        specs += [(n, run_id) for n, _, run_id in claims if n in claimed]
         if specs:
             self._make(specs)
-            rows = self.ledger.rows(batch.batch_id)
-        progress = fold([r.view for r in rows], max_cost_usd=batch.max_cost_usd)
+            views = self.ledger.views(batch.batch_id)
+        progress = fold(views, max_cost_usd=batch.max_cost_usd)
         elapsed = max(0.0, now - self._started)
         if self._done_at_start is None:
             self._done_at_start = progress.done
         return Snapshot(
             batch=batch,
             progress=progress,
-            rows=tuple(r.view for r in rows),
+            rows=tuple(views),
             elapsed=elapsed,
             eta=progress.eta(elapsed, progress.done - self._done_at_start),
         )
 
-    def _make(self, specs: list[tuple[BatchRow, str]]) -> None:
-        """Make the runs of claimed rows, in one transaction; when that is refused, one by
-        one, so that a row whose run cannot be made is marked so and the others start."""
-        orchestrator = self.app.orchestrator
+    def _row(self, number: int) -> BatchRow:
+        """A row's topic and inputs (read once: they never change)."""
+        if number not in self._rows:
+            self._rows = {r.view.number: r for r in self.ledger.rows(self.batch.batch_id)}
+        return self._rows[number]
+
+    def _make(self, specs: list[tuple[int, str]]) -> None:
+        """Make the runs of claimed rows (number, run id), in one transaction; when that is
+        refused, one by one, so that a row whose run cannot be made is marked so and the
+        others start."""
         definition = self.definition
-        entries: list[tuple[Definition, str, dict[str, Any] | None, str | None]] = [
-            (definition, row.topic, dict(row.inputs), run_id) for row, run_id in specs
-        ]
+        entries: list[tuple[Definition, str, dict[str, Any] | None, str | None]] = []
+        for number, run_id in specs:
+            row = self._row(number)
+            entries.append((definition, row.topic, dict(row.inputs), run_id))
         try:
-            orchestrator.create_runs(entries)
+            self.app.orchestrator.create_runs(entries)
             return
         except StorageError:
             raise
         except InterlockError:
-            if len(specs) == 1:
-                self._refuse(specs[0], entries[0])
-                return
-        for spec, entry in zip(specs, entries, strict=True):
-            self._refuse(spec, entry)
+            pass
+        for (number, run_id), entry in zip(specs, entries, strict=True):
+            self._make_one(number, run_id, entry)
 
-    def _refuse(self, spec: tuple[BatchRow, str], entry: Any) -> None:
+    def _make_one(self, number: int, run_id: str, entry: Any) -> None:
         """Make one row's run, or record why it cannot be made."""
-        row, run_id = spec
         try:
             self.app.orchestrator.create_runs([entry])
         except StorageError:
@@ -312,19 +316,18 @@ class BatchRunner:
             log.warning(
                 "batch %s row %d: its run cannot be made: %s",
                 self.batch.batch_id,
-                row.view.number,
+                number,
                 exc.message,
                 extra={"run_id": run_id, "action": "batch_row_refused"},
             )
-            self.ledger.refuse_row(self.batch.batch_id, row.view.number, run_id, exc.message)
+            self.ledger.refuse_row(self.batch.batch_id, number, run_id, exc.message)
 
-    def _keep_results(self, rows: list[BatchRow]) -> None:
+    def _keep_results(self, views: list[RowView]) -> None:
         """Record what ended runs delivered, once: from the states seen ending here, or
         folded from the history of a run that ended while no batch driver ran."""
         found = []
-        for row in rows:
-            view = row.view
-            if row.result is not None or view.run_id is None or view.run_status not in RUN_ENDED:
+        for view in views:
+            if view.kept or view.run_id is None or view.run_status not in RUN_ENDED:
                 continue
             result = self._results.pop(view.run_id, None)
             if result is None:
@@ -336,13 +339,13 @@ class BatchRunner:
         if found:
             self.ledger.set_results(self.batch.batch_id, found)
 
-    def _take_orphans(self, rows: list[BatchRow], now: float) -> None:
+    def _take_orphans(self, views: list[RowView], now: float) -> None:
         """Drive on the runs of this batch that are in flight and driven by no one here
         (left by a driver that stopped): their leases are taken over from a dead process."""
         orchestrator = self.app.orchestrator
-        for row in rows:
-            run_id = row.view.run_id
-            if row.view.status is not RowStatus.RUNNING or run_id is None:
+        for view in views:
+            run_id = view.run_id
+            if view.status is not RowStatus.RUNNING or run_id is None:
                 continue
             if run_id in orchestrator.drivers or now - self._tried.get(run_id, -1e9) < TAKE_EVERY:
                 continue
@@ -353,7 +356,7 @@ class BatchRunner:
                 log.info(
                     "batch %s row %d: its run is not driven here: %s",
                     self.batch.batch_id,
-                    row.view.number,
+                    view.number,
                     exc.message,
                     extra={"run_id": run_id, "action": "batch_run_not_taken"},
                 )

@@ -103,6 +103,11 @@ class BatchLedger(Protocol):
         """Every row of the batch in row order, each with its current run's summary."""
         ...
 
+    def views(self, batch_id: str) -> list[RowView]:
+        """Every row's view alone (no topic, inputs or result), in row order: what a driver
+        reads at each turn."""
+        ...
+
     def claim_rows(
         self, batch_id: str, claims: Sequence[tuple[int, int, str]], now: float
     ) -> list[int]:
@@ -253,6 +258,10 @@ class SQLBatches:
         """See `BatchLedger.rows`."""
         return [_row(r) for r in self._read(self._q["batch_rows"], batch_id)]
 
+    def views(self, batch_id: str) -> list[RowView]:
+        """See `BatchLedger.views`."""
+        return [_view(r) for r in self._read(self._q["batch_views"], batch_id)]
+
     def claim_rows(
         self, batch_id: str, claims: Sequence[tuple[int, int, str]], now: float
     ) -> list[int]:
@@ -379,6 +388,20 @@ def _batch(row: Sequence[Any]) -> BatchRecord:
     )
 
 
+def _view(row: Sequence[Any]) -> RowView:
+    number, state, tries, run_id, spent, used, run_status, cost, tokens, kept = row
+    return RowView(
+        number=int(number),
+        state=RowState(state),
+        tries=int(tries),
+        run_id=None if run_id is None else str(run_id),
+        run_status=None if run_status is None else str(run_status),
+        cost_usd=float(spent) + float(cost or 0.0),
+        tokens=int(used) + int(tokens or 0),
+        kept=bool(kept),
+    )
+
+
 def _row(row: Sequence[Any]) -> BatchRow:
     (number, topic, inputs, state, tries, run_id, started, error, result) = row[:9]
     spent, used, run_status, cost, tokens = row[9:]
@@ -390,6 +413,7 @@ def _row(row: Sequence[Any]) -> BatchRow:
         run_status=None if run_status is None else str(run_status),
         cost_usd=float(spent) + float(cost or 0.0),
         tokens=int(used) + int(tokens or 0),
+        kept=result is not None,
     )
     return BatchRow(
         view=view,

@@ -101,6 +101,10 @@ class MemoryBatches:
         with self._lock:
             return [self._view(r) for _, r in sorted(self._rows.get(batch_id, {}).items())]
 
+    def views(self, batch_id: str) -> list[RowView]:
+        """See `BatchLedger.views`."""
+        return [row.view for row in self.rows(batch_id)]
+
     def _view(self, row: _Row) -> BatchRow:
         status, cost, tokens = None, 0.0, 0
         if row.run_id is not None:
@@ -117,6 +121,7 @@ class MemoryBatches:
             run_status=status,
             cost_usd=row.spent_before + cost,
             tokens=row.tokens_before + tokens,
+            kept=row.result is not None,
         )
         return BatchRow(
             view=view,

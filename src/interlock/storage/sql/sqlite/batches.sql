@@ -27,6 +27,12 @@ SELECT b.row_no, b.topic, b.inputs, b.state, b.tries, b.run_id, b.started_at, b.
 FROM batch_rows b LEFT JOIN runs r ON r.run_id = b.run_id
 WHERE b.batch_id = ? ORDER BY b.row_no;
 
+-- name: batch_views
+SELECT b.row_no, b.state, b.tries, b.run_id, b.spent_before, b.tokens_before, r.status,
+       r.cost_usd, r.tokens, b.result IS NOT NULL
+FROM batch_rows b LEFT JOIN runs r ON r.run_id = b.run_id
+WHERE b.batch_id = ? ORDER BY b.row_no;
+
 -- name: claim_row
 UPDATE batch_rows SET state = 'started', run_id = ?, started_at = ?
 WHERE batch_id = ? AND row_no = ? AND state = 'pending' AND tries = ?;
