@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from interlock.core.batches import RowInputs
     from interlock.core.loader import Definition
     from interlock.runtime.batches import Snapshot
+    from interlock.runtime.home import Home
+    from interlock.storage.batches import BatchRecord, BatchRow
 
 BUDGET = click.FloatRange(min=0.0, min_open=True, max=1e12)
 
@@ -168,13 +170,8 @@ def status(ctx: Ctx, batch_id: str, as_json: bool, width: int) -> None:
     """A batch's rows: inputs, run, status, cost and the final worker's values."""
     from interlock.cli.batch_view import progress_line, row_json, status_table
     from interlock.core.batches import fold
-    from interlock.runtime.batches import batch_definition, row_results
-    from interlock.storage.batches import batch_ledger
 
-    app = opened(ctx, batch_id)
-    ledger = batch_ledger(app.store)
-    record = ledger.get_batch(batch_id)
-    rows = row_results(app, batch_definition(app, record), ledger.rows(batch_id))
+    record, rows = read_batch(ctx, batch_id)
     progress = fold([r.view for r in rows], max_cost_usd=record.max_cost_usd)
     if as_json:
         body = {
@@ -188,7 +185,7 @@ def status(ctx: Ctx, batch_id: str, as_json: bool, width: int) -> None:
         }
         out.print_json(json.dumps(body))
         return
-    out.print(status_table(rows, progress, width=width))
+    out.print(status_table(rows, progress, width=width), soft_wrap=True)
     out.print(f"batch {batch_id} ({record.pipeline}): {progress_line(progress, None)}")
 
 
@@ -241,19 +238,15 @@ def export_rows(ctx: Ctx, batch_id: str, output: str) -> None:
     from interlock.cli.batch_files import write_results
     from interlock.cli.batch_view import row_json
     from interlock.core.batches import fold
-    from interlock.runtime.batches import batch_definition, row_results
-    from interlock.storage.batches import batch_ledger
+    from interlock.runtime.home import Home
 
-    app = opened(ctx, batch_id)
-    ledger = batch_ledger(app.store)
-    record = ledger.get_batch(batch_id)
-    rows = row_results(app, batch_definition(app, record), ledger.rows(batch_id))
+    record, rows = read_batch(ctx, batch_id)
+    home = Home.at(ctx.home)
     progress = fold([r.view for r in rows], max_cost_usd=record.max_cost_usd)
     records = []
     for row in rows:
         body = row_json(row, progress)
-        final = app.final_path(row.view.run_id) if row.view.run_id else None
-        body["output"] = final.read_text(encoding="utf-8", errors="replace") if final else None
+        body["output"] = final_text(home, row)
         records.append(body)
     write_results(output, records)
     out.print(f"{len(records)} row(s) written to {output}")
@@ -338,6 +331,36 @@ def refuse_taken_id(ctx: Ctx, batch_id: str) -> None:
     except BatchNotFound:
         return
     raise BatchExists(exists_message(batch_id))
+
+
+def read_batch(ctx: Ctx, batch_id: str) -> tuple[BatchRecord, list[BatchRow]]:
+    """A batch and its rows, for a command that only reads: the engine is loaded only when
+    an ended run's result was not kept yet (it is folded from the run's history)."""
+    from interlock.core.batches import RUN_ENDED
+    from interlock.storage.batches import BatchNotFound, batch_ledger, not_found_message
+
+    if ctx.missing_ledger() is not None:
+        raise BatchNotFound(not_found_message(batch_id))
+    ledger = batch_ledger(ctx.store)
+    record = ledger.get_batch(batch_id)
+    rows = ledger.rows(batch_id)
+    if any(not r.view.kept and r.view.run_status in RUN_ENDED for r in rows):
+        from interlock.runtime.batches import batch_definition, row_results
+
+        rows = row_results(ctx.app, batch_definition(ctx.app, record), rows)
+    return record, rows
+
+
+def final_text(home: Home, row: BatchRow) -> str | None:
+    """The text of the final.md a row's run delivered (None: none, or not on this disk)."""
+    run_id = row.view.run_id
+    if run_id is None or row.view.run_status != "delivered":
+        return None
+    for folder in (home.archive_dir(run_id), home.live_dir(run_id)):
+        path = folder / "final.md"
+        if path.is_file():
+            return path.read_text(encoding="utf-8", errors="replace")
+    return None
 
 
 def opened(ctx: Ctx, batch_id: str) -> Interlock:
