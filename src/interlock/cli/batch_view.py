@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from interlock.storage.batches import BatchRow
 
 SAID = ("delivered", "failed", "cancelled", "paused")  # row statuses a line is printed for
-PLAIN_EVERY = 2.0  # seconds between progress lines off a terminal (each ended row has its own)
+PLAIN_EVERY = 2.0
+BAR = 40  # characters of the progress bar  # seconds between progress lines off a terminal (each ended row has its own)
 
 
 def duration(seconds: float | None) -> str:
@@ -84,14 +85,16 @@ class BatchProgressView:
         self._plain(snapshot)
 
     def _renderable(self, snapshot: Snapshot) -> Any:
-        from rich.console import Group
-        from rich.progress_bar import ProgressBar
         from rich.text import Text
 
         progress = snapshot.progress
-        bar = ProgressBar(total=max(1, progress.rows), completed=progress.done, width=40)
-        title = Text(f"batch {self.batch_id} ({snapshot.batch.pipeline})", style="bold")
-        return Group(title, bar, Text(progress_line(progress, snapshot.eta)))
+        filled = BAR * progress.done // max(1, progress.rows)
+        text = Text()
+        text.append(f"batch {self.batch_id} ({snapshot.batch.pipeline})\n", style="bold")
+        text.append("━" * filled, style="green")
+        text.append("━" * (BAR - filled), style="dim")
+        text.append(f"\n{progress_line(progress, snapshot.eta)}")
+        return text
 
     def _plain(self, snapshot: Snapshot) -> None:
         from interlock.core.batches import row_status
