@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     from interlock.storage.batches import BatchRow
 
 SAID = ("delivered", "failed", "cancelled", "paused")  # row statuses a line is printed for
-PLAIN_EVERY = 2.0
-BAR = 40  # characters of the progress bar  # seconds between progress lines off a terminal (each ended row has its own)
+PLAIN_EVERY = 2.0  # seconds between progress lines off a terminal (each ended row has its own)
+BAR = 40  # characters of the progress bar
 
 
 def duration(seconds: float | None) -> str:
