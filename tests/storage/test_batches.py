@@ -148,3 +148,15 @@ def test_views_are_the_rows_without_their_data(store: Store) -> None:
     ledger.set_results("b1", [(1, "b1-r1", {"values": {}})])
     assert [v.kept for v in ledger.views("b1")] == [True, False, False]
     assert ledger.views("b1") == [r.view for r in ledger.rows("b1")]
+
+
+def test_a_pruned_run_keeps_its_rows_status(store: Store) -> None:
+    """A row whose run was pruned still shows how it ended (not as a run still to make)."""
+    ledger = batch_ledger(store)
+    ledger.create_batch(new_batch(), ROWS)
+    ledger.claim_rows("b1", [(1, 1, "b1-r1")], T0)
+    finish(store, "b1-r1", "delivered", 0.25)
+    receipts, _ = store.prune_runs(["b1-r1"], T0 + 100)
+    assert [r.run_id for r in receipts] == ["b1-r1"]
+    assert ledger.views("b1")[0].status is RowStatus.DELIVERED
+    assert ledger.rows("b1")[0].view.status is RowStatus.DELIVERED

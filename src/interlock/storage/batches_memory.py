@@ -111,8 +111,9 @@ class MemoryBatches:
             try:
                 summary = self._store.get_run(row.run_id).summary
                 status, cost, tokens = summary.status, summary.cost_usd, summary.tokens
-            except RunNotFound:
-                pass
+            except RunNotFound:  # pruned: its receipt keeps its status, not its cost
+                receipt = self._store.pruned_run(row.run_id)
+                status = receipt.status if receipt is not None else None
         view = RowView(
             number=row.number,
             state=row.state,

@@ -1,4 +1,6 @@
--- Batches: the queries of `interlock.storage.batches` (tables: 011_batches.sql).
+-- Batches: the queries of `interlock.storage.batches`. A row's run that was pruned keeps its
+-- status (from its receipt in pruned_runs); its cost is no longer known.
+-- Tables: 011_batches.sql.
 
 -- name: insert_definition
 INSERT OR IGNORE INTO definitions (hash, body) VALUES (?, ?);
@@ -23,14 +25,16 @@ FROM batches ORDER BY created_at DESC, batch_id DESC LIMIT ?;
 
 -- name: batch_rows
 SELECT b.row_no, b.topic, b.inputs, b.state, b.tries, b.run_id, b.started_at, b.error, b.result,
-       b.spent_before, b.tokens_before, r.status, r.cost_usd, r.tokens
+       b.spent_before, b.tokens_before, coalesce(r.status, p.status), r.cost_usd, r.tokens
 FROM batch_rows b LEFT JOIN runs r ON r.run_id = b.run_id
+     LEFT JOIN pruned_runs p ON p.run_id = b.run_id
 WHERE b.batch_id = ? ORDER BY b.row_no;
 
 -- name: batch_views
-SELECT b.row_no, b.state, b.tries, b.run_id, b.spent_before, b.tokens_before, r.status,
-       r.cost_usd, r.tokens, b.result IS NOT NULL
+SELECT b.row_no, b.state, b.tries, b.run_id, b.spent_before, b.tokens_before,
+       coalesce(r.status, p.status), r.cost_usd, r.tokens, b.result IS NOT NULL
 FROM batch_rows b LEFT JOIN runs r ON r.run_id = b.run_id
+     LEFT JOIN pruned_runs p ON p.run_id = b.run_id
 WHERE b.batch_id = ? ORDER BY b.row_no;
 
 -- name: claim_row
