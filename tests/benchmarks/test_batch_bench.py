@@ -15,8 +15,9 @@ def test_the_batch_benchmark_runs(tmp_path: Path) -> None:
     """Three rows are run, shown and exported, and the figures printed as JSON."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("INTERLOCK_")}
     env["TMPDIR"] = str(tmp_path)
+    script = str(ROOT / "benchmarks" / "batch.py")
     result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "batch.py"), "--rows", "3", "--concurrency", "2"],
+        [sys.executable, script, "--rows", "3", "--concurrency", "2"],
         env=env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
