@@ -203,3 +203,28 @@ def test_a_batch_id_is_used_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert again.exit_code == 2
     assert "batch 'same' already exists: nothing was recorded" in again.output
     assert "interlock batch resume same" in again.output
+
+
+def test_cancel_stops_a_running_batch(cli_env: dict[str, str], tmp_path: Path) -> None:
+    """`batch cancel` from another process: the runs in flight are cancelled by the process
+    driving the batch, rows not started are marked cancelled, and the batch exits 1."""
+    setup(tmp_path, 8, sleep=4.0)
+    args = [sys.executable, "-m", "interlock", "batch", "wf.yaml", "--inputs", "articles.csv"]
+    args += ["--batch-id", "c", "--concurrency", "2"]
+    driving = subprocess.Popen(args, env=cli_env, cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+    home = Path(cli_env["INTERLOCK_HOME"])
+    deadline = time.monotonic() + 60
+    while not (home / "runs" / "c-r2").is_dir():  # both first runs were made
+        assert time.monotonic() < deadline and driving.poll() is None
+        time.sleep(0.05)
+    cancelled = interlock(cli_env, tmp_path, "batch", "cancel", "c")
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert "row(s) not started" in cancelled.stdout
+    driving.communicate(timeout=60)
+    assert driving.returncode == 1
+    body = json.loads(interlock(cli_env, tmp_path, "batch", "status", "c", "--json").stdout)
+    assert body["cancelled"] is True
+    assert body["counts"] == {"cancelled": 8}
+    stopped = [r for r in body["rows"] if r["run_id"] is not None]
+    assert len(stopped) == 2  # the two in flight: cancelled, their commands stopped
+    assert not (tmp_path / "count.txt").exists()
