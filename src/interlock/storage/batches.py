@@ -162,20 +162,24 @@ class BatchLedger(Protocol):
 
 def batch_ledger(store: Store) -> BatchLedger:
     """The batch ledger kept in `store`'s database (or beside a memory store)."""
+    import sys
+
     from interlock.storage.sqlite import SQLiteStore
 
+    # The batch tables live in the store's own database, so its own transactions and reads
+    # (private to the storage package) carry the batch queries.
     if isinstance(store, SQLiteStore):
         return SQLBatches(_sqlite_transact(store), store._read, "sqlite")
-    from interlock.testing import MemoryStore
-
-    if isinstance(store, MemoryStore):
+    # A store of a module not imported yet cannot be this one: neither psycopg nor the test
+    # support is imported to find out.
+    postgres = sys.modules.get("interlock.storage.postgres")
+    if postgres is not None and isinstance(store, postgres.PostgresStore):
+        return SQLBatches(store.retrying, store._read, "postgres")
+    testing = sys.modules.get("interlock.testing")
+    if testing is not None and isinstance(store, testing.MemoryStore):
         from interlock.storage.batches_memory import MemoryBatches
 
         return MemoryBatches.of(store)
-    from interlock.storage.postgres import PostgresStore
-
-    if isinstance(store, PostgresStore):
-        return SQLBatches(store.retrying, store._read, "postgres")
     raise UsageError(f"batches are not kept in a store of type {type(store).__name__}")
 
 
