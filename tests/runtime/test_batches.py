@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from tests.runtime.conftest import WriteWorkflow
 
 from interlock import Interlock
@@ -119,3 +121,41 @@ def test_a_failed_row_runs_again_as_its_next_try(
     assert (row.tries, row.run_id) == (2, "b-r1-t2")
     assert app.store.get_run("b-r1").summary.status == "delivered"
     assert executions(tmp_path) == [1, 1, 2]
+
+
+def test_the_budget_holds_rows_until_it_is_raised(
+    app: Interlock, write_workflow: WriteWorkflow, tmp_path: Path
+) -> None:
+    """A batch whose spend reached its budget starts no row ('paused: batch budget'); raised,
+    the rows start. The spend is that of every try (here a first try that cost $1)."""
+    batch_id = start(app, write_workflow, tmp_path, 3)
+    ledger = batch_ledger(app.store)
+    ledger.set_limits(batch_id, 2, 0.5)
+    spent = replace(ledger.rows(batch_id)[0].view, state=RowState.STARTED, cost_usd=1.0)
+    ledger.claim_rows(batch_id, [(1, 1, "b-r1")], time.time())
+    assert ledger.retry_rows(batch_id, [spent]) == 1  # row 1's first try spent $1
+    held = asyncio.run(BatchRunner(app, batch_id, poll=0.05).run())
+    assert held.progress.counts == {RowStatus.BUDGET: 3}
+    assert executions(tmp_path) == []
+    ledger.set_limits(batch_id, 2, 5.0)
+    done = asyncio.run(BatchRunner(app, batch_id, poll=0.05).run())
+    assert done.progress.counts == {RowStatus.DELIVERED: 3}
+    assert executions(tmp_path) == [1, 2, 3]
+    assert ledger.rows(batch_id)[0].view.run_id == "b-r1-t2"
+
+
+def test_a_batch_driven_by_a_live_process_is_not_driven_twice(
+    app: Interlock, write_workflow: WriteWorkflow, tmp_path: Path
+) -> None:
+    """While another live process holds the batch, a second runner is refused (exit 4)."""
+    import os
+    import socket
+
+    from interlock.errors import LeaseHeld
+
+    batch_id = start(app, write_workflow, tmp_path, 2)
+    alive = f"{socket.gethostname()}:{os.getpid()}:other"  # this very process: alive
+    batch_ledger(app.store).hold_batch(batch_id, alive, 60.0, time.time())
+    with pytest.raises(LeaseHeld, match="being driven by"):
+        asyncio.run(BatchRunner(app, batch_id, poll=0.05).run())
+    assert executions(tmp_path) == []
