@@ -168,23 +168,15 @@ def retry(ctx: Ctx, batch_id: str, failed: bool) -> None:
 @handle_errors
 def status(ctx: Ctx, batch_id: str, as_json: bool, width: int) -> None:
     """A batch's rows: inputs, run, status, cost and the final worker's values."""
-    from interlock.cli.batch_view import progress_line, row_json, status_table
+    from interlock.cli.batch_view import progress_line, status_table
     from interlock.core.batches import fold
+    from interlock.runtime.batches import batch_record
 
     record, rows = read_batch(ctx, batch_id)
-    progress = fold([r.view for r in rows], max_cost_usd=record.max_cost_usd)
     if as_json:
-        body = {
-            "batch_id": record.batch_id,
-            "pipeline": record.pipeline,
-            "rows": [row_json(r, progress) for r in rows],
-            "counts": {k.value: v for k, v in progress.counts.items()},
-            "cost_usd": round(progress.cost_usd, 6),
-            "tokens": progress.tokens,
-            "cancelled": record.cancelled_at is not None,
-        }
-        out.print_json(json.dumps(body))
+        out.print_json(json.dumps(batch_record(record, rows)))
         return
+    progress = fold([r.view for r in rows], max_cost_usd=record.max_cost_usd)
     out.print(status_table(rows, progress, width=width), soft_wrap=True)
     out.print(f"batch {batch_id} ({record.pipeline}): {progress_line(progress, None)}")
 
@@ -236,8 +228,8 @@ def cancel(ctx: Ctx, batch_id: str) -> None:
 def export_rows(ctx: Ctx, batch_id: str, output: str) -> None:
     """Write every row: inputs, status, final output, extracted values, cost, tokens, run."""
     from interlock.cli.batch_files import write_results
-    from interlock.cli.batch_view import row_json
     from interlock.core.batches import fold
+    from interlock.runtime.batches import row_record
     from interlock.runtime.home import Home
 
     record, rows = read_batch(ctx, batch_id)
@@ -245,7 +237,7 @@ def export_rows(ctx: Ctx, batch_id: str, output: str) -> None:
     progress = fold([r.view for r in rows], max_cost_usd=record.max_cost_usd)
     records = []
     for row in rows:
-        body = row_json(row, progress)
+        body = row_record(row, progress)
         body["output"] = final_text(home, row)
         records.append(body)
     write_results(output, records)

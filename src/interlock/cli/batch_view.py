@@ -144,26 +144,6 @@ def status_table(rows: list[BatchRow], progress: BatchProgress, *, width: int = 
     )
 
 
-def row_json(row: BatchRow, progress: BatchProgress) -> dict[str, Any]:
-    """One row for `--json` and export."""
-    from interlock.core.batches import row_status
-
-    view = row.view
-    result = row.result or {}
-    return {
-        "row": view.number,
-        "topic": row.topic,
-        "inputs": row.inputs,
-        "status": row_status(view, progress).value,
-        "try": view.tries,
-        "run_id": view.run_id,
-        "cost_usd": round(view.cost_usd, 6),
-        "tokens": view.tokens,
-        "values": result.get("values") or {},
-        "failure": row.error or result.get("failure"),
-    }
-
-
 def inputs_text(topic: str, inputs: Mapping[str, Any]) -> str:
     """A row's topic and inputs as `topic; k=v, k=v`."""
     given = ", ".join(f"{k}={v}" for k, v in inputs.items())

@@ -35,6 +35,7 @@ from interlock.core.batches import (
     RowView,
     fold,
     next_starts,
+    row_status,
     run_id_of,
 )
 from interlock.errors import InterlockError, LeaseHeld, StorageError, UsageError
@@ -129,6 +130,51 @@ def row_results(app: Interlock, definition: Definition, rows: list[BatchRow]) ->
                 row = replace(row, result=result_of(definition, app.state(view.run_id)))
         filled.append(row)
     return filled
+
+
+def row_record(row: BatchRow, progress: BatchProgress) -> dict[str, Any]:
+    """One row as JSON (`batch status --json`, export, `GET /api/batches/ID`)."""
+    view = row.view
+    result = row.result or {}
+    return {
+        "row": view.number,
+        "topic": row.topic,
+        "inputs": row.inputs,
+        "status": row_status(view, progress).value,
+        "try": view.tries,
+        "run_id": view.run_id,
+        "cost_usd": round(view.cost_usd, 6),
+        "tokens": view.tokens,
+        "values": result.get("values") or {},
+        "failure": row.error or result.get("failure"),
+    }
+
+
+def batch_record(record: BatchRecord, rows: list[BatchRow]) -> dict[str, Any]:
+    """A batch and its rows as JSON, with its counts and spend."""
+    progress = fold([r.view for r in rows], max_cost_usd=record.max_cost_usd)
+    return {
+        **batch_summary(record, progress),
+        "rows": [row_record(r, progress) for r in rows],
+    }
+
+
+def batch_summary(record: BatchRecord, progress: BatchProgress) -> dict[str, Any]:
+    """A batch's own fields, counts and spend as JSON (a line of `GET /api/batches`)."""
+    return {
+        "batch_id": record.batch_id,
+        "pipeline": record.pipeline,
+        "inputs_file": record.inputs_file,
+        "created_at": record.created_at,
+        "concurrency": record.concurrency,
+        "max_cost_usd": record.max_cost_usd,
+        "row_count": record.rows,
+        "counts": {k.value: v for k, v in sorted(progress.counts.items())},
+        "cost_usd": round(progress.cost_usd, 6),
+        "tokens": progress.tokens,
+        "cancelled": record.cancelled_at is not None,
+        "settled": progress.settled,
+    }
 
 
 @dataclass(frozen=True, kw_only=True)
