@@ -66,3 +66,30 @@ def test_batches_are_listed_and_shown(make_server: ServerFactory, tmp_path: Path
     missing = server.http.get("/api/batches/nope")
     assert missing.status_code == 404
     assert missing.json()["error"]["code"] == "batch_not_found"
+
+
+def test_a_batch_posted_is_driven_by_the_server(make_server: ServerFactory, tmp_path: Path) -> None:
+    """POST /api/batches records the rows and the server runs them; bad rows are refused
+    (400, naming the rows) with nothing recorded; a taken id is a 409."""
+    (tmp_path / "echo.yaml").write_text(FLOW)
+    server = make_server(workflows=[tmp_path / "echo.yaml"])
+    bad = server.http.post("/api/batches", json={"pipeline": "echo", "rows": [{"n": 1}, [2]]})
+    assert bad.status_code == 400, bad.text
+    assert "row 2: is a JSON list, not an object" in bad.json()["error"]["message"]
+    assert server.http.get("/api/batches").json() == []
+    rows = [{"topic": f"t{n}", "n": n} for n in range(1, 6)]
+    body = {"pipeline": "echo", "rows": rows, "concurrency": 2, "batch_id": "api"}
+    started = server.http.post("/api/batches", json=body)
+    assert started.status_code == 201, started.text
+    assert started.json()["row_count"] == 5
+    deadline = time.monotonic() + 30
+    while not server.http.get("/api/batches/api").json()["settled"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    shown = server.http.get("/api/batches/api").json()
+    assert shown["counts"] == {"delivered": 5}
+    assert [r["values"] for r in shown["rows"]] == [{"score": float(n)} for n in range(1, 6)]
+    again = server.http.post("/api/batches", json=body)
+    assert again.status_code == 409 and again.json()["error"]["code"] == "batch_exists"
+    resumed = server.http.post("/api/batches/api/resume")
+    assert resumed.status_code == 202

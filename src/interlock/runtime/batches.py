@@ -226,24 +226,48 @@ class BatchRunner:
     # -- the loop ------------------------------------------------------------------------
 
     async def run(self) -> Snapshot:
-        """Drive the batch; returns how it stands when nothing more runs here.
+        """Drive the batch with the orchestrator's loop run here (`interlock batch`); returns
+        how it stands when nothing more runs.
 
         Raises:
             LeaseHeld: another live process drives the batch.
         """
         orchestrator = self.app.orchestrator
-        self._hold()
-        self._changed = asyncio.Event()
+        self.hold()
         stop = asyncio.Event()
-        orchestrator.listeners.append(self._on_event)
         loop = asyncio.create_task(orchestrator.serve_forever(stop))
+        try:
+            return await self.feed(loop)
+        finally:
+            stop.set()
+            with contextlib.suppress(Exception):
+                await loop
+            await orchestrator.shutdown()
+            from interlock.providers import aclose_providers
+
+            await aclose_providers()
+
+    async def feed(
+        self, loop: asyncio.Task[None] | None = None, stop: asyncio.Event | None = None
+    ) -> Snapshot:
+        """Start and watch the batch's rows beside an orchestrator loop that runs already
+        (`loop`, or a server's), until nothing more runs or `stop` is set; the batch is held
+        meanwhile and handed back at the end.
+
+        Raises:
+            LeaseHeld: another live process drives the batch.
+        """
+        orchestrator = self.app.orchestrator
+        self.hold()
+        self._changed = asyncio.Event()
+        orchestrator.listeners.append(self._on_event)
         try:
             while True:
                 snapshot = self._turn()
                 self.on_progress(snapshot)
-                if snapshot.progress.settled:
+                if snapshot.progress.settled or (stop is not None and stop.is_set()):
                     return snapshot
-                if loop.done():  # the orchestrator's loop stopped (its error says why)
+                if loop is not None and loop.done():  # its error says why
                     loop.result()
                     raise StorageError("the orchestrator's loop stopped; resume the batch")
                 self._changed.clear()
@@ -251,18 +275,11 @@ class BatchRunner:
                     async with asyncio.timeout(self.poll):
                         await self._changed.wait()
         finally:
-            stop.set()
-            with contextlib.suppress(Exception):
-                await loop
             orchestrator.listeners.remove(self._on_event)
-            await orchestrator.shutdown()
-            from interlock.providers import aclose_providers
-
-            await aclose_providers()
             with contextlib.suppress(InterlockError):
                 self.ledger.release_batch(self.batch.batch_id, orchestrator.owner)
 
-    def _hold(self) -> None:
+    def hold(self) -> None:
         """Take (or renew) the batch's lease; a holder that was a process of this host that
         has died is taken over at once."""
         from interlock.runtime.processes import holder_is_dead
@@ -285,7 +302,7 @@ class BatchRunner:
         rows claimed but not made, claim and make the rows that may start."""
         now = self.clock()
         if now > self._held_until - BATCH_TTL * 2 / 3:
-            self._hold()
+            self.hold()
         batch = self.batch = self.ledger.get_batch(self.batch.batch_id)
         views = self.ledger.views(batch.batch_id)
         self._keep_results(views)
