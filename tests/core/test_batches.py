@@ -146,3 +146,10 @@ def test_eta_and_run_ids() -> None:
     progress = fold([view(1, RowState.STARTED, "delivered"), view(2), view(3)], max_cost_usd=None)
     assert progress.eta(10.0, 1) == 20.0 and progress.eta(10.0, 0) is None
     assert run_id_of("b", 7, 1) == "b-r7" and run_id_of("b", 7, 2) == "b-r7-t2"
+
+
+def test_a_topic_past_the_size_limit_refuses_its_row() -> None:
+    """A topic of more than 100,000 characters is refused with its row, as `--topic` is."""
+    message = problem("d.csv", f"topic,text\n{'x' * 100_001},a\nshort,b\n")
+    assert message.startswith("d.csv: 1 of 2 row(s) cannot run pipeline 'p'")
+    assert "row 1: the topic" in message

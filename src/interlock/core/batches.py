@@ -362,7 +362,7 @@ def check_rows(
             pipeline, lacks a required input, or holds a value its input's type refuses; the
             message names the file, the rows (up to a few per problem) and the fix.
     """
-    from interlock.core.inputs import resolve_inputs
+    from interlock.core.inputs import check_size, resolve_inputs
 
     problems = _Problems()
     objects = [r for r in rows if isinstance(r.values, dict)]
@@ -418,6 +418,7 @@ def check_rows(
             continue
         topic = _text(topic_value) if _given(topic_value) else f"row {row.number} of {name}"
         try:
+            check_size(pipeline, "the topic", topic)
             resolved = resolve_inputs(pipeline, declared, given)
         except UsageError as exc:
             problems.add(_row_fix(exc.message, pipeline, name), row.number)

@@ -91,7 +91,9 @@ def record_batch(
         pipeline=definition.name,
         definition_hash=definition.hash,
         definition=definition.canonical,
-        source=definition.source,
+        # Absolute, so that a resume from another directory finds `{workflow_dir}` and the
+        # interlock.toml beside the workflow file.
+        source=absolute_source(definition.source),
         inputs_file=inputs_file,
         concurrency=concurrency,
         max_cost_usd=max_cost_usd,
@@ -99,6 +101,15 @@ def record_batch(
     )
     ledger.create_batch(batch, [(r.number, r.topic, r.inputs) for r in rows])
     return ledger.get_batch(batch_id)
+
+
+def absolute_source(source: str) -> str:
+    """A workflow file's path made absolute (a source such as `<api>` is left alone)."""
+    if not source or source.startswith("<"):
+        return source
+    from pathlib import Path
+
+    return str(Path(source).absolute())
 
 
 def batch_definition(app: Interlock, record: BatchRecord) -> Definition:
