@@ -153,3 +153,19 @@ def test_a_topic_past_the_size_limit_refuses_its_row() -> None:
     message = problem("d.csv", f"topic,text\n{'x' * 100_001},a\nshort,b\n")
     assert message.startswith("d.csv: 1 of 2 row(s) cannot run pipeline 'p'")
     assert "row 1: the topic" in message
+
+
+def test_further_checks_refuse_their_rows() -> None:
+    """A problem `also` finds in a row's resolved inputs refuses that row, with the others."""
+
+    def late(topic: str, inputs: dict) -> list[str]:
+        return ["phase 'go', not_before: past 9999"] if inputs["words"] > 100 else []
+
+    text = "text,words\na,5\nb,500\nc,700\n"
+    with pytest.raises(BatchInputError) as caught:
+        check_rows("d.csv", "p", DECLARED, parse_rows("d.csv", text), topic_field=None, also=late)
+    assert "rows 2, 3: phase 'go', not_before: past 9999" in caught.value.message
+    rows = parse_rows("d.csv", "text\na\n")
+    assert [
+        r.inputs for r in check_rows("d.csv", "p", DECLARED, rows, topic_field=None, also=late)
+    ] == [{"text": "a"}]

@@ -307,9 +307,18 @@ def read_rows(inputs_file: str, definition: Definition, topic_field: str | None)
         raise BatchInputError(
             f"{inputs_file}: is not UTF-8 text (byte {exc.start}); save it as UTF-8"
         ) from None
+    from interlock.core.waits import start_time_problems
+
     parsed = parse_rows(inputs_file, text)
-    declared = definition.pipeline.inputs
-    return check_rows(inputs_file, definition.name, declared, parsed, topic_field=topic_field)
+    pipeline = definition.pipeline
+    return check_rows(
+        inputs_file,
+        definition.name,
+        pipeline.inputs,
+        parsed,
+        topic_field=topic_field,
+        also=lambda topic, inputs: start_time_problems(pipeline, topic, inputs),
+    )
 
 
 def refuse_taken_id(ctx: Ctx, batch_id: str) -> None:

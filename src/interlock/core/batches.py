@@ -17,7 +17,7 @@ import csv
 import difflib
 import io
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -350,12 +350,16 @@ def check_rows(
     rows: Sequence[Row],
     *,
     topic_field: str | None,
+    also: Callable[[str, dict[str, Any]], list[str]] | None = None,
 ) -> list[RowInputs]:
     """Each row as a run's topic and inputs, or every problem at once.
 
     The topic comes from the column `topic_field` (default: a `topic` column when there is
     one, else "row N of FILE"); every other column must be a declared input. An empty CSV
     cell or a JSON null is an input not given (its default applies).
+
+    `also(topic, inputs)` gives further problems of a row, its inputs resolved (defaults
+    applied): what would refuse its run when it is made (a `not_before` no time can be).
 
     Raises:
         BatchInputError: a row is not an object, names a column that is no input of the
@@ -422,6 +426,11 @@ def check_rows(
             resolved = resolve_inputs(pipeline, declared, given)
         except UsageError as exc:
             problems.add(_row_fix(exc.message, pipeline, name), row.number)
+            continue
+        further = also(topic, resolved) if also is not None else []
+        for text in further:
+            problems.add(text, row.number)
+        if further:
             continue
         # Kept as their inputs' types (a CSV's "3" is 3 for an integer input); defaults are
         # left to the run, which records them.
