@@ -15,7 +15,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from interlock import Interlock
 from interlock.cli.main import cli
+from interlock.core.batches import RowInputs
+from interlock.core.loader import load_workflow
+from interlock.runtime.batches import record_batch
 
 WORKFLOW = """\
 summarize:
@@ -190,15 +194,28 @@ def test_bad_input_is_refused_before_anything_is_recorded(
 
 
 def test_a_batch_id_is_used_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A second batch with a --batch-id already recorded is refused (exit 2), naming resume."""
+    """A second batch with a --batch-id already recorded is refused (exit 2), naming resume;
+    --dry-run records nothing."""
     setup(tmp_path, 2)
     monkeypatch.chdir(tmp_path)
     base = ["--home", str(tmp_path / "home"), "batch", "wf.yaml", "--inputs", "articles.csv"]
     dry = CliRunner().invoke(cli, [*base, "--dry-run"])
     assert dry.exit_code == 0 and "nothing was recorded" in dry.output
     assert not (tmp_path / "home").exists()
-    first = CliRunner().invoke(cli, [*base, "--batch-id", "same"])
-    assert first.exit_code == 0, first.output
+    app = Interlock(tmp_path / "home")
+    definition = load_workflow(tmp_path / "wf.yaml").get("summarize")
+    rows = [RowInputs(number=1, topic="t", inputs={"n": 1})]
+    record_batch(
+        app,
+        definition,
+        rows,
+        batch_id="same",
+        inputs_file="articles.csv",
+        concurrency=1,
+        max_cost_usd=None,
+        now=time.time(),
+    )
+    app.close()
     again = CliRunner().invoke(cli, [*base, "--batch-id", "same"])
     assert again.exit_code == 2
     assert "batch 'same' already exists: nothing was recorded" in again.output

@@ -80,7 +80,6 @@ def start(
     from interlock.runtime.models import ModelRunner
     from interlock.runtime.orchestrator import refuse_broken_config
 
-    install_terminate_handler()
     workflow = load_workflow(file)
     if pipeline is None and len(workflow.definitions) == 1:
         pipeline = next(iter(workflow.definitions))
@@ -98,6 +97,7 @@ def start(
     if dry_run:
         out.print(f"dry run: {len(rows)} row(s) of {inputs_file} are valid; nothing was recorded")
         return
+    install_terminate_handler()  # from here on, SIGTERM stops the batch as Ctrl-C does
     ctx.check_ahead()
     app = ctx.app
     now = time.time()
@@ -269,9 +269,7 @@ def batches(ctx: Ctx, limit: int) -> None:
         table.add_column(column)
     table.add_column("cost", justify="right")
     for record in records:
-        progress = fold(
-            [r.view for r in ledger.rows(record.batch_id)], max_cost_usd=record.max_cost_usd
-        )
+        progress = fold(ledger.views(record.batch_id), max_cost_usd=record.max_cost_usd)
         counts = progress.counts
         table.add_row(
             record.batch_id + (" (cancelled)" if record.cancelled_at else ""),
