@@ -20,6 +20,8 @@ from interlock.cli.lazy import LazyGroup
 # (tests/cli/test_startup.py): `--help` imports them all.
 COMMAND_MODULES: dict[str, str] = {
     "approve": "runs",
+    "batch": "batch",
+    "batches": "batch",
     "cache": "iterate",
     "cancel": "runs",
     "check": "workflows",

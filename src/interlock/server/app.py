@@ -19,7 +19,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from interlock.errors import InterlockError
-from interlock.server import hooks, insight, iterate, review_routes, routes, ws
+from interlock.server import batches, hooks, insight, iterate, review_routes, routes, ws
 from interlock.server.auth import Authenticator, RateLimiter
 from interlock.server.config import ServerConfig
 from interlock.server.deps import reader
@@ -73,6 +73,7 @@ def build_app(config: ServerConfig) -> FastAPI:
     app.state.read_limiter = read_limiter
     app.state.hook_deliveries = hooks.Seen()
     app.include_router(routes.router)
+    app.include_router(batches.router)
     app.include_router(hooks.router)
     app.include_router(iterate.router)
     app.include_router(review_routes.router)

@@ -29,3 +29,14 @@ def migrations(dialect: str) -> list[tuple[int, str]]:
         if match:
             found.append((int(match.group(1)), entry.read_text()))
     return sorted(found)
+
+
+@cache
+def named(dialect: str, file: str) -> dict[str, str]:
+    """`-- name: x` blocks of `sql/<dialect>/<file>`, by name (queries of one feature kept
+    in a file of their own, such as `batches.sql`)."""
+    text = resources.files("interlock.storage").joinpath("sql", dialect, file).read_text()
+    parts = _NAME.split(text)
+    return {
+        name: body.strip().rstrip(";") for name, body in zip(parts[1::2], parts[2::2], strict=True)
+    }

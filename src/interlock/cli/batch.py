@@ -1,0 +1,479 @@
+"""`interlock batch`: one run per row of a dataset (JSONL or CSV), tracked as one thing.
+
+`interlock batch FILE PIPELINE --inputs data.csv` is `interlock batch start ...`: every row is
+checked against the pipeline's inputs, the batch and all its rows are recorded in one
+transaction, and the rows' runs are started `--concurrency` at a time. `resume`, `status`,
+`retry`, `cancel` and `export` name the batch; `interlock batches` lists them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from interlock.cli.base import COUNT, Ctx, err, handle_errors, out, pass_ctx
+from interlock.errors import ExitCode
+
+if TYPE_CHECKING:
+    from interlock.api import Interlock
+    from interlock.core.batches import RowInputs
+    from interlock.core.loader import Definition
+    from interlock.runtime.batches import Snapshot
+    from interlock.runtime.home import Home
+    from interlock.storage.batches import BatchRecord, BatchRow
+
+BUDGET = click.FloatRange(min=0.0, min_open=True, max=1e12)
+
+
+class BatchGroup(click.Group):
+    """A group whose first argument, when it names no subcommand, starts a batch:
+    `interlock batch FILE ...` is `interlock batch start FILE ...`."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["start", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=BatchGroup)
+def batch() -> None:
+    """Run PIPELINE once per row of a JSONL or CSV file, tracked as one batch.
+
+    `interlock batch FILE PIPELINE --inputs data.csv` starts one (see `batch start --help`).
+    """
+
+
+@batch.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("pipeline", required=False)
+@click.option("--inputs", "inputs_file", required=True, help="The rows: a .jsonl or .csv file.")
+@click.option("--topic-field", help="The column that is each run's topic (default: 'topic').")
+@click.option("--concurrency", type=COUNT, default=4, show_default=True, help="Runs at once.")
+@click.option("--batch-id", help="Choose the batch id (default: generated).")
+@click.option("--max-cost-usd", type=BUDGET, help="The batch's budget: no row starts past it.")
+@click.option("--dry-run", is_flag=True, help="Check the rows and print the quote; record nothing.")
+@pass_ctx
+@handle_errors
+def start(
+    ctx: Ctx,
+    file: str,
+    pipeline: str | None,
+    inputs_file: str,
+    topic_field: str | None,
+    concurrency: int,
+    batch_id: str | None,
+    max_cost_usd: float | None,
+    dry_run: bool,
+) -> None:
+    """Check every row of --inputs, record the batch, then run its rows."""
+    import time
+
+    from interlock.cli.base import install_terminate_handler
+    from interlock.cli.quote import refuse_unrunnable_calls
+    from interlock.core.loader import load_workflow
+    from interlock.runtime.batches import check_batch_id, new_batch_id, record_batch
+    from interlock.runtime.home import Home
+    from interlock.runtime.models import ModelRunner
+    from interlock.runtime.orchestrator import refuse_broken_config
+
+    workflow = load_workflow(file)
+    if pipeline is None and len(workflow.definitions) == 1:
+        pipeline = next(iter(workflow.definitions))
+    if pipeline is None:
+        names = ", ".join(sorted(workflow.definitions))
+        raise click.UsageError(f"{file}: name the pipeline to run ({names})")
+    definition = workflow.get(pipeline)
+    rows = read_rows(inputs_file, definition, topic_field)
+    if batch_id is not None:
+        check_batch_id(batch_id)
+        refuse_taken_id(ctx, batch_id)
+    refuse_broken_config(ModelRunner(Home.at(ctx.home).root), definition)
+    refuse_unrunnable_calls(file, pipeline, definition)
+    quote_batch(file, definition, rows, Home.at(ctx.home).root, max_cost_usd, full=dry_run)
+    if dry_run:
+        out.print(f"dry run: {len(rows)} row(s) of {inputs_file} are valid; nothing was recorded")
+        return
+    install_terminate_handler()  # from here on, SIGTERM stops the batch as Ctrl-C does
+    ctx.check_ahead()
+    app = ctx.app
+    now = time.time()
+    record = record_batch(
+        app,
+        definition,
+        rows,
+        batch_id=batch_id or new_batch_id(definition.name, now),
+        inputs_file=str(Path(inputs_file).absolute()),
+        concurrency=concurrency,
+        max_cost_usd=max_cost_usd,
+        now=now,
+    )
+    err.print(f"batch {record.batch_id}: {record.rows} row(s) of pipeline {pipeline!r} recorded")
+    sys.exit(drive(app, record.batch_id))
+
+
+@batch.command()
+@click.argument("batch_id")
+@click.option("--concurrency", type=COUNT, help="Change how many runs run at once.")
+@click.option("--max-cost-usd", type=BUDGET, help="Change the batch's budget.")
+@pass_ctx
+@handle_errors
+def resume(ctx: Ctx, batch_id: str, concurrency: int | None, max_cost_usd: float | None) -> None:
+    """Go on with a batch: rows not started start, runs in flight are driven on, none twice."""
+    from interlock.cli.base import install_terminate_handler
+    from interlock.storage.batches import batch_ledger
+
+    install_terminate_handler()
+    app = opened(ctx, batch_id)
+    ledger = batch_ledger(app.store)
+    record = ledger.get_batch(batch_id)
+    if concurrency is not None or max_cost_usd is not None:
+        ledger.set_limits(
+            batch_id,
+            concurrency or record.concurrency,
+            max_cost_usd if max_cost_usd is not None else record.max_cost_usd,
+        )
+    sys.exit(drive(app, batch_id))
+
+
+@batch.command()
+@click.argument("batch_id")
+@click.option("--failed", is_flag=True, required=True, help="Give every failed row a new run.")
+@pass_ctx
+@handle_errors
+def retry(ctx: Ctx, batch_id: str, failed: bool) -> None:
+    """Give failed rows their next try (a new run each), then drive the batch."""
+    from interlock.cli.base import install_terminate_handler
+    from interlock.core.batches import RowStatus
+    from interlock.storage.batches import batch_ledger
+
+    install_terminate_handler()
+    app = opened(ctx, batch_id)
+    ledger = batch_ledger(app.store)
+    ledger.get_batch(batch_id)
+    failing = [r.view for r in ledger.rows(batch_id) if r.view.status is RowStatus.FAILED]
+    given = ledger.retry_rows(batch_id, failing)
+    err.print(f"batch {batch_id}: {given} failed row(s) given a new try")
+    sys.exit(drive(app, batch_id))
+
+
+@batch.command()
+@click.argument("batch_id")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: the batch and its rows.")
+@click.option("--width", type=COUNT, default=40, show_default=True, help="Inputs shown, in chars.")
+@pass_ctx
+@handle_errors
+def status(ctx: Ctx, batch_id: str, as_json: bool, width: int) -> None:
+    """A batch's rows: inputs, run, status, cost and the final worker's values."""
+    from interlock.cli.batch_view import progress_line, status_table
+    from interlock.core.batches import fold
+    from interlock.runtime.batches import batch_record
+
+    record, rows = read_batch(ctx, batch_id)
+    if as_json:
+        out.print_json(json.dumps(batch_record(record, rows)))
+        return
+    progress = fold([r.view for r in rows], max_cost_usd=record.max_cost_usd)
+    out.print(status_table(rows, progress, width=width), soft_wrap=True)
+    out.print(f"batch {batch_id} ({record.pipeline}): {progress_line(progress, None)}")
+
+
+@batch.command()
+@click.argument("batch_id")
+@pass_ctx
+@handle_errors
+def cancel(ctx: Ctx, batch_id: str) -> None:
+    """Cancel a batch: rows not started are marked cancelled, runs in flight are stopped."""
+    import asyncio
+    import time
+
+    from interlock.cli.base import driver_of
+    from interlock.core.batches import RUN_ENDED
+    from interlock.errors import InterlockError
+    from interlock.storage.batches import batch_ledger
+
+    app = opened(ctx, batch_id)
+    ledger = batch_ledger(app.store)
+    ledger.get_batch(batch_id)
+    unstarted = ledger.cancel_batch(batch_id, time.time())
+    flying = [
+        r.view.run_id
+        for r in ledger.rows(batch_id)
+        if r.view.run_id is not None and r.view.run_status not in (*RUN_ENDED, None)
+    ]
+    undriven = []
+    for run_id in flying:
+        try:
+            app.cancel(run_id, f"batch {batch_id} cancelled")
+        except InterlockError:  # it ended meanwhile
+            continue
+        if driver_of(app.store.get_run(run_id)) is None:
+            undriven.append(run_id)
+    if undriven:  # nobody drives them: their cancellation is recorded here
+        asyncio.run(app.drive_async(*undriven))
+    out.print(
+        f"batch {batch_id} cancelled: {unstarted} row(s) not started, {len(flying)} run(s) "
+        "in flight stopped"
+    )
+
+
+@batch.command(name="export")
+@click.argument("batch_id")
+@click.option("-o", "--output", required=True, help="results.jsonl or results.csv.")
+@pass_ctx
+@handle_errors
+def export_rows(ctx: Ctx, batch_id: str, output: str) -> None:
+    """Write every row: inputs, status, final output, extracted values, cost, tokens, run."""
+    from interlock.cli.batch_files import write_results
+    from interlock.core.batches import fold
+    from interlock.runtime.batches import row_record
+    from interlock.runtime.home import Home
+
+    record, rows = read_batch(ctx, batch_id)
+    home = Home.at(ctx.home)
+    progress = fold([r.view for r in rows], max_cost_usd=record.max_cost_usd)
+    records = []
+    for row in rows:
+        body = row_record(row, progress)
+        body["output"] = final_text(home, row)
+        records.append(body)
+    write_results(output, records)
+    out.print(f"{len(records)} row(s) written to {output}")
+
+
+@click.command()
+@click.option("--limit", type=COUNT, default=50, show_default=True)
+@pass_ctx
+@handle_errors
+def batches(ctx: Ctx, limit: int) -> None:
+    """List batches, newest first: rows, how many are done, failed or running, the spend."""
+    from rich.table import Table
+
+    from interlock.cli.base import when
+    from interlock.core.batches import RowStatus, fold
+    from interlock.storage.batches import batch_ledger
+
+    if ctx.missing_ledger() is not None:
+        out.print("no batches")
+        return
+    ledger = batch_ledger(ctx.store)
+    records = ledger.list_batches(limit)
+    if not records:
+        out.print("no batches")
+        return
+    table = Table(box=None, pad_edge=False)
+    for column in ("batch", "pipeline", "created", "rows", "delivered", "failed", "running"):
+        table.add_column(column)
+    table.add_column("cost", justify="right")
+    for record in records:
+        progress = fold(ledger.views(record.batch_id), max_cost_usd=record.max_cost_usd)
+        counts = progress.counts
+        table.add_row(
+            record.batch_id + (" (cancelled)" if record.cancelled_at else ""),
+            record.pipeline,
+            when(record.created_at),
+            str(record.rows),
+            str(counts.get(RowStatus.DELIVERED, 0)),
+            str(counts.get(RowStatus.FAILED, 0)),
+            str(progress.running),
+            f"${progress.cost_usd:.4f}",
+        )
+    out.print(table)
+
+
+# -- shared steps ---------------------------------------------------------------------------
+
+
+def read_rows(inputs_file: str, definition: Definition, topic_field: str | None) -> list[RowInputs]:
+    """The rows of `inputs_file`, checked against the pipeline, or an error that names the
+    file, the rows and the fix (exit 2) before anything is recorded."""
+    from interlock.core.batches import BatchInputError, check_rows, parse_rows
+
+    path = Path(inputs_file)
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except FileNotFoundError:
+        raise BatchInputError(f"{inputs_file}: no such file (--inputs)") from None
+    except IsADirectoryError:
+        raise BatchInputError(f"{inputs_file}: is a folder; give a .jsonl or .csv file") from None
+    except OSError as exc:
+        raise BatchInputError(f"{inputs_file}: cannot be read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise BatchInputError(
+            f"{inputs_file}: is not UTF-8 text (byte {exc.start}); save it as UTF-8"
+        ) from None
+    from interlock.core.waits import start_time_problems
+
+    parsed = parse_rows(inputs_file, text)
+    pipeline = definition.pipeline
+    return check_rows(
+        inputs_file,
+        definition.name,
+        pipeline.inputs,
+        parsed,
+        topic_field=topic_field,
+        also=lambda topic, inputs: start_time_problems(pipeline, topic, inputs),
+    )
+
+
+def refuse_taken_id(ctx: Ctx, batch_id: str) -> None:
+    """A --batch-id the ledger holds already is refused before anything is recorded."""
+    from interlock.storage.batches import BatchExists, BatchNotFound, batch_ledger, exists_message
+
+    if ctx.missing_ledger() is not None:
+        return
+    try:
+        batch_ledger(ctx.store).get_batch(batch_id)
+    except BatchNotFound:
+        return
+    raise BatchExists(exists_message(batch_id))
+
+
+def read_batch(ctx: Ctx, batch_id: str) -> tuple[BatchRecord, list[BatchRow]]:
+    """A batch and its rows, for a command that only reads: the engine is loaded only when
+    an ended run's result was not kept yet (it is folded from the run's history)."""
+    from interlock.core.batches import RUN_ENDED
+    from interlock.storage.batches import BatchNotFound, batch_ledger, not_found_message
+
+    if ctx.missing_ledger() is not None:
+        raise BatchNotFound(not_found_message(batch_id))
+    ledger = batch_ledger(ctx.store)
+    record = ledger.get_batch(batch_id)
+    rows = ledger.rows(batch_id)
+    if any(not r.view.kept and r.view.run_status in RUN_ENDED for r in rows):
+        from interlock.runtime.batches import batch_definition, row_results
+
+        rows = row_results(ctx.app, batch_definition(ctx.app, record), rows)
+    return record, rows
+
+
+def final_text(home: Home, row: BatchRow) -> str | None:
+    """The text of the final.md a row's run delivered (None: none, or not on this disk)."""
+    run_id = row.view.run_id
+    if run_id is None or row.view.run_status != "delivered":
+        return None
+    for folder in (home.archive_dir(run_id), home.live_dir(run_id)):
+        path = folder / "final.md"
+        if path.is_file():
+            return path.read_text(encoding="utf-8", errors="replace")
+    return None
+
+
+def opened(ctx: Ctx, batch_id: str) -> Interlock:
+    """The API object for a command about an existing batch (no ledger: not found)."""
+    from interlock.storage.batches import BatchNotFound, not_found_message
+
+    if ctx.missing_ledger() is not None:
+        raise BatchNotFound(not_found_message(batch_id))
+    return ctx.app
+
+
+def quote_batch(
+    file: str,
+    definition: Definition,
+    rows: list[RowInputs],
+    home: Path,
+    max_cost_usd: float | None,
+    *,
+    full: bool,
+) -> None:
+    """Print the worst case of the whole batch: each row's quote with its own topic and
+    inputs (what `check --cost` computes), summed; `full`: the dearest row's quote too."""
+    from interlock.cli.batch_quote import batch_quote
+
+    quoted = batch_quote(file, definition, rows, home)
+    stream = out if full else err
+    stream.print(quoted.summary(len(rows)), soft_wrap=True)
+    if full and quoted.dearest is not None:
+        from interlock.cli.quote import quote_lines
+
+        for line in quote_lines(quoted.dearest):
+            stream.print(line, soft_wrap=True)
+    if max_cost_usd is not None and (quoted.usd is None or quoted.usd > max_cost_usd):
+        err.print(
+            f"note: the worst case is over --max-cost-usd (${max_cost_usd:,.4f}): rows not "
+            "started when the batch's spend reaches it stay unstarted ('paused: batch budget')",
+            soft_wrap=True,
+        )
+
+
+def drive(app: Interlock, batch_id: str) -> int:
+    """Drive the batch with a live display; the exit code says how it ended: 0 every row
+    delivered, 1 a row failed or was cancelled, 3 rows wait (an approval, the budget)."""
+    import asyncio
+
+    from interlock.cli.batch_view import BatchProgressView, progress_line
+    from interlock.runtime.batches import BatchRunner
+
+    runner = BatchRunner(app, batch_id)
+    snapshot: Snapshot | None = None
+    try:
+        with BatchProgressView(batch_id) as view:
+            runner.on_progress = view
+            snapshot = asyncio.run(_run(runner))
+    except KeyboardInterrupt:
+        err.print(f"interrupted: 'interlock batch resume {batch_id}' goes on")
+        return int(ExitCode.INTERRUPTED)
+    progress = snapshot.progress
+    out.print(f"batch {batch_id}: {progress_line(progress, None)}", soft_wrap=True)
+    from interlock.core.batches import RowStatus
+
+    counts = progress.counts
+    if counts.get(RowStatus.FAILED) or counts.get(RowStatus.CANCELLED):
+        if counts.get(RowStatus.FAILED):
+            err.print(
+                f"'interlock batch status {batch_id}' shows why; "
+                f"'interlock batch retry {batch_id} --failed' runs them again",
+                soft_wrap=True,
+            )
+        return int(ExitCode.RUN_FAILED)
+    if counts.get(RowStatus.BUDGET):
+        err.print(
+            f"the batch's spend reached its budget: 'interlock batch resume {batch_id} "
+            "--max-cost-usd X' raises it",
+            soft_wrap=True,
+        )
+        return int(ExitCode.PAUSED)
+    if counts.get(RowStatus.PAUSED):
+        err.print(
+            f"rows wait for approval ('interlock batch status {batch_id}' names their runs): "
+            f"'interlock approve RUN', then 'interlock batch resume {batch_id}'",
+            soft_wrap=True,
+        )
+        return int(ExitCode.PAUSED)
+    return int(ExitCode.OK)
+
+
+async def _run(runner: Any) -> Snapshot:
+    """The runner, with SIGTERM turned into an interrupt that stops the runs' tasks first."""
+    import asyncio
+    import signal
+
+    from interlock.cli.base import terminate_as_interrupt
+
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    assert main is not None
+    terminated: list[bool] = []
+
+    def on_terminate() -> None:
+        terminated.append(True)
+        main.cancel()
+
+    loop.add_signal_handler(signal.SIGTERM, on_terminate)
+    try:
+        snapshot: Snapshot = await runner.run()
+        return snapshot
+    except asyncio.CancelledError:
+        if terminated:
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, terminate_as_interrupt)
+
+
+COMMANDS = [batch, batches]

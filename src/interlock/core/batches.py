@@ -1,0 +1,468 @@
+"""Batches: one run per row of a dataset, tracked as one thing. Pure: no I/O, no clock.
+
+Three parts, each a function over frozen values:
+- `parse_rows`: the text of a JSONL or CSV file into rows (objects of column -> value);
+- `check_rows`: every row against the pipeline's declared inputs, all problems at once,
+  before anything is recorded;
+- `fold` and `next_starts`: a batch's status from its rows, and which rows to start next
+  given the concurrency, the budget and whether the batch was cancelled.
+
+Rows are numbered from 1 in the order of the file (for a CSV, the row after the header is
+row 1): that number names the row everywhere, and a row's run ids are derived from it.
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import io
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from interlock.errors import UsageError
+
+if TYPE_CHECKING:
+    from interlock.core.workflow import InputSpec
+
+SHOWN_ROWS = 5  # row numbers named in one problem line; the rest are counted
+MAX_BATCH_ID = 48  # leaves room for "-r<row>-t<try>" within a run id's 81 characters
+RUN_ENDED = ("delivered", "failed", "cancelled")
+
+
+class BatchInputError(UsageError):
+    """A batch's input file cannot be used: nothing is recorded (exit 2, as bad input)."""
+
+
+class RowState(StrEnum):
+    """Where a row stands in the batch's own table; persisted as text."""
+
+    PENDING = "pending"  # not started: its current try has no run id yet
+    STARTED = "started"  # its current try's run id is recorded (the run exists, or is made next)
+    CANCELLED = "cancelled"  # the batch was cancelled before the row started
+    REFUSED = "refused"  # its run could not be created (the error says why)
+
+
+class RowStatus(StrEnum):
+    """A row as people see it: its state folded with its run's status."""
+
+    WAITING = "waiting"  # not started yet
+    STARTING = "starting"  # its run id is recorded and the run is made next (after a crash)
+    RUNNING = "running"  # its run is in flight
+    PAUSED = "paused"  # its run waits for a person's approval
+    DELIVERED = "delivered"
+    FAILED = "failed"  # its run failed, or could not be created
+    CANCELLED = "cancelled"  # its run was cancelled, or the batch before the row started
+    BUDGET = "paused: batch budget"  # not started: the batch's spend reached --max-cost-usd
+
+
+@dataclass(frozen=True, kw_only=True)
+class Row:
+    """One row of the input file: its number, its line in the file, and its values."""
+
+    number: int
+    line: int
+    values: Any  # an object (column -> value) when the row is valid
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowInputs:
+    """A valid row, ready to become a run: its topic and its inputs as given (text or JSON
+    scalars; the run converts them to their declared types)."""
+
+    number: int
+    topic: str
+    inputs: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowView:
+    """A row as the ledger holds it, with its current run's summary."""
+
+    number: int
+    state: RowState
+    tries: int  # the current try (1 for the first run, 2 after one retry...)
+    run_id: str | None = None
+    run_status: str | None = None  # None: no run (not started, or not made yet)
+    cost_usd: float = 0.0  # every try's spend, this one's so far included
+    tokens: int = 0
+    kept: bool = False  # its ended run's result is recorded on the row
+
+    @property
+    def status(self) -> RowStatus:
+        """The row's status, the batch's budget aside (see `fold`)."""
+        if self.state is RowState.PENDING:
+            return RowStatus.WAITING
+        if self.state is RowState.CANCELLED:
+            return RowStatus.CANCELLED
+        if self.state is RowState.REFUSED:
+            return RowStatus.FAILED
+        return _RUN_STATUS.get(self.run_status or "", RowStatus.STARTING)
+
+
+_RUN_STATUS = {
+    "running": RowStatus.RUNNING,
+    "waiting": RowStatus.RUNNING,
+    "paused": RowStatus.PAUSED,
+    "delivered": RowStatus.DELIVERED,
+    "failed": RowStatus.FAILED,
+    "cancelled": RowStatus.CANCELLED,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchProgress:
+    """A batch folded: how many rows stand where, what it spent, and whether it is over."""
+
+    counts: Mapping[RowStatus, int]
+    rows: int
+    cost_usd: float
+    tokens: int
+    over_budget: bool  # the spend reached the batch's budget: no more rows start
+
+    @property
+    def done(self) -> int:
+        """Rows whose run ended (delivered, failed or cancelled)."""
+        return sum(self.counts.get(s, 0) for s in (RowStatus.DELIVERED, *_STOPPED))
+
+    @property
+    def running(self) -> int:
+        """Rows in flight (their run made or about to be)."""
+        return self.counts.get(RowStatus.RUNNING, 0) + self.counts.get(RowStatus.STARTING, 0)
+
+    @property
+    def waiting(self) -> int:
+        """Rows not started yet (for lack of room, or held by the budget)."""
+        return self.counts.get(RowStatus.WAITING, 0) + self.counts.get(RowStatus.BUDGET, 0)
+
+    @property
+    def settled(self) -> bool:
+        """Nothing runs and nothing more will start: every row ended, is paused, or waits
+        for a budget it reached."""
+        startable = self.counts.get(RowStatus.WAITING, 0)
+        return self.running == 0 and startable == 0
+
+    def eta(self, elapsed: float, done_since: int) -> float | None:
+        """Seconds until the rows still to run are done, at the rate of the `done_since`
+        rows that ended in the last `elapsed` seconds (None: no rate yet)."""
+        left = self.running + self.counts.get(RowStatus.WAITING, 0)
+        if left == 0:
+            return 0.0
+        if done_since <= 0 or elapsed <= 0:
+            return None
+        return left * elapsed / done_since
+
+
+_STOPPED = (RowStatus.FAILED, RowStatus.CANCELLED)
+
+
+def fold(views: Sequence[RowView], *, max_cost_usd: float | None) -> BatchProgress:
+    """The batch's status from its rows: waiting rows become `BUDGET` once the spend of all
+    rows' runs reached `max_cost_usd` (finished rows are never touched by it)."""
+    cost = sum(v.cost_usd for v in views)
+    tokens = sum(v.tokens for v in views)
+    over = max_cost_usd is not None and cost >= max_cost_usd
+    counts: dict[RowStatus, int] = {}
+    for view in views:
+        status = view.status
+        if status is RowStatus.WAITING and over:
+            status = RowStatus.BUDGET
+        counts[status] = counts.get(status, 0) + 1
+    return BatchProgress(
+        counts=counts, rows=len(views), cost_usd=cost, tokens=tokens, over_budget=over
+    )
+
+
+def row_status(view: RowView, progress: BatchProgress) -> RowStatus:
+    """One row's status within its folded batch."""
+    status = view.status
+    return RowStatus.BUDGET if status is RowStatus.WAITING and progress.over_budget else status
+
+
+class Held(StrEnum):
+    """Why no more rows start now (the rule `next_starts` applied)."""
+
+    NOTHING_LEFT = "nothing_left"  # every row started
+    CONCURRENCY = "concurrency"  # --concurrency runs are in flight
+    BUDGET = "budget"  # the spend reached --max-cost-usd
+    CANCELLED = "cancelled"  # the batch was cancelled
+
+
+@dataclass(frozen=True, kw_only=True)
+class Starts:
+    """Which rows to start now, and why not more (None: every waiting row starts)."""
+
+    rows: tuple[int, ...]
+    held: Held | None
+
+
+def next_starts(
+    views: Sequence[RowView],
+    *,
+    concurrency: int,
+    max_cost_usd: float | None,
+    cancelled: bool,
+) -> Starts:
+    """The rows to start now: waiting rows in row order (a batch reads as its file does),
+    as many as leave at most `concurrency` runs in flight, none once the batch is cancelled
+    or its spend reached its budget."""
+    if cancelled:
+        return Starts(rows=(), held=Held.CANCELLED)
+    progress = fold(views, max_cost_usd=max_cost_usd)
+    waiting = sorted(v.number for v in views if v.status is RowStatus.WAITING)
+    if not waiting:
+        return Starts(rows=(), held=Held.NOTHING_LEFT)
+    if progress.over_budget:
+        return Starts(rows=(), held=Held.BUDGET)
+    room = max(0, concurrency - progress.running)
+    chosen = tuple(waiting[:room])
+    return Starts(rows=chosen, held=Held.CONCURRENCY if len(chosen) < len(waiting) else None)
+
+
+def run_id_of(batch_id: str, row: int, attempt: int) -> str:
+    """The run id of a row's try: derived from the batch and the row, so that a row's try can
+    never get two runs (the ledger refuses a second run with the same id, and a driver that
+    crashed after recording the id finds the run, or makes it, under that id)."""
+    return f"{batch_id}-r{row}" if attempt == 1 else f"{batch_id}-r{row}-t{attempt}"
+
+
+# -- reading the input file ------------------------------------------------------------------
+
+
+def parse_rows(name: str, text: str) -> list[Row]:
+    """The rows of an input file by its name's ending: `.jsonl`/`.ndjson` (one JSON object a
+    line; blank lines are skipped) or `.csv` (a header, then one row a line).
+
+    Raises:
+        BatchInputError: another kind of file, bad JSON on a line, a CSV with ragged rows, or
+            no rows at all.
+    """
+    lower = name.lower()
+    if lower.endswith((".jsonl", ".ndjson")):
+        rows = _jsonl_rows(name, text)
+    elif lower.endswith(".csv"):
+        rows = _csv_rows(name, text)
+    else:
+        raise BatchInputError(
+            f"{name}: is neither JSONL nor CSV: give a file ending in .jsonl (one JSON object a "
+            "line) or .csv (a header row naming the inputs, then one row a line)"
+        )
+    if not rows:
+        raise BatchInputError(
+            f"{name}: has no rows: nothing to run; add one row per run "
+            + (
+                "(one JSON object a line)"
+                if not lower.endswith(".csv")
+                else "after a header row naming the inputs"
+            )
+        )
+    return rows
+
+
+def _jsonl_rows(name: str, text: str) -> list[Row]:
+    rows: list[Row] = []
+    bad: list[str] = []
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError as exc:
+            bad.append(f"line {line_no}: {exc}")
+            continue
+        rows.append(Row(number=len(rows) + 1, line=line_no, values=value))
+    if bad:
+        shown = "; ".join(bad[:SHOWN_ROWS]) + _more(len(bad))
+        raise BatchInputError(
+            f"{name}: bad JSON ({shown}); each line must be one JSON object, such as "
+            '{"topic": "...", "language": "French"}'
+        )
+    return rows
+
+
+def _csv_rows(name: str, text: str) -> list[Row]:
+    try:
+        table = list(csv.reader(io.StringIO(text, newline="")))
+    except csv.Error as exc:
+        raise BatchInputError(f"{name}: is not valid CSV ({exc})") from None
+    lines = [(i, r) for i, r in enumerate(table, start=1) if any(cell.strip() for cell in r)]
+    if not lines:
+        return []
+    header_line, header = lines[0]
+    header = [cell.strip() for cell in header]
+    blank = [i for i, cell in enumerate(header, start=1) if not cell]
+    if blank:
+        raise BatchInputError(
+            f"{name}: the header (line {header_line}) has an empty column name (column "
+            f"{blank[0]}); name every column after a pipeline input"
+        )
+    twice = sorted({c for c in header if header.count(c) > 1})
+    if twice:
+        raise BatchInputError(f"{name}: the header names column {twice[0]!r} twice; keep one")
+    rows: list[Row] = []
+    ragged: list[tuple[int, int, int]] = []
+    for line_no, cells in lines[1:]:
+        number = len(rows) + 1
+        if len(cells) != len(header):
+            ragged.append((number, line_no, len(cells)))
+        rows.append(Row(number=number, line=line_no, values=dict(zip(header, cells, strict=False))))
+    if ragged:
+        shown = ", ".join(f"{n} (line {line}: {k} cells)" for n, line, k in ragged[:SHOWN_ROWS])
+        raise BatchInputError(
+            f"{name}: ragged rows: the header has {len(header)} columns but row(s) {shown}"
+            f"{_more(len(ragged))} do not; give every row one cell per column (quote a cell "
+            'that holds a comma: "a, b")'
+        )
+    return rows
+
+
+def _more(count: int) -> str:
+    return f" and {count - SHOWN_ROWS} more" if count > SHOWN_ROWS else ""
+
+
+# -- checking rows against the pipeline -------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Problems:
+    """Problems found, each with the rows it concerns, in the order first found."""
+
+    by_text: dict[str, list[int]] = field(default_factory=dict)
+
+    def add(self, text: str, row: int) -> None:
+        self.by_text.setdefault(text, []).append(row)
+
+    def lines(self) -> list[str]:
+        out = []
+        for text, rows in self.by_text.items():
+            label = "row" if len(rows) == 1 else "rows"
+            shown = ", ".join(str(r) for r in rows[:SHOWN_ROWS]) + _more(len(rows))
+            out.append(f"{label} {shown}: {text}")
+        return out
+
+
+def check_rows(
+    name: str,
+    pipeline: str,
+    declared: Mapping[str, InputSpec],
+    rows: Sequence[Row],
+    *,
+    topic_field: str | None,
+    also: Callable[[str, dict[str, Any]], list[str]] | None = None,
+) -> list[RowInputs]:
+    """Each row as a run's topic and inputs, or every problem at once.
+
+    The topic comes from the column `topic_field` (default: a `topic` column when there is
+    one, else "row N of FILE"); every other column must be a declared input. An empty CSV
+    cell or a JSON null is an input not given (its default applies).
+
+    `also(topic, inputs)` gives further problems of a row, its inputs resolved (defaults
+    applied): what would refuse its run when it is made (a `not_before` no time can be).
+
+    Raises:
+        BatchInputError: a row is not an object, names a column that is no input of the
+            pipeline, lacks a required input, or holds a value its input's type refuses; the
+            message names the file, the rows (up to a few per problem) and the fix.
+    """
+    from interlock.core.inputs import check_size, resolve_inputs
+
+    problems = _Problems()
+    objects = [r for r in rows if isinstance(r.values, dict)]
+    for row in rows:
+        if not isinstance(row.values, dict):
+            kind = type(row.values).__name__.replace("dict", "object").replace("str", "text")
+            problems.add(
+                f"is a JSON {kind}, not an object: write each row as an object of input "
+                'names to values, such as {"topic": "...", "language": "French"}',
+                row.number,
+            )
+    columns: dict[str, None] = {}
+    for row in objects:
+        columns.update(dict.fromkeys(row.values))
+    if topic_field is not None and topic_field not in columns:
+        raise BatchInputError(
+            f"{name}: --topic-field {topic_field!r} names no column of the file; its columns "
+            f"are {', '.join(columns) or 'none'}"
+        )
+    topic_column = topic_field or ("topic" if "topic" in columns else None)
+    known = ", ".join(sorted(declared)) or "none"
+    for column in columns:
+        if column == topic_column or column in declared:
+            continue
+        close = difflib.get_close_matches(column, list(declared), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        fix = f"rename it to {close[0]!r}" if close else "rename or drop the column"
+        text = (
+            f"column {column!r} is no input of pipeline {pipeline!r}{hint}; declared inputs: "
+            f"{known}; {fix}"
+        )
+        for row in objects:
+            if column in row.values:
+                problems.add(text, row.number)
+    checked = []
+    for row in objects:
+        values = row.values
+        topic_value = values.get(topic_column) if topic_column else None
+        given = {
+            k: v for k, v in values.items() if k != topic_column and k in declared and _given(v)
+        }
+        scalar = True
+        for key, value in [*given.items(), ("the topic", topic_value)]:
+            if isinstance(value, dict | list):
+                what = f"input {key!r}" if key != "the topic" else "the topic"
+                problems.add(
+                    f"{what} is a JSON {'object' if isinstance(value, dict) else 'list'}; "
+                    "give text, a number or true/false",
+                    row.number,
+                )
+                scalar = False
+        if not scalar:
+            continue
+        topic = _text(topic_value) if _given(topic_value) else f"row {row.number} of {name}"
+        try:
+            check_size(pipeline, "the topic", topic)
+            resolved = resolve_inputs(pipeline, declared, given)
+        except UsageError as exc:
+            problems.add(_row_fix(exc.message, pipeline, name), row.number)
+            continue
+        further = also(topic, resolved) if also is not None else []
+        for text in further:
+            problems.add(text, row.number)
+        if further:
+            continue
+        # Kept as their inputs' types (a CSV's "3" is 3 for an integer input); defaults are
+        # left to the run, which records them.
+        inputs = {k: resolved[k] for k in given}
+        checked.append(RowInputs(number=row.number, topic=topic, inputs=inputs))
+    lines = problems.lines()
+    if lines:
+        listed = "\n".join(f"  - {line}" for line in lines)
+        count = len({r for rows_of in problems.by_text.values() for r in rows_of})
+        raise BatchInputError(
+            f"{name}: {count} of {len(rows)} row(s) cannot run pipeline {pipeline!r}; "
+            f"nothing was recorded:\n{listed}"
+        )
+    return checked
+
+
+def _given(value: Any) -> bool:
+    return value is not None and value != ""
+
+
+def _text(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _row_fix(message: str, pipeline: str, name: str) -> str:
+    """An input error of `resolve_inputs` (worded for `--input`) in the words of a file."""
+    for prefix in (f"pipeline {pipeline!r}: ", f"pipeline {pipeline!r} "):
+        if message.startswith(prefix):
+            message = message[len(prefix) :]
+            break
+    head, sep, _ = message.partition(": pass --input ")
+    if sep:  # a required input with no default, not given
+        column = head.removeprefix("needs input ")
+        return f"{head}: add a {column} column to {name} (or give the input a default)"
+    return message

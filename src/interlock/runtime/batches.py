@@ -1,0 +1,438 @@
+"""Driving a batch: starting its rows' runs as room and budget allow, and watching them.
+
+The batch and all its rows are recorded first (`record_batch`, one transaction). Then the
+`BatchRunner` turns: it reads the rows with their runs' summaries, asks the pure engine
+(`interlock.core.batches.next_starts`) which rows start now, records their run ids on the
+rows (`claim_rows`), and only then makes the runs, through the orchestrator's
+`create_runs` under those ids. The orchestrator's own loop (`serve_forever`) drives them
+meanwhile: the runner only runs while that loop sleeps, on the same event loop.
+
+A row's run id is derived from the batch, the row and its try (`run_id_of`), so a crash at
+any instant leaves nothing a second start could duplicate: a claimed row without its run is
+made under the recorded id by the next runner, a row with its run is driven on (its lease
+taken over from the dead process), and an ended run is left as it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+import unicodedata
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from interlock.core.batches import (
+    MAX_BATCH_ID,
+    RUN_ENDED,
+    BatchProgress,
+    RowInputs,
+    RowStatus,
+    RowView,
+    fold,
+    next_starts,
+    row_status,
+    run_id_of,
+)
+from interlock.errors import InterlockError, LeaseHeld, StorageError, UsageError
+from interlock.storage.batches import BatchLedger, BatchRecord, BatchRow, NewBatch, batch_ledger
+
+if TYPE_CHECKING:
+    from interlock.api import Interlock
+    from interlock.core.loader import Definition
+    from interlock.core.state import RunState
+    from interlock.storage.base import NewEvent
+
+log = logging.getLogger("interlock.runtime")
+
+BATCH_TTL = 15.0  # seconds another process waits after a batch's driver dies
+TAKE_EVERY = 2.0  # seconds between tries to take a row's run held by another process
+_BATCH_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+
+
+def new_batch_id(pipeline: str, now: float) -> str:
+    """A readable, sortable id: the pipeline, the UTC time and a little randomness."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))
+    plain = unicodedata.normalize("NFKD", pipeline).encode("ascii", "ignore").decode().lower()
+    slug = re.sub("-+", "-", "".join(c if c.isalnum() else "-" for c in plain)).strip("-")
+    return f"{slug[:20].strip('-') or 'batch'}-{stamp}-{uuid.uuid4().hex[:6]}"
+
+
+def check_batch_id(batch_id: str) -> str:
+    """Refuse an id its rows' run ids could not be made from."""
+    if not _BATCH_ID.match(batch_id) or len(batch_id) > MAX_BATCH_ID:
+        raise UsageError(
+            f"--batch-id {batch_id!r} is not valid: lowercase letters, digits and '-', starting "
+            f"with a letter or digit, at most {MAX_BATCH_ID} characters (its rows' runs are "
+            f"named {batch_id[:12]}...-r1, -r2...)"
+        )
+    return batch_id
+
+
+def record_batch(
+    app: Interlock,
+    definition: Definition,
+    rows: list[RowInputs],
+    *,
+    batch_id: str,
+    inputs_file: str,
+    concurrency: int,
+    max_cost_usd: float | None,
+    now: float,
+) -> BatchRecord:
+    """Record the batch and all its rows in one transaction, before any run starts."""
+    ledger = batch_ledger(app.store)
+    batch = NewBatch(
+        batch_id=check_batch_id(batch_id),
+        pipeline=definition.name,
+        definition_hash=definition.hash,
+        definition=definition.canonical,
+        # Absolute, so that a resume from another directory finds `{workflow_dir}` and the
+        # interlock.toml beside the workflow file.
+        source=absolute_source(definition.source),
+        inputs_file=inputs_file,
+        concurrency=concurrency,
+        max_cost_usd=max_cost_usd,
+        created_at=now,
+    )
+    ledger.create_batch(batch, [(r.number, r.topic, r.inputs) for r in rows])
+    return ledger.get_batch(batch_id)
+
+
+def absolute_source(source: str) -> str:
+    """A workflow file's path made absolute (a source such as `<api>` is left alone)."""
+    if not source or source.startswith("<"):
+        return source
+    from pathlib import Path
+
+    return str(Path(source).absolute())
+
+
+def batch_definition(app: Interlock, record: BatchRecord) -> Definition:
+    """The definition the batch pinned, with its workflow file as its source (where
+    `{workflow_dir}` and interlock.toml are found)."""
+    pinned = app.definition_of(record.pipeline, record.definition_hash)
+    return replace(pinned, source=record.source)
+
+
+def result_of(definition: Definition, state: RunState) -> dict[str, Any]:
+    """What an ended run gives its row: the final worker's extracted values, the output it
+    delivered, and why it failed."""
+    final = definition.pipeline.final_worker.role
+    return {
+        "values": dict(state.values.get(final, {})),
+        "output": state.delivered,
+        "failure": state.failure,
+    }
+
+
+def row_results(app: Interlock, definition: Definition, rows: list[BatchRow]) -> list[BatchRow]:
+    """The rows with the result of each ended run, folded from its history where the
+    batch's driver has not kept it yet (a run ended while no batch driver ran)."""
+    filled = []
+    for row in rows:
+        view = row.view
+        if row.result is None and view.run_id is not None and view.run_status in RUN_ENDED:
+            with contextlib.suppress(InterlockError):
+                row = replace(row, result=result_of(definition, app.state(view.run_id)))
+        filled.append(row)
+    return filled
+
+
+def row_record(row: BatchRow, progress: BatchProgress) -> dict[str, Any]:
+    """One row as JSON (`batch status --json`, export, `GET /api/batches/ID`)."""
+    view = row.view
+    result = row.result or {}
+    return {
+        "row": view.number,
+        "topic": row.topic,
+        "inputs": row.inputs,
+        "status": row_status(view, progress).value,
+        "try": view.tries,
+        "run_id": view.run_id,
+        "cost_usd": round(view.cost_usd, 6),
+        "tokens": view.tokens,
+        "values": result.get("values") or {},
+        "failure": row.error or result.get("failure"),
+    }
+
+
+def batch_record(record: BatchRecord, rows: list[BatchRow]) -> dict[str, Any]:
+    """A batch and its rows as JSON, with its counts and spend."""
+    progress = fold([r.view for r in rows], max_cost_usd=record.max_cost_usd)
+    return {
+        **batch_summary(record, progress),
+        "rows": [row_record(r, progress) for r in rows],
+    }
+
+
+def batch_summary(record: BatchRecord, progress: BatchProgress) -> dict[str, Any]:
+    """A batch's own fields, counts and spend as JSON (a line of `GET /api/batches`)."""
+    return {
+        "batch_id": record.batch_id,
+        "pipeline": record.pipeline,
+        "inputs_file": record.inputs_file,
+        "created_at": record.created_at,
+        "concurrency": record.concurrency,
+        "max_cost_usd": record.max_cost_usd,
+        "row_count": record.rows,
+        "counts": {k.value: v for k, v in sorted(progress.counts.items())},
+        "cost_usd": round(progress.cost_usd, 6),
+        "tokens": progress.tokens,
+        "cancelled": record.cancelled_at is not None,
+        "settled": progress.settled,
+    }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Snapshot:
+    """What a progress display shows after a turn of the runner."""
+
+    batch: BatchRecord
+    progress: BatchProgress
+    rows: tuple[RowView, ...]
+    elapsed: float  # seconds since this runner started
+    eta: float | None  # seconds to go, at the rate rows ended here (None: no rate yet)
+
+
+class BatchRunner:
+    """Drives one batch in this process until nothing runs and nothing more may start."""
+
+    def __init__(
+        self,
+        app: Interlock,
+        batch_id: str,
+        *,
+        on_progress: Callable[[Snapshot], None] = lambda _: None,
+        clock: Callable[[], float] = time.time,
+        poll: float = 0.25,
+    ) -> None:
+        self.app = app
+        self.ledger: BatchLedger = batch_ledger(app.store)
+        self.batch = self.ledger.get_batch(batch_id)
+        self.definition = batch_definition(app, self.batch)
+        self.on_progress = on_progress
+        self.clock = clock
+        self.poll = poll
+        self._changed: asyncio.Event | None = None
+        self._results: dict[str, dict[str, Any]] = {}  # run id -> result, seen ending here
+        self._tried: dict[str, float] = {}  # run id -> when this runner last tried to take it
+        self._rows: dict[int, BatchRow] = {}  # row -> its topic and inputs, read when first needed
+        self._started = clock()
+        self._done_at_start: int | None = None
+        self._held_until = 0.0
+
+    # -- the listener the orchestrator calls for every event it records ----------------------
+
+    def _on_event(self, run_id: str, seq: int, new: NewEvent, state: RunState) -> None:
+        if state.status.ended:
+            self._results[run_id] = result_of(self.definition, state)
+        if (state.status.ended or state.status.value == "paused") and self._changed is not None:
+            self._changed.set()
+
+    # -- the loop ------------------------------------------------------------------------
+
+    async def run(self) -> Snapshot:
+        """Drive the batch with the orchestrator's loop run here (`interlock batch`); returns
+        how it stands when nothing more runs.
+
+        Raises:
+            LeaseHeld: another live process drives the batch.
+        """
+        orchestrator = self.app.orchestrator
+        self.hold()
+        stop = asyncio.Event()
+        loop = asyncio.create_task(orchestrator.serve_forever(stop))
+        try:
+            return await self.feed(loop)
+        finally:
+            stop.set()
+            with contextlib.suppress(Exception):
+                await loop
+            await orchestrator.shutdown()
+            from interlock.providers import aclose_providers
+
+            await aclose_providers()
+
+    async def feed(
+        self, loop: asyncio.Task[None] | None = None, stop: asyncio.Event | None = None
+    ) -> Snapshot:
+        """Start and watch the batch's rows beside an orchestrator loop that runs already
+        (`loop`, or a server's), until nothing more runs or `stop` is set; the batch is held
+        meanwhile and handed back at the end.
+
+        Raises:
+            LeaseHeld: another live process drives the batch.
+        """
+        orchestrator = self.app.orchestrator
+        self.hold()
+        self._changed = asyncio.Event()
+        orchestrator.listeners.append(self._on_event)
+        try:
+            while True:
+                snapshot = self._turn()
+                self.on_progress(snapshot)
+                if snapshot.progress.settled or (stop is not None and stop.is_set()):
+                    return snapshot
+                if loop is not None and loop.done():  # its error says why
+                    loop.result()
+                    raise StorageError("the orchestrator's loop stopped; resume the batch")
+                self._changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.poll):
+                        await self._changed.wait()
+        finally:
+            orchestrator.listeners.remove(self._on_event)
+            with contextlib.suppress(InterlockError):
+                self.ledger.release_batch(self.batch.batch_id, orchestrator.owner)
+
+    def hold(self) -> None:
+        """Take (or renew) the batch's lease; a holder that was a process of this host that
+        has died is taken over at once."""
+        from interlock.runtime.processes import holder_is_dead
+
+        now = self.clock()
+        owner = self.app.orchestrator.owner
+        try:
+            self.ledger.hold_batch(self.batch.batch_id, owner, BATCH_TTL, now)
+        except LeaseHeld:
+            holder = self.ledger.get_batch(self.batch.batch_id).driver or ""
+            if not holder_is_dead(holder):
+                raise
+            self.ledger.hold_batch(
+                self.batch.batch_id, owner, BATCH_TTL, now, take_over_from=holder
+            )
+        self._held_until = now + BATCH_TTL
+
+    def _turn(self) -> Snapshot:
+        """One look: keep results, drive on runs left by a dead process, make the runs of
+        rows claimed but not made, claim and make the rows that may start."""
+        now = self.clock()
+        if now > self._held_until - BATCH_TTL * 2 / 3:
+            self.hold()
+        batch = self.batch = self.ledger.get_batch(self.batch.batch_id)
+        views = self.ledger.views(batch.batch_id)
+        self._keep_results(views)
+        self._take_orphans(views, now)
+        starts = next_starts(
+            views,
+            concurrency=batch.concurrency,
+            max_cost_usd=batch.max_cost_usd,
+            cancelled=batch.cancelled_at is not None,
+        )
+        by_number = {v.number: v for v in views}
+        claims = [
+            (n, by_number[n].tries, run_id_of(batch.batch_id, n, by_number[n].tries))
+            for n in starts.rows
+        ]
+        claimed = set(self.ledger.claim_rows(batch.batch_id, claims, now)) if claims else set()
+        # Rows claimed before (by a driver that stopped before making their runs) are made
+        # now under the id recorded for them, unless that run was made and pruned since.
+        specs = [
+            (v.number, v.run_id)
+            for v in views
+            if v.status is RowStatus.STARTING
+            and v.run_id is not None
+            and self.app.store.pruned_run(v.run_id) is None
+        ]
+        specs += [(n, run_id) for n, _, run_id in claims if n in claimed]
+        if specs:
+            self._make(specs)
+            views = self.ledger.views(batch.batch_id)
+        progress = fold(views, max_cost_usd=batch.max_cost_usd)
+        elapsed = max(0.0, now - self._started)
+        if self._done_at_start is None:
+            self._done_at_start = progress.done
+        return Snapshot(
+            batch=batch,
+            progress=progress,
+            rows=tuple(views),
+            elapsed=elapsed,
+            eta=progress.eta(elapsed, progress.done - self._done_at_start),
+        )
+
+    def _row(self, number: int) -> BatchRow:
+        """A row's topic and inputs (read once: they never change)."""
+        if number not in self._rows:
+            self._rows = {r.view.number: r for r in self.ledger.rows(self.batch.batch_id)}
+        return self._rows[number]
+
+    def _make(self, specs: list[tuple[int, str]]) -> None:
+        """Make the runs of claimed rows (number, run id), in one transaction; when that is
+        refused, one by one, so that a row whose run cannot be made is marked so and the
+        others start."""
+        definition = self.definition
+        entries: list[tuple[Definition, str, dict[str, Any] | None, str | None]] = []
+        for number, run_id in specs:
+            row = self._row(number)
+            entries.append((definition, row.topic, dict(row.inputs), run_id))
+        try:
+            self.app.orchestrator.create_runs(entries)
+            return
+        except StorageError:
+            raise
+        except InterlockError:
+            pass
+        for (number, run_id), entry in zip(specs, entries, strict=True):
+            self._make_one(number, run_id, entry)
+
+    def _make_one(self, number: int, run_id: str, entry: Any) -> None:
+        """Make one row's run, or record why it cannot be made."""
+        try:
+            self.app.orchestrator.create_runs([entry])
+        except StorageError:
+            raise
+        except InterlockError as exc:
+            log.warning(
+                "batch %s row %d: its run cannot be made: %s",
+                self.batch.batch_id,
+                number,
+                exc.message,
+                extra={"run_id": run_id, "action": "batch_row_refused"},
+            )
+            self.ledger.refuse_row(self.batch.batch_id, number, run_id, exc.message)
+
+    def _keep_results(self, views: list[RowView]) -> None:
+        """Record what ended runs delivered, once: from the states seen ending here, or
+        folded from the history of a run that ended while no batch driver ran."""
+        found = []
+        for view in views:
+            if view.kept or view.run_id is None or view.run_status not in RUN_ENDED:
+                continue
+            result = self._results.pop(view.run_id, None)
+            if result is None:
+                try:
+                    result = result_of(self.definition, self.app.state(view.run_id))
+                except InterlockError:
+                    continue
+            found.append((view.number, view.run_id, result))
+        if found:
+            self.ledger.set_results(self.batch.batch_id, found)
+
+    def _take_orphans(self, views: list[RowView], now: float) -> None:
+        """Drive on the runs of this batch that are in flight and driven by no one here
+        (left by a driver that stopped): their leases are taken over from a dead process."""
+        orchestrator = self.app.orchestrator
+        for view in views:
+            run_id = view.run_id
+            if view.status is not RowStatus.RUNNING or run_id is None:
+                continue
+            if run_id in orchestrator.drivers or now - self._tried.get(run_id, -1e9) < TAKE_EVERY:
+                continue
+            self._tried[run_id] = now
+            try:
+                orchestrator.take(run_id)
+            except InterlockError as exc:  # driven elsewhere, or not drivable: said once
+                log.info(
+                    "batch %s row %d: its run is not driven here: %s",
+                    self.batch.batch_id,
+                    view.number,
+                    exc.message,
+                    extra={"run_id": run_id, "action": "batch_run_not_taken"},
+                )
+        if orchestrator.drivers:
+            orchestrator.wake()

@@ -1,0 +1,429 @@
+"""The batch ledger: batches and their rows, beside the runs they start.
+
+One contract (`BatchLedger`) with three backends: SQLite and PostgreSQL share the SQL of
+`sql/<dialect>/batches.sql` through `SQLBatches` (the dialects differ only in placeholders,
+kept in the files), and `MemoryBatches` (`batches_memory.py`) stands in for tests.
+`batch_ledger(store)` picks the one for a store; all of them pass `tests/storage/test_batches.py`.
+
+Guarantees every backend gives:
+- A batch and all its rows are recorded in one transaction (`create_batch`), or nothing is.
+- A row's try is claimed at most once (`claim_rows` only moves a pending row of that try):
+  its run id is recorded before its run is made, so a crash in between leaves the id, and
+  whoever drives the batch next makes the run under it (or finds it made).
+- Only one process drives a batch at a time (`hold_batch`, a lease renewed while it runs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from interlock.core.batches import RowState, RowView
+from interlock.errors import LeaseHeld, UsageError
+from interlock.storage import codec
+from interlock.storage.base import Store
+
+T = TypeVar("T")
+
+
+class BatchNotFound(UsageError):
+    """No batch has the given id."""
+
+
+class BatchExists(UsageError):
+    """A new batch was given the id of one the ledger already holds."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NewBatch:
+    """A batch to record: what it runs, from which file, and its limits."""
+
+    batch_id: str
+    pipeline: str
+    definition_hash: str
+    definition: str  # canonical JSON, pinned like a run's
+    source: str  # the workflow file
+    inputs_file: str
+    concurrency: int
+    max_cost_usd: float | None
+    created_at: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BatchRecord:
+    """A batch as recorded."""
+
+    batch_id: str
+    pipeline: str
+    definition_hash: str
+    source: str
+    inputs_file: str
+    concurrency: int
+    max_cost_usd: float | None
+    rows: int
+    created_at: float
+    cancelled_at: float | None = None
+    driver: str | None = None  # the process driving it (host:pid:nonce), while its lease lasts
+    driver_expires: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BatchRow:
+    """A row as recorded, with its current run's summary (`view`)."""
+
+    view: RowView
+    topic: str
+    inputs: dict[str, Any]
+    started_at: float | None = None
+    error: str | None = None  # why its run could not be made (state `refused`)
+    result: dict[str, Any] | None = None  # what its ended run delivered (values, output...)
+
+
+class BatchLedger(Protocol):
+    """What the batch driver and commands need from a ledger."""
+
+    def create_batch(
+        self, batch: NewBatch, rows: Sequence[tuple[int, str, dict[str, Any]]]
+    ) -> None:
+        """Record the batch, its pinned definition and its rows (number, topic, inputs) in
+        one transaction. Raises BatchExists when the id is taken."""
+        ...
+
+    def get_batch(self, batch_id: str) -> BatchRecord:
+        """One batch (raises BatchNotFound)."""
+        ...
+
+    def list_batches(self, limit: int = 100) -> list[BatchRecord]:
+        """Batches, newest first."""
+        ...
+
+    def rows(self, batch_id: str) -> list[BatchRow]:
+        """Every row of the batch in row order, each with its current run's summary."""
+        ...
+
+    def views(self, batch_id: str) -> list[RowView]:
+        """Every row's view alone (no topic, inputs or result), in row order: what a driver
+        reads at each turn."""
+        ...
+
+    def claim_rows(
+        self, batch_id: str, claims: Sequence[tuple[int, int, str]], now: float
+    ) -> list[int]:
+        """Record run ids for rows (number, try, run id) still pending at that try, in one
+        transaction; returns the rows claimed (a row claimed before is left out)."""
+        ...
+
+    def refuse_row(self, batch_id: str, row: int, run_id: str, error: str) -> None:
+        """Record that the row's run could not be made, and why."""
+        ...
+
+    def set_results(
+        self, batch_id: str, results: Sequence[tuple[int, str, dict[str, Any]]]
+    ) -> None:
+        """Keep what ended runs delivered (row, run id, result), for status and export."""
+        ...
+
+    def retry_rows(self, batch_id: str, views: Sequence[RowView]) -> int:
+        """Give rows (as last seen, their try ended) their next try: pending again, the
+        spend of every try so far kept. A row that moved since is left alone; returns how
+        many were given one."""
+        ...
+
+    def cancel_batch(self, batch_id: str, now: float) -> int:
+        """Mark the batch cancelled and its pending rows cancelled; how many rows."""
+        ...
+
+    def set_limits(self, batch_id: str, concurrency: int, max_cost_usd: float | None) -> None:
+        """Change the batch's concurrency and budget (a resume that says new ones)."""
+        ...
+
+    def hold_batch(
+        self,
+        batch_id: str,
+        owner: str,
+        ttl: float,
+        now: float,
+        *,
+        take_over_from: str | None = None,
+    ) -> None:
+        """Take or renew the right to drive the batch until `now + ttl`.
+
+        Raises:
+            LeaseHeld: another live process drives it.
+        """
+        ...
+
+    def release_batch(self, batch_id: str, owner: str) -> None:
+        """Hand the batch back (nothing happens if `owner` no longer holds it)."""
+        ...
+
+
+def batch_ledger(store: Store) -> BatchLedger:
+    """The batch ledger kept in `store`'s database (or beside a memory store)."""
+    import sys
+
+    from interlock.storage.sqlite import SQLiteStore
+
+    # The batch tables live in the store's own database, so its own transactions and reads
+    # (private to the storage package) carry the batch queries.
+    if isinstance(store, SQLiteStore):
+        return SQLBatches(_sqlite_transact(store), store._read, "sqlite")
+    # A store of a module not imported yet cannot be this one: neither psycopg nor the test
+    # support is imported to find out.
+    postgres = sys.modules.get("interlock.storage.postgres")
+    if postgres is not None and isinstance(store, postgres.PostgresStore):
+        return SQLBatches(store.retrying, store._read, "postgres")
+    testing = sys.modules.get("interlock.testing")
+    if testing is not None and isinstance(store, testing.MemoryStore):
+        from interlock.storage.batches_memory import MemoryBatches
+
+        return MemoryBatches.of(store)
+    raise UsageError(f"batches are not kept in a store of type {type(store).__name__}")
+
+
+def _sqlite_transact(store: Any) -> Callable[[Callable[[Any], T]], T]:
+    def transact(action: Callable[[Any], T]) -> T:
+        with store._write() as db:  # the store's own write transaction (BEGIN IMMEDIATE)
+            return action(db)
+
+    return transact
+
+
+def held_message(batch_id: str, holder: str, expires: float, now: float) -> str:
+    """What is said when another process drives the batch."""
+    return (
+        f"batch {batch_id} is being driven by {holder} (for {max(0.0, expires - now):.0f}s more "
+        "unless it renews): wait for it, or stop that process"
+    )
+
+
+class SQLBatches:
+    """`BatchLedger` on a SQL database: `transact` runs a function in one transaction on a
+    connection, `read` runs one query; the queries are `sql/<dialect>/batches.sql`."""
+
+    def __init__(
+        self,
+        transact: Callable[[Callable[[Any], Any]], Any],
+        read: Callable[..., list[Any]],
+        dialect: str,
+    ) -> None:
+        from interlock.storage.queries import named
+
+        self._transact = transact
+        self._read = read
+        self._q = named(dialect, "batches.sql")
+
+    def create_batch(
+        self, batch: NewBatch, rows: Sequence[tuple[int, str, dict[str, Any]]]
+    ) -> None:
+        """See `BatchLedger.create_batch`."""
+        q = self._q
+
+        def create(db: Any) -> None:
+            if db.execute(q["get_batch"], (batch.batch_id,)).fetchone() is not None:
+                raise BatchExists(exists_message(batch.batch_id))
+            db.execute(q["insert_definition"], (batch.definition_hash, batch.definition))
+            db.execute(
+                q["insert_batch"],
+                (
+                    batch.batch_id,
+                    batch.pipeline,
+                    batch.definition_hash,
+                    batch.source,
+                    batch.inputs_file,
+                    batch.concurrency,
+                    batch.max_cost_usd,
+                    len(rows),
+                    batch.created_at,
+                ),
+            )
+            with contextlib.closing(db.cursor()) as cursor:
+                cursor.executemany(
+                    q["insert_row"],
+                    [(batch.batch_id, n, topic, codec.dumps(inputs)) for n, topic, inputs in rows],
+                )
+
+        self._transact(create)
+
+    def get_batch(self, batch_id: str) -> BatchRecord:
+        """See `BatchLedger.get_batch`."""
+        found = self._read(self._q["get_batch"], batch_id)
+        if not found:
+            raise BatchNotFound(not_found_message(batch_id))
+        return _batch(found[0])
+
+    def list_batches(self, limit: int = 100) -> list[BatchRecord]:
+        """See `BatchLedger.list_batches`."""
+        return [_batch(r) for r in self._read(self._q["list_batches"], limit)]
+
+    def rows(self, batch_id: str) -> list[BatchRow]:
+        """See `BatchLedger.rows`."""
+        return [_row(r) for r in self._read(self._q["batch_rows"], batch_id)]
+
+    def views(self, batch_id: str) -> list[RowView]:
+        """See `BatchLedger.views`."""
+        return [_view(r) for r in self._read(self._q["batch_views"], batch_id)]
+
+    def claim_rows(
+        self, batch_id: str, claims: Sequence[tuple[int, int, str]], now: float
+    ) -> list[int]:
+        """See `BatchLedger.claim_rows`."""
+        q = self._q["claim_row"]
+
+        def claim(db: Any) -> list[int]:
+            return [
+                row
+                for row, attempt, run_id in claims
+                if db.execute(q, (run_id, now, batch_id, row, attempt)).rowcount == 1
+            ]
+
+        result: list[int] = self._transact(claim)
+        return result
+
+    def refuse_row(self, batch_id: str, row: int, run_id: str, error: str) -> None:
+        """See `BatchLedger.refuse_row`."""
+        q = self._q["refuse_row"]
+        self._transact(lambda db: db.execute(q, (error, batch_id, row, run_id)))
+
+    def set_results(
+        self, batch_id: str, results: Sequence[tuple[int, str, dict[str, Any]]]
+    ) -> None:
+        """See `BatchLedger.set_results`."""
+        if not results:
+            return
+        q = self._q["set_result"]
+
+        def put(db: Any) -> None:
+            for row, run_id, result in results:
+                db.execute(q, (codec.dumps(result), batch_id, row, run_id))
+
+        self._transact(put)
+
+    def retry_rows(self, batch_id: str, views: Sequence[RowView]) -> int:
+        """See `BatchLedger.retry_rows`."""
+        q = self._q["retry_row"]
+
+        def retry(db: Any) -> int:
+            return sum(
+                db.execute(q, (v.cost_usd, v.tokens, batch_id, v.number, v.tries)).rowcount
+                for v in views
+            )
+
+        result: int = self._transact(retry)
+        return result
+
+    def cancel_batch(self, batch_id: str, now: float) -> int:
+        """See `BatchLedger.cancel_batch`."""
+        q = self._q
+
+        def cancel(db: Any) -> int:
+            db.execute(q["cancel_batch"], (now, batch_id))
+            return int(db.execute(q["cancel_rows"], (batch_id,)).rowcount)
+
+        result: int = self._transact(cancel)
+        return result
+
+    def set_limits(self, batch_id: str, concurrency: int, max_cost_usd: float | None) -> None:
+        """See `BatchLedger.set_limits`."""
+        q = self._q["set_limits"]
+        self._transact(lambda db: db.execute(q, (concurrency, max_cost_usd, batch_id)))
+
+    def hold_batch(
+        self,
+        batch_id: str,
+        owner: str,
+        ttl: float,
+        now: float,
+        *,
+        take_over_from: str | None = None,
+    ) -> None:
+        """See `BatchLedger.hold_batch`."""
+        q = self._q
+        args = (owner, now + ttl, batch_id, now, owner, take_over_from or owner)
+
+        def hold(db: Any) -> None:
+            if db.execute(q["hold_batch"], args).rowcount == 1:
+                return
+            row = db.execute(q["get_batch"], (batch_id,)).fetchone()
+            if row is None:
+                raise BatchNotFound(not_found_message(batch_id))
+            record = _batch(row)
+            raise LeaseHeld(
+                held_message(batch_id, record.driver or "?", record.driver_expires or now, now)
+            )
+
+        self._transact(hold)
+
+    def release_batch(self, batch_id: str, owner: str) -> None:
+        """See `BatchLedger.release_batch`."""
+        q = self._q["release_batch"]
+        self._transact(lambda db: db.execute(q, (batch_id, owner)))
+
+
+def exists_message(batch_id: str) -> str:
+    """What is said of a --batch-id already taken."""
+    return (
+        f"batch {batch_id!r} already exists: nothing was recorded; give another --batch-id (or "
+        f"none, for a fresh one), or go on with it: 'interlock batch resume {batch_id}'"
+    )
+
+
+def not_found_message(batch_id: str) -> str:
+    """What is said of an unknown batch id."""
+    return f"no batch {batch_id!r} (see 'interlock batches')"
+
+
+def _batch(row: Sequence[Any]) -> BatchRecord:
+    return BatchRecord(
+        batch_id=str(row[0]),
+        pipeline=str(row[1]),
+        definition_hash=str(row[2]),
+        source=str(row[3]),
+        inputs_file=str(row[4]),
+        concurrency=int(row[5]),
+        max_cost_usd=None if row[6] is None else float(row[6]),
+        rows=int(row[7]),
+        created_at=float(row[8]),
+        cancelled_at=None if row[9] is None else float(row[9]),
+        driver=None if row[10] is None else str(row[10]),
+        driver_expires=None if row[11] is None else float(row[11]),
+    )
+
+
+def _view(row: Sequence[Any]) -> RowView:
+    number, state, tries, run_id, spent, used, run_status, cost, tokens, kept = row
+    return RowView(
+        number=int(number),
+        state=RowState(state),
+        tries=int(tries),
+        run_id=None if run_id is None else str(run_id),
+        run_status=None if run_status is None else str(run_status),
+        cost_usd=float(spent) + float(cost or 0.0),
+        tokens=int(used) + int(tokens or 0),
+        kept=bool(kept),
+    )
+
+
+def _row(row: Sequence[Any]) -> BatchRow:
+    (number, topic, inputs, state, tries, run_id, started, error, result) = row[:9]
+    spent, used, run_status, cost, tokens = row[9:]
+    view = RowView(
+        number=int(number),
+        state=RowState(state),
+        tries=int(tries),
+        run_id=None if run_id is None else str(run_id),
+        run_status=None if run_status is None else str(run_status),
+        cost_usd=float(spent) + float(cost or 0.0),
+        tokens=int(used) + int(tokens or 0),
+        kept=result is not None,
+    )
+    return BatchRow(
+        view=view,
+        topic=str(topic),
+        inputs=codec.loads(inputs),
+        started_at=None if started is None else float(started),
+        error=None if error is None else str(error),
+        result=None if result is None else codec.loads(result),
+    )

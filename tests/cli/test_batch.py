@@ -1,0 +1,247 @@
+"""`interlock batch`: a CSV of rows delivered, a kill -9 and a resume that runs every row once,
+bad input refused with exit 2 before anything is recorded, and what export writes."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from interlock import Interlock
+from interlock.cli.main import cli
+from interlock.core.batches import RowInputs
+from interlock.core.loader import load_workflow
+from interlock.runtime.batches import record_batch
+
+WORKFLOW = """\
+summarize:
+  inputs:
+    n: {type: integer, required: true}
+    language: English
+  phases:
+    - id: write
+      workers:
+        - role: writer
+          final: true
+          command:
+            - sh
+            - -c
+            - 'sleep SLEEP; echo "$1 $INTERLOCK_RUN_ID" >> "$2"; printf "Score: %s\\n" "$1" > "$3"'
+            - sh
+            - "{{ n }}"
+            - COUNT
+            - "{output}"
+          extract:
+            score: {regex: "Score: ([0-9]+)", type: number}
+"""
+
+
+def setup(tmp_path: Path, rows: int, sleep: float = 0.0) -> None:
+    """A workflow whose one worker appends its row to count.txt, and a CSV of `rows` rows."""
+    text = WORKFLOW.replace("COUNT", str(tmp_path / "count.txt")).replace("SLEEP", str(sleep))
+    (tmp_path / "wf.yaml").write_text(text)
+    with (tmp_path / "articles.csv").open("w", newline="") as stream:
+        writer = csv.writer(stream)
+        writer.writerow(["topic", "n", "language"])
+        writer.writerows([f"Article {n}", n, "French" if n % 2 else ""] for n in range(1, rows + 1))
+
+
+def interlock(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The real command, which never shows a traceback."""
+    result = subprocess.run(
+        [sys.executable, "-m", "interlock", *args],
+        env=env, cwd=cwd, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert "Traceback" not in result.stderr + result.stdout, result.stderr
+    return result
+
+
+def executions(tmp_path: Path) -> dict[int, list[str]]:
+    """Row -> the run ids its command ran in, one entry per execution."""
+    runs: dict[int, list[str]] = {}
+    for line in (tmp_path / "count.txt").read_text().splitlines():
+        row, run_id = line.split()
+        runs.setdefault(int(row), []).append(run_id)
+    return runs
+
+
+def test_a_csv_batch_is_delivered_shown_and_exported(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """20 rows, 4 at a time: every row delivered once; status and export show each row."""
+    setup(tmp_path, 20)
+    done = interlock(
+        cli_env, tmp_path, "batch", "wf.yaml", "--inputs", "articles.csv", "--batch-id", "b"
+    )
+    assert done.returncode == 0, done.stderr
+    assert "batch b: 20 row(s) of pipeline 'summarize' recorded" in done.stderr
+    assert "worst case of the batch (20 row(s)): at most $0.0000" in done.stderr
+    assert "20/20 done, 20 delivered" in done.stdout
+    assert executions(tmp_path) == {n: [f"b-r{n}"] for n in range(1, 21)}
+    shown = interlock(cli_env, tmp_path, "batch", "status", "b", "--json")
+    body = json.loads(shown.stdout)
+    assert body["counts"] == {"delivered": 20}
+    assert body["rows"][2] == {
+        "row": 3,
+        "topic": "Article 3",
+        "inputs": {"n": 3, "language": "French"},
+        "status": "delivered",
+        "try": 1,
+        "run_id": "b-r3",
+        "cost_usd": 0.0,
+        "tokens": 0,
+        "values": {"score": 3.0},
+        "failure": None,
+    }
+    assert body["rows"][1]["inputs"] == {"n": 2}  # an empty cell: the input's default applies
+    exported = interlock(cli_env, tmp_path, "batch", "export", "b", "-o", "out.csv")
+    assert exported.returncode == 0, exported.stderr
+    with (tmp_path / "out.csv").open(newline="") as stream:
+        table = list(csv.DictReader(stream))
+    assert len(table) == 20
+    assert {k: table[0][k] for k in ("row", "status", "run_id", "input.n", "value.score")} == {
+        "row": "1",
+        "status": "delivered",
+        "run_id": "b-r1",
+        "input.n": "1",
+        "value.score": "1.0",
+    }
+    assert table[0]["output"] == "Score: 1\n"
+    interlock(cli_env, tmp_path, "batch", "export", "b", "-o", "out.jsonl")
+    lines = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [x["output"] for x in lines[:2]] == ["Score: 1\n", "Score: 2\n"]
+    listed = interlock(cli_env, tmp_path, "batches")
+    assert "summarize" in listed.stdout and " 20 " in listed.stdout
+
+
+def test_kill_9_then_resume_runs_every_row_once(cli_env: dict[str, str], tmp_path: Path) -> None:
+    """The batch process killed mid-way: `batch resume` starts the rows not started, drives
+    on those in flight and leaves the finished ones; no row ever gets a second run. A command
+    cut short by the kill runs again inside its own run (that run shows two starts)."""
+    setup(tmp_path, 20, sleep=0.2)
+    args = [sys.executable, "-m", "interlock", "batch", "wf.yaml", "--inputs", "articles.csv"]
+    args += ["--batch-id", "k", "--concurrency", "3"]
+    first = subprocess.Popen(
+        args, env=cli_env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    count = tmp_path / "count.txt"
+    deadline = time.monotonic() + 60
+    while not count.exists() or len(count.read_text().splitlines()) < 7:
+        assert time.monotonic() < deadline and first.poll() is None
+        time.sleep(0.02)
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    resumed = interlock(cli_env, tmp_path, "batch", "resume", "k")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "20/20 done, 20 delivered" in resumed.stdout
+    runs = executions(tmp_path)
+    assert sorted(runs) == list(range(1, 21))
+    assert all(set(ids) == {f"k-r{n}"} for n, ids in runs.items())  # one run per row
+    again = {n for n, ids in runs.items() if len(ids) > 1}
+    for n in again:  # cut short by the kill: its run records the second start
+        events = interlock(cli_env, tmp_path, "events", f"k-r{n}").stdout
+        assert events.count("task_started") == len(runs[n]) == 2
+    assert len(again) <= 3  # at most the runs in flight at the kill
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "says"),
+    [
+        ("rows.txt", "n\n1\n", "rows.txt: is neither JSONL nor CSV"),
+        ("rows.jsonl", '{"n": 1}\n{"n": \n', "rows.jsonl: bad JSON (line 2:"),
+        ("rows.jsonl", '{"n": 1}\n[1]\n', "row 2: is a JSON list, not an object"),
+        (
+            "rows.csv",
+            "n,langage\n1,fr\n",
+            "row 1: column 'langage' is no input of pipeline 'summarize' (did you mean "
+            "'language'?)",
+        ),
+        (
+            "rows.csv",
+            "topic,language\na,fr\nb,de\n",
+            "rows 1, 2: needs input 'n': add a 'n' column to rows.csv",
+        ),
+        (
+            "rows.csv",
+            "n,language\n1,fr\n2\n",
+            "ragged rows: the header has 2 columns but row(s) 2 (line 3: 1 cells)",
+        ),
+        ("rows.csv", "", "rows.csv: has no rows"),
+    ],
+)
+def test_bad_input_is_refused_before_anything_is_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, text: str, says: str
+) -> None:
+    """Each bad file exits 2 with a message naming the file, the rows and the fix; no ledger
+    is made."""
+    setup(tmp_path, 1)
+    (tmp_path / name).write_text(text)
+    monkeypatch.chdir(tmp_path)
+    home = tmp_path / "home"
+    result = CliRunner().invoke(cli, ["--home", str(home), "batch", "wf.yaml", "--inputs", name])
+    assert result.exit_code == 2, result.output
+    assert says in result.output
+    assert "Traceback" not in result.output
+    assert not home.exists()
+
+
+def test_a_batch_id_is_used_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second batch with a --batch-id already recorded is refused (exit 2), naming resume;
+    --dry-run records nothing."""
+    setup(tmp_path, 2)
+    monkeypatch.chdir(tmp_path)
+    base = ["--home", str(tmp_path / "home"), "batch", "wf.yaml", "--inputs", "articles.csv"]
+    dry = CliRunner().invoke(cli, [*base, "--dry-run"])
+    assert dry.exit_code == 0 and "nothing was recorded" in dry.output
+    assert not (tmp_path / "home").exists()
+    app = Interlock(tmp_path / "home")
+    definition = load_workflow(tmp_path / "wf.yaml").get("summarize")
+    rows = [RowInputs(number=1, topic="t", inputs={"n": 1})]
+    record_batch(
+        app,
+        definition,
+        rows,
+        batch_id="same",
+        inputs_file="articles.csv",
+        concurrency=1,
+        max_cost_usd=None,
+        now=time.time(),
+    )
+    app.close()
+    again = CliRunner().invoke(cli, [*base, "--batch-id", "same"])
+    assert again.exit_code == 2
+    assert "batch 'same' already exists: nothing was recorded" in again.output
+    assert "interlock batch resume same" in again.output
+
+
+def test_cancel_stops_a_running_batch(cli_env: dict[str, str], tmp_path: Path) -> None:
+    """`batch cancel` from another process: the runs in flight are cancelled by the process
+    driving the batch, rows not started are marked cancelled, and the batch exits 1."""
+    setup(tmp_path, 8, sleep=4.0)
+    args = [sys.executable, "-m", "interlock", "batch", "wf.yaml", "--inputs", "articles.csv"]
+    args += ["--batch-id", "c", "--concurrency", "2"]
+    driving = subprocess.Popen(args, env=cli_env, cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+    home = Path(cli_env["INTERLOCK_HOME"])
+    deadline = time.monotonic() + 60
+    while not (home / "runs" / "c-r2").is_dir():  # both first runs were made
+        assert time.monotonic() < deadline and driving.poll() is None
+        time.sleep(0.05)
+    cancelled = interlock(cli_env, tmp_path, "batch", "cancel", "c")
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert "row(s) not started" in cancelled.stdout
+    driving.communicate(timeout=60)
+    assert driving.returncode == 1
+    body = json.loads(interlock(cli_env, tmp_path, "batch", "status", "c", "--json").stdout)
+    assert body["cancelled"] is True
+    assert body["counts"] == {"cancelled": 8}
+    stopped = [r for r in body["rows"] if r["run_id"] is not None]
+    assert len(stopped) == 2  # the two in flight: cancelled, their commands stopped
+    assert not (tmp_path / "count.txt").exists()

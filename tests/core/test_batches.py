@@ -1,0 +1,171 @@
+"""Batches' pure part: reading rows, checking them against a pipeline, folding and choosing."""
+
+from __future__ import annotations
+
+import pytest
+
+from interlock.core.batches import (
+    BatchInputError,
+    Held,
+    RowState,
+    RowStatus,
+    RowView,
+    check_rows,
+    fold,
+    next_starts,
+    parse_rows,
+    run_id_of,
+)
+from interlock.core.workflow import InputSpec
+
+DECLARED = {
+    "language": InputSpec(default="English"),
+    "words": InputSpec(type="integer", default=50),
+    "text": InputSpec(required=True),
+}
+
+
+def checked(name: str, text: str, topic_field: str | None = None) -> list[tuple[int, str, dict]]:
+    """The rows of `text` checked against DECLARED, as (number, topic, inputs)."""
+    rows = check_rows(name, "p", DECLARED, parse_rows(name, text), topic_field=topic_field)
+    return [(r.number, r.topic, r.inputs) for r in rows]
+
+
+def problem(name: str, text: str, topic_field: str | None = None) -> str:
+    """The message of the error reading or checking `text` raises."""
+    with pytest.raises(BatchInputError) as caught:
+        checked(name, text, topic_field)
+    return caught.value.message
+
+
+def test_csv_rows_take_their_inputs_types_and_topic() -> None:
+    """A CSV's cells become typed inputs; `topic` is the topic; an empty cell is not given."""
+    text = "topic,text,words,language\nA,hello,3,\nB,bye,,French\n"
+    assert checked("d.csv", text) == [
+        (1, "A", {"text": "hello", "words": 3}),
+        (2, "B", {"text": "bye", "language": "French"}),
+    ]
+
+
+def test_jsonl_rows_with_a_topic_field_and_blank_lines() -> None:
+    """JSONL rows are numbered without blank lines; --topic-field names the topic's column."""
+    text = '{"title": "A", "text": "x"}\n\n{"title": "B", "text": "y", "words": 7}\n'
+    assert checked("d.jsonl", text, "title") == [
+        (1, "A", {"text": "x"}),
+        (2, "B", {"text": "y", "words": 7}),
+    ]
+    assert checked("d.jsonl", '{"text": "x"}\n') == [(1, "row 1 of d.jsonl", {"text": "x"})]
+
+
+def test_files_that_are_not_rows_are_refused_with_the_fix() -> None:
+    """Another kind of file, bad JSON, ragged CSV rows and an empty file each say what to do."""
+    assert "neither JSONL nor CSV" in problem("d.txt", "a\n")
+    bad = problem("d.jsonl", '{"text": "x"}\n{"text": \n')
+    assert "bad JSON (line 2:" in bad and "one JSON object" in bad
+    ragged = problem("d.csv", "text,words\na,1\nb\nc,2,3\n")
+    assert "ragged rows" in ragged and "2 (line 3: 1 cells), 3 (line 4: 3 cells)" in ragged
+    assert "has no rows" in problem("d.csv", "text,words\n")
+    assert "has no rows" in problem("d.jsonl", "\n\n")
+    assert "column 'text' twice" in problem("d.csv", "text,text\na,b\n")
+
+
+def test_rows_that_cannot_run_are_all_named_at_once() -> None:
+    """Every problem is listed with its rows (a few, then a count), nothing is recorded."""
+    rows = "\n".join(['{"text": "a"}', "[1, 2]", '{"langauge": "fr", "text": "b"}'] + ["{}"] * 7)
+    message = problem("d.jsonl", rows)
+    assert message.startswith(
+        "d.jsonl: 9 of 10 row(s) cannot run pipeline 'p'; nothing was recorded"
+    )
+    assert "row 2: is a JSON list, not an object" in message
+    assert (
+        "row 3: column 'langauge' is no input of pipeline 'p' (did you mean 'language'?)" in message
+    )
+    assert (
+        "rows 4, 5, 6, 7, 8 and 2 more: needs input 'text': add a 'text' column to d.jsonl"
+        in message
+    )
+
+
+def test_a_value_its_input_refuses_names_the_row() -> None:
+    """A value not of its input's type, or a list, refuses its row."""
+    message = problem("d.csv", "text,words\na,many\n")
+    assert "row 1: input 'words' is a whole number" in message
+    assert "is a JSON list" in problem("d.jsonl", '{"text": ["a"]}\n')
+    assert "--topic-field 'title' names no column" in problem("d.csv", "text\na\n", "title")
+
+
+def view(
+    number: int, state: RowState = RowState.PENDING, run: str | None = None, cost: float = 0.0
+) -> RowView:
+    """A row of a batch, started when `run` is its run's status."""
+    run_id = None if state is RowState.PENDING else f"b-r{number}"
+    return RowView(
+        number=number, state=state, tries=1, run_id=run_id, run_status=run, cost_usd=cost
+    )
+
+
+def test_rows_start_in_order_up_to_the_concurrency() -> None:
+    """Waiting rows start in row order, as many as leave `concurrency` runs in flight."""
+    views = [view(1, RowState.STARTED, "running"), view(2, RowState.STARTED, "delivered")]
+    views += [view(n) for n in (5, 3, 4)]
+    assert next_starts(views, concurrency=3, max_cost_usd=None, cancelled=False).rows == (3, 4)
+    full = next_starts(views, concurrency=1, max_cost_usd=None, cancelled=False)
+    assert (full.rows, full.held) == ((), Held.CONCURRENCY)
+    # A claimed row whose run is not made yet counts as in flight.
+    claimed = [view(1, RowState.STARTED, None), view(2)]
+    assert next_starts(claimed, concurrency=1, max_cost_usd=None, cancelled=False).rows == ()
+
+
+def test_the_budget_holds_unstarted_rows_and_never_fails_finished_ones() -> None:
+    """Once the spend reaches the budget no row starts; waiting rows say so, ended ones stay."""
+    views = [view(1, RowState.STARTED, "delivered", 0.6), view(2, RowState.STARTED, "running", 0.5)]
+    views += [view(3)]
+    starts = next_starts(views, concurrency=5, max_cost_usd=1.0, cancelled=False)
+    assert (starts.rows, starts.held) == ((), Held.BUDGET)
+    progress = fold(views, max_cost_usd=1.0)
+    assert progress.counts == {RowStatus.DELIVERED: 1, RowStatus.RUNNING: 1, RowStatus.BUDGET: 1}
+    assert not progress.settled  # row 2 still runs
+    assert next_starts(views, concurrency=5, max_cost_usd=2.0, cancelled=False).rows == (3,)
+
+
+def test_a_cancelled_batch_starts_nothing_and_a_settled_one_is_over() -> None:
+    """Cancelled: nothing starts; settled: nothing runs and nothing may start."""
+    views = [view(1), view(2, RowState.CANCELLED), view(3, RowState.REFUSED)]
+    assert (
+        next_starts(views, concurrency=5, max_cost_usd=None, cancelled=True).held == Held.CANCELLED
+    )
+    progress = fold(views, max_cost_usd=None)
+    assert not progress.settled and progress.waiting == 1
+    ended = fold([*views[1:], view(4, RowState.STARTED, "paused")], max_cost_usd=None)
+    assert ended.settled and ended.done == 2
+    assert ended.counts[RowStatus.FAILED] == 1 and ended.counts[RowStatus.PAUSED] == 1
+
+
+def test_eta_and_run_ids() -> None:
+    """The ETA follows the rate rows ended at; run ids are the batch, the row and the try."""
+    progress = fold([view(1, RowState.STARTED, "delivered"), view(2), view(3)], max_cost_usd=None)
+    assert progress.eta(10.0, 1) == 20.0 and progress.eta(10.0, 0) is None
+    assert run_id_of("b", 7, 1) == "b-r7" and run_id_of("b", 7, 2) == "b-r7-t2"
+
+
+def test_a_topic_past_the_size_limit_refuses_its_row() -> None:
+    """A topic of more than 100,000 characters is refused with its row, as `--topic` is."""
+    message = problem("d.csv", f"topic,text\n{'x' * 100_001},a\nshort,b\n")
+    assert message.startswith("d.csv: 1 of 2 row(s) cannot run pipeline 'p'")
+    assert "row 1: the topic" in message
+
+
+def test_further_checks_refuse_their_rows() -> None:
+    """A problem `also` finds in a row's resolved inputs refuses that row, with the others."""
+
+    def late(topic: str, inputs: dict) -> list[str]:
+        return ["phase 'go', not_before: past 9999"] if inputs["words"] > 100 else []
+
+    text = "text,words\na,5\nb,500\nc,700\n"
+    with pytest.raises(BatchInputError) as caught:
+        check_rows("d.csv", "p", DECLARED, parse_rows("d.csv", text), topic_field=None, also=late)
+    assert "rows 2, 3: phase 'go', not_before: past 9999" in caught.value.message
+    rows = parse_rows("d.csv", "text\na\n")
+    assert [
+        r.inputs for r in check_rows("d.csv", "p", DECLARED, rows, topic_field=None, also=late)
+    ] == [{"text": "a"}]

@@ -1,0 +1,162 @@
+"""Every guarantee of `interlock.storage.batches`, checked on every backend."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from tests.storage.test_conformance import TTL, make_run, notes
+
+from interlock.core.batches import RowState, RowStatus, fold
+from interlock.errors import LeaseHeld
+from interlock.storage.base import AppendBatch, Lease, RunSummary, Store
+from interlock.storage.batches import BatchExists, BatchNotFound, NewBatch, batch_ledger
+
+T0 = 1000.0
+
+
+def new_batch(batch_id: str = "b1", *, at: float = T0) -> NewBatch:
+    """A batch of pipeline `p` pinned to the definition `{}`."""
+    return NewBatch(
+        batch_id=batch_id,
+        pipeline="p",
+        definition_hash="h-{}",
+        definition="{}",
+        source="wf.yaml",
+        inputs_file="data.csv",
+        concurrency=2,
+        max_cost_usd=None,
+        created_at=at,
+    )
+
+
+ROWS = [(1, "one", {"lang": "fr"}), (2, "two", {"lang": "de"}), (3, "three", {})]
+
+
+def finish(store: Store, run_id: str, status: str, cost: float) -> None:
+    """Register a run and record it ended with `cost` spent."""
+    make_run(store, run_id)
+    lease = store.acquire_lease(run_id, "me", TTL, T0)
+    summary = RunSummary(status=status, phase=None, cost_usd=cost, tokens=10)
+    store.append(AppendBatch(lease=lease, events=notes("x"), summary=summary), T0)
+    store.release_lease(Lease(run_id=run_id, owner="me", token=lease.token, expires_at=0))
+
+
+def test_batch_and_rows_are_recorded_together(store: Store) -> None:
+    """A batch is recorded with all its rows, in row order, each pending at its first try."""
+    ledger = batch_ledger(store)
+    ledger.create_batch(new_batch(), ROWS)
+    record = ledger.get_batch("b1")
+    assert (record.pipeline, record.rows, record.concurrency) == ("p", 3, 2)
+    assert store.definition("h-{}") == "{}"
+    rows = ledger.rows("b1")
+    assert [(r.view.number, r.topic, r.inputs) for r in rows] == ROWS
+    assert all(r.view.state is RowState.PENDING and r.view.tries == 1 for r in rows)
+    assert [b.batch_id for b in ledger.list_batches()] == ["b1"]
+
+
+def test_a_batch_id_is_taken_once(store: Store) -> None:
+    """A second batch with the same id is refused and changes nothing."""
+    ledger = batch_ledger(store)
+    ledger.create_batch(new_batch(), ROWS)
+    with pytest.raises(BatchExists, match="already exists"):
+        ledger.create_batch(new_batch(at=T0 + 1), ROWS[:1])
+    assert ledger.get_batch("b1").rows == 3
+    with pytest.raises(BatchNotFound):
+        ledger.get_batch("nope")
+
+
+def test_a_rows_try_is_claimed_once(opener: Callable[[], Store]) -> None:
+    """Of two processes claiming the same row's try, one gets it; a later try is claimable."""
+    first, second = opener(), opener()
+    batch_ledger(first).create_batch(new_batch(), ROWS)
+    assert batch_ledger(first).claim_rows("b1", [(1, 1, "b1-r1"), (2, 1, "b1-r2")], T0) == [1, 2]
+    assert batch_ledger(second).claim_rows("b1", [(1, 1, "b1-r1"), (3, 1, "b1-r3")], T0) == [3]
+    assert batch_ledger(second).claim_rows("b1", [(2, 2, "b1-r2-t2")], T0) == []
+    views = [r.view for r in batch_ledger(second).rows("b1")]
+    assert [(v.state, v.run_id) for v in views] == [
+        (RowState.STARTED, f"b1-r{n}") for n in (1, 2, 3)
+    ]
+    # No run is made yet: each is "starting", which a resumed driver makes.
+    assert {v.status for v in views} == {RowStatus.STARTING}
+
+
+def test_rows_carry_their_runs_status_and_every_tries_spend(store: Store) -> None:
+    """A row shows its run's status and cost; a retry keeps the failed try's spend."""
+    ledger = batch_ledger(store)
+    ledger.create_batch(new_batch(), ROWS)
+    ledger.claim_rows("b1", [(1, 1, "b1-r1"), (2, 1, "b1-r2")], T0)
+    finish(store, "b1-r1", "delivered", 0.25)
+    finish(store, "b1-r2", "failed", 0.5)
+    views = [r.view for r in ledger.rows("b1")]
+    assert [v.status for v in views] == [RowStatus.DELIVERED, RowStatus.FAILED, RowStatus.WAITING]
+    assert ledger.retry_rows("b1", [views[1]]) == 1
+    assert ledger.retry_rows("b1", [views[1]]) == 0  # the row moved on: left alone
+    again = ledger.rows("b1")[1].view
+    assert (again.state, again.tries, again.run_id, again.cost_usd) == (
+        RowState.PENDING,
+        2,
+        None,
+        0.5,
+    )
+    assert ledger.claim_rows("b1", [(2, 2, "b1-r2-t2")], T0) == [2]
+    assert fold([r.view for r in ledger.rows("b1")], max_cost_usd=0.7).over_budget
+
+
+def test_results_refusals_and_cancellation(store: Store) -> None:
+    """Results stick to the try they came from; cancelling marks only pending rows."""
+    ledger = batch_ledger(store)
+    ledger.create_batch(new_batch(), ROWS)
+    ledger.claim_rows("b1", [(1, 1, "b1-r1"), (2, 1, "b1-r2")], T0)
+    ledger.set_results("b1", [(1, "b1-r1", {"values": {"score": 3}}), (2, "other", {"x": 1})])
+    ledger.refuse_row("b1", 2, "b1-r2", "no key")
+    assert ledger.cancel_batch("b1", T0 + 5) == 1
+    rows = ledger.rows("b1")
+    assert rows[0].result == {"values": {"score": 3}}
+    assert (rows[1].result, rows[1].error, rows[1].view.status) == (None, "no key", "failed")
+    assert rows[2].view.state is RowState.CANCELLED
+    assert ledger.get_batch("b1").cancelled_at == T0 + 5
+    ledger.set_limits("b1", 7, 1.5)
+    assert (ledger.get_batch("b1").concurrency, ledger.get_batch("b1").max_cost_usd) == (7, 1.5)
+
+
+def test_one_driver_at_a_time(opener: Callable[[], Store]) -> None:
+    """A batch's driver holds it until its lease runs out, hands it back, or is taken over."""
+    first, second = batch_ledger(opener()), batch_ledger(opener())
+    first.create_batch(new_batch(), ROWS)
+    first.hold_batch("b1", "a", TTL, T0)
+    first.hold_batch("b1", "a", TTL, T0 + 1)  # a renewal
+    with pytest.raises(LeaseHeld, match="being driven by a"):
+        second.hold_batch("b1", "b", TTL, T0 + 2)
+    second.hold_batch("b1", "b", TTL, T0 + 2, take_over_from="a")  # a is known dead
+    second.release_batch("b1", "a")  # no longer a's: nothing happens
+    assert second.get_batch("b1").driver == "b"
+    second.release_batch("b1", "b")
+    first.hold_batch("b1", "a", TTL, T0 + 3)
+    first.hold_batch("b1", "a", TTL, T0 + 3)
+    second.hold_batch("b1", "b", TTL, T0 + 3 + TTL)  # a's lease ran out
+
+
+def test_views_are_the_rows_without_their_data(store: Store) -> None:
+    """`views` gives each row's view as `rows` does, and says which results are kept."""
+    ledger = batch_ledger(store)
+    ledger.create_batch(new_batch(), ROWS)
+    ledger.claim_rows("b1", [(1, 1, "b1-r1")], T0)
+    finish(store, "b1-r1", "delivered", 0.25)
+    assert ledger.views("b1") == [r.view for r in ledger.rows("b1")]
+    assert not ledger.views("b1")[0].kept
+    ledger.set_results("b1", [(1, "b1-r1", {"values": {}})])
+    assert [v.kept for v in ledger.views("b1")] == [True, False, False]
+    assert ledger.views("b1") == [r.view for r in ledger.rows("b1")]
+
+
+def test_a_pruned_run_keeps_its_rows_status(store: Store) -> None:
+    """A row whose run was pruned still shows how it ended (not as a run still to make)."""
+    ledger = batch_ledger(store)
+    ledger.create_batch(new_batch(), ROWS)
+    ledger.claim_rows("b1", [(1, 1, "b1-r1")], T0)
+    finish(store, "b1-r1", "delivered", 0.25)
+    receipts, _ = store.prune_runs(["b1-r1"], T0 + 100)
+    assert [r.run_id for r in receipts] == ["b1-r1"]
+    assert ledger.views("b1")[0].status is RowStatus.DELIVERED
+    assert ledger.rows("b1")[0].view.status is RowStatus.DELIVERED
