@@ -64,6 +64,11 @@ class Interlock:
             if store is None or store.startswith("sqlite:"):
                 options["synchronous"] = synchronous
             self.store: Store = open_store(store, self.home.root, **options)
+            if store is not None and store.startswith(("postgresql://", "postgres://")):
+                # Runs sharing a database share their providers' rate limits too.
+                from interlock.storage.limits import share_limits_for
+
+                share_limits_for(store)
         else:
             self.store = store
         self._settings = settings

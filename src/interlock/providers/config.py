@@ -16,6 +16,7 @@ File format::
     max_concurrency = 8                # calls in flight at once (default 8)
     requests_per_minute = 500          # optional client-side rate limits
     tokens_per_minute = 200000
+    limits_per_model = false           # true: those limits apply to each model on its own
     max_attempts = 4                   # HTTP requests per call on 429/5xx (default 4)
     backoff_base_s = 0.5               # first backoff, doubled per retry, with jitter
     backoff_cap_s = 20.0               # longest backoff between them

@@ -80,6 +80,9 @@ class ProviderSettings(BaseModel):
     max_concurrency: int | None = Field(default=8, gt=0)
     requests_per_minute: float | None = Field(default=None, gt=0)
     tokens_per_minute: float | None = Field(default=None, gt=0)
+    # The provider limits each model on its own (OpenAI, Anthropic): one set of buckets per
+    # model id instead of one for the key.
+    limits_per_model: bool = False
     max_attempts: int = Field(default=4, ge=1)
     backoff_base_s: float = Field(default=0.5, ge=0)
     backoff_cap_s: float = Field(default=20.0, ge=0)

@@ -32,6 +32,7 @@ from interlock.providers.redaction import Secret, join_url, remember, safe_url, 
 from interlock.providers.retry import (
     RetryPolicy,
     describe_wait,
+    hold_of,
     is_retryable_status,
     retry_after_of,
 )
@@ -245,6 +246,9 @@ class HttpEndpoint:
     ) -> T:
         url, shown = self._urls(path)
         deadline = time.monotonic() + timeout
+        # The model names its buckets when the provider limits each model on its own.
+        named = body.get("model")
+        model = named if isinstance(named, str) else ""
         payload = _encode(body)
         request_headers = {
             "Accept": "text/event-stream",
@@ -255,7 +259,7 @@ class HttpEndpoint:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise ProviderTimeout(f"{self.name}: no complete answer within {timeout:g}s")
-            await self.limiter.admit(estimated_tokens)
+            await self.limiter.admit(estimated_tokens, model)
             started = False
             retry_after: float | None = None
             try:
@@ -268,6 +272,10 @@ class HttpEndpoint:
                         allow_redirects=False,
                         proxy=self.proxy,
                     ) as response:
+                        # A provider's "wait" holds every call sharing the buckets.
+                        hold = hold_of(response.status, response.headers)
+                        if hold is not None:
+                            await self.limiter.hold_off(hold, model)
                         success = 200 <= response.status < 300
                         if success and parse is not None and _is_json(response):
                             started = True
