@@ -152,12 +152,15 @@ def hold_of(
     status: int, headers: Mapping[str, str], *, now: datetime | None = None
 ) -> float | None:
     """How long every call to this provider should wait, from one response: what a 429
-    asks (Retry-After, else the reset of whichever limit its headers say is used up), or,
-    from any answer, the reset of a limit its headers say has nothing left. None: no wait.
+    asks (Retry-After), else the reset of whichever limit its headers say is used up
+    (OpenAI's ``x-ratelimit-remaining-*`` / ``x-ratelimit-reset-*``, Anthropic's
+    ``anthropic-ratelimit-*-remaining`` / ``-reset``). None: no wait.
 
-    Reads OpenAI's ``x-ratelimit-remaining-*`` / ``x-ratelimit-reset-*`` and Anthropic's
-    ``anthropic-ratelimit-*-remaining`` / ``-reset``.
+    Only a refusal holds: both providers' reset is when the limit is whole again, not when
+    the next request fits, so a success with nothing left says less than the bucket knows.
     """
+    if status != 429:
+        return None
     current = now or datetime.now(UTC)
     exhausted: list[float] = []
     lowered = {name.lower(): value for name, value in headers.items()}
@@ -173,8 +176,7 @@ def hold_of(
                 seconds = _reset_seconds(reset, current)
                 if seconds is not None and math.isfinite(seconds):
                     exhausted.append(min(seconds, MAX_WAIT_S))
-    if status == 429:
-        asked = retry_after_of(headers, now=current)
-        if asked is not None:
-            return asked
+    asked = retry_after_of(lowered, now=current)
+    if asked is not None:
+        return asked
     return max(exhausted) if exhausted else None
