@@ -21,7 +21,7 @@ RETURNS TABLE (granted DOUBLE PRECISION, wait_s DOUBLE PRECISION)
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_now DOUBLE PRECISION := extract(epoch FROM clock_timestamp());
+    v_now DOUBLE PRECISION;
     v_level DOUBLE PRECISION;
     v_updated DOUBLE PRECISION;
     v_not_before DOUBLE PRECISION;
@@ -31,9 +31,13 @@ DECLARE
 BEGIN
     -- The upsert locks the row (a new bucket starts full) until the transaction ends.
     INSERT INTO rate_buckets AS b (name, level, updated)
-    VALUES (p_name, p_capacity, v_now)
+    VALUES (p_name, p_capacity, extract(epoch FROM clock_timestamp()))
     ON CONFLICT (name) DO UPDATE SET name = b.name
     RETURNING b.level, b.updated, b.not_before INTO v_level, v_updated, v_not_before;
+    -- The time is read once the row is ours: read before, while another caller held the
+    -- lock, it would be older than that caller's change, and the refill between them would
+    -- be counted twice.
+    v_now := greatest(v_updated, extract(epoch FROM clock_timestamp()));
     v_level := least(p_capacity,
         v_level + greatest(0, v_now - greatest(v_updated, v_not_before)) * p_rate);
     v_level := least(p_capacity, v_level - p_force);
