@@ -271,3 +271,25 @@ def test_the_store_url_chooses_where_buckets_live(pg_database: str) -> None:
     chosen = open_buckets(None, env={"INTERLOCK_LIMITS": REDIS})
     assert chosen.shared and type(chosen).__name__ == "RedisBuckets"
     assert not open_buckets(pg_database, env={"INTERLOCK_LIMITS": "process"}).shared
+
+
+def test_a_worker_shares_its_limits_and_a_driven_run_lends_them_back(pg_database: str) -> None:
+    """A worker's store URL hands the providers shared buckets for the process's life;
+    runs driven on a PostgreSQL ledger share them only while they are driven, then the
+    process's own buckets come back (a SQLite ledger changes nothing)."""
+    from interlock.providers import factory
+    from interlock.storage.limits import limits_shared_for, share_limits_for
+
+    before = factory._default_registry.store
+    assert not before.shared
+    with limits_shared_for(pg_database):
+        assert type(factory._default_registry.store).__name__ == "PostgresBuckets"
+    assert factory._default_registry.store is before
+    with limits_shared_for("sqlite:///ledger.db"):
+        assert factory._default_registry.store is before
+    shared = share_limits_for(pg_database, redis_url=None, env={})
+    try:
+        assert factory._default_registry.store is shared and shared.shared
+    finally:
+        factory.share_limits(before)
+        shared.close()

@@ -66,11 +66,11 @@ class ProviderRegistry:
         self._shared: dict[str, _Shared] = {}
         self.store: BucketStore = store or MemoryBuckets(clock=clock)
 
-    def share_limits(self, store: BucketStore) -> None:
-        """Keep the per-minute buckets in `store` from now on (limiters are built anew)."""
+    def share_limits(self, store: BucketStore) -> BucketStore:
+        """Keep the per-minute buckets in `store` from now on (limiters are built anew);
+        returns the store used until now, which the caller closes or puts back."""
         previous, self.store = self.store, store
-        if previous is not store:
-            previous.close()
+        return previous
 
     def _shared_for(self, settings: ProviderSettings, api_key: Secret | None) -> _Shared:
         # The buckets are named by the endpoint and key, never the key itself.
@@ -185,11 +185,11 @@ def build_provider(resolved: ResolvedModel, config: ModelConfig) -> Provider:
     return _default_registry.build(resolved, config)
 
 
-def share_limits(store: BucketStore) -> None:
+def share_limits(store: BucketStore) -> BucketStore:
     """Keep this process's per-minute rate limits in `store` (from
     `interlock.storage.limits.open_buckets`): a fleet worker shares them with every process
-    on the same PostgreSQL database or Redis server."""
-    _default_registry.share_limits(store)
+    on the same PostgreSQL database or Redis server. Returns the store used until now."""
+    return _default_registry.share_limits(store)
 
 
 async def aclose_providers() -> None:

@@ -8,8 +8,9 @@ a ``postgresql://`` or ``redis://`` URL, or ``process``.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from interlock.errors import UsageError
 from interlock.providers.buckets import BucketStore, MemoryBuckets
@@ -47,10 +48,30 @@ def share_limits_for(
     store_url: str | None, *, redis_url: str | None = None, env: Mapping[str, str] | None = None
 ) -> BucketStore:
     """Choose the bucket store for this process (`open_buckets`) and hand it to the
-    providers; a store of this process only changes nothing."""
+    providers for the rest of the process's life; a store of this process only changes
+    nothing."""
     buckets = open_buckets(store_url, redis_url=redis_url, env=env)
     if buckets.shared:
         from interlock.providers.factory import share_limits
 
-        share_limits(buckets)
+        share_limits(buckets).close()
     return buckets
+
+
+@contextlib.contextmanager
+def limits_shared_for(store_url: str | None) -> Iterator[None]:
+    """While runs on `store_url` are driven in this process, their providers' limits are
+    shared with every process on that store; then they are this process's own again (an
+    object driving runs of one ledger must not leave its buckets to the next)."""
+    buckets = open_buckets(store_url)
+    if not buckets.shared:
+        yield
+        return
+    from interlock.providers.factory import share_limits
+
+    previous = share_limits(buckets)
+    try:
+        yield
+    finally:
+        share_limits(previous)
+        buckets.close()
