@@ -9,10 +9,12 @@ from datetime import UTC, datetime
 
 import pytest
 
+from interlock.providers import HttpEndpoint, ProviderTimeout, RetryPolicy
 from interlock.providers.buckets import Ask, Grant, MemoryBuckets
 from interlock.providers.limits import LEASE_TTL_S, ProviderLimiter
 from interlock.providers.retry import hold_of
 
+from .fake_llm_server import FakeServer
 from .test_limits_and_retry import FakeTime
 
 
@@ -169,3 +171,27 @@ def test_rate_limit_headers_become_a_hold(
     success never holds."""
     found = hold_of(status, headers, now=NOW)
     assert found == (None if hold is None else pytest.approx(hold))
+
+
+def test_a_hold_longer_than_the_call_times_the_call_out(server: FakeServer) -> None:
+    """A call whose key is held past its timeout ends as a timeout at its deadline, saying
+    why, instead of sleeping through the hold; nothing is sent."""
+    limiter = ProviderLimiter(requests_per_minute=600)
+    asyncio.run(limiter.hold_off(600.0))
+    endpoint = HttpEndpoint(
+        name="fake", base_url=server.url + "/v1", limiter=limiter, retry=RetryPolicy()
+    )
+
+    async def call() -> None:
+        await endpoint.stream(
+            path="chat/completions", headers={}, body={"model": "gpt-test", "messages": []},
+            timeout=0.2, estimated_tokens=10, secret=None, consume=_nothing,
+        )  # fmt: skip
+
+    with pytest.raises(ProviderTimeout, match="rate limits of its key"):
+        asyncio.run(call())
+    assert server.requests == []
+
+
+async def _nothing(events: object) -> None:
+    raise AssertionError("no stream is expected")

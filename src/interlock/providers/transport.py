@@ -259,7 +259,16 @@ class HttpEndpoint:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise ProviderTimeout(f"{self.name}: no complete answer within {timeout:g}s")
-            await self.limiter.admit(estimated_tokens, model)
+            try:
+                # Waiting for the rate limits (or a provider's hold) is part of the call.
+                async with asyncio.timeout(remaining):
+                    await self.limiter.admit(estimated_tokens, model)
+            except TimeoutError:
+                raise ProviderTimeout(
+                    f"{self.name}: no complete answer within {timeout:g}s: the rate limits of "
+                    "its key (or the provider's wait after a 429) let no request out in time"
+                ) from None
+            remaining = deadline - time.monotonic()
             started = False
             retry_after: float | None = None
             try:
