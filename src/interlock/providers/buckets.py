@@ -78,30 +78,49 @@ def step(state: BucketState | None, ask: Ask, now: float) -> tuple[BucketState, 
     A bucket never seen starts full. The level may go below zero (`force`): overuse is then
     paid back by waiting. A single `need` above the capacity is handed out once the bucket
     is full, rather than never. The PostgreSQL function and the Redis script implement this
-    same rule, line for line.
+    same rule, line for line (`step_values` is it on plain numbers).
     """
-    if state is None:
-        state = BucketState(level=ask.capacity, updated=now)
-    since = max(state.updated, state.not_before)
-    level = min(ask.capacity, state.level + max(0.0, now - since) * ask.rate)
-    level = min(ask.capacity, level - ask.force)
-    not_before = state.not_before
-    if ask.hold_s > 0:
-        not_before = max(not_before, now + ask.hold_s)
-        level = min(level, 0.0)
-    granted, wait = 0.0, 0.0
-    if ask.need > 0:
-        needed = min(ask.need, ask.capacity)
-        if now < not_before:
-            wait = not_before - now + max(0.0, needed - level) / ask.rate
-        elif level >= needed:
-            granted = max(ask.need, min(ask.want, level))
-            level -= granted
-        else:
-            wait = (needed - level) / ask.rate
-    return BucketState(level=level, updated=now, not_before=not_before), Grant(
+    before = None if state is None else (state.level, state.updated, state.not_before)
+    level, updated, not_before, granted, wait = step_values(
+        before, now, ask.rate, ask.capacity, ask.need, ask.want, ask.force, ask.hold_s
+    )
+    return BucketState(level=level, updated=updated, not_before=not_before), Grant(
         granted=granted, wait_s=wait
     )
+
+
+def step_values(
+    state: tuple[float, float, float] | None,
+    now: float,
+    rate: float,
+    capacity: float,
+    need: float,
+    want: float,
+    force: float = 0.0,
+    hold_s: float = 0.0,
+) -> tuple[float, float, float, float, float]:
+    """`step` on plain numbers, for the in-process store's hot path (a call in one process
+    pays no value objects): (level, updated, not_before) in, and out with what was
+    granted and the wait."""
+    if state is None:
+        state = (capacity, now, 0.0)
+    level, updated, not_before = state
+    level = min(capacity, level + max(0.0, now - max(updated, not_before)) * rate)
+    level = min(capacity, level - force)
+    if hold_s > 0:
+        not_before = max(not_before, now + hold_s)
+        level = min(level, 0.0)
+    granted, wait = 0.0, 0.0
+    if need > 0:
+        needed = min(need, capacity)
+        if now < not_before:
+            wait = not_before - now + max(0.0, needed - level) / rate
+        elif level >= needed:
+            granted = max(need, min(want, level))
+            level -= granted
+        else:
+            wait = (needed - level) / rate
+    return level, now, not_before, granted, wait
 
 
 class BucketStore(Protocol):
@@ -135,15 +154,33 @@ class MemoryBuckets:
 
     def __init__(self, *, clock: Clock = time.monotonic) -> None:
         self._clock = clock
-        self._states: dict[str, BucketState] = {}
+        self._states: dict[str, tuple[float, float, float]] = {}
         self._lock = threading.Lock()  # event loops in several threads share the registry
 
     def take(self, name: str, ask: Ask) -> Grant:
         """Apply `ask` to bucket `name`."""
+        granted, wait = self.apply(
+            name, ask.rate, ask.capacity, ask.need, ask.want, ask.force, ask.hold_s
+        )
+        return Grant(granted=granted, wait_s=wait)
+
+    def apply(
+        self,
+        name: str,
+        rate: float,
+        capacity: float,
+        need: float,
+        want: float,
+        force: float = 0.0,
+        hold_s: float = 0.0,
+    ) -> tuple[float, float]:
+        """`take` on plain numbers: (granted, wait)."""
         with self._lock:
-            state, grant = step(self._states.get(name), ask, self._clock())
-            self._states[name] = state
-        return grant
+            level, updated, not_before, granted, wait = step_values(
+                self._states.get(name), self._clock(), rate, capacity, need, want, force, hold_s
+            )
+            self._states[name] = (level, updated, not_before)
+        return granted, wait
 
     def close(self) -> None:
         """Nothing to release."""

@@ -114,6 +114,8 @@ class SharedBucket:
         self.rate = per_minute / 60.0
         # In one process a lease saves nothing: take exactly what is asked.
         self.chunk = self.rate * LEASE_S if store.shared else 0.0
+        # The in-process store on plain numbers: a call's hot path (see `step_values`).
+        self._memory = store if isinstance(store, MemoryBuckets) and not store.shared else None
         self._clock = clock
         self._fallback = fallback or MemoryBuckets(clock=clock)
         self._broken_until = 0.0
@@ -155,14 +157,23 @@ class SharedBucket:
             self._owed -= self._left
             self._left = 0.0
 
-    async def reserve(self, amount: float) -> float:
-        """Reserve `amount` units: 0 when they are reserved, else the seconds to wait."""
+    def try_now(self, amount: float) -> float | None:
+        """`reserve` without a round trip: 0 when the lease (or this process's bucket) had
+        the units, the seconds to wait when this process's bucket has not, None when the
+        shared store must be asked (`reserve`)."""
         self._expire()
         if self._left >= amount:
             self._left -= amount
             return 0.0
         if not self.store.shared:
             return self._reserve_now(amount)
+        return None
+
+    async def reserve(self, amount: float) -> float:
+        """Reserve `amount` units: 0 when they are reserved, else the seconds to wait."""
+        now = self.try_now(amount)
+        if now is not None:
+            return now
         async with self._loop_lock():
             self._expire()  # another task may have refilled the lease meanwhile
             if self._left >= amount:
@@ -178,10 +189,18 @@ class SharedBucket:
             return 0.0
 
     def _reserve_now(self, amount: float) -> float:
-        grant = self.store.take(self.name, self._ask_of(need=amount, want=amount))
-        if grant.granted <= 0:
-            return max(finite_wait(grant.wait_s), 1e-3)
-        self._left += grant.granted - amount
+        owed, self._owed = self._owed, 0.0
+        if self._memory is not None:
+            granted, wait = self._memory.apply(
+                self.name, self.rate, self.capacity, amount, amount, owed
+            )
+        else:
+            ask = Ask(rate=self.rate, capacity=self.capacity, need=amount, want=amount, force=owed)
+            grant = self.store.take(self.name, ask)
+            granted, wait = grant.granted, grant.wait_s
+        if granted <= 0:
+            return max(finite_wait(wait), 1e-3)
+        self._left += granted - amount
         return 0.0
 
     def unreserve(self, amount: float) -> None:
@@ -242,14 +261,15 @@ class ProviderLimiter:
         self.per_model = per_model
         self._clock = clock
         self._sleep = sleep
-        self._buckets: dict[str, tuple[SharedBucket, SharedBucket | None]] = {}
+        self._buckets: dict[str, tuple[SharedBucket | None, SharedBucket | None]] = {}
+        self._held: dict[str, float] = {}  # holds of a scope without a requests bucket
         # asyncio primitives belong to one event loop; keep one semaphore per loop so the
         # limiter survives a process that runs several loops one after another.
         self._semaphore: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
 
-    def buckets(self, model: str = "") -> tuple[SharedBucket, SharedBucket | None]:
-        """The requests bucket and the tokens bucket (None without a token limit) that
-        calls to `model` use."""
+    def buckets(self, model: str = "") -> tuple[SharedBucket | None, SharedBucket | None]:
+        """The requests bucket and the tokens bucket that calls to `model` use (None: no
+        such limit; a shared store always has a requests bucket, to carry holds)."""
         scope = model if self.per_model else ""
         found = self._buckets.get(scope)
         if found is None:
@@ -261,7 +281,9 @@ class ProviderLimiter:
                     store=self.store, name=name, per_minute=per_minute, clock=self._clock
                 )
 
-            requests = bucket("requests", self.requests_per_minute or UNLIMITED_PER_MINUTE)
+            requests = None
+            if self.requests_per_minute or self.store.shared:
+                requests = bucket("requests", self.requests_per_minute or UNLIMITED_PER_MINUTE)
             tokens = bucket("tokens", self.tokens_per_minute) if self.tokens_per_minute else None
             found = self._buckets[scope] = (requests, tokens)
         return found
@@ -287,11 +309,19 @@ class ProviderLimiter:
     async def admit(self, estimated_tokens: int, model: str = "") -> None:
         """Wait until one more request and `estimated_tokens` fit in the per-minute limits."""
         requests, tokens = self.buckets(model)
+        scope = model if self.per_model else ""
         while True:
-            wait = await requests.reserve(1)
+            # A hold kept here: a provider without limits in this process only (a bucket
+            # of its own would cost every call a few microseconds for nothing).
+            wait = self._held.get(scope, 0.0) - self._clock() if self._held else 0.0
+            # No coroutine when the units are at hand: this runs before every request.
+            if wait <= 0 and requests is not None:
+                now = requests.try_now(1)
+                wait = await requests.reserve(1) if now is None else now
             if wait <= 0 and tokens is not None:
-                wait = await tokens.reserve(estimated_tokens)
-                if wait > 0:
+                now = tokens.try_now(estimated_tokens)
+                wait = await tokens.reserve(estimated_tokens) if now is None else now
+                if wait > 0 and requests is not None:
                     requests.unreserve(1)  # both or neither: the request waits whole
             if wait <= 0:
                 return
@@ -308,6 +338,10 @@ class ProviderLimiter:
         limits are per model) leaves before then, in any process sharing the buckets."""
         if seconds <= 0:
             return
-        for bucket in self.buckets(model):
+        requests, tokens = self.buckets(model)
+        if requests is None:
+            scope = model if self.per_model else ""
+            self._held[scope] = max(self._held.get(scope, 0.0), self._clock() + seconds)
+        for bucket in (requests, tokens):
             if bucket is not None:
                 await bucket.hold_off(seconds)
