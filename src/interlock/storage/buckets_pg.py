@@ -1,6 +1,6 @@
 """Rate-limit buckets in PostgreSQL: one row per bucket, changed by one function call.
 
-`interlock_bucket_take` (migration 017) applies `interlock.providers.buckets.step` to the
+`interlock_bucket_take` (migration 018) applies `interlock.providers.buckets.step` to the
 row under its lock, with the server's clock: one round trip, atomic for every process of
 the fleet. Callers lease units in chunks (`interlock.providers.limits`), so a call seldom
 needs the round trip at all.
