@@ -59,6 +59,7 @@ class Interlock:
         models: ModelRunner | None = None,
     ) -> None:
         self.home = Home.at(home)
+        self._store_url = store if isinstance(store, str) else None
         if isinstance(store, str) or store is None:
             options: dict[str, Any] = {}
             if store is None or store.startswith("sqlite:"):
@@ -160,16 +161,19 @@ class Interlock:
     async def drive_async(self, *run_ids: str, stop_when_paused: bool = True) -> None:
         """The asynchronous form of `drive`."""
         from interlock.providers import aclose_providers
+        from interlock.storage.limits import limits_shared_for
 
         orchestrator = self.orchestrator
         for run_id in run_ids:
             if run_id not in orchestrator.drivers:
                 orchestrator.take(run_id)
-        try:
-            await orchestrator.run_until_settled(stop_when_paused=stop_when_paused)
-        finally:
-            await orchestrator.shutdown()
-            await aclose_providers()  # HTTP clients belong to this event loop
+        # Runs of a shared ledger (PostgreSQL) share their providers' rate limits too.
+        with limits_shared_for(self._store_url):
+            try:
+                await orchestrator.run_until_settled(stop_when_paused=stop_when_paused)
+            finally:
+                await orchestrator.shutdown()
+                await aclose_providers()  # HTTP clients belong to this event loop
 
     def run(
         self,

@@ -203,3 +203,17 @@ def test_task_keys_script_compares_keyed_and_plain_runs(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout)["keyed_over_plain"] > 0
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.timeout(300)
+def test_shared_limits_script_measures_each_store(tmp_path: Path) -> None:
+    """The fleet rate-limit benchmark runs its server and clients for each store and says
+    how many 429s the server answered and how much of the limit it served."""
+    out = tmp_path / "limits.json"
+    args = ["--seconds", "3", "--skip", "1", "--processes", "2", "--concurrency", "2"]
+    done = run("shared_limits.py", *args, "--json", str(out), tmp=tmp_path)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(out.read_text())
+    assert [row["limits"] for row in rows] == ["process", "postgres", "redis"]
+    assert all(row["served_after_skip"] > 0 for row in rows)
+    assert "429s after the first 1s" in done.stdout

@@ -63,6 +63,8 @@ class Fault:
     endless: bool = False
     # With `status`: an error body that never ends.
     endless_body: bool = False
+    # Headers of a successful stream or of a 429 (rate-limit headers, say).
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -318,10 +320,12 @@ class Handler(BaseHTTPRequestHandler):
         with contextlib.suppress(OSError):  # a connection cut on purpose cannot be flushed
             super().finish()
 
-    def _start_stream(self) -> None:
+    def _start_stream(self, extra: dict[str, str] | None = None) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
+        for name, value in (extra or {}).items():
+            self.send_header(name, value)
         self.end_headers()  # HTTP/1.0: the body ends when the connection closes
 
     def _done(self) -> None:
@@ -354,7 +358,9 @@ class Handler(BaseHTTPRequestHandler):
             message = "Rate limit reached for requests per min (RPM): Limit 3, Used 3, Requested 1."
             extra = {fault.retry_after_header: fault.retry_after} if fault.retry_after else {}
             return self._json(
-                429, _openai_error(429, message, "requests", "rate_limit_exceeded"), extra
+                429,
+                _openai_error(429, message, "requests", "rate_limit_exceeded"),
+                {**extra, **fault.headers},
             )
         if fault.status is not None:
             message = "The server had an error while processing your request. Sorry about that!"
@@ -374,7 +380,7 @@ class Handler(BaseHTTPRequestHandler):
             return self._json(400, _openai_error(400, message, "invalid_request_error", None))
         if fault.json_answer or body.get("stream") is not True:
             return self._json(200, _openai_answer(state, body, fault))
-        self._start_stream()
+        self._start_stream(fault.headers)
         base = {
             "id": "chatcmpl-1",
             "object": "chat.completion.chunk",

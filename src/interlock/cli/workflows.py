@@ -198,6 +198,7 @@ def check(
     from interlock.providers import ModelConfig
     from interlock.providers.checks import (
         settings_problems,
+        tier_warnings,
         tool_problems,
         tool_warnings,
     )
@@ -234,6 +235,7 @@ def check(
         priced += tool_warnings(name, definition.pipeline, Path(file).parent.absolute())
         priced += [f"{file}: {w}" for w in env_warnings(name, definition.pipeline, line_of)]
         priced += [f"{file}: {w}" for w in shell_warnings(name, definition.pipeline, line_of)]
+        priced += tier_warnings(name, definition.pipeline, config)
         if cost or definition.pipeline.budget is not None:
             quotes.append((quote_of(definition, config, report=report), definition))
         # A model without a price under a cost budget leaves the worst case unbounded: the
@@ -247,16 +249,24 @@ def check(
         sys.exit(int(ExitCode.BAD_INPUT))
     budget_gate(quotes, strict=strict, when=file, reasons=not cost or as_json)
     if cost and as_json:
-        for quote, _ in quotes:
-            out.print(json.dumps(quote.to_json()), soft_wrap=True)
+        from interlock.providers.terms import model_prices
+
+        for quote, definition in quotes:
+            shown = {**quote.to_json(), "prices": model_prices(definition.pipeline, config)}
+            out.print(json.dumps(shown), soft_wrap=True)
         return
     names = ", ".join(workflow.definitions)
     partly = " (partly explored, see the warning)" if warnings else ""
     out.print(f"{file}: ok ({names}){partly}")
     if cost:
-        for quote, _ in quotes:
+        from interlock.providers.terms import model_prices, price_line
+
+        for quote, definition in quotes:
             for line in quote_lines(quote):
                 out.print(line, soft_wrap=True)
+            # Which price each model is charged at: its tier, and the table it came from.
+            for entry in model_prices(definition.pipeline, config):
+                out.print(f"      price: {price_line(entry)}", soft_wrap=True)
     elif not quiet:
         for line in _describe(workflow.definitions, Path(file)):
             out.print(line, soft_wrap=True)

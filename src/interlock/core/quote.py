@@ -70,6 +70,17 @@ class ModelTerms:
     free: bool = False  # never charged (the offline stand-in)
     # Why the answer has no limit when no setting could give one (an agent CLI), else None.
     unlimited_why: str | None = None
+    # Dearer rates of a call whose prompt is longer than a threshold, lowest threshold
+    # first: (above this many input tokens, input rate, output rate).
+    long_context: tuple[tuple[int, float | None, float | None], ...] = ()
+
+    def rates_for(self, prompt: int | None) -> tuple[float | None, float | None]:
+        """The rates of a call with a prompt of `prompt` tokens (None: of any length)."""
+        rates = (self.input_usd_per_mtok, self.output_usd_per_mtok)
+        for above, input_rate, output_rate in self.long_context:
+            if prompt is None or prompt > above:
+                rates = (input_rate, output_rate)
+        return rates
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -292,7 +303,7 @@ class _Bounds:
                 self._unbounded(
                     f"{place}: model {alias!r} has no output limit: {fix}", usd=not terms.free
                 )
-            rates = (terms.input_usd_per_mtok, terms.output_usd_per_mtok)
+            rates = terms.rates_for(prompt)
             if not terms.free and None in rates:
                 self.usd_unbounded[
                     f"{place}: model {alias!r} has no known price: set input_price_per_mtok and "

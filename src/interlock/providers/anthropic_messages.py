@@ -191,7 +191,7 @@ class AnthropicProvider:
             result = self._result(request, arrived, started)
             spent = replace(result, text="", tool_calls=(), thinking=())
             raise AnswerTooLarge(str(exc), answered=spent) from None
-        limiter.settle(estimate, stream.input_tokens + stream.output_tokens)
+        limiter.settle(estimate, stream.input_tokens + stream.output_tokens, request.model)
         return self._result(request, stream, started)
 
     def _result(self, request: ModelRequest, stream: _Stream, started: float) -> ModelResult:

@@ -82,3 +82,19 @@ def tool_warnings(name: str, pipeline: Pipeline, folder: Path) -> list[str]:
                         "worker's attempts fail unless the host that runs them has it"
                     )
     return warnings
+
+
+def tier_warnings(name: str, pipeline: Pipeline, config: ModelConfig) -> list[str]:
+    """A model sent at a service tier that no price table knows is charged at its standard
+    rates: said before the run, with the table that would price it."""
+    from interlock.providers.terms import model_prices
+
+    warnings = []
+    for entry in model_prices(pipeline, config):
+        if entry["note"] and entry["source"]:
+            table = f'[prices."{entry["model"]}".{entry["asked_tier"]}]'
+            warnings.append(
+                f"pipeline {name!r}: model {entry['alias']!r}: {entry['note']}; budgets count "
+                f"its calls at those rates. Add {table} to interlock.toml with the tier's prices"
+            )
+    return warnings

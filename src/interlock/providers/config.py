@@ -16,6 +16,7 @@ File format::
     max_concurrency = 8                # calls in flight at once (default 8)
     requests_per_minute = 500          # optional client-side rate limits
     tokens_per_minute = 200000
+    limits_per_model = false           # true: those limits apply to each model on its own
     max_attempts = 4                   # HTTP requests per call on 429/5xx (default 4)
     backoff_base_s = 0.5               # first backoff, doubled per retry, with jitter
     backoff_cap_s = 20.0               # longest backoff between them
@@ -42,7 +43,7 @@ File format::
     [models.sonnet]
     provider = "anthropic"
     model = "claude-sonnet-4-5"
-    input_price_per_mtok = 3.0
+    input_price_per_mtok = 3.0         # this alias's prices (at its own service tier)
     output_price_per_mtok = 15.0
     context_tokens = 200000
     max_output_tokens = 8192           # optional
@@ -51,6 +52,11 @@ File format::
     # Request settings (each optional; see interlock.core.params and the README's Models):
     # temperature, top_p, seed, stop, reasoning_effort, thinking_budget, timeout, stream,
     # cache_prompt, extra_body = {...}, headers = {...}
+
+    [prices."gpt-5.4"]                 # prices of a model id, per tier (see
+    input_price_per_mtok = 2.5         # interlock.providers.price_tables)
+    [prices."gpt-5.4".flex]
+    input_price_per_mtok = 1.25
 
 Providers named ``openai``, ``anthropic``, ``ollama`` and ``offline`` exist without a table
 (with the usual base URLs and key variables); a table of the same name overrides fields.
@@ -95,7 +101,8 @@ from interlock.providers.config_files import (
     tables,
     unknown_top_level,
 )
-from interlock.providers.prices import PRICE_SOURCE, default_prices
+from interlock.providers.price_tables import price_tables
+from interlock.providers.prices import PriceTable, Pricing, tier_of
 from interlock.providers.redaction import Secret
 from interlock.providers.secrets_file import read_secrets_file
 from interlock.providers.settings import ModelEntry, ProviderSettings, ResolvedModel
@@ -130,6 +137,7 @@ class ModelConfig:
 
     providers: Mapping[str, ProviderSettings]
     models: Mapping[str, ModelEntry]
+    prices: Mapping[str, PriceTable] = field(default_factory=dict)  # [prices.<model id>]
     searched: tuple[Path, ...] = ()
     loaded: tuple[Path, ...] = ()
     env_sources: tuple[str, ...] = ()
@@ -164,6 +172,7 @@ class ModelConfig:
             env_sources.append("INTERLOCK_CONFIG")
         raw_providers: dict[str, tuple[Path, dict[str, Any]]] = {}
         raw_models: dict[str, tuple[str, dict[str, Any]]] = {}
+        raw_prices: dict[str, tuple[str, dict[str, Any]]] = {}
         secrets_file: Path | None = None
         loaded: list[Path] = []
         for path in paths:
@@ -176,6 +185,8 @@ class ModelConfig:
                 raw_providers.setdefault(name, (path, table))
             for alias, table in tables(document, "models", path).items():
                 raw_models.setdefault(alias, (str(path), table))
+            for model_id, table in tables(document, "prices", path).items():
+                raw_prices.setdefault(model_id, (str(path), table))
             if secrets_file is None and isinstance(document.get("secrets_file"), str):
                 secrets_file = path.parent / document["secrets_file"]
         if environ.get("INTERLOCK_MODELS"):
@@ -189,6 +200,7 @@ class ModelConfig:
         return cls(
             providers=providers,
             models=models,
+            prices=price_tables(raw_prices),
             searched=tuple(paths),
             loaded=tuple(loaded),
             env_sources=tuple(env_sources),
@@ -215,24 +227,27 @@ class ModelConfig:
             raise UnknownModelError(self._unknown_alias_message(alias), alias=alias)
         settings = self.providers[entry.provider]
         model = entry.model or alias
-        given = entry.prices()
-        defaults = default_prices(model, settings.base_url) if settings.base_url else {}
-        prices: dict[str, Any] = {**defaults, **given}
-        sources = [s for s, found in (("interlock.toml", given), (PRICE_SOURCE, defaults)) if found]
+        request = entry.settings()
+        pricing = Pricing(
+            model=model,
+            base_url=settings.base_url,
+            table=self.prices.get(model),
+            alias=alias,
+            alias_prices=entry.prices(),
+            alias_tier=tier_of(request.extra_body),
+        )
         return ResolvedModel(
             alias=alias,
             provider=settings.name,
             kind=settings.kind,
             model=model,
-            **prices,
-            price_source="+".join(sources),
             context_tokens=entry.context_tokens,
             max_output_tokens=entry.max_output_tokens,
             api_key_env=settings.api_key_env,
             secrets_file=self.secrets_file,
-            settings=entry.settings(),
+            settings=request,
             limits=entry.limits(alias),
-        )
+        ).priced(pricing)
 
     def missing_models(self, aliases: Iterable[str]) -> list[str]:
         """The aliases that `resolve` would reject, in the given order, without duplicates."""

@@ -79,6 +79,7 @@ def validation_message(exc: ValidationError, model: type[BaseModel] | None = Non
 TOP_LEVEL = {
     "providers": "[providers.NAME]",
     "models": "[models.ALIAS]",
+    "prices": "[prices.MODEL]",
     "secrets_file": "secrets_file",
     "hooks": "[hooks.NAME] (interlock serve)",
     "retention": "[retention] (interlock prune)",

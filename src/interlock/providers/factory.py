@@ -2,7 +2,9 @@
 
 Every alias served by the same provider name shares one connection pool and one limiter in
 the process, so a fan-out of many tasks over several aliases of one provider still respects
-that provider's concurrency and per-minute limits.
+that provider's concurrency and per-minute limits. The per-minute buckets live in the
+registry's `BucketStore`: this process's memory unless `share_limits` was given a shared
+one (a fleet worker on PostgreSQL or Redis), whose buckets every process obeys together.
 
 The HTTP providers and their transport (aiohttp) are imported by the first provider that
 needs them, so that a pipeline whose models run offline or as command-line agents starts
@@ -18,10 +20,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from interlock.providers.base import Provider
+from interlock.providers.buckets import BucketStore, MemoryBuckets, key_digest
 from interlock.providers.cli_agent import CliAgentProvider
 from interlock.providers.config import ModelConfig
 from interlock.providers.limits import Clock, ProviderLimiter
 from interlock.providers.offline import OfflineProvider
+from interlock.providers.redaction import Secret
 from interlock.providers.retry import RetryPolicy, SleepFn
 from interlock.providers.settings import ProviderSettings, ResolvedModel
 
@@ -32,6 +36,8 @@ if TYPE_CHECKING:
 @dataclass
 class _Shared:
     settings: ProviderSettings
+    key: str
+    store: BucketStore
     limiter: ProviderLimiter
     endpoint: HttpEndpoint | None
 
@@ -43,6 +49,7 @@ class ProviderRegistry:
         sleep: Used for backoff and rate-limit waits (tests inject a fast one).
         clock: Monotonic clock of the rate limiters.
         rng: Jitter source.
+        store: Where the per-minute buckets live (default: this process's memory).
     """
 
     def __init__(
@@ -51,15 +58,31 @@ class ProviderRegistry:
         sleep: SleepFn = asyncio.sleep,
         clock: Clock = time.monotonic,
         rng: random.Random | None = None,
+        store: BucketStore | None = None,
     ) -> None:
         self._sleep = sleep
         self._clock = clock
         self._rng = rng or random.Random()
         self._shared: dict[str, _Shared] = {}
+        self.store: BucketStore = store or MemoryBuckets(clock=clock)
 
-    def _shared_for(self, settings: ProviderSettings) -> _Shared:
+    def share_limits(self, store: BucketStore) -> BucketStore:
+        """Keep the per-minute buckets in `store` from now on (limiters are built anew);
+        returns the store used until now, which the caller closes or puts back."""
+        previous, self.store = self.store, store
+        return previous
+
+    def _shared_for(self, settings: ProviderSettings, api_key: Secret | None) -> _Shared:
+        # The buckets are named by the endpoint and key, never the key itself.
+        key = key_digest(base_url=settings.base_url or f"{settings.kind}:{settings.name}",
+                         key=api_key)  # fmt: skip
         shared = self._shared.get(settings.name)
-        if shared is not None and shared.settings == settings:
+        if (
+            shared is not None
+            and shared.settings == settings
+            and shared.key == key
+            and shared.store is self.store
+        ):
             return shared
         limiter = ProviderLimiter(
             max_concurrency=settings.max_concurrency,
@@ -67,6 +90,9 @@ class ProviderRegistry:
             tokens_per_minute=settings.tokens_per_minute,
             clock=self._clock,
             sleep=self._sleep,
+            store=self.store,
+            key=key,
+            per_model=settings.limits_per_model,
         )
         endpoint = None
         if settings.base_url is not None and settings.kind in ("openai", "anthropic"):
@@ -88,7 +114,9 @@ class ProviderRegistry:
                 pool=ClientPool(max_connections=settings.max_concurrency),
             )
         # A changed configuration for the same name replaces the old pool and limiter.
-        shared = _Shared(settings=settings, limiter=limiter, endpoint=endpoint)
+        shared = _Shared(
+            settings=settings, key=key, store=self.store, limiter=limiter, endpoint=endpoint
+        )
         self._shared[settings.name] = shared
         return shared
 
@@ -101,8 +129,8 @@ class ProviderRegistry:
         if resolved.kind == "offline":
             return OfflineProvider()
         settings = config.provider(resolved.provider)
-        shared = self._shared_for(settings)
         if resolved.kind == "cli":
+            shared = self._shared_for(settings, None)
             return CliAgentProvider(
                 name=settings.name,
                 command=settings.command,
@@ -112,8 +140,9 @@ class ProviderRegistry:
                 kill_grace_s=settings.kill_grace_s,
                 env=config.agent_env(settings),
             )
-        assert shared.endpoint is not None  # settings validation requires base_url
         api_key = config.api_key(resolved)
+        shared = self._shared_for(settings, api_key)
+        assert shared.endpoint is not None  # settings validation requires base_url
         if resolved.kind == "anthropic":
             from interlock.providers.anthropic_messages import AnthropicProvider
 
@@ -154,6 +183,13 @@ def build_provider(resolved: ResolvedModel, config: ModelConfig) -> Provider:
         MissingKeyError: The provider needs a key that is not available.
     """
     return _default_registry.build(resolved, config)
+
+
+def share_limits(store: BucketStore) -> BucketStore:
+    """Keep this process's per-minute rate limits in `store` (from
+    `interlock.storage.limits.open_buckets`): a fleet worker shares them with every process
+    on the same PostgreSQL database or Redis server. Returns the store used until now."""
+    return _default_registry.share_limits(store)
 
 
 async def aclose_providers() -> None:

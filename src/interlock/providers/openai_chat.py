@@ -165,7 +165,7 @@ class OpenAIChatProvider:
             spent = replace(self._result(request, arrived, started), text="", tool_calls=())
             raise AnswerTooLarge(str(exc), answered=spent) from None
         result = self._result(request, stream, started)
-        limiter.settle(estimate, result.input_tokens + result.output_tokens)
+        limiter.settle(estimate, result.input_tokens + result.output_tokens, request.model)
         return result
 
     def _result(self, request: ModelRequest, stream: _Stream, started: float) -> ModelResult:

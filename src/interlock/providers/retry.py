@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import math
 import random
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -124,3 +125,58 @@ def describe_wait(seconds: float, *, now: datetime | None = None) -> str:
     until = current.timestamp() + seconds
     stamp = datetime.fromtimestamp(until, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     return f"{seconds:g}s (until {stamp})"
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _reset_seconds(value: str, now: datetime) -> float | None:
+    """Seconds until a rate-limit window resets: OpenAI's ``"1m30.5s"`` / ``"20ms"``, plain
+    seconds, or Anthropic's RFC 3339 time."""
+    text = value.strip()
+    with contextlib.suppress(ValueError):
+        return max(0.0, float(text))
+    parts = _DURATION.findall(text)
+    if parts and "".join(n + u for n, u in parts) == text.replace(" ", ""):
+        return sum(float(n) * _UNIT_S[u] for n, u in parts)
+    with contextlib.suppress(ValueError):
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        return max(0.0, (when - now).total_seconds())
+    return None
+
+
+def hold_of(
+    status: int, headers: Mapping[str, str], *, now: datetime | None = None
+) -> float | None:
+    """How long every call to this provider should wait, from one response: what a 429
+    asks (Retry-After), else the reset of whichever limit its headers say is used up
+    (OpenAI's ``x-ratelimit-remaining-*`` / ``x-ratelimit-reset-*``, Anthropic's
+    ``anthropic-ratelimit-*-remaining`` / ``-reset``). None: no wait.
+
+    Only a refusal holds: both providers' reset is when the limit is whole again, not when
+    the next request fits, so a success with nothing left says less than the bucket knows.
+    """
+    if status != 429:
+        return None
+    current = now or datetime.now(UTC)
+    exhausted: list[float] = []
+    lowered = {name.lower(): value for name, value in headers.items()}
+    for name, value in lowered.items():
+        if name.startswith("x-ratelimit-remaining-"):
+            reset = lowered.get("x-ratelimit-reset-" + name.removeprefix("x-ratelimit-remaining-"))
+        elif name.startswith("anthropic-ratelimit-") and name.endswith("-remaining"):
+            reset = lowered.get(name.removesuffix("-remaining") + "-reset")
+        else:
+            continue
+        with contextlib.suppress(ValueError):
+            if float(value.strip()) <= 0 and reset is not None:
+                seconds = _reset_seconds(reset, current)
+                if seconds is not None and math.isfinite(seconds):
+                    exhausted.append(min(seconds, MAX_WAIT_S))
+    asked = retry_after_of(lowered, now=current)
+    if asked is not None:
+        return asked
+    return max(exhausted) if exhausted else None

@@ -21,6 +21,7 @@ from interlock.providers.bounds import (
     DEFAULT_MAX_LINE_BYTES,
     AnswerLimits,
 )
+from interlock.providers.prices import STANDARD, LongContext, Pricing, rates_at, tier_of
 
 ProviderKind = Literal["openai", "anthropic", "cli", "offline"]
 
@@ -80,6 +81,9 @@ class ProviderSettings(BaseModel):
     max_concurrency: int | None = Field(default=8, gt=0)
     requests_per_minute: float | None = Field(default=None, gt=0)
     tokens_per_minute: float | None = Field(default=None, gt=0)
+    # The provider limits each model on its own (OpenAI, Anthropic): one set of buckets per
+    # model id instead of one for the key.
+    limits_per_model: bool = False
     max_attempts: int = Field(default=4, ge=1)
     backoff_base_s: float = Field(default=0.5, ge=0)
     backoff_cap_s: float = Field(default=20.0, ge=0)
@@ -173,6 +177,10 @@ class ResolvedModel:
         reasoning_price_per_mtok: For reasoning tokens (the output price when None).
         price_source: Where the prices came from: "interlock.toml", "genai-prices", both
             joined by "+", or "" when no price is known (calls then cost 0).
+        price_tier: The service tier the prices are of (`interlock.providers.prices`).
+        price_sources: Each table that gave a price, highest precedence first.
+        price_note: Why the tier priced is not the request's, or "".
+        long_context: Rates of calls whose prompt passes a threshold.
         context_tokens: The model's context window, when known.
         max_output_tokens: Output cap sent with each call, when configured.
         api_key_env: Name of the variable holding the key (in the environment or the
@@ -194,6 +202,10 @@ class ResolvedModel:
     cache_write_price_per_mtok: float | None = None
     reasoning_price_per_mtok: float | None = None
     price_source: str = ""
+    price_tier: str = STANDARD
+    price_sources: tuple[str, ...] = ()
+    price_note: str = ""
+    long_context: tuple[LongContext, ...] = ()
     context_tokens: int | None = None
     max_output_tokens: int | None = None
     api_key_env: str | None = None
@@ -201,6 +213,7 @@ class ResolvedModel:
     offline_fallback: bool = False
     settings: RequestSettings = field(default_factory=RequestSettings)
     limits: AnswerLimits = field(default_factory=AnswerLimits)
+    pricing: Pricing | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.limits.table == AnswerLimits.table:  # the defaults: name this alias's table
@@ -211,7 +224,28 @@ class ResolvedModel:
         if params is None:
             return self
         settings = params.over(self.settings)
-        return replace(self, settings=settings, max_output_tokens=settings.max_output_tokens)
+        model = replace(self, settings=settings, max_output_tokens=settings.max_output_tokens)
+        # The params may name another service tier: that is the one the calls cost.
+        return model.priced(self.pricing) if self.pricing is not None else model
+
+    def priced(self, pricing: Pricing) -> ResolvedModel:
+        """This model with the prices of the tier its settings send, from `pricing`."""
+        found = pricing.at(tier_of(self.settings.extra_body))
+        given = found.prices
+        return replace(
+            self,
+            input_price_per_mtok=given.get("input_price_per_mtok", 0.0),
+            output_price_per_mtok=given.get("output_price_per_mtok", 0.0),
+            cache_read_price_per_mtok=given.get("cache_read_price_per_mtok"),
+            cache_write_price_per_mtok=given.get("cache_write_price_per_mtok"),
+            reasoning_price_per_mtok=given.get("reasoning_price_per_mtok"),
+            price_source=found.source,
+            price_tier=found.tier,
+            price_sources=found.sources,
+            price_note=found.note,
+            long_context=found.long_context,
+            pricing=pricing,
+        )
 
     def identity(self) -> dict[str, Any]:
         """What calls to this model are, as stable JSON values: provider, model id and
@@ -245,16 +279,33 @@ class ResolvedModel:
         """
         uncached = max(0, input_tokens - cache_read_tokens - cache_write_tokens)
         answer = max(0, output_tokens - reasoning_tokens)
-        read_rate = _or(self.cache_read_price_per_mtok, self.input_price_per_mtok)
-        write_rate = _or(self.cache_write_price_per_mtok, self.input_price_per_mtok)
-        reasoning_rate = _or(self.reasoning_price_per_mtok, self.output_price_per_mtok)
+        rates = self.rates(input_tokens)
+        input_rate = _or(rates["input_price_per_mtok"], 0.0)
+        output_rate = _or(rates["output_price_per_mtok"], 0.0)
+        read_rate = _or(rates["cache_read_price_per_mtok"], input_rate)
+        write_rate = _or(rates["cache_write_price_per_mtok"], input_rate)
+        reasoning_rate = _or(rates["reasoning_price_per_mtok"], output_rate)
         return (
-            uncached * self.input_price_per_mtok
+            uncached * input_rate
             + cache_read_tokens * read_rate
             + cache_write_tokens * write_rate
-            + answer * self.output_price_per_mtok
+            + answer * output_rate
             + reasoning_tokens * reasoning_rate
         ) / 1_000_000
+
+    def rates(self, input_tokens: int = 0) -> dict[str, float | None]:
+        """USD per million tokens by price field for a call with `input_tokens` of prompt:
+        long-context rates above their threshold (a field not priced is None, but input and
+        output, which are 0)."""
+        base: dict[str, float | None] = {
+            "input_price_per_mtok": self.input_price_per_mtok,
+            "output_price_per_mtok": self.output_price_per_mtok,
+            "cache_read_price_per_mtok": self.cache_read_price_per_mtok,
+            "cache_write_price_per_mtok": self.cache_write_price_per_mtok,
+            "reasoning_price_per_mtok": self.reasoning_price_per_mtok,
+        }
+        given = {k: v for k, v in base.items() if v is not None}
+        return {**base, **rates_at(given, self.long_context, input_tokens)}
 
 
 def _or(value: float | None, default: float) -> float:

@@ -7,9 +7,12 @@ worker's `params` applied, as the runtime would call the model.
 
 from __future__ import annotations
 
+from typing import Any
+
 from interlock.core.quote import ModelTerms
 from interlock.core.workflow import Pipeline, Worker
 from interlock.providers.config import ConfigError, ModelConfig
+from interlock.providers.prices import tier_of
 from interlock.providers.settings import ResolvedModel
 
 
@@ -46,10 +49,11 @@ def _resolved_terms(alias: str, worker: Worker, config: ModelConfig) -> ModelTer
 
 def _terms(model: ResolvedModel, config: ModelConfig) -> ModelTerms:
     priced = bool(model.price_source)
-    # The dearest rate that can apply: a prompt may be written to the cache, an answer may
-    # be all reasoning.
-    input_rate = max(model.input_price_per_mtok, model.cache_write_price_per_mtok or 0.0)
-    output_rate = max(model.output_price_per_mtok, model.reasoning_price_per_mtok or 0.0)
+    input_rate, output_rate = _dearest(model, 0)
+    long_context = tuple(
+        (tier.above_input_tokens, *_dearest(model, tier.above_input_tokens + 1))
+        for tier in model.long_context
+    )
     limit = model.max_output_tokens
     unlimited_why = None
     if model.kind == "anthropic" and limit is None:
@@ -68,4 +72,80 @@ def _terms(model: ResolvedModel, config: ModelConfig) -> ModelTerms:
         context_tokens=model.context_tokens,
         free=model.kind == "offline",
         unlimited_why=unlimited_why,
+        long_context=long_context if priced else (),
     )
+
+
+def _dearest(model: ResolvedModel, input_tokens: int) -> tuple[float, float]:
+    """The dearest input and output rates of a call with `input_tokens` of prompt: a
+    prompt may be written to the cache, an answer may be all reasoning."""
+    rates = model.rates(input_tokens)
+    prompt = max(rates["input_price_per_mtok"] or 0.0, rates["cache_write_price_per_mtok"] or 0.0)
+    answer = max(rates["output_price_per_mtok"] or 0.0, rates["reasoning_price_per_mtok"] or 0.0)
+    return prompt, answer
+
+
+def model_prices(pipeline: Pipeline, config: ModelConfig) -> list[dict[str, Any]]:
+    """Which price each model of the pipeline is charged at: one entry per alias and tier
+    (a worker's `params` may send an alias at another tier), sorted by alias."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for phase in pipeline.phases:
+        for worker in phase.workers:
+            if worker.model is None:
+                continue
+            for alias in (worker.model, *worker.fallback_models):
+                try:
+                    model = config.resolve(alias).with_params(worker.params)
+                except ConfigError:
+                    continue  # `check` names the alias that is not configured
+                if model.kind == "offline":
+                    continue
+                found.setdefault((alias, model.price_tier), _price_entry(model))
+    return [found[key] for key in sorted(found)]
+
+
+def _price_entry(model: ResolvedModel) -> dict[str, Any]:
+    rates = {k: v for k, v in model.rates(0).items() if v is not None}
+    return {
+        "alias": model.alias,
+        "model": model.model,
+        "tier": model.price_tier,
+        "asked_tier": tier_of(model.settings.extra_body),
+        "source": model.price_source or None,
+        "sources": list(model.price_sources),
+        "note": model.price_note or None,
+        **rates,
+        "long_context": [
+            {"above_input_tokens": t.above_input_tokens, **t.prices} for t in model.long_context
+        ],
+    }
+
+
+def price_line(entry: dict[str, Any]) -> str:
+    """One entry of `model_prices` in words."""
+    where = f"{entry['alias']} ({entry['model']})"
+    if not entry["source"]:
+        return f"{where}: no price known"
+    rates = _rates(entry)
+    longer = "".join(
+        f"; above {t['above_input_tokens']:,} input tokens {_rates(t)}"
+        for t in entry["long_context"]
+    )
+    note = f" ({entry['note']})" if entry["note"] else ""
+    return (
+        f"{where}: tier {entry['tier']}{note}, USD per million tokens {rates}{longer}; "
+        f"from {', '.join(entry['sources'])}"
+    )
+
+
+_LABELS = {
+    "input_price_per_mtok": "in",
+    "output_price_per_mtok": "out",
+    "cache_read_price_per_mtok": "cache read",
+    "cache_write_price_per_mtok": "cache write",
+    "reasoning_price_per_mtok": "reasoning",
+}
+
+
+def _rates(prices: dict[str, Any]) -> str:
+    return ", ".join(f"{label} {prices[f]:g}" for f, label in _LABELS.items() if f in prices)

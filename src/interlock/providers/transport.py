@@ -32,6 +32,7 @@ from interlock.providers.redaction import Secret, join_url, remember, safe_url, 
 from interlock.providers.retry import (
     RetryPolicy,
     describe_wait,
+    hold_of,
     is_retryable_status,
     retry_after_of,
 )
@@ -245,6 +246,9 @@ class HttpEndpoint:
     ) -> T:
         url, shown = self._urls(path)
         deadline = time.monotonic() + timeout
+        # The model names its buckets when the provider limits each model on its own.
+        named = body.get("model")
+        model = named if isinstance(named, str) else ""
         payload = _encode(body)
         request_headers = {
             "Accept": "text/event-stream",
@@ -255,7 +259,16 @@ class HttpEndpoint:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise ProviderTimeout(f"{self.name}: no complete answer within {timeout:g}s")
-            await self.limiter.admit(estimated_tokens)
+            try:
+                # Waiting for the rate limits (or a provider's hold) is part of the call.
+                async with asyncio.timeout(remaining):
+                    await self.limiter.admit(estimated_tokens, model)
+            except TimeoutError:
+                raise ProviderTimeout(
+                    f"{self.name}: no complete answer within {timeout:g}s: the rate limits of "
+                    "its key (or the provider's wait after a 429) let no request out in time"
+                ) from None
+            remaining = deadline - time.monotonic()
             started = False
             retry_after: float | None = None
             try:
@@ -268,6 +281,10 @@ class HttpEndpoint:
                         allow_redirects=False,
                         proxy=self.proxy,
                     ) as response:
+                        # A provider's "wait" holds every call sharing the buckets.
+                        hold = hold_of(response.status, response.headers)
+                        if hold is not None:
+                            await self.limiter.hold_off(hold, model)
                         success = 200 <= response.status < 300
                         if success and parse is not None and _is_json(response):
                             started = True
