@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from interlock.core import events as ev
 from interlock.core.state import RunState, fold
-from interlock.sim.invariants import HistoryChecker
+from interlock.sim.shadow import ShadowedChecker
 from interlock.storage.base import Store
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ def maybe_rerun(sim: Simulation) -> None:
     before = _digest(store, source)
     sim.result.reruns += 1
     sim.run_id = f"{source}-rerun"
-    sim.checker = HistoryChecker(sim.definition.pipeline)
+    sim.checker = ShadowedChecker(sim.definition.pipeline)
     orchestrator = sim.orchestrator
     assert orchestrator is not None
     sim.creating = True
