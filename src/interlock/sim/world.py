@@ -24,7 +24,7 @@ from interlock.runtime.orchestrator import Orchestrator, Settings
 from interlock.sim.buggify import Buggify
 from interlock.sim.clock import SimClock
 from interlock.sim.invariants import end_problems
-from interlock.sim.pipelines import CATALOG, choose, definition, wait_seed
+from interlock.sim.pipelines import for_seed
 from interlock.sim.queueing import QueueFaults
 from interlock.sim.rerun import maybe_rerun
 from interlock.sim.review import maybe_review, review_rng
@@ -97,9 +97,7 @@ class Simulation:
     def __init__(self, seed: int, *, pipeline: str | None = None, faults: bool = True) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
-        name, self.definition = choose(self.rng, pipeline)
-        if pipeline is None and wait_seed(seed):
-            name, self.definition = "waits", definition("waits", CATALOG["waits"])
+        name, self.definition = for_seed(seed, self.rng, pipeline)
         self.result = SimResult(seed=seed, pipeline=name)
         self.buggify = Buggify(self.rng, faults=faults)
         self.clock = SimClock()

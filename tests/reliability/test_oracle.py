@@ -1,0 +1,164 @@
+"""The simulator's oracle is independent of the engine, and catches the engine's bugs that the
+engine's own rules cannot: each deliberate bug below is applied to the real engine or runtime,
+and the oracle must fail on it within a few seeds while the unpatched engine passes them."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import interlock.core.decide as decide
+import interlock.core.review as review
+import interlock.runtime.driver as driver
+from interlock.core import events as ev
+from interlock.core.workflow import Pipeline
+from interlock.sim import SimResult, simulate
+from interlock.sim.oracle import Oracle
+
+# The modules that judge a run. They may import the event types, the parsed workflow model,
+# the standard library and each other; nothing of the engine's fold, decisions, reviews or
+# expressions (a rule shared with the engine is wrong in both at once, and never noticed).
+ORACLE = (
+    "interlock.sim.invariants",
+    "interlock.sim.oracle",
+    "interlock.sim.outcomes",
+    "interlock.sim.policy",
+    "interlock.sim.waits_check",
+)
+ALLOWED = {"interlock.core.events", "interlock.core.workflow", *ORACLE}
+
+
+def _is_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ModuleNotFoundError, ValueError):
+        return False  # a name inside a module, not a module
+
+
+def _imports(module: str) -> set[str]:
+    """Every interlock module `module` imports, anywhere in its text (TYPE_CHECKING too)."""
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.origin is not None
+    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module is not None:
+            for alias in node.names:
+                name = f"{node.module}.{alias.name}"
+                found.add(name if _is_module(name) else node.module)
+    return {name for name in found if name.split(".")[0] == "interlock"}
+
+
+def test_the_oracle_imports_nothing_of_the_engine_but_events_and_the_workflow_model() -> None:
+    """Each judging module imports only `core.events`, `core.workflow` and the other judging
+    modules (so neither `core.state`, `core.decide`, `core.review` nor `core.expressions`)."""
+    for module in ORACLE:
+        outside = sorted(_imports(module) - ALLOWED)
+        assert outside == [], f"{module} imports {outside}"
+
+
+def _first_failing(seeds: range, pipeline: str | None = None) -> SimResult | None:
+    for seed in seeds:
+        result = simulate(seed, pipeline=pipeline)
+        if result.violations:
+            return result
+    return None
+
+
+def _passes_unpatched(result: SimResult, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.undo()
+    pipeline = result.pipeline if result.pipeline in ("revise", "mixed") else None
+    again = simulate(result.seed, pipeline=pipeline)
+    assert again.violations == [], again.summary()
+
+
+def test_an_ignored_edit_of_a_later_fan_out_item_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the edit of any fan-out item but the first ignored when the engine looks for what
+    read an edited output, a delivered run holds a task that read the old version: the oracle
+    says so within 150 seeds of the `revise` pipeline (reviews after the task that reads every
+    item); the same seed passes on the real engine."""
+    real: Callable[..., list[Any]] = review._inputs
+
+    def first_item_only(pipeline: Any, state: Any, task: Any) -> list[Any]:
+        seen: set[str] = set()
+        kept = []
+        for source in real(pipeline, state, task):
+            if source.role not in seen:
+                seen.add(source.role)
+                kept.append(source)
+        return kept
+
+    monkeypatch.setattr(review, "_inputs", first_item_only)
+    result = _first_failing(range(150), "revise")
+    assert result is not None, "an edit of a later fan-out item was ignored, unseen"
+    assert any("read an old version of writer." in v for v in result.violations), result.violations
+    _passes_unpatched(result, monkeypatch)
+
+
+def test_a_reused_task_that_also_runs_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With every reused task started as well, the simulated workers count an execution the
+    history calls a reuse: the oracle says so within 200 seeds; that seed passes unpatched."""
+    real = driver.RunDriver._claim
+
+    def claim_and_run(self: driver.RunDriver, orchestrator: Any, task: Any) -> bool:
+        claimed = real(self, orchestrator, task)
+        if claimed:
+            orchestrator.start_task(self, task)
+        return claimed
+
+    monkeypatch.setattr(driver.RunDriver, "_claim", claim_and_run)
+    result = _first_failing(range(200))
+    assert result is not None, "reused tasks ran, unseen"
+    assert any("recorded as reused" in v for v in result.violations), result.violations
+    _passes_unpatched(result, monkeypatch)
+
+
+def test_a_retry_past_max_attempts_after_an_edit_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the engine never giving a task up once an output was edited, a task is retried
+    past its max_attempts: the oracle says so within 200 seeds; that seed passes unpatched."""
+    real = decide.given_up
+
+    def never_after_an_edit(pipeline: Any, state: Any) -> Any:
+        return None if state.edits else real(pipeline, state)
+
+    monkeypatch.setattr(decide, "given_up", never_after_an_edit)
+    monkeypatch.setattr(driver, "given_up", never_after_an_edit)
+    result = _first_failing(range(200))
+    assert result is not None, "a retry past max_attempts after an edit went unseen"
+    assert any("max_attempts" in v or "failed for good" in v for v in result.violations), (
+        result.violations
+    )
+    _passes_unpatched(result, monkeypatch)
+
+
+def test_the_oracle_counts_attempts_after_an_edit() -> None:
+    """A retry scheduled past max_attempts is refused even after an edit; a dispatch past it
+    is allowed only as the re-run of a completed task."""
+    pipeline = Pipeline.model_validate(
+        {"phases": [{"id": "p", "workers": [{"role": "a", "model": "m", "final": True}]}]}
+    )
+    oracle = Oracle(pipeline)
+    dispatch = {"task_id": "a@1", "phase": "p", "role": "a", "visit": 1, "item": None}
+    history: list[ev.Event] = [
+        ev.PhaseStarted(at=0, phase="p", visit=1),
+        ev.TaskDispatched(at=0, attempt=1, **dispatch),
+        ev.TaskCompleted(at=1, task_id="a@1", attempt=1, artifact="a.md", sha256="x", size=1),
+        ev.Paused(at=1, phase="p", visit=1),
+        ev.OutputEdited(at=2, task_id="a@1", artifact="a.md", old_sha256="x", sha256="y", size=1),
+        ev.Approved(at=2),
+        ev.TaskDispatched(at=3, attempt=2, **dispatch),  # the edit's re-run: allowed
+        ev.TaskFailed(at=4, task_id="a@1", attempt=2, error="boom"),
+        ev.RetryScheduled(at=4, task_id="a@1", attempt=3, not_before=4),
+    ]
+    problems = [oracle.feed(seq, event) for seq, event in enumerate(history, 1)]
+    assert problems[:-1] == [None] * (len(history) - 1), problems
+    assert problems[-1] is not None and "failed for good" in problems[-1]
