@@ -147,15 +147,20 @@ def test_the_oracle_counts_attempts_after_an_edit() -> None:
         {"phases": [{"id": "p", "workers": [{"role": "a", "model": "m", "final": True}]}]}
     )
     oracle = Oracle(pipeline)
-    dispatch = {"task_id": "a@1", "phase": "p", "role": "a", "visit": 1, "item": None}
+
+    def dispatch(at: float, attempt: int) -> ev.TaskDispatched:
+        return ev.TaskDispatched(
+            at=at, task_id="a@1", phase="p", role="a", visit=1, item=None, attempt=attempt
+        )
+
     history: list[ev.Event] = [
         ev.PhaseStarted(at=0, phase="p", visit=1),
-        ev.TaskDispatched(at=0, attempt=1, **dispatch),
+        dispatch(0, 1),
         ev.TaskCompleted(at=1, task_id="a@1", attempt=1, artifact="a.md", sha256="x", size=1),
         ev.Paused(at=1, phase="p", visit=1),
         ev.OutputEdited(at=2, task_id="a@1", artifact="a.md", old_sha256="x", sha256="y", size=1),
         ev.Approved(at=2),
-        ev.TaskDispatched(at=3, attempt=2, **dispatch),  # the edit's re-run: allowed
+        dispatch(3, 2),  # the edit's re-run: allowed
         ev.TaskFailed(at=4, task_id="a@1", attempt=2, error="boom"),
         ev.RetryScheduled(at=4, task_id="a@1", attempt=3, not_before=4),
     ]

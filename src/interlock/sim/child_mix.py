@@ -6,6 +6,7 @@ for a signal or a delay around them, is reviewed (edits, rejections) and rerun.
 every child's history checked by the oracle) holds; on top, the parent's signals are sent as
 `sim.signals` plans them, and a person reviews the parent at its own pauses (`sim.review`).
 Signals to the child runs themselves are not sent: the people of the simulator act on one run.
+Each child run's end is judged by the oracle as a run's is (`sim.outcomes`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from interlock.core.loader import Definition, build_workflow
 from interlock.core.state import RunStatus
 from interlock.runtime.orchestrator import Orchestrator
 from interlock.sim.child_world import RETRY, ChildSimulation
+from interlock.sim.invariants import HistoryChecker, end_problems
 from interlock.sim.pipelines import ITEMS, _w
 from interlock.sim.review import maybe_review
 from interlock.sim.shadow import ShadowedChecker
@@ -103,3 +105,18 @@ class MixedChildSimulation(ChildSimulation):
         ):
             return False
         return maybe_review(self, orchestrator, self.review_rng)
+
+    def _finish(self) -> None:
+        """Besides the checks of `children`: each child run's end judged by the oracle too
+        (its files, its delivered output, what its workers ran)."""
+        super()._finish()
+        pipeline = self.definition.pipeline.worker("sub").pipeline_definition
+        assert pipeline is not None and self.home is not None
+        executions, starts = self.dispatcher.executions, self.dispatcher.starts
+        for child_id in self._child_ids():
+            checker = HistoryChecker(pipeline)
+            for record in self.store.events(child_id):
+                checker.feed(record.seq, record.event)
+            run_dir = self.home.run_dir(child_id)
+            problems = end_problems(checker, child_id, run_dir, executions, starts)
+            self.result.violations += [f"child {child_id}: {p}" for p in problems]
