@@ -11,7 +11,9 @@ Each child run's end is judged by the oracle as a run's is (`sim.outcomes`).
 
 from __future__ import annotations
 
+import json
 import random
+from functools import cache
 from typing import Any
 
 from interlock.core.loader import Definition, build_workflow
@@ -64,11 +66,17 @@ def mixed_flow(rng: random.Random) -> tuple[str, Definition]:
     }
     budget = rng.choice([None, None, "pause"])
     if budget is not None:
-        parent["budget"] = {"max_tokens": rng.randint(40, 120), "on_exceed": budget}
+        parent["budget"] = {"max_tokens": rng.choice([50, 90]), "on_exceed": budget}
     shape = "-fanout" * fan_out + "-paused" * paused_child + f"-budget-{budget}" * bool(budget)
     name = f"{NAME}{shape}"
-    workflow = build_workflow({"parent": parent, "kid": child}, f"<sim:{name}>")
-    return name, workflow.get("parent")
+    return name, _parent(name, json.dumps({"parent": parent, "kid": child}, sort_keys=True))
+
+
+@cache
+def _parent(name: str, spec_json: str) -> Definition:
+    """The parent's definition, validated once per shape per process (it costs more than a
+    seed's play)."""
+    return build_workflow(json.loads(spec_json), f"<sim:{name}>").get("parent")
 
 
 class MixedResult(SimResult):
