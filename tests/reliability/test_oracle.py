@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from interlock.core import events as ev
 from interlock.core.workflow import Pipeline
 from interlock.sim import SimResult, simulate
 from interlock.sim.oracle import Oracle
+from interlock.sim.outcomes import end_problems
 
 # The modules that judge a run. They may import the event types, the parsed workflow model,
 # the standard library and each other; nothing of the engine's fold, decisions, reviews or
@@ -167,3 +169,78 @@ def test_the_oracle_counts_attempts_after_an_edit() -> None:
     problems = [oracle.feed(seq, event) for seq, event in enumerate(history, 1)]
     assert problems[:-1] == [None] * (len(history) - 1), problems
     assert problems[-1] is not None and "failed for good" in problems[-1]
+
+
+def _delivered_oracle() -> Oracle:
+    """An oracle fed one task completed at a.md (sha of b"v1"), reused in the same run as a
+    second task, and delivered."""
+    import hashlib
+
+    pipeline = Pipeline.model_validate(
+        {
+            "phases": [
+                {"id": "p", "workers": [{"role": "a", "model": "m"}]},
+                {"id": "q", "workers": [{"role": "b", "model": "m", "final": True}]},
+            ]
+        }
+    )
+    sha = hashlib.sha256(b"v1").hexdigest()
+    oracle = Oracle(pipeline)
+    history: list[ev.Event] = [
+        ev.PhaseStarted(at=0, phase="p", visit=1),
+        ev.TaskDispatched(at=0, task_id="a@1", phase="p", role="a", visit=1, item=None, attempt=1),
+        ev.TaskCompleted(at=1, task_id="a@1", attempt=1, artifact="a.md", sha256=sha, size=2),
+        ev.PhaseStarted(at=1, phase="q", visit=1),
+        ev.TaskDispatched(at=1, task_id="b@1", phase="q", role="b", visit=1, item=None, attempt=1),
+        ev.TaskReused(
+            at=1,
+            task_id="b@1",
+            attempt=1,
+            source_run="old",
+            source_task="b@1",
+            artifact="b.md",
+            sha256=sha,
+            size=2,
+        ),
+        ev.Delivered(at=2, task_id="b@1", artifact="b.md"),
+        ev.Archived(at=2),
+    ]
+    for seq, event in enumerate(history, 1):
+        assert oracle.feed(seq, event) is None
+    return oracle
+
+
+def test_what_workers_ran_is_judged_against_the_history(tmp_path: Path) -> None:
+    """A reused task whose worker ran, an attempt started twice by one process, and one
+    started but never recorded as dispatched are each a violation; none is without them."""
+    oracle = _delivered_oracle()
+    for name in ("a.md", "b.md", "final.md"):
+        (tmp_path / name).write_bytes(b"v1")
+    ran = Counter({("r", "a@1", 1): 1})
+    once = Counter({("r", "a@1", 1, "p1"): 1})
+    assert end_problems(oracle, "r", tmp_path, ran, once) == []
+    problems = end_problems(
+        oracle,
+        "r",
+        tmp_path,
+        Counter({("r", "a@1", 1): 2, ("r", "b@1", 1): 1, ("r", "c@1", 1): 1}),
+        Counter({("r", "a@1", 1, "p1"): 2}),
+    )
+    assert any("b@1 attempt 1 is recorded as reused" in p for p in problems), problems
+    assert any("a@1 attempt 1 was started 2 times by p1" in p for p in problems), problems
+    assert any("c@1 attempt 1 ran but was never recorded" in p for p in problems), problems
+
+
+def test_delivered_files_must_be_the_revision_the_history_delivered(tmp_path: Path) -> None:
+    """final.md or an output whose bytes are not the revision the history last recorded is a
+    violation."""
+    oracle = _delivered_oracle()
+    (tmp_path / "a.md").write_bytes(b"v1")
+    (tmp_path / "b.md").write_bytes(b"v1")
+    (tmp_path / "final.md").write_bytes(b"old")
+    problems = end_problems(oracle, "r", tmp_path, Counter(), Counter())
+    assert any("final.md is not the delivered revision" in p for p in problems), problems
+    (tmp_path / "final.md").write_bytes(b"v1")
+    (tmp_path / "a.md").write_bytes(b"v0")
+    problems = end_problems(oracle, "r", tmp_path, Counter(), Counter())
+    assert problems == ["a.md is not the revision the history last recorded"], problems
