@@ -15,7 +15,9 @@ import pytest
 
 import interlock.core.decide as decide
 import interlock.core.review as review
+import interlock.runtime.dispatch as dispatch
 import interlock.runtime.driver as driver
+import interlock.runtime.projection as projection
 from interlock.core import events as ev
 from interlock.core.workflow import Pipeline
 from interlock.sim import SimResult, simulate
@@ -132,8 +134,8 @@ def test_a_retry_past_max_attempts_after_an_edit_is_caught(
     def never_after_an_edit(pipeline: Any, state: Any) -> Any:
         return None if state.edits else real(pipeline, state)
 
-    monkeypatch.setattr(decide, "given_up", never_after_an_edit)
-    monkeypatch.setattr(driver, "given_up", never_after_an_edit)
+    for module in (decide, driver, dispatch, projection):  # everywhere the engine uses it
+        monkeypatch.setattr(module, "given_up", never_after_an_edit)
     result = _first_failing(range(200))
     assert result is not None, "a retry past max_attempts after an edit went unseen"
     assert any("max_attempts" in v or "failed for good" in v for v in result.violations), (
