@@ -4,6 +4,8 @@
     python benchmarks/simulate.py --seeds 100000       # seeds 0..99999, on every core
     python benchmarks/simulate.py --seeds 5000 --start 7000000 --pipeline loop
     python benchmarks/simulate.py --seeds 10000 --pipeline children   # sub-pipelines
+    python benchmarks/simulate.py --seeds 500 --pipeline children-mixed   # with waits, reviews
+    python benchmarks/simulate.py --seeds 2000 --pipeline mixed   # generated mixes of features
     python benchmarks/simulate.py --seeds 61 --digests a.json   # each seed's history sha256
 
 Prints seeds per second and every violation with the command that reproduces it; exits 1 when
@@ -21,7 +23,17 @@ import time
 from collections import Counter
 from typing import Any
 
-from interlock.sim import simulate
+from interlock.sim import SimResult
+from interlock.sim import simulate as simulate_one
+from interlock.sim.child_mix import NAME as CHILDREN_MIXED
+from interlock.sim.child_mix import MixedChildSimulation
+
+
+def simulate(seed: int, *, pipeline: str | None = None) -> SimResult:
+    """One seed of `pipeline` (`children-mixed`: `interlock.sim.child_mix`)."""
+    if pipeline == CHILDREN_MIXED:
+        return MixedChildSimulation(seed).run()
+    return simulate_one(seed, pipeline=pipeline)
 
 
 def _chunk(args: tuple[int, int, str | None]) -> dict[str, Any]:
@@ -99,7 +111,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument(
         "--pipeline",
-        help="only this catalog pipeline (or 'random'; 'children': a parent with a child run)",
+        help="only this catalog pipeline (or 'random'; 'mixed': generated mixes of features; "
+        "'children': a parent with a child run; 'children-mixed': with waits, fan-out, reviews)",
     )
     parser.add_argument(
         "--digests",

@@ -10,6 +10,7 @@ import pytest
 
 from interlock.core import state as st
 from interlock.sim import simulate
+from interlock.sim.child_mix import MixedChildSimulation
 from interlock.sim.child_world import ChildSimulation
 
 
@@ -81,3 +82,30 @@ def test_the_child_checks_have_teeth(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(st, "_charge", charge_twice)
     broken = [s for s in range(60) if simulate(s, pipeline="children").violations]
     assert len(broken) >= 10, broken
+
+
+def test_sub_pipelines_among_signals_fan_out_reviews_and_reruns_keep_every_invariant() -> None:
+    """Over 30 seeds of a parent that fans its child runs out over a list, waits for a signal
+    or a delay around them, is reviewed and rerun, every feature occurs and no invariant of
+    parent or child breaks."""
+    kinds: Counter[str] = Counter()
+    shapes: Counter[str] = Counter()
+    failures = []
+    for seed in range(30):
+        sim = MixedChildSimulation(32_000_000 + seed)
+        result = sim.run()
+        shapes.update(result.pipeline.split("-")[2:])
+        if result.violations:
+            failures.append(f"seed {result.seed}: {result.violations[:2]}")
+        kinds.update(e.kind for e in sim.store.all_events(0, 100_000))
+    assert failures == [], failures[:5]
+    assert shapes["fanout"] and shapes["paused"] and shapes["budget"], shapes
+    for kind in (
+        "signal_received",
+        "wait_ended",
+        "output_edited",
+        "rejected",
+        "task_reused",
+        "child_spent",
+    ):
+        assert kinds[kind], (kind, kinds)

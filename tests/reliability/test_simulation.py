@@ -21,15 +21,40 @@ from interlock.sim.pipelines import CATALOG
 from interlock.sim.world import Simulation
 
 SEEDS = int(os.environ.get("INTERLOCK_SIM_SEEDS", "4000"))
-FIRST = int(os.environ.get("INTERLOCK_SIM_START", "0"))
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def seed_base() -> int:
+    """The first seed of the window: `INTERLOCK_SIM_SEED_BASE` (or the older
+    `INTERLOCK_SIM_START`) when set, else a number taken from the commit checked out, so each
+    commit plays another 4,000 seeds and the same commit always the same ones (0 outside git)."""
+    for name in ("INTERLOCK_SIM_SEED_BASE", "INTERLOCK_SIM_START"):
+        if os.environ.get(name):
+            return int(os.environ[name])
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return 0
+    # Below a billion, in steps of the window, clear of the fixed windows other tests play.
+    return 100_000_000 + int(head[:12], 16) % 900_000 * 1000 if head else 0
 
 
 def test_thousands_of_seeds_keep_every_invariant() -> None:
-    """Seeds over every catalog pipeline and random ones, with faults on, break nothing."""
+    """Seeds over every catalog pipeline, random and generated mixes, with faults on, break
+    nothing; the window moves with each commit and is printed, to be played again with
+    `INTERLOCK_SIM_SEED_BASE`."""
+    first = seed_base()
+    window = (
+        f"seeds {first}..{first + SEEDS - 1}: again with INTERLOCK_SIM_SEED_BASE={first} "
+        "pytest tests/reliability/test_simulation.py -k thousands"
+    )
+    print(window)
     failures = []
     statuses: Counter[str] = Counter()
     fired: Counter[str] = Counter()
-    for seed in range(FIRST, FIRST + SEEDS):
+    for seed in range(first, first + SEEDS):
         result = simulate(seed)
         statuses[result.status] += 1
         fired.update(result.faults)
@@ -38,7 +63,7 @@ def test_thousands_of_seeds_keep_every_invariant() -> None:
                 f"seed {seed}: {result.violations[:3]} (rerun: {result.summary()['rerun']})"
             )
     print(f"{SEEDS} seeds: {dict(statuses)}; faults {dict(fired)}")
-    assert failures == [], "\n".join(failures[:10])
+    assert failures == [], window + "\n" + "\n".join(failures[:10])
     assert statuses["delivered"] and statuses["failed"] and statuses["paused"]
     assert all(fired[point] for point in ("crash", "commit_ambiguous", "commit_failed"))
     assert fired["slot_wait"] and fired["lost_dispatch"]
@@ -64,15 +89,17 @@ def test_waits_for_a_slot_and_lost_dispatches_keep_the_invariants() -> None:
     assert lost, "no seed lost a dispatch"
 
 
-@pytest.mark.parametrize("pipeline", [*CATALOG, "random"])
+@pytest.mark.parametrize("pipeline", [*CATALOG, "random", "mixed"])
 def test_each_pipeline_shape_survives_faults(pipeline: str) -> None:
     """Every catalog shape (parallel, sequential, retries, fallbacks, pause, loop, fan-out,
-    budget) and random ones keep the invariants on their own seeds."""
-    bad = [s for s in range(100) if not simulate(10_000_000 + s, pipeline=pipeline).ok]
+    budget, waits, revise), random ones and generated mixes keep the invariants on their own
+    seeds."""
+    count = 50 if pipeline == "mixed" else 100  # a mix's shape costs more to validate
+    bad = [s for s in range(count) if not simulate(10_000_000 + s, pipeline=pipeline).ok]
     assert bad == [], f"rerun: python benchmarks/simulate.py --seed {bad[0]} --pipeline {pipeline}"
 
 
-@pytest.mark.parametrize("pipeline", [*CATALOG, "random"])
+@pytest.mark.parametrize("pipeline", [*CATALOG, "random", "mixed"])
 def test_without_faults_every_run_is_delivered(pipeline: str) -> None:
     """With every fault point off, each pipeline shape delivers its result."""
     for seed in range(30):

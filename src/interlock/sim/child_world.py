@@ -28,6 +28,7 @@ from interlock.errors import RunNotFound
 from interlock.runtime.orchestrator import Orchestrator
 from interlock.sim.invariants import HistoryChecker
 from interlock.sim.pipelines import _w
+from interlock.sim.shadow import ShadowedChecker
 from interlock.sim.signals import SignalPeople
 from interlock.sim.world import SimCrash, Simulation
 
@@ -80,7 +81,7 @@ class ChildSimulation(Simulation):
         self.child_rng = random.Random(f"children-{seed}")
         name, self.definition = flow(self.child_rng)
         self.result.pipeline = name
-        self.checker = HistoryChecker(self.definition.pipeline)
+        self.checker = ShadowedChecker(self.definition.pipeline)
         self.signal_people = SignalPeople.for_seed(seed, self.definition.pipeline, faults)
         self.leave_paused = False  # a parent held by its child is approved in the end
         self.buggify.fired.pop("leave_paused", None)

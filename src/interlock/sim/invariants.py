@@ -1,22 +1,24 @@
 """The invariants every simulated step must keep, checked against the stored history.
 
 `HistoryChecker` reads the history as it grows and refuses any transition the engine must
-never record; `end_problems` checks how a run finished.
+never record; `end_problems` checks how a run finished. Both judge from the events and the
+workflow definition alone, with the rules restated in `sim.oracle`, and import nothing of the
+engine's fold or decisions (`tests/reliability/test_oracle.py` pins that): the engine's own
+state is compared with them, never used by them (`sim.shadow`).
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from interlock.core import events as ev
-from interlock.core.decide import given_up, still_running
-from interlock.core.state import RunState, RunStatus, TaskStatus, apply
 from interlock.core.workflow import Pipeline
+from interlock.sim.oracle import Oracle
+from interlock.sim.outcomes import Executions, Starts
+from interlock.sim.outcomes import end_problems as outcome_problems
 from interlock.sim.policy import PolicyChecker
-from interlock.sim.review import review_transition
-from interlock.sim.signals import WaitChecker
+from interlock.sim.waits_check import WaitChecker
 
 
 @dataclass
@@ -31,23 +33,24 @@ class _Task:
 
 @dataclass
 class HistoryChecker:
-    """Folds stored events one by one, keeping its own shadow state, and lists violations."""
+    """Folds stored events one by one into models of its own, and lists violations."""
 
     pipeline: Pipeline
-    shadow: RunState = field(default_factory=RunState)
     tasks: dict[str, _Task] = field(default_factory=dict)
     ended: str | None = None
     paused: bool = False
     pauses: int = 0
     approvals: int = 0
-    edited: bool = False  # an edit was recorded since the last rejection (`sim.review`)
+    edited: bool = False  # an edit was recorded since the last rejection
     seen: int = 0
     problems: list[str] = field(default_factory=list)
     policy: PolicyChecker = field(init=False)
     waits: WaitChecker = field(default_factory=WaitChecker)
+    oracle: Oracle = field(init=False)
 
     def __post_init__(self) -> None:
         self.policy = PolicyChecker(self.pipeline)
+        self.oracle = Oracle(self.pipeline)
 
     def feed(self, seq: int, event: ev.Event) -> None:
         """Check one more stored event (they must come in order, without gaps)."""
@@ -55,13 +58,13 @@ class HistoryChecker:
             self.problems.append(f"seq {seq} follows {self.seen}: a gap or a duplicate")
         self.seen = seq
         where = f"seq {seq} {event.kind}"
-        problem = self._transition(event) or self._after_give_up(event)
-        policy_problem = self.policy.problem(event)  # always: it keeps its own counts
-        wait_problem = self.waits.problem(event)  # so does this one
-        problem = problem or policy_problem or wait_problem
+        problem = self._transition(event)
+        rule_problem = self.oracle.feed(seq, event)  # always: each keeps its own model
+        policy_problem = self.policy.problem(event)
+        wait_problem = self.waits.problem(event)
+        problem = problem or rule_problem or policy_problem or wait_problem
         if problem:
             self.problems.append(f"{where}: {problem}")
-        apply(self.shadow, event)
 
     def _transition(self, event: ev.Event) -> str | None:
         if self.seen == 1:
@@ -97,31 +100,12 @@ class HistoryChecker:
             self.paused = False  # its child went on: no person approved the parent
             return None
         if isinstance(event, (ev.OutputEdited, ev.Rejected)):
-            return review_transition(self, event)
+            return self._review(event)
         return self._task_transition(event)
-
-    def _after_give_up(self, event: ev.Event) -> str | None:
-        """Once a task failed for good, nothing starts or is retried, and the run fails only
-        after every attempt that had started by then has ended."""
-        if self.shadow.status is not RunStatus.RUNNING or self.shadow.current is None:
-            return None
-        lost = given_up(self.pipeline, self.shadow)
-        if lost is None:
-            return None
-        if isinstance(event, (ev.TaskDispatched, ev.RetryScheduled)):
-            return f"{event.task_id}: {event.kind} after {lost.task_id} failed for good"
-        if isinstance(event, ev.RunFailed):
-            running = [t.task_id for t in still_running(self.pipeline, self.shadow, lost)]
-            if running:
-                return f"failed while {running}, started before {lost.task_id} failed, ran"
-        return None
 
     def _task_transition(self, event: ev.Event) -> str | None:
         if isinstance(event, ev.TaskDispatched):
             task = self.tasks.get(event.task_id)
-            limit = self.pipeline.worker(event.role).max_attempts
-            if event.attempt > limit and not self.edited:
-                return f"{event.task_id} attempt {event.attempt} exceeds max_attempts {limit}"
             if task is None:
                 if event.attempt != 1:
                     return f"{event.task_id} first dispatched as attempt {event.attempt}"
@@ -177,7 +161,7 @@ class HistoryChecker:
         """The engine times an attempt out only past the deadline that applies to it:
         `timeout + grace` from its recorded start, or `start_timeout` from its dispatch while
         it has not started (an attempt waiting for a slot has not used any of its timeout)."""
-        task = self.shadow.tasks[event.task_id]
+        task = self.oracle.tasks[event.task_id]
         worker = self.pipeline.worker(task.role)
         if event.detail.startswith("not started within"):
             if task.started_at is not None:
@@ -193,6 +177,21 @@ class HistoryChecker:
             return f"{event.task_id}: timed out at {event.at:.3f}, before its deadline {due:.3f}"
         return None
 
+    def _review(self, event: ev.OutputEdited | ev.Rejected) -> str | None:
+        """An edit or a rejection only at a pause; a rejection ends it; only a completed
+        output is edited."""
+        if not self.paused:
+            return f"{event.kind} recorded while the run was not paused"
+        if isinstance(event, ev.Rejected):
+            self.paused = False
+            self.edited = False
+            return None
+        task = self.tasks.get(event.task_id)
+        if task is None or task.status != "completed":
+            return f"{event.task_id}: edited while {task.status if task else 'never dispatched'}"
+        self.edited = True
+        return None
+
     def _reuse(self, event: ev.TaskReused) -> str | None:
         """A reuse takes the place of the first attempt, before anything started it."""
         task = self.tasks.get(event.task_id)
@@ -205,36 +204,15 @@ class HistoryChecker:
         return None
 
 
-def end_problems(state: RunState, pipeline: Pipeline, run_dir: Path | None) -> list[str]:
-    """How a run may end: delivered (with its result on disk), failed, cancelled or paused."""
-    problems = []
-    if state.status is RunStatus.RUNNING:
-        problems.append("the run is stuck: running with nothing in flight or scheduled")
-    for task in state.tasks.values():
-        unfinished = task.status.in_flight or task.status is TaskStatus.RETRY_WAIT
-        if state.status.ended and unfinished:
-            problems.append(f"{task.task_id} left {task.status.value} in an ended run")
-        if state.status is RunStatus.DELIVERED and task.status is not TaskStatus.COMPLETED:
-            problems.append(f"{task.task_id} is {task.status.value} in a delivered run")
-        if task.status.in_flight and state.status is RunStatus.PAUSED:
-            problems.append(f"{task.task_id} still in flight in a paused run at the end")
-    if state.status is RunStatus.DELIVERED:
-        if not state.archived:
-            problems.append("delivered but never archived")
-        if run_dir is not None and state.delivered is not None:
-            final, result = run_dir / "final.md", run_dir / state.delivered
-            if not final.is_file() or not result.is_file():
-                problems.append(f"final.md or {state.delivered} missing from {run_dir}")
-            elif final.read_bytes() != result.read_bytes():
-                problems.append("final.md differs from the delivered output")
-    if run_dir is not None:  # every recorded output is on disk as recorded
-        for task in state.tasks.values():
-            if task.artifact is None or task.sha256 is None:
-                continue
-            path = run_dir / task.artifact
-            if not path.is_file():
-                problems.append(f"{task.artifact} of {task.task_id} missing from {run_dir}")
-            elif hashlib.sha256(path.read_bytes()).hexdigest() != task.sha256:
-                problems.append(f"{task.artifact} of {task.task_id} is not what was recorded")
-    _ = pipeline
-    return problems
+def end_problems(
+    checker: HistoryChecker,
+    run_id: str,
+    run_dir: Path | None,
+    executions: Executions | None = None,
+    starts: Starts | None = None,
+) -> list[str]:
+    """How a run may end (delivered with its result on disk, failed, cancelled or paused),
+    judged from its history, its files and what the simulated workers ran (`sim.outcomes`)."""
+    return outcome_problems(
+        checker.oracle, run_id, run_dir, executions or Executions(), starts or Starts()
+    )

@@ -153,14 +153,59 @@ CATALOG: dict[str, dict[str, Any]] = {
         ]
     },
 }
+# Edits of fan-out items that later tasks read: a review after the task that reads every item,
+# and after the final one, which reads both the items and what was made of them.
+CATALOG["revise"] = {
+    "phases": [
+        {"id": "plan", "workers": [_w("planner", extract=ITEMS, retries=1)]},
+        {
+            "id": "write",
+            "for_each": {"items": "planner.items", "concurrency": 2},
+            "workers": [_w("writer", retries=1)],
+        },
+        {
+            "id": "assemble",
+            "workers": [_w("editor", reads=["writer.md"], retries=1)],
+            "pause_after": True,
+        },
+        {
+            "id": "publish",
+            "workers": [_w("publisher", reads=["writer.md", "editor.md"], final=True, retries=1)],
+            "pause_after": True,
+        },
+    ]
+}
 # Drawn for seeds that name no pipeline: the shapes that existed before waits, so that each
-# seed draws what it always drew (one seed in eight plays `waits` instead, see `wait_seed`).
-DRAWN = [name for name in CATALOG if name != "waits"]
+# seed draws what it always drew (one seed in eight plays `waits` instead, see `wait_seed`;
+# one in four of the others a generated mix of features, see `mixed_seed`).
+DRAWN = [name for name in CATALOG if name not in ("waits", "revise")]
 
 
 def wait_seed(seed: int) -> bool:
     """Whether a seed that names no pipeline plays `waits` (a hash, not a draw)."""
     return zlib.crc32(f"waits:{seed}".encode()) % 8 == 0
+
+
+MIXED_SHAPES = 16  # generated mixes per 4,000 consecutive seeds (each validated once)
+
+
+def mixed_seed(seed: int) -> bool:
+    """Whether a seed that names no pipeline (and is no `waits` seed) plays a generated mix
+    of features (`mixed_spec`): a hash, not a draw, so that other seeds draw what they drew."""
+    return not wait_seed(seed) and zlib.crc32(f"mixture:{seed}".encode()) % 8 == 0
+
+
+def for_seed(seed: int, rng: random.Random, name: str | None) -> tuple[str, Definition]:
+    """The pipeline a seed plays: `name`, or one drawn; `waits` or a mix for some seeds."""
+    if (name is None and mixed_seed(seed)) or name == "mixed":
+        # Validating a workflow costs more than playing it: seeds share a few shapes each
+        # (another few in every window of 4,000 seeds), and play them under their own faults.
+        shape = f"mixed-{seed // 4000}-{seed % MIXED_SHAPES}"
+        return "mixed", mixed(random.Random(shape))
+    drawn = choose(rng, name)  # drawn even when replaced: the seed's later draws stay put
+    if name is None and wait_seed(seed):
+        return "waits", definition("waits", CATALOG["waits"])
+    return drawn
 
 
 @cache
@@ -227,6 +272,8 @@ def choose(rng: random.Random, name: str | None = None) -> tuple[str, Definition
     """A catalog pipeline (by name, or drawn), or a random one when drawn as 'random'."""
     if name is None:
         name = rng.choice([*DRAWN, "random", "random"])
+    if name == "mixed":
+        return choose(rng, "parallel")  # `for_seed` makes it from a stream of its own
     if name != "random":
         return name, definition(name, CATALOG[name])
     for _ in range(20):
@@ -235,3 +282,84 @@ def choose(rng: random.Random, name: str | None = None) -> tuple[str, Definition
         except WorkflowError:
             continue  # e.g. a fan-out reading a list no earlier phase guarantees; draw again
     return "parallel", definition("parallel", CATALOG["parallel"])
+
+
+def mixed(rng: random.Random) -> Definition:
+    """A generated pipeline combining features (`mixed_spec`), valid (drawn again if not)."""
+    for _ in range(20):
+        try:
+            return definition("mixed", mixed_spec(rng))
+        except WorkflowError:
+            continue
+    return definition("revise", CATALOG["revise"])
+
+
+def mixed_spec(rng: random.Random) -> dict[str, Any]:
+    """Features together: delays and signal waits (with and without timeouts) beside a
+    budget, fan-out and bounded loops; up to 5 workers a phase; task concurrency keys and the
+    cache; outputs read by later phases and reviews after them, so edits make work again."""
+    count = rng.randint(2, 4)
+    phases: list[dict[str, Any]] = []
+    roles: list[str] = []
+    listers: list[str] = []
+    signals = 0
+    for index in range(count):
+        last = index == count - 1
+        fan_out = bool(listers) and not last and rng.random() < 0.5
+        workers = []
+        for number in range(rng.randint(1, 5)):
+            extra: dict[str, Any] = {
+                "retries": rng.randint(1, 2),
+                "backoff": {"initial": rng.choice([0, 1]), "max": 4},
+                "timeout": rng.choice([5, 20]),
+            }
+            if rng.random() < 0.5:
+                extra["extract"] = {**OK, **ITEMS}
+            if roles and rng.random() < 0.4:
+                # Optional: a phase whose signal wait times out is skipped, writing nothing.
+                extra["reads"] = [f"{r}.md?" for r in rng.sample(roles, min(2, len(roles)))]
+            if rng.random() < 0.25:
+                key = rng.choice(['"k"', "string(item)"]) if fan_out else '"k"'
+                extra["concurrency"] = {"key": key, "limit": 1}
+            workers.append(_w(f"m{index}{number}", **extra))
+        phase: dict[str, Any] = {
+            "id": f"q{index}",
+            "mode": rng.choice(["parallel", "parallel", "sequential"]),
+            "workers": workers,
+            "pause_after": rng.random() < 0.35,
+        }
+        if fan_out:
+            phase["for_each"] = {
+                "items": f"{rng.choice(listers)}.items",
+                "concurrency": rng.choice([None, 1, 3]),
+            }
+        gate = rng.random()
+        if gate < 0.25:
+            phase["delay"] = rng.choice([2, 8])
+        elif gate < 0.5:
+            signals += 1
+            when = rng.choice(["before", "after"])
+            wait: dict[str, Any] = {"signal": f"s{signals}", "when": when}
+            if rng.random() < 0.6 and not last:  # a last phase cannot be skipped
+                wait["timeout"] = rng.choice([5, 20])
+            phase["wait_for"] = wait
+        if not last and index and rng.random() < 0.4:
+            rule: dict[str, Any] = {"goto": f"q{rng.randint(0, index)}"}
+            rule["max_visits"] = rng.randint(1, 2)
+            # A condition only where the phase always runs its worker: a phase skipped by its
+            # wait's timeout, or a fan-out over an empty list, leaves it no value to read (and
+            # the run fails saying so, though the workflow was accepted).
+            skippable = "timeout" in phase.get("wait_for", {}) or fan_out
+            if "extract" in workers[0] and not skippable:
+                rule["if"] = f"{workers[0]['role']}.ok"
+            phase["next"] = [rule]
+        listers += [w["role"] for w in workers if "extract" in w]
+        roles += [w["role"] for w in workers]
+        phases.append(phase)
+    phases[-1]["workers"][-1]["final"] = True
+    spec: dict[str, Any] = {"phases": phases}
+    if rng.random() < 0.5:
+        spec["budget"] = {"max_tokens": rng.randint(30, 150), "on_exceed": "pause"}
+    if rng.random() < 0.3:
+        spec["cache"] = True
+    return spec

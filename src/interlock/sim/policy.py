@@ -1,9 +1,9 @@
 """Invariants of the workflow's policies (budget, pause_after) and of the folded state.
 
-Kept apart from the transition checks of `invariants`, and independent of `core.state`:
-every count here is kept from the events themselves, so a fold that miscounts (the event
-counter, visits, a phase's status, a waived budget) shows up as a difference instead of
-being shared by the checker.
+Kept apart from the transition checks of `invariants`, and independent of the engine: every
+count here is kept from the events themselves, so a fold that miscounts (the event counter,
+visits, a phase's status, a waived budget) shows up as a difference instead of being shared
+by the checker (`sim.shadow` compares them).
 """
 
 from __future__ import annotations
@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from interlock.core import events as ev
-from interlock.core.decide import expression_context
-from interlock.core.state import RunState
 from interlock.core.workflow import Pipeline
 
 # What the engine decides only while a run may go on spending: once over a budget that was
@@ -115,32 +113,3 @@ class PolicyChecker:
                 ended = "failed" if isinstance(event, ev.RunFailed) else "cancelled"
                 self.phase_status[self.current[0]] = ended
             self.owed = None
-
-    def state_problems(self, state: RunState) -> list[str]:
-        """Where the folded state disagrees with the counts kept here."""
-        problems = []
-        if state.events != self.events:
-            problems.append(
-                f"the state counts {state.events} events, the history has {self.events}"
-            )
-        if state.visits != self.visits:
-            problems.append(f"visits {state.visits} differ from the history's {self.visits}")
-        if state.phase_status != self.phase_status:
-            problems.append(
-                f"phase statuses {state.phase_status} differ from the history's {self.phase_status}"
-            )
-        if state.approvals != self.approvals:
-            problems.append(f"{state.approvals} approvals folded, {self.approvals} recorded")
-        if sum(t.tokens for t in state.tasks.values()) != state.tokens:
-            problems.append(f"the tasks' tokens do not add up to the run's {state.tokens}")
-        if state.tokens != self.tokens:
-            problems.append(f"{state.tokens} tokens folded, {self.tokens} recorded")
-        if self.pipeline.budget is not None and state.budget_waived != self.waived:
-            problems.append(
-                f"budget waived is {state.budget_waived}, the history says {self.waived}"
-            )
-        visits = expression_context(state, self.pipeline)["visits"]
-        expected = {p.id: self.visits.get(p.id, 0) for p in self.pipeline.phases}
-        if visits != expected:
-            problems.append(f"conditions see visits {visits}, the history says {expected}")
-        return problems

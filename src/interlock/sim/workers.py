@@ -8,9 +8,11 @@ simulated times. Completions write a real temporary output and go through the ru
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import heapq
 import json
 import random
+import re
 import zlib
 from collections import Counter
 from collections.abc import Callable
@@ -28,6 +30,7 @@ from interlock.runtime.executors import Outcome
 from interlock.sim.buggify import Buggify
 from interlock.sim.children import ChildHosting
 from interlock.sim.clock import SimClock
+from interlock.sim.outcomes import READ_KEY
 from interlock.sim.queueing import QueueFaults
 
 if TYPE_CHECKING:
@@ -118,7 +121,10 @@ class SimDispatcher:
         self.queue = queue or QueueFaults(0, faults=False)
         self.handles: list[SimHandle] = []
         self.sent: list[SentReport] = []
-        self.executions: Counter[tuple[str, str, int]] = Counter()  # (run, task, attempt)
+        # Every real start of an attempt, counted where it happens (not where it is recorded):
+        # by (run, task, attempt), and by the process that started it too.
+        self.executions: Counter[tuple[str, str, int]] = Counter()
+        self.starts: Counter[tuple[str, str, int, str]] = Counter()
         self.children = ChildHosting()  # supervisions of child runs, stepped by the world
         self._serial = 0
 
@@ -137,7 +143,9 @@ class SimDispatcher:
         handle = SimHandle(task.task_id, task.attempt)
         self.handles.append(handle)
         self.executions[(driver.run_id, task.task_id, task.attempt)] += 1
+        self.starts[(driver.run_id, task.task_id, task.attempt, orchestrator.owner)] += 1
         worker = driver.definition.pipeline.worker(task.role)
+        read = read_inputs(driver.run_dir, worker)  # what a worker sees when it starts
         now = self.clock()
         started = ev.TaskStarted(
             at=now, task_id=task.task_id, attempt=task.attempt, worker=orchestrator.owner
@@ -160,12 +168,18 @@ class SimDispatcher:
         else:
             duration = self.rng.uniform(0.1, min(worker.timeout * 0.8, 20.0))
         self.scheduler.at(
-            begins + duration, lambda: self._finish(orchestrator, driver, task.task_id, handle)
+            begins + duration,
+            lambda: self._finish(orchestrator, driver, task.task_id, handle, read),
         )
         return cast("asyncio.Task[None]", handle)
 
     def _finish(
-        self, orchestrator: Orchestrator, driver: RunDriver, task_id: str, handle: SimHandle
+        self,
+        orchestrator: Orchestrator,
+        driver: RunDriver,
+        task_id: str,
+        handle: SimHandle,
+        read: dict[str, str],
     ) -> None:
         if not handle.live:
             return
@@ -191,7 +205,7 @@ class SimDispatcher:
         else:
             task = driver.state.tasks[task_id]
             worker = driver.definition.pipeline.worker(task.role)
-            content = self._output(worker)
+            content = self._output(worker, read)
             usage = simulated_usage(driver.run_id, task_id, handle.attempt)
             if zlib.crc32(f"{driver.run_id}/{task_id}".encode()) % 2:
                 # Half the workers hand their output over in memory, as `call:` workers do:
@@ -211,8 +225,9 @@ class SimDispatcher:
             self.sent.append(SentReport(driver.run_id, report.event, None))
         orchestrator.report(driver, report)
 
-    def _output(self, worker: Worker) -> str:
-        """A worker's output: JSON holding a value for each of its `extract` rules."""
+    def _output(self, worker: Worker, read: dict[str, str]) -> str:
+        """A worker's output: JSON holding a value for each of its `extract` rules, and the
+        SHA-256 of each input file it read (`sim.outcomes` checks them)."""
         values: dict[str, Any] = {}
         for name, rule in worker.extract.items():
             if rule.type == "number":
@@ -225,6 +240,8 @@ class SimDispatcher:
                 values[name] = f"text {self.rng.randint(0, 99)}"
         if values and self.buggify("bad_output", 0.2):
             values.pop(next(iter(values)))  # a required value is missing: extraction fails
+        if worker.reads:
+            values[READ_KEY] = read
         return json.dumps(values)
 
     def _write_tmp(self, run_dir: Path, task_id: str, attempt: int, content: str) -> Path:
@@ -259,6 +276,26 @@ class SimDispatcher:
             handle.cancel()
         self.handles.clear()
         self.children.kill_all()
+
+
+def read_inputs(run_dir: Path, worker: Worker) -> dict[str, str]:
+    """The files a worker reads, as they are on disk now: for each `reads` name, every item's
+    file of the latest visit there is (`name.ITEM.vVISIT.ext`), by file name -> SHA-256."""
+    read: dict[str, str] = {}
+    for entry in worker.reads:
+        stem, dot, ext = entry.rstrip("?").rpartition(".")
+        if not dot:
+            stem, ext = entry.rstrip("?"), ""
+        shape = re.compile(rf"{re.escape(stem)}(?:\.\d+)?(?:\.v(\d+))?{re.escape(dot + ext)}")
+        found: dict[int, list[Path]] = {}
+        for path in run_dir.glob(f"{stem}*{dot}{ext}"):
+            match = shape.fullmatch(path.name)
+            if match is not None:
+                found.setdefault(int(match.group(1) or 1), []).append(path)
+        if found:
+            for path in sorted(found[max(found)]):
+                read[path.name] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return dict(sorted(read.items()))
 
 
 def simulated_usage(run_id: str, task_id: str, attempt: int) -> dict[str, int]:

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from interlock.core.loader import Definition
 from interlock.core.state import RunState, RunStatus, fold
 from interlock.errors import LeaseHeld
 from interlock.providers import ModelConfig
@@ -24,11 +23,12 @@ from interlock.runtime.models import ModelRunner
 from interlock.runtime.orchestrator import Orchestrator, Settings
 from interlock.sim.buggify import Buggify
 from interlock.sim.clock import SimClock
-from interlock.sim.invariants import HistoryChecker, end_problems
-from interlock.sim.pipelines import CATALOG, choose, definition, wait_seed
+from interlock.sim.invariants import end_problems
+from interlock.sim.pipelines import for_seed
 from interlock.sim.queueing import QueueFaults
 from interlock.sim.rerun import maybe_rerun
-from interlock.sim.review import maybe_review, review_end_problems, review_rng
+from interlock.sim.review import maybe_review, review_rng
+from interlock.sim.shadow import ShadowedChecker
 from interlock.sim.signals import SignalPeople
 from interlock.sim.store import FaultyStore
 from interlock.sim.workers import Scheduler, SimDispatcher
@@ -97,9 +97,7 @@ class Simulation:
     def __init__(self, seed: int, *, pipeline: str | None = None, faults: bool = True) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
-        name, self.definition = choose(self.rng, pipeline)
-        if pipeline is None and wait_seed(seed):
-            name, self.definition = "waits", definition("waits", CATALOG["waits"])
+        name, self.definition = for_seed(seed, self.rng, pipeline)
         self.result = SimResult(seed=seed, pipeline=name)
         self.buggify = Buggify(self.rng, faults=faults)
         self.clock = SimClock()
@@ -110,7 +108,7 @@ class Simulation:
         )
         self.store = MemoryStore()
         self.faulty = FaultyStore(self.store, self._storage_fault)
-        self.checker = HistoryChecker(self.definition.pipeline)
+        self.checker = ShadowedChecker(self.definition.pipeline)
         self.run_id = f"sim-{seed}"
         self.generation = 0
         self.home: Home | None = None
@@ -346,10 +344,11 @@ class Simulation:
             self.result.violations.append("the stored history folds to another state")
         assert self.home is not None
         run_dir = self.home.run_dir(self.run_id)
-        pipeline: Definition = self.definition
-        self.result.violations += end_problems(folded, pipeline.pipeline, run_dir)
-        self.result.violations += self.checker.policy.state_problems(folded)
-        self.result.violations += review_end_problems(folded, pipeline.pipeline)
+        executions, starts = self.dispatcher.executions, self.dispatcher.starts
+        self.result.violations += end_problems(
+            self.checker, self.run_id, run_dir, executions, starts
+        )
+        self.result.violations += self.checker.state_problems(folded)
         self.result.status = folded.status.value
         self.result.events = len(stored)
         self.result.sim_seconds = self.clock() - SimClock().now
