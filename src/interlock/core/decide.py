@@ -502,10 +502,17 @@ def _dispatch(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]
 
 def _is_prefix(phase: Phase, visit: int, items: list[Any] | None, current: PhaseVisit) -> bool:
     """Whether the visit's dispatched tasks are the first ones of its plan (checked at the
-    last: tasks are recorded in plan order, so the last one in place means all are)."""
+    last: tasks are recorded in plan order, so the last one in place means all are).
+
+    A worker with a concurrency key breaks that order: its task waits for a slot while the
+    tasks after it are dispatched, and is recorded once it has one. The last task recorded
+    can then sit in place while an earlier one still waits, so such a phase is scanned whole.
+    """
     count = len(current.task_ids)
     if count == 0:
         return True
+    if any(worker.concurrency is not None for worker in phase.workers):
+        return False
     if count > planned_count(phase, items):
         return False
     last = next(_planned_from(phase, visit, items, count - 1))
