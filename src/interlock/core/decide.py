@@ -461,7 +461,12 @@ def _dispatch(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]
     dispatched = len(current.task_ids)
     active = dispatched - current.done
     planned: Iterator[tuple[Worker, int | None, str]]
-    if phase.mode == "parallel" and _is_prefix(phase, current.visit, current.items, current):
+    in_order = not pipeline.task_keys  # see `_is_prefix`
+    if (
+        phase.mode == "parallel"
+        and in_order
+        and _is_prefix(phase, current.visit, current.items, current)
+    ):
         # A parallel phase dispatches in plan order, so what it dispatched is a prefix of the
         # plan: the scan starts after it (what makes a wide phase cost per task, not per tick).
         if dispatched == planned_count(phase, current.items) or (cap and active >= cap):
@@ -506,13 +511,12 @@ def _is_prefix(phase: Phase, visit: int, items: list[Any] | None, current: Phase
 
     A worker with a concurrency key breaks that order: its task waits for a slot while the
     tasks after it are dispatched, and is recorded once it has one. The last task recorded
-    can then sit in place while an earlier one still waits, so such a phase is scanned whole.
+    can then sit in place while an earlier one still waits, so the phases of a pipeline with
+    such workers are scanned whole (`_dispatch`).
     """
     count = len(current.task_ids)
     if count == 0:
         return True
-    if any(worker.concurrency is not None for worker in phase.workers):
-        return False
     if count > planned_count(phase, items):
         return False
     last = next(_planned_from(phase, visit, items, count - 1))
