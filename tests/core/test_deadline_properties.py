@@ -310,13 +310,13 @@ def test_a_run_timeout_is_not_acted_on_a_moment_early_nor_missed_at_its_time() -
 )
 def test_a_timeout_is_missed_at_its_exact_deadline() -> None:
     """An attempt re-dispatched at a time with a fraction times out at the very time
-    `next_wake` gives for it."""
+    `earliest_deadline` (and so `next_wake`, once it is the first) gives for it."""
     d = Driver(pipeline_with([{"timeout": 5, "grace": 0, "start_timeout": 45, "retries": 1}] * 2))
     d.start()
     d.advance_to_wake()  # both attempts not started time out at 45 and wait for a retry
     d.advance_to_wake()  # w1's retry is due first (its backoff has jitter): dispatched again
     task = d.state.tasks["w1@1"]
     assert task.status is TaskStatus.DISPATCHED and task.dispatched_at % 1 != 0
-    due = next_wake(d.pipeline, d.state)
-    assert due == task.dispatched_at + 45
+    due = d.state.earliest_deadline(lambda t: task_deadline(d.pipeline, t), 5, 45)
+    assert due == task.dispatched_at + 45 and due > d.now
     assert timeouts_at(d, due) == {"w1@1"}
