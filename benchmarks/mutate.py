@@ -3,6 +3,7 @@
     python benchmarks/mutate.py                  # 40 mutants of decide.py, state.py, reuse.py
     python benchmarks/mutate.py --files core/ --mutants 10      # every module of core/, 10 each
     python benchmarks/mutate.py --files core/state.py --mutants 0   # every point of one module
+    python benchmarks/mutate.py --files core/state.py --functions earliest_deadline --mutants 0
     python benchmarks/mutate.py --json results.json --min-score 90
 
 Each mutant changes one point of one file (a comparison flipped, `and` for `or`, a `not`
@@ -211,6 +212,15 @@ def expand(source_root: Path, names: list[str]) -> list[str]:
     return list(dict.fromkeys(files))
 
 
+def within(source: str, names: set[str]) -> list[tuple[int, int]]:
+    """The line spans of the functions and methods of `source` named in `names`."""
+    return [
+        (node.lineno, node.end_lineno or node.lineno)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in names
+    ]
+
+
 def diff(source: str, mutant: Mutant) -> str:
     """The mutant's change as the lines of the (normalised) module it alters."""
     before = ast.unparse(ast.parse(source)).splitlines()
@@ -249,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--mutants", type=int, default=40, help="per module (0: all of them)")
     parser.add_argument("--seed", type=int, default=1, help="which mutants are drawn")
+    parser.add_argument(
+        "--functions", nargs="+", help="only the points inside functions of these names"
+    )
     parser.add_argument(
         "--tests", nargs="+", help="pytest arguments for every module (default: TESTS_FOR)"
     )
@@ -309,6 +322,9 @@ def _mutate_module(
     """Run the chosen mutants of one module; its line of the report."""
     original = (source_root / file).read_text()
     every = mutants(original, file)
+    if args.functions:
+        spans = within(original, set(args.functions))
+        every = [m for m in every if any(first <= m.line <= last for first, last in spans)]
     rng = random.Random(f"{args.seed}/{file}")  # per module: adding a module draws no others anew
     chosen = every if args.mutants == 0 else rng.sample(every, min(args.mutants, len(every)))
     chosen.sort(key=lambda mutant: mutant.index)
