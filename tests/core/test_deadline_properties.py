@@ -320,3 +320,24 @@ def test_a_timeout_is_missed_at_its_exact_deadline() -> None:
     due = d.state.earliest_deadline(lambda t: task_deadline(d.pipeline, t), 5, 45)
     assert due == task.dispatched_at + 45 and due > d.now
     assert timeouts_at(d, due) == {"w1@1"}
+
+
+@pytest.mark.parametrize("spread", [0.0, 1.0])
+def test_with_one_timeout_for_all_the_walk_looks_at_the_earliest_attempt_alone(
+    spread: float,
+) -> None:
+    """24 attempts started in order (or at one instant), all with the same limit: the
+    earliest deadline is found by computing one deadline, not 24 (a phase of 10,000
+    workers asks this on every decision)."""
+    steps = [("dispatch", n % 24, 0.0) for n in range(24)]
+    steps += [("start", n, spread) for n in range(24)]
+    state = folded(steps)
+    asked: list[str] = []
+
+    def deadline(task: TaskState) -> float:
+        asked.append(task.task_id)
+        assert task.started_at is not None
+        return task.started_at + 30.0
+
+    assert state.earliest_deadline(deadline, 30.0, 60.0) == spread + 30.0
+    assert asked == ["w0@1"]
