@@ -234,13 +234,19 @@ def run_tests(
 ) -> tuple[str, float]:
     """How `tests` end against the package copy at `package` ("passed", "failed" or
     "timeout"), and how long they took."""
+    # Property tests draw the same examples in every run (a fixed seed) and remember none
+    # between runs (an empty example database each time): an example that failed against
+    # one mutant must not kill the next, and the unmutated run must not depend on luck.
+    examples = Path(tempfile.mkdtemp(prefix="hypothesis-", dir=package.parent))
     env = {
         **os.environ,
         "PYTHONPATH": str(package.parent),
         "INTERLOCK_SIM_SEEDS": str(seeds),
         "PYTHONDONTWRITEBYTECODE": "1",
+        "HYPOTHESIS_STORAGE_DIRECTORY": str(examples),
     }
-    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
+    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider"]
+    command += ["--hypothesis-seed=0", *tests]
     began = time.monotonic()
     try:
         done = subprocess.run(
@@ -248,6 +254,10 @@ def run_tests(
         )
     except subprocess.TimeoutExpired:
         return "timeout", time.monotonic() - began
+    finally:
+        shutil.rmtree(examples, ignore_errors=True)
+    if done.returncode not in (0, 1):  # 1: a test failed; other codes: pytest could not run
+        sys.stderr.write(done.stdout.decode(errors="replace")[-2000:])
     return ("passed" if done.returncode == 0 else "failed"), time.monotonic() - began
 
 
@@ -290,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
             tests = list(args.tests) if args.tests else tests_for(root, file)
             if tuple(tests) not in baselines:
                 outcome, took = run_tests(root, package, tests, args.sim_seeds, timeout=1800)
-                if outcome != "passed":
+                if outcome != "passed":  # rerun them with pytest to see why
                     print(
                         f"the tests fail on the unmutated code: fix them first ({' '.join(tests)})",
                         file=sys.stderr,
