@@ -341,3 +341,39 @@ def test_with_one_timeout_for_all_the_walk_looks_at_the_earliest_attempt_alone(
 
     assert state.earliest_deadline(deadline, 30.0, 60.0) == spread + 30.0
     assert asked == ["w0@1"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a retry held back while a failed task's phase waits for its other attempts to "
+    "end still counts in next_wake, which then names a time already past: a runtime "
+    "sleeping until it wakes at once, again and again, until the running attempt reports",
+)
+def test_a_held_retry_does_not_make_the_next_wake_a_time_already_past() -> None:
+    """w02's retry is due at 4.69 s, but w00 failed for good while w01 runs: nothing is
+    dispatched at 5 s, and the next wake-up must then be later than now (or none)."""
+    d = Driver(
+        pipeline_of(
+            {
+                "phases": [
+                    {
+                        "id": "p0",
+                        "workers": [
+                            worker("w00"),
+                            worker("w01"),
+                            worker("w02", retries=1, backoff={"initial": 4, "max": 8}),
+                        ],
+                    },
+                    {"id": "p1", "workers": [worker("w1", final=True)]},
+                ]
+            }
+        )
+    )
+    d.start()
+    assert [m.rule for m in d.fail("w02@1")] == [RuleName.RETRY]
+    d.advance(2)
+    d.begin("w01@1")
+    assert d.fail("w00@1") == []  # no retries left: the phase waits for w01 to end
+    assert d.advance(3) == []  # the retry, due at 4.69, is held
+    wake = next_wake(d.pipeline, d.state)
+    assert wake is None or wake > d.now, (wake, d.now)
