@@ -123,6 +123,28 @@ def test_earliest_deadline_is_the_least_of_every_task_in_flight(
     assert state.copy().earliest_deadline(deadline, running, queued) == least(state, deadline)
 
 
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    steps=STEPS,
+    started=st.sampled_from([0.0, 5.0, 20.0, 60.0, 400.0]),
+    dispatched=st.sampled_from([0.0, 5.0, 20.0, 60.0, 400.0]),
+)
+def test_the_attempts_due_are_every_attempt_in_flight_that_early(
+    steps: list[tuple[str, int, float]], started: float, dispatched: float
+) -> None:
+    """`flight_since` (which attempts may be past their deadline) finds exactly the tasks in
+    flight started by `started`, or not started and dispatched by `dispatched`, in dispatch
+    order: an attempt it misses is never timed out."""
+    state = folded(steps)
+    expected = [
+        t
+        for t in sorted(state.tasks.values(), key=lambda t: t.order)
+        if t.status in IN_FLIGHT
+        and (t.started_at <= started if t.started_at is not None else t.dispatched_at <= dispatched)
+    ]
+    assert state.flight_since(started, dispatched) == expected
+
+
 def test_the_earliest_deadline_is_found_below_the_earliest_start() -> None:
     """The attempt that started first (its heap's top) is not the one due first: the walk
     goes on below it, past an attempt retried since, to the least deadline."""

@@ -61,6 +61,31 @@ def run_state(topic: str, inputs: dict[str, Any], read_sha: str) -> RunState:
     return fold(history)
 
 
+def reuser_of(
+    folder: Path, w: dict[str, Any], *, fast: str = "model-fast", config: str | None = CONFIG
+) -> reuse.Reuser:
+    """A fresh process's `Reuser` of a pipeline whose phase `b` has worker `w`, in the
+    workflow folder `folder` (with `config` as its interlock.toml, if any)."""
+    if config is not None:
+        (folder / "interlock.toml").write_text(config.replace("{fast}", fast))
+    else:
+        (folder / "interlock.toml").unlink(missing_ok=True)
+    data = {
+        "inputs": {"x": {"type": "string", "required": False}},
+        "phases": [
+            {"id": "a", "workers": [{"role": "writer", "model": "fast", "output": "notes.md"}]},
+            {"id": "b", "workers": [{"role": "w", "final": True, **w}]},
+        ],
+    }
+    return reuse.Reuser(
+        store=MemoryStore(),
+        home=Home(folder / "home"),
+        models=ModelRunner(home=folder / "home"),
+        definition=build_workflow({"p": data}).get("p"),
+        workflow_dir=folder,
+    )
+
+
 def print_of(
     folder: Path,
     w: dict[str, Any],
@@ -73,25 +98,7 @@ def print_of(
 ) -> Fingerprint:
     """The fingerprint of worker `w` (phase `b`, after a writer of notes.md), as a fresh
     process would make it from the workflow folder `folder`."""
-    if config is not None:
-        (folder / "interlock.toml").write_text(config.replace("{fast}", fast))
-    else:
-        (folder / "interlock.toml").unlink(missing_ok=True)
-    data = {
-        "inputs": {"x": {"type": "string", "required": False}},
-        "phases": [
-            {"id": "a", "workers": [{"role": "writer", "model": "fast", "output": "notes.md"}]},
-            {"id": "b", "workers": [{"role": "w", "final": True, **w}]},
-        ],
-    }
-    definition = build_workflow({"p": data}).get("p")
-    reuser = reuse.Reuser(
-        store=MemoryStore(),
-        home=Home(folder / "home"),
-        models=ModelRunner(home=folder / "home"),
-        definition=definition,
-        workflow_dir=folder,
-    )
+    reuser = reuser_of(folder, w, fast=fast, config=config)
     state = run_state(topic, inputs or {}, read_sha)
     return reuser.fingerprint(state, state.tasks["w@1"])
 
@@ -342,3 +349,16 @@ def test_the_inputs_of_a_command_count_whether_or_not_its_task_renders_them(
     command = {"command": ["true"]}
     before = print_of(tmp_path, command, inputs={"x": "1"})
     assert changed(before, print_of(tmp_path, command, inputs={"x": "2"})) == {"inputs"}
+
+
+def test_a_script_edited_between_two_tasks_of_one_process_counts(tmp_path: Path) -> None:
+    """The worker part is kept per role and code digests: the same `Reuser` (the orchestrator
+    shares one between runs) sees a script edited since its last fingerprint."""
+    code = script(tmp_path, "job.sh", "echo 1\n")
+    reuser = reuser_of(tmp_path, {"command": ["bash", str(code)]})
+    state = run_state("a topic", {}, "a" * 64)
+    before = reuser.fingerprint(state, state.tasks["w@1"])
+    script(tmp_path, "job.sh", "echo 123\n")
+    after = reuser.fingerprint(state, state.tasks["w@1"])
+    assert changed(before, after) == {"worker", f"file:{code}"}
+    assert reuser.fingerprint(state, state.tasks["w@1"]) == after
