@@ -123,7 +123,7 @@ stream = false
     if args.limits == "process":
         registry = ProviderRegistry()  # what every interlock did before buckets were shared
     else:
-        from interlock.storage.limits import open_buckets
+        from interlock.runtime.shared_limits import open_buckets
 
         url = args.store_url
         registry = ProviderRegistry(store=open_buckets(url, env={"INTERLOCK_LIMITS": url}))

@@ -161,7 +161,7 @@ class Interlock:
     async def drive_async(self, *run_ids: str, stop_when_paused: bool = True) -> None:
         """The asynchronous form of `drive`."""
         from interlock.providers import aclose_providers
-        from interlock.storage.limits import limits_shared_for
+        from interlock.runtime.shared_limits import limits_shared_for
 
         orchestrator = self.orchestrator
         for run_id in run_ids:

@@ -25,9 +25,9 @@ from interlock.providers.buckets import BucketStore, key_digest
 from interlock.providers.limits import ProviderLimiter
 from interlock.providers.redaction import Secret
 from interlock.providers.transport import HttpEndpoint
+from interlock.runtime.shared_limits import open_buckets
 from interlock.storage.buckets_pg import PostgresBuckets
 from interlock.storage.buckets_redis import RedisBuckets
-from interlock.storage.limits import open_buckets
 
 REDIS = os.environ.get("INTERLOCK_TEST_REDIS", "redis://127.0.0.1:6379/7")
 KEY = "test-key-0123456789"
@@ -282,7 +282,7 @@ def test_a_worker_shares_its_limits_and_a_driven_run_lends_them_back(pg_database
     runs driven on a PostgreSQL ledger share them only while they are driven, then the
     process's own buckets come back (a SQLite ledger changes nothing)."""
     from interlock.providers import factory
-    from interlock.storage.limits import limits_shared_for, share_limits_for
+    from interlock.runtime.shared_limits import limits_shared_for, share_limits_for
 
     before = factory._default_registry.store
     assert not before.shared

@@ -100,7 +100,7 @@ def run_worker(
     # a lease in; turns carry many outcomes): a pool that grows to this many is enough.
     store = open_shared(url, pool_size=min(sum(slots[k] for k in kinds), POOL_MOST) + 2)
     # Rate limits shared by the fleet: in Redis when the worker uses it, else in the store.
-    from interlock.storage.limits import share_limits_for
+    from interlock.runtime.shared_limits import share_limits_for
 
     share_limits_for(url, redis_url=redis_url)
     name = f"worker:{new_owner()}"

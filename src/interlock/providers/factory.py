@@ -187,7 +187,7 @@ def build_provider(resolved: ResolvedModel, config: ModelConfig) -> Provider:
 
 def share_limits(store: BucketStore) -> BucketStore:
     """Keep this process's per-minute rate limits in `store` (from
-    `interlock.storage.limits.open_buckets`): a fleet worker shares them with every process
+    `interlock.runtime.shared_limits.open_buckets`): a fleet worker shares them with every process
     on the same PostgreSQL database or Redis server. Returns the store used until now."""
     return _default_registry.share_limits(store)
 

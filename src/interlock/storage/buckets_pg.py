@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from interlock.providers.buckets import Ask, Grant
+from interlock.core.buckets import Ask, Grant
 from interlock.providers.redaction import safe_url
 from interlock.storage.postgres import PostgresStore
 

@@ -11,7 +11,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from interlock.providers.buckets import Ask, Grant
+from interlock.core.buckets import Ask, Grant
 from interlock.providers.redaction import safe_url
 
 DEFAULT_PREFIX = "interlock:bucket:"
