@@ -18,12 +18,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from interlock.core.experiments import VariantPlan, base_plan, plan
+from interlock.errors import UsageError
 from interlock.runtime.batches import BatchRunner, Snapshot
-from interlock.storage.batches import BatchRecord, batch_ledger
+from interlock.storage.batches import BatchRecord, BatchRow, batch_ledger
 
 if TYPE_CHECKING:
     from interlock.api import Interlock
     from interlock.core.loader import Definition
+    from interlock.core.metrics import RowOutcome
     from interlock.runtime.models import ModelRunner
 
 
@@ -102,3 +104,90 @@ def plans(
             )
         )
     return found
+
+
+def outcomes(definition: Definition, rows: list[BatchRow]) -> list[RowOutcome]:
+    """Each row as compare reads it, its metrics computed from its run's recorded values
+    with `definition`'s `metrics:` (a row kept before every worker's values were: its final
+    worker's alone)."""
+    from interlock.core.batches import fold, row_status
+    from interlock.core.metrics import RowOutcome, row_metrics
+
+    pipeline = definition.pipeline
+    final = pipeline.final_worker.role
+    progress = fold([r.view for r in rows], max_cost_usd=None)
+    found = []
+    for row in rows:
+        result = row.result or {}
+        status = row_status(row.view, progress).value
+        metrics: dict[str, Any] = {}
+        if status == "delivered" and pipeline.metrics:
+            roles = result.get("roles") or {final: result.get("values") or {}}
+            metrics = row_metrics(
+                pipeline.metrics, topic=row.topic, inputs=row.inputs, roles=roles
+            ).values
+        seconds = result.get("seconds")
+        found.append(
+            RowOutcome(
+                number=row.view.number,
+                run_id=row.view.run_id,
+                status=status,
+                cost_usd=row.view.cost_usd,
+                tokens=row.view.tokens,
+                seconds=float(seconds) if isinstance(seconds, int | float) else None,
+                metrics=metrics,
+            )
+        )
+    return found
+
+
+def comparison(
+    variants: list[tuple[str, BatchRecord, Definition, list[RowOutcome]]],
+    *,
+    by: str | None,
+    limit: int,
+) -> dict[str, Any]:
+    """The comparison of variants as JSON: each one summed up, then the rows where they
+    differ most by `by` (default: the first metric with a number)."""
+    from interlock.core.metrics import differences, first_numeric, summarize_variant
+
+    names: list[str] = []
+    for _, _, definition, _ in variants:
+        names += [m for m in definition.pipeline.metrics if m not in names]
+    if by is not None and by not in names:
+        raise UsageError(
+            f"--by {by!r}: no metric of that name; the metrics are {', '.join(names) or 'none'}"
+            " (declare them under the pipeline's 'metrics:')"
+        )
+    summaries = [summarize_variant(n, r.batch_id, rows, names) for n, r, _, rows in variants]
+    metric = by or first_numeric(names, summaries)
+    diffs = differences([(n, rows) for n, _, _, rows in variants], metric, limit) if metric else []
+    return {
+        "metrics": names,
+        "by": metric,
+        "variants": [
+            {
+                "variant": s.name,
+                "batch_id": s.batch_id,
+                "rows": s.rows,
+                "delivered": s.delivered,
+                "failed": s.failed,
+                "cost_usd": round(s.cost_usd, 6),
+                "tokens": s.tokens,
+                "p50_seconds": s.p50_seconds,
+                "p95_seconds": s.p95_seconds,
+                "metrics": {m.name: m.as_json() for m in s.metrics},
+            }
+            for s in summaries
+        ],
+        "differences": [
+            {
+                "row": d.number,
+                "spread": d.spread,
+                "high": {"variant": d.high[0], "run_id": d.high[1], "value": d.high[2]},
+                "low": {"variant": d.low[0], "run_id": d.low[1], "value": d.low[2]},
+                "diff": f"interlock diff {d.low[1]} {d.high[1]}",
+            }
+            for d in diffs
+        ],
+    }
