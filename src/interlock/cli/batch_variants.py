@@ -76,7 +76,7 @@ def _same_inputs(file: str, base: Definition, name: str, path: str, variant: Def
     raise VariantError(
         f"--variant {name}={path}: pipeline {base.name!r} declares other inputs than in {file} "
         f"(it {'; '.join(said)}): a variant runs the same rows, so declare the same inputs "
-        "(give a new input a default in both files)"
+        "in both files"
     )
 
 
