@@ -120,3 +120,31 @@ def test_the_plan_names_what_a_variant_reuses(app: Interlock, project: Path) -> 
         ("base", 3, ()),
         ("edited", 1, ("researcher-a", "researcher-b")),
     ]
+
+
+def test_variant_rows_wait_for_base_rows_cancelled_before_they_started(
+    app: Interlock, project: Path, server: FakeServer
+) -> None:
+    """A base row cancelled before its run started has nothing to reuse: its variant row
+    does not run afresh; the drive ends with it waiting, and nothing is called."""
+    base = load_workflow(project / "research.json").get("research")
+    edited = load_workflow(project / "edited.json").get("research")
+    rows = [RowInputs(number=n, topic=f"topic {n}", inputs={}) for n in (1, 2)]
+    record_batch(
+        app,
+        base,
+        rows,
+        batch_id="c",
+        inputs_file="rows.csv",
+        concurrency=4,
+        max_cost_usd=None,
+        now=time.time(),
+        variants=[("edited", edited)],
+    )
+    batch_ledger(app.store).cancel_batch("c", time.time())
+    snapshots = asyncio.run(ExperimentRunner(app, ["c", "c-edited"]).run())
+    assert [s.progress.counts for s in snapshots] == [
+        {RowStatus.CANCELLED: 2},
+        {RowStatus.WAITING: 2},
+    ]
+    assert server.requests == []

@@ -209,6 +209,11 @@ def status(ctx: Ctx, batch_id: str, as_json: bool, width: int) -> None:
     progress = fold([r.view for r in rows], max_cost_usd=record.max_cost_usd)
     out.print(status_table(rows, progress, width=width), soft_wrap=True)
     out.print(f"batch {batch_id} ({record.pipeline}): {progress_line(progress, None)}")
+    if record.experiment is not None:
+        out.print(
+            f"variant {record.variant} of experiment {record.experiment}: "
+            f"'interlock compare {record.experiment}' compares its variants"
+        )
 
 
 @batch.command()
@@ -216,7 +221,8 @@ def status(ctx: Ctx, batch_id: str, as_json: bool, width: int) -> None:
 @pass_ctx
 @handle_errors
 def cancel(ctx: Ctx, batch_id: str) -> None:
-    """Cancel a batch: rows not started are marked cancelled, runs in flight are stopped."""
+    """Cancel a batch: rows not started are marked cancelled, runs in flight are stopped (an
+    experiment's id: every variant's)."""
     import asyncio
     import time
 
@@ -227,11 +233,16 @@ def cancel(ctx: Ctx, batch_id: str) -> None:
 
     app = opened(ctx, batch_id)
     ledger = batch_ledger(app.store)
-    ledger.get_batch(batch_id)
-    unstarted = ledger.cancel_batch(batch_id, time.time())
+    record = ledger.get_batch(batch_id)
+    # The experiment's id (its base batch's) cancels every variant with it.
+    group = [batch_id]
+    if record.experiment == batch_id:
+        group = [b.batch_id for b in ledger.experiment_batches(batch_id)]
+    unstarted = sum(ledger.cancel_batch(b, time.time()) for b in group)
     flying = [
         r.view.run_id
-        for r in ledger.rows(batch_id)
+        for b in group
+        for r in ledger.rows(b)
         if r.view.run_id is not None and r.view.run_status not in (*RUN_ENDED, None)
     ]
     undriven = []
@@ -301,8 +312,9 @@ def batches(ctx: Ctx, limit: int) -> None:
     for record in records:
         progress = fold(ledger.views(record.batch_id), max_cost_usd=record.max_cost_usd)
         counts = progress.counts
+        variant = f" [{record.variant}]" if record.experiment is not None else ""
         table.add_row(
-            record.batch_id + (" (cancelled)" if record.cancelled_at else ""),
+            record.batch_id + variant + (" (cancelled)" if record.cancelled_at else ""),
             record.pipeline,
             when(record.created_at),
             str(record.rows),

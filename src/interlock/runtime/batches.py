@@ -32,6 +32,7 @@ from interlock.core.batches import (
     BatchProgress,
     Held,
     RowInputs,
+    RowState,
     RowStatus,
     RowView,
     fold,
@@ -396,8 +397,12 @@ class BatchRunner:
             return None, True
         base = self.ledger.get_batch(self.base_id)
         views = self.ledger.views(self.base_id)
+        # A base row cancelled before it started has nothing to reuse and was not meant
+        # to run: its variant rows wait (a refused one runs them afresh).
         ended = (RowStatus.DELIVERED, RowStatus.FAILED, RowStatus.CANCELLED)
-        ready = frozenset(v.number for v in views if v.status in ended)
+        ready = frozenset(
+            v.number for v in views if v.status in ended and v.state is not RowState.CANCELLED
+        )
         for view in views:
             if view.number in ready and view.run_id is not None and view.run_status in RUN_ENDED:
                 self._sources[view.number] = view.run_id
