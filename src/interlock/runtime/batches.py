@@ -207,6 +207,8 @@ def batch_summary(record: BatchRecord, progress: BatchProgress) -> dict[str, Any
         "tokens": progress.tokens,
         "cancelled": record.cancelled_at is not None,
         "settled": progress.settled,
+        "experiment": record.experiment,  # its experiment's id (None: a batch of its own)
+        "variant": record.variant,
     }
 
 

@@ -56,9 +56,16 @@ class ExperimentRunner:
     async def run(self) -> list[Snapshot]:
         """Feed every batch beside one orchestrator loop; each one's last snapshot."""
         orchestrator = self.app.orchestrator
-        for runner in self.runners:
-            runner.on_progress = self.on_progress
-            runner.hold()
+        held: list[BatchRunner] = []
+        try:
+            for runner in self.runners:
+                runner.on_progress = self.on_progress
+                runner.hold()
+                held.append(runner)
+        except BaseException:  # another process drives one of them: hand the others back
+            for runner in held:
+                runner.ledger.release_batch(runner.batch.batch_id, orchestrator.owner)
+            raise
         stop = asyncio.Event()
         loop = asyncio.create_task(orchestrator.serve_forever(stop))
         try:
