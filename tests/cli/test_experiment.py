@@ -124,5 +124,9 @@ def test_an_experiment_reuses_the_shared_writer_and_compares_the_reviews(
     assert top["diff"] == "interlock diff ex-strict-r5 ex-r5"
     text = CliRunner().invoke(cli, [*home, "compare", "ex", "ex-strict", "--by", "passed"])
     assert "rows that differ most by passed:" in text.output
+    exported = CliRunner().invoke(cli, [*home, "batch", "export", "ex", "-o", "out.jsonl"])
+    assert exported.exit_code == 0, exported.output
+    first = json.loads((tmp_path / "out.jsonl").read_text().splitlines()[0])
+    assert first["metrics"] == {"passed": True, "score": 5.0}
     wrong = CliRunner().invoke(cli, [*home, "compare", "ex", "--by", "nope"])
     assert wrong.exit_code == 2 and "the metrics are passed, score" in wrong.output

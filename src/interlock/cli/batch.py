@@ -267,7 +267,8 @@ def cancel(ctx: Ctx, batch_id: str) -> None:
 @pass_ctx
 @handle_errors
 def export_rows(ctx: Ctx, batch_id: str, output: str) -> None:
-    """Write every row: inputs, status, final output, extracted values, cost, tokens, run."""
+    """Write every row: inputs, status, final output, extracted values, metrics, cost,
+    tokens, run."""
     from interlock.cli.batch_files import write_results
     from interlock.core.batches import fold
     from interlock.runtime.batches import row_record
@@ -276,10 +277,13 @@ def export_rows(ctx: Ctx, batch_id: str, output: str) -> None:
     record, rows = read_batch(ctx, batch_id)
     home = Home.at(ctx.home)
     progress = fold([r.view for r in rows], max_cost_usd=record.max_cost_usd)
+    metrics = row_metrics_of(ctx, record, rows)
     records = []
     for row in rows:
         body = row_record(row, progress)
         body["output"] = final_text(home, row)
+        if metrics is not None:  # the pipeline declares `metrics:`
+            body["metrics"] = metrics[row.view.number]
         records.append(body)
     write_results(output, records)
     out.print(f"{len(records)} row(s) written to {output}")
@@ -390,6 +394,20 @@ def read_batch(ctx: Ctx, batch_id: str) -> tuple[BatchRecord, list[BatchRow]]:
 
         rows = row_results(ctx.app, batch_definition(ctx.app, record), rows)
     return record, rows
+
+
+def row_metrics_of(
+    ctx: Ctx, record: BatchRecord, rows: list[BatchRow]
+) -> dict[int, dict[str, Any]] | None:
+    """Each row's metrics (row -> name -> value; a row not delivered has none), or None
+    when the batch's pipeline declares no `metrics:`."""
+    from interlock.runtime.batches import batch_definition
+    from interlock.runtime.experiments import outcomes
+
+    definition = batch_definition(ctx.app, record)
+    if not definition.pipeline.metrics:
+        return None
+    return {o.number: dict(o.metrics) for o in outcomes(definition, rows)}
 
 
 def final_text(home: Home, row: BatchRow) -> str | None:
