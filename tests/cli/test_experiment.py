@@ -130,3 +130,17 @@ def test_an_experiment_reuses_the_shared_writer_and_compares_the_reviews(
     assert first["metrics"] == {"passed": True, "score": 5.0}
     wrong = CliRunner().invoke(cli, [*home, "compare", "ex", "--by", "nope"])
     assert wrong.exit_code == 2 and "the metrics are passed, score" in wrong.output
+
+
+def test_an_experiment_without_a_variant_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`interlock experiment` needs a --variant: without one it says so (exit 2), recording
+    nothing (`interlock batch` is the plain batch)."""
+    setup(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    home = tmp_path / "home"
+    args = ["--home", str(home), "experiment", "base.yaml", "p", "--inputs", "rows.csv"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2 and "give --variant NAME=FILE" in result.output
+    assert not home.exists()

@@ -99,6 +99,11 @@ def start(
     if pipeline is None:
         names = ", ".join(sorted(workflow.definitions))
         raise click.UsageError(f"{file}: name the pipeline to run ({names})")
+    if not variant_specs and click.get_current_context().info_name == "experiment":
+        raise click.UsageError(
+            "an experiment runs the rows through variants: give --variant NAME=FILE (once or "
+            "more); without one, 'interlock batch' runs a plain batch"
+        )
     definition = workflow.get(pipeline)
     rows = read_rows(inputs_file, definition, topic_field)
     from interlock.cli.batch_variants import load_variants, print_plan, variant_ids
