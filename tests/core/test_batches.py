@@ -169,3 +169,17 @@ def test_further_checks_refuse_their_rows() -> None:
     assert [
         r.inputs for r in check_rows("d.csv", "p", DECLARED, rows, topic_field=None, also=late)
     ] == [{"text": "a"}]
+
+
+def test_a_variants_rows_start_only_once_their_base_rows_are_ready() -> None:
+    """`ready` holds back the rows whose base row has not ended, saying so (`Held.BASE`);
+    the concurrency still bounds those that may start."""
+    views = [RowView(number=n, state=RowState.PENDING, tries=1) for n in range(1, 6)]
+    held = next_starts(views, concurrency=4, max_cost_usd=None, cancelled=False, ready=set())
+    assert (held.rows, held.held) == ((), Held.BASE)
+    some = next_starts(views, concurrency=4, max_cost_usd=None, cancelled=False, ready={2, 4})
+    assert (some.rows, some.held) == ((2, 4), Held.BASE)
+    full = next_starts(views, concurrency=1, max_cost_usd=None, cancelled=False, ready={2, 4})
+    assert (full.rows, full.held) == ((2,), Held.CONCURRENCY)
+    every = next_starts(views, concurrency=9, max_cost_usd=None, cancelled=False, ready=range(9))
+    assert (every.rows, every.held) == ((1, 2, 3, 4, 5), None)

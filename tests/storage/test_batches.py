@@ -160,3 +160,38 @@ def test_a_pruned_run_keeps_its_rows_status(store: Store) -> None:
     assert [r.run_id for r in receipts] == ["b1-r1"]
     assert ledger.views("b1")[0].status is RowStatus.DELIVERED
     assert ledger.rows("b1")[0].view.status is RowStatus.DELIVERED
+
+
+def test_an_experiments_variants_are_recorded_with_the_same_rows_or_not_at_all(
+    store: Store,
+) -> None:
+    """The base batch and its variants are one transaction: each holds every row, they are
+    found by the experiment's id (the base first), and a taken variant id records none."""
+    from dataclasses import replace
+
+    ledger = batch_ledger(store)
+    base = replace(new_batch("e"), experiment="e", variant="base")
+    variants = [
+        replace(new_batch("e-zz"), experiment="e", variant="zz", definition_hash="h-2"),
+        replace(new_batch("e-aa"), experiment="e", variant="aa"),
+    ]
+    ledger.create_batch(base, ROWS, also=variants)
+    found = ledger.experiment_batches("e")
+    assert [(b.batch_id, b.variant, b.experiment) for b in found] == [
+        ("e", "base", "e"),
+        ("e-aa", "aa", "e"),
+        ("e-zz", "zz", "e"),
+    ]
+    assert [r.topic for r in ledger.rows("e-zz")] == ["one", "two", "three"]
+    assert ledger.get_batch("e-zz").definition_hash == "h-2"
+    ledger.create_batch(new_batch("solo"), ROWS)
+    assert ledger.get_batch("solo").experiment is None
+    with pytest.raises(BatchExists, match="'solo' already exists"):
+        ledger.create_batch(
+            replace(new_batch("f"), experiment="f", variant="base"),
+            ROWS,
+            also=[replace(new_batch("solo"), experiment="f", variant="x")],
+        )
+    with pytest.raises(BatchNotFound):
+        ledger.get_batch("f")
+    assert ledger.experiment_batches("f") == []

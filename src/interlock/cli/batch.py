@@ -56,6 +56,13 @@ def batch() -> None:
 @click.option("--batch-id", help="Choose the batch id (default: generated).")
 @click.option("--max-cost-usd", type=BUDGET, help="The batch's budget: no row starts past it.")
 @click.option("--dry-run", is_flag=True, help="Check the rows and print the quote; record nothing.")
+@click.option(
+    "--variant",
+    "variant_specs",
+    multiple=True,
+    metavar="NAME=FILE",
+    help="An experiment: the same rows through FILE's pipeline too, its shared tasks reused.",
+)
 @pass_ctx
 @handle_errors
 def start(
@@ -68,8 +75,14 @@ def start(
     batch_id: str | None,
     max_cost_usd: float | None,
     dry_run: bool,
+    variant_specs: tuple[str, ...],
 ) -> None:
-    """Check every row of --inputs, record the batch, then run its rows."""
+    """Check every row of --inputs, record the batch, then run its rows.
+
+    With --variant NAME=FILE (several allowed), an experiment: every row runs through the
+    first file's pipeline (the variant `base`) and through each variant's; a variant's task
+    whose fingerprint equals the base row's is reused, not paid again.
+    """
     import time
 
     from interlock.cli.base import install_terminate_handler
@@ -86,14 +99,27 @@ def start(
     if pipeline is None:
         names = ", ".join(sorted(workflow.definitions))
         raise click.UsageError(f"{file}: name the pipeline to run ({names})")
+    if not variant_specs and click.get_current_context().info_name == "experiment":
+        raise click.UsageError(
+            "an experiment runs the rows through variants: give --variant NAME=FILE (once or "
+            "more); without one, 'interlock batch' runs a plain batch"
+        )
     definition = workflow.get(pipeline)
     rows = read_rows(inputs_file, definition, topic_field)
+    from interlock.cli.batch_variants import load_variants, print_plan, variant_ids
+
+    variants = load_variants(file, definition, variant_specs, inputs_file, topic_field)
     if batch_id is not None:
-        check_batch_id(batch_id)
-        refuse_taken_id(ctx, batch_id)
-    refuse_broken_config(ModelRunner(Home.at(ctx.home).root), definition)
-    refuse_unrunnable_calls(file, pipeline, definition)
+        for one in variant_ids(batch_id, variants):
+            check_batch_id(one)
+            refuse_taken_id(ctx, one)
+    models = ModelRunner(Home.at(ctx.home).root)
+    for each in (definition, *(d for _, d in variants)):
+        refuse_broken_config(models, each)
+        refuse_unrunnable_calls(each.source or file, pipeline, each)
     quote_batch(file, definition, rows, Home.at(ctx.home).root, max_cost_usd, full=dry_run)
+    if variants:
+        print_plan(models, definition, variants, len(rows), stream=out if dry_run else err)
     if dry_run:
         out.print(f"dry run: {len(rows)} row(s) of {inputs_file} are valid; nothing was recorded")
         return
@@ -101,17 +127,26 @@ def start(
     ctx.check_ahead()
     app = ctx.app
     now = time.time()
+    # An experiment's generated id leaves room for its variants' names after it.
+    named = definition.name[:8] if variants else definition.name
     record = record_batch(
         app,
         definition,
         rows,
-        batch_id=batch_id or new_batch_id(definition.name, now),
+        batch_id=batch_id or new_batch_id(named, now),
         inputs_file=str(Path(inputs_file).absolute()),
         concurrency=concurrency,
         max_cost_usd=max_cost_usd,
         now=now,
+        variants=variants,
     )
     err.print(f"batch {record.batch_id}: {record.rows} row(s) of pipeline {pipeline!r} recorded")
+    if variants:
+        err.print(
+            f"experiment {record.batch_id}: variants "
+            + ", ".join(variant_ids(record.batch_id, variants))
+            + f"; compare them with 'interlock compare {record.batch_id}'"
+        )
     sys.exit(drive(app, record.batch_id))
 
 
@@ -179,6 +214,11 @@ def status(ctx: Ctx, batch_id: str, as_json: bool, width: int) -> None:
     progress = fold([r.view for r in rows], max_cost_usd=record.max_cost_usd)
     out.print(status_table(rows, progress, width=width), soft_wrap=True)
     out.print(f"batch {batch_id} ({record.pipeline}): {progress_line(progress, None)}")
+    if record.experiment is not None:
+        out.print(
+            f"variant {record.variant} of experiment {record.experiment}: "
+            f"'interlock compare {record.experiment}' compares its variants"
+        )
 
 
 @batch.command()
@@ -186,7 +226,8 @@ def status(ctx: Ctx, batch_id: str, as_json: bool, width: int) -> None:
 @pass_ctx
 @handle_errors
 def cancel(ctx: Ctx, batch_id: str) -> None:
-    """Cancel a batch: rows not started are marked cancelled, runs in flight are stopped."""
+    """Cancel a batch: rows not started are marked cancelled, runs in flight are stopped (an
+    experiment's id: every variant's)."""
     import asyncio
     import time
 
@@ -197,11 +238,16 @@ def cancel(ctx: Ctx, batch_id: str) -> None:
 
     app = opened(ctx, batch_id)
     ledger = batch_ledger(app.store)
-    ledger.get_batch(batch_id)
-    unstarted = ledger.cancel_batch(batch_id, time.time())
+    record = ledger.get_batch(batch_id)
+    # The experiment's id (its base batch's) cancels every variant with it.
+    group = [batch_id]
+    if record.experiment == batch_id:
+        group = [b.batch_id for b in ledger.experiment_batches(batch_id)]
+    unstarted = sum(ledger.cancel_batch(b, time.time()) for b in group)
     flying = [
         r.view.run_id
-        for r in ledger.rows(batch_id)
+        for b in group
+        for r in ledger.rows(b)
         if r.view.run_id is not None and r.view.run_status not in (*RUN_ENDED, None)
     ]
     undriven = []
@@ -226,7 +272,8 @@ def cancel(ctx: Ctx, batch_id: str) -> None:
 @pass_ctx
 @handle_errors
 def export_rows(ctx: Ctx, batch_id: str, output: str) -> None:
-    """Write every row: inputs, status, final output, extracted values, cost, tokens, run."""
+    """Write every row: inputs, status, final output, extracted values, metrics, cost,
+    tokens, run."""
     from interlock.cli.batch_files import write_results
     from interlock.core.batches import fold
     from interlock.runtime.batches import row_record
@@ -235,10 +282,13 @@ def export_rows(ctx: Ctx, batch_id: str, output: str) -> None:
     record, rows = read_batch(ctx, batch_id)
     home = Home.at(ctx.home)
     progress = fold([r.view for r in rows], max_cost_usd=record.max_cost_usd)
+    metrics = row_metrics_of(ctx, record, rows)
     records = []
     for row in rows:
         body = row_record(row, progress)
         body["output"] = final_text(home, row)
+        if metrics is not None:  # the pipeline declares `metrics:`
+            body["metrics"] = metrics[row.view.number]
         records.append(body)
     write_results(output, records)
     out.print(f"{len(records)} row(s) written to {output}")
@@ -271,8 +321,9 @@ def batches(ctx: Ctx, limit: int) -> None:
     for record in records:
         progress = fold(ledger.views(record.batch_id), max_cost_usd=record.max_cost_usd)
         counts = progress.counts
+        variant = f" [{record.variant}]" if record.experiment is not None else ""
         table.add_row(
-            record.batch_id + (" (cancelled)" if record.cancelled_at else ""),
+            record.batch_id + variant + (" (cancelled)" if record.cancelled_at else ""),
             record.pipeline,
             when(record.created_at),
             str(record.rows),
@@ -350,6 +401,20 @@ def read_batch(ctx: Ctx, batch_id: str) -> tuple[BatchRecord, list[BatchRow]]:
     return record, rows
 
 
+def row_metrics_of(
+    ctx: Ctx, record: BatchRecord, rows: list[BatchRow]
+) -> dict[int, dict[str, Any]] | None:
+    """Each row's metrics (row -> name -> value; a row not delivered has none), or None
+    when the batch's pipeline declares no `metrics:`."""
+    from interlock.runtime.batches import batch_definition
+    from interlock.runtime.experiments import outcomes
+
+    definition = batch_definition(ctx.app, record)
+    if not definition.pipeline.metrics:
+        return None
+    return {o.number: dict(o.metrics) for o in outcomes(definition, rows)}
+
+
 def final_text(home: Home, row: BatchRow) -> str | None:
     """The text of the final.md a row's run delivered (None: none, or not on this disk)."""
     run_id = row.view.run_id
@@ -407,7 +472,11 @@ def drive(app: Interlock, batch_id: str) -> int:
 
     from interlock.cli.batch_view import BatchProgressView, progress_line
     from interlock.runtime.batches import BatchRunner
+    from interlock.runtime.experiments import experiment_of
 
+    group = experiment_of(app, batch_id)
+    if len(group) > 1:
+        return drive_experiment(app, [b.batch_id for b in group])
     runner = BatchRunner(app, batch_id)
     snapshot: Snapshot | None = None
     try:
@@ -419,9 +488,48 @@ def drive(app: Interlock, batch_id: str) -> int:
         return int(ExitCode.INTERRUPTED)
     progress = snapshot.progress
     out.print(f"batch {batch_id}: {progress_line(progress, None)}", soft_wrap=True)
+    return exit_code(batch_id, progress.counts)
+
+
+def drive_experiment(app: Interlock, batch_ids: list[str]) -> int:
+    """Drive an experiment's batches together (plain progress lines, one per ended row,
+    whose run ids name the variant); the exit code as for a batch, over all of them."""
+    import asyncio
+
+    from interlock.cli.batch_view import BatchProgressView, progress_line
+    from interlock.core.batches import RowStatus
+    from interlock.runtime.experiments import ExperimentRunner
+
+    views = {b: BatchProgressView(b) for b in batch_ids}
+    for view in views.values():
+        view.terminal = False  # one live display cannot show several batches
+    runner = ExperimentRunner(app, batch_ids, on_progress=lambda s: views[s.batch.batch_id](s))
+    try:
+        snapshots = asyncio.run(_run(runner))
+    except KeyboardInterrupt:
+        err.print(f"interrupted: 'interlock batch resume {batch_ids[0]}' goes on")
+        return int(ExitCode.INTERRUPTED)
+    counts: dict[RowStatus, int] = {}
+    for snapshot in snapshots:
+        progress = snapshot.progress
+        out.print(f"batch {snapshot.batch.batch_id}: {progress_line(progress, None)}")
+        for status, count in progress.counts.items():
+            counts[status] = counts.get(status, 0) + count
+    if counts.get(RowStatus.WAITING):  # a variant's rows wait for base rows that wait
+        err.print(
+            f"rows wait for their base rows: 'interlock batch status {batch_ids[0]}' shows "
+            f"why; 'interlock batch resume {batch_ids[0]}' goes on",
+            soft_wrap=True,
+        )
+        return int(ExitCode.PAUSED)
+    return exit_code(batch_ids[0], counts)
+
+
+def exit_code(batch_id: str, counts: Any) -> int:
+    """How a driven batch ended: 0 every row delivered, 1 a row failed or was cancelled,
+    3 rows wait (an approval, the budget)."""
     from interlock.core.batches import RowStatus
 
-    counts = progress.counts
     if counts.get(RowStatus.FAILED) or counts.get(RowStatus.CANCELLED):
         if counts.get(RowStatus.FAILED):
             err.print(
@@ -447,7 +555,7 @@ def drive(app: Interlock, batch_id: str) -> int:
     return int(ExitCode.OK)
 
 
-async def _run(runner: Any) -> Snapshot:
+async def _run(runner: Any) -> Any:
     """The runner, with SIGTERM turned into an interrupt that stops the runs' tasks first."""
     import asyncio
     import signal
@@ -465,8 +573,7 @@ async def _run(runner: Any) -> Snapshot:
 
     loop.add_signal_handler(signal.SIGTERM, on_terminate)
     try:
-        snapshot: Snapshot = await runner.run()
-        return snapshot
+        return await runner.run()
     except asyncio.CancelledError:
         if terminated:
             raise KeyboardInterrupt from None
@@ -476,4 +583,12 @@ async def _run(runner: Any) -> Snapshot:
         signal.signal(signal.SIGTERM, terminate_as_interrupt)
 
 
-COMMANDS = [batch, batches]
+experiment = click.Command(
+    "experiment",
+    callback=start.callback,
+    params=start.params,
+    help="Run the same rows through several variants of a pipeline (--variant NAME=FILE), "
+    "reusing what they share; short for 'interlock batch FILE ... --variant ...'.",
+)
+
+COMMANDS = [batch, batches, experiment]

@@ -35,14 +35,17 @@ def write_results(output: str, records: list[dict[str, Any]]) -> None:
 
 
 def csv_text(records: list[dict[str, Any]]) -> str:
-    """One row a record: the fixed columns, then `input.NAME` and `value.NAME` columns for
-    every input and extracted value any row has, then `failure` and `output`."""
+    """One row a record: the fixed columns, then `input.NAME`, `value.NAME` and `metric.NAME`
+    columns for every input, extracted value and metric any row has, then `failure` and
+    `output`."""
     inputs = list(dict.fromkeys(k for r in records for k in r.get("inputs", {})))
     values = list(dict.fromkeys(k for r in records for k in r.get("values", {})))
+    metrics = list(dict.fromkeys(k for r in records for k in r.get("metrics", {})))
     header = [
         *FIXED,
         *(f"input.{k}" for k in inputs),
         *(f"value.{k}" for k in values),
+        *(f"metric.{k}" for k in metrics),
         "failure",
         "output",
     ]
@@ -53,6 +56,7 @@ def csv_text(records: list[dict[str, Any]]) -> str:
                 *(r.get(k) for k in FIXED),
                 *(_cell(r["inputs"].get(k)) for k in inputs),
                 *(_cell(r["values"].get(k)) for k in values),
+                *(_cell(r.get("metrics", {}).get(k)) for k in metrics),
                 r.get("failure") or "",
                 r.get("output") or "",
             ]

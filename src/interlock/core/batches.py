@@ -17,7 +17,7 @@ import csv
 import difflib
 import io
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -188,6 +188,7 @@ class Held(StrEnum):
     CONCURRENCY = "concurrency"  # --concurrency runs are in flight
     BUDGET = "budget"  # the spend reached --max-cost-usd
     CANCELLED = "cancelled"  # the batch was cancelled
+    BASE = "base"  # a variant's rows wait for the base rows they reuse to end
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -204,10 +205,12 @@ def next_starts(
     concurrency: int,
     max_cost_usd: float | None,
     cancelled: bool,
+    ready: Collection[int] | None = None,
 ) -> Starts:
     """The rows to start now: waiting rows in row order (a batch reads as its file does),
     as many as leave at most `concurrency` runs in flight, none once the batch is cancelled
-    or its spend reached its budget."""
+    or its spend reached its budget. `ready`: the rows that may start at all (a variant's
+    rows whose base row has ended); None: every row."""
     if cancelled:
         return Starts(rows=(), held=Held.CANCELLED)
     progress = fold(views, max_cost_usd=max_cost_usd)
@@ -216,9 +219,16 @@ def next_starts(
         return Starts(rows=(), held=Held.NOTHING_LEFT)
     if progress.over_budget:
         return Starts(rows=(), held=Held.BUDGET)
+    startable = waiting if ready is None else [n for n in waiting if n in ready]
     room = max(0, concurrency - progress.running)
-    chosen = tuple(waiting[:room])
-    return Starts(rows=chosen, held=Held.CONCURRENCY if len(chosen) < len(waiting) else None)
+    chosen = tuple(startable[:room])
+    if len(chosen) < len(startable):
+        held: Held | None = Held.CONCURRENCY
+    elif len(chosen) < len(waiting):
+        held = Held.BASE
+    else:
+        held = None
+    return Starts(rows=chosen, held=held)
 
 
 def run_id_of(batch_id: str, row: int, attempt: int) -> str:

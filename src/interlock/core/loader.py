@@ -266,7 +266,7 @@ _NAME = r"(?:'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")"
 _PIPELINE_PLACE = re.compile(rf"pipeline (?P<name>{_NAME})")
 _PLACE_PART = re.compile(
     rf", (?:phase (?P<phase>{_NAME})|worker (?P<worker>{_NAME})|next rule (?P<rule>\d+)"
-    r"|(?P<key>for_each|not_before|concurrency|inputs)\b)"
+    r"|(?P<key>for_each|not_before|concurrency|inputs|metrics)\b)"
 )
 
 _PROBLEM_KEY = re.compile(
@@ -325,6 +325,9 @@ def _place_path(problem: str, data: Any) -> list[Any]:
             continue
         else:
             path.append(part["key"])
+            metric = re.match(rf" (?P<name>{_NAME})", problem[position:])
+            if part["key"] == "metrics" and metric is not None:  # the metric's own line
+                path.append(_quoted(metric["name"]))
             break
         key = "id" if field == "phases" else "role"
         value = _quoted(wanted)

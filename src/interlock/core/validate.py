@@ -109,6 +109,35 @@ def validate_pipeline(name: str, pipeline: Pipeline) -> list[str]:
     problems += _check_concurrency(where, pipeline)
     problems += _check_task_keys(where, pipeline)
     problems += check_children(where, pipeline)
+    problems += _check_metrics(where, pipeline, set(roles))
+    return problems
+
+
+def _check_metrics(where: str, pipeline: Pipeline, roles: set[str]) -> list[str]:
+    """A metric is a name and a CEL expression that reads only extracted values, the topic
+    and inputs (what a delivered run's record keeps)."""
+    from interlock.core.metrics import METRIC_ROOTS, metric_name_problem
+
+    problems = []
+    known = METRIC_ROOTS | {r for r in roles if r.isidentifier()}
+    for name, expression in pipeline.metrics.items():
+        place = f"{where}, metrics {name!r}"
+        bad_name = metric_name_problem(name)
+        if bad_name is not None:
+            problems.append(f"{place}: {bad_name}")
+        try:
+            compiled = compile_expression(expression)
+        except ExpressionError as exc:
+            problems.append(f"{place}: {exc}")
+            continue
+        problems += [f"{place}: {p}" for p in input_problems(pipeline, expression)]
+        problems += [f"{place}: {p}" for p in value_problems(pipeline, expression)]
+        for unknown in sorted(compiled.names - known):
+            problems.append(
+                f"{place}: expression {expression!r} reads {unknown!r}, which is not a role, "
+                f"'topic', 'inputs' or 'roles'{_suggest(unknown, sorted(known))}; a metric "
+                "reads the values workers extract, e.g. reviewer.score"
+            )
     return problems
 
 

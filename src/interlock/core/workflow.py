@@ -605,6 +605,10 @@ class Pipeline(_Model):
     cache: bool | Cache | None = None  # for every worker that does not say otherwise
     # Environment variables every command worker of the pipeline gets (see `Worker.env`).
     env: list[str] = Field(default_factory=list, exclude_if=lambda value: not value)
+    # What a delivered run scores, name -> CEL over extracted values (`reviewer.score`): read
+    # by `interlock compare`. Left out of the canonical form when empty, so that a pipeline
+    # without metrics hashes as before.
+    metrics: dict[str, str] = Field(default_factory=dict, exclude_if=lambda value: not value)
 
     @field_validator("cache", mode="before")
     @classmethod

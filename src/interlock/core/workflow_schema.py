@@ -36,6 +36,8 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "own 'env' names.",
         "max_rejections": "How many times a person may send a run back at a review "
         "('interlock reject').",
+        "metrics": "What a delivered run scores: name -> CEL over extracted values, e.g. "
+        "score: reviewer.score or passed: verdict.passed ('interlock compare' reads them).",
     },
     "ConcurrencyKey": {
         "key": "A CEL expression, e.g. inputs.customer: over topic and inputs for a "

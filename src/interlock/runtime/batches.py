@@ -22,7 +22,7 @@ import re
 import time
 import unicodedata
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +30,9 @@ from interlock.core.batches import (
     MAX_BATCH_ID,
     RUN_ENDED,
     BatchProgress,
+    Held,
     RowInputs,
+    RowState,
     RowStatus,
     RowView,
     fold,
@@ -38,6 +40,7 @@ from interlock.core.batches import (
     row_status,
     run_id_of,
 )
+from interlock.core.experiments import BASE, variant_batch_id
 from interlock.errors import InterlockError, LeaseHeld, StorageError, UsageError
 from interlock.storage.batches import BatchLedger, BatchRecord, BatchRow, NewBatch, batch_ledger
 
@@ -83,23 +86,37 @@ def record_batch(
     concurrency: int,
     max_cost_usd: float | None,
     now: float,
+    variants: Sequence[tuple[str, Definition]] = (),
 ) -> BatchRecord:
-    """Record the batch and all its rows in one transaction, before any run starts."""
+    """Record the batch and all its rows in one transaction, before any run starts; with
+    `variants` (name, definition), an experiment: one batch more per variant, of the same
+    rows, named `<batch id>-<name>`, recorded in the same transaction."""
     ledger = batch_ledger(app.store)
-    batch = NewBatch(
-        batch_id=check_batch_id(batch_id),
-        pipeline=definition.name,
-        definition_hash=definition.hash,
-        definition=definition.canonical,
-        # Absolute, so that a resume from another directory finds `{workflow_dir}` and the
-        # interlock.toml beside the workflow file.
-        source=absolute_source(definition.source),
-        inputs_file=inputs_file,
-        concurrency=concurrency,
-        max_cost_usd=max_cost_usd,
-        created_at=now,
+    experiment = check_batch_id(batch_id) if variants else None
+
+    def new(one: Definition, variant: str | None) -> NewBatch:
+        return NewBatch(
+            batch_id=check_batch_id(variant_batch_id(batch_id, variant or BASE)),
+            pipeline=one.name,
+            definition_hash=one.hash,
+            definition=one.canonical,
+            # Absolute, so that a resume from another directory finds `{workflow_dir}` and
+            # the interlock.toml beside the workflow file.
+            source=absolute_source(one.source),
+            inputs_file=inputs_file,
+            concurrency=concurrency,
+            max_cost_usd=max_cost_usd,
+            created_at=now,
+            experiment=experiment,
+            variant=variant,
+        )
+
+    base = new(definition, BASE if variants else None)
+    ledger.create_batch(
+        base,
+        [(r.number, r.topic, r.inputs) for r in rows],
+        also=[new(d, name) for name, d in variants],
     )
-    ledger.create_batch(batch, [(r.number, r.topic, r.inputs) for r in rows])
     return ledger.get_batch(batch_id)
 
 
@@ -127,6 +144,11 @@ def result_of(definition: Definition, state: RunState) -> dict[str, Any]:
         "values": dict(state.values.get(final, {})),
         "output": state.delivered,
         "failure": state.failure,
+        # Every worker's values, for the pipeline's `metrics:` (computed when compared, so
+        # that a metric added later still reads the rows run before it).
+        "roles": {role: dict(values) for role, values in sorted(state.values.items())},
+        "seconds": max(0.0, state.updated_at - state.created_at),
+        "reused": sum(1 for t in state.tasks.values() if t.reused_from is not None),
     }
 
 
@@ -185,6 +207,8 @@ def batch_summary(record: BatchRecord, progress: BatchProgress) -> dict[str, Any
         "tokens": progress.tokens,
         "cancelled": record.cancelled_at is not None,
         "settled": progress.settled,
+        "experiment": record.experiment,  # its experiment's id (None: a batch of its own)
+        "variant": record.variant,
     }
 
 
@@ -225,6 +249,14 @@ class BatchRunner:
         self._started = clock()
         self._done_at_start: int | None = None
         self._held_until = 0.0
+        # A variant of an experiment: its rows start once their base rows have ended, each
+        # as a rerun of its base row's run (`_sources`), so that what both do alike is done
+        # once. `blocked`: nothing runs and every waiting row waits for a base row that will
+        # not end in this drive (paused, held by the budget, or the base batch not driven).
+        batch = self.batch
+        self.base_id = batch.experiment if batch.variant not in (None, BASE) else None
+        self._sources: dict[int, str] = {}
+        self.blocked = False
 
     # -- the listener the orchestrator calls for every event it records ----------------------
 
@@ -276,7 +308,9 @@ class BatchRunner:
             while True:
                 snapshot = self._turn()
                 self.on_progress(snapshot)
-                if snapshot.progress.settled or (stop is not None and stop.is_set()):
+                if snapshot.progress.settled or self.blocked:
+                    return snapshot
+                if stop is not None and stop.is_set():
                     return snapshot
                 if loop is not None and loop.done():  # its error says why
                     loop.result()
@@ -318,11 +352,13 @@ class BatchRunner:
         views = self.ledger.views(batch.batch_id)
         self._keep_results(views)
         self._take_orphans(views, now)
+        ready, base_settled = self._base_ready()
         starts = next_starts(
             views,
             concurrency=batch.concurrency,
             max_cost_usd=batch.max_cost_usd,
             cancelled=batch.cancelled_at is not None,
+            ready=ready,
         )
         by_number = {v.number: v for v in views}
         claims = [
@@ -344,6 +380,7 @@ class BatchRunner:
             self._make(specs)
             views = self.ledger.views(batch.batch_id)
         progress = fold(views, max_cost_usd=batch.max_cost_usd)
+        self.blocked = base_settled and progress.running == 0 and starts.held is Held.BASE
         elapsed = max(0.0, now - self._started)
         if self._done_at_start is None:
             self._done_at_start = progress.done
@@ -354,6 +391,25 @@ class BatchRunner:
             elapsed=elapsed,
             eta=progress.eta(elapsed, progress.done - self._done_at_start),
         )
+
+    def _base_ready(self) -> tuple[frozenset[int] | None, bool]:
+        """For a variant: the rows whose base row has ended (its run's id kept as the
+        source of the row's run), and whether the base batch is settled; else (None, True)."""
+        if self.base_id is None:
+            return None, True
+        base = self.ledger.get_batch(self.base_id)
+        views = self.ledger.views(self.base_id)
+        # A base row cancelled before it started has nothing to reuse and was not meant
+        # to run: its variant rows wait (a refused one runs them afresh).
+        ended = (RowStatus.DELIVERED, RowStatus.FAILED, RowStatus.CANCELLED)
+        ready = frozenset(
+            v.number for v in views if v.status in ended and v.state is not RowState.CANCELLED
+        )
+        for view in views:
+            if view.number in ready and view.run_id is not None and view.run_status in RUN_ENDED:
+                self._sources[view.number] = view.run_id
+        progress = fold(views, max_cost_usd=base.max_cost_usd)
+        return ready, progress.settled or base.cancelled_at is not None
 
     def _row(self, number: int) -> BatchRow:
         """A row's topic and inputs (read once: they never change)."""
@@ -367,9 +423,24 @@ class BatchRunner:
         others start."""
         definition = self.definition
         entries: list[tuple[Definition, str, dict[str, Any] | None, str | None]] = []
+        fresh: list[tuple[int, str]] = []
         for number, run_id in specs:
             row = self._row(number)
-            entries.append((definition, row.topic, dict(row.inputs), run_id))
+            entry: tuple[Definition, str, dict[str, Any] | None, str | None] = (
+                definition,
+                row.topic,
+                dict(row.inputs),
+                run_id,
+            )
+            source = self._sources.get(number)
+            if source is None:
+                entries.append(entry)
+                fresh.append((number, run_id))
+            else:  # a variant's row: a rerun of its base row's run, one transaction each
+                self._make_one(number, run_id, entry, origin={"rerun_of": source})
+        if not entries:
+            return
+        specs = fresh
         try:
             self.app.orchestrator.create_runs(entries)
             return
@@ -380,10 +451,13 @@ class BatchRunner:
         for (number, run_id), entry in zip(specs, entries, strict=True):
             self._make_one(number, run_id, entry)
 
-    def _make_one(self, number: int, run_id: str, entry: Any) -> None:
-        """Make one row's run, or record why it cannot be made."""
+    def _make_one(
+        self, number: int, run_id: str, entry: Any, origin: dict[str, Any] | None = None
+    ) -> None:
+        """Make one row's run (`origin`: further fields of its `run_created`, a variant row's
+        source run), or record why it cannot be made."""
         try:
-            self.app.orchestrator.create_runs([entry])
+            self.app.orchestrator.create_runs([entry], origin=origin)
         except StorageError:
             raise
         except InterlockError as exc:

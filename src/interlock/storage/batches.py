@@ -49,6 +49,8 @@ class NewBatch:
     concurrency: int
     max_cost_usd: float | None
     created_at: float
+    experiment: str | None = None  # the experiment's base batch (None: a batch of its own)
+    variant: str | None = None  # the variant's name within its experiment (`base`...)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -67,6 +69,8 @@ class BatchRecord:
     cancelled_at: float | None = None
     driver: str | None = None  # the process driving it (host:pid:nonce), while its lease lasts
     driver_expires: float | None = None
+    experiment: str | None = None  # the experiment's base batch (None: a batch of its own)
+    variant: str | None = None  # the variant's name within its experiment
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -85,10 +89,18 @@ class BatchLedger(Protocol):
     """What the batch driver and commands need from a ledger."""
 
     def create_batch(
-        self, batch: NewBatch, rows: Sequence[tuple[int, str, dict[str, Any]]]
+        self,
+        batch: NewBatch,
+        rows: Sequence[tuple[int, str, dict[str, Any]]],
+        also: Sequence[NewBatch] = (),
     ) -> None:
         """Record the batch, its pinned definition and its rows (number, topic, inputs) in
-        one transaction. Raises BatchExists when the id is taken."""
+        one transaction, with the batches `also` (an experiment's variants: the same rows,
+        another definition). Raises BatchExists when an id is taken."""
+        ...
+
+    def experiment_batches(self, experiment: str) -> list[BatchRecord]:
+        """The batches of an experiment (its base batch's id), the base first."""
         ...
 
     def get_batch(self, batch_id: str) -> BatchRecord:
@@ -216,36 +228,48 @@ class SQLBatches:
         self._q = named(dialect, "batches.sql")
 
     def create_batch(
-        self, batch: NewBatch, rows: Sequence[tuple[int, str, dict[str, Any]]]
+        self,
+        batch: NewBatch,
+        rows: Sequence[tuple[int, str, dict[str, Any]]],
+        also: Sequence[NewBatch] = (),
     ) -> None:
         """See `BatchLedger.create_batch`."""
         q = self._q
 
         def create(db: Any) -> None:
-            if db.execute(q["get_batch"], (batch.batch_id,)).fetchone() is not None:
-                raise BatchExists(exists_message(batch.batch_id))
-            db.execute(q["insert_definition"], (batch.definition_hash, batch.definition))
-            db.execute(
-                q["insert_batch"],
-                (
-                    batch.batch_id,
-                    batch.pipeline,
-                    batch.definition_hash,
-                    batch.source,
-                    batch.inputs_file,
-                    batch.concurrency,
-                    batch.max_cost_usd,
-                    len(rows),
-                    batch.created_at,
-                ),
-            )
-            with contextlib.closing(db.cursor()) as cursor:
-                cursor.executemany(
-                    q["insert_row"],
-                    [(batch.batch_id, n, topic, codec.dumps(inputs)) for n, topic, inputs in rows],
+            for one in (batch, *also):
+                if db.execute(q["get_batch"], (one.batch_id,)).fetchone() is not None:
+                    raise BatchExists(exists_message(one.batch_id))
+            for one in (batch, *also):
+                db.execute(q["insert_definition"], (one.definition_hash, one.definition))
+                db.execute(
+                    q["insert_batch"],
+                    (
+                        one.batch_id,
+                        one.pipeline,
+                        one.definition_hash,
+                        one.source,
+                        one.inputs_file,
+                        one.concurrency,
+                        one.max_cost_usd,
+                        len(rows),
+                        one.created_at,
+                        one.experiment,
+                        one.variant,
+                    ),
                 )
+                with contextlib.closing(db.cursor()) as cursor:
+                    cursor.executemany(
+                        q["insert_row"],
+                        [(one.batch_id, n, topic, codec.dumps(v)) for n, topic, v in rows],
+                    )
 
         self._transact(create)
+
+    def experiment_batches(self, experiment: str) -> list[BatchRecord]:
+        """See `BatchLedger.experiment_batches`."""
+        found = [_batch(r) for r in self._read(self._q["experiment_batches"], experiment)]
+        return sorted(found, key=lambda b: (b.variant != "base", b.variant or ""))
 
     def get_batch(self, batch_id: str) -> BatchRecord:
         """See `BatchLedger.get_batch`."""
@@ -389,6 +413,8 @@ def _batch(row: Sequence[Any]) -> BatchRecord:
         cancelled_at=None if row[9] is None else float(row[9]),
         driver=None if row[10] is None else str(row[10]),
         driver_expires=None if row[11] is None else float(row[11]),
+        experiment=None if row[12] is None else str(row[12]),
+        variant=None if row[13] is None else str(row[13]),
     )
 
 

@@ -60,27 +60,40 @@ class MemoryBatches:
         return found
 
     def create_batch(
-        self, batch: NewBatch, rows: Sequence[tuple[int, str, dict[str, Any]]]
+        self,
+        batch: NewBatch,
+        rows: Sequence[tuple[int, str, dict[str, Any]]],
+        also: Sequence[NewBatch] = (),
     ) -> None:
         """See `BatchLedger.create_batch`."""
         with self._lock:
-            if batch.batch_id in self._batches:
-                raise BatchExists(exists_message(batch.batch_id))
-            self._store._definitions.setdefault(batch.definition_hash, batch.definition)
-            self._batches[batch.batch_id] = BatchRecord(
-                batch_id=batch.batch_id,
-                pipeline=batch.pipeline,
-                definition_hash=batch.definition_hash,
-                source=batch.source,
-                inputs_file=batch.inputs_file,
-                concurrency=batch.concurrency,
-                max_cost_usd=batch.max_cost_usd,
-                rows=len(rows),
-                created_at=batch.created_at,
-            )
-            self._rows[batch.batch_id] = {
-                n: _Row(n, topic, copy.deepcopy(inputs)) for n, topic, inputs in rows
-            }
+            for one in (batch, *also):
+                if one.batch_id in self._batches:
+                    raise BatchExists(exists_message(one.batch_id))
+            for one in (batch, *also):
+                self._store._definitions.setdefault(one.definition_hash, one.definition)
+                self._batches[one.batch_id] = BatchRecord(
+                    batch_id=one.batch_id,
+                    pipeline=one.pipeline,
+                    definition_hash=one.definition_hash,
+                    source=one.source,
+                    inputs_file=one.inputs_file,
+                    concurrency=one.concurrency,
+                    max_cost_usd=one.max_cost_usd,
+                    rows=len(rows),
+                    created_at=one.created_at,
+                    experiment=one.experiment,
+                    variant=one.variant,
+                )
+                self._rows[one.batch_id] = {
+                    n: _Row(n, topic, copy.deepcopy(inputs)) for n, topic, inputs in rows
+                }
+
+    def experiment_batches(self, experiment: str) -> list[BatchRecord]:
+        """See `BatchLedger.experiment_batches`."""
+        with self._lock:
+            found = [b for b in self._batches.values() if b.experiment == experiment]
+        return sorted(found, key=lambda b: (b.variant != "base", b.variant or ""))
 
     def get_batch(self, batch_id: str) -> BatchRecord:
         """See `BatchLedger.get_batch`."""

@@ -7,21 +7,26 @@ INSERT OR IGNORE INTO definitions (hash, body) VALUES (?, ?);
 
 -- name: insert_batch
 INSERT INTO batches (batch_id, pipeline, definition_hash, source, inputs_file, concurrency,
-                     max_cost_usd, row_count, created_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?);
+                     max_cost_usd, row_count, created_at, experiment, variant)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: insert_row
 INSERT INTO batch_rows (batch_id, row_no, topic, inputs) VALUES (?, ?, ?, ?);
 
 -- name: get_batch
 SELECT batch_id, pipeline, definition_hash, source, inputs_file, concurrency, max_cost_usd,
-       row_count, created_at, cancelled_at, driver, driver_expires
+       row_count, created_at, cancelled_at, driver, driver_expires, experiment, variant
 FROM batches WHERE batch_id = ?;
 
 -- name: list_batches
 SELECT batch_id, pipeline, definition_hash, source, inputs_file, concurrency, max_cost_usd,
-       row_count, created_at, cancelled_at, driver, driver_expires
+       row_count, created_at, cancelled_at, driver, driver_expires, experiment, variant
 FROM batches ORDER BY created_at DESC, batch_id DESC LIMIT ?;
+
+-- name: experiment_batches
+SELECT batch_id, pipeline, definition_hash, source, inputs_file, concurrency, max_cost_usd,
+       row_count, created_at, cancelled_at, driver, driver_expires, experiment, variant
+FROM batches WHERE experiment = ? ORDER BY created_at, batch_id;
 
 -- name: batch_rows
 SELECT b.row_no, b.topic, b.inputs, b.state, b.tries, b.run_id, b.started_at, b.error, b.result,
