@@ -19,7 +19,7 @@ from interlock import Interlock
 from interlock.cli.main import cli
 from interlock.core.batches import RowInputs
 from interlock.core.loader import load_workflow
-from interlock.runtime.batches import record_batch
+from interlock.workloads.batches import record_batch
 
 WORKFLOW = """\
 summarize:

@@ -14,8 +14,8 @@ from tests.runtime.conftest import WriteWorkflow
 from interlock import Interlock
 from interlock.core.batches import RowInputs, RowState, RowStatus
 from interlock.core.loader import load_workflow
-from interlock.runtime.batches import BatchRunner, Snapshot, record_batch
 from interlock.storage.batches import batch_ledger
+from interlock.workloads.batches import BatchRunner, Snapshot, record_batch
 
 WORKFLOW = """\
 p:

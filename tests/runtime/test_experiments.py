@@ -16,10 +16,10 @@ import pytest
 from interlock import Interlock
 from interlock.core.batches import RowInputs, RowStatus
 from interlock.core.loader import load_workflow
-from interlock.runtime.batches import record_batch
-from interlock.runtime.experiments import ExperimentRunner, experiment_of, plans
 from interlock.runtime.orchestrator import Settings
 from interlock.storage.batches import batch_ledger
+from interlock.workloads.batches import record_batch
+from interlock.workloads.experiments import ExperimentRunner, experiment_of, plans
 from providers.fake_llm_server import FakeServer, FakeState
 
 ROOT = Path(__file__).resolve().parents[2]

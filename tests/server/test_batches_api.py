@@ -11,7 +11,7 @@ from tests.server.conftest import ServerFactory
 from interlock import Interlock
 from interlock.core.batches import RowInputs
 from interlock.core.loader import load_workflow
-from interlock.runtime.batches import BatchRunner, record_batch
+from interlock.workloads.batches import BatchRunner, record_batch
 
 FLOW = """\
 echo:

@@ -22,9 +22,9 @@ if TYPE_CHECKING:
     from interlock.api import Interlock
     from interlock.core.batches import RowInputs
     from interlock.core.loader import Definition
-    from interlock.runtime.batches import Snapshot
     from interlock.runtime.home import Home
     from interlock.storage.batches import BatchRecord, BatchRow
+    from interlock.workloads.batches import Snapshot
 
 BUDGET = click.FloatRange(min=0.0, min_open=True, max=1e12)
 
@@ -88,10 +88,10 @@ def start(
     from interlock.cli.base import install_terminate_handler
     from interlock.cli.quote import refuse_unrunnable_calls
     from interlock.core.loader import load_workflow
-    from interlock.runtime.batches import check_batch_id, new_batch_id, record_batch
     from interlock.runtime.home import Home
     from interlock.runtime.models import ModelRunner
     from interlock.runtime.orchestrator import refuse_broken_config
+    from interlock.workloads.batches import check_batch_id, new_batch_id, record_batch
 
     workflow = load_workflow(file)
     if pipeline is None and len(workflow.definitions) == 1:
@@ -205,7 +205,7 @@ def status(ctx: Ctx, batch_id: str, as_json: bool, width: int) -> None:
     """A batch's rows: inputs, run, status, cost and the final worker's values."""
     from interlock.cli.batch_view import progress_line, status_table
     from interlock.core.batches import fold
-    from interlock.runtime.batches import batch_record
+    from interlock.workloads.batches import batch_record
 
     record, rows = read_batch(ctx, batch_id)
     if as_json:
@@ -276,8 +276,8 @@ def export_rows(ctx: Ctx, batch_id: str, output: str) -> None:
     tokens, run."""
     from interlock.cli.batch_files import write_results
     from interlock.core.batches import fold
-    from interlock.runtime.batches import row_record
     from interlock.runtime.home import Home
+    from interlock.workloads.batches import row_record
 
     record, rows = read_batch(ctx, batch_id)
     home = Home.at(ctx.home)
@@ -395,7 +395,7 @@ def read_batch(ctx: Ctx, batch_id: str) -> tuple[BatchRecord, list[BatchRow]]:
     record = ledger.get_batch(batch_id)
     rows = ledger.rows(batch_id)
     if any(not r.view.kept and r.view.run_status in RUN_ENDED for r in rows):
-        from interlock.runtime.batches import batch_definition, row_results
+        from interlock.workloads.batches import batch_definition, row_results
 
         rows = row_results(ctx.app, batch_definition(ctx.app, record), rows)
     return record, rows
@@ -406,8 +406,8 @@ def row_metrics_of(
 ) -> dict[int, dict[str, Any]] | None:
     """Each row's metrics (row -> name -> value; a row not delivered has none), or None
     when the batch's pipeline declares no `metrics:`."""
-    from interlock.runtime.batches import batch_definition
-    from interlock.runtime.experiments import outcomes
+    from interlock.workloads.batches import batch_definition
+    from interlock.workloads.experiments import outcomes
 
     definition = batch_definition(ctx.app, record)
     if not definition.pipeline.metrics:
@@ -471,8 +471,8 @@ def drive(app: Interlock, batch_id: str) -> int:
     import asyncio
 
     from interlock.cli.batch_view import BatchProgressView, progress_line
-    from interlock.runtime.batches import BatchRunner
-    from interlock.runtime.experiments import experiment_of
+    from interlock.workloads.batches import BatchRunner
+    from interlock.workloads.experiments import experiment_of
 
     group = experiment_of(app, batch_id)
     if len(group) > 1:
@@ -498,7 +498,7 @@ def drive_experiment(app: Interlock, batch_ids: list[str]) -> int:
 
     from interlock.cli.batch_view import BatchProgressView, progress_line
     from interlock.core.batches import RowStatus
-    from interlock.runtime.experiments import ExperimentRunner
+    from interlock.workloads.experiments import ExperimentRunner
 
     views = {b: BatchProgressView(b) for b in batch_ids}
     for view in views.values():

@@ -97,7 +97,7 @@ def print_plan(
 ) -> None:
     """Per variant, the tasks a row runs and reuses, and the calls over all rows."""
     from interlock.core.experiments import UNKNOWN_UP_FRONT
-    from interlock.runtime.experiments import plans
+    from interlock.workloads.experiments import plans
 
     found = plans(models, base, variants)
     width = max(len(p.variant) for p in found)

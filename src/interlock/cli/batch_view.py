@@ -13,8 +13,8 @@ if TYPE_CHECKING:
     from rich.live import Live
 
     from interlock.core.batches import BatchProgress
-    from interlock.runtime.batches import Snapshot
     from interlock.storage.batches import BatchRow
+    from interlock.workloads.batches import Snapshot
 
 SAID = ("delivered", "failed", "cancelled", "paused")  # row statuses a line is printed for
 PLAIN_EVERY = 2.0  # seconds between progress lines off a terminal (each ended row has its own)

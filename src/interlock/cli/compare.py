@@ -29,8 +29,8 @@ def compare(
 ) -> None:
     """Compare an experiment's variants (BATCH), or two batches of the same rows (B1 B2)."""
     from interlock.cli.batch import read_batch
-    from interlock.runtime.batches import batch_definition
-    from interlock.runtime.experiments import comparison, experiment_of, outcomes
+    from interlock.workloads.batches import batch_definition
+    from interlock.workloads.experiments import comparison, experiment_of, outcomes
 
     if len(batch_ids) > 2:
         raise UsageError("compare takes one experiment (its batch id) or two batches")

@@ -46,8 +46,8 @@ async def start_batch(svc: Svc, _: Starter, body: StartBatch) -> dict[str, Any]:
     """Check every row against the pipeline's inputs (a bad row refuses the whole batch,
     naming the rows, before anything is recorded), record the batch, and drive it here."""
     from interlock.core.batches import Row, check_rows, fold
-    from interlock.runtime.batches import batch_summary, new_batch_id, record_batch
     from interlock.storage.batches import BatchExists, batch_ledger
+    from interlock.workloads.batches import batch_summary, new_batch_id, record_batch
 
     definition = svc.workflows.get(body.pipeline)
     rows = [Row(number=n, line=n, values=v) for n, v in enumerate(body.rows, start=1)]
@@ -95,7 +95,7 @@ _FEEDERS: weakref.WeakKeyDictionary[Service, dict[str, asyncio.Task[None]]] = (
 def feed(svc: Service, batch_id: str) -> None:
     """Drive the batch with this server's orchestrator until nothing more runs (or the
     server stops): one feeder per batch. Another live process driving it is refused (409)."""
-    from interlock.runtime.batches import BatchRunner
+    from interlock.workloads.batches import BatchRunner
 
     feeders = _FEEDERS.setdefault(svc, {})
     running = feeders.get(batch_id)
@@ -128,8 +128,8 @@ async def list_batches(
 
     def read() -> list[dict[str, Any]]:
         from interlock.core.batches import fold
-        from interlock.runtime.batches import batch_summary
         from interlock.storage.batches import batch_ledger
+        from interlock.workloads.batches import batch_summary
 
         ledger = batch_ledger(svc.store)
         return [
@@ -146,8 +146,8 @@ async def batch_status(svc: Svc, _: Reader, batch_id: str) -> dict[str, Any]:
 
     def read() -> dict[str, Any]:
         from interlock.core.batches import RUN_ENDED
-        from interlock.runtime.batches import batch_definition, batch_record, row_results
         from interlock.storage.batches import BatchNotFound, batch_ledger
+        from interlock.workloads.batches import batch_definition, batch_record, row_results
 
         ledger = batch_ledger(svc.store)
         try:

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from interlock.core.experiments import VariantPlan, base_plan, plan
 from interlock.errors import UsageError
-from interlock.runtime.batches import BatchRunner, Snapshot
 from interlock.storage.batches import BatchRecord, BatchRow, batch_ledger
+from interlock.workloads.batches import BatchRunner, Snapshot
 
 if TYPE_CHECKING:
     from interlock.api import Interlock
