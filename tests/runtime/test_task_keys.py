@@ -152,10 +152,10 @@ def test_tasks_sharing_a_key_never_overlap_across_processes(tmp_path: Path) -> N
         wait_for(lambda: "delivered" in kinds(app, "beta-0"), "the beta run")
         for n in (1, 2):
 
-            def awaited(run: str = f"acme-{n}") -> bool:
+            def waits(run: str = f"acme-{n}") -> bool:
                 return "task_slot_awaited" in kinds(app, run)
 
-            wait_for(awaited, "acme waits")
+            wait_for(waits, "acme waits")
             assert "task_slot_taken" not in kinds(app, f"acme-{n}")
         (tmp_path / "release").touch()
         finish(procs)

@@ -86,9 +86,9 @@ def test_pages_filters_and_search(store: Store) -> None:
 
     def want(keep: Callable[[dict[str, Any]], bool]) -> list[str]:
         chosen = [r for r in made if keep(r)]
-        return [r["run_id"] for r in sorted(chosen, key=lambda r: (r["created"], r["run_id"]))][
-            ::-1
-        ]
+        return [
+            str(r["run_id"]) for r in sorted(chosen, key=lambda r: (r["created"], r["run_id"]))
+        ][::-1]
 
     start, end = T0 + 600, T0 + 1800
     assert ids(status="paused", pipeline="beta", created_from=start, created_to=end) == want(
