@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 RESEARCH = str(ROOT / "examples" / "research.json")
 
@@ -184,6 +186,7 @@ def test_read_only_state_directory(cli_env: dict[str, str]) -> None:
     assert listing.returncode == 0 and "delivered" in listing.stdout
 
 
+@pytest.mark.usefixtures("sigint_default")
 def test_interrupt_is_resumable(cli_env: dict[str, str], tmp_path: Path) -> None:
     """Ctrl-C exits 130 and `interlock resume` finishes the run."""
     flow = tmp_path / "slow.yaml"

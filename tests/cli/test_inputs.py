@@ -6,6 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from interlock import Interlock
+from interlock.core.events import RunCreated
+
 BRANCHING = """\
 p:
   inputs:
@@ -111,10 +114,10 @@ def test_rerun_and_its_dry_run_check_inputs_alike(cli_env: dict[str, str], tmp_p
         for dry in (["--dry-run"], []):
             result = interlock(cli_env, tmp_path, "rerun", source, "-i", given, *dry)
             assert result.returncode == 2 and message in result.stderr, (given, dry)
-    given = ["-i", "n=9", "-i", "loud=true"]
-    plan = interlock(cli_env, tmp_path, "rerun", source, *given, "--dry-run")
+    options = ["-i", "n=9", "-i", "loud=true"]
+    plan = interlock(cli_env, tmp_path, "rerun", source, *options, "--dry-run")
     assert plan.returncode == 0 and "goes to 'big'" in " ".join(plan.stdout.split())
-    again = interlock(cli_env, tmp_path, "rerun", source, *given)
+    again = interlock(cli_env, tmp_path, "rerun", source, *options)
     final = Path(again.stdout.strip().splitlines()[-1].removeprefix("delivered: "))
     assert final.read_text().split() == ["plan", "big"]
 
@@ -128,9 +131,22 @@ def test_a_rerun_carries_an_optional_input_left_unset(
     (tmp_path / "flow.yaml").write_text(flow)
     first = run(cli_env, tmp_path)
     source = next(line.split()[1] for line in first.stderr.splitlines() if line.startswith("run "))
-    assert interlock(cli_env, tmp_path, "rerun", source, "--dry-run").returncode == 0
+    plan = interlock(cli_env, tmp_path, "rerun", source, "--dry-run")
+    assert plan.returncode == 0, plan.stderr
+    assert "3 task(s) reused, 0 to run" in plan.stdout  # the same inputs: nothing changes
     again = interlock(cli_env, tmp_path, "rerun", source, "-i", "n=2")
     assert again.returncode == 0, again.stderr
+    final = Path(again.stdout.strip().splitlines()[-1].removeprefix("delivered: "))
+    assert final.read_text().split() == ["plan", "small"]
+    app = Interlock(Path(cli_env["INTERLOCK_HOME"]))
+    try:
+        original, created = (app.events(r)[0].event for r in (source, final.parent.name))
+    finally:
+        app.close()
+    assert isinstance(original, RunCreated) and isinstance(created, RunCreated)
+    assert created.rerun_of == source
+    assert original.inputs == {"n": 1, "loud": False, "ratio": None}
+    assert created.inputs == {"n": 2, "loud": False, "ratio": None}  # "ratio" stays unset
 
 
 def test_an_input_given_twice_is_refused(cli_env: dict[str, str], tmp_path: Path) -> None:

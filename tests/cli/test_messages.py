@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from tests.cli.test_cli import cli, run_id_of
 
 SLOW = "p:\n  phases:\n  - id: a\n    workers:\n    - role: w\n      final: true\n" + (
@@ -39,11 +40,27 @@ def started(env: dict[str, str], flow: Path) -> tuple[subprocess.Popen[str], str
     seen = ""
     while "task_started" not in seen:
         line = process.stdout.readline()
-        assert line, "the run ended early"
+        if not line:
+            ended(process)
+            raise AssertionError(f"the run ended early: {seen}")
         seen += line
     return process, seen.split("run_id=")[1].split()[0]
 
 
+def ended(process: subprocess.Popen[str], timeout: float = 60) -> str:
+    """The rest of `process`'s stdout once it exits. One that does not exit in time is
+    killed and reaped before the test fails: left running, its pipes' ResourceWarning
+    would fail whichever test comes next."""
+    try:
+        stdout, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise
+    return stdout
+
+
+@pytest.mark.usefixtures("sigint_default")
 def test_an_interrupted_run_says_it_is_not_driven_and_how_to_continue_it(
     cli_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -53,7 +70,7 @@ def test_an_interrupted_run_says_it_is_not_driven_and_how_to_continue_it(
     flow.write_text(SLOW)
     process, run_id = started(cli_env, flow)
     process.send_signal(signal.SIGINT)
-    process.communicate(timeout=30)
+    ended(process)
     assert process.returncode == 130
     listing = cli(cli_env, "runs")
     assert "running (not driven)" in listing.stdout
@@ -75,7 +92,7 @@ def test_a_cancelled_run_says_its_reason_once(cli_env: dict[str, str], tmp_path:
     process, run_id = started(cli_env, flow)
     cancel = cli(cli_env, "cancel", run_id)
     assert cancel.returncode == 0, cancel.stderr
-    stdout, _ = process.communicate(timeout=30)
+    stdout = ended(process)
     assert process.returncode == 1
     assert stdout.strip().splitlines()[-1] == "cancelled"
     status = cli(cli_env, "status", run_id)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from tests.cli.test_cli import cli
 
 
@@ -58,6 +59,7 @@ def test_sigterm_stops_like_ctrl_c(cli_env: dict[str, str], tmp_path: Path) -> N
     assert resumed.returncode == 0, resumed.stderr
 
 
+@pytest.mark.usefixtures("sigint_default")
 def test_ctrl_c_names_the_run_to_resume(cli_env: dict[str, str], tmp_path: Path) -> None:
     """Ctrl-C exits 130 and the hint names the actual run id, not a placeholder."""
     process, run_id = start_until_running(

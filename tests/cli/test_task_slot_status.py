@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from tests.cli.test_cli import cli
 
@@ -45,7 +46,11 @@ def test_a_worker_waiting_for_a_task_slot_says_so_in_status(
     gate = tmp_path / "gate"
     flow.write_text(FLOW.replace("{gate_code}", GATE_CODE).replace("{gate}", str(gate)))
     command = [sys.executable, "-m", "interlock", "run", str(flow), "job", "--topic"]
-    quiet = {"env": cli_env, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    quiet: dict[str, Any] = {
+        "env": cli_env,
+        "stdout": subprocess.DEVNULL,
+        "stderr": subprocess.DEVNULL,
+    }
     runs = [subprocess.Popen([*command, "a"], **quiet)]
     waiting: list[str] = []
     deadline = time.monotonic() + 120

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from interlock.core.batches import (
@@ -25,7 +27,9 @@ DECLARED = {
 }
 
 
-def checked(name: str, text: str, topic_field: str | None = None) -> list[tuple[int, str, dict]]:
+def checked(
+    name: str, text: str, topic_field: str | None = None
+) -> list[tuple[int, str, dict[str, Any]]]:
     """The rows of `text` checked against DECLARED, as (number, topic, inputs)."""
     rows = check_rows(name, "p", DECLARED, parse_rows(name, text), topic_field=topic_field)
     return [(r.number, r.topic, r.inputs) for r in rows]
@@ -158,7 +162,7 @@ def test_a_topic_past_the_size_limit_refuses_its_row() -> None:
 def test_further_checks_refuse_their_rows() -> None:
     """A problem `also` finds in a row's resolved inputs refuses that row, with the others."""
 
-    def late(topic: str, inputs: dict) -> list[str]:
+    def late(topic: str, inputs: dict[str, Any]) -> list[str]:
         return ["phase 'go', not_before: past 9999"] if inputs["words"] > 100 else []
 
     text = "text,words\na,5\nb,500\nc,700\n"

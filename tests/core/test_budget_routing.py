@@ -34,7 +34,7 @@ def routed(budget: dict[str, Any], condition: str = "budget.remaining_usd < 0.5"
 
 def branch_after_draft(driver: Driver) -> ev.BranchTaken:
     [branch] = driver.events_of(ev.BranchTaken)
-    return branch  # type: ignore[no-any-return]
+    return branch
 
 
 def test_little_budget_left_takes_the_cheaper_path() -> None:

@@ -144,7 +144,7 @@ def test_many_attempts_waiting_each_time_out_at_their_own_start_deadline() -> No
 def test_bad_start_timeouts_are_refused_naming_the_place(value: Any, expected: str) -> None:
     """A start_timeout must be a positive duration of at most a week; the message names the
     pipeline, phase, worker and key."""
-    data = {"p": {"phases": [{"id": "a", "workers": [worker("w", final=True)]}]}}
+    data: dict[str, Any] = {"p": {"phases": [{"id": "a", "workers": [worker("w", final=True)]}]}}
     data["p"]["phases"][0]["workers"][0]["start_timeout"] = value
     with pytest.raises(WorkflowError) as raised:
         build_workflow(data)
@@ -156,7 +156,7 @@ def test_bad_start_timeouts_are_refused_naming_the_place(value: Any, expected: s
 def test_start_timeout_reads_durations_and_leaves_other_definitions_unchanged() -> None:
     """`start_timeout: 2h` is 7200 s; a worker without it keeps its canonical form (and so
     every existing definition its hash)."""
-    data = {"phases": [{"id": "a", "workers": [worker("w", final=True)]}]}
+    data: dict[str, Any] = {"phases": [{"id": "a", "workers": [worker("w", final=True)]}]}
     plain = build_workflow({"p": data}).get("p")
     assert "start_timeout" not in canonical_json(plain.pipeline)
     data["phases"][0]["workers"][0]["start_timeout"] = "2h"

@@ -19,7 +19,7 @@ research:
 """
 
 
-def pipeline(text: str):  # type: ignore[no-untyped-def]
+def pipeline(text: str):
     """The research pipeline of `text`."""
     return parse_workflow(text).get("research").pipeline
 

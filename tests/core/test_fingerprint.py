@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from interlock.core import events as ev
 from interlock.core.fingerprint import fingerprint
 from interlock.core.loader import Definition
@@ -9,7 +11,7 @@ from interlock.core.reuse import ReuseReason, judge
 from interlock.core.state import RunState, fold
 from interlock.core.workflow import Pipeline
 
-SPEC = {
+SPEC: dict[str, Any] = {
     "phases": [
         {"id": "one", "workers": [{"role": "a", "model": "m", "task": "Write about {{ topic }}"}]},
         {"id": "two", "workers": [{"role": "b", "model": "m", "final": True, "reads": ["a.md"]}]},
@@ -153,6 +155,7 @@ def test_every_field_that_shapes_the_output_is_in_the_worker_part() -> None:
         {"phases": [{"id": "p", "workers": [{"role": "a", "model": "m", "final": True}]}]}
     ).worker("a")
     same = worker_part(base, None, {})
+    change: dict[str, Any]
     for change in ({"system": "be brief"}, {"output": "other.md"}, {"fallback_models": ["n"]}):
         assert worker_part(base.model_copy(update=change), None, {}) != same, change
     for change in ({"timeout": 5.0}, {"retries": 3}, {"tags": ["x"]}, {"final": False}):

@@ -10,7 +10,7 @@ from interlock.core.state import RunStatus, fold
 
 from .driver import Driver, pipeline_of, worker
 
-USAGE = {"input_tokens": 1000, "output_tokens": 500, "cost_usd": 0.0105}
+USAGE: dict[str, Any] = {"input_tokens": 1000, "output_tokens": 500, "cost_usd": 0.0105}
 
 
 def _siblings() -> Driver:

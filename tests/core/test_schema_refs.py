@@ -6,7 +6,7 @@ from __future__ import annotations
 import http.server
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -50,7 +50,7 @@ def server() -> Iterator[str]:
         httpd.server_close()
 
 
-def flow(schema: dict[str, object], key: str = "schema") -> str:
+def flow(schema: Mapping[str, object], key: str = "schema") -> str:
     """A one-worker pipeline whose worker (or whose phase's wait_for) has `schema`."""
     if key == "schema":
         worker = {"role": "w", "model": "offline", "final": True, "schema": schema}

@@ -43,7 +43,7 @@ def gated(wait: dict[str, Any] | None = None, *, next_rules: Any = None, **phase
 
 def signal(
     d: Driver, name: str, data: Any = None, key: str | None = None, sent: float | None = None
-):  # type: ignore[no-untyped-def]
+):
     """Record a signal as the driver records a signal command, then settle."""
     message = SignalMessage(name=name, data=data, key=key, sent_at=sent)
     event = interpret_command(

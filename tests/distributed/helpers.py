@@ -21,7 +21,19 @@ from interlock.storage.postgres import PostgresStore
 HERE = Path(__file__).parent
 WORKFLOW = HERE / "fanout.yaml"
 PG_ADMIN = os.environ.get("INTERLOCK_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
-REDIS = os.environ.get("INTERLOCK_TEST_REDIS", "redis://127.0.0.1:6379/7")
+
+
+def redis_url() -> str:
+    """The Redis database of this test process. The tests empty theirs, so each xdist worker
+    (gw0, gw1, ...) has its own: 7, 8, ... 15 (Redis's default last), then 7 again."""
+    base = os.environ.get("INTERLOCK_TEST_REDIS", "redis://127.0.0.1:6379/7")
+    server, _, database = base.rpartition("/")
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    first = int(database or 0)
+    return f"{server}/{first + worker % (16 - first)}"
+
+
+REDIS = redis_url()
 
 
 def admin(statement: str) -> None:

@@ -75,7 +75,9 @@ def test_fleet_delivers_every_run_through_kill_nine(procs: Processes) -> None:
     wait_until(lambda: all(f.exists() for f in finals), 60, "every run archived")
     assert all(f.read_text().count("About ") == 3 for f in finals)
     with psycopg.connect(procs.url) as db:
-        states = dict(db.execute("SELECT state, count(*) FROM task_queue GROUP BY 1").fetchall())
+        states: dict[str, int] = dict(
+            db.execute("SELECT state, count(*) FROM task_queue GROUP BY 1").fetchall()
+        )
     assert states == {"done": 104 * 5}
     executions = collections.Counter((run, task) for run, task, _ in procs.executions())
     assert len(executions) == 104 * 5
@@ -252,5 +254,5 @@ def test_a_failing_run_withdraws_what_no_worker_has_begun(procs: Processes) -> N
     assert "long@1" in completed
     with psycopg.connect(procs.url) as db:
         rows = db.execute("SELECT task_id, state FROM task_queue WHERE run_id = %s", (run_id,))
-        states = dict(rows.fetchall())
+        states: dict[str, int] = dict(rows.fetchall())
     assert sum(states[f"q{n}@1"] == "cancelled" for n in range(8)) >= 6, states

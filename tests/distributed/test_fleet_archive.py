@@ -62,6 +62,7 @@ def test_a_delivered_run_handed_back_unarchived_is_taken_up_by_the_next_orchestr
     app = Interlock(procs.root / "here", store=procs.url)
     try:
         store = app.store
+        assert isinstance(store, PostgresStore)
         assert fold([e.event for e in store.events(run_id)]).status.value == "delivered"
         assert kinds(procs.url, run_id)[-1] != "archived"
         # Taken over from the killed process, then let go unarchived (as a shutdown that

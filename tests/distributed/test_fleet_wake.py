@@ -27,6 +27,17 @@ class CountingStore(PostgresStore):
         return super().unowned_runs(now, limit)
 
 
+def listening(pg_url: str) -> bool:
+    """Whether a connection of the database has done its last LISTEN (the fleet's listener:
+    notifications sent from now on are heard)."""
+    with psycopg.connect(pg_url, autocommit=True) as db:
+        row = db.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND query ILIKE 'LISTEN %interlock_commands%'"
+        ).fetchone()
+    return bool(row and row[0])
+
+
 @contextlib.contextmanager
 def fleet_running(pg_url: str, tmp_path: Path) -> Iterator[tuple[CountingStore, Fleet]]:
     """A fleet orchestrator with a 60 s scan, driving in a thread of its own until the block
@@ -54,7 +65,7 @@ def test_submitted_run_is_taken_at_once_and_own_commits_wake_no_look(
     events) adds no look for runs to take."""
     with fleet_running(pg_url, tmp_path) as (store, fleet):
         wait_until(lambda: store.looks >= 1, 10, "the first look")
-        time.sleep(1.0)  # the listener is connected by now
+        wait_until(lambda: listening(pg_url), 30, "the fleet's listener")
         run_id = submit(pg_url, WORKFLOW, topic="t", home=tmp_path / "submit")
         wait_until(lambda: run_id in fleet.orchestrator.drivers, 10, "the run taken")
         looks = store.looks

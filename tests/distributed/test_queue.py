@@ -298,9 +298,11 @@ def test_a_turn_walks_the_ready_index_instead_of_sorting_the_backlog(
     for limits in (None, [0, 0, 1]):  # all kinds together, or claims by kind
         plans: list[str] = []
         with psycopg.connect(pg_url, autocommit=True) as db:
-            db.add_notice_handler(
-                lambda notice, plans=plans: plans.append(notice.message_primary or "")
-            )
+
+            def note(notice: psycopg.errors.Diagnostic, plans: list[str] = plans) -> None:
+                plans.append(notice.message_primary or "")
+
+            db.add_notice_handler(note)
             db.execute("LOAD 'auto_explain'")
             db.execute("SET auto_explain.log_min_duration = 0")
             db.execute("SET auto_explain.log_nested_statements = on")

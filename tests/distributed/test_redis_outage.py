@@ -95,7 +95,9 @@ def check_nothing_spent(procs: Processes, run_ids: list[str], names: list[str]) 
     finally:
         store.close()
     with psycopg.connect(procs.url) as db:
-        states = dict(db.execute("SELECT state, count(*) FROM task_queue GROUP BY 1").fetchall())
+        states: dict[str, int] = dict(
+            db.execute("SELECT state, count(*) FROM task_queue GROUP BY 1").fetchall()
+        )
     assert states == {"done": len(run_ids) * 5}, states
     for name in names:
         assert "Traceback" not in procs.log(name), procs.log(name)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ def test_outcomes_ending_during_a_turn_go_in_the_next_one_together(
     turns: list[tuple[list[int], dict[str, int]]] = []
 
     def end(
-        batch: list[_Ended], take: dict[str, int], holding: list[int]
+        batch: list[_Ended], take: Mapping[str, int], holding: list[int]
     ) -> tuple[list[Claim], dict[int, Any]]:
         turns.append(([e.claim.id for e in batch], dict(take)))
         time.sleep(0.3 if len(turns) == 1 else 0)  # the first turn's statement is slow
@@ -72,7 +73,7 @@ def test_a_failed_turn_reaches_every_outcome_it_carried(pg_url: str, tmp_path: P
     calls = 0
 
     def end(
-        batch: list[_Ended], take: dict[str, int], holding: list[int]
+        batch: list[_Ended], take: Mapping[str, int], holding: list[int]
     ) -> tuple[list[Claim], dict[int, Any]]:
         nonlocal calls
         calls += 1
@@ -83,7 +84,7 @@ def test_a_failed_turn_reaches_every_outcome_it_carried(pg_url: str, tmp_path: P
 
     worker._end = end  # type: ignore[method-assign]
 
-    async def main() -> list[Any]:
+    async def main() -> Any:
         wake = asyncio.Event()
         first = asyncio.create_task(worker._recorded(ended(1, tmp_path), wake))
         await asyncio.sleep(0.05)
@@ -111,7 +112,7 @@ def test_outcomes_wait_out_an_outage_and_are_recorded_when_it_ends(
     turns: list[tuple[list[int], list[int]]] = []
 
     def end(
-        batch: list[_Ended], take: dict[str, int], holding: list[int]
+        batch: list[_Ended], take: Mapping[str, int], holding: list[int]
     ) -> tuple[list[Claim], dict[int, Any]]:
         turns.append(([e.claim.id for e in batch], sorted(holding)))
         if len(turns) <= 2:
@@ -120,7 +121,7 @@ def test_outcomes_wait_out_an_outage_and_are_recorded_when_it_ends(
 
     worker._end = end  # type: ignore[method-assign]
 
-    async def main() -> list[Any]:
+    async def main() -> Any:
         wake = asyncio.Event()
         running = asyncio.create_task(asyncio.sleep(0))
         for n in (1, 2):

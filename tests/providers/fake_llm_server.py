@@ -533,8 +533,8 @@ class Handler(BaseHTTPRequestHandler):
                 404, _anthropic_error("not_found_error", f"model: {body.get('model')}")
             )
         if fault.reject_field is not None and fault.reject_field in body:
-            message = f"{fault.reject_field}: Extra inputs are not permitted"
-            return self._json(400, _anthropic_error("invalid_request_error", message))
+            refusal = f"{fault.reject_field}: Extra inputs are not permitted"
+            return self._json(400, _anthropic_error("invalid_request_error", refusal))
         if fault.json_answer or body.get("stream") is not True:
             return self._json(200, _anthropic_answer(state, body, fault))
         self._start_stream()

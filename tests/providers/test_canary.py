@@ -115,9 +115,9 @@ def test_an_echoed_key_appears_in_no_record_log_terminal_or_answer(
     places = {"API answers": "\n".join(answers), "logs": caplog.text}
     out, err = capfd.readouterr()
     places["terminal"] = out + err
-    for path in sorted(home.rglob("*")):
-        if path.is_file():
-            places[str(path.relative_to(home))] = path.read_bytes().decode("latin-1")
+    for file in sorted(home.rglob("*")):
+        if file.is_file():
+            places[str(file.relative_to(home))] = file.read_bytes().decode("latin-1")
     assert "ledger.db" in places and any(p.endswith("status.json") for p in places)
     leaked = [where for where, text in places.items() if CANARY in text or "CANARY-7d1f" in text]
     assert not leaked, f"the key leaked into {leaked}"

@@ -100,20 +100,26 @@ def test_concurrency_cap_holds_across_a_fan_out() -> None:
 
 
 def test_limiter_works_across_event_loops() -> None:
-    """The same limiter can be used by consecutive asyncio.run calls."""
+    """The same limiter can be used by consecutive asyncio.run calls: in each, every call
+    gets through and never two at once."""
     limiter = ProviderLimiter(max_concurrency=1)
+    holding = 0
+    seen: list[int] = []  # how many held a slot, as each call got its own
+
+    async def hold() -> None:
+        nonlocal holding
+        async with limiter.slot():
+            holding += 1
+            seen.append(holding)
+            await asyncio.sleep(0.001)  # long enough that the other calls must wait
+            holding -= 1
 
     async def main() -> None:
-        await asyncio.gather(*(limiter_hold(limiter) for _ in range(3)))
+        await asyncio.gather(*(hold() for _ in range(3)))
 
     asyncio.run(main())
     asyncio.run(main())
-
-
-async def limiter_hold(limiter: ProviderLimiter) -> None:
-    """Hold a slot briefly so other tasks have to wait for it."""
-    async with limiter.slot():
-        await asyncio.sleep(0.001)
+    assert seen == [1] * 6
 
 
 def test_retry_after_parses_seconds_dates_and_garbage() -> None:

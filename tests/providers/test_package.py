@@ -22,7 +22,7 @@ def test_every_listed_name_resolves_to_its_module() -> None:
 
 def test_an_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
-        _ = providers.Nothing  # type: ignore[attr-defined]
+        _ = providers.Nothing
 
 
 def test_importing_the_configuration_loads_no_http_client(tmp_path: Path) -> None:

@@ -64,7 +64,7 @@ def sent_by_sdk(client_class: Any, create: Any, body: dict[str, Any]) -> dict[st
         max_retries=0,
     )
     with pytest.raises(
-        (client_class is openai.OpenAI and openai.BadRequestError) or anthropic.BadRequestError
+        openai.BadRequestError if client_class is openai.OpenAI else anthropic.BadRequestError
     ):
         create(client)(**body)
     return sent[0]
@@ -173,7 +173,7 @@ def test_anthropic_sdk_events_and_messages_parse_with_cache_usage() -> None:
         "cache_read_input_tokens": 9000,
         "cache_creation_input_tokens": 400,
     }
-    message = {
+    message: dict[str, Any] = {
         "id": "m",
         "type": "message",
         "role": "assistant",
@@ -185,7 +185,10 @@ def test_anthropic_sdk_events_and_messages_parse_with_cache_usage() -> None:
     }
     t = anthropic_types
     events: list[tuple[str | None, BaseModel | str]] = [
-        ("message_start", t.RawMessageStartEvent(type="message_start", message=message)),
+        (
+            "message_start",
+            t.RawMessageStartEvent.model_validate({"type": "message_start", "message": message}),
+        ),
         (
             "content_block_start",
             t.RawContentBlockStartEvent.model_validate(

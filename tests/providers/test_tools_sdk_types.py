@@ -169,7 +169,7 @@ def test_anthropic_sdk_tool_use_events_and_messages_parse_into_calls() -> None:
     """A tool_use block built with the SDK's event types, its input streamed as
     input_json_delta fragments after a text block, and a whole message give the calls."""
     t = anthropic_types
-    message = {
+    message: dict[str, Any] = {
         "id": "m",
         "type": "message",
         "role": "assistant",
@@ -181,7 +181,7 @@ def test_anthropic_sdk_tool_use_events_and_messages_parse_into_calls() -> None:
     }
 
     def event(kind: str, **fields: Any) -> tuple[str, BaseModel]:
-        types = {
+        types: dict[str, type[BaseModel]] = {
             "content_block_start": t.RawContentBlockStartEvent,
             "content_block_delta": t.RawContentBlockDeltaEvent,
             "content_block_stop": t.RawContentBlockStopEvent,
@@ -192,7 +192,10 @@ def test_anthropic_sdk_tool_use_events_and_messages_parse_into_calls() -> None:
     use = {"type": "tool_use", "id": "toolu_1", "name": "add", "input": {}}
     thought = {"type": "thinking", "thinking": "", "signature": ""}
     events: list[tuple[str | None, BaseModel | str]] = [
-        ("message_start", t.RawMessageStartEvent(type="message_start", message=message)),
+        (
+            "message_start",
+            t.RawMessageStartEvent.model_validate({"type": "message_start", "message": message}),
+        ),
         event("content_block_start", index=0, content_block=thought),
         event("content_block_delta", index=0, delta={"type": "thinking_delta", "thinking": "Sum"}),
         event("content_block_delta", index=0, delta={"type": "signature_delta", "signature": "s1"}),

@@ -25,7 +25,7 @@ def test_a_slow_host_does_not_change_a_seeds_history(monkeypatch: pytest.MonkeyP
     """Every status.json rewrite taking 60 ms of wall time leaves the seed's history as it is
     on a fast host: what the host's speed spaces out is measured on the simulated clock."""
     fast = simulate(SEED)
-    real = interlock.runtime.driver.status_view
+    real = interlock.runtime.driver.status_view  # type: ignore[attr-defined]  # the name it calls
 
     def slow_view(*args: Any, **kwargs: Any) -> Any:
         time.sleep(0.06)  # a host stalled in the middle of the rewrite

@@ -22,7 +22,13 @@ BUCKET = "my-bucket-name-1234"
 def test_secret_named_variables_follow_the_documented_rule() -> None:
     """Names holding TOKEN, KEY, SECRET, PASS..., CREDENTIAL, AUTH, PRIVATE (any case) or
     ending in _PW / _PWD look like secrets; paths and bucket names do not."""
-    secret = ("DEPLOY_TOKEN", "aws_secret_access_key", "DB_PASSWORD", "SMTP_PASS", "DB_PWD")
+    secret: tuple[str, ...] = (
+        "DEPLOY_TOKEN",
+        "aws_secret_access_key",
+        "DB_PASSWORD",
+        "SMTP_PASS",
+        "DB_PWD",
+    )
     secret += ("ADMIN_PW", "GCP_CREDENTIALS", "AuthHeader", "PRIVATE_PEM", "API_KEY")
     for name in secret:
         assert secret_named(name), name

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.providers.fake_llm_server import FakeServer, FakeState
 
 from interlock import Interlock
 from interlock.core.batches import RowInputs, RowStatus
@@ -20,7 +21,6 @@ from interlock.runtime.orchestrator import Settings
 from interlock.storage.batches import batch_ledger
 from interlock.workloads.batches import record_batch
 from interlock.workloads.experiments import ExperimentRunner, experiment_of, plans
-from providers.fake_llm_server import FakeServer, FakeState
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-test-experiment-0123456789"

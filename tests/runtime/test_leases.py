@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 
 from interlock import Interlock, register
 from interlock.core.state import RunStatus
-from interlock.errors import LeaseHeld
+from interlock.errors import LeaseHeld, LeaseLost
 from interlock.runtime.executors import TaskContext
 from interlock.runtime.leases import LeaseKeeper
 from interlock.runtime.orchestrator import Settings
@@ -207,10 +208,12 @@ def test_a_lease_released_while_its_renewal_waited_is_not_taken_back(
     holders = held_runs(store, 4, 3.0, now)
     renew = store.renew_leases
 
-    def loop_commits_first(leases: list[Lease], ttl: float, when: float) -> list[object]:
+    def loop_commits_first(
+        leases: Sequence[Lease], ttl: float, now: float
+    ) -> list[Lease | LeaseLost]:
         for run_id in ("r1", "r2"):  # the loop stops driving them, then releases them
             store.release_lease(holders.pop(run_id).lease)
-        return renew(leases, ttl, when)  # type: ignore[return-value]
+        return renew(leases, ttl, now)
 
     store.renew_leases = loop_commits_first  # type: ignore[method-assign]
     lost: list[str] = []

@@ -10,10 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.providers.fake_llm_server import FakeServer, FakeState, Fault
 
 from interlock import Interlock, RunStatus
 from interlock.runtime.orchestrator import Settings
-from providers.fake_llm_server import FakeServer, FakeState, Fault
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-test-e2e-0123456789"
@@ -193,7 +193,7 @@ def test_interrupted_stream_is_a_retryable_failure(project: Path, server: FakeSe
     assert (app.run_dir(state.run_id) / "final.md").read_text() == "Findings."
 
 
-async def _run(app: Interlock, flow: Path):  # type: ignore[no-untyped-def]
+async def _run(app: Interlock, flow: Path):
     run_id = app.start(flow, topic="t")
     await app.drive_async(run_id)
     return app.state(run_id)

@@ -87,7 +87,7 @@ def test_a_cache_entry_whose_output_is_gone_runs_the_task(
     entry = app.store.cache_list()[0]
     (app.run_dir(first.run_id) / entry.artifact).unlink()
     original = app.store.artifact
-    app.store.artifact = lambda sha: None  # type: ignore[method-assign]
+    app.store.artifact = lambda sha256: None  # type: ignore[method-assign]
     try:
         app.run(workflow, "demo", topic="t")
     finally:

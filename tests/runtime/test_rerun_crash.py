@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -56,7 +57,7 @@ def cli(home: Path, *args: str, crash_at: str | None = None) -> subprocess.Compl
     )  # fmt: skip
 
 
-def events(home: Path, run_id: str) -> list[dict[str, object]]:
+def events(home: Path, run_id: str) -> list[dict[str, Any]]:
     """The run's history as JSON lines."""
     result = cli(home, "events", run_id, "--json")
     return [json.loads(line) for line in result.stdout.splitlines()]
@@ -98,8 +99,8 @@ def test_a_rerun_killed_anywhere_resumes_to_the_same_result(
         assert first.returncode == 0, first.stderr
     history = events(home, run_id)
     reused = [e["data"] for e in history if e["kind"] == "task_reused"]
-    assert sorted(d["task_id"] for d in reused) == ["a@1", "b@1", "big@1"]  # type: ignore[index]
-    completed = {e["data"]["task_id"] for e in history if e["kind"] == "task_completed"}  # type: ignore[index]
+    assert sorted(d["task_id"] for d in reused) == ["a@1", "b@1", "big@1"]
+    completed = {e["data"]["task_id"] for e in history if e["kind"] == "task_completed"}
     assert completed == {"s@1", "t@1"}
     ran = log.read_text().split() if log.exists() else []
     assert not {"a", "b", "big"} & set(ran), ran

@@ -9,10 +9,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.providers.fake_llm_server import FakeServer, FakeState
 
 from interlock import Interlock, RunStatus
 from interlock.runtime.orchestrator import Settings
-from providers.fake_llm_server import FakeServer, FakeState
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-test-rerun-0123456789"

@@ -17,7 +17,7 @@ CALLS: Counter[str] = Counter()
 SEEN: dict[str, list[str]] = {}
 
 
-def _worker(role: str):  # type: ignore[no-untyped-def]
+def _worker(role: str):
     def work(ctx: TaskContext) -> str:
         CALLS[role] += 1
         read = [ctx.read(name) for name, _ in ctx.spec.reads]

@@ -60,7 +60,7 @@ def test_each_execution_of_an_attempt_has_its_start(tmp_path: Path, crash_at: st
     lines = (tmp_path / "exec.log").read_text().splitlines()
     ran = collections.Counter(tuple(line.split()) for line in lines)
     history = [json.loads(line) for line in cli(home, "events", "r", "--json").stdout.splitlines()]
-    starts = collections.Counter(
+    starts: collections.Counter[tuple[str, ...]] = collections.Counter(
         (e["data"]["task_id"], str(e["data"]["attempt"]))
         for e in history
         if e["kind"] == "task_started"

@@ -9,6 +9,7 @@ from tests.server.conftest import ServerFactory
 from tests.server.helpers import SECRET, token
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
+from websockets.typing import Origin
 
 from interlock.errors import UsageError
 from interlock.server.config import ServerConfig
@@ -49,7 +50,9 @@ def test_websocket_auth_and_origin(make_server: ServerFactory) -> None:
     with connect(f"{server.ws_url}/ws/runs", subprotocols=["interlock", f"bearer.{good}"]) as ws:  # type: ignore[list-item]
         assert ws.subprotocol == "interlock"
         assert json.loads(ws.recv(timeout=5))["type"] == "hello"
-    with connect(f"{server.ws_url}/ws/runs?token={good}", origin="https://ops.example") as ws:  # type: ignore[arg-type]
+    with connect(
+        f"{server.ws_url}/ws/runs?token={good}", origin=Origin("https://ops.example")
+    ) as ws:
         assert json.loads(ws.recv(timeout=5))["type"] == "hello"
     with connect(f"{server.ws_url}/ws/runs") as ws:
         message = json.loads(ws.recv(timeout=5))
@@ -60,7 +63,7 @@ def test_websocket_auth_and_origin(make_server: ServerFactory) -> None:
     with connect(f"{server.ws_url}/ws/runs?token={token(['operate'])}") as ws:
         assert json.loads(ws.recv(timeout=5))["error"]["code"] == "forbidden"
     with pytest.raises(InvalidStatus) as refused:
-        connect(f"{server.ws_url}/ws/runs?token={good}", origin="https://evil.example")  # type: ignore[arg-type]
+        connect(f"{server.ws_url}/ws/runs?token={good}", origin=Origin("https://evil.example"))
     assert refused.value.response.status_code == 403
 
 

@@ -312,7 +312,7 @@ def test_run_page_says_which_calls_its_cost_leaves_out(
     model and the fix; the budget's warning says it cannot see those calls."""
     import threading
 
-    from providers.fake_llm_server import FakeServer, FakeState
+    from tests.providers.fake_llm_server import FakeServer, FakeState
 
     fake = FakeServer(FakeState(api_key="sk-unpriced-0123456789", models={"m"}, reply=["ok"]))
     threading.Thread(target=fake.serve_forever, daemon=True).start()

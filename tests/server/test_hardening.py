@@ -17,6 +17,14 @@ from tests.server.helpers import SECRET, Server, token
 from websockets.sync.client import connect
 
 
+def wait_archived(server: Server, run_id: str, timeout: float = 30) -> None:
+    """Poll until the delivered run's directory has been moved to the archive."""
+    deadline = time.time() + timeout
+    while not server.http.get(f"/api/runs/{run_id}").json().get("archived"):
+        assert time.time() < deadline, f"run {run_id} was never archived"
+        time.sleep(0.05)
+
+
 def bearer(value: str) -> dict[str, str]:
     """An Authorization header."""
     return {"Authorization": f"Bearer {value}"}
@@ -30,7 +38,7 @@ def signed(**claims: Any) -> str:
     return jwt.encode(payload, SECRET, algorithm="HS256")
 
 
-MALFORMED = {
+MALFORMED: dict[str, dict[str, Any]] = {
     "scope is a number": {"scope": 5},
     "scope is an object": {"scope": {"read": True}},
     "scope is a list of numbers": {"scope": [1, 2]},
@@ -139,7 +147,7 @@ def test_outputs_serve_only_outputs_and_final(server: Server) -> None:
     server.wait_status(run_id, "paused")
     server.http.post(f"/api/runs/{run_id}/approve")
     server.wait_status(run_id, "delivered")
-    time.sleep(0.3)  # archiving moves the directory once delivered
+    wait_archived(server, run_id)  # archiving moves the directory once delivered
     run_dir = server.service.home.run_dir(run_id)
     (run_dir / "logs").mkdir(exist_ok=True)
     (run_dir / "logs" / "editor.1.log").write_text("agent said: sk-secret")
@@ -166,7 +174,7 @@ def test_symlinked_run_directory_is_refused(server: Server, tmp_path: Path) -> N
     """A run directory that is a symlink out of the state directory is not served."""
     run_id = server.start_run("quick", "inside")
     server.wait_status(run_id, "delivered")
-    time.sleep(0.3)
+    wait_archived(server, run_id)
     run_dir = server.service.home.run_dir(run_id)
     outside = tmp_path / "elsewhere" / run_id
     outside.parent.mkdir()

@@ -189,10 +189,10 @@ def test_a_cancelled_read_keeps_its_run_locked_until_its_thread_is_done(tmp_path
     gate = threading.Event()
     real = api.store.events
 
-    def events(run: str, since: int = 0, limit: int | None = None) -> Any:
+    def events(run_id: str, since: int = 0, limit: int | None = None) -> Any:
         started.append(since)
         gate.wait(30)
-        return real(run, since, limit)
+        return real(run_id, since, limit)
 
     api.store.events = events  # type: ignore[method-assign]
 

@@ -80,13 +80,19 @@ def test_webhooks_exactly_once_across_restarts(
     assert notes[0]["delivered_at"] and notes[0]["attempts"] >= 2
     second.stop()
 
+    # A restart must not send anything again. Rather than watch for a while, run one more
+    # pipeline and wait until its notification arrives: by then the third server has been
+    # through its outbox, so a resend of the first two would have come before it.
     third = make_server(webhooks=[receiver.url])
-    time.sleep(1.5)  # a restart must not send anything again
+    later = third.start_run("quick", "later")
+    third.wait_status(later, "delivered")
+    receiver.wait(lambda: any(b["run_id"] == later for _, b in receiver.delivered()))
     third.stop()
     delivered = receiver.delivered()
     keys = [k for k, _ in delivered]
-    assert sorted(keys) == sorted(set(keys)) and len(keys) == 2
-    bodies = {b["kind"]: b for _, b in delivered}
+    assert sorted(keys) == sorted(set(keys)) and len(keys) == 3
+    assert delivered[-1][1]["run_id"] == later
+    bodies = {b["kind"]: b for _, b in delivered[:2]}
     assert (
         bodies["delivered"]["run_id"] == quick
         and "Notes on **hooks**" in bodies["delivered"]["text"]
@@ -122,7 +128,22 @@ def test_one_scheduled_run_per_slot_with_two_servers(
     for server in servers:
         server.stop()
     again = make_server(**options)
-    time.sleep(0.5)
+    # A restart must not start the slot again: wait for a scheduler round that begins after
+    # the server is up (a positive signal), then look.
+    scheduler = again.service.scheduler
+    rounds: list[list[str]] = []
+    tick = scheduler.tick
+
+    def recorded(now: float) -> list[str]:
+        rounds.append(tick(now))
+        return rounds[-1]
+
+    scheduler.tick = recorded
+    deadline = time.time() + 30
+    while not rounds:
+        assert time.time() < deadline, "the restarted server's scheduler never ran"
+        time.sleep(0.05)
+    assert rounds[0] == []
     runs = again.http.get("/api/runs", params={"pipeline": "nightly"}).json()
     assert [r["run_id"] for r in runs] == [run_id]
     assert runs[0]["topic"].startswith("scheduled run of ")

@@ -5,11 +5,12 @@ from __future__ import annotations
 import io
 import tarfile
 import time
+from typing import Any
 
 from tests.server.helpers import Server
 
 
-def _events(server: Server, run_id: str, kind: str) -> list[dict[str, object]]:
+def _events(server: Server, run_id: str, kind: str) -> list[dict[str, Any]]:
     found = server.http.get(f"/api/runs/{run_id}/events").json()
     return [e for e in found if e["kind"] == kind]
 

@@ -62,14 +62,23 @@ def test_closing_during_replay_ends_promptly_and_cleanly(
             closing = time.monotonic()
         took = time.monotonic() - closing
         assert socket.close_code == 1000, (cut, socket.close_code)
-        assert took < 2.0, f"closing after {cut} messages took {took:.1f}s"
-        deadline = time.monotonic() + 3
+        # Generous bounds (a busy machine is slow): a close that waited for the server's
+        # close timeout (10 s) or a replay that was not cut short would still exceed them.
+        assert took < 8.0, f"closing after {cut} messages took {took:.1f}s"
+        deadline = time.monotonic() + 30
         while server.service.hub._subscribers and time.monotonic() < deadline:
             time.sleep(0.02)
         assert not server.service.hub._subscribers, f"the server kept the client ({cut})"
-        assert time.monotonic() - started < 15
-    server.service.hub._loop.call_soon_threadsafe(gc.collect)
-    time.sleep(0.5)
+        assert time.monotonic() - started < 60
+    loop = server.service.hub._loop
+
+    async def collect() -> None:
+        gc.collect()
+
+    asyncio.run_coroutine_threadsafe(collect(), loop).result(timeout=30)
+    deadline = time.monotonic() + 30
+    while stream_tasks(server) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert stream_tasks(server) == []
     destroyed = [r.getMessage() for r in caplog.records if "destroyed" in r.getMessage()]
     assert destroyed == []
@@ -87,8 +96,7 @@ def test_idle_sse_stream_sends_keepalives_and_stays_open(
     keepalives, kinds = 0, []
     with server.http.stream("GET", f"/api/runs/{run_id}/stream", params={"since": last}) as sse:
         lines = sse.iter_lines()
-        deadline = time.monotonic() + 1.0
-        while time.monotonic() < deadline:
+        while keepalives < 2:  # the stream stays open through several keepalives
             line = next(lines)
             keepalives += line.startswith(": keepalive")
         server.http.post(f"/api/runs/{run_id}/approve")
@@ -159,7 +167,9 @@ def test_slow_headers_and_bodies_are_cut_off(make_server: ServerFactory) -> None
     for received, took in results:
         assert received.startswith(b"HTTP/1.1 408 "), received[:200]
         assert b'"request_timeout"' in received
-        assert took < 3.0, took
+        # The deadline is 1 s; the trickles would last 20 s and more: 6 s leaves room for a
+        # busy machine and still tells a cut-off from a client that finished on its own.
+        assert took < 6.0, took
     for sock in silent + heads + bodies:
         sock.close()
     polite = slow_socket(server)

@@ -97,7 +97,7 @@ def test_summary_frames_are_serialized_once_for_all_clients(
     real = Frame.serialize
 
     def counting(self: Frame, **kwargs: Any) -> bytes:
-        if self.data.startswith(b'{"type":"runs"'):
+        if bytes(self.data).startswith(b'{"type":"runs"'):
             serialized.append(bytes(self.data))
         return real(self, **kwargs)
 

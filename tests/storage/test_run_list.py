@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from interlock.core import events as ev
 from interlock.storage.base import AppendBatch, NewEvent, RunRecord, RunSummary, Store
@@ -82,11 +84,11 @@ def test_pages_filters_and_search(store: Store) -> None:
     def ids(**options: object) -> list[str]:
         return flat(pages(store, RunQuery(limit=40, **options)))  # type: ignore[arg-type]
 
-    def want(keep: object) -> list[str]:
-        chosen = [r for r in made if keep(r)]  # type: ignore[operator]
-        return [r["run_id"] for r in sorted(chosen, key=lambda r: (r["created"], r["run_id"]))][
-            ::-1
-        ]
+    def want(keep: Callable[[dict[str, Any]], bool]) -> list[str]:
+        chosen = [r for r in made if keep(r)]
+        return [
+            str(r["run_id"]) for r in sorted(chosen, key=lambda r: (r["created"], r["run_id"]))
+        ][::-1]
 
     start, end = T0 + 600, T0 + 1800
     assert ids(status="paused", pipeline="beta", created_from=start, created_to=end) == want(
@@ -97,7 +99,7 @@ def test_pages_filters_and_search(store: Store) -> None:
     assert ids(text="RUN-012") == want(lambda r: str(r["run_id"]).startswith("run-012"))
     assert ids(text="tides") == want(lambda r: "Tides" in str(r["topic"]))
     assert ids(text="zone10", status="failed") == want(
-        lambda r: r["inputs"]["region"] == "zone10" and r["status"] == "failed"  # type: ignore[index]
+        lambda r: r["inputs"]["region"] == "zone10" and r["status"] == "failed"
     )
     assert ids(text="50%_off") == ["run-0017"]
     assert ids(text="%") == ["run-0017"] and ids(text="5_%") == []

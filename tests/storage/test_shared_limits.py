@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -88,7 +89,7 @@ def server() -> Iterator[FakeServer]:
     thread.join()
 
 
-def limiter(store: BucketStore, **limits: float) -> ProviderLimiter:
+def limiter(store: BucketStore, **limits: Any) -> ProviderLimiter:
     """A limiter on `store` for one key, whose waits raise `Waited`."""
     return ProviderLimiter(store=store, key="k1", sleep=refusing_sleep, **limits)
 

@@ -84,7 +84,12 @@ def run_ids(home: Path) -> list[str]:
     if not (home / "ledger.db").exists():
         return []
     with sqlite3.connect(home / "ledger.db") as db:
-        return [r[0] for r in db.execute("SELECT run_id FROM runs")]
+        try:
+            return [r[0] for r in db.execute("SELECT run_id FROM runs")]
+        except sqlite3.OperationalError as exc:  # killed (or looked at) before its schema
+            if "no such table" not in str(exc):
+                raise
+            return []
 
 
 def crash_loop(kills: int, seed: int, workdir: Path, max_delay: float = 1.4) -> Tally:
@@ -100,11 +105,14 @@ def crash_loop(kills: int, seed: int, workdir: Path, max_delay: float = 1.4) -> 
         )
     )
     tally = Tally()
+    # The delays assume the CLI starts in ~0.5 s. On a loaded machine it takes longer, and
+    # every kill would land before a run exists, testing nothing: shift them by the surplus.
+    late = max(0.0, startup(home, flow) - 0.5)
     while tally.kills < kills:
         known = set(run_ids(home))
         tally.runs += 1
         process = interlock(home, "run", str(flow), "crash", "--topic", f"run {tally.runs}")
-        killed = _maybe_kill(process, rng, max_delay)
+        killed = _maybe_kill(process, rng, max_delay, late=late)
         tally.kills += killed
         new = [r for r in run_ids(home) if r not in known]
         if not new:
@@ -113,13 +121,16 @@ def crash_loop(kills: int, seed: int, workdir: Path, max_delay: float = 1.4) -> 
         while True:
             tally.resumes += 1
             resumed = interlock(home, "resume", "--wait", run_id)
-            if _maybe_kill(resumed, rng, max_delay, probability=0.5):
+            if _maybe_kill(resumed, rng, max_delay, probability=0.5, late=late):
                 tally.kills += 1
                 continue
             if resumed.returncode not in (0, 1):
                 tally.violations.append(f"{run_id}: resume exited {resumed.returncode}")
             break
         tally.violations += check_run(home, run_id)
+    if not (home / "ledger.db").exists():
+        tally.violations.append("no run was ever created: every kill came before the CLI started")
+        return tally
     finished = Counter(log.read_text().splitlines()) if log.exists() else Counter()
     tally.reexecuted = sum(n - 1 for n in finished.values())
     with sqlite3.connect(home / "ledger.db") as db:
@@ -129,13 +140,29 @@ def crash_loop(kills: int, seed: int, workdir: Path, max_delay: float = 1.4) -> 
     return tally
 
 
+def startup(home: Path, flow: Path) -> float:
+    """Seconds from starting `interlock run` to its run being in the ledger, here and now
+    (the run is left to finish; every invariant is checked on it too)."""
+    began = time.monotonic()
+    process = interlock(home, "run", str(flow), "crash", "--topic", "start-up")
+    while not run_ids(home) and process.poll() is None:
+        time.sleep(0.01)
+    took = time.monotonic() - began
+    process.communicate(timeout=120)
+    return took
+
+
 def _maybe_kill(
-    process: subprocess.Popen[str], rng: random.Random, max_delay: float, probability: float = 1.0
+    process: subprocess.Popen[str],
+    rng: random.Random,
+    max_delay: float,
+    probability: float = 1.0,
+    late: float = 0.0,
 ) -> bool:
     """SIGKILL the process after a random delay (if it is still running); True if killed."""
     if rng.random() < probability:
         try:
-            process.wait(rng.uniform(0.3, max_delay))  # the CLI needs ~0.5 s to start
+            process.wait(late + rng.uniform(0.3, max_delay))  # the CLI needs ~0.5 s to start
         except subprocess.TimeoutExpired:
             process.send_signal(signal.SIGKILL)
             process.communicate()
