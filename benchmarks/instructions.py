@@ -17,21 +17,34 @@ the clock does not grow with valgrind's slowness and the machine's load. `llm` r
 `llm` section's (three model calls each, to its local server, which runs outside valgrind and
 answers after 0.2 s), all created at once, on the real clock.
 Needs `valgrind` (Debian: `apt-get install valgrind`); each count takes a minute or two.
+
+    python benchmarks/instructions.py --profile --modes sequential --runs 300   # where it goes
+
+`--profile` runs the same workload under cProfile instead (no valgrind), in two processes of
+`--runs` and 20 runs, and prints the difference per run: calls, self and cumulative time of
+the top `--top` functions, the event loop's and every thread's (pool workers, the status
+writer, the lease keeper). Times are wall-clock and include waits (`epoll`, `acquire`, a
+queue's `get`: idle, not work); calls per run are exact, and a run costs about 2,000
+instructions per call, so the calls column is the one to compare.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import itertools
 import os
+import pstats
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 BASE_RUNS = 20
@@ -105,20 +118,111 @@ def count(mode: str, runs: int, src: str | None) -> int:
     return int(found.group(1))
 
 
+def profiled_drive(mode: str, runs: int, out: str) -> None:
+    """`drive` under cProfile, the threads it starts included; the stats go to `out`."""
+    sys.path.insert(0, str(HERE))
+    import run  # noqa: F401 - imported before profiling, as the counts leave imports out
+
+    profiles: list[cProfile.Profile] = []
+    thread_run = threading.Thread.run
+
+    def profiled_run(self: threading.Thread) -> None:
+        profile = cProfile.Profile()
+        profiles.append(profile)
+        profile.enable()
+        try:
+            thread_run(self)
+        finally:
+            profile.disable()
+
+    threading.Thread.run = profiled_run  # type: ignore[method-assign]
+    main_profile = cProfile.Profile()
+    main_profile.enable()
+    drive(mode, runs)
+    main_profile.disable()
+    stats = pstats.Stats(main_profile)
+    for profile in profiles:
+        stats.add(profile)
+    stats.dump_stats(out)
+
+
+def profile(mode: str, runs: int, src: str | None, top: int) -> None:
+    """Print the per-run profile of `mode`: `runs` runs less `BASE_RUNS`, per run."""
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    if src:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
+    found: list[dict[Any, Any]] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        env["TMPDIR"] = scratch
+        for count_ in (runs, BASE_RUNS):
+            out = f"{scratch}/{count_}.prof"
+            command = [sys.executable, __file__, "--drive", mode, "--runs", str(count_)]
+            done = subprocess.run(
+                [*command, "--profile-out", out], env=env, capture_output=True, text=True
+            )
+            if done.returncode != 0:
+                raise SystemExit(f"the profiled run failed: {done.stderr[-2000:]}")
+            found.append(pstats.Stats(out).stats)  # type: ignore[attr-defined]
+    more, base = found
+    extra = runs - BASE_RUNS
+    rows = []
+    for key, (_, calls, own, total, _) in more.items():
+        _, calls0, own0, total0, _ = base.get(key, (0, 0, 0.0, 0.0, None))
+        rows.append(((calls - calls0) / extra, (own - own0) / extra, (total - total0) / extra, key))
+    print(
+        f"{mode}: {sum(r[0] for r in rows):,.0f} calls per run "
+        f"({runs} runs less {BASE_RUNS}; times in microseconds per run)"
+    )
+    for title, column in (("self time", 1), ("cumulative time", 2), ("calls", 0)):
+        print(f"\n  by {title}:\n  {'calls':>8} {'self':>9} {'cumul.':>9}  function")
+        for calls, own, total, key in sorted(rows, key=lambda r: -r[column])[:top]:
+            print(f"  {calls:8.1f} {own * 1e6:9.1f} {total * 1e6:9.1f}  {_where(key)}")
+    print(flush=True)
+
+
+def _where(key: tuple[str, int, str]) -> str:
+    """A profile entry's function, its file shortened to what follows site-packages, src or
+    the standard library's folder."""
+    path, line, name = key
+    if path == "~":
+        return name
+    for marker in (
+        "/site-packages/",
+        "/src/",
+        f"/python{sys.version_info[0]}.{sys.version_info[1]}/",
+    ):
+        if marker in path:
+            path = path.split(marker, 1)[1]
+            break
+    return f"{path}:{line} {name}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--modes", default="sequential,concurrent")
     parser.add_argument("--src", help="import interlock from this source folder instead")
+    parser.add_argument(
+        "--profile", action="store_true", help="print the per-run cProfile instead of counting"
+    )
+    parser.add_argument("--top", type=int, default=25, help="functions shown per --profile list")
     parser.add_argument("--drive", help=argparse.SUPPRESS)
+    parser.add_argument("--profile-out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.drive:
-        drive(args.drive, args.runs)
+        if args.profile_out:
+            profiled_drive(args.drive, args.runs, args.profile_out)
+        else:
+            drive(args.drive, args.runs)
+        return
+    if args.runs <= BASE_RUNS:
+        raise SystemExit(f"--runs must be more than {BASE_RUNS}")
+    if args.profile:
+        for mode in args.modes.split(","):
+            profile(mode, args.runs, args.src, args.top)
         return
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
-    if args.runs <= BASE_RUNS:
-        raise SystemExit(f"--runs must be more than {BASE_RUNS}")
     for mode in args.modes.split(","):
         per_run = (count(mode, args.runs, args.src) - count(mode, BASE_RUNS, args.src)) / (
             args.runs - BASE_RUNS

@@ -58,6 +58,9 @@ class Broken(NewEvent):
     def record(self) -> tuple[str, str]:
         raise ValueError("cannot serialise")
 
+    def stamped(self) -> tuple[str, str, str]:
+        raise ValueError("cannot serialise")
+
 
 # -- runs and definitions ----------------------------------------------------------------------
 

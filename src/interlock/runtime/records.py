@@ -71,6 +71,11 @@ def seal(
     run_dir: Path, task_id: str, attempt: int, secrets: Iterable[Secret | None]
 ) -> dict[str, str] | None:
     """Mask the attempt's records and return their hashes by path (None: it left none)."""
+    # Most attempts leave no record (a `call:` worker's, a command's that printed nothing):
+    # their folders are looked at first, two `stat`s instead of one per possible record.
+    folder = os.fspath(run_dir)
+    if not any(os.path.isdir(os.path.join(folder, sub)) for sub in ("prompts", "logs")):
+        return None
     keys = list(secrets)
     found: dict[str, str] = {}
     for name in names(task_id, attempt):

@@ -46,9 +46,13 @@ class NewEvent:
 
     def stamped(self) -> tuple[str, str, str]:
         """(kind, JSON data, content digest): the record and what its chain link covers."""
-        kind, text = self.record()
-        # Digested as it reads back (not as built), so that what is hashed is what is stored.
-        content = chain.digest_text(self.event.at, kind, text, self.rule, self.why)
+        from interlock.core.events import to_record
+
+        kind, data = to_record(self.event)
+        text = codec.dumps(data)
+        # Digested as it reads back (not as built), so that what is hashed is what is stored:
+        # `digest_record` proves the two the same before it takes the values as built.
+        content = chain.digest_record(self.event.at, kind, data, text, self.rule, self.why)
         return kind, text, content
 
 

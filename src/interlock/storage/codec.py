@@ -28,7 +28,7 @@ _PLAIN: tuple[Any, ...] = (str, int, float, dict, list, tuple)
 _FALLBACK = json.JSONEncoder(separators=(",", ":"), default=str)
 
 
-def _default(value: Any) -> Any:
+def plain_value(value: Any) -> Any:
     """What the standard encoder writes for `value` with `default=str`: subclasses of JSON's
     types as those types, anything else as its `str()`."""
     for plain in _PLAIN:
@@ -45,7 +45,7 @@ def dumps(value: Any) -> str:
 def dumpb(value: Any) -> bytes:
     """`dumps` as UTF-8 bytes, for files."""
     try:
-        return orjson.dumps(value, default=_default, option=_OPTIONS)
+        return orjson.dumps(value, default=plain_value, option=_OPTIONS)
     except orjson.JSONEncodeError:
         return _FALLBACK.encode(value).encode()
 

@@ -15,8 +15,8 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -64,6 +64,10 @@ class SQLiteStore:
         self.check_seconds = 0.0  # what the check before the first write cost
         self._verified = not verify  # checked before the first write, so reads never pay
         self._ahead: _CheckAhead | None = None  # that check, started early (`verify_ahead`)
+        # Where each run this store appended to ends, as its last commit left it: the next
+        # append of the run by the same lease sets its seq and chain head in the fence
+        # (`_append_tail`). Only a hint: the statement checks it against the row.
+        self._tails: dict[str, _Tail] = {}
         if not self.path.exists() and holds_runs(self.state_dir):
             raise StorageError(lost_ledger(self.path, self.state_dir))
         try:
@@ -369,11 +373,13 @@ class SQLiteStore:
         with self._write() as db:
             for lease in leases:
                 db.execute(Q["release_lease"], (lease.run_id, lease.owner, lease.token))
+        self._forget_tails(lease.run_id for lease in leases)
 
     def release_lease(self, lease: Lease) -> None:
         """See `Store.release_lease`."""
         with self._write() as db:
             db.execute(Q["release_lease"], (lease.run_id, lease.owner, lease.token))
+        self._forget_tails([lease.run_id])
 
     def append(self, batch: AppendBatch, now: float) -> int:
         """See `Store.append`."""
@@ -387,43 +393,72 @@ class SQLiteStore:
     ) -> list[int | Exception]:
         """See `Store.append_many`: one transaction, one fsync, for every batch."""
         results: list[int | Exception] = []
-        with self._write() as db:
-            for batch in batches:
-                results.append(self._append_one(db, batch, now))
-            for lease in releases:
-                db.execute(Q["release_lease"], (lease.run_id, lease.owner, lease.token))
+        tails: dict[str, _Tail | None] = {}  # None: the run's tail is not known
+        with self._lock:
+            with self._write() as db:
+                for batch in batches:
+                    results.append(self._append_one(db, batch, now, tails))
+                for lease in releases:
+                    db.execute(Q["release_lease"], (lease.run_id, lease.owner, lease.token))
+            # Committed: the tails are where these runs now end (a failed commit keeps none).
+            for run_id, tail in tails.items():
+                if tail is None:
+                    self._tails.pop(run_id, None)
+                else:
+                    self._tails[run_id] = tail
+            self._forget_tails(lease.run_id for lease in releases)
         return results
 
     def _append_one(
-        self, db: sqlite3.Connection, batch: AppendBatch, now: float
+        self,
+        db: sqlite3.Connection,
+        batch: AppendBatch,
+        now: float,
+        tails: dict[str, _Tail | None],
     ) -> int | Exception:
         lease = batch.lease
+        tail: _Tail | None
         if batch.register is not None:
             _register(db, batch, now)
-        s, n = batch.summary, len(batch.events)
-        summary = (n, s.status, s.phase, s.cost_usd, s.tokens, s.warnings, s.updated_at)
-        fence = (lease.run_id, lease.owner, lease.token, now)
-        row = db.execute(Q["fence"], summary + fence).fetchone()
-        if row is None:
-            return LeaseLost(f"run {lease.run_id}: the lease expired or was taken over")
-        last = seq = row[0]
-        seq -= n
-        rows = []
-        head = row[1] or chain.GENESIS
-        for new in batch.events:
-            seq += 1
-            kind, data, content = new.stamped()
-            head = chain.link(head, seq, content)
-            rows.append((lease.run_id, seq, new.event.at, kind, data, new.rule, new.why, head))
-        if rows:
-            db.executemany(Q["insert_event"], rows)
-            db.execute(Q["set_chain_head"], (head, lease.run_id))
+            tail = _Tail(token=lease.token, seq=0, head=None, status="running", cost_usd=0.0)
+        elif lease.run_id in tails:  # appended to earlier in this transaction
+            tail = tails[lease.run_id]
+        else:
+            tail = self._tails.get(lease.run_id)
+        stamped = [new.stamped() for new in batch.events]
+        s, n = batch.summary, len(stamped)
+        found = None
+        if tail is not None and tail.token == lease.token:
+            found = _append_tail(db, batch, now, tail, stamped)
+        if found is None:
+            summary = (n, s.status, s.phase, s.cost_usd, s.tokens, s.warnings, s.updated_at)
+            fence = (lease.run_id, lease.owner, lease.token, now)
+            row = db.execute(Q["fence"], summary + fence).fetchone()
+            if row is None:
+                tails[lease.run_id] = None
+                return LeaseLost(f"run {lease.run_id}: the lease expired or was taken over")
+            last = int(row[0])
+            rows, head = _event_rows(batch, stamped, last - n, row[1] or chain.GENESIS)
+            if rows:
+                db.executemany(Q["insert_event"], rows)
+                db.execute(Q["set_chain_head"], (head, lease.run_id))
+            found = last, (head if rows else row[1])
+        last, head_now = found
         for command_id in batch.consumed:
             db.execute(Q["consume_command"], (now, command_id, lease.run_id))
         for sha, body in batch.artifacts:
             db.execute(Q["put_artifact"], (sha, len(body), body, now))
         _put_cache(db, batch.cache)
-        return int(last)
+        tails[lease.run_id] = _Tail(
+            token=lease.token, seq=last, head=head_now, status=s.status, cost_usd=s.cost_usd
+        )
+        return last
+
+    def _forget_tails(self, run_ids: Iterable[str]) -> None:
+        for run_id in run_ids:
+            self._tails.pop(run_id, None)
+        if len(self._tails) > _TAILS_KEPT:  # runs held by leases that were never released
+            self._tails.clear()
 
     def events(self, run_id: str, since: int = 0, limit: int | None = None) -> list[StoredEvent]:
         """See `Store.events`."""
@@ -598,6 +633,60 @@ class SQLiteStore:
                 self._ahead.cancel()
                 self._ahead = None
             self._db.close()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Tail:
+    """Where a run ends as this store last committed it, under the lease of `token`."""
+
+    token: int
+    seq: int
+    head: str | None  # the chain head (None: no event chained yet)
+    status: str
+    cost_usd: float
+
+
+_TAILS_KEPT = 100_000  # tails remembered at most (each is a hint: forgetting costs a statement)
+
+
+def _event_rows(
+    batch: AppendBatch, stamped: list[tuple[str, str, str]], seq: int, head: str
+) -> tuple[list[tuple[Any, ...]], str]:
+    """The rows of the batch's events numbered after `seq`, chained after `head`."""
+    run_id = batch.lease.run_id
+    rows = []
+    for new, (kind, data, content) in zip(batch.events, stamped, strict=True):
+        seq += 1
+        head = chain.link(head, seq, content)
+        rows.append((run_id, seq, new.event.at, kind, data, new.rule, new.why, head))
+    return rows, head
+
+
+def _append_tail(
+    db: sqlite3.Connection,
+    batch: AppendBatch,
+    now: float,
+    tail: _Tail,
+    stamped: list[tuple[str, str, str]],
+) -> tuple[int, str | None] | None:
+    """Append after the run's remembered tail: (new last seq, chain head), or None when the
+    row does not end there (or the lease does not hold), with nothing changed."""
+    lease, s = batch.lease, batch.summary
+    rows, head = _event_rows(batch, stamped, tail.seq, tail.head or chain.GENESIS)
+    last = tail.seq + len(rows)
+    new_head = head if rows else tail.head
+    fence = (lease.run_id, lease.owner, lease.token, now, tail.seq, tail.head)
+    if s.status == tail.status and s.cost_usd == tail.cost_usd:
+        same = (last, s.phase, s.tokens, s.warnings, s.updated_at, new_head)
+        changed = db.execute(Q["fence_tail_same"], (*same, *fence, s.status, s.cost_usd))
+    else:
+        values = (last, s.status, s.phase, s.cost_usd, s.tokens, s.warnings, s.updated_at)
+        changed = db.execute(Q["fence_tail"], (*values, new_head, *fence))
+    if changed.rowcount != 1:
+        return None
+    if rows:
+        db.executemany(Q["insert_event"], rows)
+    return last, new_head
 
 
 def _register(db: sqlite3.Connection, batch: AppendBatch, now: float) -> None:

@@ -38,6 +38,24 @@ UPDATE runs SET last_seq = last_seq + ?, status = ?, phase = ?, cost_usd = ?, to
 WHERE run_id = ? AND lease_owner = ? AND lease_token = ? AND lease_expires > ?
 RETURNING last_seq, chain_head;
 
+-- name: fence_tail
+-- `fence` for a run whose last seq and chain head this process committed last: the new seq
+-- and head are set in the same statement (no `set_chain_head`), and the statement changes
+-- nothing (no row) unless the row still ends where the process believes it does.
+UPDATE runs SET last_seq = ?, status = ?, phase = ?, cost_usd = ?, tokens = ?, warnings = ?,
+       updated_at = ?, chain_head = ?
+WHERE run_id = ? AND lease_owner = ? AND lease_token = ? AND lease_expires > ?
+      AND last_seq = ? AND chain_head IS ?;
+
+-- name: fence_tail_same
+-- `fence_tail` when the status and cost stay as they are: those columns are not set, so the
+-- indexes that hold them (`runs_by_status`, `runs_by_cost`) are not rewritten; the row must
+-- hold those values already.
+UPDATE runs SET last_seq = ?, phase = ?, tokens = ?, warnings = ?, updated_at = ?,
+       chain_head = ?
+WHERE run_id = ? AND lease_owner = ? AND lease_token = ? AND lease_expires > ?
+      AND last_seq = ? AND chain_head IS ? AND status = ? AND cost_usd = ?;
+
 -- name: insert_event
 INSERT INTO events (run_id, seq, at, kind, data, rule, why, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?);
 
