@@ -96,6 +96,7 @@ class RunMachine:
         *,
         handles: obs.Handles | None = None,
         archive: bool = True,
+        act: bool = True,
     ) -> Step:
         """Observe `inputs` in order, settle, and say what to do.
 
@@ -107,12 +108,16 @@ class RunMachine:
             handles: what the runtime runs for the run (None: nothing; effects then ask to
                 start every attempt in flight).
             archive: whether a delivered run may be archived now (its files are durable).
+            act: False leaves out every effect but the writes: a caller that carries out
+                the rest once the events are recorded asks for them then (`effects`).
         """
         made = _Making()
         for item in inputs:
             self._observe(state, item, now, made)
         self._settle(state, now, archive, made)
-        effects = [*made.writes, *self.effects(state, handles or _NONE, made.writes)]
+        effects: list[fx.Effect] = [*made.writes]
+        if act:
+            effects += self.effects(state, handles or _NONE, made.writes)
         return Step(
             events=tuple(made.events),
             stored=tuple(made.stored),
