@@ -12,7 +12,7 @@ from interlock.core.decide import RuleName, expression_context
 from interlock.core.explore import explore
 from interlock.errors import WorkflowError
 
-from .driver import Driver, pipeline_of, worker
+from .runs import Run, pipeline_of, worker
 
 
 def routed(budget: dict[str, Any], condition: str = "budget.remaining_usd < 0.5") -> Any:
@@ -32,14 +32,14 @@ def routed(budget: dict[str, Any], condition: str = "budget.remaining_usd < 0.5"
     )  # fmt: skip
 
 
-def branch_after_draft(driver: Driver) -> ev.BranchTaken:
+def branch_after_draft(driver: Run) -> ev.BranchTaken:
     [branch] = driver.events_of(ev.BranchTaken)
     return branch
 
 
 def test_little_budget_left_takes_the_cheaper_path() -> None:
     """$0.60 of $1 spent leaves $0.40: the rule holds and the run goes to `short`."""
-    driver = Driver(routed({"max_cost_usd": 1.0}))
+    driver = Run(routed({"max_cost_usd": 1.0}))
     driver.start()
     driver.complete("writer@1", cost_usd=0.6, input_tokens=100, output_tokens=50)
     branch = branch_after_draft(driver)
@@ -59,7 +59,7 @@ def test_little_budget_left_takes_the_cheaper_path() -> None:
 
 def test_enough_budget_left_takes_the_full_path() -> None:
     """$0.10 of $1 spent leaves $0.90: the rule does not hold and the run goes on to `full`."""
-    driver = Driver(routed({"max_cost_usd": 1.0}))
+    driver = Run(routed({"max_cost_usd": 1.0}))
     driver.start()
     driver.complete("writer@1", cost_usd=0.1)
     assert branch_after_draft(driver).goto == "full"
@@ -69,7 +69,7 @@ def test_enough_budget_left_takes_the_full_path() -> None:
 def test_usage_recorded_on_its_own_counts_too() -> None:
     """Usage recorded apart from a result (a stopped call's) is spent like any other: with
     it the tokens left fall under the rule's threshold."""
-    driver = Driver(routed({"max_tokens": 1000}, "budget.remaining_tokens < 500"))
+    driver = Run(routed({"max_tokens": 1000}, "budget.remaining_tokens < 500"))
     driver.start()
     usage = {"input_tokens": 400, "output_tokens": 200}
     driver.record(ev.UsageRecorded(at=0.0, task_id="writer@1", attempt=1, usage=usage))
@@ -80,7 +80,7 @@ def test_usage_recorded_on_its_own_counts_too() -> None:
 
 def test_what_is_left_never_goes_below_zero() -> None:
     """Past the limit (an approved budget pause), what is left reads 0, not a negative."""
-    driver = Driver(routed({"max_cost_usd": 1.0, "max_tokens": 10, "on_exceed": "pause"}))
+    driver = Run(routed({"max_cost_usd": 1.0, "max_tokens": 10, "on_exceed": "pause"}))
     driver.start()
     driver.complete("writer@1", cost_usd=1.5, input_tokens=20)
     assert driver.rules()[-1] is RuleName.BUDGET

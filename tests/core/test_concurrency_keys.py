@@ -14,7 +14,7 @@ from interlock.core.explore import explore
 from interlock.core.expressions import evaluate_text
 from interlock.errors import WorkflowError
 
-from .driver import Driver, pipeline_of, worker
+from .runs import Run, pipeline_of, worker
 
 KEYED = {"key": "inputs.customer", "limit": 2}
 
@@ -35,7 +35,7 @@ def keyed(concurrency: Any = KEYED) -> Any:
 
 def test_a_keyed_run_waits_for_its_slot_before_the_first_phase() -> None:
     """Nothing is dispatched until SlotTaken; then the first phase starts as usual."""
-    driver = Driver(keyed())
+    driver = Run(keyed())
     assert driver.start(inputs={"customer": "acme"}) == []
     assert driver.state.current is None and driver.in_flight() == []
     driver.record(ev.SlotTaken(at=0.0, key="acme"))
@@ -49,12 +49,12 @@ def test_a_plain_number_is_one_key_for_the_whole_pipeline() -> None:
     pipeline = keyed(3)
     assert pipeline.slots is not None and pipeline.slots.limit == 3
     assert evaluate_text(pipeline.slots.key, {}) == ""
-    assert Driver(pipeline).start(inputs={"customer": "x"}) == []
+    assert Run(pipeline).start(inputs={"customer": "x"}) == []
 
 
 def test_a_pipeline_without_concurrency_starts_at_once() -> None:
     """No `concurrency:`: no wait, as before."""
-    assert Driver(keyed(None)).start(inputs={"customer": "x"})[0].rule is RuleName.START
+    assert Run(keyed(None)).start(inputs={"customer": "x"})[0].rule is RuleName.START
 
 
 def test_check_explores_the_wait_for_a_slot() -> None:

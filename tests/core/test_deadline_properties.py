@@ -23,7 +23,7 @@ from interlock.core.decide import RuleName, next_wake, settle
 from interlock.core.state import RunState, RunStatus, TaskState, TaskStatus, fold
 from interlock.core.workflow import Pipeline
 
-from .driver import Driver, pipeline_of, worker
+from .runs import Run, pipeline_of, worker
 
 IN_FLIGHT = (TaskStatus.DISPATCHED, TaskStatus.RUNNING)
 
@@ -228,7 +228,7 @@ def every_due_time(pipeline: Pipeline, state: RunState) -> list[float]:
     return times
 
 
-def play(d: Driver, action: tuple[str, int, float]) -> None:
+def play(d: Run, action: tuple[str, int, float]) -> None:
     """One step of a random run: a report for one task in flight, or time passing."""
     kind, number, elapsed = action
     flight = d.in_flight()
@@ -245,7 +245,7 @@ def play(d: Driver, action: tuple[str, int, float]) -> None:
         d.advance_to_wake()
 
 
-def timeouts_at(d: Driver, now: float) -> set[str]:
+def timeouts_at(d: Run, now: float) -> set[str]:
     """The tasks the engine times out if it decides at `now` (on a copy of the run)."""
     made = settle(d.pipeline, d.state.copy(), now)
     return {m.event.task_id for m in made if isinstance(m.event, ev.TaskTimedOut)}
@@ -259,7 +259,7 @@ def test_the_engine_wakes_at_the_least_due_time_and_times_out_then(
     """After every step of a random run: `next_wake` is the least of every due time (task
     deadlines, backoffs, the wait's end); nothing times out before the least task deadline,
     and right at it exactly the tasks due by then time out."""
-    d = Driver(pipeline_with(limits))
+    d = Run(pipeline_with(limits))
     d.start()
     for action in actions:
         play(d, action)
@@ -289,7 +289,7 @@ def test_the_engine_wakes_at_the_least_due_time_and_times_out_then(
 def test_each_attempt_times_out_at_its_own_deadline_through_the_engine() -> None:
     """Three workers with their own limits, started at different times: waking at each
     `next_wake` times out exactly the attempt due then, at its deadline, and no other."""
-    d = Driver(
+    d = Run(
         pipeline_with(
             [
                 {"timeout": 60, "grace": 5},
@@ -312,7 +312,7 @@ def test_each_attempt_times_out_at_its_own_deadline_through_the_engine() -> None
 def test_a_run_timeout_is_not_acted_on_a_moment_early_nor_missed_at_its_time() -> None:
     """An attempt with timeout + grace of 15 s from its start: at 14.999... nothing happens;
     at 15 the engine times it out, and `next_wake` said 15."""
-    d = Driver(pipeline_with([{"timeout": 10, "grace": 5, "retries": 0}]))
+    d = Run(pipeline_with([{"timeout": 10, "grace": 5, "retries": 0}]))
     d.start()
     d.advance(100)
     d.begin("w0@1")
@@ -333,7 +333,7 @@ def test_a_run_timeout_is_not_acted_on_a_moment_early_nor_missed_at_its_time() -
 def test_a_timeout_is_missed_at_its_exact_deadline() -> None:
     """An attempt re-dispatched at a time with a fraction times out at the very time
     `earliest_deadline` (and so `next_wake`, once it is the first) gives for it."""
-    d = Driver(pipeline_with([{"timeout": 5, "grace": 0, "start_timeout": 45, "retries": 1}] * 2))
+    d = Run(pipeline_with([{"timeout": 5, "grace": 0, "start_timeout": 45, "retries": 1}] * 2))
     d.start()
     d.advance_to_wake()  # both attempts not started time out at 45 and wait for a retry
     d.advance_to_wake()  # w1's retry is due first (its backoff has jitter): dispatched again
@@ -374,7 +374,7 @@ def test_with_one_timeout_for_all_the_walk_looks_at_the_earliest_attempt_alone(
 def test_a_held_retry_does_not_make_the_next_wake_a_time_already_past() -> None:
     """w02's retry is due at 4.69 s, but w00 failed for good while w01 runs: nothing is
     dispatched at 5 s, and the next wake-up must then be later than now (or none)."""
-    d = Driver(
+    d = Run(
         pipeline_of(
             {
                 "phases": [

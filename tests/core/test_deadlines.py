@@ -19,14 +19,14 @@ from interlock.core.state import TaskStatus
 from interlock.core.workflow import DEFAULT_START_TIMEOUT_S
 from interlock.errors import WorkflowError
 
-from .driver import Driver, pipeline_of, worker
+from .runs import Run, pipeline_of, worker
 
 
-def run_of(*workers: dict[str, Any]) -> Driver:
+def run_of(*workers: dict[str, Any]) -> Run:
     """A started run of one parallel phase of these workers (the last one is final)."""
     *rest, last = workers
     phase = {"id": "a", "workers": [*rest, {**last, "final": True}]}
-    d = Driver(pipeline_of({"phases": [phase]}))
+    d = Run(pipeline_of({"phases": [phase]}))
     d.start()
     return d
 
@@ -103,7 +103,7 @@ def test_many_attempts_waiting_each_time_out_at_their_own_start_deadline() -> No
     def wide(role: str) -> dict[str, Any]:
         return worker(role, start_timeout=100, retries=1)
 
-    d = Driver(
+    d = Run(
         pipeline_of(
             {
                 "phases": [

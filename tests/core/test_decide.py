@@ -19,23 +19,21 @@ from interlock.core.observe import Command, CommandKind, interpret_command
 from interlock.core.state import RunStatus, TaskStatus, artifact_name, fold
 from interlock.core.workflow import Backoff
 
-from .driver import Driver, fixture, pipeline_of, worker
+from .runs import Run, fixture, pipeline_of, worker
 
 R = RuleName
 
 
-def research() -> Driver:
+def research() -> Run:
     """A started run of the research pipeline from the design article."""
-    d = Driver(fixture("research.json", "research").pipeline)
+    d = Run(fixture("research.json", "research").pipeline)
     d.start(topic="FSA architecture")
     return d
 
 
-def one_worker(**extra: Any) -> Driver:
+def one_worker(**extra: Any) -> Run:
     """A started run of a one-phase pipeline whose only worker is `w`."""
-    d = Driver(
-        pipeline_of({"phases": [{"id": "a", "workers": [worker("w", final=True, **extra)]}]})
-    )
+    d = Run(pipeline_of({"phases": [{"id": "a", "workers": [worker("w", final=True, **extra)]}]}))
     d.start()
     return d
 
@@ -56,7 +54,7 @@ def test_every_decision_has_a_rule_and_a_reason() -> None:
     d.complete("researcher-a@1")
     d.complete("researcher-b@1")
     d.complete("synthesizer@1")
-    assert all(isinstance(x.rule, RuleName) and x.why.strip() for x in d.decisions)
+    assert all(isinstance(x.rule, RuleName) and (x.why or "").strip() for x in d.decisions)
     assert d.decisions[0].why == "the run was created"
     assert d.decisions[1].why == "phase 'collect' visit 1: researcher-a is ready"
 
@@ -102,7 +100,7 @@ def test_a_delivered_run_is_archived_only_when_the_runtime_allows_it() -> None:
 
 def test_sequential_phase_dispatches_one_worker_at_a_time() -> None:
     """In a sequential phase the next worker is dispatched only when the previous completed."""
-    d = Driver(
+    d = Run(
         pipeline_of(
             {
                 "phases": [
@@ -130,7 +128,7 @@ def test_sequential_phase_dispatches_one_worker_at_a_time() -> None:
 
 def test_pause_after_waits_for_approval() -> None:
     """A phase with pause_after stops the run until a person approves, then it goes on."""
-    d = Driver(
+    d = Run(
         pipeline_of(
             {
                 "phases": [
@@ -256,7 +254,7 @@ def test_timeout_fails_the_run_after_all_retries() -> None:
     d.begin("w@1")
     made = d.advance(10)
     assert [x.rule for x in made] == [R.TIMEOUT, R.GIVE_UP]
-    assert made[-1].why.startswith("task w@1 failed after 3 attempt(s): no result within")
+    assert (made[-1].why or "").startswith("task w@1 failed after 3 attempt(s): no result within")
     failed = made[-1].event
     assert isinstance(failed, ev.RunFailed) and failed.task_id == "w@1"
     assert d.state.status is RunStatus.FAILED
@@ -302,7 +300,7 @@ def test_non_retryable_failure_skips_to_the_next_fallback() -> None:
 
 def test_non_retryable_failure_of_a_command_gives_up() -> None:
     """A command worker has no fallback, so a non-retryable failure ends its retries at once."""
-    d = Driver(
+    d = Run(
         pipeline_of(
             {
                 "phases": [
@@ -325,9 +323,9 @@ def test_non_retryable_failure_of_a_command_gives_up() -> None:
     assert [x.rule for x in d.fail("w@1", "bad arguments", retryable=False)] == [R.GIVE_UP]
 
 
-def budgeted(on_exceed: str) -> Driver:
+def budgeted(on_exceed: str) -> Run:
     """A started two-phase run with a $1 budget."""
-    d = Driver(
+    d = Run(
         pipeline_of(
             {
                 "budget": {"max_cost_usd": 1.0, "max_tokens": 10_000, "on_exceed": on_exceed},
@@ -379,12 +377,12 @@ def test_budget_pause_then_approval_lets_the_run_spend_on() -> None:
     ]
 
 
-def fan_out(concurrency: int | None = 2, max_items: int = 1000, mode: str = "parallel") -> Driver:
+def fan_out(concurrency: int | None = 2, max_items: int = 1000, mode: str = "parallel") -> Run:
     """A started plan -> write (for_each) -> merge run."""
     for_each: dict[str, Any] = {"items": "planner.topics", "max_items": max_items}
     if concurrency is not None:
         for_each["concurrency"] = concurrency
-    d = Driver(
+    d = Run(
         pipeline_of(
             {
                 "phases": [
@@ -475,9 +473,9 @@ def test_fan_out_over_a_missing_list_fails_the_run() -> None:
     assert made[-1].why == "phase 'write': for_each 'planner.topics' is not a list"
 
 
-def translate() -> Driver:
+def translate() -> Run:
     """A started run of the translate fixture, with fetch and translate already done."""
-    d = Driver(fixture("translate.yaml", "translate").pipeline)
+    d = Run(fixture("translate.yaml", "translate").pipeline)
     d.start(topic="https://example.org/article")
     d.complete("fetcher@1")
     d.complete("translator@1")
@@ -549,16 +547,16 @@ def test_branch_error_on_a_missing_or_mistyped_value(values: dict[str, Any], det
     d = translate()
     made = d.complete("reviewer@1", values)
     assert [x.rule for x in made] == [R.PHASE_DONE, R.BRANCH_ERROR]
-    assert made[-1].why.startswith(
+    assert (made[-1].why or "").startswith(
         "phase 'review', next rule 1: expression 'reviewer.score < 8.0' cannot be evaluated"
     )
-    assert detail in made[-1].why
+    assert detail in (made[-1].why or "")
     assert d.state.status is RunStatus.FAILED
 
 
 def test_condition_on_visits_of_a_phase_not_yet_run() -> None:
     """`visits.<phase>` is 0 for a phase that has not run yet, so loops can count rounds."""
-    d = Driver(
+    d = Run(
         pipeline_of(
             {
                 "phases": [
@@ -581,7 +579,7 @@ def test_condition_on_visits_of_a_phase_not_yet_run() -> None:
 
 def test_condition_that_is_false_falls_through_to_the_next_phase() -> None:
     """When no rule applies, the run goes on to the next phase in file order."""
-    d = Driver(
+    d = Run(
         pipeline_of(
             {
                 "phases": [
@@ -628,7 +626,7 @@ def test_next_wake_is_the_earliest_deadline_or_retry() -> None:
 
 def test_retry_due_while_paused_does_not_wake_the_engine() -> None:
     """A retry that comes due while the run is paused waits for approval without busy wake-ups."""
-    d = Driver(
+    d = Run(
         pipeline_of(
             {
                 "budget": {"max_cost_usd": 1.0, "on_exceed": "pause"},
@@ -648,9 +646,9 @@ def test_retry_due_while_paused_does_not_wake_the_engine() -> None:
     assert d.in_flight() == ["w2@1"] and d.attempt("w2@1") == 2
 
 
-def budget_and_pause_after() -> Driver:
+def budget_and_pause_after() -> Run:
     """A started run: phase `a` (w1, w2) pauses after itself; `b` (w3) is final; 100 tokens."""
-    d = Driver(
+    d = Run(
         pipeline_of(
             {
                 "budget": {"max_tokens": 100, "on_exceed": "pause"},
@@ -694,7 +692,7 @@ def test_approving_a_budget_pause_keeps_the_phase_own_pause_after() -> None:
 
 def test_phase_status_after_a_failure_and_a_cancel() -> None:
     """The phase a run failed or was cancelled in says so; phases done before stay completed."""
-    d = Driver(
+    d = Run(
         pipeline_of(
             {
                 "phases": [
@@ -755,7 +753,7 @@ def test_output_names_without_an_extension_keep_their_name() -> None:
 def test_nothing_is_dispatched_while_a_budget_pause_waits() -> None:
     """A budget pause in the middle of a sequential phase holds its next worker until the
     pause is approved."""
-    d = Driver(
+    d = Run(
         pipeline_of(
             {
                 "budget": {"max_tokens": 10, "on_exceed": "pause"},

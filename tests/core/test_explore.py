@@ -9,7 +9,7 @@ from interlock.core.explore import explore, stuck_reason
 from interlock.core.state import RunState, TaskStatus, apply
 from interlock.core.workflow import Pipeline
 
-from .driver import fixture, pipeline_of, worker
+from .runs import fixture, pipeline_of, worker
 
 OK = {"ok": {"json": "ok", "type": "bool"}}
 

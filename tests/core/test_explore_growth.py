@@ -20,7 +20,7 @@ from interlock.core.trial import Digested, SharedWrite, fork, track
 from interlock.core.workflow import Pipeline
 from interlock.errors import WorkflowError
 
-from .driver import pipeline_of, worker
+from .runs import pipeline_of, worker
 from .test_explore_reduced import WORKFLOWS, findings, pipelines
 
 

@@ -14,7 +14,7 @@ from interlock.core.loader import load_workflow
 from interlock.core.workflow import Pipeline
 from interlock.errors import WorkflowError
 
-from .driver import FIXTURES, pipeline_of, worker
+from .runs import FIXTURES, pipeline_of, worker
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 FULL_LIMIT = 200_000

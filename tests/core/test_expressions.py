@@ -10,7 +10,7 @@ from interlock.core.expressions import ExpressionError, compile_expression, eval
 from interlock.core.loader import build_workflow
 from interlock.core.templates import TemplateProblem, render_task, template_item, template_names
 
-from .driver import worker
+from .runs import worker
 
 
 @pytest.mark.parametrize(

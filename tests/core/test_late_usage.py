@@ -8,14 +8,14 @@ from interlock.core import events as ev
 from interlock.core.observe import accept_result, late_usage
 from interlock.core.state import RunStatus, fold
 
-from .driver import Driver, pipeline_of, worker
+from .runs import Run, pipeline_of, worker
 
 USAGE: dict[str, Any] = {"input_tokens": 1000, "output_tokens": 500, "cost_usd": 0.0105}
 
 
-def _siblings() -> Driver:
+def _siblings() -> Run:
     """A started run whose first phase runs `a` and `b` side by side."""
-    d = Driver(pipeline_of({"phases": [
+    d = Run(pipeline_of({"phases": [
         {"id": "one", "workers": [worker("a"), worker("b")]},
         {"id": "two", "workers": [worker("c", final=True)]},
     ]}))  # fmt: skip
@@ -23,7 +23,7 @@ def _siblings() -> Driver:
     return d
 
 
-def _late(d: Driver, result: Any) -> ev.UsageRecorded | None:
+def _late(d: Run, result: Any) -> ev.UsageRecorded | None:
     assert not accept_result(d.state, result)
     late = late_usage(d.state, result)
     if late is not None:
@@ -49,7 +49,7 @@ def test_a_sibling_answered_after_the_run_failed_is_paid_for() -> None:
 def test_a_superseded_attempt_is_paid_for_but_a_recorded_one_not_twice() -> None:
     """A result of an attempt the engine timed out is charged; the result of an attempt
     whose cost the ledger holds, or one with no cost, is not."""
-    d = Driver(pipeline_of({"phases": [{"id": "a", "workers": [
+    d = Run(pipeline_of({"phases": [{"id": "a", "workers": [
         worker("w", final=True, retries=1, timeout=10, grace=0, backoff={"initial": 1})
     ]}]}))  # fmt: skip
     d.start()

@@ -6,7 +6,7 @@ import pytest
 
 from interlock.errors import WorkflowError
 
-from .driver import pipeline_of, worker
+from .runs import pipeline_of, worker
 
 
 @pytest.mark.parametrize(

@@ -17,12 +17,12 @@ from interlock.core.observe import (
 )
 from interlock.core.state import fold
 
-from .driver import Driver, fixture
+from .runs import Run, fixture
 
 
-def research() -> Driver:
+def research() -> Run:
     """A started run of the research pipeline."""
-    d = Driver(fixture("research.json", "research").pipeline)
+    d = Run(fixture("research.json", "research").pipeline)
     d.start()
     return d
 
@@ -101,7 +101,7 @@ def test_message_is_always_noted() -> None:
 @pytest.mark.parametrize("scores", [[6.5, 7.9, 7.9], [6.5, 8.4]])
 def test_history_round_trips_through_json(scores: list[float]) -> None:
     """Every event of a run survives to_record -> JSON -> from_record, and folds the same."""
-    d = Driver(fixture("translate.yaml", "translate").pipeline)
+    d = Run(fixture("translate.yaml", "translate").pipeline)
     d.start(inputs={"language": "French"})
     d.complete("fetcher@1")
     d.complete("translator@1")

@@ -11,7 +11,7 @@ from interlock.core.loader import load_workflow, parse_workflow
 from interlock.core.parse import MAX_BYTES, MAX_DEPTH
 from interlock.errors import WorkflowError
 
-from .driver import FIXTURES
+from .runs import FIXTURES
 
 
 def only_problem(path: Path) -> str:

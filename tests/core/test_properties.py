@@ -21,7 +21,7 @@ from interlock.core.observe import accept_result
 from interlock.core.state import RunState, RunStatus, TaskStatus, fold
 from interlock.core.workflow import Pipeline
 
-from .driver import Driver, pipeline_of
+from .runs import Run, pipeline_of
 
 EXTRACT = {"ok": {"json": "ok", "type": "bool"}, "items": {"json": "items", "type": "list"}}
 
@@ -92,7 +92,7 @@ def reports(history: list[ev.Event]) -> list[ev.Event]:
     return [e for e in history if isinstance(e, kinds)]
 
 
-def stuck(driver: Driver) -> bool:
+def stuck(driver: Run) -> bool:
     """True when the run is not over, not waiting for a person, and nothing can move it."""
     state = driver.state
     if state.status.ended or state.status is RunStatus.PAUSED:
@@ -102,7 +102,7 @@ def stuck(driver: Driver) -> bool:
     return not decide(driver.pipeline, state, driver.now + 10**6)
 
 
-def step(driver: Driver, data: st.DataObject) -> None:
+def step(driver: Run, data: st.DataObject) -> None:
     """One random thing happening to the run: a report, a replay, time passing or an approval."""
     state = driver.state
     actions: list[tuple[str, str]] = [("advance", "")]
@@ -150,7 +150,7 @@ def values(data: st.DataObject) -> dict[str, Any]:
     }
 
 
-def check_history(driver: Driver) -> None:
+def check_history(driver: Run) -> None:
     """The invariants that hold at every point of every run."""
     replayed = fold(driver.history)
     assert normalised(replayed) == normalised(driver.state)
@@ -171,7 +171,7 @@ def check_history(driver: Driver) -> None:
     assert wake is None or wake > driver.now, (wake, driver.now, driver.state.status)
 
 
-def finish(driver: Driver, data: st.DataObject) -> None:
+def finish(driver: Run, data: st.DataObject) -> None:
     """Workers eventually report and people approve: the run must end."""
     for _ in range(500):
         state = driver.state
@@ -191,7 +191,7 @@ def finish(driver: Driver, data: st.DataObject) -> None:
 @given(pipeline=pipelines(), data=st.data())
 def test_random_runs_keep_every_invariant(pipeline: Pipeline, data: st.DataObject) -> None:
     """Any order of reports, replays, timeouts and approvals keeps history and tasks sound."""
-    driver = Driver(pipeline)
+    driver = Run(pipeline)
     driver.start()
     check_history(driver)
     for _ in range(data.draw(st.integers(0, 40))):
@@ -220,7 +220,7 @@ def test_happy_runs_deliver(pipeline: Pipeline, data: st.DataObject) -> None:
     The one exception is a branch that skips the worker a later condition or fan-out reads: that
     run fails with a branch error (which `interlock check` reports as a path that can fail).
     """
-    driver = Driver(pipeline)
+    driver = Run(pipeline)
     driver.start()
     for _ in range(500):
         state = driver.state
@@ -245,7 +245,7 @@ def test_happy_runs_deliver(pipeline: Pipeline, data: st.DataObject) -> None:
 @given(pipeline=pipelines(), data=st.data())
 def test_replay_of_any_prefix_matches(pipeline: Pipeline, data: st.DataObject) -> None:
     """Folding any prefix of a recorded history gives the state the run had at that point."""
-    driver = Driver(pipeline)
+    driver = Run(pipeline)
     driver.start()
     snapshots = [(len(driver.history), normalised(driver.state))]
     for _ in range(data.draw(st.integers(1, 25))):

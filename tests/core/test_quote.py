@@ -11,7 +11,7 @@ from interlock.core.explore import explore
 from interlock.core.quote import ModelTerms, Quote, TextSizes, quote
 from interlock.core.workflow import Budget, Pipeline
 
-from .driver import pipeline_of, worker
+from .runs import pipeline_of, worker
 
 # Every prompt below: 300 (PROMPT_TOKENS) + the topic (100) + what the worker reads.
 SIZES = TextSizes(topic=100)

@@ -23,7 +23,7 @@ def test_the_retry_waits_at_least_what_the_provider_asked() -> None:
     assert made is not None and [x.rule for x in made] == [RuleName.RETRY]
     retry = made[0].event
     assert isinstance(retry, ev.RetryScheduled) and retry.not_before == 170.0
-    assert "retry in 120.00s" in made[0].why
+    assert "retry in 120.00s" in (made[0].why or "")
     assert d.advance(119.9) == []
     assert [x.rule for x in d.advance(0.1)] == [RuleName.RETRY_DUE]
 

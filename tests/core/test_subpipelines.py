@@ -20,7 +20,7 @@ from interlock.core.subpipelines import MAX_DEPTH, child_run_id
 from interlock.core.workflow import Pipeline
 from interlock.errors import WorkflowError
 
-from .driver import Driver
+from .runs import Run
 
 CHILD = {"phases": [{"id": "c", "workers": [{"role": "cw", "model": "m", "final": True}]}]}
 
@@ -117,10 +117,10 @@ def test_the_child_run_id_is_derived_from_parent_task_and_attempt() -> None:
     assert first != child_run_id("run-1", "sub@1", 2) and first.startswith("run-1-c")
 
 
-def child_driver() -> Driver:
+def child_driver() -> Run:
     """A parent run whose pipeline task is in flight with its child running."""
     definition = build_workflow({"parent": parent(), "child": CHILD}).get("parent")
-    run = Driver(definition.pipeline)
+    run = Run(definition.pipeline)
     run.start()
     run.record(ev.TaskStarted(at=0.0, task_id="sub@1", attempt=1))
     run.record(ev.ChildUpdated(at=0.0, task_id="sub@1", attempt=1, child_run="k", status="running"))

@@ -15,7 +15,7 @@ from interlock.core.explore import explore
 from interlock.core.state import listed_status
 from interlock.errors import WorkflowError
 
-from .driver import Driver, pipeline_of, worker
+from .runs import Run, pipeline_of, worker
 
 KEY = {"key": "inputs.customer", "limit": 1}
 
@@ -46,7 +46,7 @@ def fanned(key: dict[str, Any], cap: int | None = None) -> Any:
     return pipeline_of({"phases": [PLAN, fan, MERGE]})
 
 
-def take(driver: Driver, task_id: str) -> list[Any]:
+def take(driver: Run, task_id: str) -> list[Any]:
     """Record the slot the runtime got for the task's waiting attempt, then settle."""
     wait = driver.state.task_slot_waits[task_id]
     driver.record(
@@ -58,7 +58,7 @@ def take(driver: Driver, task_id: str) -> list[Any]:
 def test_a_keyed_task_waits_for_its_slot_before_dispatch() -> None:
     """The phase starts, but its keyed task is recorded as waiting for a slot of the key's
     value, not dispatched; the run is listed as waiting. With the slot it is dispatched."""
-    driver = Driver(keyed())
+    driver = Run(keyed())
     made = driver.start(inputs={"customer": "acme"})
     assert [d.rule for d in made] == [RuleName.START, RuleName.TASK_SLOT]
     awaited = made[-1].event
@@ -77,7 +77,7 @@ def test_a_keyed_task_waits_for_its_slot_before_dispatch() -> None:
 def test_no_deadline_runs_while_a_task_waits_for_its_slot() -> None:
     """A waiting attempt is not dispatched, so nothing times out however long it waits; its
     start_timeout counts from the dispatch that follows the slot, its timeout from its start."""
-    driver = Driver(keyed(timeout=10, grace=0))
+    driver = Run(keyed(timeout=10, grace=0))
     driver.start(inputs={"customer": "acme"})
     assert next_wake(driver.pipeline, driver.state) is None
     driver.now = 1_000.0
@@ -92,7 +92,7 @@ def test_no_deadline_runs_while_a_task_waits_for_its_slot() -> None:
 def test_the_slot_is_freed_when_the_attempt_ends_and_a_retry_asks_again() -> None:
     """A failed attempt frees its slot; its retry, once due, waits for a slot of its own
     before it is dispatched; a completed attempt frees its slot too."""
-    driver = Driver(keyed())
+    driver = Run(keyed())
     driver.start(inputs={"customer": "acme"})
     take(driver, "w@1")
     driver.fail("w@1")
@@ -109,7 +109,7 @@ def test_the_slot_is_freed_when_the_attempt_ends_and_a_retry_asks_again() -> Non
 
 def test_an_ended_run_holds_no_slot_and_waits_for_none() -> None:
     """Cancelling a run with a task holding a slot and one waiting clears both."""
-    driver = Driver(fanned({"key": "item", "limit": 1}))
+    driver = Run(fanned({"key": "item", "limit": 1}))
     driver.start()
     driver.complete("p@1", {"items": ["a", "b"]})
     take(driver, "w@1.0")
@@ -121,7 +121,7 @@ def test_an_ended_run_holds_no_slot_and_waits_for_none() -> None:
 def test_a_fan_out_key_reads_the_item_and_the_phase_cap_still_holds() -> None:
     """Each item's task waits on the key of its own item; `for_each.concurrency` still caps
     how many of the phase's tasks are under way, waiting or running."""
-    driver = Driver(fanned({"key": "item.customer", "limit": 1}, cap=2))
+    driver = Run(fanned({"key": "item.customer", "limit": 1}, cap=2))
     driver.start()
     items = [{"customer": c} for c in ("acme", "beta", "acme")]
     made = driver.complete("p@1", {"items": items})
@@ -134,12 +134,12 @@ def test_a_fan_out_key_reads_the_item_and_the_phase_cap_still_holds() -> None:
 
 def test_a_key_that_cannot_be_computed_fails_the_run_saying_why() -> None:
     """An item without the field the key reads: the run fails naming the task and the key."""
-    driver = Driver(fanned({"key": "item.customer", "limit": 1}))
+    driver = Run(fanned({"key": "item.customer", "limit": 1}))
     driver.start()
     made = driver.complete("p@1", {"items": [{"name": "x"}]})
     assert made[-1].rule is RuleName.TASK_SLOT
     assert isinstance(made[-1].event, ev.RunFailed)
-    assert "task w@1.0: its worker's concurrency key cannot be computed" in made[-1].why
+    assert "task w@1.0: its worker's concurrency key cannot be computed" in (made[-1].why or "")
 
 
 def test_check_explores_the_wait_for_a_task_slot() -> None:
@@ -182,7 +182,7 @@ def test_a_key_reads_the_field_of_an_item_extracted_as_json_text() -> None:
     from interlock.core.extract import extract_values
     from interlock.core.workflow import Extract
 
-    driver = Driver(fanned({"key": "item.customer", "limit": 1}, cap=2))
+    driver = Run(fanned({"key": "item.customer", "limit": 1}, cap=2))
     driver.start()
     text = '{"items": [{"customer": "acme"}, {"customer": "beta"}]}'
     items = extract_values(

@@ -154,7 +154,7 @@ def test_a_pinned_definition_past_the_limits_still_reads_and_fails_at_its_wait()
     from interlock.core.loader import Definition
     from interlock.core.state import RunStatus
 
-    from .driver import Driver, worker
+    from .runs import Run, worker
 
     data = {
         "phases": [
@@ -167,7 +167,7 @@ def test_a_pinned_definition_past_the_limits_still_reads_and_fails_at_its_wait()
     schema = {"properties": {"x": {"$ref": "http://127.0.0.1:9/x"}}}
     remote = {"phases": [{"id": "a", "workers": [worker("w", final=True, schema=schema)]}]}
     Definition.from_canonical("q", json.dumps(remote))
-    d = Driver(definition.pipeline)
+    d = Run(definition.pipeline)
     d.start()
     d.complete("wa@1")
     assert d.state.status is RunStatus.FAILED and d.state.waiting is None

@@ -9,7 +9,7 @@ import pytest
 
 from interlock.errors import WorkflowError
 
-from .driver import pipeline_of, worker
+from .runs import pipeline_of, worker
 
 
 def problems(concurrency: Any) -> list[str]:

@@ -10,7 +10,7 @@ import pytest
 from interlock.core.loader import build_workflow
 from interlock.errors import WorkflowError
 
-from .driver import worker
+from .runs import worker
 
 
 def problems_of(data: dict[str, Any]) -> list[str]:

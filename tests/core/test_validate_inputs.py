@@ -7,7 +7,7 @@ import pytest
 
 from interlock.errors import WorkflowError
 
-from .driver import pipeline_of, worker
+from .runs import pipeline_of, worker
 
 
 def test_a_concurrency_key_reading_an_undeclared_input_is_refused() -> None:

@@ -8,24 +8,25 @@ import pytest
 
 from interlock.core import events as ev
 from interlock.core.decide import RuleName, next_wake
-from interlock.core.observe import Command, CommandKind, SignalMessage, interpret_command
+from interlock.core.observe import CommandKind, SignalMessage
 from interlock.core.state import RunStatus, fold, listed_status
 from interlock.core.waits import start_time
+from interlock.engine import inputs as obs
 from interlock.errors import WorkflowError
 
-from .driver import Driver, pipeline_of, worker
+from .runs import Run, pipeline_of, worker
 
 R = RuleName
 
 
-def gated(wait: dict[str, Any] | None = None, *, next_rules: Any = None, **phase: Any) -> Driver:
+def gated(wait: dict[str, Any] | None = None, *, next_rules: Any = None, **phase: Any) -> Run:
     """A started run of `a` -> `b` -> `c`, where `b` has the given wait keys and `next`
     rules (before the default: on to `c`)."""
     b: dict[str, Any] = {"id": "b", "workers": [worker("wb")], **phase}
     if wait is not None:
         b["wait_for"] = wait
     b["next"] = [*(next_rules or []), {"goto": "c"}]
-    d = Driver(
+    d = Run(
         pipeline_of(
             {
                 "phases": [
@@ -42,17 +43,15 @@ def gated(wait: dict[str, Any] | None = None, *, next_rules: Any = None, **phase
 
 
 def signal(
-    d: Driver, name: str, data: Any = None, key: str | None = None, sent: float | None = None
-):
-    """Record a signal as the driver records a signal command, then settle."""
+    d: Run, name: str, data: Any = None, key: str | None = None, sent: float | None = None
+) -> Any:
+    """Send a signal command to the run and step: the decisions that followed, or why the
+    run refused it."""
     message = SignalMessage(name=name, data=data, key=key, sent_at=sent)
-    event = interpret_command(
-        d.state, Command(kind=CommandKind.SIGNAL, message=message.to_message()), d.now
-    )
-    if isinstance(event, str):
-        return event
-    d.record(event)
-    return d.settle()
+    made = d.step(obs.PersonCommand(kind=CommandKind.SIGNAL, message=message.to_message()))
+    if made.refused:
+        return made.refused[0]
+    return [r for r in made.events if r.rule is not None]
 
 
 def test_wait_before_holds_the_phase_until_the_signal_arrives() -> None:
@@ -111,7 +110,7 @@ def test_timeout_before_the_phase_skips_its_tasks() -> None:
 
 def test_timeout_before_the_last_phase_fails_the_run_naming_it() -> None:
     """The last phase cannot be skipped: a timed-out wait before it fails the run."""
-    d = Driver(
+    d = Run(
         pipeline_of(
             {
                 "phases": [
@@ -207,7 +206,7 @@ def test_not_before_reads_an_input_timestamp() -> None:
             ],
         }
     )
-    d = Driver(pipeline)
+    d = Run(pipeline)
     d.start(inputs={"at": "2030-01-01T00:00:00Z"})
     assert d.state.waiting is not None and d.state.waiting.until == 1893456000.0
 
@@ -222,7 +221,7 @@ def test_not_before_that_cannot_be_read_fails_the_run_with_the_place() -> None:
             ],
         }
     )
-    d = Driver(pipeline)
+    d = Run(pipeline)
     d.start(inputs={"at": "soon"})
     assert d.state.status is RunStatus.FAILED
     assert "phase 'a', not_before" in (d.state.failure or "")
@@ -278,7 +277,7 @@ def test_a_rejection_at_a_budget_pause_during_a_wait_leaves_no_wait_behind() -> 
 
 def test_wait_after_the_last_phase_holds_the_delivery() -> None:
     """A wait after the final phase delivers only once the signal arrived."""
-    d = Driver(
+    d = Run(
         pipeline_of(
             {
                 "phases": [

@@ -15,9 +15,10 @@ from types import FrameType
 from typing import Any
 
 from interlock.core import events as ev
-from interlock.core.decide import Decision, next_wake
+from interlock.core.decide import next_wake
+from interlock.engine import Recorded
 
-from .driver import Driver, pipeline_of, worker
+from .runs import Run, pipeline_of, worker
 
 CORE = str(Path(__file__).resolve().parents[2] / "src" / "interlock" / "core")
 
@@ -42,14 +43,14 @@ def lines_run(play: Callable[[], None]) -> int:
     return count
 
 
-def wide_phase(width: int) -> Driver:
+def wide_phase(width: int) -> Run:
     """A run whose first phase has `width` workers, then one final worker."""
     fan = {"id": "fan", "workers": [worker(f"w{i}") for i in range(width)]}
     end = {"id": "end", "workers": [worker("s", final=True)]}
-    return Driver(pipeline_of({"phases": [fan, end]}))
+    return Run(pipeline_of({"phases": [fan, end]}))
 
 
-def fan_out(width: int) -> Driver:
+def fan_out(width: int) -> Run:
     """A run that fans out over `width` items, 16 at a time."""
     planner = worker("planner", extract={"items": {"json": "t", "type": "list"}})
     write = {
@@ -58,10 +59,10 @@ def fan_out(width: int) -> Driver:
         "workers": [worker("writer")],
     }
     end = {"id": "end", "workers": [worker("s", final=True)]}
-    return Driver(pipeline_of({"phases": [{"id": "plan", "workers": [planner]}, write, end]}))
+    return Run(pipeline_of({"phases": [{"id": "plan", "workers": [planner]}, write, end]}))
 
 
-def play(driver: Driver, width: int) -> None:
+def play(driver: Run, width: int) -> None:
     """Start the run, then report each dispatched task started and completed, one event at
     a time as workers would (the clock moving on), asking for the next wake-up after each, as
     the orchestrator does; to the end."""
@@ -79,7 +80,7 @@ def play(driver: Driver, width: int) -> None:
     assert driver.state.status.value == "delivered"
 
 
-def play_queued(driver: Driver, width: int, slots: int = 8) -> None:
+def play_queued(driver: Run, width: int, slots: int = 8) -> None:
     """Start the run, then run its dispatched tasks `slots` at a time as a local dispatcher
     does: the rest of a wide phase waits, dispatched but not started, for a free slot."""
     waiting = deque(dispatched(driver.start()))
@@ -101,12 +102,12 @@ def play_queued(driver: Driver, width: int, slots: int = 8) -> None:
     assert driver.state.status.value == "delivered"
 
 
-def dispatched(decisions: list[Decision]) -> list[str]:
+def dispatched(decisions: list[Recorded]) -> list[str]:
     """The tasks these decisions dispatched."""
     return [d.event.task_id for d in decisions if isinstance(d.event, ev.TaskDispatched)]
 
 
-def work(make: Callable[[int], Driver], width: int) -> int:
+def work(make: Callable[[int], Run], width: int) -> int:
     """Lines the engine runs to play a run of `width` tasks."""
     driver = make(width)
     return lines_run(lambda: play(driver, width))

@@ -11,7 +11,7 @@ from interlock.core.loader import Definition, canonical_json, load_workflow, par
 from interlock.core.validate import read_name, transitions
 from interlock.errors import UsageError, WorkflowError
 
-from .driver import FIXTURES, fixture
+from .runs import FIXTURES, fixture
 
 
 def test_research_pipeline_loads_unchanged() -> None:

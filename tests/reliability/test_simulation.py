@@ -138,7 +138,7 @@ def test_a_seed_reproduces_exactly() -> None:
 
 def test_the_simulator_catches_a_broken_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     """If stale and duplicate reports were accepted, the invariants would say so."""
-    monkeypatch.setattr("interlock.runtime.driver.accept_result", lambda state, result: True)
+    monkeypatch.setattr("interlock.engine.machine.accept_result", lambda state, result: True)
     broken = [s for s in range(200) if not simulate(s).ok]
     assert broken, "a driver that records every report must break an invariant"
     assert observe.accept_result is not None

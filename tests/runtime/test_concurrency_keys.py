@@ -146,7 +146,7 @@ def test_an_orchestrator_that_lets_waiting_runs_go_holds_only_runs_with_a_slot(
     async def scenario() -> None:
         first = orchestrator.create_run(definition, topic="a", inputs={"customer": "acme"})
         second = orchestrator.create_run(definition, topic="b", inputs={"customer": "acme"})
-        orchestrator._iterate(orchestrator.clock(), stop_when_paused=True)
+        orchestrator.step(orchestrator.clock(), stop_when_paused=True)
         try:
             assert set(orchestrator.drivers) == {first}
             assert [e.kind for e in store.events(second)] == ["run_created", "slot_awaited"]

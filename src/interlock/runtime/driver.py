@@ -16,31 +16,21 @@ import hashlib
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from interlock.core import events as ev
-from interlock.core.decide import given_up, settle
+from interlock.core.decide import given_up
 from interlock.core.extract import ExtractionError, extract_values
 from interlock.core.loader import Definition
-from interlock.core.observe import (
-    Command,
-    CommandKind,
-    accept_child_spend,
-    accept_child_update,
-    accept_result,
-    implied_start,
-    interpret_command,
-    late_usage,
-)
+from interlock.core.observe import CommandKind
 from interlock.core.review import sent_back, with_feedback
 from interlock.core.state import (
     RunState,
     RunStatus,
     TaskState,
-    apply,
     artifact_name,
     listed_status,
 )
@@ -48,14 +38,12 @@ from interlock.core.template_guard import MAX_TASK_SIZE, RenderLimits
 from interlock.core.templates import TemplateProblem, render_task, template_item
 from interlock.core.validate import read_name
 from interlock.core.waits import signal_values
+from interlock.engine import Recorded, RunMachine
+from interlock.engine import effects as fx
+from interlock.engine import inputs as obs
 from interlock.errors import RunFolderTaken
 from interlock.runtime import artifacts
-from interlock.runtime.edits import (
-    REVIEW_KINDS,
-    keep_hand_edit,
-    pending_edits,
-    review_command,
-)
+from interlock.runtime.edits import REVIEW_KINDS, keep_hand_edit, pending_edits
 from interlock.runtime.executors import Outcome, TaskSpec, escape_braces
 from interlock.runtime.faults import crash_point
 from interlock.runtime.projection import status_view
@@ -117,12 +105,11 @@ class RunDriver:
     begun: set[tuple[str, int]] = field(default_factory=set)
     acted_mark: int = 0  # the number of events the state held when `act` last ran (0: never)
     dirty: bool = True
-    inline: list[tuple[str, bytes]] = field(default_factory=list)  # outputs for the next append
+    # Bodies the last step stores with its events in the ledger (SHA-256, bytes).
+    stored: list[tuple[str, bytes]] = field(default_factory=list)
     # Outputs held in memory, written into the run directory once their completion is
     # recorded (a crash before that loses nothing: the ledger holds them).
-    unwritten: list[tuple[Path, bytes]] = field(default_factory=list)
-    # The final worker's output (file name, body, SHA-256), for final.md.
-    final_body: tuple[str, bytes, str] | None = None
+    writes: list[fx.WriteOutput] = field(default_factory=list)
     final_md_placed: bool = False  # final.md was found in place or handed over for writing
     # Outputs written from the ledger without an fsync (see `Orchestrator._write_outputs`),
     # made durable once the run ends, before it is archived or let go.
@@ -132,10 +119,18 @@ class RunDriver:
     # Fingerprints every completion and carries earlier outputs over (reruns, the cache).
     reuser: Reuser | None = None
     reusing: set[str] = field(default_factory=set)  # tasks whose reuse awaits recording
-    placing_reused: bool = False  # a reused output waits in `unwritten`
+    placing_reused: bool = False  # a reused output waits in `writes`
     reviewed: str | None = None  # "edit" or "reject" just recorded, not yet acted on
     waits: set[str] = field(default_factory=set)  # signal/wait events recorded, not acted on
     children_stopped: bool = False  # the children of the ended run were asked to stop
+    machine: RunMachine = field(init=False, repr=False)  # the run's step (`interlock.engine`)
+
+    def __post_init__(self) -> None:
+        self.machine = RunMachine(self.definition.pipeline, stamp=self._stamp)
+
+    def _stamp(self, state: RunState, event: ev.TaskCompleted) -> ev.TaskCompleted:
+        """A completion with its fingerprint (once the run has its `Reuser`)."""
+        return event if self.reuser is None else self.reuser.stamp(state, event)
 
     @property
     def run_id(self) -> str:
@@ -147,100 +142,103 @@ class RunDriver:
         """The directory of the workflow file the run was started from (None if unknown)."""
         return _folder_of(self.source, os.getcwd()) if self.source else None
 
-    def observe(self, now: float) -> tuple[list[NewEvent], list[int]]:
-        """Turn reports, files found on disk and commands into events (applied to state)."""
-        observed: list[NewEvent] = []
+    def step(
+        self, now: float, granted: list[NewEvent] | None = None
+    ) -> tuple[list[NewEvent], list[int]]:
+        """Take the run's step: reports, files found on disk and commands become inputs,
+        `granted` slots are recorded in their place, and the engine settles (`RunMachine`).
+        The events are applied to state; the outputs to write after them are kept for `act`.
+        Returns the events to append and the ids of the commands they consume."""
+        inputs = self._inputs(now)
+        consumed = [record.id for record in self.commands]
+        inputs += self._commands()
+        if granted:
+            inputs.append(obs.Granted(events=tuple((n.event, n.rule, n.why) for n in granted)))
+        made = self.machine.step(self.state, inputs, now, archive=self.durable(), act=False)
+        for refused in made.refused:
+            log.info(refused, extra={"run_id": self.run_id, "action": "command_refused"})
+        self.stored += made.stored
+        self.writes += made.of(fx.WriteOutput)
+        return self._recorded(made.events), consumed
+
+    def _inputs(self, now: float) -> list[obs.Input]:
+        """What the reports, the files found on disk and the reuse notes observed."""
+        inputs: list[obs.Input] = []
         committed = False
         # An output from a file is renamed into place below: if its commit fails, adoption
         # finds it.
         self.observed_reports = [r for r in self.reports if r.tmp is None]
+        finished: set[tuple[str, int]] = set()  # attempts whose result this batch holds
         for report in self.reports:
             event = report.event
             if isinstance(event, ev.TaskReused):
-                observed += self._reused(event, report.body)
-                continue
-            if isinstance(event, ev.ChildUpdated):
-                if accept_child_update(self.state, event):
-                    apply(self.state, event)
-                    observed.append(NewEvent(event=event, why=event.detail or None))
-                continue
-            if isinstance(event, ev.ChildSpent):
-                if accept_child_spend(self.state, event):
-                    apply(self.state, event)
-                    observed.append(NewEvent(event=event, why="the child run spent more"))
-                continue
-            if not accept_result(self.state, event):
-                if report.tmp is not None:
-                    artifacts.discard(report.tmp)  # a stale or duplicate attempt: drop it
-                late = late_usage(self.state, event)  # ...but what its call cost is kept
-                if late is not None:
-                    apply(self.state, late)
-                    observed.append(NewEvent(event=late, why="answered after it stopped counting"))
-                continue
-            if isinstance(event, ev.TaskCompleted) and report.body is not None:
-                event = self._keep_body(event, report.body)
-            elif isinstance(event, ev.TaskCompleted) and report.tmp is not None:
-                event = self._commit_output(event, report.tmp)
-                committed = True
-            if isinstance(event, ev.TaskCompleted) and self.reuser is not None:
-                event = self.reuser.stamp(self.state, event)
-            start = implied_start(self.state, event)
-            if start is not None:
-                apply(self.state, start)
-                observed.append(NewEvent(event=start, why="implied by the attempt's result"))
-            why = restarted(self.state, event)
-            apply(self.state, event)
-            observed.append(NewEvent(event=event, why=why))
+                self.reusing.discard(event.task_id)
+                assert report.body is not None
+                stored = event.size <= artifacts.INLINE_LIMIT
+                inputs.append(obs.Reused(event=event, body=report.body, stored=stored))
+            elif isinstance(event, ev.ChildUpdated):
+                inputs.append(obs.ChildChanged(event=event))
+            elif isinstance(event, ev.ChildSpent):
+                inputs.append(obs.ChildSpend(event=event))
+            elif report.tmp is None:
+                inputs.append(obs.Reported(event=event, body=report.body))
+            else:
+                # Renamed into place only when it is recorded: a stale or duplicate attempt's
+                # file is dropped (what its call cost is kept, by the step).
+                attempt = (event.task_id, event.attempt)
+                fresh = attempt not in finished and self.machine.accepts(self.state, event)
+                if isinstance(event, ev.TaskCompleted) and fresh:
+                    finished.add(attempt)
+                    event, body = self._commit_output(event, report.tmp)
+                    committed = True
+                    inputs.append(obs.Reported(event=event, body=body, on_disk=True))
+                    continue
+                artifacts.discard(report.tmp)
+                inputs.append(obs.Reported(event=event))
         self.reports.clear()
         if committed:
             artifacts.fsync_dir(self.run_dir)  # the renames, durable before they are recorded
         if not self.checked_adoption:
-            observed += self._adopt(now)
+            inputs += self._adopt(now)
             self.checked_adoption = True
         if self.reuser is not None and self.reuser.notes:
-            for note in self.reuser.notes:
-                warned = ev.Warned(at=now, message=note)
-                apply(self.state, warned)
-                observed.append(NewEvent(event=warned))
+            inputs += [obs.Noted(message=note) for note in self.reuser.notes]
             self.reuser.notes.clear()
-        consumed = []
+        return inputs
+
+    def _commands(self) -> list[obs.Input]:
+        """The commands waiting for the run, as inputs (each is consumed by the step)."""
+        inputs: list[obs.Input] = []
         for record in self.commands:
             if record.kind in REVIEW_KINDS:
-                observed += review_command(self, record, now)
-                consumed.append(record.id)
-                continue
-            command = Command(kind=CommandKind(record.kind), message=record.message, by=record.by)
-            if command.kind is CommandKind.SIGNAL:
+                crash_point("before_record_review")
+            elif record.kind == CommandKind.SIGNAL.value:
                 crash_point("before_record_signal")
-            outcome = interpret_command(self.state, command, now)
-            if isinstance(outcome, ev.Event):
-                if isinstance(outcome, ev.SignalReceived):
-                    self.waits.add("after_record_signal")
-                apply(self.state, outcome)
-                observed.append(NewEvent(event=outcome, why=f"{record.kind} from {record.by}"))
-            else:
-                log.info(outcome, extra={"run_id": self.run_id, "action": "command_refused"})
-            consumed.append(record.id)
+            inputs.append(obs.PersonCommand(kind=record.kind, message=record.message, by=record.by))
         self.commands.clear()
-        return observed, consumed
+        return inputs
 
-    def _reused(self, event: ev.TaskReused, body: bytes | None) -> list[NewEvent]:
-        """Record a reuse claimed at the last act; its file is placed once it is recorded."""
-        self.reusing.discard(event.task_id)
-        task = self.state.tasks.get(event.task_id)
-        if task is None or task.attempt != event.attempt or not task.status.in_flight:
-            return []  # claimed twice, or the run moved on (cancelled): nothing to record
-        assert body is not None
-        if event.size <= artifacts.INLINE_LIMIT:
-            self.inline.append((event.sha256, body))
-        final = self.final_path(task)
-        self.unwritten.append((final, body))
-        self.placing_reused = True
-        if self.definition.pipeline.worker(task.role).final:
-            self.final_body = (final.name, body, event.sha256)
-        apply(self.state, event)
-        why = f"same fingerprint as {event.source_task} of {event.source_run}"
-        return [NewEvent(event=event, why=why)]
+    def _recorded(self, made: Sequence[Recorded]) -> list[NewEvent]:
+        """The step's events to append; notes which wait for a crash point once acted on."""
+        new = []
+        for r in made:
+            event = r.event
+            if isinstance(event, ev.SignalReceived):
+                self.waits.add("after_record_signal")
+            elif isinstance(event, ev.WaitStarted):
+                self.waits.add("after_record_wait")
+            elif isinstance(event, ev.WaitEnded):
+                self.waits.add("after_end_wait")
+            elif isinstance(event, ev.OutputEdited):
+                self.reviewed = "edit"
+            elif isinstance(event, ev.Rejected):
+                self.reviewed = "reject"
+            elif isinstance(event, ev.TaskReused):
+                self.placing_reused = True
+            new.append(
+                NewEvent(event=event, rule=None if r.rule is None else str(r.rule), why=r.why)
+            )
+        return new
 
     def reobserve(self) -> None:
         """After the commit of the last observation failed (and the state was rebuilt from
@@ -251,13 +249,7 @@ class RunDriver:
 
     def decide(self, now: float) -> list[NewEvent]:
         """Settle the engine on the current state (decisions are applied to state)."""
-        decisions = settle(self.definition.pipeline, self.state, now, archive=self.durable())
-        for decision in decisions:
-            if isinstance(decision.event, ev.WaitStarted):
-                self.waits.add("after_record_wait")
-            elif isinstance(decision.event, ev.WaitEnded):
-                self.waits.add("after_end_wait")
-        return [NewEvent(event=d.event, rule=str(d.rule), why=d.why) for d in decisions]
+        return self._recorded(self.machine.settle(self.state, now, archive=self.durable()))
 
     def durable(self) -> bool:
         """Whether everything written into the run's folder is durable, by a sync that began
@@ -266,7 +258,7 @@ class RunDriver:
         return (
             not self.syncing
             and not self.unsynced
-            and not self.unwritten
+            and not self.writes
             and self.synced_mark == self.state.events
         )
 
@@ -287,16 +279,17 @@ class RunDriver:
         worker = self.definition.pipeline.worker(task.role)
         return self.run_dir / artifact_name(worker.output_name, task.visit, task.item)
 
-    def _commit_output(self, event: ev.TaskCompleted, tmp: Path) -> ev.TaskCompleted:
-        """Rename the output into place; the completion to record."""
+    def _commit_output(
+        self, event: ev.TaskCompleted, tmp: Path
+    ) -> tuple[ev.TaskCompleted, bytes | None]:
+        """Rename the output into place; the completion to record, and the body to store
+        with it (small outputs)."""
         task = self.state.tasks[event.task_id]
         final = self.final_path(task)
         crash_point("before_commit_output")
         sha, size, body = artifacts.commit(tmp, final)
         crash_point("after_commit_output")
-        if body is not None:
-            self.inline.append((sha, body))
-        return ev.TaskCompleted(
+        committed = ev.TaskCompleted(
             at=event.at,
             task_id=event.task_id,
             attempt=event.attempt,
@@ -307,42 +300,18 @@ class RunDriver:
             usage=event.usage,
             records=event.records,
         )
-
-    def _keep_body(self, event: ev.TaskCompleted, body: bytes) -> ev.TaskCompleted:
-        """A completion whose output is in memory: stored with it, written after it."""
-        task = self.state.tasks[event.task_id]
-        final = self.final_path(task)
-        sha = hashlib.sha256(body).hexdigest()
-        self.inline.append((sha, body))
-        self.unwritten.append((final, body))
-        if self.definition.pipeline.worker(task.role).final:
-            self.final_body = (final.name, body, sha)
-        return ev.TaskCompleted(
-            at=event.at,
-            task_id=event.task_id,
-            attempt=event.attempt,
-            artifact=final.name,
-            sha256=sha,
-            size=len(body),
-            values=event.values,
-            usage=event.usage,
-            records=event.records,
-        )
+        return committed, body
 
     def keep_recorded_outputs(self) -> None:
         """After a commit that may have failed: keep for writing only the in-memory outputs
         whose completions the ledger really holds."""
         recorded = {(t.artifact, t.sha256) for t in self.state.tasks.values() if t.artifact}
-        self.unwritten = [
-            (path, body)
-            for path, body in self.unwritten
-            if (path.name, hashlib.sha256(body).hexdigest()) in recorded
-        ]
+        self.writes = [w for w in self.writes if (w.artifact, w.sha256) in recorded]
 
     def restore_outputs(self, store: Store) -> None:
         """Rewrite committed outputs that are missing or damaged (after a crash or a power
         loss) from the bodies the ledger stored with their completions."""
-        self.unwritten.clear()
+        self.writes.clear()
         pending: set[str] | None = None  # asked for once, and only when a file differs
         for task in self.state.tasks.values():
             if task.artifact is None or task.sha256 is None:
@@ -365,11 +334,18 @@ class RunDriver:
                 final_md.unlink()  # cut short by a crash: `act` writes it again
                 self.final_md_placed = False
 
-    def _adopt(self, now: float) -> list[NewEvent]:
-        """Outputs committed while no orchestrator was recording (it died in between), each
-        after the start it implies; and the starts of attempts a worker began unrecorded."""
-        adopted = self._begun_starts(now)
-        for task in self.state.in_flight():
+    def _adopt(self, now: float) -> list[obs.Input]:
+        """Outputs committed while no orchestrator was recording (it died in between); and
+        the attempts a worker began unrecorded (see `begun_attempts`): the step records
+        each start, then each output after the start it implies."""
+        begun, self.begun = self.begun, set()
+        flight = self.state.in_flight()
+        adopted: list[obs.Input] = [
+            obs.Begun(task_id=t.task_id, attempt=t.attempt)
+            for t in flight
+            if (t.task_id, t.attempt) in begun
+        ]
+        for task in flight:
             final = self.final_path(task)
             if task.task_id in self.handles or final.is_symlink() or not final.is_file():
                 continue  # a symlink was not committed by us and may point outside the run
@@ -385,8 +361,9 @@ class RunDriver:
             sha, size = artifacts.digest(final)
             if sha == task.sha256:
                 continue  # the output it had before an edit's re-run: not a new result
+            body = None
             if size <= artifacts.INLINE_LIMIT:
-                self.inline.append((sha, final.read_bytes()))
+                body = final.read_bytes()
             else:
                 artifacts.fsync_file(final)
             event = ev.TaskCompleted(
@@ -399,30 +376,8 @@ class RunDriver:
                 values=values,
                 adopted=True,
             )
-            if self.reuser is not None:
-                event = self.reuser.stamp(self.state, event)
-            if task.started_at is None:  # it ran: its worker began it, unrecorded
-                start = ev.TaskStarted(at=now, task_id=task.task_id, attempt=task.attempt)
-                apply(self.state, start)
-                adopted.append(NewEvent(event=start, why="implied by its output found on disk"))
-            apply(self.state, event)
-            adopted.append(NewEvent(event=event, why="output found committed on disk"))
+            adopted.append(obs.Adopted(event=event, body=body))
         return adopted
-
-    def _begun_starts(self, now: float) -> list[NewEvent]:
-        """The starts of attempts in flight that a worker began (its process or prompt
-        record was found) though none was recorded: the orchestrator that began them
-        stopped first. They run again, and show both starts."""
-        begun, self.begun = self.begun, set()
-        starts = []
-        for task in self.state.in_flight():
-            if task.started_at is not None or (task.task_id, task.attempt) not in begun:
-                continue
-            start = ev.TaskStarted(at=now, task_id=task.task_id, attempt=task.attempt)
-            apply(self.state, start)
-            why = "begun by a worker of an orchestrator that stopped before recording it"
-            starts.append(NewEvent(event=start, why=why))
-        return starts
 
     def pending_writes(self) -> tuple[list[tuple[Path, bytes]], bool]:
         """The files `act` writes before anything else (in-memory outputs whose completions
@@ -430,17 +385,18 @@ class RunDriver:
         whether final.md is among them). The orchestrator writes those of all the runs of a
         tick in one batch, so that their fsyncs are committed together."""
         state = self.state
-        if self.unwritten and self.placing_reused:
+        if self.writes and self.placing_reused:
             crash_point("after_record_reuse")  # recorded, not yet placed: resume repairs
             self.placing_reused = False
-        if self.unwritten and self.reviewed == "edit":
+        if self.writes and self.reviewed == "edit":
             crash_point("after_record_edit")  # recorded, not yet written: resume repairs
         delivering = (
             state.delivered is not None and not self.final_md_placed and self._add_final_md()
         )
         if delivering:
             crash_point("before_deliver")
-        files, self.unwritten = self.unwritten, []
+        files = [(self.run_dir / w.artifact, w.body) for w in self.writes]
+        self.writes = []
         return files, delivering
 
     def act(self, orchestrator: Orchestrator) -> None:
@@ -559,34 +515,24 @@ class RunDriver:
             (t.sha256 for t in self.state.tasks.values() if t.artifact == self.state.delivered),
             None,
         )
-        candidates = self._delivered_bodies(delivered)
-        if recorded is None:
-            data = next(candidates, None)
-        else:
-            data = next((b for b in candidates if self._sha_of(b) == recorded), None)
+        data = self._delivered_body(delivered, recorded)
         if data is None:
             return False  # nothing holds the recorded text yet: restore_outputs writes it
-        self.unwritten.append((final_md, data))
-        self.final_body = None
+        self.writes.append(fx.WriteOutput(artifact=final_md.name, body=data, sha256=""))
         self.final_md_placed = True
         return True
 
-    def _delivered_bodies(self, delivered: Path) -> Iterator[bytes]:
-        """The texts that may be the delivered output, newest first; the file on disk is
-        looked at only if none of those held in memory is the recorded one."""
-        for path, body in reversed(self.unwritten):
-            if path == delivered:
-                yield body
-        if self.final_body is not None and self.final_body[0] == delivered.name:
-            yield self.final_body[1]
+    def _delivered_body(self, delivered: Path, recorded: str | None) -> bytes | None:
+        """The recorded text of the delivered output (any, if none is recorded): one that
+        waits to be written, else the file on disk if it holds it."""
+        for w in reversed(self.writes):
+            if w.artifact == delivered.name and recorded in (None, w.sha256):
+                return w.body
         if delivered.is_file():
-            yield delivered.read_bytes()
-
-    def _sha_of(self, body: bytes) -> str:
-        """SHA-256 of an output, taken from its completion when it is the final worker's."""
-        if self.final_body is not None and body is self.final_body[1]:
-            return self.final_body[2]
-        return hashlib.sha256(body).hexdigest()
+            data = delivered.read_bytes()
+            if recorded is None or hashlib.sha256(data).hexdigest() == recorded:
+                return data
+        return None
 
     def refresh_status(self, orchestrator: Orchestrator) -> None:
         """Rewrite status.json for a changed state: at once at a pause or an end, or when
@@ -784,19 +730,6 @@ def _folder_of(source: str, cwd: str) -> Path:
     """The absolute folder of a workflow file (the runs of one file share it: paths are
     built once)."""
     return Path(cwd, source).parent
-
-
-def restarted(state: RunState, event: ev.Event) -> str | None:
-    """Why a start is recorded for an attempt that had started already, else None."""
-    if not isinstance(event, ev.TaskStarted):
-        return None
-    task = state.tasks.get(event.task_id)
-    if task is None or task.started_at is None:
-        return None
-    return (
-        f"attempt {event.attempt} started again by {event.worker or 'another process'}: "
-        f"{task.worker or 'the process'} that started it stopped before it ended"
-    )
 
 
 def _intact(path: Path, size: int | None, sha256: str) -> bool:

@@ -2,9 +2,9 @@
 
 `interlock edit` and `interlock reject` reach the run's driver as commands, like an approval,
 so the orchestrator that holds the run records them (exactly once, in the transaction that
-consumes the command). An edit's new body is stored in the ledger with its event and written
-into the run directory right after, like a small output: a crash in between is repaired on
-resume from the ledger.
+consumes the command): the run's step turns them into events (`interlock.engine`). An edit's
+new body is stored in the ledger with its event and written into the run directory right
+after, like a small output: a crash in between is repaired on resume from the ledger.
 
 A person who edits an output file in the run directory instead gets their change kept, never
 overwritten: approving refuses while such a file waits (`unrecorded_changes`), and a driver
@@ -20,48 +20,17 @@ import logging
 from collections.abc import Set
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from interlock.core import events as ev
 from interlock.core.observe import CommandKind
-from interlock.core.review import interpret_edit, interpret_reject, latest_outputs
-from interlock.core.state import RunState, apply
+from interlock.core.review import latest_outputs
+from interlock.core.state import RunState
 from interlock.errors import StorageError
 from interlock.runtime import artifacts
-from interlock.runtime.faults import crash_point
-from interlock.storage.base import CommandRecord, NewEvent, Store
-
-if TYPE_CHECKING:
-    from interlock.runtime.driver import RunDriver
+from interlock.storage.base import Store
 
 log = logging.getLogger("interlock.runtime")
 
 REVIEW_KINDS = frozenset({CommandKind.EDIT.value, CommandKind.REJECT.value})
-
-
-def review_command(driver: RunDriver, record: CommandRecord, now: float) -> list[NewEvent]:
-    """The events an edit or reject command leads to (applied to the driver's state)."""
-    pipeline = driver.definition.pipeline
-    crash_point("before_record_review")
-    outcome: ev.Event | tuple[ev.OutputEdited, bytes] | str
-    if record.kind == CommandKind.REJECT.value:
-        outcome = interpret_reject(pipeline, driver.state, record.message, record.by, now)
-    else:
-        outcome = interpret_edit(pipeline, driver.state, record.message, record.by, now)
-    if isinstance(outcome, str):
-        log.info(outcome, extra={"run_id": driver.run_id, "action": "command_refused"})
-        return []
-    if isinstance(outcome, tuple):
-        event, body = outcome
-        driver.inline.append((event.sha256, body))  # stored with the event
-        driver.unwritten.append((driver.run_dir / event.artifact, body))  # written after it
-        driver.reviewed = "edit"
-        apply(driver.state, event)
-        why = f"edit from {record.by}" + (f": {event.note}" if event.note else "")
-        return [NewEvent(event=event, why=why)]
-    apply(driver.state, outcome)
-    driver.reviewed = "reject"
-    return [NewEvent(event=outcome, why=f"reject from {record.by}")]
 
 
 @dataclass(frozen=True, kw_only=True)

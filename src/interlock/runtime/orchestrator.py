@@ -139,6 +139,8 @@ class Orchestrator:
         self.inert: dict[str, int] = {}
         self.listeners: list[EventListener] = []
         self.progress_listeners: list[ProgressListener] = []
+        # Told the seconds each tick took, when set (a server's tick histogram).
+        self.on_tick: Callable[[float], None] | None = None
         self._definitions: dict[str, Definition] = {}
         self.dispatcher: Dispatcher = dispatcher or LocalDispatcher(self.settings.max_concurrency)
         self._wake: asyncio.Event | None = None
@@ -519,7 +521,7 @@ class Orchestrator:
             with collector.roomy_collector(self.settings.gc_young):
                 while self.drivers:
                     now = self.clock()
-                    self._iterate(now, stop_when_paused)
+                    self.step(now, stop_when_paused=stop_when_paused)
                     if not self.drivers:
                         break
                     await self._sleep(now)
@@ -538,14 +540,18 @@ class Orchestrator:
             with collector.roomy_collector(self.settings.gc_young):
                 while not stop.is_set():
                     now = self.clock()
-                    self._iterate(now, stop_when_paused=False)
+                    self.step(now)
                     await self._sleep(now)
         finally:
             self.leases.stop()
             self._wake = None
             status_writer().flush()  # what the loop handed over is on disk when it returns
 
-    def _iterate(self, now: float, stop_when_paused: bool) -> None:
+    def step(self, now: float, *, stop_when_paused: bool = False) -> None:
+        """One turn of the loop at `now`, without its sleep: housekeeping that is due, the
+        timers that came, one tick of the runs with something new, and the runs that are
+        done let go (`stop_when_paused`: paused ones too). `run_until_settled` and
+        `serve_forever` take these turns; a simulation takes them on its own clock."""
         self.leases.turned()
         if now >= self._next_housekeeping:
             self._next_housekeeping = now + self.settings.heartbeat
@@ -572,6 +578,22 @@ class Orchestrator:
         ticked = self._tick(now)
         self._sync_ended(ticked)
         self._retire(ticked, stop_when_paused)
+
+    @property
+    def busy(self) -> bool:
+        """Whether a run has something new, for the next `step` to look at at once."""
+        return bool(self._dirty)
+
+    def next_wake(self, *, commands_waiting: bool = False) -> float | None:
+        """When the loop next has something to do by itself, if nothing new arrives: its
+        earliest timer, or its next housekeeping when starts wait to ride along with a commit
+        or `commands_waiting` (None: nothing is scheduled)."""
+        wakes = []
+        if self._timers:
+            wakes.append(self._timers[0][0])
+        if self._lazy or commands_waiting:
+            wakes.append(self._next_housekeeping)
+        return min(wakes) if wakes else None
 
     def status_interval(self) -> float:
         """Seconds between `status.json` refreshes of a running run: `status_interval`, or
@@ -635,6 +657,16 @@ class Orchestrator:
                 self._mark(driver)
 
     def _tick(self, now: float) -> list[RunDriver]:
+        """`_tick_runs`, its duration told to `on_tick` when one listens."""
+        if self.on_tick is None:
+            return self._tick_runs(now)
+        started = time.perf_counter()
+        try:
+            return self._tick_runs(now)
+        finally:
+            self.on_tick(time.perf_counter() - started)
+
+    def _tick_runs(self, now: float) -> list[RunDriver]:
         """Observe, decide, append (one transaction for all runs), then act."""
         if self._dirty:
             self._dirty |= self._lazy  # starts join a commit that happens anyway
@@ -646,9 +678,8 @@ class Orchestrator:
         task_slots = self._task_slots(dirty, now)
         for driver in dirty:
             driver.dirty = False
-            observed, consumed = driver.observe(now)
-            new = observed + slots.get(driver.run_id, []) + task_slots.get(driver.run_id, [])
-            new += driver.decide(now)
+            granted = slots.get(driver.run_id, []) + task_slots.get(driver.run_id, [])
+            new, consumed = driver.step(now, granted)
             if driver.state.task_slot_waits:
                 new += self._first_asks(driver, new, now)
             if new or consumed:
@@ -658,10 +689,10 @@ class Orchestrator:
                     events=new,
                     summary=driver.summary(),
                     consumed=consumed,
-                    artifacts=driver.inline,
+                    artifacts=driver.stored,
                     cache=reuser.take_index(driver.state) if reuser and reuser.to_index else (),
                 )
-                driver.inline = []
+                driver.stored = []
                 batches.append((driver, new, batch))
             else:
                 self._act(driver)
@@ -899,7 +930,7 @@ class Orchestrator:
         """After a failed or ambiguous commit: rebuild from what is really stored."""
         driver.state = fold([s.event for s in self.store.events(driver.run_id)])
         driver.acted_mark = 0  # a state rebuilt: every task in flight is looked at again
-        driver.inline = []
+        driver.stored = []
         driver.keep_recorded_outputs()
         driver.reobserve()
         driver.checked_adoption = False

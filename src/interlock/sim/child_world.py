@@ -175,7 +175,7 @@ class ChildSimulation(Simulation):
 
     def _advance(self, orchestrator: Orchestrator) -> bool:
         waiting = [c for c in self._children() if c.status is RunStatus.PAUSED]
-        if waiting and not orchestrator._dirty and self.scheduler.next_time() is None:
+        if waiting and not orchestrator.busy and self.scheduler.next_time() is None:
             self.clock.advance_to(self.clock() + 1)  # somebody will approve the child
             return True
         if super()._advance(orchestrator):

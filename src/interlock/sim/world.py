@@ -207,7 +207,7 @@ class Simulation:
             # look of every child run's supervision before and after it.
             self._before_iterate()
             self.dispatcher.children.step()
-            orchestrator._iterate(now, stop_when_paused=False)
+            orchestrator.step(now)
             self.dispatcher.children.step()
         except SimCrash:
             self._restart()
@@ -260,13 +260,14 @@ class Simulation:
         for would leave a real run waiting forever, and ends the simulation as stuck.
         """
         now = self.clock()
-        if orchestrator._dirty:
+        if orchestrator.busy:
             return True  # the next iteration has work right away
-        wakes = [self.scheduler.next_time(), self.signal_people.next_time()]
-        if orchestrator._timers:
-            wakes.append(orchestrator._timers[0][0])
-        if orchestrator._lazy or self.store.pending_commands(self.run_id):
-            wakes.append(orchestrator._next_housekeeping)
+        commands = bool(self.store.pending_commands(self.run_id))
+        wakes = [
+            self.scheduler.next_time(),
+            self.signal_people.next_time(),
+            orchestrator.next_wake(commands_waiting=commands),
+        ]
         found = [w for w in wakes if w is not None]
         if not found:
             state = orchestrator.drivers[self.run_id].state

@@ -1,7 +1,9 @@
-"""A small driver that plays a run the way the orchestrator does, without any I/O.
+"""Engine-speed runs for behaviour tests: each step is one `RunMachine.step`.
 
-It records events in a history, applies them to a folded state, and settles the decision table
-after each observation, so tests read like a story: start, complete, fail, approve, advance time.
+A `Run` holds a folded state and its history and feeds the machine one observation at a
+time (start, complete, fail, approve, advance time), so a test reads like a story and proves
+what the orchestrator does, since the orchestrator takes the same step. Workflow helpers
+(`fixture`, `pipeline_of`, `worker`) build the pipelines they run.
 """
 
 from __future__ import annotations
@@ -11,12 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from interlock.core import events as ev
-from interlock.core.decide import Decision, Evaluator, RuleName, next_wake, settle
+from interlock.core.decide import Evaluator, RuleName, next_wake
 from interlock.core.expressions import evaluate
 from interlock.core.loader import Definition, build_workflow, load_workflow
-from interlock.core.observe import accept_result, implied_start
+from interlock.core.observe import CommandKind
 from interlock.core.state import RunState, apply, artifact_name
 from interlock.core.workflow import Pipeline
+from interlock.engine import Recorded, RunMachine, Step
+from interlock.engine import effects as fx
+from interlock.engine import inputs as obs
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "workflows"
 
@@ -37,8 +42,8 @@ def worker(role: str, **extra: Any) -> dict[str, Any]:
 
 
 @dataclass
-class Driver:
-    """Plays one run: every event goes to `history` and is folded into `state`."""
+class Run:
+    """One run driven by `RunMachine`: every event goes to `history`, folded into `state`."""
 
     pipeline: Pipeline
     run_id: str = "run-1"
@@ -46,10 +51,46 @@ class Driver:
     evaluator: Evaluator = evaluate
     state: RunState = field(default_factory=RunState)
     history: list[ev.Event] = field(default_factory=list)
-    decisions: list[Decision] = field(default_factory=list)
+    decisions: list[Recorded] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    # The workers the story runs, as the runtime's handles: started when a step says so,
+    # gone when their attempt's result is reported or the step cancels them.
+    running: dict[str, int] = field(default_factory=dict)
+    acted: int = 0  # the number of events the state held when the last step's effects ran
 
-    def start(self, topic: str = "a topic", inputs: dict[str, Any] | None = None) -> list[Decision]:
-        """Record RunCreated and settle: the first phase is dispatched."""
+    @property
+    def machine(self) -> RunMachine:
+        """The step function of this run's pipeline."""
+        return RunMachine(self.pipeline, evaluator=self.evaluator)
+
+    def step(self, *inputs: obs.Input) -> Step:
+        """One step of the machine at `now`; its events join the history."""
+        for item in inputs:
+            result = item.event if isinstance(item, obs.Reported) else None
+            ended = result is not None and not isinstance(result, ev.TaskStarted)
+            if ended and result and self.running.get(result.task_id) == result.attempt:
+                del self.running[result.task_id]
+        handles = obs.Handles(running=self.running, since=self.acted)
+        made = self.machine.step(self.state, inputs, self.now, handles=handles)
+        for effect in made.effects:
+            if isinstance(effect, fx.StartAttempt):
+                self.running[effect.task_id] = effect.attempt
+            elif isinstance(effect, fx.CancelAttempt):
+                del self.running[effect.task_id]
+            elif isinstance(effect, fx.StopWorkers):
+                for task_id in effect.task_ids:
+                    del self.running[task_id]
+        self.acted = self.state.events
+        self.history += [r.event for r in made.events]
+        self.decisions += [r for r in made.events if r.rule is not None]
+        self.steps.append(made)
+        return made
+
+    def _decided(self, *inputs: obs.Input) -> list[Recorded]:
+        return [r for r in self.step(*inputs).events if r.rule is not None]
+
+    def start(self, topic: str = "a topic", inputs: dict[str, Any] | None = None) -> list[Recorded]:
+        """Record RunCreated and step: the first phase is dispatched."""
         self.record(
             ev.RunCreated(
                 at=self.now,
@@ -63,28 +104,20 @@ class Driver:
         return self.settle()
 
     def record(self, event: ev.Event) -> None:
-        """Append an event to the history and fold it into the state."""
+        """Append an event to the history and fold it into the state (a story's setting)."""
         self.history.append(event)
         apply(self.state, event)
 
-    def settle(self) -> list[Decision]:
-        """Apply decisions until the table says wait; returns the new ones."""
-        made = settle(self.pipeline, self.state, self.now, evaluator=self.evaluator)
-        self.history += [d.event for d in made]
-        self.decisions += made
-        return made
+    def settle(self) -> list[Recorded]:
+        """A step with nothing observed; the decisions it made."""
+        return self._decided(obs.Tick())
 
-    def observe(
-        self, result: ev.TaskStarted | ev.TaskCompleted | ev.TaskFailed | ev.TaskTimedOut
-    ) -> list[Decision] | None:
-        """Record a worker's report if it is current, then settle (None: it was dropped)."""
-        if not accept_result(self.state, result):
+    def observe(self, result: obs.TaskResult) -> list[Recorded] | None:
+        """Step on a worker's report; the decisions that followed (None: it was dropped)."""
+        made = self.step(obs.Reported(event=result))
+        if all(r.event is not result for r in made.events):
             return None
-        start = implied_start(self.state, result)
-        if start is not None:
-            self.record(start)
-        self.record(result)
-        return self.settle()
+        return [r for r in made.events if r.rule is not None]
 
     def attempt(self, task_id: str) -> int:
         """The current attempt of a task."""
@@ -113,13 +146,13 @@ class Driver:
 
     def complete(
         self, task_id: str, values: dict[str, Any] | None = None, **usage: Any
-    ) -> list[Decision]:
+    ) -> list[Recorded]:
         """Report the task's current attempt as completed with these extracted values."""
         made = self.observe(self.completion(task_id, values, usage or None))
         assert made is not None, f"completion of {task_id} was dropped"
         return made
 
-    def fail(self, task_id: str, error: str = "boom", retryable: bool = True) -> list[Decision]:
+    def fail(self, task_id: str, error: str = "boom", retryable: bool = True) -> list[Recorded]:
         """Report the task's current attempt as failed."""
         made = self.observe(
             ev.TaskFailed(
@@ -133,14 +166,13 @@ class Driver:
         assert made is not None, f"failure of {task_id} was dropped"
         return made
 
-    def approve(self) -> list[Decision]:
+    def approve(self) -> list[Recorded]:
         """A person approves the paused run."""
-        self.record(ev.Approved(at=self.now, by="tester"))
-        return self.settle()
+        return self._decided(obs.PersonCommand(kind=CommandKind.APPROVE, by="tester"))
 
-    def begin(self, *task_ids: str) -> list[Decision]:
-        """Report the current attempt of each task as started by a worker now, and settle."""
-        made: list[Decision] = []
+    def begin(self, *task_ids: str) -> list[Recorded]:
+        """Report the current attempt of each task as started by a worker now."""
+        made: list[Recorded] = []
         for task_id in task_ids:
             started = ev.TaskStarted(
                 at=self.now, task_id=task_id, attempt=self.attempt(task_id), worker="pid 1"
@@ -150,13 +182,13 @@ class Driver:
             made += result
         return made
 
-    def advance(self, seconds: float) -> list[Decision]:
-        """Let time pass and settle (timeouts and due retries fire)."""
+    def advance(self, seconds: float) -> list[Recorded]:
+        """Let time pass and step (timeouts and due retries fire)."""
         self.now += seconds
         return self.settle()
 
-    def advance_to_wake(self) -> list[Decision]:
-        """Jump to the next time the table would act by itself, and settle."""
+    def advance_to_wake(self) -> list[Recorded]:
+        """Jump to the next time the table would act by itself, and step."""
         wake = next_wake(self.pipeline, self.state)
         assert wake is not None, "nothing is scheduled"
         self.now = max(self.now, wake)
@@ -168,7 +200,7 @@ class Driver:
 
     def rules(self) -> list[RuleName]:
         """The rule of every decision so far, in order."""
-        return [d.rule for d in self.decisions]
+        return [RuleName(d.rule) for d in self.decisions if d.rule is not None]
 
     def events_of(self, kind: type[ev.Event]) -> list[Any]:
         """The recorded events of one type, in order."""
