@@ -296,3 +296,56 @@ def _amount(value: Any, where: str) -> float:
     if value < 0:
         raise ConfigError(f"{where} = {value!r} is negative: give 0 or more US dollars")
     return float(value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CapReport:
+    """A cap as `interlock limits` shows it: its count in the window under way."""
+
+    cap: Cap
+    window_start: float
+    resets: str
+    spent_usd: float
+    held_usd: float
+    holds: int
+
+    @property
+    def left_usd(self) -> float:
+        """What calls may still reserve in this window."""
+        return max(0.0, self.cap.amount_usd - self.spent_usd - self.held_usd)
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON values."""
+        return {
+            "name": self.cap.name,
+            "window": self.cap.window.value,
+            "scope": dict(self.cap.scope),
+            "max_cost_usd": self.cap.amount_usd,
+            "window_start": self.window_start,
+            "resets": self.resets,
+            "spent_usd": round(self.spent_usd, 6),
+            "held_usd": round(self.held_usd, 6),
+            "open_reservations": self.holds,
+            "left_usd": round(self.left_usd, 6),
+        }
+
+
+def report(limits: SpendLimits, usage: Sequence[CapUsage], now: float) -> list[CapReport]:
+    """Each configured cap with its count in the window `now` falls in (a cap renamed or
+    removed from the file is no longer shown: its rows count for nothing)."""
+    found = {(u.cap, u.window_start): u for u in usage}
+    reports = []
+    for cap in limits.caps:
+        start = window_bounds(cap.window, now)[0]
+        row = found.get((cap.name, start))
+        reports.append(
+            CapReport(
+                cap=cap,
+                window_start=start,
+                resets=reset_text(cap.window, now),
+                spent_usd=row.spent_usd if row else 0.0,
+                held_usd=row.held_usd if row else 0.0,
+                holds=row.holds if row else 0,
+            )
+        )
+    return reports
