@@ -60,3 +60,33 @@ def test_a_bad_cap_is_refused_naming_the_file_and_the_fix(
     assert str(tmp_path / "interlock.toml") in shown.stderr
     assert "max_cost_usd_per_month = -5 is negative: give 0 or more US dollars" in shown.stderr
     assert not (Path(cli_env["INTERLOCK_HOME"]) / "ledger.db").exists()
+
+
+WORKFLOW = """
+draft:
+  phases:
+    - id: write
+      workers:
+        - role: writer
+          model: main
+          task: "Write about {topic}."
+          final: true
+"""
+
+
+def test_check_names_a_model_that_no_cap_would_let_start(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A model whose output limit alone costs more than a cap is a problem at check time."""
+    (tmp_path / "draft.yaml").write_text(WORKFLOW)
+    (tmp_path / "interlock.toml").write_text(
+        '[providers.local]\nkind = "openai"\nbase_url = "http://127.0.0.1:9/v1"\n\n'
+        '[models.main]\nprovider = "local"\nmodel = "m"\nmax_output_tokens = 1000\n'
+        "output_price_per_mtok = 80.0\n\n[limits]\nmax_cost_usd_per_day = 0.05\n"
+    )
+    shown = cli(cli_env, tmp_path, "check", "draft.yaml")
+    assert shown.returncode == 2
+    assert "worker 'writer': model 'main': 1000 output tokens alone can cost USD 0.0800" in (
+        shown.stderr
+    )
+    assert "over spend cap 'daily' (USD 0.05" in shown.stderr

@@ -59,4 +59,6 @@ def limits(ctx: Ctx, as_json: bool) -> None:
             soft_wrap=True,
             highlight=False,
         )
+
+
 COMMANDS = [limits]
