@@ -191,7 +191,7 @@ def test_a_call_past_a_cap_waits_and_goes_on_when_the_cap_is_raised(
 
     asyncio.run(two_calls())
     assert len(server.state.requests) == 2
-    assert said[0] == "\nwaiting: spend cap 'daily' (USD 0.10) until 00:00 UTC\n"
+    assert said[0].rstrip(" ") == "\nwaiting: spend cap 'daily' (USD 0.10) until 00:00 UTC\n"
     assert said.count(said[0]) == 1  # said once, not at every poll
     assert len(polls) == 2
     assert store.usage(now=9e99)[0].spent_usd == pytest.approx(2 * WORST)

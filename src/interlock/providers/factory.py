@@ -146,6 +146,7 @@ class ProviderRegistry:
             limits=live,
             default_output=default,
             sleep=self._sleep,
+            secrets=config.secrets,
         )
 
     def _build(self, resolved: ResolvedModel, config: ModelConfig) -> Provider:

@@ -33,6 +33,7 @@ from interlock.providers.base import (
 )
 from interlock.providers.config_files import ConfigError, read_toml
 from interlock.providers.prompt import estimate_tokens
+from interlock.providers.redaction import Secret, held_back
 from interlock.providers.retry import SleepFn
 from interlock.providers.settings import ResolvedModel
 from interlock.providers.spend import (
@@ -196,6 +197,8 @@ class CappedProvider:
         clock: Wall-clock epoch seconds (windows are UTC days and months).
         sleep: Waits between polls.
         store: Where the counts live (default: the process's, `use_spend_store`).
+        secrets: The keys the runtime masks in the call's progress (it holds back the end
+            of what streams, as long as a key: a waiting line is padded past that).
     """
 
     def __init__(
@@ -208,6 +211,7 @@ class CappedProvider:
         clock: Callable[[], float] = time.time,
         sleep: SleepFn = asyncio.sleep,
         store: SpendStore | None = None,
+        secrets: Callable[[], Sequence[Secret]] = list,
     ) -> None:
         self.name = inner.name
         self.inner = inner
@@ -217,6 +221,7 @@ class CappedProvider:
         self._clock = clock
         self._sleep = sleep
         self._store = store
+        self._secrets = secrets
 
     def __repr__(self) -> str:
         return f"CappedProvider({self.inner!r})"
@@ -320,7 +325,7 @@ class CappedProvider:
                 text = waiting_text(cap, now)
                 wait = min(POLL_S, max(0.01, window_bounds(cap.window, now)[1] - now))
             if text != said and on_token is not None:
-                on_token(f"\n{text}\n")
+                on_token(f"\n{text}\n" + " " * held_back(self._secrets()))
             said = text
             await self._sleep(wait)
 
