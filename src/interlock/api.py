@@ -168,7 +168,7 @@ class Interlock:
             if run_id not in orchestrator.drivers:
                 orchestrator.take(run_id)
         # Runs of a shared ledger (PostgreSQL) share their providers' rate limits too.
-        with limits_shared_for(self._store_url):
+        with limits_shared_for(self._store_url, store=self.store):
             try:
                 await orchestrator.run_until_settled(stop_when_paused=stop_when_paused)
             finally:

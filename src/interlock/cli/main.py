@@ -37,6 +37,7 @@ COMMAND_MODULES: dict[str, str] = {
     "init": "workflows",
     "keygen": "archive",
     "ledger": "inspect",
+    "limits": "limits",
     "mcp": "mcp",
     "message": "runs",
     "orchestrate": "fleet",

@@ -202,6 +202,7 @@ def check(
         tool_problems,
         tool_warnings,
     )
+    from interlock.providers.spend_checks import cap_problems
     from interlock.runtime.home import Home
     from interlock.runtime.orchestrator import model_aliases
 
@@ -232,6 +233,7 @@ def check(
             )
         problems += settings_problems(name, definition.pipeline, config)
         problems += tool_problems(name, definition.pipeline, config)
+        problems += cap_problems(name, definition.pipeline, config)
         priced += tool_warnings(name, definition.pipeline, Path(file).parent.absolute())
         priced += [f"{file}: {w}" for w in env_warnings(name, definition.pipeline, line_of)]
         priced += [f"{file}: {w}" for w in shell_warnings(name, definition.pipeline, line_of)]

@@ -76,6 +76,8 @@ class ModelRequest:
     attachments: tuple[Attachment, ...] = ()  # images and PDFs sent beside the prompt
     tools: tuple[ToolSpec, ...] = ()  # offered to the model
     turns: tuple[ToolTurn, ...] = ()  # the tool loop so far, after the prompt
+    # The run's pipeline, for spend caps scoped to one ("" when the caller does not say).
+    pipeline: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)

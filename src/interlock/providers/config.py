@@ -106,6 +106,7 @@ from interlock.providers.prices import PriceTable, Pricing, tier_of
 from interlock.providers.redaction import Secret
 from interlock.providers.secrets_file import read_secrets_file
 from interlock.providers.settings import ModelEntry, ProviderSettings, ResolvedModel
+from interlock.providers.spend import SpendLimits, parse_limits
 
 __all__ = [
     "CONFIG_NAME",
@@ -143,6 +144,8 @@ class ModelConfig:
     env_sources: tuple[str, ...] = ()
     secrets_file: Path | None = None
     env: Mapping[str, str] = field(default_factory=dict, repr=False)  # holds keys: no repr
+    # [limits]: spend caps across runs, from the first file that has the table.
+    spend: SpendLimits = field(default_factory=SpendLimits)
 
     @classmethod
     def load(
@@ -174,6 +177,7 @@ class ModelConfig:
         raw_models: dict[str, tuple[str, dict[str, Any]]] = {}
         raw_prices: dict[str, tuple[str, dict[str, Any]]] = {}
         secrets_file: Path | None = None
+        spend: SpendLimits | None = None
         loaded: list[Path] = []
         for path in paths:
             if not path.is_file():
@@ -187,6 +191,8 @@ class ModelConfig:
                 raw_models.setdefault(alias, (str(path), table))
             for model_id, table in tables(document, "prices", path).items():
                 raw_prices.setdefault(model_id, (str(path), table))
+            if spend is None and "limits" in document:
+                spend = parse_limits(document["limits"], str(path))
             if secrets_file is None and isinstance(document.get("secrets_file"), str):
                 secrets_file = path.parent / document["secrets_file"]
         if environ.get("INTERLOCK_MODELS"):
@@ -206,6 +212,7 @@ class ModelConfig:
             env_sources=tuple(env_sources),
             secrets_file=secrets_file,
             env=environ,
+            spend=spend or SpendLimits(),
         )
 
     @property

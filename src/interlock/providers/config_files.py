@@ -83,6 +83,7 @@ TOP_LEVEL = {
     "secrets_file": "secrets_file",
     "hooks": "[hooks.NAME] (interlock serve)",
     "retention": "[retention] (interlock prune)",
+    "limits": "[limits] (spend caps)",
 }
 
 

@@ -30,6 +30,7 @@ from interlock.providers.retry import RetryPolicy, SleepFn
 from interlock.providers.settings import ProviderSettings, ResolvedModel
 
 if TYPE_CHECKING:
+    from interlock.providers.spend_guard import LiveLimits
     from interlock.providers.transport import HttpEndpoint
 
 
@@ -64,6 +65,7 @@ class ProviderRegistry:
         self._clock = clock
         self._rng = rng or random.Random()
         self._shared: dict[str, _Shared] = {}
+        self._caps: dict[str, LiveLimits] = {}  # [limits] by the file they are read from
         self.store: BucketStore = store or MemoryBuckets(clock=clock)
 
     def share_limits(self, store: BucketStore) -> BucketStore:
@@ -121,11 +123,33 @@ class ProviderRegistry:
         return shared
 
     def build(self, resolved: ResolvedModel, config: ModelConfig) -> Provider:
-        """A provider object for `resolved`, sharing the pool and limits of its provider.
+        """A provider object for `resolved`, sharing the pool and limits of its provider,
+        its calls held to the spend caps of `config` (`interlock.providers.spend_guard`).
 
         Raises:
             MissingKeyError: The provider needs a key that is not available.
         """
+        provider = self._build(resolved, config)
+        if not config.spend.caps or resolved.kind not in ("openai", "anthropic"):
+            return provider
+        from interlock.providers.spend_guard import CappedProvider, LiveLimits
+
+        live = self._caps.get(config.spend.source)
+        if live is None:
+            # One per file: it notices the file's changes once, for every alias.
+            live = self._caps[config.spend.source] = LiveLimits(config.spend)
+        settings = config.provider(resolved.provider)
+        default = settings.default_max_output_tokens if resolved.kind == "anthropic" else None
+        return CappedProvider(
+            inner=provider,
+            resolved=resolved,
+            limits=live,
+            default_output=default,
+            sleep=self._sleep,
+            secrets=config.secrets,
+        )
+
+    def _build(self, resolved: ResolvedModel, config: ModelConfig) -> Provider:
         if resolved.kind == "offline":
             return OfflineProvider()
         settings = config.provider(resolved.provider)

@@ -311,3 +311,10 @@ def safe_url(url: str) -> str:
     if parts.port is not None:
         host = f"{host}:{parts.port}"
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def held_back(secrets: Iterable[Secret | None] = ()) -> int:
+    """How many characters a `MaskedStream` of `secrets` may hold back: a progress line
+    that must be seen whole at once (a call saying it waits) is followed by this much white
+    space."""
+    return max((len(n) for n in _needles([*secrets, *_SENT])), default=1) - 1
