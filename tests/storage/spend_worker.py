@@ -20,7 +20,7 @@ from interlock.providers import (
     build_provider,
     spend_guard,
 )
-from interlock.storage.limits import open_spend
+from interlock.runtime.shared_limits import open_spend
 
 PROMPT = "x" * (4000 - len("You are careful."))  # 1000 tokens by the estimate
 

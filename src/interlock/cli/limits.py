@@ -23,7 +23,7 @@ def limits(ctx: Ctx, as_json: bool) -> None:
     from interlock.providers.config import ModelConfig
     from interlock.providers.spend import report
     from interlock.runtime.home import Home
-    from interlock.storage.limits import open_spend
+    from interlock.runtime.shared_limits import open_spend
 
     home = Home.at(ctx.home).root
     try:

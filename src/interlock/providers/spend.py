@@ -20,6 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from interlock.core.spend import CapKey as CapKey
+from interlock.core.spend import CapUsage as CapUsage
 from interlock.providers.config_files import ConfigError
 
 
@@ -94,26 +96,6 @@ class SpendLimits:
         """The caps a call counts against, sorted by name (stores lock them in that order,
         so two reservations never wait for each other's locks)."""
         return tuple(sorted((c for c in self.caps if c.applies(call)), key=lambda c: c.name))
-
-
-@dataclass(frozen=True, kw_only=True)
-class CapKey:
-    """One cap in one window, as a store counts it."""
-
-    cap: str
-    window_start: float  # epoch seconds of the window's first instant
-    amount_usd: float
-
-
-@dataclass(frozen=True, kw_only=True)
-class CapUsage:
-    """A cap's count in one window, as a store reports it."""
-
-    cap: str
-    window_start: float
-    spent_usd: float
-    held_usd: float
-    holds: int
 
 
 class SpendStore(Protocol):

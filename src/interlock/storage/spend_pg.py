@@ -14,8 +14,8 @@ from typing import Any
 
 import psycopg
 
+from interlock.core.spend import CapKey, CapUsage
 from interlock.providers.redaction import safe_url
-from interlock.providers.spend import CapKey, CapUsage
 from interlock.storage.postgres import PostgresStore
 from interlock.storage.queries import named
 from interlock.storage.spend_sql import reserve_in, settle_in, usage_of

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from interlock.providers.spend import CapKey, CapUsage
+from interlock.core.spend import CapKey, CapUsage
 
 Run = Callable[[str, tuple[Any, ...]], list[Any]]
 """Runs a named query with its arguments in the open transaction; its rows."""

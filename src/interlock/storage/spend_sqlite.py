@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from interlock.providers.spend import CapKey, CapUsage
+from interlock.core.spend import CapKey, CapUsage
 from interlock.storage.queries import named
 from interlock.storage.spend_sql import reserve_in, settle_in, usage_of
 
