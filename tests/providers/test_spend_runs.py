@@ -111,3 +111,30 @@ def test_a_call_past_the_cap_waits_and_says_so_until_the_cap_is_raised(
     assert sent == [2]
     assert len(server.state.requests) == 3
     assert daily_spent(project / "home" / "ledger.db") == pytest.approx(state.cost_usd)
+
+
+@pytest.mark.parametrize(("pipeline", "held"), [("nightly", False), ("research", True)])
+def test_a_cap_scoped_to_a_pipeline_counts_only_that_pipelines_calls(
+    project: Path, server: FakeServer, pipeline: str, held: bool
+) -> None:
+    """A tiny cap scoped to another pipeline lets the research run deliver all three calls;
+    scoped to 'research' (with `on_cap = "fail"`), it stops the run's first call."""
+    config = project / "interlock.toml"
+    write_config(config, server, 5.0)
+    text = config.read_text().replace("[limits]\n", '[limits]\non_cap = "fail"\n')
+    text += f"""
+[[limits.caps]]
+name = "scoped"
+window = "day"
+max_cost_usd = 0.001
+scope = {{ pipeline = "{pipeline}" }}
+"""
+    config.write_text(text)
+    app = Interlock(project / "home", settings=Settings(heartbeat=0.05))
+    state = app.run(project / "research.json", "research", topic="caps")
+    if held:
+        assert state.status is RunStatus.FAILED
+        assert len(server.state.requests) == 0
+    else:
+        assert state.status is RunStatus.DELIVERED
+        assert len(server.state.requests) == 3

@@ -61,6 +61,7 @@ def to_payload(spec: TaskSpec, pipeline: str, artifacts: ArtifactStore) -> dict[
         "reads": reads,
         "model": spec.model,
         "idempotency_key": spec.idempotency_key,
+        "pipeline": spec.pipeline,
         "workflow_dir": str(spec.workflow_dir) if spec.workflow_dir else None,
     }
 
@@ -131,6 +132,7 @@ def to_spec(payload: dict[str, Any], workdir: Path, artifacts: ArtifactStore) ->
         model=payload["model"],
         idempotency_key=payload["idempotency_key"],
         workflow_dir=local_folder(payload.get("workflow_dir")),
+        pipeline=payload.get("pipeline", ""),
     )
 
 

@@ -639,6 +639,7 @@ class RunDriver:
             model=task.model,
             workflow_dir=self.workflow_dir,
             idempotency_key=key[:32],
+            pipeline=self.state.pipeline,
         )
 
         def render() -> TaskSpec | Outcome:

@@ -51,6 +51,7 @@ class TaskSpec:
     model: str | None
     idempotency_key: str
     workflow_dir: Path | None = None  # the workflow file's directory, for relative scripts
+    pipeline: str = ""  # the run's pipeline, for spend caps scoped to one
 
     @property
     def log_dir(self) -> Path:

@@ -218,6 +218,7 @@ class ModelRunner:
                 response_schema=schema if native else None,
                 schema_name=re.sub(r"[^A-Za-z0-9_-]", "_", spec.worker.role)[:64],
                 attachments=attachments,
+                pipeline=spec.pipeline,
             )
             warnings: list[str] = []
 

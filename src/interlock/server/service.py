@@ -89,6 +89,7 @@ class Service:
         self.unreadable: dict[str, str] = {}  # runs whose history cannot be read: not taken
         self._tasks: list[asyncio.Task[None]] = []
         self._listener: Any = None  # PostgreSQL notifications of posted commands
+        self._limits = contextlib.ExitStack()  # shared rate limits and spend caps while serving
         if config.otel:
             from interlock.server.tracing import Tracer
 
@@ -110,6 +111,11 @@ class Service:
     async def start(self) -> None:
         """Take over every run nobody drives, then start the loops."""
         self.stop = asyncio.Event()
+        from interlock.runtime.shared_limits import limits_shared_for
+
+        # The runs this server drives share rate limits with every process on its store, and
+        # count their spend caps in its ledger, as `interlock run` and the workers do.
+        self._limits.enter_context(limits_shared_for(self.config.store_url, store=self.store))
         self.hub.start()
         self.adopt(time.time(), min_age=0.0)
         tasks = [
@@ -152,6 +158,7 @@ class Service:
         await self.orchestrator.shutdown()
         await asyncio.to_thread(self.reads.close)
         await aclose_providers()
+        self._limits.close()
         close = getattr(self.dispatcher, "close", None)
         if close is not None:
             close()
