@@ -281,9 +281,8 @@ def test_the_engine_wakes_at_the_least_due_time_and_times_out_then(
         assert found > d.now, "a deadline that passed was not acted on"
         assert timeouts_at(d, (d.now + found) / 2) == set()
         assert timeouts_at(d, math.nextafter(found, -math.inf)) == set()
-        # A nanosecond past it, not at it: `test_a_timeout_is_missed_at_its_exact_deadline`.
-        then = found + 1e-9
-        assert timeouts_at(d, then) == {t for t, at in deadlines.items() if at <= then}
+        # Right at it, not a rounding error later: `test_a_timeout_fires_at_its_exact_deadline`.
+        assert timeouts_at(d, found) == {t for t, at in deadlines.items() if at <= found}
 
 
 def test_each_attempt_times_out_at_its_own_deadline_through_the_engine() -> None:
@@ -324,15 +323,10 @@ def test_a_run_timeout_is_not_acted_on_a_moment_early_nor_missed_at_its_time() -
     assert d.state.tasks["w0@1"].status is not TaskStatus.RUNNING
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="decide._timeouts looks for attempts dispatched by `now - shortest_start`, and "
-    "(d + 45) - 45 may round below d: at the exact deadline `next_wake` names, the attempt "
-    "is not found (it is, a rounding error later)",
-)
-def test_a_timeout_is_missed_at_its_exact_deadline() -> None:
+def test_a_timeout_fires_at_its_exact_deadline() -> None:
     """An attempt re-dispatched at a time with a fraction times out at the very time
-    `earliest_deadline` (and so `next_wake`, once it is the first) gives for it."""
+    `earliest_deadline` (and so `next_wake`, once it is the first) gives for it: the search
+    for attempts due does not miss it because `(d + 45) - 45` rounds below `d`."""
     d = Driver(pipeline_with([{"timeout": 5, "grace": 0, "start_timeout": 45, "retries": 1}] * 2))
     d.start()
     d.advance_to_wake()  # both attempts not started time out at 45 and wait for a retry
@@ -341,7 +335,24 @@ def test_a_timeout_is_missed_at_its_exact_deadline() -> None:
     assert task.status is TaskStatus.DISPATCHED and task.dispatched_at % 1 != 0
     due = d.state.earliest_deadline(lambda t: task_deadline(d.pipeline, t), 5, 45)
     assert due == task.dispatched_at + 45 and due > d.now
+    assert due - 45 < task.dispatched_at  # what made a search by `now - 45` miss it
+    assert timeouts_at(d, math.nextafter(due, -math.inf)) == set()
     assert timeouts_at(d, due) == {"w1@1"}
+
+
+def test_a_started_attempt_times_out_at_its_deadline_rounded_twice() -> None:
+    """`started + timeout + grace` rounds twice, and may come out below `started + 35`
+    (the shortest timeout + grace): at the time `next_wake` names, the attempt times out."""
+    started = 1.6862537721634152
+    d = Driver(pipeline_with([{"timeout": 30, "grace": 5, "retries": 0}]))
+    d.start()
+    d.advance(started)
+    d.begin("w0@1")
+    due = next_wake(d.pipeline, d.state)
+    assert due == started + 30 + 5 < started + 35  # so a search by `now - 35` missed it
+    assert due - 35 < started
+    assert timeouts_at(d, math.nextafter(due, -math.inf)) == set()
+    assert timeouts_at(d, due) == {"w0@1"}
 
 
 @pytest.mark.parametrize("spread", [0.0, 1.0])

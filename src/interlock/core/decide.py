@@ -271,12 +271,26 @@ def _deadline(pipeline: Pipeline, task: TaskState) -> float:
 
 
 def _timeouts(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]:
-    started, queued = now - pipeline.shortest_deadline, now - pipeline.shortest_start
+    shortest_run, shortest_start = pipeline.shortest_deadline, pipeline.shortest_start
+    started, queued = _latest_since(now, shortest_run), _latest_since(now, shortest_start)
     return [
         _timed_out(pipeline, t, now)
         for t in state.flight_since(started, queued)
         if now >= _deadline(pipeline, t)
     ]
+
+
+def _latest_since(now: float, shortest: float) -> float:
+    """The latest start (or dispatch) of an attempt that may be past its deadline at `now`,
+    when no deadline is less than `shortest` after it.
+
+    `now - shortest` alone is not that bound: `_deadline` rounds `since + limit` (twice for
+    `timeout + grace`), and `(since + 45) - 45` may come out below `since`, so at the very
+    time `next_wake` names the attempt would not be looked at. A few units in the last place
+    of the largest value in those sums cover every rounding; a timeout still fires only once
+    `now` reaches the deadline as `_deadline` computes it, never before.
+    """
+    return now - shortest + 4 * math.ulp(abs(now) + shortest)
 
 
 def _timed_out(pipeline: Pipeline, task: TaskState, now: float) -> Decision:
