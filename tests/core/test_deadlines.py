@@ -163,3 +163,45 @@ def test_start_timeout_reads_durations_and_leaves_other_definitions_unchanged() 
     timed = build_workflow({"p": data}).get("p").pipeline
     assert timed.worker("w").start_timeout == 7200
     assert timed.shortest_start == 7200
+
+
+def test_a_pipeline_task_has_no_deadline_started_or_not() -> None:
+    """A worker that runs a child pipeline gives its task no deadline, whatever limits it
+    sets: the child's own workers have theirs, and a child may wait for a person for days
+    (README, sub-pipelines). Not started, it outlives `start_timeout`; started, it outlives
+    `timeout + grace`; the model worker beside it still times out at its own deadline."""
+    child = {"phases": [{"id": "c", "workers": [worker("cw", final=True)]}]}
+    sub = {"role": "sub", "pipeline": "child", "timeout": 10, "grace": 0, "start_timeout": 20}
+    phase = {"id": "a", "workers": [sub, worker("w", timeout=30, grace=0, final=True)]}
+    d = Run(build_workflow({"parent": {"phases": [phase]}, "child": child}).get("parent").pipeline)
+    d.start()
+    d.begin("w@1")
+    assert next_wake(d.pipeline, d.state) == 30  # w's timeout, not sub's start_timeout (20)
+    assert d.advance(25) == []
+    d.complete("w@1")
+    assert next_wake(d.pipeline, d.state) is None  # sub alone, not started: nothing is due
+    d.begin("sub@1")
+    assert next_wake(d.pipeline, d.state) is None  # started: no timeout + grace (it'd be 35)
+    assert d.advance(10 * 24 * 3600) == []
+    assert d.state.tasks["sub@1"].status is TaskStatus.RUNNING
+    assert [x.rule for x in d.complete("sub@1")] == [R.PHASE_DONE, R.DELIVER, R.ARCHIVE]
+
+
+def test_a_pipeline_task_does_not_hide_a_model_workers_deadline() -> None:
+    """With a pipeline task started first, the timeout of a model worker started later is
+    still found and fires at its time (the walk goes past the task with no deadline)."""
+    child = {"phases": [{"id": "c", "workers": [worker("cw", final=True)]}]}
+    sub = {"role": "sub", "pipeline": "child"}
+    phase = {"id": "a", "workers": [sub, worker("w", timeout=30, grace=5, final=True)]}
+    d = Run(build_workflow({"parent": {"phases": [phase]}, "child": child}).get("parent").pipeline)
+    d.start()
+    d.begin("sub@1")
+    d.advance(7.25)
+    d.begin("w@1")
+    assert next_wake(d.pipeline, d.state) == 42.25
+    made = d.advance_to_wake()
+    # No retry left: the run fails without waiting for the child (cancelled with it).
+    assert [x.rule for x in made] == [R.TIMEOUT, R.GIVE_UP]
+    assert made[0].event == ev.TaskTimedOut(
+        at=42.25, task_id="w@1", attempt=1, detail="no result within timeout + grace (35s)"
+    )

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from interlock.core import events as ev
-from interlock.core.decide import RuleName, decide, next_wake
+from interlock.core.decide import RuleName, decide, next_wake, settle
 from interlock.core.observe import accept_result
 from interlock.core.state import RunState, RunStatus, TaskStatus, fold
 from interlock.core.workflow import Pipeline
@@ -166,9 +166,12 @@ def check_history(driver: Run) -> None:
     for task in driver.state.tasks.values():
         assert 1 <= task.attempt <= driver.pipeline.worker(task.role).max_attempts
     assert not stuck(driver), "the run is stuck"
-    # After settling, the next wake-up is in the future: a runtime sleeping until then never spins.
+    # After settling, the next wake-up is in the future, and then the engine acts: a runtime
+    # sleeping until then never spins, nor wakes for nothing.
     wake = next_wake(driver.pipeline, driver.state)
     assert wake is None or wake > driver.now, (wake, driver.now, driver.state.status)
+    if wake is not None:
+        assert settle(driver.pipeline, driver.state.copy(), wake), (wake, driver.state.status)
 
 
 def finish(driver: Run, data: st.DataObject) -> None:

@@ -237,20 +237,38 @@ def settle(
 
 
 def next_wake(pipeline: Pipeline, state: RunState) -> float | None:
-    """The earliest time the table would act without a new observation (None: never)."""
+    """The earliest time the table would act without a new observation (None: never).
+
+    Only what `decide` acts on by then counts: a time held back (a retry while the run is
+    paused, or fails once its running attempts end, or waits for a task slot) would wake a
+    runtime that sleeps until it at once, to find nothing to do, again and again. So after
+    `settle` at `now`, the time given is later than `now`, and at it the table acts.
+    """
+    if state.status in ENDED or state.inert:
+        return None  # `decide` acts on neither by itself (an archive is asked for at once)
     times = []
     due = state.earliest_deadline(
         lambda t: _deadline(pipeline, t), pipeline.shortest_deadline, pipeline.shortest_start
     )
     if due is not None:
-        times.append(due)
-    if state.status is RUN_RUNNING:
-        # A paused run holds its retries until approval; waking for them would find nothing to do.
-        times += [t.not_before for t in state.in_group(state.retrying) if t.not_before is not None]
+        times.append(due)  # timeouts fire whatever holds the rest (see `_failing`)
+    if state.status is RUN_RUNNING and given_up(pipeline, state) is None:
+        times += [
+            t.not_before
+            for t in state.in_group(state.retrying)
+            if t.not_before is not None and not _awaits_slot(state, t)
+        ]
         due = wake_time(state)
         if due is not None:
             times.append(due)
     return min(times) if times else None
+
+
+def _awaits_slot(state: RunState, task: TaskState) -> bool:
+    """Whether the task's attempt waits for a slot of its concurrency key: once that is
+    recorded, its due retry is held until the slot is taken (`core.task_slots.gate`)."""
+    waiting = state.task_slot_waits.get(task.task_id)
+    return waiting is not None and waiting.attempt == task.attempt
 
 
 def _deadline(pipeline: Pipeline, task: TaskState) -> float:
@@ -271,12 +289,26 @@ def _deadline(pipeline: Pipeline, task: TaskState) -> float:
 
 
 def _timeouts(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]:
-    started, queued = now - pipeline.shortest_deadline, now - pipeline.shortest_start
+    shortest_run, shortest_start = pipeline.shortest_deadline, pipeline.shortest_start
+    started, queued = _latest_since(now, shortest_run), _latest_since(now, shortest_start)
     return [
         _timed_out(pipeline, t, now)
         for t in state.flight_since(started, queued)
         if now >= _deadline(pipeline, t)
     ]
+
+
+def _latest_since(now: float, shortest: float) -> float:
+    """The latest start (or dispatch) of an attempt that may be past its deadline at `now`,
+    when no deadline is less than `shortest` after it.
+
+    `now - shortest` alone is not that bound: `_deadline` rounds `since + limit` (twice for
+    `timeout + grace`), and `(since + 45) - 45` may come out below `since`, so at the very
+    time `next_wake` names the attempt would not be looked at. A few units in the last place
+    of the largest value in those sums cover every rounding; a timeout still fires only once
+    `now` reaches the deadline as `_deadline` computes it, never before.
+    """
+    return now - shortest + 4 * math.ulp(abs(now) + shortest)
 
 
 def _timed_out(pipeline: Pipeline, task: TaskState, now: float) -> Decision:

@@ -61,7 +61,6 @@ def to_payload(spec: TaskSpec, pipeline: str, artifacts: ArtifactStore) -> dict[
         "reads": reads,
         "model": spec.model,
         "idempotency_key": spec.idempotency_key,
-        "pipeline": spec.pipeline,
         "workflow_dir": str(spec.workflow_dir) if spec.workflow_dir else None,
     }
 
