@@ -11,6 +11,7 @@ from interlock.core.fingerprint import template_values
 from interlock.core.review import (
     EditRequest,
     RejectRequest,
+    check_reject,
     interpret_edit,
     interpret_reject,
 )
@@ -112,3 +113,57 @@ def test_a_task_of_another_visit_is_given_no_item_of_the_current_one() -> None:
     driver.complete("p@2", {"items": []})
     assert template_values(driver.state, driver.state.tasks["r@1.1"])["item"] is None
 
+
+def test_a_run_with_a_failed_attempt_not_yet_retried_is_not_rejected() -> None:
+    """At a budget pause a running task fails; its report is folded before the engine settles
+    (with a reject command in the same look). The rejection is refused as for a task waiting
+    for its retry: accepted, the retry scheduled after it ran a task of the visit left
+    behind while the new visit waited for a signal."""
+    driver = Driver(
+        pipeline_of(
+            {
+                "budget": {"max_tokens": 10, "on_exceed": "pause"},
+                "phases": [
+                    {"id": "a", "workers": [worker("w1"), worker("w2", retries=1)]},
+                    {"id": "b", "workers": [worker("w3", final=True)]},
+                ],
+            }
+        )
+    )
+    driver.start()
+    driver.complete("w1@1", input_tokens=20)
+    assert driver.state.status.value == "paused"
+    driver.record(
+        ev.TaskFailed(at=driver.now, task_id="w2@1", attempt=1, error="boom", retryable=True)
+    )
+    problem = check_reject(driver.pipeline, driver.state, "a")
+    assert problem is not None and "waiting for a retry" in problem
+
+
+def test_a_run_with_a_task_waiting_for_its_slot_is_not_rejected() -> None:
+    """At a budget pause a keyed task still waits for its slot: the rejection is refused.
+    Accepted, the slot that attempt got afterwards was held for good, and the keyed tasks
+    of the new visit waited for it forever (the run was stuck)."""
+    driver = Driver(
+        pipeline_of(
+            {
+                "budget": {"max_tokens": 10, "on_exceed": "pause"},
+                "phases": [
+                    {
+                        "id": "a",
+                        "workers": [
+                            worker("w1"),
+                            worker("w2", concurrency={"key": '"k"', "limit": 1}),
+                        ],
+                    },
+                    {"id": "b", "workers": [worker("w3", final=True)]},
+                ],
+            }
+        )
+    )
+    driver.start()
+    assert set(driver.state.task_slot_waits) == {"w2@1"}
+    driver.complete("w1@1", input_tokens=20)
+    assert driver.state.status.value == "paused"
+    problem = check_reject(driver.pipeline, driver.state, "a")
+    assert problem is not None and "waiting for a retry or a slot" in problem
