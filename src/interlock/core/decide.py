@@ -244,8 +244,11 @@ def next_wake(pipeline: Pipeline, state: RunState) -> float | None:
     )
     if due is not None:
         times.append(due)
-    if state.status is RUN_RUNNING:
-        # A paused run holds its retries until approval; waking for them would find nothing to do.
+    # A paused run holds its retries until approval, and a run failing because of a task that
+    # has no attempt left holds them for good, waiting only for the attempts under way
+    # (`_failing`): waking for them would find nothing to do, and a retry already due would
+    # hide the deadline the run waits for.
+    if state.status is RUN_RUNNING and given_up(pipeline, state) is None:
         times += [t.not_before for t in state.in_group(state.retrying) if t.not_before is not None]
         due = wake_time(state)
         if due is not None:
