@@ -330,11 +330,13 @@ def revisions(pipeline: Pipeline, state: RunState) -> tuple[list[tuple[TaskState
         if task.status is not TASK_COMPLETED:
             continue
         inputs = _inputs(pipeline, state, task)
-        # Only a version the task read makes it stale: an input first dispatched after it
-        # (a later visit of its writer, when the task's own phase ran no task since, as an
-        # empty fan-out does) was never read by it, however it changes.
+        # Only a version the task read makes it stale: an input first dispatched after the
+        # task last was (a later visit of its writer, when the task's own phase ran no task
+        # since, as an empty fan-out does) was never read by it, however it changes.
         changed = [
-            s for s in inputs if s.order < task.order and s.revised_mark > task.dispatch_mark
+            s
+            for s in inputs
+            if s.first_mark < task.dispatch_mark and s.revised_mark > task.dispatch_mark
         ]
         if changed:
             stale_ids.add(task.task_id)
