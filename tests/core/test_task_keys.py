@@ -192,3 +192,28 @@ def test_a_key_reads_the_field_of_an_item_extracted_as_json_text() -> None:
     made = driver.complete("p@1", {"items": items})
     waits = [d.event for d in made if isinstance(d.event, ev.TaskSlotAwaited)]
     assert [(w.task_id, w.key) for w in waits] == [("w@1.0", "acme"), ("w@1.1", "beta")]
+
+
+def test_a_task_whose_slot_comes_after_later_tasks_were_recorded_is_still_dispatched() -> None:
+    """Tasks of a keyed fan-out are recorded in the order their slots come, not plan order.
+    With items 5 and 8 waiting while 0-4, 6, 7 and 9 are dispatched, and 8 recorded last, 9
+    tasks are recorded and the last is the plan's 9th: that is no dispatched prefix of the
+    plan, and item 5 is dispatched once its slot is taken (the run was stuck with the slot
+    held and nothing in flight)."""
+    driver = Run(fanned({"key": "item", "limit": 1}))
+    driver.start()
+    made = driver.complete("p@1", {"items": [f"k{n}" for n in range(10)]})
+    assert len([d for d in made if isinstance(d.event, ev.TaskSlotAwaited)]) == 10
+    for n in (0, 1, 2, 3, 4, 6, 7, 9, 8):
+        made = take(driver, f"w@1.{n}")
+        assert [(d.rule, getattr(d.event, "task_id", None)) for d in made] == [
+            (RuleName.DISPATCH, f"w@1.{n}")
+        ]
+    current = driver.state.current
+    assert current is not None and len(current.task_ids) == 9
+    assert current.task_ids[-1] == "w@1.8"
+    made = take(driver, "w@1.5")
+    assert [(d.rule, getattr(d.event, "task_id", None)) for d in made] == [
+        (RuleName.DISPATCH, "w@1.5")
+    ]
+    assert sorted(driver.in_flight()) == sorted(f"w@1.{n}" for n in range(10))

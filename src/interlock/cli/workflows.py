@@ -191,6 +191,7 @@ def check(
 ) -> None:
     """Validate FILE, explore every path its pipelines can take, and resolve its models."""
     from interlock.cli.quote import budget_gate, quote_lines, quote_of
+    from interlock.core.condition_checks import condition_warnings
     from interlock.core.explore import explore
     from interlock.core.loader import load_workflow
     from interlock.core.parse import locator
@@ -237,6 +238,7 @@ def check(
         priced += tool_warnings(name, definition.pipeline, Path(file).parent.absolute())
         priced += [f"{file}: {w}" for w in env_warnings(name, definition.pipeline, line_of)]
         priced += [f"{file}: {w}" for w in shell_warnings(name, definition.pipeline, line_of)]
+        priced += [f"{file}: {w}" for w in condition_warnings(name, definition.pipeline, line_of)]
         priced += tier_warnings(name, definition.pipeline, config)
         if cost or definition.pipeline.budget is not None:
             quotes.append((quote_of(definition, config, report=report), definition))

@@ -252,6 +252,11 @@ def next_wake(pipeline: Pipeline, state: RunState) -> float | None:
     )
     if due is not None:
         times.append(due)  # timeouts fire whatever holds the rest (see `_failing`)
+    # A paused run holds its retries until approval, and a run failing because of a task that
+    # has no attempt left holds them for good, waiting only for the attempts under way
+    # (`_failing`): waking for them would find nothing to do, and a retry already due would
+    # hide the deadline the run waits for. A retry waiting for its task slot is woken by the
+    # slot, not by the clock.
     if state.status is RUN_RUNNING and given_up(pipeline, state) is None:
         times += [
             t.not_before

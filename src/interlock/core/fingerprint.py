@@ -24,6 +24,7 @@ from interlock.core.review import sent_back
 from interlock.core.state import RunState, TaskState
 from interlock.core.templates import TemplateProblem, render_task
 from interlock.core.validate import read_name
+from interlock.core.visit_items import visit_item
 from interlock.core.workflow import Pipeline, Worker
 
 FINGERPRINT_VERSION = 1  # part of every fingerprint: a change of recipe never matches old ones
@@ -69,13 +70,11 @@ _NO_ITEM = _hash(None)  # the item part of every task outside a fan-out
 
 def template_values(state: RunState, task: TaskState) -> dict[str, Any]:
     """The names a task template may read, as the runtime renders it."""
-    items = state.current.items if state.current else None
-    item = items[task.item] if items is not None and task.item is not None else None
     return {
         **state.inputs,
         "topic": state.topic,
         "inputs": state.inputs,
-        "item": item,
+        "item": visit_item(state, task.phase, task.visit, task.item),
         "item_index": task.item,
         "visit": task.visit,
         "run_id": state.run_id,

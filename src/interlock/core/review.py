@@ -87,9 +87,18 @@ def check_reject(pipeline: Pipeline, state: RunState, to: str) -> str | None:
     if state.visits.get(to, 0) == 0:
         ran = ", ".join(p for p in phases if state.visits.get(p, 0)) or "none"
         return f"run {run}: phase {to!r} has not run yet; send it back to one that has ({ran})"
-    if any(t.status.in_flight or t.status is TASK_RETRY_WAIT for t in state.tasks.values()):
+    # A failed attempt not yet given its retry counts as waiting for one: a report and this
+    # command may be folded before the engine settles, and a retry scheduled after the
+    # rejection would run a task of the visit left behind while the new one goes on. So does
+    # an attempt waiting for its task slot: the slot it gets later would be held for good.
+    pending = (
+        state.failing
+        or state.task_slot_waits
+        or any(t.status.in_flight or t.status is TASK_RETRY_WAIT for t in state.tasks.values())
+    )
+    if pending:
         return (
-            f"run {run} has tasks still running or waiting for a retry; approve it and "
+            f"run {run} has tasks still running or waiting for a retry or a slot; approve it and "
             "reject at its next pause"
         )
     if state.rejections >= pipeline.max_rejections:
@@ -321,7 +330,14 @@ def revisions(pipeline: Pipeline, state: RunState) -> tuple[list[tuple[TaskState
         if task.status is not TASK_COMPLETED:
             continue
         inputs = _inputs(pipeline, state, task)
-        changed = [s for s in inputs if s.revised_mark > task.dispatch_mark]
+        # Only a version the task read makes it stale: an input first dispatched after the
+        # task last was (a later visit of its writer, when the task's own phase ran no task
+        # since, as an empty fan-out does) was never read by it, however it changes.
+        changed = [
+            s
+            for s in inputs
+            if s.first_mark < task.dispatch_mark and s.revised_mark > task.dispatch_mark
+        ]
         if changed:
             stale_ids.add(task.task_id)
             candidates.append((task, inputs, changed))

@@ -104,6 +104,7 @@ class TaskState:
     dispatch_mark: int = 0
     revised_mark: int = 0
     revising: bool = False
+    first_mark: int = 0  # when the task was first dispatched: what dispatched later read it
     charged: set[int] = field(default_factory=set)  # attempts whose cost is recorded
     # A running child's spend so far, counted until its attempt's final usage replaces it:
     # attempt -> (cost, tokens). Replaced, never changed in place (`RunState.copy` shares it).
@@ -455,6 +456,7 @@ def apply(state: RunState, event: ev.Event) -> None:
                 model=event.model,
                 dispatched_at=event.at,
                 dispatch_mark=state.events,
+                first_mark=state.events,
                 order=len(state.tasks),
             )
             state.tasks[event.task_id] = task

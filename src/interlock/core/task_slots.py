@@ -16,6 +16,7 @@ from typing import Any
 from interlock.core import events as ev
 from interlock.core.expressions import ExpressionError, evaluate_text
 from interlock.core.state import RunState
+from interlock.core.visit_items import visit_item
 from interlock.core.workflow import Pipeline, Worker
 
 KEY_NAMES = frozenset({"topic", "inputs", "item", "model"})  # what a task's key may read
@@ -24,11 +25,9 @@ KEY_NAMES = frozenset({"topic", "inputs", "item", "model"})  # what a task's key
 def key_context(state: RunState, event: ev.TaskDispatched) -> dict[str, Any]:
     """What a task's key reads: the run's topic and inputs, the attempt's fan-out item (null
     outside a fan-out) and model alias (null for workers that call none)."""
-    current = state.current
-    item: Any = None
-    items = current.items if current is not None and current.phase == event.phase else None
-    if event.item is not None and items is not None and event.item < len(items):
-        item = _object(items[event.item])
+    item = visit_item(state, event.phase, event.visit, event.item)
+    if item is not None:
+        item = _object(item)
     return {"topic": state.topic, "inputs": state.inputs, "item": item, "model": event.model}
 
 

@@ -46,6 +46,7 @@ class OracleTask:
     started_at: float | None = None
     failed_at: float | None = None
     dispatch_seq: int = 0
+    first_seq: int = 0  # seq of its first dispatch: only tasks dispatched later can read it
     artifact: str | None = None
     sha256: str | None = None
     edited: bool = False  # its latest revision is a person's edit
@@ -231,6 +232,7 @@ class Oracle:
                 visit=event.visit,
                 item=event.item,
                 order=len(self.tasks),
+                first_seq=self.seq,
             )
             self.tasks[event.task_id] = task
         elif task.status == "completed":
@@ -282,7 +284,14 @@ class Oracle:
         edit), each with that input."""
         found = []
         for task in self.current():
-            changed = [s for s in self.inputs(task) if s.edit_mark > task.dispatch_seq]
+            # A task reads the versions there are when it is dispatched: an input first
+            # dispatched after that (a later visit of its writer, when the task's phase ran
+            # no task since) is one it never read, and its edits leave the task current.
+            changed = [
+                s
+                for s in self.inputs(task)
+                if s.first_seq < task.dispatch_seq and s.edit_mark > task.dispatch_seq
+            ]
             if task.revising or (changed and task.status == "completed"):
                 what = changed[0].artifact if changed else "(its re-run)"
                 found.append(f"{task.task_id} read an old version of {what}")
