@@ -120,6 +120,10 @@ def test_without_faults_every_run_is_delivered(pipeline: str) -> None:
         # An output written and then edited within one tick: both writes staged the same
         # temporary file, and the second rename found it gone.
         1352,
+        # A task slot granted in the tick that observed a cancel was folded before it but
+        # recorded after it: on replay an ended run held the slot.
+        300001897,
+        228157808,
     ],
 )
 def test_seeds_that_once_broke_an_invariant(seed: int) -> None:

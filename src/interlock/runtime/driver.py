@@ -146,14 +146,18 @@ class RunDriver:
         self, now: float, granted: list[NewEvent] | None = None
     ) -> tuple[list[NewEvent], list[int]]:
         """Take the run's step: reports, files found on disk and commands become inputs,
-        `granted` slots are recorded in their place, and the engine settles (`RunMachine`).
+        `granted` slots are recorded first, and the engine settles (`RunMachine`).
         The events are applied to state; the outputs to write after them are kept for `act`.
         Returns the events to append and the ids of the commands they consume."""
-        inputs = self._inputs(now)
-        consumed = [record.id for record in self.commands]
-        inputs += self._commands()
+        # The slot keeper folded `granted` into the state before this step, so they are
+        # recorded first: the ledger folds in the order the state was built (recorded after
+        # a cancel the step observes, a slot would be held by an ended run on replay).
+        inputs: list[obs.Input] = []
         if granted:
             inputs.append(obs.Granted(events=tuple((n.event, n.rule, n.why) for n in granted)))
+        inputs += self._inputs(now)
+        consumed = [record.id for record in self.commands]
+        inputs += self._commands()
         made = self.machine.step(self.state, inputs, now, archive=self.durable(), act=False)
         for refused in made.refused:
             log.info(refused, extra={"run_id": self.run_id, "action": "command_refused"})
