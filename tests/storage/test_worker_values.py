@@ -138,3 +138,15 @@ def test_text_with_a_lone_surrogate_outside_values_is_recorded_as_the_replacemen
     assert "model\ufffd" in events[-1].data["usage"]
     assert chain.verify_events(events).ok
     assert "lone surrogate" in caplog.text
+
+
+@pytest.mark.parametrize("value", HOSTILE, ids=repr)
+def test_any_value_in_a_providers_usage_appends_and_verifies(store: Store, value: Any) -> None:
+    """Usage fields come from a provider's answer unchecked: whatever they hold, the append
+    succeeds on every backend and the run's chain verifies."""
+    done = ev.TaskCompleted(
+        at=T0, task_id="t@1", attempt=1, artifact="t.md", sha256="0" * 64, size=1,
+        usage={"tokens": value, "nested": [value, {"deep": value}]},
+    )  # fmt: skip
+    _append(store, "r1", done)
+    assert chain.verify_events(store.events("r1")).ok
