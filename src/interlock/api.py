@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import getpass
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -436,7 +437,15 @@ class Interlock:
         return alive and not holder_is_dead(owner or "")
 
     def _post(self, run_id: str, kind: CommandKind, message: str, by: str | None) -> None:
-        self.store.post_command(run_id, kind.value, message, by or _user(), time.time())
+        by = by or _user()
+        if _LONE_SURROGATE.search(message) or _LONE_SURROGATE.search(by):
+            # What a terminal's undecodable byte becomes in argv: no store can keep it.
+            raise UsageError(
+                f"the {kind.value}'s text holds a lone UTF-16 surrogate (a byte that is not "
+                "UTF-8, or an unpaired \\ud800-\\udfff escape), which cannot be recorded: "
+                "give the text as valid UTF-8"
+            )
+        self.store.post_command(run_id, kind.value, message, by, time.time())
         if self._orchestrator is not None:
             self._orchestrator.look_now()
 
@@ -589,6 +598,9 @@ def _pending_keys(store: Store, run_id: str) -> set[str]:
             if message is not None and message.key is not None:
                 keys.add(message.key)
     return keys
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _user() -> str:

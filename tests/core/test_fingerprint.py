@@ -160,3 +160,19 @@ def test_every_field_that_shapes_the_output_is_in_the_worker_part() -> None:
         assert worker_part(base.model_copy(update=change), None, {}) != same, change
     for change in ({"timeout": 5.0}, {"retries": 3}, {"tags": ["x"]}, {"final": False}):
         assert worker_part(base.model_copy(update=change), None, {}) == same, change
+
+
+def test_a_plain_task_and_no_reads_hash_as_the_recipe_says() -> None:
+    """The task part of a task without template syntax is the hash of its text and the reads
+    part of a worker that reads nothing the hash of no reads, whichever task asks (the parts
+    a fingerprint keeps per worker are the ones it would compute)."""
+    from interlock.core.fingerprint import _hash
+
+    state = history()
+    plain = pipeline(task="Summarise the notes.", reads=[])
+    for _ in range(2):  # the second answer is the kept one
+        parts = fingerprint(plain, state, state.tasks["b@1"]).parts
+        assert parts["task"] == _hash("Summarise the notes.")[:16]
+        assert parts["reads"] == _hash([])[:16]
+    templated = fingerprint(pipeline(task="About {{ topic }}"), state, state.tasks["b@1"])
+    assert templated.parts["task"] == _hash("About t")[:16]

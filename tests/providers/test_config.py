@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -271,3 +272,20 @@ def test_ordinary_variable_names_are_accepted(tmp_path: Path) -> None:
     config = ModelConfig.load([tmp_path], env={})
     assert config.provider("a").api_key_env == "MY_LLM_KEY"
     assert config.provider("b").api_key_env == "local_key_2"
+
+
+def test_secrets_are_read_once_per_version_of_the_secrets_file(tmp_path: Path) -> None:
+    """`secrets()` reads the secrets file again only when it changed (its mtime or size), so
+    a rotated key is masked from then on, and a removed file's key is no longer listed."""
+    write(tmp_path, FULL + '[models.gpt]\nprovider = "openai"\nmodel = "gpt-4o"\n')
+    path = write(tmp_path, 'OPENAI_API_KEY = "from-file-aaaaaaaa"\n', "secrets.toml")
+    config = ModelConfig.load([tmp_path], env={})
+    assert [s.reveal() for s in config.secrets()] == ["from-file-aaaaaaaa"]
+    stamp = path.stat()
+    path.write_text('OPENAI_API_KEY = "from-file-bbbbbbbb"\n')  # same size, same mtime
+    os.utime(path, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    assert [s.reveal() for s in config.secrets()] == ["from-file-aaaaaaaa"]  # the cached read
+    path.write_text('OPENAI_API_KEY = "from-file-rotated-cccc"\n')
+    assert [s.reveal() for s in config.secrets()] == ["from-file-rotated-cccc"]
+    path.unlink()
+    assert config.secrets() == []

@@ -88,6 +88,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 from interlock.providers.base import ProviderError
@@ -146,6 +147,10 @@ class ModelConfig:
     env: Mapping[str, str] = field(default_factory=dict, repr=False)  # holds keys: no repr
     # [limits]: spend caps across runs, from the first file that has the table.
     spend: SpendLimits = field(default_factory=SpendLimits)
+    # `secrets()` of the key it was computed for (see there): asked for several times per run.
+    _secrets: tuple[object, list[Secret]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     @classmethod
     def load(
@@ -293,13 +298,34 @@ class ModelConfig:
         Each provider's ``api_key_env`` that is set, in the environment or the secrets file;
         a missing one is skipped (asking for it raises in `api_key`).
         """
-        names = {p.api_key_env for p in self.providers.values() if p.api_key_env}
+        names = sorted({p.api_key_env for p in self.providers.values() if p.api_key_env})
+        # Cached until the environment's keys or the secrets file change (an edited file has
+        # a new mtime or size), so a rotated key is still masked from then on.
+        key = (tuple(self.env.get(n) for n in names), self._file_stamp())
+        cached = self._secrets
+        if cached is not None and cached[0] == key:
+            return list(cached[1])
         filed: dict[str, str] = {}
-        if self.secrets_file is not None and self.secrets_file.is_file():
+        if key[1] is not None:
+            assert self.secrets_file is not None  # a stamp is only taken of a file
             with contextlib.suppress(ProviderError, OSError):
                 filed = read_secrets_file(self.secrets_file)
-        found = [self.env.get(n) or filed.get(n) for n in sorted(names)]
-        return [Secret(value) for value in found if value]
+        found = [self.env.get(n) or filed.get(n) for n in names]
+        secrets = [Secret(value) for value in found if value]
+        object.__setattr__(self, "_secrets", (key, secrets))  # a cache, not state: frozen
+        return list(secrets)
+
+    def _file_stamp(self) -> tuple[int, int, int] | None:
+        """The secrets file's identity and version, or None when there is no such file."""
+        if self.secrets_file is None:
+            return None
+        try:
+            stat = self.secrets_file.stat()
+        except OSError:
+            return None
+        if not S_ISREG(stat.st_mode):
+            return None
+        return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
 
     def agent_env(self, settings: ProviderSettings) -> dict[str, str]:
         """The environment of a ``kind = "cli"`` agent (see the module docstring)."""

@@ -40,14 +40,21 @@ def _normal(value: Any) -> Any:
     if isinstance(value, float):
         if not math.isfinite(value):
             return None
-        if value.is_integer() and -(2**63) <= value < 2**64:
-            return int(Decimal(repr(value)))  # the decimal text a jsonb number prints as
+        if value.is_integer():
+            # The decimal text a jsonb number prints as, read back as orjson reads it: an
+            # integer within 64 bits, else the float (checked after rounding to that text:
+            # -2**63 - 1 as a float prints as -9223372036854776000, beyond the range).
+            number = int(Decimal(repr(value)))
+            return number if -(2**63) <= number < 2**64 else value
         return value
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, int):
         if not -(2**63) <= value < 2**64:  # orjson (and so psycopg) reads these as floats
-            return _normal(float(value))
+            try:
+                return _normal(float(value))
+            except OverflowError:  # beyond any float: read back (by `json`) as the integer
+                return int(value)
         return int(value)
     if isinstance(value, str):
         return str(value)
@@ -65,9 +72,17 @@ def canonical(
     body = {"at": float(at), "data": _normal(data), "kind": kind, "rule": rule, "why": why}
     try:
         return orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
-    except (orjson.JSONEncodeError, TypeError):  # not expected after `_normal`; still hashable
-        text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        return text.encode()
+    except (orjson.JSONEncodeError, TypeError):
+        return _standard_bytes(body)
+
+
+def _standard_bytes(body: dict[str, Any]) -> bytes:
+    """The canonical bytes of normalised content that orjson refuses: an integer beyond any
+    float, a lone surrogate (no UTF-8 for it: written as its surrogatepass bytes), nesting
+    past orjson's depth. Which path a body takes depends on its values alone, so the digest
+    stays a function of the content, whichever way it was computed."""
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return text.encode("utf-8", "surrogatepass")
 
 
 def _parsed_float(text: str) -> Any:
@@ -129,7 +144,10 @@ def digest_text(at: float, kind: str, text: str, rule: str | None, why: str | No
         data = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
     except (orjson.JSONEncodeError, TypeError):  # an integer beyond 64 bits: read as a float
         body["data"] = _normal(body["data"])
-        data = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+        try:
+            data = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+        except (orjson.JSONEncodeError, TypeError):
+            data = _standard_bytes(body)
     return hashlib.sha256(data).hexdigest()
 
 
