@@ -187,3 +187,15 @@ def test_a_variants_rows_start_only_once_their_base_rows_are_ready() -> None:
     assert (full.rows, full.held) == ((2,), Held.CONCURRENCY)
     every = next_starts(views, concurrency=9, max_cost_usd=None, cancelled=False, ready=range(9))
     assert (every.rows, every.held) == ((1, 2, 3, 4, 5), None)
+
+
+def test_a_row_nested_past_the_limit_is_refused_with_its_line() -> None:
+    """A JSONL row nested 100,000 levels (past the parser) or 65 levels (past the limit) is
+    bad input naming its line, not a crash; 64 levels are a row."""
+    deep = '{"topic": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    over = '{"topic": "t", "x": ' + "[" * 64 + "]" * 64 + "}"
+    at = '{"topic": "t", "x": ' + "[" * 63 + "]" * 63 + "}"
+    for text in (deep, over):
+        with pytest.raises(BatchInputError, match="line 2: nested more than 64 levels deep"):
+            parse_rows("rows.jsonl", '{"topic": "fine"}\n' + text + "\n")
+    assert len(parse_rows("rows.jsonl", at + "\n")) == 1

@@ -277,10 +277,16 @@ def _jsonl_rows(name: str, text: str) -> list[Row]:
     for line_no, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
+        deep = False
         try:
             value = json.loads(line)
         except ValueError as exc:
             bad.append(f"line {line_no}: {exc}")
+            continue
+        except RecursionError:  # nested past what the parser reads: refused just below
+            deep = True
+        if deep or _too_deep(value):
+            bad.append(f"line {line_no}: nested more than {MAX_ROW_DEPTH} levels deep")
             continue
         rows.append(Row(number=len(rows) + 1, line=line_no, values=value))
     if bad:
@@ -290,6 +296,23 @@ def _jsonl_rows(name: str, text: str) -> list[Row]:
             '{"topic": "...", "language": "French"}'
         )
     return rows
+
+
+MAX_ROW_DEPTH = 64  # as a workflow file (`core.parse`): inputs nest a few levels at most
+
+
+def _too_deep(value: Any) -> bool:
+    """Whether `value` nests lists and objects more than `MAX_ROW_DEPTH` levels (walked
+    without recursion: the value may be as deep as the parser allowed)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > MAX_ROW_DEPTH:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def _csv_rows(name: str, text: str) -> list[Row]:
