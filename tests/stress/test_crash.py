@@ -10,12 +10,12 @@ import pytest
 
 from .crash_harness import crash_loop
 
-KILLS = int(os.environ.get("INTERLOCK_CRASH_KILLS", "200"))
+KILLS = int(os.environ.get("INTERLOCK_CRASH_KILLS", "100"))
 
 
-@pytest.mark.timeout(1500)  # 200 real CLI starts, kills and resumes: minutes, not seconds
+@pytest.mark.timeout(2700)  # 100 real kills and resumes: many runs end before their kill
 def test_kill_nine_anywhere_loses_nothing_and_repeats_nothing(tmp_path: Path) -> None:
-    """After 200 random kill -9s and resumes, every run is delivered with committed outputs."""
+    """After random kill -9s (100 by default) and resumes, every run is delivered whole."""
     seed = int(os.environ.get("INTERLOCK_CRASH_SEED", random.randrange(1 << 30)))
     print(f"crash seed {seed}: rerun with INTERLOCK_CRASH_SEED={seed}")
     tally = crash_loop(KILLS, seed, tmp_path)
