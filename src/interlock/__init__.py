@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         WorkflowError,
     )
     from interlock.runtime.executors import TaskContext, register
+    from interlock.runtime.orchestrator import Settings
 
 __all__ = [
     "Decision",
@@ -50,6 +51,7 @@ __all__ = [
     "RunNotFound",
     "RunState",
     "RunStatus",
+    "Settings",
     "SignalReceipt",
     "StorageError",
     "TaskContext",
@@ -78,6 +80,7 @@ _EXPORTS = {
     "InterlockError": "interlock.errors",
     "InvalidSignal": "interlock.errors",
     "SignalReceipt": "interlock.api",
+    "Settings": "interlock.runtime.orchestrator",
     "LeaseHeld": "interlock.errors",
     "LeaseLost": "interlock.errors",
     "Phase": "interlock.core.workflow",
@@ -106,6 +109,10 @@ _EXPORTS = {
 
 def __getattr__(name: str) -> Any:
     """Import a public name from its module on first use."""
+    if name == "__version__":
+        from importlib.metadata import version
+
+        return version("interlock")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'interlock' has no attribute {name!r}")
