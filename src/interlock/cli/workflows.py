@@ -262,6 +262,12 @@ def check(
     names = ", ".join(workflow.definitions)
     partly = " (partly explored, see the warning)" if warnings else ""
     out.print(f"{file}: ok ({names}){partly}")
+    if not workflow.language_stated and not quiet:
+        out.print(
+            f"  workflow language {workflow.language} (assumed: the file has no "
+            f"'$language: {workflow.language}' line)",
+            soft_wrap=True,
+        )
     if cost:
         from interlock.providers.terms import model_prices, price_line
 

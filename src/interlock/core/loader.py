@@ -67,6 +67,46 @@ def canonical_json(pipeline: Pipeline) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
+LANGUAGE = 1
+"""The version of the workflow language this interlock reads (docs/releases.md): a file
+states the one it was written for with a top-level `$language: 1`."""
+
+_META_KEYS = ("$language", "$schema")  # `$schema`: for editors, not read
+
+
+def _language(data: dict[Any, Any], source: str) -> tuple[int, bool, dict[Any, Any]]:
+    """The language `data` states (or LANGUAGE, assumed), and `data` without its `$` keys.
+
+    Raises:
+        WorkflowError: a `$` key that is not one of `_META_KEYS`, or a language this
+            interlock does not read.
+    """
+    meta = {k: v for k, v in data.items() if isinstance(k, str) and k.startswith("$")}
+    if not meta:
+        return LANGUAGE, False, data
+    problems = [
+        f"top-level key {key!r}: keys starting with '$' are reserved ({', '.join(_META_KEYS)}); "
+        "a pipeline name cannot start with '$'"
+        for key in meta
+        if key not in _META_KEYS
+    ]
+    stated = meta.get("$language")
+    if "$language" in meta and (isinstance(stated, bool) or stated != LANGUAGE):
+        if isinstance(stated, int) and not isinstance(stated, bool) and stated > LANGUAGE:
+            problems.append(
+                f"$language: {stated}: the file is written for workflow language {stated}, and "
+                f"this interlock reads language {LANGUAGE}: upgrade interlock"
+            )
+        else:
+            problems.append(
+                f"$language: {stated!r} is not a workflow language: write $language: {LANGUAGE}"
+            )
+    if problems:
+        raise WorkflowError(source, problems)
+    rest = {k: v for k, v in data.items() if k not in meta}
+    return LANGUAGE, "$language" in meta, rest
+
+
 @dataclass(frozen=True)
 class Workflow:
     """A loaded workflow file, with the SHA-256 of each file it was read from (the file
@@ -76,6 +116,8 @@ class Workflow:
     source: str
     definitions: dict[str, Definition]
     files: tuple[tuple[str, str], ...] = ()  # (path, SHA-256 of the bytes read)
+    language: int = LANGUAGE  # the workflow language the file is read as
+    language_stated: bool = False  # False: the file has no `$language`, LANGUAGE is assumed
 
     def get(self, name: str) -> Definition:
         """The pipeline `name`, or a UsageError listing the ones that exist."""
@@ -227,6 +269,11 @@ def build_workflow(
         raise WorkflowError(
             source, ["the top level must map pipeline names to pipelines, e.g. 'research: {...}'"]
         )
+    language, stated, data = _language(data, source)
+    if not data:
+        raise WorkflowError(
+            source, ["the top level must map pipeline names to pipelines, e.g. 'research: {...}'"]
+        )
     embedding = embed_children(data, source, _FileReader(source, base_dir, files_read))
     if embedding:
         raise WorkflowError(source, embedding)
@@ -257,7 +304,9 @@ def build_workflow(
         if locate is not None:
             problems = by_line([_with_line(problem, data, locate) for problem in problems])
         raise WorkflowError(source, problems)
-    return Workflow(source=source, definitions=definitions)
+    return Workflow(
+        source=source, definitions=definitions, language=language, language_stated=stated
+    )
 
 
 # The place a cross-reference problem starts with, in the words `validate` writes it:

@@ -238,7 +238,21 @@ def workflow_schema() -> dict[str, Any]:
         "cannot: reads, transitions, loops and models.",
         "type": "object",
         "minProperties": 1,
-        "propertyNames": {"pattern": r"\S"},
+        "properties": {
+            "$language": {
+                "const": 1,
+                "description": "The workflow language the file is written for (1 today); "
+                "without it, interlock assumes the one it reads and 'check' says so.",
+            },
+            "$schema": {"type": "string", "description": "For editors; interlock ignores it."},
+        },
+        # A pipeline name: not blank, and not starting with '$' (the file's own keys).
+        "propertyNames": {
+            "anyOf": [
+                {"enum": ["$language", "$schema"]},
+                {"allOf": [{"pattern": r"\S"}, {"pattern": r"^[^$]"}]},
+            ]
+        },
         "additionalProperties": schema["additionalProperties"],
         "$defs": dict(sorted(defs.items())),
     }
