@@ -75,7 +75,12 @@ COMMAND_MODULES: dict[str, str] = {
     help="SQLite durability: 'full' survives power loss; 'normal' only a process crash.",
 )
 @click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
-@click.option("--log-format", type=click.Choice(["text", "json"]), default="text")
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    help="Log lines as text or as one JSON object each.",
+)
 @click.version_option(package_name="interlock")
 @click.pass_context
 def cli(

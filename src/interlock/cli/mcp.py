@@ -36,7 +36,7 @@ def mcp(ctx: Ctx, workflows: tuple[str, ...], scopes: tuple[str, ...]) -> None:
     reject, edit and cancel runs, and run outputs as resources.
 
     Runs started here are driven while the client stays connected. Add it to a client with
-    the command 'interlock mcp' (see the README's MCP section).
+    the command 'interlock mcp' (see docs/mcp.md).
     """
     if scopes and "read" not in scopes:
         raise UsageError("--scope: an MCP client needs 'read' to list tools; add --scope read")

@@ -10,7 +10,7 @@ import difflib
 import re
 from collections.abc import Collection
 
-# name -> what the runner puts in its place (README's table says the same)
+# name -> what the runner puts in its place (docs/getting-started.md's table says the same)
 COMMAND_PLACEHOLDERS: dict[str, str] = {
     "output": "the path the worker writes its output to",
     "task": "the worker's task text, rendered",

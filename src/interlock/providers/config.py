@@ -49,7 +49,7 @@ File format::
     max_output_tokens = 8192           # optional
     max_line_bytes = 1048576           # longest line of its event stream (default 1 MiB)
     max_answer_bytes = 33554432        # largest answer one call keeps (default 32 MiB)
-    # Request settings (each optional; see interlock.core.params and the README's Models):
+    # Request settings (each optional; see interlock.core.params and docs/models.md):
     # temperature, top_p, seed, stop, reasoning_effort, thinking_budget, timeout, stream,
     # cache_prompt, extra_body = {...}, headers = {...}
 
