@@ -41,7 +41,9 @@ def test_every_template_is_written_and_checks(tmp_path: Path, template: str) -> 
     target = tmp_path / f"{template}.yaml"
     code, stdout, _ = invoke("init", str(target), "--template", template)
     assert code == 0 and target.is_file()
-    pipeline = next(iter(yaml.safe_load(target.read_text())))
+    keys = list(yaml.safe_load(target.read_text()))
+    assert keys[0] == "$language", "a new file states the language it is written for"
+    pipeline = keys[1]
     assert f"interlock run {target} {pipeline} --topic" in stdout
     written = target.read_text()
     assert f"interlock run {target} {pipeline} --topic" in written, "its comment runs this file"
