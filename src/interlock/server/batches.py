@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 from interlock.server.auth import Principal
 from interlock.server.deps import operator, reader, service
 from interlock.server.service import Service
+from interlock.workloads.commands import MAX_CONCURRENCY, MAX_ROWS
 
 router = APIRouter(prefix="/api")
 log = logging.getLogger("interlock.server")
@@ -28,7 +29,6 @@ Svc = Annotated[Service, Depends(service)]
 Reader = Annotated[Principal, Depends(reader)]
 Starter = Annotated[Principal, Depends(operator("start"))]
 Canceller = Annotated[Principal, Depends(operator("cancel"))]
-MAX_ROWS = 100_000  # rows one request may post
 Format = Literal["jsonl", "csv"]
 
 
@@ -38,7 +38,7 @@ class StartBatch(BaseModel):
     pipeline: str = Field(min_length=1, max_length=200)
     rows: list[Any] = Field(min_length=1, max_length=MAX_ROWS)
     topic_field: str | None = Field(default=None, min_length=1, max_length=200)
-    concurrency: int = Field(default=4, ge=1, le=10_000)
+    concurrency: int = Field(default=4, ge=1, le=MAX_CONCURRENCY)
     max_cost_usd: float | None = Field(default=None, gt=0, le=1e12)
     batch_id: str | None = Field(default=None, min_length=1, max_length=48)
 
@@ -113,19 +113,9 @@ async def list_batches(
     svc: Svc, _: Reader, limit: Annotated[int, Query(ge=1, le=1000)] = 100
 ) -> list[dict[str, Any]]:
     """Batches, newest first, each with its counts by row status and its spend."""
+    from interlock.workloads.commands import batch_summaries
 
-    def read() -> list[dict[str, Any]]:
-        from interlock.core.batches import fold
-        from interlock.storage.batches import batch_ledger
-        from interlock.workloads.batches import batch_summary
-
-        ledger = batch_ledger(svc.store)
-        return [
-            batch_summary(b, fold(ledger.views(b.batch_id), max_cost_usd=b.max_cost_usd))
-            for b in ledger.list_batches(limit)
-        ]
-
-    return await svc.reads.off_loop(read)
+    return await svc.reads.off_loop(lambda: batch_summaries(svc.store, limit))
 
 
 @router.get("/batches/{batch_id}")

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from interlock.storage.base import Store
     from interlock.storage.batches import BatchRecord, BatchRow
 
+MAX_ROWS = 100_000  # rows one start may post
+MAX_CONCURRENCY = 10_000
 FIXED = ("row", "status", "run_id", "try", "cost_usd", "tokens", "topic")  # CSV's first columns
 FORMATS = ("jsonl", "csv")
 
@@ -49,6 +51,29 @@ def read_batch(
         engine = app()
         rows = row_results(engine, batch_definition(engine, record), rows)
     return record, rows
+
+
+def batch_summaries(store: Store, limit: int) -> list[dict[str, Any]]:
+    """Batches, newest first, each with its counts by row status and its spend."""
+    from interlock.core.batches import fold
+    from interlock.storage.batches import batch_ledger
+    from interlock.workloads.batches import batch_summary
+
+    ledger = batch_ledger(store)
+    return [
+        batch_summary(b, fold(ledger.views(b.batch_id), max_cost_usd=b.max_cost_usd))
+        for b in ledger.list_batches(limit)
+    ]
+
+
+def check_start(rows: int, concurrency: int, max_cost_usd: float | None) -> None:
+    """Refuse limits a batch cannot start with (the API's body model checks the same)."""
+    if not 1 <= rows <= MAX_ROWS:
+        raise UsageError(f"rows: give 1 to {MAX_ROWS:,} rows (got {rows:,})")
+    if not 1 <= concurrency <= MAX_CONCURRENCY:
+        raise UsageError(f"concurrency: give 1 to {MAX_CONCURRENCY:,} (got {concurrency})")
+    if max_cost_usd is not None and not 0 < max_cost_usd <= 1e12:
+        raise UsageError(f"max_cost_usd: give a budget above 0 (got {max_cost_usd})")
 
 
 def start_rows(
