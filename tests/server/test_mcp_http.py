@@ -166,6 +166,9 @@ OPERATE = {
     "cancel": {"run_id": "x"},
     "signal": {"run_id": "x", "name": "go"},
     "resume": {"run_id": "x"},
+    "start_batch": {"pipeline": "quick", "rows": [{"topic": "x"}]},
+    "retry_batch": {"batch_id": "x"},
+    "cancel_batch": {"batch_id": "x"},
 }
 READ = {
     "list_pipelines": {},
@@ -176,6 +179,9 @@ READ = {
     "explain": {"run_id": "x"},
     "list_outputs": {"run_id": "x"},
     "read_output": {"run_id": "x", "name": "final.md"},
+    "list_batches": {},
+    "batch_status": {"batch_id": "x"},
+    "compare_batches": {"batch_ids": ["x"]},
 }
 
 
