@@ -157,6 +157,30 @@ def test_a_signal_lets_a_waiting_run_go_on(make_server: ServerFactory) -> None:
     asyncio.run(scenario())
 
 
+def test_a_batch_started_over_mcp_is_driven_by_the_server(make_server: ServerFactory) -> None:
+    """start_batch over `/mcp` records the rows and the server's orchestrator runs them (as
+    `POST /api/batches` does); the REST API shows the same batch."""
+    server = make_server(auth_secret=SECRET)
+    bearer = token(["read", "operate"])
+
+    async def scenario() -> dict[str, Any]:
+        async with http_session(server.url, bearer) as client:
+            rows = [{"topic": "one"}, {"topic": "two"}]
+            started = await call(client, "start_batch", pipeline="quick", rows=rows, batch_id="mb")
+            assert started["row_count"] == 2
+            for _ in range(300):
+                shown = await call(client, "batch_status", batch_id="mb")
+                if shown["settled"]:
+                    return shown
+                await asyncio.sleep(0.05)
+            raise AssertionError(shown)
+
+    shown = asyncio.run(scenario())
+    assert shown["counts"] == {"delivered": 2}
+    served = server.http.get("/api/batches/mb", headers={"Authorization": f"Bearer {bearer}"})
+    assert [r["run_id"] for r in served.json()["rows"]] == ["mb-r1", "mb-r2"]
+
+
 OPERATE = {
     "start_run": {"pipeline": "quick", "topic": "x"},
     "rerun": {"run_id": "x"},

@@ -21,17 +21,23 @@ function statusPill(status) {
   return h("span", { class: `pill s-${status.replace(/[^a-z]+/g, "_")}` }, status);
 }
 
-// Reads of a batch page overlap (a live change while a filter is typed): only the latest
-// answer asked for is drawn, and only while its page is on screen.
+// A read asked for by live changes, at most one per `wait()` ms: a batch of 10,000 rows takes
+// a server some 0.4 s to read, so a busy batch is read again at most every few times that.
 function debounced(fn, wait) {
   let timer = null;
-  return () => { if (timer) return; timer = setTimeout(() => { timer = null; fn(); }, wait); };
+  return () => { if (timer) return; timer = setTimeout(() => { timer = null; fn(); }, wait()); };
+}
+
+// How long the last read took, for the next wait.
+async function timed(mine, read) {
+  const started = performance.now();
+  try { return await read(); } finally { mine.every = Math.max(mine.floor, 3 * (performance.now() - started)); }
 }
 
 // -- the list ---------------------------------------------------------------------------
 
 async function batchesPage() {
-  page = { name: "batches" };
+  page = { name: "batches", floor: 1000, every: 1000 };
   const mine = page;
   view.replaceChildren(
     h("div", { class: "toolbar" }, h("h1", {}, "Batches")),
@@ -45,7 +51,7 @@ async function batchesPage() {
   const load = async () => {
     if (page !== mine) return;
     let list;
-    try { list = await api("/api/batches"); } catch (error) { toast(error.message, true); return; }
+    try { list = await timed(mine, () => api("/api/batches")); } catch (error) { toast(error.message, true); return; }
     const body = document.getElementById("batches");
     if (page !== mine || !body) return;
     if (!list.length) { body.replaceChildren(h("tr", {}, h("td", { colspan: 10, class: "empty" }, "No batches yet: interlock batch FILE PIPELINE --inputs ROWS, or POST /api/batches."))); return; }
@@ -57,7 +63,7 @@ async function batchesPage() {
       h("td", { class: "num" }, b.counts.delivered || 0), h("td", { class: "num" }, b.counts.failed || 0),
       h("td", { class: "num" }, b.running), h("td", { class: "num" }, money(b.cost_usd)), h("td", { class: "num muted" }, epochAgo(b.created_at)))));
   };
-  mine.load = debounced(load, 1000);
+  mine.load = debounced(load, () => mine.every);
   await load();
   live("/ws/runs?view=summary", () => null, (message) => {
     if (page === mine && (message.type === "runs" || message.type === "hello")) mine.load();
@@ -82,10 +88,10 @@ function progressBar(b, small = false) {
 // -- one batch --------------------------------------------------------------------------
 
 async function batchPage(batchId) {
-  page = { name: "batch", batchId, batch: null, filter: { status: "", q: "" }, asked: 0 };
+  page = { name: "batch", batchId, batch: null, filter: { status: "", q: "" }, asked: 0, floor: 400, every: 400 };
   const mine = page;
   view.replaceChildren(h("div", { class: "empty" }, "Loading…"));
-  mine.load = debounced(() => loadBatch(mine), 400);
+  mine.load = debounced(() => loadBatch(mine), () => mine.every);
   await loadBatch(mine);
   if (page !== mine || !mine.batch) return;
   const prefix = `${batchId}-r`;
@@ -103,7 +109,7 @@ setInterval(() => { if (page.name === "batch" && page.batch && !page.batch.settl
 async function loadBatch(mine) {
   const asked = ++mine.asked;
   let batch;
-  try { batch = await api(`/api/batches/${mine.batchId}`); } catch (error) {
+  try { batch = await timed(mine, () => api(`/api/batches/${mine.batchId}`)); } catch (error) {
     if (page !== mine) return;
     if (!mine.batch) view.replaceChildren(h("div", { class: "panel", id: "batch-error" }, error.message)); else toast(error.message, true);
     return;
