@@ -98,6 +98,8 @@ def test_a_batch_page_is_live_filterable_and_acts(
     expect(table.locator("tbody tr")).to_have_count(6)
     expect(table.locator("tr[data-row='3']")).to_contain_text("waiting")
     expect(page.locator("#batch-cancel")).to_be_enabled()
+    SHOTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(SHOTS / "batch-running.png"))
 
     (tmp_path / "go").write_text("")  # the rows end: the page follows without a reload
     expect(stats).to_contain_text("6/6done", timeout=30_000)
@@ -209,7 +211,7 @@ def test_the_compare_view_and_the_diff_of_two_runs(
     """An experiment's compare view: per variant rows delivered, cost, tokens, latencies,
     the score's mean and median and the pass rate, the best marked; the rows that differ
     most by score, each with its two runs and a link to their diff, which shows the
-    reviewer's output changed and how."""
+    reviewer's output changed and how; a batch's page opens the comparison with another."""
     run_experiment(tmp_path / "home", tmp_path)
     server = make_server(workflows=[tmp_path / "review.yaml"])
     page = open_page(browser, f"{server.url}/ui/#/batches")
@@ -242,4 +244,10 @@ def test_the_compare_view_and_the_diff_of_two_runs(
     page.screenshot(path=str(SHOTS / "diff-view.png"), full_page=True)
     page.go_back()
     expect(table).to_be_visible()
+
+    page.goto(f"{server.url}/ui/#/batches/rv-double")  # two batches, from a batch's page
+    page.get_by_role("combobox", name="Compare with").select_option("rv")
+    expect(page).to_have_url(re.compile(r"#/compare/rv-double/rv$"))
+    expect(page.locator("#compare-title")).to_have_text("rv-double vs rv")
+    expect(table.locator("tbody tr")).to_have_count(2)
     assert page.errors == []  # type: ignore[attr-defined]

@@ -94,6 +94,11 @@ async function batchPage(batchId) {
   mine.load = debounced(() => loadBatch(mine), () => mine.every);
   await loadBatch(mine);
   if (page !== mine || !mine.batch) return;
+  // Batches of as many rows can be compared with this one (`interlock compare B1 B2`).
+  api("/api/batches").then((list) => {
+    mine.others = list.filter((o) => o.batch_id !== batchId && o.row_count === mine.batch.row_count).map((o) => o.batch_id);
+    if (page === mine && mine.others.length) drawBatch(mine);
+  }).catch(() => {});
   const prefix = `${batchId}-r`;
   live("/ws/runs?view=summary", () => null, (message) => {
     if (page !== mine) return;
@@ -131,6 +136,9 @@ function drawBatch(mine) {
       h("div", { class: "muted" }, `pipeline ${b.pipeline} · ${b.row_count} rows from ${b.inputs_file} · started ${epochAgo(b.created_at)}`),
       b.experiment ? h("div", { id: "experiment-of" }, `Variant ${b.variant} of experiment `, h("a", { class: "mono", href: `#/batches/${b.experiment}` }, b.experiment),
         " · ", h("a", { href: `#/compare/${b.experiment}` }, "compare its variants")) : null,
+      (mine.others || []).length ? h("div", { class: "compare-with" }, h("label", { for: "compare-with", class: "muted" }, "Compare with "),
+        h("select", { id: "compare-with", onchange: (e) => { if (e.target.value) location.hash = `#/compare/${b.batch_id}/${e.target.value}`; } },
+          h("option", { value: "" }, "another batch of as many rows…"), mine.others.map((o) => h("option", { value: o }, o)))) : null,
       h("div", { class: "stats", id: "batch-stats" },
         stat(`${b.done}/${b.row_count}`, "done"), stat(counts.delivered || 0, "delivered"), stat(b.running, "running"),
         stat(counts.failed || 0, "failed"), stat(b.waiting, "waiting"), extra.map((s) => stat(counts[s], s)),
@@ -253,7 +261,7 @@ function rowLines(rows) {
       h("td", { class: "num" }, r.row), h("td", {}, statusPill(r.status)),
       h("td", { class: "row-inputs" }, h("div", {}, r.topic), inputs ? h("div", { class: "muted mono" }, inputs) : null),
       h("td", { class: "mono" }, r.run_id ? h("a", { href: `#/runs/${r.run_id}` }, r.run_id) : "–"),
-      h("td", { class: "num" }, r.try || "–"), h("td", { class: "num" }, money(r.cost_usd)), h("td", { class: "num" }, r.tokens || "–"),
+      h("td", { class: "num" }, r.run_id ? r.try : "–"), h("td", { class: "num" }, money(r.cost_usd)), h("td", { class: "num" }, r.tokens || "–"),
       h("td", { class: "row-values" }, values ? h("div", { class: "mono" }, values) : null, r.failure ? h("div", { class: "bad" }, r.failure.slice(0, 300)) : null));
   });
 }
