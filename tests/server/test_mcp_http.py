@@ -181,7 +181,7 @@ def test_a_batch_started_over_mcp_is_driven_by_the_server(make_server: ServerFac
     assert [r["run_id"] for r in served.json()["rows"]] == ["mb-r1", "mb-r2"]
 
 
-OPERATE = {
+OPERATE: dict[str, dict[str, Any]] = {
     "start_run": {"pipeline": "quick", "topic": "x"},
     "rerun": {"run_id": "x"},
     "approve": {"run_id": "x"},
@@ -194,7 +194,7 @@ OPERATE = {
     "retry_batch": {"batch_id": "x"},
     "cancel_batch": {"batch_id": "x"},
 }
-READ = {
+READ: dict[str, dict[str, Any]] = {
     "list_pipelines": {},
     "list_runs": {},
     "run_status": {"run_id": "x"},
