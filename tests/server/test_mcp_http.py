@@ -157,7 +157,31 @@ def test_a_signal_lets_a_waiting_run_go_on(make_server: ServerFactory) -> None:
     asyncio.run(scenario())
 
 
-OPERATE = {
+def test_a_batch_started_over_mcp_is_driven_by_the_server(make_server: ServerFactory) -> None:
+    """start_batch over `/mcp` records the rows and the server's orchestrator runs them (as
+    `POST /api/batches` does); the REST API shows the same batch."""
+    server = make_server(auth_secret=SECRET)
+    bearer = token(["read", "operate"])
+
+    async def scenario() -> dict[str, Any]:
+        async with http_session(server.url, bearer) as client:
+            rows = [{"topic": "one"}, {"topic": "two"}]
+            started = await call(client, "start_batch", pipeline="quick", rows=rows, batch_id="mb")
+            assert started["row_count"] == 2
+            for _ in range(300):
+                shown = await call(client, "batch_status", batch_id="mb")
+                if shown["settled"]:
+                    return shown
+                await asyncio.sleep(0.05)
+            raise AssertionError(shown)
+
+    shown = asyncio.run(scenario())
+    assert shown["counts"] == {"delivered": 2}
+    served = server.http.get("/api/batches/mb", headers={"Authorization": f"Bearer {bearer}"})
+    assert [r["run_id"] for r in served.json()["rows"]] == ["mb-r1", "mb-r2"]
+
+
+OPERATE: dict[str, dict[str, Any]] = {
     "start_run": {"pipeline": "quick", "topic": "x"},
     "rerun": {"run_id": "x"},
     "approve": {"run_id": "x"},
@@ -166,8 +190,11 @@ OPERATE = {
     "cancel": {"run_id": "x"},
     "signal": {"run_id": "x", "name": "go"},
     "resume": {"run_id": "x"},
+    "start_batch": {"pipeline": "quick", "rows": [{"topic": "x"}]},
+    "retry_batch": {"batch_id": "x"},
+    "cancel_batch": {"batch_id": "x"},
 }
-READ = {
+READ: dict[str, dict[str, Any]] = {
     "list_pipelines": {},
     "list_runs": {},
     "run_status": {"run_id": "x"},
@@ -176,6 +203,9 @@ READ = {
     "explain": {"run_id": "x"},
     "list_outputs": {"run_id": "x"},
     "read_output": {"run_id": "x", "name": "final.md"},
+    "list_batches": {},
+    "batch_status": {"batch_id": "x"},
+    "compare_batches": {"batch_ids": ["x"]},
 }
 
 

@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from interlock.api import Interlock
     from interlock.core.batches import RowInputs
     from interlock.core.loader import Definition
-    from interlock.runtime.home import Home
     from interlock.storage.batches import BatchRecord, BatchRow
     from interlock.workloads.batches import Snapshot
 
@@ -182,15 +181,11 @@ def resume(ctx: Ctx, batch_id: str, concurrency: int | None, max_cost_usd: float
 def retry(ctx: Ctx, batch_id: str, failed: bool) -> None:
     """Give failed rows their next try (a new run each), then drive the batch."""
     from interlock.cli.base import install_terminate_handler
-    from interlock.core.batches import RowStatus
-    from interlock.storage.batches import batch_ledger
+    from interlock.workloads.commands import retry_failed
 
     install_terminate_handler()
     app = opened(ctx, batch_id)
-    ledger = batch_ledger(app.store)
-    ledger.get_batch(batch_id)
-    failing = [r.view for r in ledger.rows(batch_id) if r.view.status is RowStatus.FAILED]
-    given = ledger.retry_rows(batch_id, failing)
+    given = retry_failed(app.store, batch_id)
     err.print(f"batch {batch_id}: {given} failed row(s) given a new try")
     sys.exit(drive(app, batch_id))
 
@@ -231,38 +226,15 @@ def cancel(ctx: Ctx, batch_id: str) -> None:
     import asyncio
     import time
 
-    from interlock.cli.base import driver_of
-    from interlock.core.batches import RUN_ENDED
-    from interlock.errors import InterlockError
-    from interlock.storage.batches import batch_ledger
+    from interlock.workloads.commands import cancel_batch
 
     app = opened(ctx, batch_id)
-    ledger = batch_ledger(app.store)
-    record = ledger.get_batch(batch_id)
-    # The experiment's id (its base batch's) cancels every variant with it.
-    group = [batch_id]
-    if record.experiment == batch_id:
-        group = [b.batch_id for b in ledger.experiment_batches(batch_id)]
-    unstarted = sum(ledger.cancel_batch(b, time.time()) for b in group)
-    flying = [
-        r.view.run_id
-        for b in group
-        for r in ledger.rows(b)
-        if r.view.run_id is not None and r.view.run_status not in (*RUN_ENDED, None)
-    ]
-    undriven = []
-    for run_id in flying:
-        try:
-            app.cancel(run_id, f"batch {batch_id} cancelled")
-        except InterlockError:  # it ended meanwhile
-            continue
-        if driver_of(app.store.get_run(run_id)) is None:
-            undriven.append(run_id)
-    if undriven:  # nobody drives them: their cancellation is recorded here
-        asyncio.run(app.drive_async(*undriven))
+    done = cancel_batch(app, batch_id, time.time())
+    if done.undriven:  # nobody drives them: their cancellation is recorded here
+        asyncio.run(app.drive_async(*done.undriven))
     out.print(
-        f"batch {batch_id} cancelled: {unstarted} row(s) not started, {len(flying)} run(s) "
-        "in flight stopped"
+        f"batch {batch_id} cancelled: {done.unstarted} row(s) not started, "
+        f"{len(done.stopped)} run(s) in flight stopped"
     )
 
 
@@ -275,21 +247,10 @@ def export_rows(ctx: Ctx, batch_id: str, output: str) -> None:
     """Write every row: inputs, status, final output, extracted values, metrics, cost,
     tokens, run."""
     from interlock.cli.batch_files import write_results
-    from interlock.core.batches import fold
-    from interlock.runtime.home import Home
-    from interlock.workloads.batches import row_record
+    from interlock.workloads.commands import export_records
 
     record, rows = read_batch(ctx, batch_id)
-    home = Home.at(ctx.home)
-    progress = fold([r.view for r in rows], max_cost_usd=record.max_cost_usd)
-    metrics = row_metrics_of(ctx, record, rows)
-    records = []
-    for row in rows:
-        body = row_record(row, progress)
-        body["output"] = final_text(home, row)
-        if metrics is not None:  # the pipeline declares `metrics:`
-            body["metrics"] = metrics[row.view.number]
-        records.append(body)
+    records = export_records(ctx.app, record, rows)
     write_results(output, records)
     out.print(f"{len(records)} row(s) written to {output}")
 
@@ -386,45 +347,12 @@ def refuse_taken_id(ctx: Ctx, batch_id: str) -> None:
 def read_batch(ctx: Ctx, batch_id: str) -> tuple[BatchRecord, list[BatchRow]]:
     """A batch and its rows, for a command that only reads: the engine is loaded only when
     an ended run's result was not kept yet (it is folded from the run's history)."""
-    from interlock.core.batches import RUN_ENDED
-    from interlock.storage.batches import BatchNotFound, batch_ledger, not_found_message
+    from interlock.storage.batches import BatchNotFound, not_found_message
+    from interlock.workloads import commands
 
     if ctx.missing_ledger() is not None:
         raise BatchNotFound(not_found_message(batch_id))
-    ledger = batch_ledger(ctx.store)
-    record = ledger.get_batch(batch_id)
-    rows = ledger.rows(batch_id)
-    if any(not r.view.kept and r.view.run_status in RUN_ENDED for r in rows):
-        from interlock.workloads.batches import batch_definition, row_results
-
-        rows = row_results(ctx.app, batch_definition(ctx.app, record), rows)
-    return record, rows
-
-
-def row_metrics_of(
-    ctx: Ctx, record: BatchRecord, rows: list[BatchRow]
-) -> dict[int, dict[str, Any]] | None:
-    """Each row's metrics (row -> name -> value; a row not delivered has none), or None
-    when the batch's pipeline declares no `metrics:`."""
-    from interlock.workloads.batches import batch_definition
-    from interlock.workloads.experiments import outcomes
-
-    definition = batch_definition(ctx.app, record)
-    if not definition.pipeline.metrics:
-        return None
-    return {o.number: dict(o.metrics) for o in outcomes(definition, rows)}
-
-
-def final_text(home: Home, row: BatchRow) -> str | None:
-    """The text of the final.md a row's run delivered (None: none, or not on this disk)."""
-    run_id = row.view.run_id
-    if run_id is None or row.view.run_status != "delivered":
-        return None
-    for folder in (home.archive_dir(run_id), home.live_dir(run_id)):
-        path = folder / "final.md"
-        if path.is_file():
-            return path.read_text(encoding="utf-8", errors="replace")
-    return None
+    return commands.read_batch(ctx.store, batch_id, lambda: ctx.app)
 
 
 def opened(ctx: Ctx, batch_id: str) -> Interlock:

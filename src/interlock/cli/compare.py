@@ -14,7 +14,6 @@ from typing import Any
 import click
 
 from interlock.cli.base import COUNT, Ctx, handle_errors, out, pass_ctx
-from interlock.errors import UsageError
 
 
 @click.command()
@@ -28,28 +27,11 @@ def compare(
     ctx: Ctx, batch_ids: tuple[str, ...], by: str | None, limit: int, as_json: bool
 ) -> None:
     """Compare an experiment's variants (BATCH), or two batches of the same rows (B1 B2)."""
-    from interlock.cli.batch import read_batch
-    from interlock.workloads.batches import batch_definition
-    from interlock.workloads.experiments import comparison, experiment_of, outcomes
+    from interlock.cli.batch import opened
+    from interlock.workloads.commands import compare_batches
 
-    if len(batch_ids) > 2:
-        raise UsageError("compare takes one experiment (its batch id) or two batches")
-    read = [read_batch(ctx, b) for b in batch_ids]  # each unknown id refused, named
-    if len(batch_ids) == 1:
-        group = experiment_of(ctx.app, batch_ids[0])
-        if len(group) < 2:
-            raise UsageError(
-                f"batch {batch_ids[0]} is no experiment (it has no variants): compare two "
-                f"batches of the same rows ('interlock compare {batch_ids[0]} OTHER'), or start "
-                "one with --variant NAME=FILE"
-            )
-        read = [read_batch(ctx, b.batch_id) for b in group]
-    variants = []
-    for record, rows in read:
-        name = record.variant or record.batch_id
-        definition = batch_definition(ctx.app, record)
-        variants.append((name, record, definition, outcomes(definition, rows)))
-    found = comparison(variants, by=by, limit=limit)
+    app = opened(ctx, batch_ids[0])  # no ledger: the first id is not found
+    found = compare_batches(app, list(batch_ids), by=by, limit=limit)
     if as_json:
         out.print_json(json.dumps(found))
         return

@@ -33,7 +33,7 @@ MISSING = (
 @handle_errors
 def mcp(ctx: Ctx, workflows: tuple[str, ...], scopes: tuple[str, ...]) -> None:
     """Serve MCP over stdin/stdout: tools to list pipelines, start, rerun, follow, approve,
-    reject, edit and cancel runs, and run outputs as resources.
+    reject, edit and cancel runs, start and follow batches, and run outputs as resources.
 
     Runs started here are driven while the client stays connected. Add it to a client with
     the command 'interlock mcp' (see docs/mcp.md).

@@ -9,6 +9,7 @@ token, checked before the request reaches the MCP app, names the caller.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import Callable
@@ -39,6 +40,9 @@ class Backend:
     principal: Principal | None = None  # stdio: fixed; HTTP: None, taken from each request
     limit: Callable[[str], None] | None = None  # HTTP: the rate limit of one action key
     reads: Reads | None = None  # HTTP: the server's; stdio: made on first use
+    # When the loop that drives runs here stops (the server's, or `interlock mcp`'s): the
+    # batches started here are fed until then.
+    stopping: Callable[[], asyncio.Event] | None = None
 
     def reader(self) -> Reads:
         """Where the tools read runs' folded histories: off the event loop, kept per run."""
@@ -47,6 +51,13 @@ class Backend:
 
             self.reads = Reads(self.api)
         return self.reads
+
+    def stop(self) -> asyncio.Event:
+        """The event set when the loop that drives runs here stops."""
+        if self.stopping is None:  # nothing said when: fed until the process ends
+            never = asyncio.Event()
+            self.stopping = lambda: never
+        return self.stopping()
 
     @property
     def orchestrator(self) -> Orchestrator:

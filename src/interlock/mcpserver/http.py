@@ -44,6 +44,7 @@ class McpEndpoint:
             local=False,
             limit=limiter.take,
             reads=service.reads,
+            stopping=lambda: service.stop,  # the service makes a new event when it starts
         )
         self.server = build(backend)
         # The Guard in front of every route already refuses foreign Host headers, and the

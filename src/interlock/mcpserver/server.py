@@ -12,6 +12,7 @@ from mcp.types import ToolAnnotations
 
 from interlock.errors import InterlockError
 from interlock.mcpserver.backend import Backend
+from interlock.mcpserver.batch_tools import BatchTools
 from interlock.mcpserver.tools import Tools, read_text
 from interlock.runtime.home import check_run_id
 from interlock.server.errors import ApiError
@@ -24,6 +25,9 @@ list_pipelines (what can run, and its inputs) -> start_run -> wait_for_run (or r
 feedback) or edit_output -> wait_for_run -> read_output final.md. A run waiting for a signal
 (status waiting) goes on when it is sent with signal. run_events and explain say
 what happened and why. Outputs are also resources: interlock://runs/{run_id}/outputs/{name}.
+A dataset: start_batch (one run per row) -> batch_status -> retry_batch (failed rows) or
+cancel_batch; list_batches lists them; compare_batches compares an experiment's variants or
+two batches of the same rows.
 """
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
@@ -47,6 +51,14 @@ TOOL_NAMES = (
     "signal",
     "resume",
 )
+BATCH_TOOL_NAMES = (
+    "list_batches",
+    "batch_status",
+    "start_batch",
+    "retry_batch",
+    "cancel_batch",
+    "compare_batches",
+)
 
 
 def _version() -> str:
@@ -68,10 +80,13 @@ def build(backend: Backend) -> MCPServer:
         warn_on_duplicate_tools=True,
     )
     tools = Tools(backend)
-    for name in TOOL_NAMES:
-        method = getattr(tools, name)
+    batches = BatchTools(backend)
+    named = [(n, getattr(tools, n)) for n in TOOL_NAMES]
+    named += [(n, getattr(batches, n)) for n in BATCH_TOOL_NAMES]
+    for name, method in named:
         scope = method.scope
-        hints = READ_ONLY if scope == "read" else STOPS if name == "cancel" else ACTS
+        stops = name in ("cancel", "cancel_batch")
+        hints = READ_ONLY if scope == "read" else STOPS if stops else ACTS
         description = inspect.cleandoc(method.__doc__ or "")  # no docstring indentation
         server.add_tool(
             method, name=name, description=description, annotations=hints, structured_output=True

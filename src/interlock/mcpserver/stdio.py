@@ -30,14 +30,15 @@ async def serve_stdio(api: Interlock, pipelines: Pipelines, scopes: list[str] | 
     """Serve until the client closes stdin, driving runs meanwhile."""
     from interlock.providers import aclose_providers
 
+    stop = asyncio.Event()
     backend = Backend(
         api=api,
         pipelines=pipelines,
         local=True,
         principal=local_principal(local_user(), scopes),
+        stopping=lambda: stop,
     )
     server = build(backend)
-    stop = asyncio.Event()
     loop = asyncio.create_task(api.orchestrator.serve_forever(stop))
     try:
         await server.run_stdio_async()

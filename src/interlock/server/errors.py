@@ -37,6 +37,12 @@ def body(code: str, message: str) -> dict[str, Any]:
 
 def from_interlock(exc: InterlockError) -> ApiError:
     """The HTTP form of an error the CLI would print (same message)."""
+    from interlock.storage.batches import BatchExists, BatchNotFound
+
+    if isinstance(exc, BatchNotFound):
+        return ApiError(404, "batch_not_found", exc.message)
+    if isinstance(exc, BatchExists):
+        return ApiError(409, "batch_exists", exc.message)
     if isinstance(exc, PipelineNotFound):
         return ApiError(404, "pipeline_not_found", exc.message)
     if isinstance(exc, RunNotFound):

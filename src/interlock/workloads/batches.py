@@ -203,6 +203,9 @@ def batch_summary(record: BatchRecord, progress: BatchProgress) -> dict[str, Any
         "max_cost_usd": record.max_cost_usd,
         "row_count": record.rows,
         "counts": {k.value: v for k, v in sorted(progress.counts.items())},
+        "done": progress.done,  # delivered, failed or cancelled
+        "running": progress.running,  # in flight, or about to be
+        "waiting": progress.waiting,  # not started (for lack of room, or the budget)
         "cost_usd": round(progress.cost_usd, 6),
         "tokens": progress.tokens,
         "cancelled": record.cancelled_at is not None,

@@ -1,5 +1,6 @@
 "use strict";
-// The dashboard: a runs list and a run page, kept current over the server's WebSocket streams.
+// The dashboard: a runs list and a run page, batches and comparisons, kept current over the
+// server's WebSocket streams.
 
 const view = document.getElementById("view");
 const conn = document.getElementById("conn");
@@ -83,5 +84,12 @@ function live(path, cursor, onMessage) {
 async function route() {
   await loadMe();
   const match = location.hash.match(/^#\/runs\/([a-z0-9-]+)$/);
-  if (match) runPage(match[1]); else runsPage();
+  const batch = location.hash.match(/^#\/batches(?:\/([a-z0-9-]+))?$/);
+  const compared = location.hash.match(/^#\/compare\/([a-z0-9-]+)(?:\/([a-z0-9-]+))?$/);
+  const diff = location.hash.match(/^#\/diff\/([a-z0-9-]+)\/([a-z0-9-]+)$/);
+  if (match) runPage(match[1]);
+  else if (batch) { if (batch[1]) batchPage(batch[1]); else batchesPage(); }
+  else if (compared) comparePage(compared.slice(1).filter(Boolean));
+  else if (diff) diffPage(diff[1], diff[2]);
+  else runsPage();
 }
