@@ -1,5 +1,5 @@
 """The samples in the README and the manual are checked against the code, so they cannot
-drift: a workflow in a YAML or JSON block loads (a block that leaves part out says so with a
+drift: a workflow in a YAML or JSON block loads and passes `check`'s exploration (a block that leaves part out says so with a
 `# ...` line, and must still parse), a TOML block parses and its `[limits]`, `[models]` and
 `[providers]` tables are valid, and each `interlock ...` command line names a command that
 exists and only options that command has."""
@@ -17,6 +17,7 @@ import click
 import pytest
 
 from interlock.cli.main import cli
+from interlock.core.explore import explore
 from interlock.core.loader import build_workflow
 from interlock.core.parse import parse_text
 
@@ -56,7 +57,10 @@ def test_a_workflow_sample_loads(where: str, text: str) -> None:
         pytest.fail(f"{where}: the sample does not parse: {exc}")
     if not _is_workflow(data) or re.search(r"^\s*# \.\.\.", text, re.M):
         return  # not a whole workflow: a fragment, or a file of another kind
-    build_workflow(data, where, base_dir=ROOT / "examples")
+    workflow = build_workflow(data, where, base_dir=ROOT / "examples")
+    for name, definition in workflow.definitions.items():  # what `check` explores
+        report = explore(definition, max_states=20_000)
+        assert not report.problems, f"{where}: pipeline {name!r}: {report.problems}"
 
 
 TOMLS = list(_blocks("toml"))
