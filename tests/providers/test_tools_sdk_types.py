@@ -83,6 +83,15 @@ def test_openai_tool_requests_are_valid_sdk_create_params(stream: bool) -> None:
     roles = [m["role"] for m in body["messages"]]
     assert roles == ["system", "user", "assistant", "tool", "tool", "assistant", "tool"]
     assert sent_by_sdk(OpenAI, lambda c: c.chat.completions.create, body) == body
+    # What llama-cpp-python needs to run a tool loop at all: a turn of calls alone has ""
+    # content (null is an HTTP 500 there), and tool_choice is said (missing reads as none).
+    assert body["messages"][5]["content"] == ""
+    assert body["tool_choice"] == "auto"
+
+
+def test_a_request_without_tools_says_no_tool_choice() -> None:
+    body = openai_body(request(), max_tokens=100, max_tokens_field="max_tokens")
+    assert "tool_choice" not in body and "tools" not in body
 
 
 @pytest.mark.parametrize("stream", [True, False])

@@ -96,6 +96,9 @@ def openai_body(request: ModelRequest, *, max_tokens: int | None, max_tokens_fie
             }
             for tool in request.tools
         ]
+        # Said outright: some servers (llama-cpp-python) read a missing tool_choice as
+        # "none", and the model never calls a tool.
+        body["tool_choice"] = "auto"
     if streaming(request):
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
@@ -188,7 +191,9 @@ def openai_turns(turns: tuple[ToolTurn, ...]) -> list[dict[str, Any]]:
             }
             for call in turn.calls
         ]
-        messages.append({"role": "assistant", "content": turn.text or None, "tool_calls": calls})
+        # "" rather than null for a turn of calls alone: the API accepts both, and some
+        # servers (llama-cpp-python) answer null with HTTP 500.
+        messages.append({"role": "assistant", "content": turn.text, "tool_calls": calls})
         for result in turn.results:
             content = f"error: {result.content}" if result.is_error else result.content
             messages.append({"role": "tool", "tool_call_id": result.call_id, "content": content})
