@@ -87,10 +87,14 @@ class Interlock:
         """The in-process orchestrator (created on first use)."""
         if self._orchestrator is None:
             from interlock.runtime.orchestrator import Orchestrator
+            from interlock.runtime.tracing import configured_tracer
 
             self._orchestrator = Orchestrator(
                 self.store, self.home, models=self.models, settings=self.settings
             )
+            tracer = configured_tracer()  # spans when OTEL_EXPORTER_OTLP_ENDPOINT is set
+            if tracer is not None:
+                self._orchestrator.listeners.append(tracer.listener)
         return self._orchestrator
 
     @orchestrator.setter

@@ -26,6 +26,7 @@ from interlock.distributed.stale import supersede_stale
 from interlock.errors import InterlockError, RunInert
 from interlock.runtime.home import Home
 from interlock.runtime.orchestrator import Orchestrator, Settings
+from interlock.runtime.tracing import configured_tracer
 from interlock.storage.outage import level_for
 from interlock.storage.postgres import PostgresStore
 
@@ -61,6 +62,9 @@ class Fleet:
         # takes none of the capacity that other keys' runs need.
         settings = dataclasses.replace(settings or Settings(), let_slot_waiters_go=True)
         self.orchestrator = Orchestrator(store, home, settings=settings, dispatcher=self.dispatcher)
+        tracer = configured_tracer(service="interlock orchestrate")
+        if tracer is not None:  # OTEL_EXPORTER_OTLP_ENDPOINT is set
+            self.orchestrator.listeners.append(tracer.listener)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Take and drive runs until `stop` is set; then hand every lease back."""

@@ -90,10 +90,13 @@ class Service:
         self._tasks: list[asyncio.Task[None]] = []
         self._listener: Any = None  # PostgreSQL notifications of posted commands
         self._limits = contextlib.ExitStack()  # shared rate limits and spend caps while serving
-        if config.otel:
-            from interlock.server.tracing import Tracer
+        from interlock.runtime.tracing import Tracer, configured_tracer
 
-            self.hub.hooks.append(Tracer().on_event)
+        tracer = configured_tracer(service="interlock serve")  # OTEL_EXPORTER_OTLP_ENDPOINT
+        if tracer is None and config.otel:  # the application's own tracer provider
+            tracer = Tracer()
+        if tracer is not None:
+            self.hub.hooks.append(tracer.on_stored)
 
     def pipeline_of(self, state: RunState) -> Pipeline | None:
         """The pinned pipeline of a run (None before its first event is known)."""

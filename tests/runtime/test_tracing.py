@@ -1,0 +1,162 @@
+"""Traces from committed events: a run, its phases, its attempts and each model call with
+the GenAI conventions, ids that come from the run (so two processes' spans join one trace),
+and an exporter that fails costing one warning, never the run."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from interlock import Interlock
+from interlock.runtime import tracing
+
+WORKFLOW = {
+    "t": {
+        "phases": [
+            {
+                "id": "draft",
+                "workers": [
+                    {"role": "writer", "model": "sonnet", "task": "Write about {{ topic }}."},
+                    {"role": "counter", "command": ["echo", "3"], "timeout": 30},
+                ],
+            },
+            {
+                "id": "edit",
+                "workers": [
+                    {
+                        "role": "editor",
+                        "model": "sonnet",
+                        "final": True,
+                        "task": "Edit.",
+                        "reads": ["writer.md"],
+                    },
+                ],
+            },
+        ]
+    }
+}
+
+
+@pytest.fixture
+def exporter() -> Any:
+    tracing.reset_for_tests()
+    memory = InMemorySpanExporter()
+    yield memory
+    tracer = tracing.configured_tracer({}, exporter=memory)
+    tracer.provider.shutdown()  # type: ignore[union-attr]
+    tracing.reset_for_tests()
+
+
+def _run(tmp_path: Path, exporter: Any) -> tuple[str, list[Any]]:
+    tracer = tracing.configured_tracer({}, exporter=exporter)
+    assert tracer is not None
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    flow = tmp_path / "flow.json"
+    flow.write_text(json.dumps(WORKFLOW))
+    app = Interlock(home=tmp_path / "home")
+    run_id = app.start(flow, "t", topic="bees")
+    state = app.drive(run_id)
+    assert state.status.value == "delivered"
+    app.close()
+    tracer.provider.force_flush()  # type: ignore[attr-defined]
+    if not isinstance(exporter, InMemorySpanExporter):
+        return run_id, []
+    return run_id, list(exporter.get_finished_spans())
+
+
+def test_a_run_is_one_trace_of_its_phases_attempts_and_model_calls(
+    tmp_path: Path, exporter: Any
+) -> None:
+    run_id, spans = _run(tmp_path, exporter)
+    names = sorted(s.name for s in spans)
+    assert names == sorted(
+        [
+            "run t",
+            "phase draft",
+            "phase edit",
+            "task writer@1",
+            "task counter@1",
+            "task editor@1",
+            "chat sonnet",
+            "chat sonnet",
+        ]
+    ), names
+    assert {s.context.trace_id for s in spans} == {tracing.trace_id_of(run_id)}
+    by_id = {s.context.span_id: s for s in spans}
+    run = next(s for s in spans if s.name == "run t")
+    assert run.parent is None and run.attributes["interlock.status"] == "delivered"
+    for span in spans:
+        if span is not run:  # every other span hangs from one that is in the trace
+            assert span.parent is not None and span.parent.span_id in by_id, span.name
+    chat = next(s for s in spans if s.name == "chat sonnet")
+    task = by_id[chat.parent.span_id]
+    assert task.name in ("task writer@1", "task editor@1")
+    assert by_id[task.parent.span_id].name.startswith("phase ")
+    a = chat.attributes
+    assert a["gen_ai.operation.name"] == "chat"
+    assert a["gen_ai.provider.name"] == "offline"
+    assert a["gen_ai.request.model"] == "sonnet"
+    assert a["gen_ai.usage.input_tokens"] > 0 and a["gen_ai.usage.output_tokens"] > 0
+    assert (
+        a["llm.token_count.total"]
+        == a["gen_ai.usage.input_tokens"] + a["gen_ai.usage.output_tokens"]
+    )
+    assert a["openinference.span.kind"] == "LLM"
+    assert a["interlock.run_id"] == run_id and a["interlock.cost_usd"] == 0.0
+    assert list(a["gen_ai.response.finish_reasons"]) == ["stop"]
+    # A command worker is no model call: its attempt has no chat span.
+    counter = next(s for s in spans if s.name == "task counter@1")
+    assert not [s for s in spans if s.parent and s.parent.span_id == counter.context.span_id]
+    # Nothing of the prompt or the answer is in a span.
+    assert not [s for s in spans for v in s.attributes.values() if "bees" in str(v)]
+    for span in spans:  # recorded times, in order
+        assert span.start_time <= span.end_time
+        assert run.start_time <= span.start_time and span.end_time <= run.end_time
+
+
+def test_two_processes_make_the_same_ids_for_a_run() -> None:
+    assert tracing.trace_id_of("r-1") == tracing.trace_id_of("r-1") != tracing.trace_id_of("r-2")
+    assert tracing.span_id_of("r-1", "phase", "draft", 1) != tracing.span_id_of("r-1")
+    assert 0 < tracing.trace_id_of("r-1") < 2**128 and 0 < tracing.span_id_of("r-1") < 2**64
+
+
+class _Down(SpanExporter):
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def export(self, spans: Any) -> SpanExportResult:
+        self.calls += 1
+        logging.getLogger("opentelemetry.sdk.trace.export").warning("connection refused")
+        return SpanExportResult.FAILURE
+
+    def shutdown(self) -> None:
+        pass
+
+
+def test_an_endpoint_that_is_down_costs_one_warning_and_no_run(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    tracing.reset_for_tests()
+    down = _Down()
+    try:
+        with caplog.at_level(logging.WARNING):
+            for n in range(2):
+                _run(tmp_path / str(n), down)
+        assert down.calls >= 2
+        said = [r for r in caplog.records if "could not be exported" in r.getMessage()]
+        assert len(said) == 1, [r.getMessage() for r in caplog.records]
+    finally:
+        tracer = tracing.configured_tracer({}, exporter=down)
+        tracer.provider.shutdown()  # type: ignore[union-attr]
+        tracing.reset_for_tests()
+
+
+def test_without_an_endpoint_nothing_is_set_up() -> None:
+    tracing.reset_for_tests()
+    assert tracing.configured_tracer({}) is None
