@@ -495,6 +495,7 @@ def _check_templates(where: str, pipeline: Pipeline) -> list[str]:
                 for problem in found:
                     problems.append(f"{place}: key 'command', {problem}")
             texts = [("task", worker.task)] + [("command", arg) for arg in worker.command or []]
+            texts += [("system", worker.system)] if worker.system else []
             texts += [
                 (f"inputs.{k}", v) for k, v in sorted(worker.inputs.items()) if isinstance(v, str)
             ]
