@@ -1,0 +1,56 @@
+"""What a new user meets in the first week, through the real `interlock` command: which
+interlock.toml a command reads, and saying so."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+FLOW = """\
+p:
+  phases:
+    - id: a
+      workers:
+        - role: w
+          final: true
+          model: fast
+          task: "Write about {{ topic }}."
+"""
+
+
+def cli(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The real command, run in `cwd`; never a traceback."""
+    result = subprocess.run(
+        [sys.executable, "-m", "interlock", *args],
+        env=env, cwd=cwd, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert "Traceback" not in result.stderr + result.stdout, result.stderr
+    return result
+
+
+def test_the_project_config_is_read_for_a_workflow_in_a_subfolder_and_named(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """An interlock.toml in the project folder, a workflow in `flows/`: outside a repository
+    `check` refuses the alias naming the file it is defined in (before: ok, then the offline
+    stand-in); inside one (`.git`), `check`, `run` and `status` read it and say so."""
+    project = tmp_path / "project"
+    (project / "flows").mkdir(parents=True)
+    (project / "flows" / "flow.yaml").write_text(FLOW)
+    config = project / "interlock.toml"
+    config.write_text('[models.fast]\nprovider = "offline"\nmodel = "stand-in"\n')
+    refused = cli(cli_env, project / "flows", "check", "flow.yaml")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"'fast' is defined in {config}, which is not read" in refused.stderr
+    (project / ".git").mkdir()
+    checked = cli(cli_env, project, "check", "flows/flow.yaml")
+    assert checked.returncode == 0, checked.stderr
+    assert f"config: {config}" in checked.stdout.splitlines()
+    ran = cli(cli_env, project, "run", "flows/flow.yaml", "--topic", "tides")
+    assert ran.returncode == 0, ran.stderr
+    assert f"config: {config}" in ran.stderr.splitlines()
+    assert "no provider configured" not in ran.stdout + ran.stderr
+    run_id = ran.stderr.split("run ", 1)[1].split()[0]
+    status = cli(cli_env, project, "status", run_id)
+    assert f"config: {config}" in status.stdout.splitlines(), status.stdout
