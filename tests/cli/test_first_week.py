@@ -54,3 +54,20 @@ def test_the_project_config_is_read_for_a_workflow_in_a_subfolder_and_named(
     run_id = ran.stderr.split("run ", 1)[1].split()[0]
     status = cli(cli_env, project, "status", run_id)
     assert f"config: {config}" in status.stdout.splitlines(), status.stdout
+
+
+def test_check_warns_about_a_value_yaml_typed_from_a_word(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`country: NO` checks ok, with a warning at its line that YAML made it false."""
+    flow = tmp_path / "flow.yaml"
+    flow.write_text(
+        "p:\n  inputs:\n    country: {default: NO}\n  phases:\n  - id: a\n    workers:\n"
+        "    - {role: w, final: true, command: ['sh', '-c', 'echo {{ country }} > {output}']}\n"
+    )
+    checked = cli(cli_env, tmp_path, "check", "flow.yaml")
+    assert checked.returncode == 0, checked.stderr
+    assert (
+        "warning: flow.yaml: line 3: NO is read by YAML as the boolean false: quote it ('NO')"
+        in checked.stderr
+    )

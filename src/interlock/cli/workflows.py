@@ -214,6 +214,10 @@ def check(
     warnings: list[str] = []
     # Tool server commands not found.
     priced: list[str] = []
+    if Path(file).suffix.lower() != ".json":  # JSON has no implicit types
+        from interlock.core.yaml_types import implicit_typing
+
+        priced += [f"{file}: {w}" for w in implicit_typing(text)]
     quotes = []
     try:
         config = ModelConfig.for_workflow(Path(file).parent, Home.at(ctx.home).root)
