@@ -71,3 +71,25 @@ def test_check_warns_about_a_value_yaml_typed_from_a_word(
         "warning: flow.yaml: line 3: NO is read by YAML as the boolean false: quote it ('NO')"
         in checked.stderr
     )
+
+
+def test_a_message_to_a_finished_run_is_refused_not_said_queued(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A note to a delivered run exits 2 saying the run ended and nothing was recorded; the
+    run's history holds no note (before: "message queued", never recorded)."""
+    flow = tmp_path / "flow.yaml"
+    flow.write_text(
+        "p:\n  phases:\n  - id: a\n    workers:\n"
+        "    - {role: w, final: true, command: ['sh', '-c', 'echo hi > {output}']}\n"
+    )
+    ran = cli(cli_env, tmp_path, "run", "flow.yaml", "--topic", "t")
+    assert ran.returncode == 0, ran.stderr
+    run_id = ran.stderr.split("run ", 1)[1].split()[0]
+    refused = cli(cli_env, tmp_path, "message", run_id, "checked the sources")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "queued" not in refused.stdout + refused.stderr
+    assert f"run {run_id} already ended (delivered)" in refused.stderr
+    assert "nothing was recorded" in refused.stderr
+    events = cli(cli_env, tmp_path, "events", run_id, "--json")
+    assert "checked the sources" not in events.stdout
