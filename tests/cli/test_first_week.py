@@ -34,7 +34,8 @@ def test_the_project_config_is_read_for_a_workflow_in_a_subfolder_and_named(
 ) -> None:
     """An interlock.toml in the project folder, a workflow in `flows/`: outside a repository
     `check` refuses the alias naming the file it is defined in (before: ok, then the offline
-    stand-in); inside one (`.git`), `check`, `run` and `status` read it and say so."""
+    stand-in), and `--config` names it; inside one (`.git`), `check`, `run` and `status`
+    read it and say so."""
     project = tmp_path / "project"
     (project / "flows").mkdir(parents=True)
     (project / "flows" / "flow.yaml").write_text(FLOW)
@@ -43,6 +44,9 @@ def test_the_project_config_is_read_for_a_workflow_in_a_subfolder_and_named(
     refused = cli(cli_env, project / "flows", "check", "flow.yaml")
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert f"'fast' is defined in {config}, which is not read" in refused.stderr
+    named = cli(cli_env, project / "flows", "--config", str(config), "check", "flow.yaml")
+    assert named.returncode == 0, named.stderr
+    assert f"config: {config}" in named.stdout.splitlines()
     (project / ".git").mkdir()
     checked = cli(cli_env, project, "check", "flows/flow.yaml")
     assert checked.returncode == 0, checked.stderr

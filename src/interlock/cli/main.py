@@ -77,9 +77,8 @@ COMMAND_MODULES: dict[str, str] = {
 )
 @click.option(
     "--config",
-    envvar="INTERLOCK_CONFIG",
     type=click.Path(exists=True, dir_okay=False),
-    help="The interlock.toml to read first (before the workflow's folder and the others).",
+    help="The interlock.toml to read first, before the workflow's folder (INTERLOCK_CONFIG).",
 )
 @click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text")
