@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from interlock.core.loader import parse_workflow
-from interlock.core.yaml_types import implicit_typing
 from interlock.errors import WorkflowError
 
 TEXT = """\
@@ -24,6 +23,8 @@ p:
 
 def test_each_value_typed_from_a_word_or_a_version_is_named_at_its_line() -> None:
     """NO, off and 1.10 are warned about at their lines; 3, 0.5, true and "no" are not."""
+    from interlock.core.yaml_types import implicit_typing
+
     said = implicit_typing(TEXT)
     assert [w.split(":")[0] for w in said] == ["line 3", "line 4", "line 5"]
     assert "NO is read by YAML as the boolean false: quote it ('NO')" in said[0]
