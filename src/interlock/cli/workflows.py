@@ -271,8 +271,6 @@ def check(
     names = ", ".join(workflow.definitions)
     partly = " (partly explored, see the warning)" if warnings else ""
     out.print(f"{file}: ok ({names}){partly}")
-    if not quiet and (config.loaded or any(map(model_aliases, workflow.definitions.values()))):
-        out.print(config.used_line, soft_wrap=True, markup=False)
     if cost:
         from interlock.providers.terms import model_prices, price_line
 
@@ -285,6 +283,8 @@ def check(
     elif not quiet:
         for line in _describe(workflow.definitions, Path(file)):
             out.print(line, soft_wrap=True)
+    if not quiet and (config.loaded or any(map(model_aliases, workflow.definitions.values()))):
+        out.print(config.used_line, soft_wrap=True, markup=False)  # which file the models use
 
 
 @click.command()
