@@ -126,6 +126,7 @@ def cli_env(tmp_path: Path) -> dict[str, str]:
     """Environment for running the real CLI with its own state directory and no config."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("INTERLOCK_")}
     env["INTERLOCK_HOME"] = str(tmp_path / "home")
+    env["XDG_CONFIG_HOME"] = str(tmp_path / "xdg")  # the user's own interlock.toml: none
     env["PYTHONUNBUFFERED"] = "1"
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     return env

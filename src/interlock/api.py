@@ -421,13 +421,23 @@ class Interlock:
         return run_id
 
     def message(self, run_id: str, text: str, by: str | None = None) -> str:
-        """Add a person's note to the run's history (an empty note says nothing: refused)."""
+        """Add a person's note to the run's history (an empty note says nothing: refused).
+
+        A run that ended records nothing more, as a cancellation of it is refused: a note to
+        it would wait for a driver that never comes, so it is refused, not queued.
+        """
         if not text.strip():
             raise UsageError(
                 "the message is empty: give the note's text, e.g. "
                 'interlock message RUN "checked the sources"'
             )
         run_id = self.resolve(run_id)
+        state = self.state(run_id)
+        if state.status.ended:
+            raise UsageError(
+                f"run {run_id} already ended ({state.status.value}); its history takes no "
+                "more notes, so nothing was recorded"
+            )
         self._post(run_id, CommandKind.MESSAGE, text, by)
         return run_id
 

@@ -1,8 +1,8 @@
 """The samples in the README and the manual are checked against the code, so they cannot
-drift: a workflow in a YAML or JSON block loads and passes `check`'s exploration (a block that leaves part out says so with a
-`# ...` line, and must still parse), a TOML block parses and its `[limits]`, `[models]` and
-`[providers]` tables are valid, and each `interlock ...` command line names a command that
-exists and only options that command has."""
+drift: a workflow in a YAML or JSON block loads and passes `check`'s exploration (a block
+that leaves part out says so with a `# ...` line, and must still parse), a TOML block parses
+and its `[limits]`, `[models]` and `[providers]` tables are valid, and each `interlock ...`
+command line names a command that exists and only options that command has."""
 
 from __future__ import annotations
 

@@ -117,7 +117,9 @@ def test_review_edit_reject_cancel(tmp_path: Path) -> None:
 
 def test_errors_and_read_only_scope(tmp_path: Path) -> None:
     """Started with --scope read, the server reads but refuses to start a run, naming the
-    scope it needs; an unknown run is a clear error."""
+    scope it needs; an unknown run is a clear error; a call without a required argument
+    (start_run without a topic) is an error result of the API's shape, not the SDK's raw
+    validation text."""
 
     async def scenario() -> None:
         async with stdio_session(project(tmp_path), "--scope", "read") as client:
@@ -132,6 +134,11 @@ def test_errors_and_read_only_scope(tmp_path: Path) -> None:
             assert "start_run needs the 'operate' scope" in forbidden["message"]
             unknown = await refused(client, "read_output", run_id="../x", name="final.md")
             assert unknown["code"] in ("bad_request", "run_not_found")
+            untitled = await refused(client, "start_run", pipeline="announce")
+            assert untitled == {
+                "code": "invalid_request",
+                "message": "start_run: topic: required, give it",
+            }
 
     asyncio.run(scenario())
 

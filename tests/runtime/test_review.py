@@ -121,6 +121,19 @@ def test_bad_edits_are_refused_and_change_nothing(
         app.edit(run_id, "a.md", "x")
 
 
+def test_an_empty_edit_is_refused_as_an_empty_model_answer_is(
+    app: Interlock, write_workflow: WriteWorkflow
+) -> None:
+    """An edit whose text is empty or only whitespace is refused, naming the output, and
+    nothing is recorded (before: accepted, although an empty model answer is refused)."""
+    run_id = _paused(app, write_workflow)
+    before = len(app.events(run_id))
+    for body in ("", " \n\t\n"):
+        with pytest.raises(UsageError, match=r"the new a.md is empty \(or only whitespace\)"):
+            app.edit(run_id, "a.md", body)
+    assert len(app.events(run_id)) == before and app.store.pending_commands(run_id) == []
+
+
 def test_reject_goes_back_with_feedback_and_is_bounded(
     app: Interlock, write_workflow: WriteWorkflow
 ) -> None:

@@ -44,7 +44,7 @@ def batch_quote(file: str, definition: Definition, rows: list[RowInputs], home: 
     from interlock.providers import ModelConfig
 
     try:
-        config = ModelConfig.load([Path(file).parent.absolute(), home])
+        config = ModelConfig.for_workflow(Path(file).parent, home)
     except Exception as exc:  # an invalid interlock.toml: its message names the file
         raise UsageError(str(exc)) from None
     report = explore(definition, max_states=RUN_MAX_STATES)

@@ -232,6 +232,15 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
     out.print(
         f"cost ${view['cost_usd']:.4f}  tokens {view['tokens']}  retries {view['retry_count']}"
     )
+    if any(w.get("model") for p in view["phases"] for w in p["workers"].values()):
+        # Which interlock.toml its model workers read when the run is driven from here.
+        from pathlib import Path
+
+        from interlock.providers.config_paths import found_line
+
+        source = record.source
+        folder = Path(source).parent if source and not source.startswith("<") else None
+        out.print(found_line(folder, Home.at(ctx.home).root), markup=False, soft_wrap=True)
     if view.get("unpriced_models"):
         from interlock.runtime.projection import unpriced_note
 

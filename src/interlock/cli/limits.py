@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import click
 
@@ -27,7 +26,7 @@ def limits(ctx: Ctx, as_json: bool) -> None:
 
     home = Home.at(ctx.home).root
     try:
-        config = ModelConfig.load([Path.cwd(), home])
+        config = ModelConfig.for_workflow(None, home)
     except Exception as exc:  # an invalid interlock.toml: its message names the file
         raise UsageError(str(exc)) from None
     spend = config.spend

@@ -8,6 +8,7 @@ The group and its global options live here; each command group is a module of it
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import click
 
@@ -74,6 +75,11 @@ COMMAND_MODULES: dict[str, str] = {
     show_default=True,
     help="SQLite durability: 'full' survives power loss; 'normal' only a process crash.",
 )
+@click.option(
+    "--config",
+    type=click.Path(exists=True, dir_okay=False),
+    help="The interlock.toml to read first, before the workflow's folder (INTERLOCK_CONFIG).",
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
 @click.option(
     "--log-format",
@@ -84,10 +90,23 @@ COMMAND_MODULES: dict[str, str] = {
 @click.version_option(package_name="interlock")
 @click.pass_context
 def cli(
-    ctx: click.Context, home: str | None, store: str | None, sync: str, debug: bool, log_format: str
+    ctx: click.Context,
+    home: str | None,
+    store: str | None,
+    sync: str,
+    config: str | None,
+    debug: bool,
+    log_format: str,
 ) -> None:
     """interlock: deterministic, crash-safe orchestration of multi-agent pipelines."""
+    import os
+
     from interlock.cli.logs import configure_logging
+
+    if config:
+        # Every reader of the configuration (and a server's or a fleet's own processes)
+        # takes the explicit file from the environment: one place says it.
+        os.environ["INTERLOCK_CONFIG"] = str(Path(config).absolute())
 
     configure_logging(debug=debug, json_format=log_format == "json")
     protect_own_secrets(store)

@@ -82,17 +82,25 @@ def budget_gate(
 def run_gate(
     file: str, definition: Definition, home: Path, topic: str, inputs: dict[str, Any], strict: bool
 ) -> None:
-    """Before a run starts: its worst case, with its own topic and inputs, against its budget."""
-    if definition.pipeline.budget is None:
+    """Before a run starts: which configuration its models use (one line), and its worst
+    case, with its own topic and inputs, against its budget."""
+    from interlock.runtime.orchestrator import model_aliases
+
+    calls_models = bool(model_aliases(definition))
+    if definition.pipeline.budget is None and not calls_models:
         return
     from interlock.core.quote import TextSizes
     from interlock.errors import UsageError
     from interlock.providers import ModelConfig
 
     try:
-        config = ModelConfig.load([Path(file).parent.absolute(), home])
+        config = ModelConfig.for_workflow(Path(file).parent, home)
     except Exception as exc:  # an invalid interlock.toml: its message names the file
         raise UsageError(str(exc)) from None
+    if calls_models:
+        err.print(config.used_line, soft_wrap=True, markup=False)
+    if definition.pipeline.budget is None:
+        return
     defaults = {
         k: v.default for k, v in definition.pipeline.inputs.items() if v.default is not None
     }

@@ -208,14 +208,19 @@ def check(
     from interlock.runtime.orchestrator import model_aliases
 
     workflow = load_workflow(file)
-    line_of = locator(Path(file).read_text(encoding="utf-8-sig", errors="replace"))
+    text = Path(file).read_text(encoding="utf-8-sig", errors="replace")
+    line_of = locator(text)
     problems: list[str] = []
     warnings: list[str] = []
     # Tool server commands not found.
     priced: list[str] = []
+    if Path(file).suffix.lower() != ".json":  # JSON has no implicit types
+        from interlock.core.yaml_types import implicit_typing
+
+        priced += [f"{file}: {w}" for w in implicit_typing(text)]
     quotes = []
     try:
-        config = ModelConfig.load([Path(file).parent.absolute(), Home.at(ctx.home).root])
+        config = ModelConfig.for_workflow(Path(file).parent, Home.at(ctx.home).root)
     except Exception as exc:  # an invalid interlock.toml: its message names the file
         raise UsageError(str(exc)) from None
     for name, definition in workflow.definitions.items():
@@ -227,6 +232,10 @@ def check(
             phases = [p.id for p in definition.pipeline.phases]
             warnings.append(f"pipeline {name!r}: {report.not_covered(phases)}")
         for alias in config.missing_models(sorted(model_aliases(definition))):
+            elsewhere = config.defined_elsewhere(alias)
+            if elsewhere is not None:
+                problems.append(f"pipeline {name!r}: {config.elsewhere_message(alias, elsewhere)}")
+                continue
             searched = ", ".join(str(p) for p in config.searched) or "no file"
             problems.append(
                 f"pipeline {name!r}: model {alias!r} is not configured (looked in {searched}); "
@@ -280,6 +289,8 @@ def check(
     elif not quiet:
         for line in _describe(workflow.definitions, Path(file)):
             out.print(line, soft_wrap=True)
+    if not quiet and (config.loaded or any(map(model_aliases, workflow.definitions.values()))):
+        out.print(config.used_line, soft_wrap=True, markup=False)  # which file the models use
 
 
 @click.command()

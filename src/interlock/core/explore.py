@@ -363,7 +363,7 @@ def _note_signal_reads(
     for decision in decisions:
         if isinstance(decision.event, ev.TaskDispatched):
             worker = search.pipeline.worker(decision.event.role)
-            texts += [worker.task, *(worker.command or [])]
+            texts += [worker.task, worker.system or "", *(worker.command or [])]
         elif isinstance(decision.event, ev.WaitStarted):
             phase = search.pipeline.phase(decision.event.phase)
             texts += [phase.not_before or ""]

@@ -167,11 +167,18 @@ def _coerce(name: str, raw: Any, kind: str) -> Any:
             if not isinstance(raw, list):
                 raise ValueError("expected a list")
             if len(raw) > MAX_LIST:
-                raise ValueError(f"list longer than {MAX_LIST}")
+                # A list it is, only too long: say so, not that it is no list.
+                raise ExtractionError(
+                    f"value {name!r}: the list has {len(raw):,} items, more than the "
+                    f"{MAX_LIST:,} an extracted list may hold (and a for_each's max_items "
+                    "allows); have the worker write fewer, or split the work"
+                )
             return [_plain(v) for v in raw]
         return str(raw if not isinstance(raw, (dict, list)) else json.dumps(raw))[:MAX_STRING]
     except RecursionError:
         raise _too_deep() from None
+    except ExtractionError:
+        raise  # already in its own words
     except (TypeError, ValueError, OverflowError) as exc:
         raise ExtractionError(
             f"value {name!r}: {str(raw)[:80]!r} is not a {kind} ({exc})"

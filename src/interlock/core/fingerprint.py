@@ -143,6 +143,8 @@ def worker_definition(worker: Worker, identity: Any, values: dict[str, Any]) -> 
     definition["identity"] = identity
     if worker.command is not None:
         definition["command"] = [_render(arg, values) for arg in worker.command]
+    if worker.system is not None and "{" in worker.system:
+        definition["system"] = _render(worker.system, values)  # as the model is sent it
     return definition
 
 
@@ -153,10 +155,10 @@ def worker_part(worker: Worker, identity: Any, values: dict[str, Any]) -> str:
 
 
 def renders_per_task(worker: Worker) -> bool:
-    """Whether the worker's command differs from task to task (it renders a template)."""
-    return worker.command is not None and any(
-        token in arg for arg in worker.command for token in ("{{", "{%", "{#")
-    )
+    """Whether the worker's command or system prompt differs from task to task (it renders
+    a template)."""
+    texts = [*(worker.command or []), worker.system or ""]
+    return any(token in text for text in texts for token in ("{{", "{%", "{#"))
 
 
 def inputs_part(state: RunState, worker: Worker) -> str:

@@ -22,7 +22,7 @@ MAX_DEPTH = 64  # a workflow nests about 8 levels; hostile text nests thousands
 
 # libyaml's parser when the wheel has it (five times faster on large files); the mappings are
 # still built in Python, which is where duplicate keys are caught.
-_BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class ParseProblem(ValueError):
@@ -52,7 +52,7 @@ def _too_deep(line: int | None) -> ParseProblem:
     )
 
 
-class _Loader(_BaseLoader):  # type: ignore[valid-type,misc]
+class _Loader(BaseLoader):  # type: ignore[valid-type,misc]
     """A safe loader that refuses a key given twice in one mapping."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
@@ -62,6 +62,8 @@ class _Loader(_BaseLoader):  # type: ignore[valid-type,misc]
                 continue  # `<<: *base` keys are meant to be overridden
             if isinstance(key_node, yaml.ScalarNode):
                 key = key_node.value  # text as written: no need to build it twice
+                if key_node.tag == "tag:yaml.org,2002:bool":
+                    raise _boolean_key(key, key_node.start_mark.line + 1)
             else:
                 key = self.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
@@ -78,6 +80,14 @@ class _Loader(_BaseLoader):  # type: ignore[valid-type,misc]
         return super().construct_mapping(node, deep=deep)  # type: ignore[no-any-return]
 
 
+def _boolean_key(key: str, line: int) -> ParseProblem:
+    """A key such as `on:` or `no:`, which YAML 1.1 reads as a boolean, not as a name."""
+    return ParseProblem(
+        f"line {line}: key {key!r} is read by YAML as a boolean (true or false), not as the "
+        f"name {key!r}: quote it ('{key}':) to use it as a name"
+    )
+
+
 def _parse_yaml(text: str) -> Any:
     loader = _Loader(text)
     try:
@@ -91,7 +101,7 @@ def _parse_yaml(text: str) -> Any:
         if depth > MAX_DEPTH:
             raise _too_deep(line)
         try:
-            check_expanded(node, text, _BaseLoader)
+            check_expanded(node, text, BaseLoader)
         except AliasProblem as exc:
             raise ParseProblem(str(exc)) from None
         return loader.construct_document(node)
@@ -119,7 +129,7 @@ def locator(text: str) -> Callable[[Sequence[Any]], int | None]:
     def line_of(path: Sequence[Any]) -> int | None:
         if not root:
             try:
-                root.append(yaml.compose(text, Loader=_BaseLoader))
+                root.append(yaml.compose(text, Loader=BaseLoader))
             except (yaml.YAMLError, RecursionError):
                 root.append(None)
         node, line = root[0], None

@@ -229,10 +229,12 @@ class _Bounds:
         pipeline = self.pipeline
         try:
             names = template_names(worker.task)
+            system_names = template_names(worker.system or "")
         except TemplateProblem:
-            names = set()
+            names, system_names = set(), set()
         total = PROMPT_TOKENS + text_tokens(worker.system or "") + text_tokens(worker.task)
-        total += self.sizes.topic * (2 if "topic" in names else 1)
+        total += self.sizes.topic * (1 + ("topic" in names) + ("topic" in system_names))
+        names |= system_names
         used = set(pipeline.inputs) if "inputs" in names else names & set(pipeline.inputs)
         total += sum(self.sizes.inputs.get(k, ASSUMED_TEXT_TOKENS) for k in sorted(used))
         if isinstance(worker.output_schema, dict):

@@ -253,6 +253,13 @@ def check_edit(pipeline: Pipeline, state: RunState, request: EditRequest) -> Tas
     size = len(request.body.encode())
     if size > EDIT_LIMIT:
         return f"the new {task.artifact} has {size} bytes; an edit may have at most {EDIT_LIMIT}"
+    if not request.body.strip():
+        # As an empty model answer is never an output (`providers.verdict`).
+        return (
+            f"the new {task.artifact} is empty (or only whitespace): an empty output is never "
+            "recorded, nothing was changed; give its text, or send the run back to have it "
+            "written again (interlock reject)"
+        )
     return task
 
 

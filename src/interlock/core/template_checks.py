@@ -33,6 +33,7 @@ def limit_problems(where: str, pipeline: Pipeline) -> list[str]:
             place = f"{where}, phase {phase.id!r}, worker {worker.role!r}"
             limits = RenderLimits(size=worker.max_task_size or MAX_TASK_SIZE)
             texts = [("task", worker.task)] + [("command", arg) for arg in worker.command or []]
+            texts += [("system", worker.system)] if worker.system else []
             texts += [(f"inputs.{k}", v) for k, v in worker.inputs.items() if isinstance(v, str)]
             for key, text in texts:
                 if "{{" not in text and "{%" not in text:

@@ -1,7 +1,8 @@
 """Task templates: `{{ topic }}`, `{{ item }}` and inputs, rendered in jinja2's sandbox.
 
-Only the task text from the workflow file is template source. Worker outputs and other model
-text are passed as values, so template syntax inside them is inert data.
+Only the task text and the `system:` prompt from the workflow file are template source.
+Worker outputs and other model text are passed as values, so template syntax inside them is
+inert data.
 """
 
 from __future__ import annotations
@@ -127,6 +128,18 @@ def _names(source: str) -> frozenset[str]:
         return frozenset(meta.find_undeclared_variables(_ENV.parse(source)))
     except TemplateError as exc:
         raise TemplateProblem(f"template does not parse: {_said(exc)}") from None
+
+
+def render_system(
+    source: str, values: Mapping[str, Any], limits: RenderLimits | None = None
+) -> str:
+    """A worker's `system:` prompt, rendered as its task is: the same names, the same limits
+    (`{{ topic }}` there reaches the model as the topic, not as written)."""
+    try:
+        return render_task(source, values, limits)
+    except TemplateProblem as exc:
+        said = str(exc).replace("task template", "system prompt template", 1)
+        raise TemplateProblem(said) from None
 
 
 @lru_cache(maxsize=512)

@@ -73,6 +73,9 @@ def validate_pipeline(name: str, pipeline: Pipeline) -> list[str]:
 
     roles: dict[str, str] = {}
     outputs: dict[str, str] = {}
+    # A role names files (prompts, logs, outputs): on a file system that ignores case
+    # (macOS, Windows) `writer` and `Writer` would share them.
+    folded: dict[str, tuple[str, str]] = {}
     for phase in pipeline.phases:
         for worker in phase.workers:
             place = f"{where}, phase {phase.id!r}, worker {worker.role!r}"
@@ -81,6 +84,14 @@ def validate_pipeline(name: str, pipeline: Pipeline) -> list[str]:
                     f"{place}: role {worker.role!r} is already used in phase "
                     f"{roles[worker.role]!r}; roles must be unique in a pipeline"
                 )
+            elif worker.role.casefold() in folded:
+                other, other_phase = folded[worker.role.casefold()]
+                problems.append(
+                    f"{place}: role {worker.role!r} differs from role {other!r} (phase "
+                    f"{other_phase!r}) only in case; their files would be one file on macOS "
+                    "and Windows: rename one of them"
+                )
+            folded.setdefault(worker.role.casefold(), (worker.role, phase.id))
             roles[worker.role] = phase.id
             if worker.role in CONDITION_NAMES:
                 problems.append(
@@ -495,6 +506,7 @@ def _check_templates(where: str, pipeline: Pipeline) -> list[str]:
                 for problem in found:
                     problems.append(f"{place}: key 'command', {problem}")
             texts = [("task", worker.task)] + [("command", arg) for arg in worker.command or []]
+            texts += [("system", worker.system)] if worker.system else []
             texts += [
                 (f"inputs.{k}", v) for k, v in sorted(worker.inputs.items()) if isinstance(v, str)
             ]

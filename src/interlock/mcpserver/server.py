@@ -5,15 +5,17 @@ from __future__ import annotations
 import inspect
 import json
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ResourceError
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError, UnexpectedToolError
 from mcp.types import ToolAnnotations
+from pydantic import ValidationError
 
 from interlock.errors import InterlockError
 from interlock.mcpserver.backend import Backend
 from interlock.mcpserver.batch_tools import BatchTools
-from interlock.mcpserver.tools import Tools, read_text
+from interlock.mcpserver.tools import Tools, failure, read_text
 from interlock.runtime.home import check_run_id
 from interlock.server.errors import ApiError
 from interlock.server.views import run_row
@@ -68,9 +70,35 @@ def _version() -> str:
         return "0"
 
 
+class _Server(MCPServer):
+    """`MCPServer` whose refusal of a call's arguments (a required one missing, one of the
+    wrong type) is an error result in the API's shape, as every other refusal is, with the
+    REST API's code for a request that does not match its schema."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            cause = exc.__cause__
+            if isinstance(exc, UnexpectedToolError) or not isinstance(cause, ValidationError):
+                raise
+            return failure(ApiError(422, "invalid_request", invalid_arguments(name, cause)))
+
+
+def invalid_arguments(tool: str, exc: ValidationError) -> str:
+    """The problems of a call's arguments in words, without their values (the caller's
+    data): `start_run: topic: required, give it`."""
+    problems = []
+    for error in exc.errors(include_input=False, include_url=False):
+        place = ".".join(str(part) for part in error["loc"]) or "arguments"
+        said = "required, give it" if error["type"] == "missing" else error["msg"]
+        problems.append(f"{place}: {said}")
+    return f"{tool}: " + "; ".join(problems)
+
+
 def build(backend: Backend) -> MCPServer:
     """An MCP server whose tools act on `backend`."""
-    server: MCPServer = MCPServer(
+    server: MCPServer = _Server(
         "interlock",
         title="interlock",
         description="Start, follow, review and steer runs of interlock pipelines.",

@@ -1,9 +1,10 @@
 """Loading `interlock.toml`: which provider and model id each alias in a workflow means.
 
 The caller passes candidate paths (a ``.toml`` file, or a directory that may hold an
-``interlock.toml``); the runtime passes the workflow file's directory first, then the state
-directory. Every existing file is read; when two define the same provider or alias, the
-earlier file wins.
+``interlock.toml``); `ModelConfig.for_workflow` passes them in the order of
+`config_paths` (``--config``/INTERLOCK_CONFIG, the workflow's folder, the current directory
+up to the project root, the state directory, the user's file). Every existing file is read;
+when two define the same provider or alias, the earlier file wins.
 
 File format::
 
@@ -71,19 +72,22 @@ The secrets file is TOML (``OPENAI_API_KEY = "..."``) or ``KEY=value`` lines; a 
 looked up under the provider's ``api_key_env`` name, in the environment first.
 
 Environment variables:
-    INTERLOCK_CONFIG: an extra config file, read before the candidates.
+    INTERLOCK_CONFIG: an extra config file, read before the candidates (``--config``).
     INTERLOCK_MODELS: aliases without a file, e.g. ``"fast=ollama:llama3.2,big=openai:gpt-4o"``;
         they override aliases of the same name from files.
     INTERLOCK_SECRETS_FILE: the secrets file, overriding ``secrets_file``.
 
 With no file and neither INTERLOCK_CONFIG nor INTERLOCK_MODELS, every alias resolves to the
-offline provider with ``offline_fallback=True``. As soon as any configuration exists, an
-unknown alias is an error: offline output is never chosen silently.
+offline provider with ``offline_fallback=True``, unless an interlock.toml the order does not
+read (above the workflow's folder or the current directory) defines it: that is an error
+naming the file. As soon as any configuration exists, an unknown alias is an error: offline
+output is never chosen silently.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -102,6 +106,8 @@ from interlock.providers.config_files import (
     tables,
     unknown_top_level,
 )
+from interlock.providers.config_paths import CONFIG_NAME, config_candidates, unread_configs
+from interlock.providers.config_paths import used_line as _used_line
 from interlock.providers.price_tables import price_tables
 from interlock.providers.prices import PriceTable, Pricing, tier_of
 from interlock.providers.redaction import Secret
@@ -117,8 +123,6 @@ __all__ = [
     "ResolvedModel",
     "UnknownModelError",
 ]
-
-CONFIG_NAME = "interlock.toml"
 
 
 class UnknownModelError(ConfigError):
@@ -143,6 +147,8 @@ class ModelConfig:
     searched: tuple[Path, ...] = ()
     loaded: tuple[Path, ...] = ()
     env_sources: tuple[str, ...] = ()
+    # interlock.toml files near the workflow that the order does not read (see `resolve`).
+    unread: tuple[Path, ...] = ()
     secrets_file: Path | None = None
     env: Mapping[str, str] = field(default_factory=dict, repr=False)  # holds keys: no repr
     # [limits]: spend caps across runs, from the first file that has the table.
@@ -220,6 +226,45 @@ class ModelConfig:
             spend=spend or SpendLimits(),
         )
 
+    @classmethod
+    def for_workflow(
+        cls,
+        workflow_dir: Path | None,
+        home: Path | None,
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> ModelConfig:
+        """The configuration of a workflow in `workflow_dir` (None: no file, e.g. a pipeline
+        built in code), read in the order of `config_paths`.
+
+        Raises:
+            ConfigError: A file is unreadable or invalid (the message names the file).
+        """
+        environ = dict(os.environ if env is None else env)
+        candidates = config_candidates(workflow_dir, home, cwd=cwd, env=environ)
+        config = cls.load(candidates, env=environ)
+        if config.configured:
+            return config
+        unread = unread_configs(workflow_dir, candidates, cwd=cwd)
+        return dataclasses.replace(config, unread=tuple(unread))
+
+    @property
+    def used_line(self) -> str:
+        """``config: FILE`` (or that none was found), as the commands print it."""
+        return _used_line(self.loaded, self.env_sources)
+
+    def defined_elsewhere(self, alias: str) -> Path | None:
+        """An unread interlock.toml near the workflow that defines `alias`, if any."""
+        for path in self.unread:
+            try:
+                models = tables(read_toml(path), "models", path)
+            except ConfigError:  # not this file's turn to be judged: it is not read
+                continue
+            if alias in models:
+                return path
+        return None
+
     @property
     def configured(self) -> bool:
         """Whether any configuration file or variable exists at all."""
@@ -232,6 +277,9 @@ class ModelConfig:
             UnknownModelError: A configuration exists but does not define `alias`.
         """
         if not self.configured:
+            elsewhere = self.defined_elsewhere(alias)
+            if elsewhere is not None:
+                raise UnknownModelError(self.elsewhere_message(alias, elsewhere), alias=alias)
             return ResolvedModel(alias=alias, provider="offline", kind="offline", model=alias,
                                  offline_fallback=True)  # fmt: skip
         entry = self.models.get(alias)
@@ -264,7 +312,7 @@ class ModelConfig:
     def missing_models(self, aliases: Iterable[str]) -> list[str]:
         """The aliases that `resolve` would reject, in the given order, without duplicates."""
         if not self.configured:
-            return []
+            return list(dict.fromkeys(a for a in aliases if self.defined_elsewhere(a)))
         return list(dict.fromkeys(a for a in aliases if a not in self.models))
 
     def provider(self, name: str) -> ProviderSettings:
@@ -343,6 +391,16 @@ class ModelConfig:
             if key is not None:
                 env[settings.api_key_env] = key.reveal()
         return env
+
+    def elsewhere_message(self, alias: str, path: Path) -> str:
+        """Why `alias` is refused although `path` defines it, and the fix."""
+        looked = ", ".join(str(p) for p in self.searched)
+        return (
+            f"model alias {alias!r} is defined in {path}, which is not read for this workflow "
+            f"(looked at: {looked}); without it the offline stand-in would answer. Fix: pass "
+            f"--config {path} (or set INTERLOCK_CONFIG={path}), or move the workflow or the "
+            "file so that the file sits beside the workflow or in the current directory."
+        )
 
     def _unknown_alias_message(self, alias: str) -> str:
         looked = ", ".join(

@@ -162,11 +162,9 @@ def run_secrets(home: Home, record: RunRecord) -> list[Secret]:
     from interlock.providers.config import ModelConfig
 
     source = record.source
-    folders = [home.root]
-    if source and not source.startswith("<"):
-        folders.insert(0, Path(source).parent.absolute())
+    folder = Path(source).parent if source and not source.startswith("<") else None
     try:
-        return ModelConfig.load(folders).secrets()
+        return ModelConfig.for_workflow(folder, home.root).secrets()
     except Exception:  # an unreadable configuration: masked by the shapes of credentials
         return []
 

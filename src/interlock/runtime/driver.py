@@ -35,7 +35,7 @@ from interlock.core.state import (
     listed_status,
 )
 from interlock.core.template_guard import MAX_TASK_SIZE, RenderLimits
-from interlock.core.templates import TemplateProblem, render_task, template_item
+from interlock.core.templates import TemplateProblem, render_system, render_task, template_item
 from interlock.core.validate import read_name
 from interlock.core.waits import signal_values
 from interlock.engine import Recorded, RunMachine
@@ -654,6 +654,12 @@ class RunDriver:
             ran = (
                 worker if argv is None else worker.model_copy(update={"command": argv, "env": env})
             )
+            if worker.system is not None and "{" in worker.system:
+                try:
+                    system = render_system(worker.system, values, render_limits(worker))
+                except TemplateProblem as exc:
+                    return Outcome(ok=False, error=str(exc), retryable=False)
+                ran = ran.model_copy(update={"system": system})
             return dataclasses.replace(spec, task=with_feedback(rendered, sent), worker=ran)
 
         return render
@@ -749,9 +755,9 @@ def _same(outcome: Outcome) -> Outcome:
 
 
 def renders_templates(worker: Worker) -> bool:
-    """Whether a worker's task or command has templates to render (most tasks are plain
-    text, rendered by nothing)."""
-    return "{" in worker.task or worker.command is not None
+    """Whether a worker's task, system prompt or command has templates to render (most
+    tasks are plain text, rendered by nothing)."""
+    return "{" in worker.task or "{" in (worker.system or "") or worker.command is not None
 
 
 def render_limits(worker: Worker) -> RenderLimits:

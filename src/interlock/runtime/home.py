@@ -18,6 +18,9 @@ from pathlib import Path
 from interlock.errors import RunFolderTaken, UsageError
 
 RUN_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,80}$")
+RUN_ID_LIMIT = 81  # characters: the pattern above
+_SHAPE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+_SHOWN = 40  # characters of a refused id echoed back: enough to know it, never a screenful
 
 
 def default_home() -> Path:
@@ -27,9 +30,14 @@ def default_home() -> Path:
 
 def check_run_id(run_id: str) -> str:
     """Reject run ids that could name a path outside the state directory."""
-    if not RUN_ID.match(run_id):
-        raise UsageError(f"run id {run_id!r} is not valid: lowercase letters, digits and '-' only")
-    return run_id
+    if RUN_ID.match(run_id):
+        return run_id
+    shown = repr(run_id) if len(run_id) <= _SHOWN else f"{run_id[:_SHOWN]!r}... (cut)"
+    if _SHAPE.match(run_id):  # well formed, only too long
+        raise UsageError(
+            f"run id {shown} is too long ({len(run_id):,} characters; at most {RUN_ID_LIMIT})"
+        )
+    raise UsageError(f"run id {shown} is not valid: lowercase letters, digits and '-' only")
 
 
 @dataclass(frozen=True)

@@ -72,8 +72,9 @@ class Resolved:
 class ModelRunner:
     """Calls providers for model workers; shared by every task of the process.
 
-    Configuration is read from `interlock.toml` beside the workflow file, then in the state
-    directory (plus environment variables), once per workflow directory.
+    Configuration is read in the order of `providers.config_paths` (the workflow file's
+    folder, the current directory up to the project root, the state directory, the user's
+    file, plus environment variables), once per workflow directory.
     """
 
     def __init__(self, home: Path | None = None, config: ModelConfig | None = None) -> None:
@@ -89,8 +90,7 @@ class ModelRunner:
         if self._fixed is not None:
             return self._fixed
         if workflow_dir not in self._configs:
-            candidates = [p for p in (workflow_dir, self.home) if p is not None]
-            self._configs[workflow_dir] = ModelConfig.load(candidates)
+            self._configs[workflow_dir] = ModelConfig.for_workflow(workflow_dir, self.home)
         return self._configs[workflow_dir]
 
     def secrets(self, workflow_dir: Path | None) -> list[Secret]:
