@@ -10,6 +10,7 @@ import pytest
 
 from interlock.core import events as ev
 from interlock.core.decide import RuleName, expression_context
+from interlock.core.explore import explore
 from interlock.core.review import RejectRequest, interpret_reject
 from interlock.core.state import RunStatus, TaskStatus
 from interlock.core.tolerance import allowed_failures
@@ -182,3 +183,20 @@ def test_a_rejected_visit_counts_its_own_failed_items() -> None:
     assert run.state.status is RunStatus.PAUSED  # 1 failed item in visit 2: within tolerate 1
     items = expression_context(run.state, run.pipeline)["failed_items"]["write"]
     assert [i["task"] for i in items] == ["writer@2.2"]
+
+
+@pytest.mark.parametrize("tolerate", [1, 3, "34%", "10%"])
+def test_check_explores_both_sides_of_the_tolerance(tolerate: Any) -> None:
+    """`check` reaches a path on which an item fails and the run goes on to deliver, and one
+    on which one item more fails the run (the placeholder list is long enough for both)."""
+    report = explore(fan_out(tolerate, retries=1))
+    assert report.sound, report.problems
+    assert report.delivered
+    assert report.tolerance == {"write": (True, True)}
+
+
+def test_check_of_a_tolerance_of_every_item_only_holds_it() -> None:
+    """`tolerate: "100%"` lets every item fail: no path fails past it."""
+    report = explore(fan_out("100%"))
+    assert report.sound, report.problems
+    assert report.tolerance == {"write": (True, False)}

@@ -67,6 +67,7 @@ class RuleName(StrEnum):
     CHILD_RESUMED = "child_resumed"  # the child that paused the run went on: so does the run
     TASK_SLOT = "task_slot"  # an attempt of a worker with `concurrency` waits for a slot first
     TOLERATE = "tolerate"  # a fan-out item failed for good within `tolerate`: the run goes on
+    PAST_TOLERANCE = "past_tolerance"  # one more failed item than `tolerate` allows: run fails
 
 
 @dataclass(frozen=True, slots=True)
@@ -433,11 +434,11 @@ def _failing(pipeline: Pipeline, state: RunState, lost: TaskState, now: float) -
     if still_running(pipeline, state, lost):
         return []
     reason = f"task {lost.task_id} failed after {lost.attempt} attempt(s): {lost.error}"
-    past = past_tolerance(pipeline, state, lost)
+    rule, past = RuleName.GIVE_UP, past_tolerance(pipeline, state, lost)
     if past is not None:
-        reason = f"{past}; {reason}"
+        rule, reason = RuleName.PAST_TOLERANCE, f"{past}; {reason}"
     event = ev.RunFailed(at=now, reason=reason, task_id=lost.task_id)
-    return [Decision(RuleName.GIVE_UP, event, reason)]
+    return [Decision(rule, event, reason)]
 
 
 def past_tolerance(pipeline: Pipeline, state: RunState, lost: TaskState) -> str | None:
