@@ -24,21 +24,26 @@ job:
         - role: writer
           retries: 1
           backoff: {initial: 0.01}
-          command: ["{python}", "-c", "import sys; sys.exit('cannot write ' + sys.argv[2]) if sys.argv[2] == 'bad' else open(sys.argv[1], 'w').write('section ' + sys.argv[2])",
-                    "{output}", "{item}"]
+          command: ["{python}", "-c", "WRITE", "{output}", "{item}"]
     - id: edit
       workers:
         - role: editor
           final: true
           reads: [writer.md]
-          command: ["{python}", "-c", "import sys; open(sys.argv[1], 'w').write(' + '.join(open(p).read() for p in sys.argv[2:]))",
-                    "{output}", "{inputs}"]
+          command: ["{python}", "-c", "JOIN", "{output}", "{inputs}"]
 """
+WRITE = (
+    "import sys; sys.exit('cannot write ' + sys.argv[2]) if sys.argv[2] == 'bad' "
+    "else open(sys.argv[1], 'w').write('section ' + sys.argv[2])"
+)
+JOIN = "import sys; open(sys.argv[1], 'w').write(' + '.join(open(p).read() for p in sys.argv[2:]))"
 
 
 def flow(tmp_path: Path, tolerate: str) -> str:
+    """The workflow file with this tolerance."""
     path = tmp_path / "flow.yaml"
-    path.write_text(FLOW.replace("TOLERATE", tolerate), encoding="utf-8")
+    text = FLOW.replace("TOLERATE", tolerate).replace("WRITE", WRITE).replace("JOIN", JOIN)
+    path.write_text(text, encoding="utf-8")
     return str(path)
 
 
