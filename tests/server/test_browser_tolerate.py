@@ -6,9 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from playwright.sync_api import Browser, expect
-
-from tests.cli.test_tolerate_cli import JOIN, WRITE
 from tests.cli.test_tolerate_cli import FLOW as CLI_FLOW
+from tests.cli.test_tolerate_cli import JOIN, WRITE
 from tests.server.browsing import browser, open_page
 from tests.server.conftest import ServerFactory
 from tests.server.helpers import write_workflow
