@@ -19,7 +19,9 @@ from interlock.core.workflow import Pipeline
 from .runs import Run, pipeline_of, worker
 
 
-def fan_out(tolerate: Any, *, retries: int = 0, **phase: Any) -> Pipeline:
+def fan_out(
+    tolerate: Any, *, retries: int = 0, for_each: dict[str, Any] | None = None, **phase: Any
+) -> Pipeline:
     """plan -> a fan-out of one worker per item (with `tolerate`) -> a final editor."""
     return pipeline_of(
         {
@@ -32,7 +34,11 @@ def fan_out(tolerate: Any, *, retries: int = 0, **phase: Any) -> Pipeline:
                 },
                 {
                     "id": "write",
-                    "for_each": {"items": "planner.parts", "tolerate": tolerate},
+                    "for_each": {
+                        "items": "planner.parts",
+                        "tolerate": tolerate,
+                        **(for_each or {}),
+                    },
                     "workers": [worker("writer", retries=retries)],
                     **phase,
                 },
@@ -200,3 +206,47 @@ def test_check_of_a_tolerance_of_every_item_only_holds_it() -> None:
     report = explore(fan_out("100%"))
     assert report.sound, report.problems
     assert report.tolerance == {"write": (True, False)}
+
+
+def test_failed_items_free_their_place_under_the_concurrency_cap() -> None:
+    """With `concurrency: 2`, two failed items leave room for the next two: the phase does
+    not wait for them forever."""
+    run = started(fan_out(2, for_each={"concurrency": 2}), 4)
+    assert run.in_flight() == ["writer@1.0", "writer@1.1"]
+    run.fail("writer@1.0", retryable=False)
+    run.fail("writer@1.1", retryable=False)
+    assert run.in_flight() == ["writer@1.2", "writer@1.3"]
+    run.complete("writer@1.2")
+    run.complete("writer@1.3")
+    assert run.in_flight() == ["editor@1"]
+
+
+def test_a_sequential_lane_stops_at_its_failed_worker() -> None:
+    """In a sequential fan-out, the item whose first worker failed for good starts no later
+    worker of its lane; the other lanes run to the end and the phase completes."""
+    pipeline = pipeline_of(
+        {
+            "phases": [
+                {
+                    "id": "plan",
+                    "workers": [
+                        worker("planner", extract={"parts": {"json": "parts", "type": "list"}})
+                    ],
+                },
+                {
+                    "id": "write",
+                    "mode": "sequential",
+                    "for_each": {"items": "planner.parts", "tolerate": "50%"},
+                    "workers": [worker("writer"), worker("checker", reads=["writer.md"])],
+                },
+                {"id": "edit", "workers": [worker("editor", reads=["checker.md"], final=True)]},
+            ]
+        }
+    )
+    run = started(pipeline, 2)
+    run.fail("writer@1.0", retryable=False)
+    run.complete("writer@1.1")
+    assert run.in_flight() == ["checker@1.1"]
+    run.complete("checker@1.1")
+    assert "checker@1.0" not in run.state.tasks
+    assert run.in_flight() == ["editor@1"]

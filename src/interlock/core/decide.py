@@ -365,9 +365,14 @@ def _tolerable(pipeline: Pipeline, state: RunState, task: TaskState) -> bool:
     """Whether the task's item may fail for good while the run goes on: it is an item of the
     current visit of a phase with `tolerate`, and with it the visit's failed items are still
     within the tolerance (an item failed already counts once, whichever of its lane's tasks
-    failed)."""
+    failed).
+
+    Not a re-run after an edit at a review (its item had completed, and what read it may
+    have gone on), nor a task of a visit that has completed: those fail the run as before."""
     current = state.current
     if task.item is None or current is None or current.items is None:
+        return False
+    if current.completed or task.revising:
         return False
     if (current.phase, current.visit) != (task.phase, task.visit):
         return False
@@ -449,6 +454,8 @@ def past_tolerance(pipeline: Pipeline, state: RunState, lost: TaskState) -> str 
         return None
     if (current.phase, current.visit) != (lost.phase, lost.visit):
         return None
+    if current.completed or lost.revising:
+        return None  # no tolerance covers it (`_tolerable`)
     for_each = pipeline.phase(lost.phase).for_each
     if for_each is None or for_each.tolerate is None:
         return None
@@ -583,7 +590,7 @@ def _dispatch(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]
     phase = pipeline.phase(current.phase)
     cap = phase.for_each.concurrency if phase.for_each else None
     dispatched = len(current.task_ids)
-    active = dispatched - current.done
+    active = dispatched - current.done - current.failed_tasks
     planned: Iterator[tuple[Worker, int | None, str]]
     in_order = not pipeline.task_keys  # see `_is_prefix`
     if (

@@ -131,6 +131,7 @@ class PhaseVisit:
     # Items that failed for good within the phase's `tolerate` (`ItemFailed`): item -> the
     # error of its first task that failed. Their lanes start nothing more.
     failed_items: dict[int, str] = field(default_factory=dict)
+    failed_tasks: int = 0  # how many of `task_ids` are failed items (none of them runs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -519,6 +520,7 @@ def apply(state: RunState, event: ev.Event) -> None:
         current = state.current
         if current is not None and (current.phase, current.visit) == (event.phase, event.visit):
             current.failed_items.setdefault(event.item, event.error)
+            current.failed_tasks += 1
             items = current.items or []
             value = items[event.item] if 0 <= event.item < len(items) else None
             _, by_item = state.failed_items.setdefault(event.phase, (event.visit, {}))
