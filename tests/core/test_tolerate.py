@@ -4,6 +4,7 @@ one past it the run fails naming how many items failed and which."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,10 +12,12 @@ import pytest
 from interlock.core import events as ev
 from interlock.core.decide import RuleName, expression_context
 from interlock.core.explore import explore
+from interlock.core.loader import load_workflow
 from interlock.core.review import RejectRequest, interpret_reject
 from interlock.core.state import RunStatus, TaskStatus
 from interlock.core.tolerance import allowed_failures
 from interlock.core.workflow import Pipeline
+from interlock.errors import WorkflowError
 
 from .runs import Run, pipeline_of, worker
 
@@ -250,3 +253,104 @@ def test_a_sequential_lane_stops_at_its_failed_worker() -> None:
     run.complete("checker@1.1")
     assert "checker@1.0" not in run.state.tasks
     assert run.in_flight() == ["editor@1"]
+
+
+FILE = """\
+p:
+  phases:
+    - id: plan
+      workers:
+        - role: planner
+          model: m
+          extract: {parts: {json: parts, type: list}}
+    - id: write
+      for_each: {items: planner.parts, tolerate: TOLERATE}
+      workers:
+        - {role: writer, model: m}
+    - id: edit
+      workers:
+        - {role: editor, model: m, final: true}
+"""
+
+
+@pytest.mark.parametrize(
+    ("tolerate", "says"),
+    [
+        ("-1", "tolerate -1 is negative"),
+        ('"150%"', "tolerate '150%' is more than 100% of the items"),
+        ('"abc"', "tolerate 'abc' is neither a count nor a percentage"),
+        ("true", "tolerate True is not a number of items"),
+    ],
+)
+def test_a_bad_tolerance_names_the_file_the_line_and_the_fix(
+    tmp_path: Path, tolerate: str, says: str
+) -> None:
+    """`tolerate: -1`, `"150%"`, `"abc"` or `true` are refused naming the file, the line,
+    the phase and what to write instead."""
+    path = tmp_path / "flow.yaml"
+    path.write_text(FILE.replace("TOLERATE", tolerate), encoding="utf-8")
+    with pytest.raises(WorkflowError) as caught:
+        load_workflow(path)
+    message = str(caught.value)
+    assert str(path) in message and "line 9" in message, message
+    assert "phase 'write', key 'for_each', key 'tolerate'" in message, message
+    assert says in message, message
+    assert 'tolerate: "2%"' in message or "from 0% to 100%" in message, message
+
+
+@pytest.mark.parametrize(
+    ("where", "line"),
+    [("      tolerate: 1\n      workers:\n        - {role: editor", 14), ("", 0)],
+)
+def test_tolerate_outside_a_fan_out_says_where_it_belongs(
+    tmp_path: Path, where: str, line: int
+) -> None:
+    """A `tolerate` on a phase without `for_each` (or on a worker) is refused saying that
+    it belongs under the fan-out's for_each."""
+    text = FILE.replace("TOLERATE", "1")
+    if where:
+        text = text.replace("      workers:\n        - {role: editor", where)
+    else:
+        text = text.replace(
+            "{role: editor, model: m, final: true}",
+            "{role: editor, model: m, final: true, tolerate: 1}",
+        )
+    path = tmp_path / "flow.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(WorkflowError) as caught:
+        load_workflow(path)
+    message = str(caught.value)
+    assert str(path) in message and "phase 'edit'" in message, message
+    assert "'tolerate' belongs to a fan-out: write it under the phase's for_each" in message
+
+
+def test_a_condition_reads_the_failed_items() -> None:
+    """`failed_items.write` lists the failed items for the fan-out's `next` rules: a rule
+    on `size(failed_items.write) > 0` sends the run to a patch phase."""
+    pipeline = pipeline_of(
+        {
+            "phases": [
+                {
+                    "id": "plan",
+                    "workers": [
+                        worker("planner", extract={"parts": {"json": "parts", "type": "list"}})
+                    ],
+                },
+                {
+                    "id": "write",
+                    "for_each": {"items": "planner.parts", "tolerate": 1},
+                    "workers": [worker("writer")],
+                    "next": [
+                        {"if": "size(failed_items.write) > 0", "goto": "patch", "max_visits": 1},
+                        {"goto": "edit"},
+                    ],
+                },
+                {"id": "patch", "workers": [worker("patcher")]},
+                {"id": "edit", "workers": [worker("editor", final=True)]},
+            ]
+        }
+    )
+    run = started(pipeline, 2)
+    run.fail("writer@1.1", retryable=False)
+    run.complete("writer@1.0")
+    assert run.in_flight() == ["patcher@1"]
