@@ -389,13 +389,13 @@ def _tolerated(pipeline: Pipeline, state: RunState, now: float) -> list[Decision
     if not state.failing:
         return []
     for task in state.in_group(state.failing):
-        if not _exhausted(pipeline, task):
+        if not _exhausted(pipeline, task) or not _tolerable(pipeline, state, task):
             continue
-        assert state.current is not None and task.item is not None  # `_tolerable` held
-        current = state.current
+        current, for_each = state.current, pipeline.phase(task.phase).for_each
+        # (`_tolerable` held: an item of the current visit of a phase with `tolerate`.)
+        assert current is not None and current.items is not None and task.item is not None
+        assert for_each is not None
         failed = len(current.failed_items) + (task.item not in current.failed_items)
-        for_each = pipeline.phase(task.phase).for_each
-        assert for_each is not None and current.items is not None
         event = ev.ItemFailed(
             at=now,
             task_id=task.task_id,
