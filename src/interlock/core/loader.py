@@ -446,6 +446,7 @@ def _describe(error: Any, data: Any) -> str:
     parts: list[str] = []
     node = data
     key: Any = None
+    child: Any = data  # an error of the whole file (a text, not a mapping) has no location
     while loc:
         key = loc.pop(0)
         if (isinstance(node, dict) and key in node) or (
