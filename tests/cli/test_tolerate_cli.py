@@ -84,3 +84,22 @@ def test_one_item_past_the_tolerance_fails_the_run_naming_count_and_items(
     assert view["status"] == "failed"
     assert "2 of 4 items failed, past tolerate 1; failed items: 1, 3" in view["failure"]
     assert "2 of 4 items failed" in result.stderr + result.stdout
+
+
+def test_a_rerun_runs_the_failed_items_again_and_reuses_the_completed_ones(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`interlock rerun` of a run with failed items reuses the items that completed and runs
+    the failed ones again (here they fail again, within the tolerance, and it delivers)."""
+    first = cli(cli_env, "run", flow(tmp_path, "2"), "job", "--topic", "t", timeout=120)
+    assert first.returncode == 0, first.stderr
+    again = cli(cli_env, "rerun", run_id_of(first), timeout=120)
+    assert again.returncode == 0, again.stderr
+    events = [
+        json.loads(line)
+        for line in cli(cli_env, "events", run_id_of(again), "--json").stdout.splitlines()
+    ]
+    reused = {e["data"]["task_id"] for e in events if e["kind"] == "task_reused"}
+    failed = [e["data"]["task_id"] for e in events if e["kind"] == "item_failed"]
+    assert {"writer@1.0", "writer@1.2"} <= reused and not {"writer@1.1", "writer@1.3"} & reused
+    assert failed == ["writer@1.1", "writer@1.3"]
