@@ -159,6 +159,27 @@ def _nested(records: list[Any], parents: dict[str, tuple[str, str | None]]) -> l
     return ordered
 
 
+def item_lines(view: dict[str, Any]) -> list[str]:
+    """Each fan-out phase's items: how many completed and failed (and the tolerance), then
+    each failed item with its task and error."""
+    lines = []
+    for phase in view["phases"]:
+        items = phase.get("items")
+        if not items:
+            continue
+        text = f"items of {phase['id']!r}: {items['completed']} of {items['count']} completed"
+        if items["failed"] or items["tolerate"] is not None:
+            text += f", {items['failed']} failed"
+        if items["tolerate"] is not None:
+            text += f" (tolerate {items['tolerate']}: {items['allowed']} may fail)"
+        if items["other"]:
+            text += f", {items['other']} not done"
+        lines.append(text)
+        for failed in items["failed_items"]:
+            lines.append(f"  item {failed['index']} failed ({failed['task']}): {failed['error']}")
+    return lines
+
+
 @click.command()
 @click.argument("run_id")
 @click.option("--json", "as_json", is_flag=True)
@@ -212,6 +233,8 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
             state = styled(w["status"])
             if role in slot_waits and w["status"] == "pending":
                 state.append(f" (waiting for a slot of {slot_waits[role]!r})")
+            if w.get("items_failed"):
+                state.append(f" ({w['items_failed']} of {w['items']} items failed)")
             table.add_row(
                 phase["id"] if index == 0 else "",
                 role,
@@ -229,6 +252,8 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
                 ", ".join(f"{count} {state}" for state, count in sorted(rest.items())),
             )
     out.print(table)
+    for line in item_lines(view):
+        out.print(escape(line), markup=True, soft_wrap=True)
     out.print(
         f"cost ${view['cost_usd']:.4f}  tokens {view['tokens']}  retries {view['retry_count']}"
     )

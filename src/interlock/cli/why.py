@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from interlock.cli.base import escape, when
-from interlock.runtime.explain import decisions
+from interlock.runtime.explain import decisions, item_outcomes, outcome_lines
 
 if TYPE_CHECKING:
     from interlock.storage.base import Store
@@ -14,13 +14,15 @@ if TYPE_CHECKING:
 
 def explain_lines(store: Store, run_id: str) -> list[str]:
     """The lines of `interlock explain` (rich markup, values escaped)."""
-    return [_markup(d) for d in decisions(store, run_id)]
+    lines = [_markup(d) for d in decisions(store, run_id)]
+    return lines + [escape(line) for line in outcome_lines(item_outcomes(store, run_id))]
 
 
 def plain_lines(store: Store, run_id: str) -> list[str]:
     """The same lines without styles: a wide run's tens of thousands of events are printed
     off a terminal without rich parsing each."""
-    return [_plain(d) for d in decisions(store, run_id)]
+    lines = [_plain(d) for d in decisions(store, run_id)]
+    return lines + outcome_lines(item_outcomes(store, run_id))
 
 
 def _markup(d: dict[str, Any]) -> str:

@@ -219,6 +219,7 @@ def check(
 
         priced += [f"{file}: {w}" for w in implicit_typing(text)]
     quotes = []
+    explored: list[str] = []  # what exploring showed of each fan-out's tolerance
     try:
         config = ModelConfig.for_workflow(Path(file).parent, Home.at(ctx.home).root)
     except Exception as exc:  # an invalid interlock.toml: its message names the file
@@ -228,6 +229,7 @@ def check(
         with _Progress(name) as progress:
             report = explore(definition, max_states=max_states, progress=progress)
         problems += report.problems
+        explored += _tolerance_lines(name, report.tolerance)
         if not report.complete:
             phases = [p.id for p in definition.pipeline.phases]
             warnings.append(f"pipeline {name!r}: {report.not_covered(phases)}")
@@ -289,8 +291,22 @@ def check(
     elif not quiet:
         for line in _describe(workflow.definitions, Path(file)):
             out.print(line, soft_wrap=True)
+        for line in explored:
+            out.print(line, soft_wrap=True)
     if not quiet and (config.loaded or any(map(model_aliases, workflow.definitions.values()))):
         out.print(config.used_line, soft_wrap=True, markup=False)  # which file the models use
+
+
+def _tolerance_lines(name: str, tolerance: dict[str, tuple[bool, bool]]) -> list[str]:
+    """One line per fan-out with `tolerate`: which sides of it a path reaches."""
+    lines = []
+    for phase, (held, passed) in tolerance.items():
+        sides = [
+            "a path goes on with failed items" if held else "no path has a failed item",
+            "a path fails past the tolerance" if passed else "no path goes past it",
+        ]
+        lines.append(f"  {name}, phase {phase!r}, tolerate: {'; '.join(sides)}")
+    return lines
 
 
 @click.command()

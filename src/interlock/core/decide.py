@@ -29,10 +29,12 @@ from interlock.core.state import (
     PhaseVisit,
     RunState,
     TaskState,
+    TaskStatus,
     apply,
     task_id_for,
 )
 from interlock.core.task_slots import gate
+from interlock.core.tolerance import describe, outside_tolerance
 from interlock.core.waits import decide_wait, signal_values, wake_time
 from interlock.core.workflow import Backoff, Phase, Pipeline, Worker
 
@@ -64,6 +66,8 @@ class RuleName(StrEnum):
     CHILD_PAUSED = "child_paused"  # a child run paused for a person: so does its parent
     CHILD_RESUMED = "child_resumed"  # the child that paused the run went on: so does the run
     TASK_SLOT = "task_slot"  # an attempt of a worker with `concurrency` waits for a slot first
+    TOLERATE = "tolerate"  # a fan-out item failed for good within `tolerate`: the run goes on
+    PAST_TOLERANCE = "past_tolerance"  # one more failed item than `tolerate` allows: run fails
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +110,9 @@ def decide(
     lost = given_up(pipeline, state)
     if lost is not None:
         return _failing(pipeline, state, lost, now)
+    tolerated = _tolerated(pipeline, state, now)
+    if tolerated:
+        return tolerated
     for rule in _RULES:
         decisions = rule(pipeline, state, now)
         if decisions:
@@ -339,14 +346,72 @@ def _next_attempt(worker: Worker, task: TaskState) -> int:
 
 
 def given_up(pipeline: Pipeline, state: RunState) -> TaskState | None:
-    """The first failed task that has no attempt left (the run fails because of it)."""
+    """The first failed task that has no attempt left and that its fan-out's `tolerate` does
+    not cover (the run fails because of it)."""
     if not state.failing:  # asked on every tick and before every start: most runs have none
         return None
     for task in state.in_group(state.failing):
-        worker = pipeline.worker(task.role)
-        if _next_attempt(worker, task) > worker.max_attempts:
+        if _exhausted(pipeline, task) and not _tolerable(pipeline, state, task):
             return task
     return None
+
+
+def _exhausted(pipeline: Pipeline, task: TaskState) -> bool:
+    worker = pipeline.worker(task.role)
+    return _next_attempt(worker, task) > worker.max_attempts
+
+
+def _tolerable(pipeline: Pipeline, state: RunState, task: TaskState) -> bool:
+    """Whether the task's item may fail for good while the run goes on: it is an item of the
+    current visit of a phase with `tolerate`, and with it the visit's failed items are still
+    within the tolerance (an item failed already counts once, whichever of its lane's tasks
+    failed).
+
+    Not a re-run after an edit at a review (its item had completed, and what read it may
+    have gone on), nor a task of a visit that has completed: those fail the run as before."""
+    current = state.current
+    if task.item is None or current is None or current.items is None:
+        return False
+    if current.completed or task.revising:
+        return False
+    if (current.phase, current.visit) != (task.phase, task.visit):
+        return False
+    for_each = pipeline.phase(task.phase).for_each
+    if for_each is None or for_each.tolerate is None:
+        return False
+    failed = len(current.failed_items) + (task.item not in current.failed_items)
+    return not outside_tolerance(for_each.tolerate, failed, len(current.items))
+
+
+def _tolerated(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]:
+    """The first task out of attempts that its fan-out tolerates: its item is recorded as
+    failed (one at a time, so that each one is counted against what the ones before left)."""
+    if not state.failing:
+        return []
+    for task in state.in_group(state.failing):
+        if not _exhausted(pipeline, task) or not _tolerable(pipeline, state, task):
+            continue
+        current, for_each = state.current, pipeline.phase(task.phase).for_each
+        # (`_tolerable` held: an item of the current visit of a phase with `tolerate`.)
+        assert current is not None and current.items is not None and task.item is not None
+        assert for_each is not None
+        failed = len(current.failed_items) + (task.item not in current.failed_items)
+        event = ev.ItemFailed(
+            at=now,
+            task_id=task.task_id,
+            phase=task.phase,
+            visit=task.visit,
+            item=task.item,
+            error=task.error or "",
+            failed=failed,
+        )
+        why = (
+            f"item {task.item} of phase {task.phase!r} failed for good ({task.task_id} after "
+            f"{task.attempt} attempt(s): {task.error}); {failed} failed item(s) within "
+            f"{describe(for_each.tolerate, len(current.items))}"
+        )
+        return [Decision(RuleName.TOLERATE, event, why)]
+    return []
 
 
 def still_running(pipeline: Pipeline, state: RunState, lost: TaskState) -> list[TaskState]:
@@ -374,8 +439,37 @@ def _failing(pipeline: Pipeline, state: RunState, lost: TaskState, now: float) -
     if still_running(pipeline, state, lost):
         return []
     reason = f"task {lost.task_id} failed after {lost.attempt} attempt(s): {lost.error}"
+    rule, past = RuleName.GIVE_UP, past_tolerance(pipeline, state, lost)
+    if past is not None:
+        rule, reason = RuleName.PAST_TOLERANCE, f"{past}; {reason}"
     event = ev.RunFailed(at=now, reason=reason, task_id=lost.task_id)
-    return [Decision(RuleName.GIVE_UP, event, reason)]
+    return [Decision(rule, event, reason)]
+
+
+def past_tolerance(pipeline: Pipeline, state: RunState, lost: TaskState) -> str | None:
+    """How many items of the current fan-out failed, and which, when `lost` takes them past
+    the phase's `tolerate` (None: `lost` is not an item of a phase with a tolerance)."""
+    current = state.current
+    if lost.item is None or current is None or current.items is None:
+        return None
+    if (current.phase, current.visit) != (lost.phase, lost.visit):
+        return None
+    if current.completed or lost.revising:
+        return None  # no tolerance covers it (`_tolerable`)
+    for_each = pipeline.phase(lost.phase).for_each
+    if for_each is None or for_each.tolerate is None:
+        return None
+    items = sorted({*current.failed_items, lost.item})
+    shown = ", ".join(str(i) for i in items[:_LISTED])
+    if len(items) > _LISTED:
+        shown += f" and {len(items) - _LISTED} more"
+    return (
+        f"phase {lost.phase!r} visit {lost.visit}: {len(items)} of {len(current.items)} items "
+        f"failed, past {describe(for_each.tolerate, len(current.items))}; failed items: {shown}"
+    )
+
+
+_LISTED = 20  # failed items a failure's reason names; `status` and `explain` list them all
 
 
 def _failures(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]:
@@ -496,7 +590,7 @@ def _dispatch(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]
     phase = pipeline.phase(current.phase)
     cap = phase.for_each.concurrency if phase.for_each else None
     dispatched = len(current.task_ids)
-    active = dispatched - current.done
+    active = dispatched - current.done - current.failed_tasks
     planned: Iterator[tuple[Worker, int | None, str]]
     in_order = not pipeline.task_keys  # see `_is_prefix`
     if (
@@ -512,7 +606,8 @@ def _dispatch(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]
     else:
         planned = planned_tasks(phase, current.visit, current.items)
     decisions = []
-    lane_blocked: set[int | None] = set()
+    # A lane whose item failed for good (`tolerate`) starts nothing more.
+    lane_blocked: set[int | None] = set(current.failed_items)
     for worker, item, tid in planned:
         task = state.tasks.get(tid)
         if task is not None:
@@ -569,11 +664,15 @@ def _phase_end(
     if not current.completed:
         # `done` counts the completed tasks among those dispatched, all of them planned ones.
         planned = planned_count(phase, current.items)
-        done = current.done == planned and len(current.task_ids) == planned
+        if current.failed_items:
+            done, why = _done_but_failed(phase, state, current, planned)
+        else:
+            done = current.done == planned and len(current.task_ids) == planned
+            why = f"all {planned} task(s) completed"
         if not done or state.status is not RUN_RUNNING:
             return []
         event: ev.Event = ev.PhaseCompleted(at=now, phase=phase.id, visit=current.visit)
-        return [Decision(RuleName.PHASE_DONE, event, f"all {planned} task(s) completed")]
+        return [Decision(RuleName.PHASE_DONE, event, why)]
     if state.status is not RUN_RUNNING:
         return []
     if phase.pause_after and not current.approved:
@@ -586,6 +685,45 @@ def _phase_end(
         event = ev.Delivered(at=now, task_id=tid, artifact=artifact)
         return [Decision(RuleName.DELIVER, event, f"final worker {final.role!r} completed")]
     return _branch(pipeline, state, phase, now, evaluator)
+
+
+def _done_but_failed(
+    phase: Phase, state: RunState, current: PhaseVisit, planned: int
+) -> tuple[bool, str]:
+    """Whether a visit with failed items is done: every task of the other lanes completed,
+    and nothing of a failed lane still runs or waits for a retry (what a failed lane had
+    not started never starts). Costs the failed lanes' width, not the phase's."""
+    width = len(phase.workers)
+    completed_in_failed = 0
+    for item in current.failed_items:
+        for worker in phase.workers:
+            task = state.tasks.get(task_id_for(worker.role, current.visit, item))
+            if task is None:
+                continue
+            if task.status is TASK_COMPLETED:
+                completed_in_failed += 1
+            elif task.status in _OPEN:
+                return False, ""
+    failed = len(current.failed_items)
+    others = planned - failed * width
+    done = current.done - completed_in_failed == others
+    total = 0 if current.items is None else len(current.items)
+    why = (
+        f"{total - failed} of {total} item(s) completed ({others} task(s)); "
+        f"{failed} item(s) failed within the phase's tolerate"
+    )
+    return done, why
+
+
+_OPEN = frozenset(  # a task that may still complete, or still be retried
+    (
+        TaskStatus.DISPATCHED,
+        TaskStatus.RUNNING,
+        TaskStatus.FAILED,
+        TaskStatus.TIMED_OUT,
+        TaskStatus.RETRY_WAIT,
+    )
+)
 
 
 def _branch(
@@ -673,7 +811,20 @@ def expression_context(state: RunState, pipeline: Pipeline | None = None) -> Con
         feedback=lambda: state.feedback,
         budget=lambda: budget_values(state, pipeline),
         signals=lambda: signal_values(pipeline, state),
+        failed_items=lambda: failed_item_values(state, pipeline),
     )
+
+
+def failed_item_values(state: RunState, pipeline: Pipeline | None = None) -> dict[str, Any]:
+    """`failed_items.PHASE` for conditions: the items of the phase's latest visit that failed
+    for good within its `tolerate`, in item order, each `{index, item, task, error}` (an empty
+    list for a fan-out phase none of whose items failed, or that has not run)."""
+    values: dict[str, Any] = {}
+    if pipeline is not None:
+        values = {p.id: [] for p in pipeline.phases if p.for_each is not None}
+    for phase, (_, failed) in state.failed_items.items():
+        values[phase] = [dict(failed[i]) for i in sorted(failed)]
+    return values
 
 
 def budget_values(state: RunState, pipeline: Pipeline | None = None) -> dict[str, Any]:

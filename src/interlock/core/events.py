@@ -207,6 +207,21 @@ class RetryScheduled(Event):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ItemFailed(Event):
+    """Item `item` of a fan-out failed for good (task `task_id` has no attempt left) and its
+    phase's `tolerate` still holds: the item is recorded as failed and the phase goes on
+    without its output. `failed` counts the visit's failed items with this one."""
+
+    kind: ClassVar[str] = "item_failed"
+    task_id: str
+    phase: str
+    visit: int
+    item: int
+    error: str = ""
+    failed: int = 1
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class PhaseCompleted(Event):
     """Every task of the phase's visit completed."""
 
@@ -457,6 +472,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         TaskTimedOut,
         UsageRecorded,
         RetryScheduled,
+        ItemFailed,
         PhaseCompleted,
         BranchTaken,
         Warned,

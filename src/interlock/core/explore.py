@@ -27,9 +27,11 @@ thousands of phases as early in a short one.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from interlock.core import events as ev
@@ -46,10 +48,13 @@ from interlock.core.state import (
     artifact_name,
 )
 from interlock.core.subpipelines import MAX_DEPTH
+from interlock.core.tolerance import Tolerance, allowed_failures
 from interlock.core.trial import Digested, SharedWrite, fork, track
 from interlock.core.workflow import Extract, Pipeline, Worker
 
 PLACEHOLDER_ITEMS = 2  # a fan-out list long enough to show lanes and the concurrency cap
+# The longest list explored to pass a `tolerate` (a tolerance of more items is only held).
+MAX_TOLERANCE_ITEMS = 64
 _REPORTS_PER_TASK = ("complete", "fail", "fatal", "timeout")
 PROGRESS_EVERY = 1000  # states between two calls of the `progress` callback
 Progress = Callable[[int, int], None]
@@ -72,6 +77,9 @@ class ExploreReport:
     paused: bool = False  # some path pauses the run (for a person, or a signal or a time)
     # The worst case of each `pipeline` worker's child (role -> the child's report).
     children: dict[str, ExploreReport] = field(default_factory=dict)
+    # Each phase with `tolerate` -> (some path goes on with a failed item, some path fails
+    # past the tolerance): `check` explores both sides.
+    tolerance: dict[str, tuple[bool, bool]] = field(default_factory=dict)
 
     def not_covered(self, phases: Sequence[str]) -> str:
         """What a search stopped by `max_states` did not cover, in words (empty when complete)."""
@@ -149,6 +157,8 @@ class _Search:
     complete: bool = True
     used: set[str] = field(default_factory=set)  # signals read after a wait took them
     visit_counts: set[tuple[tuple[str, int], ...]] = field(default_factory=set)
+    tolerated: set[str] = field(default_factory=set)  # phases where an item failed, tolerated
+    past_tolerance: set[str] = field(default_factory=set)  # phases a run failed past it
 
     def problem(self, text: str) -> None:
         self.problems[f"{self.prefix}{text}"] = None
@@ -161,6 +171,11 @@ class _Search:
                 decision.rule is RuleName.WAIT_TIMEOUT and failing
             ):
                 self.problem(f"a run can fail on a path where {decision.why}")
+            if decision.rule is RuleName.TOLERATE:
+                assert isinstance(decision.event, ev.ItemFailed)
+                self.tolerated.add(decision.event.phase)
+            elif decision.rule is RuleName.PAST_TOLERANCE and node.state.current is not None:
+                self.past_tolerance.add(node.state.current.phase)
         state = node.state
         assert isinstance(state.visits, Digested) and isinstance(state.values, Digested)
         written = state.visits.written  # since the parent, whose own were looked at before
@@ -270,6 +285,11 @@ def explore(
         visit_counts=frozenset(search.visit_counts),
         paused=search.paused,
         children=child_reports,
+        tolerance={
+            p.id: (p.id in search.tolerated, p.id in search.past_tolerance)
+            for p in pipeline.phases
+            if p.for_each is not None and p.for_each.tolerate is not None
+        },
     )
 
 
@@ -549,13 +569,31 @@ def _placeholder(pipeline: Pipeline, role: str, name: str, spec: Extract) -> Any
         return False
     if spec.type == "string":
         return ""
-    # A list that every fan-out over it accepts, so exploring does not invent max_items errors.
-    limits = [
-        p.for_each.max_items
+    # A list that every fan-out over it accepts, so exploring does not invent max_items errors,
+    # and long enough that each `tolerate` over it can be both held and passed.
+    over = [
+        p.for_each
         for p in pipeline.phases
         if p.for_each is not None and p.for_each.items == f"{role}.{name}"
     ]
-    return [f"item {n + 1}" for n in range(min([PLACEHOLDER_ITEMS, *limits]))]
+    wanted = max([PLACEHOLDER_ITEMS, *(_crossing(f.tolerate) for f in over)])
+    return [f"item {n + 1}" for n in range(min([wanted, *(f.max_items for f in over)]))]
+
+
+def _crossing(tolerance: Tolerance | None) -> int:
+    """The fewest items on which `tolerance` lets one item fail and not all of them (a
+    percentage of 100 lets all fail on any list; a large one is capped, `MAX_TOLERANCE_ITEMS`)."""
+    if tolerance is None:
+        return 0
+    if isinstance(tolerance, int):
+        return min(tolerance + 1, MAX_TOLERANCE_ITEMS)
+    percent = Fraction(tolerance[:-1])
+    if not 0 < percent < 100:
+        return 0
+    count = math.ceil(100 / percent)
+    while allowed_failures(tolerance, count) >= count:
+        count += 1
+    return min(count, MAX_TOLERANCE_ITEMS)
 
 
 def _visit_limit(pipeline: Pipeline) -> int:

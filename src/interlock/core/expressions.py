@@ -23,7 +23,9 @@ from interlock.core.expression_limits import MAX_SIZE, ExpressionLimit, weight
 if TYPE_CHECKING:
     from lark import Tree
 
-ROOT_NAMES = frozenset({"topic", "inputs", "visits", "roles", "feedback", "budget", "signals"})
+ROOT_NAMES = frozenset(
+    {"topic", "inputs", "visits", "roles", "feedback", "budget", "signals", "failed_items"}
+)
 
 
 class ExpressionError(ValueError):

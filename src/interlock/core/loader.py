@@ -495,6 +495,7 @@ def _describe(error: Any, data: Any) -> str:
     parts: list[str] = []
     node = data
     key: Any = None
+    child: Any = data  # an error of the whole file (a text, not a mapping) has no location
     while loc:
         key = loc.pop(0)
         if (isinstance(node, dict) and key in node) or (
@@ -528,7 +529,15 @@ def _describe(error: Any, data: Any) -> str:
     message = error["msg"]
     if error["type"] == "extra_forbidden":
         message = "unknown key (a typo?); remove it or check the spelling"
-        message += _did_you_mean(key, parts[-2] if len(parts) > 1 else "")
+        if key == "tolerate" and not any(p == "key 'for_each'" for p in parts):
+            # Failed items are those of a fan-out: the tolerance is the fan-out's own.
+            message = (
+                "'tolerate' belongs to a fan-out: write it under the phase's for_each "
+                "(for_each: {items: ROLE.LIST, tolerate: 5}); a phase without for_each "
+                "has no items to tolerate"
+            )
+        else:
+            message += _did_you_mean(key, parts[-2] if len(parts) > 1 else "")
     elif error["type"] == "missing":
         message = "required key is missing"
     elif error["type"] == "literal_error" and isinstance(child, str):

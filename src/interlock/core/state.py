@@ -42,6 +42,7 @@ class TaskStatus(StrEnum):
     FAILED = "failed"  # this attempt failed; a retry may be scheduled
     TIMED_OUT = "timed_out"  # this attempt ran past its limit; a retry may be scheduled
     RETRY_WAIT = "retry_wait"  # the next attempt is scheduled for `not_before`
+    ITEM_FAILED = "item_failed"  # failed for good; its fan-out tolerates it (`ItemFailed`)
     ABANDONED = "abandoned"  # the run ended while it was in flight
 
     @property
@@ -65,6 +66,7 @@ TASK_FAILED = TaskStatus.FAILED
 TASK_TIMED_OUT = TaskStatus.TIMED_OUT
 TASK_RETRY_WAIT = TaskStatus.RETRY_WAIT
 TASK_ABANDONED = TaskStatus.ABANDONED
+TASK_ITEM_FAILED = TaskStatus.ITEM_FAILED
 IN_FLIGHT = frozenset((TASK_DISPATCHED, TASK_RUNNING))
 ENDED = frozenset((RUN_DELIVERED, RUN_FAILED, RUN_CANCELLED))
 
@@ -126,6 +128,10 @@ class PhaseVisit:
     paused: bool = False
     approved: bool = False
     gates: set[str] = field(default_factory=set)  # waits of this visit that ended
+    # Items that failed for good within the phase's `tolerate` (`ItemFailed`): item -> the
+    # error of its first task that failed. Their lanes start nothing more.
+    failed_items: dict[int, str] = field(default_factory=dict)
+    failed_tasks: int = 0  # how many of `task_ids` are failed items (none of them runs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +232,9 @@ class RunState:
     children: dict[str, Child] = field(default_factory=dict)  # task id -> its latest child
     # Imported from a bundle and not trusted since: nothing of its definition runs.
     inert: bool = False
+    # Fan-out items that failed for good within `tolerate`, by phase, of its latest visit:
+    # phase -> (visit, item index -> {index, item, task, error}), what `failed_items` reads.
+    failed_items: dict[str, tuple[int, dict[int, dict[str, Any]]]] = field(default_factory=dict)
     imported: bool = False  # its history came from a bundle (`interlock import`)
     # What the source had spent and completed when it was exported (an imported run).
     imported_spend: tuple[float, int, frozenset[str]] = (0.0, 0, frozenset())
@@ -299,7 +308,10 @@ class RunState:
         clone.tasks = {k: dataclasses.replace(v) for k, v in self.tasks.items()}
         if self.current is not None:
             clone.current = dataclasses.replace(
-                self.current, task_ids=list(self.current.task_ids), gates=set(self.current.gates)
+                self.current,
+                task_ids=list(self.current.task_ids),
+                gates=set(self.current.gates),
+                failed_items=dict(self.current.failed_items),
             )
         clone.visits = dict(self.visits)
         clone.values = dict(self.values)
@@ -314,6 +326,7 @@ class RunState:
         clone.retrying, clone.starts = dict(self.retrying), list(self.starts)
         clone.queued = list(self.queued)
         clone.children = dict(self.children)
+        clone.failed_items = {k: (v[0], dict(v[1])) for k, v in self.failed_items.items()}
         clone.task_slot_waits, clone.task_slots = dict(self.task_slot_waits), dict(self.task_slots)
         return clone
 
@@ -500,6 +513,21 @@ def apply(state: RunState, event: ev.Event) -> None:
             phase=event.phase, visit=event.visit, items=event.items, started_at=event.at
         )
         state.phase_status[event.phase] = "running"
+        state.failed_items.pop(event.phase, None)  # the latest visit's failed items only
+    elif isinstance(event, ev.ItemFailed):
+        task = state.tasks[event.task_id]
+        _set_status(state, task, TASK_ITEM_FAILED)
+        current = state.current
+        if current is not None and (current.phase, current.visit) == (event.phase, event.visit):
+            current.failed_items.setdefault(event.item, event.error)
+            current.failed_tasks += 1
+            items = current.items or []
+            value = items[event.item] if 0 <= event.item < len(items) else None
+            _, by_item = state.failed_items.setdefault(event.phase, (event.visit, {}))
+            by_item.setdefault(
+                event.item,
+                {"index": event.item, "item": value, "task": event.task_id, "error": event.error},
+            )
     elif isinstance(event, ev.PhaseCompleted):
         if state.current is not None:
             state.current.completed = True

@@ -31,7 +31,9 @@ from interlock.core.workflow import Phase, Pipeline, WaitFor, Worker
 OPTIONAL_READ = "?"  # a read ending in "?" may be absent (written only on some paths)
 # Names a condition reads besides roles: a role with one of them could never be read.
 # `feedback`, `signals` and `budget` are kept for conditions to come.
-CONDITION_NAMES = frozenset({"topic", "inputs", "visits", "roles", "feedback", "signals", "budget"})
+CONDITION_NAMES = frozenset(
+    {"topic", "inputs", "visits", "roles", "feedback", "signals", "budget", "failed_items"}
+)
 _VERSION = re.compile(r"^(?P<base>.+?)(?:\.(?P<item>\d+))?(?:\.v(?P<visit>\d+))?$")
 
 

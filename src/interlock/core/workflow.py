@@ -29,6 +29,7 @@ from interlock.core.params import RequestSettings
 from interlock.core.schema_patterns import pattern_problem
 from interlock.core.schemas import implied_extract, schema_problem
 from interlock.core.template_guard import MAX_TASK_SIZE_LIMIT
+from interlock.core.tolerance import Tolerance, parse_tolerance
 from interlock.core.tools import MAX_TURNS_LIMIT, ToolServer
 
 # A role, phase id or output name becomes part of a path on disk: keep it to one plain segment.
@@ -433,6 +434,14 @@ class ForEach(_Model):
     items: str  # "<role>.<value>", a list extracted from an earlier worker's output
     concurrency: Annotated[int, Field(ge=1, le=10_000)] | None = None
     max_items: Annotated[int, Field(ge=1, le=100_000)] = 1000
+    # How many items may fail for good while the run goes on: a count or "N%" of the items
+    # (`core.tolerance`). Left out of the canonical form when unset (definitions keep hashes).
+    tolerate: Tolerance | None = Field(default=None, exclude_if=lambda value: value is None)
+
+    @field_validator("tolerate", mode="before")
+    @classmethod
+    def _tolerance(cls, value: Any) -> Any:
+        return None if value is None else parse_tolerance(value)
 
     @field_validator("items")
     @classmethod

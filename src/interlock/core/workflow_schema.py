@@ -90,6 +90,8 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "items": "'<role>.<value>': a list extracted from an earlier worker's output.",
         "concurrency": "At most this many items at once.",
         "max_items": "Fail the phase if the list is longer than this.",
+        "tolerate": "How many items may fail for good (retries spent) while the run goes on: "
+        "a count (5) or a percentage of the items ('2%', rounded down). Past it the run fails.",
     },
     "Worker": {
         "role": "The worker's name, unique in the pipeline; its output is '<role>.md'.",
@@ -219,6 +221,14 @@ def workflow_schema() -> dict[str, Any]:
     for_each = defs["Phase"]["properties"]["for_each"]
     for_each["anyOf"].insert(1, {"type": "string", "pattern": _ITEMS})
     defs["ForEach"]["properties"]["items"]["pattern"] = _ITEMS
+    defs["ForEach"]["properties"]["tolerate"] = {
+        "anyOf": [
+            {"type": "integer", "minimum": 0},
+            {"type": "string", "pattern": r"^\s*(\d+|\d+(\.\d+)?\s*%)\s*$"},
+            {"type": "null"},
+        ],
+        **_meta(defs["ForEach"]["properties"]["tolerate"]),
+    }
     ttl = defs["Cache"]["properties"]["ttl"]
     ttl["anyOf"].insert(1, _DURATION)
     defs["Phase"]["properties"]["delay"]["anyOf"].insert(1, _DURATION)

@@ -60,6 +60,84 @@ def decisions(store: Store, run_id: str) -> list[dict[str, Any]]:
     return found
 
 
+def item_outcomes(store: Store, run_id: str) -> list[dict[str, Any]]:
+    """Each fan-out visit of the run, item by item: which items completed (every task of
+    the lane), which failed for good within `tolerate` (with the error), which did neither
+    (the run ended first). Read from the history's records alone, without folding it."""
+    visits: dict[tuple[str, int], dict[str, Any]] = {}
+    lanes: dict[str, tuple[str, int, int]] = {}  # task id -> (phase, visit, item)
+    completed: dict[tuple[str, int], dict[int, set[str]]] = {}
+    for stored in store.events(run_id):
+        data = stored.data
+        if stored.kind == "phase_started" and data.get("items") is not None:
+            key = (data["phase"], data["visit"])
+            visits[key] = {"count": len(data["items"]), "failed": {}, "tasks": {}}
+        elif stored.kind == "task_dispatched" and data.get("item") is not None:
+            lane = (data["phase"], data["visit"], data["item"])
+            lanes[data["task_id"]] = lane
+            visit = visits.get(lane[:2])
+            if visit is not None:
+                visit["tasks"].setdefault(lane[2], set()).add(data["task_id"])
+        elif stored.kind in ("task_completed", "task_reused") and data["task_id"] in lanes:
+            phase, number, item = lanes[data["task_id"]]
+            completed.setdefault((phase, number), {}).setdefault(item, set()).add(data["task_id"])
+        elif stored.kind == "item_failed":
+            visit = visits.get((data["phase"], data["visit"]))
+            if visit is not None:
+                visit["failed"].setdefault(data["item"], data.get("error", ""))
+    found = []
+    for (phase, number), visit in visits.items():
+        done = completed.get((phase, number), {})
+        ok = sorted(
+            item
+            for item, tasks in visit["tasks"].items()
+            if item not in visit["failed"] and done.get(item, set()) >= tasks
+        )
+        found.append(
+            {
+                "phase": phase,
+                "visit": number,
+                "count": visit["count"],
+                "completed": ok,
+                "failed": {item: visit["failed"][item] for item in sorted(visit["failed"])},
+            }
+        )
+    return found
+
+
+def outcome_lines(outcomes: list[dict[str, Any]]) -> list[str]:
+    """`explain`'s closing lines: each fan-out visit's items by outcome."""
+    lines = []
+    for o in outcomes:
+        rest = o["count"] - len(o["completed"]) - len(o["failed"])
+        text = (
+            f"items of {o['phase']!r} visit {o['visit']}: {len(o['completed'])} of "
+            f"{o['count']} completed ({_spans(o['completed'])}), {len(o['failed'])} failed"
+        )
+        if o["failed"]:
+            text += f" ({_spans(list(o['failed']))})"
+        if rest:
+            text += f", {rest} neither"
+        lines.append(text)
+        lines += [f"  item {item} failed: {error}" for item, error in o["failed"].items()]
+    return lines
+
+
+def _spans(items: list[int]) -> str:
+    """0-3, 5, 7-9: item numbers as ranges."""
+    if not items:
+        return "none"
+    spans, start, last = [], items[0], items[0]
+    for item in [*items[1:], None]:
+        if item is not None and item == last + 1:
+            last = item
+            continue
+        spans.append(str(start) if start == last else f"{start}-{last}")
+        if item is not None:
+            start = last = item
+    return ", ".join(spans)
+
+
 def branch_reads(pipeline: Pipeline, state: RunState, event: ev.BranchTaken) -> list[str]:
     """What each condition tried for this branch read: the rules that did not hold, then the
     one that was taken."""

@@ -22,6 +22,7 @@ from interlock.core.state import (
     TaskStatus,
     listed_status,
 )
+from interlock.core.tolerance import allowed_failures
 from interlock.core.workflow import Pipeline
 from interlock.storage.base import RunRecord, Store, StoredEvent, fold_history
 
@@ -95,6 +96,7 @@ def status_view(pipeline: Pipeline, state: RunState, run_dir_name: str) -> dict[
     for task in state.tasks.values():  # insertion order: later visits overwrite earlier ones
         latest.setdefault(task.role, {})[task.item] = task
     phases = []
+    outcomes = item_outcomes(pipeline, state)
     current_index = 0
     # What an ended run never started will not run: "skipped" (a branch not taken, or what
     # came after a failure), not "pending".
@@ -135,15 +137,19 @@ def status_view(pipeline: Pipeline, state: RunState, run_dir_name: str) -> dict[
                     entry["items_completed"] = sum(
                         t.status is TaskStatus.COMPLETED for t in ordered
                     )
+                    failed = sum(t.status is TaskStatus.ITEM_FAILED for t in ordered)
+                    if failed:
+                        entry["items_failed"] = failed
             workers[worker.role] = entry
-        phases.append(
-            {
-                "id": phase.id,
-                "status": status,
-                "visits": state.visits.get(phase.id, 0),
-                "workers": workers,
-            }
-        )
+        shown: dict[str, Any] = {
+            "id": phase.id,
+            "status": status,
+            "visits": state.visits.get(phase.id, 0),
+            "workers": workers,
+        }
+        if phase.for_each is not None and phase.id in outcomes:
+            shown["items"] = outcomes[phase.id]
+        phases.append(shown)
     return {
         "run_id": state.run_id,
         "pipeline": state.pipeline,
@@ -292,8 +298,55 @@ def waiting_text(waiting: dict[str, Any] | None) -> str:
     return f"waiting{until}"
 
 
+def item_outcomes(pipeline: Pipeline, state: RunState) -> dict[str, dict[str, Any]]:
+    """Each fan-out phase's latest visit, item by item: how many items it has and how many
+    completed (every worker of the item's lane), failed for good within `tolerate`, or are
+    still under way, and the failed ones with their errors (`status`, the dashboard)."""
+    lanes: dict[str, dict[int, list[TaskStatus]]] = {}
+    for task in state.tasks.values():
+        if task.item is not None and state.visits.get(task.phase) == task.visit:
+            lanes.setdefault(task.phase, {}).setdefault(task.item, []).append(task.status)
+    found = {}
+    for phase in pipeline.phases:
+        if phase.for_each is None or phase.id not in state.visits:
+            continue
+        current = state.current
+        by_item = lanes.get(phase.id, {})
+        if current is not None and current.phase == phase.id and current.items is not None:
+            count = len(current.items)
+        else:
+            count = len(by_item)  # an earlier visit: the lanes it started
+        width = len(phase.workers)
+        failed = state.failed_items.get(phase.id, (0, {}))[1]
+        completed = sum(
+            1
+            for item, statuses in by_item.items()
+            if item not in failed
+            and len(statuses) == width
+            and all(s is TaskStatus.COMPLETED for s in statuses)
+        )
+        tolerate = phase.for_each.tolerate
+        found[phase.id] = {
+            "count": count,
+            "completed": completed,
+            "failed": len(failed),
+            "other": count - completed - len(failed),  # running, pending, or never run
+            "tolerate": tolerate,
+            "allowed": allowed_failures(tolerate, count) if tolerate is not None else None,
+            "failed_items": [failed[i] for i in sorted(failed)],
+        }
+    return found
+
+
+_SETTLED = frozenset((TaskStatus.COMPLETED, TaskStatus.ITEM_FAILED))
+
+
 def _worker_status(tasks: list[Any]) -> str:
     statuses = {t.status for t in tasks}
+    if TaskStatus.ITEM_FAILED in statuses and statuses <= _SETTLED:
+        # Failed items its fan-out tolerates: the worker is done with the others (the row
+        # and the phase's `items` say how many failed).
+        return "completed" if TaskStatus.COMPLETED in statuses else "failed"
     if statuses == {TaskStatus.COMPLETED}:
         # Carried over from an earlier run, not run: say so (a mix of both counts as run).
         return "reused" if all(t.reused_from for t in tasks) else "completed"
@@ -311,6 +364,7 @@ LEDGER_STATUS = {
     TaskStatus.FAILED: "FAILED",
     TaskStatus.TIMED_OUT: "FAILED",
     TaskStatus.ABANDONED: "ABANDONED",
+    TaskStatus.ITEM_FAILED: "FAILED",
 }
 
 

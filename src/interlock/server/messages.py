@@ -54,6 +54,8 @@ def describe(stored: StoredEvent) -> str:
         "usage_recorded": f"{task}: a call answered after it stopped counting cost "
         f"${(d.get('usage') or {}).get('cost_usd', 0):.4f}",
         "retry_scheduled": f"{task} will be retried (attempt {d.get('attempt')})",
+        "item_failed": f"item {d.get('item')} of {d.get('phase')} failed for good ({task}), "
+        f"within its tolerance: {d.get('error', '')}",
         "phase_completed": f"phase {d.get('phase')} completed",
         "branch_taken": f"after {d.get('phase')}, going to {d.get('goto')}",
         "warned": f"warning: {d.get('message', '')}",

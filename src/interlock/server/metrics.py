@@ -32,6 +32,7 @@ TASK_KINDS = frozenset(
         "task_timed_out",
         "task_reused",
         "retry_scheduled",
+        "item_failed",
         "usage_recorded",
         "warned",
         "phase_started",
@@ -79,7 +80,15 @@ class _Live(Collector):
             for d in list(self.orchestrator.drivers.values())
             for t in d.state.tasks.values()
         )
-        for state in ("dispatched", "running", "retry_wait", "completed", "failed", "timed_out"):
+        for state in (
+            "dispatched",
+            "running",
+            "retry_wait",
+            "completed",
+            "failed",
+            "timed_out",
+            "item_failed",
+        ):
             tasks.add_metric([state], tally.get(state, 0))
         yield tasks
         waiting = GaugeMetricFamily(

@@ -14,6 +14,12 @@ Rules restated here, each as briefly as it can be said:
   fails only after every attempt that had started by then has ended.
 - loops: a bounded `next` rule is taken only while its target ran fewer than `max_visits`
   times.
+- tolerance: a fan-out item is recorded as failed only once its task has no attempt left, in
+  the visit under way of a phase with `tolerate`, and only while the visit's failed items
+  (each item once) stay within it: `N` items, or `P%` of the visit's items rounded down. A
+  run whose task has no attempt left and whose fan-out's tolerance does not cover it fails,
+  saying how many of how many items failed; a visit completes with every task of its other
+  lanes completed, and a run that delivers has no visit past its tolerance.
 - edits: an output changes by its task's completion, or by an edit at a review; an edit since
   the last rejection makes every task that read the old version stale until it is dispatched
   again (transitively). A delivered run holds no stale output.
@@ -22,6 +28,7 @@ Rules restated here, each as briefly as it can be said:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from interlock.core import events as ev
 from interlock.core.workflow import Pipeline, Worker
@@ -40,7 +47,8 @@ class OracleTask:
     item: int | None
     order: int
     attempt: int = 1
-    status: str = "dispatched"  # dispatched, started, completed, failed, retry_wait, abandoned
+    # dispatched, started, completed, failed, retry_wait, abandoned, item_failed (tolerated)
+    status: str = "dispatched"
     retryable: bool = True
     dispatched_at: float = 0.0
     started_at: float | None = None
@@ -61,6 +69,16 @@ def next_attempt(worker: Worker, task: OracleTask) -> int:
     if task.retryable:
         return task.attempt + 1
     return ((task.attempt - 1) // per_model + 1) * per_model + 1
+
+
+def allowed_failures(tolerance: int | str | None, count: int) -> int:
+    """How many of `count` items a `tolerate` lets fail: a count, or a percentage of them
+    rounded down (exactly, as a fraction)."""
+    if tolerance is None:
+        return 0
+    if isinstance(tolerance, int):
+        return tolerance
+    return int(Fraction(tolerance.rstrip("%")) * count // 100)
 
 
 def read_roles(pipeline: Pipeline, worker: Worker) -> list[str]:
@@ -91,6 +109,10 @@ class Oracle:
     reused: list[ev.TaskReused] = field(default_factory=list)
     dispatched: set[tuple[str, int]] = field(default_factory=set)  # (task, attempt)
     seq: int = 0
+    # Fan-out visits: (phase, visit) -> how many items, and the items recorded as failed.
+    items: dict[tuple[str, int], int] = field(default_factory=dict)
+    failed_items: dict[tuple[str, int], set[int]] = field(default_factory=dict)
+    completed_visits: set[tuple[str, int]] = field(default_factory=set)
 
     def feed(self, seq: int, event: ev.Event) -> str | None:
         """Check one more event against the rules, then fold it into the model."""
@@ -125,6 +147,8 @@ class Oracle:
             if event.attempt != expected:
                 return f"{event.task_id} retried as attempt {event.attempt}, not {expected}"
             return None
+        if isinstance(event, (ev.ItemFailed, ev.PhaseCompleted, ev.Delivered)):
+            return self._tolerance(event)
         if isinstance(event, ev.BranchTaken) and event.rule is not None:
             rules = self.pipeline.phase(event.phase).next
             if not 1 <= event.rule <= len(rules) or rules[event.rule - 1].goto != event.goto:
@@ -133,6 +157,81 @@ class Oracle:
             ran = self.visits.get(event.goto, 0)
             if bound is not None and ran >= bound:
                 return f"branch to {event.goto!r} after {ran} visits (max_visits {bound})"
+        return None
+
+    def _tolerance(self, event: ev.ItemFailed | ev.PhaseCompleted | ev.Delivered) -> str | None:
+        """Never past a tolerance silently: a failed item only within it, a visit complete
+        only once every other lane completed, a delivered run within every tolerance."""
+        if isinstance(event, ev.Delivered):
+            for (phase, visit), failed in sorted(self.failed_items.items()):
+                tolerance = self._tolerate(phase)
+                count = self.items.get((phase, visit), 0)
+                if len(failed) > allowed_failures(tolerance, count):
+                    return (
+                        f"delivered with {len(failed)} of {count} items of {phase!r} visit "
+                        f"{visit} failed, past tolerate {tolerance}"
+                    )
+            return None
+        key = (event.phase, event.visit)
+        if isinstance(event, ev.PhaseCompleted):
+            failed = self.failed_items.get(key, set())
+            if not failed:
+                return None
+            undone = [
+                t.task_id
+                for t in self.tasks.values()
+                if (t.phase, t.visit) == key
+                and t.item not in failed
+                and t.status not in ("completed", "item_failed")
+            ]
+            return f"phase {event.phase!r} completed while {undone} had not" if undone else None
+        task = self.tasks.get(event.task_id)
+        if task is None or task.item != event.item or (task.phase, task.visit) != key:
+            return f"{event.task_id}: a failed item {event.item} of a task not of that lane"
+        tolerance = self._tolerate(event.phase)
+        if tolerance is None:
+            return f"{event.task_id}: a failed item in phase {event.phase!r}, which has no tolerate"
+        if (self.phase, self.visits.get(event.phase)) != (event.phase, event.visit):
+            return f"{event.task_id}: a failed item of a visit that is not under way"
+        if key in self.completed_visits or task.revising:
+            return f"{event.task_id}: a failed item after its visit completed, or an edit's re-run"
+        worker = self.pipeline.worker(task.role)
+        if task.status != "failed" or next_attempt(worker, task) <= worker.max_attempts:
+            return f"{event.task_id}: recorded as a failed item while {task.status}, attempts left"
+        failed = self.failed_items.get(key, set()) | {event.item}
+        count = self.items.get(key, 0)
+        allowed = allowed_failures(tolerance, count)
+        if len(failed) > allowed:
+            return (
+                f"tolerance passed silently: {len(failed)} of {count} items of "
+                f"{event.phase!r} failed, tolerate {tolerance} allows {allowed}"
+            )
+        return None
+
+    def _tolerate(self, phase: str) -> int | str | None:
+        for_each = self.pipeline.phase(phase).for_each
+        return None if for_each is None else for_each.tolerate
+
+    def _past_tolerance(self, lost: OracleTask, reason: str) -> str | None:
+        """A run failing because of a fan-out item must be past the tolerance, and say how
+        many of how many items failed."""
+        tolerance = self._tolerate(lost.phase)
+        key = (lost.phase, lost.visit)
+        if tolerance is None or lost.item is None or key not in self.items:
+            return None
+        if (self.phase, self.visits.get(lost.phase)) != key:
+            return None  # a re-run of an earlier visit's task: no tolerance covers it
+        if key in self.completed_visits or lost.revising:
+            return None  # an edit's re-run, or after the visit completed: none covers it
+        failed = self.failed_items.get(key, set()) | {lost.item}
+        count = self.items[key]
+        if len(failed) <= allowed_failures(tolerance, count):
+            return (
+                f"failed because of {lost.task_id} while tolerate {tolerance} still covered "
+                f"{len(failed)} of {count} items"
+            )
+        if f"{len(failed)} of {count} items failed" not in reason:
+            return f"failed past tolerate {tolerance} without saying {len(failed)} of {count}"
         return None
 
     def lost(self) -> OracleTask | None:
@@ -165,6 +264,7 @@ class Oracle:
             ]
             if running:
                 return f"failed while {running}, started before {lost.task_id} failed, ran"
+            return self._past_tolerance(lost, event.reason)
         return None
 
     # -- the model --------------------------------------------------------------------------
@@ -187,6 +287,11 @@ class Oracle:
                 task.status, task.attempt = "retry_wait", event.attempt
         elif isinstance(event, (ev.TaskCompleted, ev.TaskReused)):
             self._completed(event)
+        elif isinstance(event, ev.ItemFailed):
+            task = self.tasks.get(event.task_id)
+            if task is not None:
+                task.status = "item_failed"
+            self.failed_items.setdefault((event.phase, event.visit), set()).add(event.item)
         elif isinstance(event, ev.OutputEdited):
             task = self.tasks.get(event.task_id)
             if task is not None:
@@ -207,6 +312,10 @@ class Oracle:
         if isinstance(event, ev.PhaseStarted):
             self.visits[event.phase] = event.visit
             self.phase = event.phase
+            if event.items is not None:
+                self.items[(event.phase, event.visit)] = len(event.items)
+        elif isinstance(event, ev.PhaseCompleted):
+            self.completed_visits.add((event.phase, event.visit))
         elif isinstance(event, ev.Paused):
             self.status = "paused"
         elif isinstance(event, (ev.Approved, ev.Resumed)):

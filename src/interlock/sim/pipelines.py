@@ -175,10 +175,27 @@ CATALOG["revise"] = {
         },
     ]
 }
+# A fan-out that tolerates failed items, with retries that often run out: a run goes on with
+# up to two failed items (of a list of any length), and fails past them; a sequential lane
+# stops at its failed worker; a review after it may send the run back for a new visit.
+CATALOG["tolerate"] = {
+    "phases": [
+        {"id": "plan", "workers": [_w("planner", extract=ITEMS, retries=2)]},
+        {
+            "id": "write",
+            "for_each": {"items": "planner.items", "concurrency": 2, "tolerate": 2},
+            "workers": [_w("writer"), _w("checker", reads=["writer.md"])],
+            "mode": "sequential",
+            "pause_after": True,
+        },
+        {"id": "assemble", "workers": [_w("editor", reads=["writer.md?"], final=True)]},
+    ]
+}
 # Drawn for seeds that name no pipeline: the shapes that existed before waits, so that each
 # seed draws what it always drew (one seed in eight plays `waits` instead, see `wait_seed`;
-# one in four of the others a generated mix of features, see `mixed_seed`).
-DRAWN = [name for name in CATALOG if name not in ("waits", "revise")]
+# one in four of the others a generated mix of features, see `mixed_seed`; one in eight of
+# the rest the tolerating fan-out, see `tolerate_seed`).
+DRAWN = [name for name in CATALOG if name not in ("waits", "revise", "tolerate")]
 
 
 def wait_seed(seed: int) -> bool:
@@ -195,6 +212,27 @@ def mixed_seed(seed: int) -> bool:
     return not wait_seed(seed) and zlib.crc32(f"mixture:{seed}".encode()) % 8 == 0
 
 
+def tolerate_seed(seed: int) -> bool:
+    """Whether a seed that names no pipeline (no `waits` or mix seed) plays `tolerate`."""
+    return (
+        not wait_seed(seed)
+        and not mixed_seed(seed)
+        and zlib.crc32(f"tolerate:{seed}".encode()) % 8 == 0
+    )
+
+
+# What a generated fan-out tolerates, picked by a hash of its phase (not drawn, so that every
+# seed draws what it drew before): none for half of them, else a count or a percentage.
+TOLERANCES: tuple[int | str, ...] = (0, 1, 2, "50%", "34%", "100%")
+
+
+def with_tolerance(phase: dict[str, Any]) -> None:
+    """Give a generated fan-out phase a `tolerate` derived from its shape (or none)."""
+    shape = zlib.crc32(json.dumps(phase, sort_keys=True).encode())
+    if shape % 2 == 0:
+        phase["for_each"]["tolerate"] = TOLERANCES[shape // 2 % len(TOLERANCES)]
+
+
 def for_seed(seed: int, rng: random.Random, name: str | None) -> tuple[str, Definition]:
     """The pipeline a seed plays: `name`, or one drawn; `waits` or a mix for some seeds."""
     if (name is None and mixed_seed(seed)) or name == "mixed":
@@ -205,6 +243,8 @@ def for_seed(seed: int, rng: random.Random, name: str | None) -> tuple[str, Defi
     drawn = choose(rng, name)  # drawn even when replaced: the seed's later draws stay put
     if name is None and wait_seed(seed):
         return "waits", definition("waits", CATALOG["waits"])
+    if name is None and tolerate_seed(seed):
+        return "tolerate", definition("tolerate", CATALOG["tolerate"])
     return drawn
 
 
@@ -247,6 +287,7 @@ def random_spec(rng: random.Random) -> dict[str, Any]:
                 "items": f"{rng.choice(listers)}.items",
                 "concurrency": rng.choice([None, 1, 2]),
             }
+            with_tolerance(phase)
         if not last and rng.random() < 0.5:
             role = rng.choice(workers)["role"]
             phase["next"] = [
@@ -333,6 +374,7 @@ def mixed_spec(rng: random.Random) -> dict[str, Any]:
                 "items": f"{rng.choice(listers)}.items",
                 "concurrency": rng.choice([None, 1, 3]),
             }
+            with_tolerance(phase)
         gate = rng.random()
         if gate < 0.25:
             phase["delay"] = rng.choice([2, 8])

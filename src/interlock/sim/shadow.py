@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from interlock.core import events as ev
-from interlock.core.decide import expression_context
+from interlock.core.decide import expression_context, failed_item_values
 from interlock.core.state import RunState, apply
 from interlock.sim.invariants import HistoryChecker
 from interlock.sim.policy import PolicyChecker
@@ -31,7 +31,21 @@ class ShadowedChecker(HistoryChecker):
 
     def state_problems(self, state: RunState) -> list[str]:
         """Where the engine's folded state disagrees with what the oracle counted."""
-        return state_problems(self.policy, state)
+        return state_problems(self.policy, state) + self._failed_items(state)
+
+    def _failed_items(self, state: RunState) -> list[str]:
+        """The failed items conditions read are those the oracle accepted, visit by visit."""
+        oracle = self.oracle
+        expected = {
+            phase: sorted(oracle.failed_items.get((phase, visit), set()))
+            for phase, visit in oracle.visits.items()
+            if (phase, visit) in oracle.items
+        }
+        read = failed_item_values(state, self.pipeline)
+        seen = {phase: [e["index"] for e in read.get(phase, [])] for phase in expected}
+        if seen != expected:
+            return [f"conditions see failed items {seen}, the history says {expected}"]
+        return []
 
 
 def state_problems(policy: PolicyChecker, state: RunState) -> list[str]:

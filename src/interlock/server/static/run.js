@@ -96,6 +96,7 @@ function drawRun() {
   else if (run.status === "paused") notes.push(h("div", { class: "warn" }, `Paused (${run.pause_reason || "approval"}): review the outputs, then approve, edit, send back or cancel.`));
   if (run.parent_run && run.status === "paused") notes.push(h("div", { class: "warn", id: "pauses-parent" },
     "This pause holds the parent run ", runLink(run.parent_run.run_id), " too: approving here or there lets both go on."));
+  notes.push(...failedItemNotes(run));
   for (const warning of run.warnings) notes.push(h("div", { class: "warn" }, warning));
   if (run.unpriced_note) notes.push(h("div", { class: "warn", id: "unpriced" }, `Note: ${run.unpriced_note}`));
   view.replaceChildren(...[
@@ -127,7 +128,22 @@ function stat(value, label) { return h("div", { class: "stat" }, h("b", {}, valu
 
 function phaseStrip(run) {
   return h("div", { class: "timeline", role: "list", "aria-label": "Phases" }, run.phases.map((p) => h("div", { role: "listitem", class: `step s-${p.status}${p.id === run.phase ? " current" : ""}` },
-    h("div", { class: "name" }, p.id), h("div", { class: "sub" }, p.status, p.visits > 1 ? ` · visit ${p.visits}` : ""))));
+    h("div", { class: "name" }, p.id), h("div", { class: "sub" }, p.status, p.visits > 1 ? ` · visit ${p.visits}` : ""),
+    p.items ? h("div", { class: "sub items-outcome" }, itemsText(p.items)) : null)));
+}
+
+// A fan-out's items by outcome: "3/5 done · 2 failed (tolerate 2)".
+function itemsText(items) {
+  const failed = items.failed || items.tolerate !== null ? ` · ${items.failed} failed` : "";
+  const tolerate = items.tolerate !== null ? ` (tolerate ${items.tolerate})` : "";
+  return `${items.completed}/${items.count} done${failed}${tolerate}`;
+}
+
+// Each failed item of a fan-out that tolerates failures, with its task and error.
+function failedItemNotes(run) {
+  return run.phases.filter((p) => p.items && p.items.failed_items.length).map((p) => h("div", { class: "warn", id: `failed-items-${p.id}` },
+    `${p.items.failed} of ${p.items.count} items of ${p.id} failed (tolerate ${p.items.tolerate}, ${p.items.allowed} may fail): `,
+    p.items.failed_items.map((f) => `item ${f.index} (${f.task}): ${f.error}`).join("; ")));
 }
 
 function workers(run) {
