@@ -30,6 +30,15 @@ class ToolServer(BaseModel):
     # Names of variables a stdio server gets besides the few every started program gets
     # (see `interlock.providers.cli_env`): names only, so no value is pinned with the run.
     env: list[str] | None = None
+    # Which of the server's tools the model is offered (by the server's names): only those
+    # of `allow` when given, never those of `deny`.
+    allow: list[str] | None = None
+    deny: list[str] | None = None
+    # Calls of this server's tools in one attempt; past it a call is answered with an error
+    # the model can act on (finish without it).
+    max_calls: Annotated[int, Field(ge=1, le=10_000)] | None = None
+    # Seconds one call of a named tool may take, instead of `timeout`.
+    timeouts: dict[str, Annotated[float, Field(gt=0, le=3600)]] | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -62,7 +71,31 @@ class ToolServer(BaseModel):
             )
         if self.env is not None and self.mcp is None:
             raise ValueError("'env' only applies to 'mcp' servers started as a command")
+        for key in ("allow", "deny"):
+            names = getattr(self, key) or []
+            if any(not isinstance(n, str) or not n.strip() for n in names):
+                raise ValueError(f"'{key}' lists tool names: each a non-empty string")
+        both = sorted(set(self.allow or ()) & set(self.deny or ()))
+        if both:
+            raise ValueError(f"tool {both[0]!r} is both in 'allow' and in 'deny': keep one")
+        if self.allow is not None and self.timeouts:
+            other = sorted(set(self.timeouts) - set(self.allow))
+            if other:
+                raise ValueError(
+                    f"'timeouts' names {other[0]!r}, which 'allow' leaves out: no call of it "
+                    "can be made"
+                )
         return self
+
+    def offers(self, name: str) -> bool:
+        """Whether the model may be offered the server's tool `name`."""
+        if self.allow is not None and name not in self.allow:
+            return False
+        return name not in (self.deny or ())
+
+    def timeout_of(self, name: str) -> float:
+        """Seconds one call of tool `name` may take."""
+        return (self.timeouts or {}).get(name, self.timeout)
 
     @property
     def label(self) -> str:

@@ -142,6 +142,13 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "timeout": "Seconds one tool call may take before the attempt fails (default 60).",
         "env": "Names of environment variables passed to a server started with 'mcp' (it "
         "gets PATH, HOME, the locale and proxies, and no others).",
+        "allow": "Offer the model only these tools of the server (its names); a name the "
+        "server does not offer fails the attempt, saying which it offers.",
+        "deny": "Never offer the model these tools of the server.",
+        "max_calls": "Calls of this server's tools in one attempt; past it, a call is answered "
+        "with an error the model can act on.",
+        "timeouts": "{tool: seconds}: how long one call of that tool may take, instead of "
+        "'timeout'.",
     },
     "Backoff": {
         "initial": "Seconds before the first retry.",

@@ -81,6 +81,7 @@ class Toolbox:
         self._stack = AsyncExitStack()
         self._by_tool: dict[str, _Server] = {}  # by the name the model knows
         self._names: dict[str, str] = {}  # the name the model knows -> the server's name
+        self._calls: dict[int, int] = {}  # calls made of each server (by id), this attempt
         self.specs: tuple[ToolSpec, ...] = ()
 
     async def __aenter__(self) -> Toolbox:
@@ -154,8 +155,18 @@ class Toolbox:
             raise ProviderError(
                 f"{where} {failed}: {_describe(exc)}{opened.said()}", retryable=True
             ) from None
+        offered = {tool.name for tool in listed.tools}
+        unknown = [name for name in server.allow or () if name not in offered]
+        if unknown:
+            raise ProviderError(
+                f"{where} offers no tool {unknown[0]!r}, which its 'allow' names; it offers: "
+                f"{', '.join(sorted(offered)) or 'none'}",
+                retryable=False,
+            )
         specs = []
         for tool in listed.tools:
+            if not server.offers(tool.name):
+                continue
             name = wire_name(tool.name)
             if name in self._by_tool:
                 other = self._by_tool[name].server.label
@@ -209,15 +220,28 @@ class Toolbox:
             )
         server = opened.server
         where = self._where(server)
+        made = self._calls.get(id(server), 0)
+        if server.max_calls is not None and made >= server.max_calls:
+            return ToolResult(
+                call_id=call.id,
+                content=f"the tools of this server may be called {server.max_calls} time(s) "
+                f"in this task, and were: answer without {call.name!r}",
+                is_error=True,
+            )
+        self._calls[id(server)] = made + 1
+        timeout = server.timeout_of(self._names[call.name])
         try:
             result = await opened.client.call_tool(
-                self._names[call.name], arguments, read_timeout_seconds=server.timeout
+                self._names[call.name], arguments, read_timeout_seconds=timeout
             )
         except MCPError as exc:
             if exc.code == REQUEST_TIMEOUT:
+                said = (
+                    "its 'timeouts' entry" if timeout != server.timeout else "the entry's 'timeout'"
+                )
                 raise ProviderError(
-                    f"{where}: tool {call.name!r} did not answer within {server.timeout:g} s "
-                    "(the entry's 'timeout'); the attempt was stopped",
+                    f"{where}: tool {call.name!r} did not answer within {timeout:g} s "
+                    f"({said}); the attempt was stopped",
                     retryable=True,
                 ) from None
             if "closed" in exc.message.lower():
