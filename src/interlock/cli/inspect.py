@@ -229,9 +229,7 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
                 ", ".join(f"{count} {state}" for state, count in sorted(rest.items())),
             )
     out.print(table)
-    out.print(
-        f"cost ${view['cost_usd']:.4f}  tokens {view['tokens']}  retries {view['retry_count']}"
-    )
+    out.print(totals_line(view))
     if view.get("unpriced_models"):
         from interlock.runtime.projection import unpriced_note
 
@@ -415,9 +413,30 @@ def _shown_workers(
 
 
 def task_cost(worker: dict[str, Any]) -> str:
-    """A worker's cost cell: its dollars, marked when a call of it had no known price."""
+    """A worker's cost cell: its dollars over every visit and attempt (each visit's part
+    when there were several), marked when a call of it had no known price, and as an
+    estimate when a server reported no token counts."""
     cost = f"${worker.get('cost_usd', 0):.4f}"
+    if worker.get("estimated"):
+        cost = f"~{cost} (estimated)"
+    visits = worker.get("visit_costs")
+    if visits:
+        parts = ", ".join(f"{v}: ${c:.4f}" for v, c in visits.items())
+        cost += f" (by visit {parts})"
     return f"{cost} + unpriced" if worker.get("unpriced") else cost
+
+
+def totals_line(view: dict[str, Any]) -> str:
+    """The run's cost, tokens and retries; estimates said to be such, and the re-runs that
+    edits caused counted apart from retries."""
+    mark = "~" if view.get("estimated") else ""
+    line = f"cost {mark}${view['cost_usd']:.4f}  tokens {mark}{view['tokens']}"
+    line += f"  retries {view['retry_count']}"
+    if view.get("reruns"):
+        line += f"  re-runs after edits {view['reruns']}"
+    if mark:
+        line += "  (~: estimated where a server reported no token counts)"
+    return line
 
 
 STATUS_KEYS = (
