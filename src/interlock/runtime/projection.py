@@ -295,6 +295,16 @@ def waiting_view(state: RunState) -> dict[str, Any] | None:
     }
 
 
+def overdue(waiting: dict[str, Any] | None, now: float | None = None) -> bool:
+    """Whether the wait of `waiting` has ended (its time passed): a run still waiting then
+    needs an orchestrator now, as an undriven running run does."""
+    until = (waiting or {}).get("until")
+    if not until:
+        return False
+    ended = dt.datetime.fromisoformat(until.replace("Z", "+00:00")).timestamp()
+    return ended <= (time.time() if now is None else now)
+
+
 def waiting_text(waiting: dict[str, Any] | None) -> str:
     """`waiting for signal 'payment' until 2026-...Z` (empty when not waiting)."""
     if not waiting:
