@@ -10,7 +10,8 @@ Each command runs as a user runs it (the console script, a fresh interpreter), w
 here: the offline provider answers at once, so the figure is the command's own cost).
 Prints the fastest and the median wall time of each, its median CPU time (user and system, the
 figure the target of 0.3 s for `check`, `runs` and `status` is about, which a busy machine moves
-less than wall time), and `python -c pass` for the floor of any Python command on this machine. Wall time moves with the machine's load; the instruction
+less than wall time), and `python -c pass` for the floor of any Python command on this machine.
+Wall time moves with the machine's load; the instruction
 count (valgrind's callgrind, --instructions) does not, and compares two versions of the code
 on a busy machine. The last line is the figures as JSON.
 """
