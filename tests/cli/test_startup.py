@@ -153,3 +153,21 @@ p:
       workers:
         - {role: editor, model: sonnet, task: "Publish", reads: [writer.md], final: true}
 """
+
+
+def test_check_imports_the_mcp_library_only_for_a_pipeline_with_tools(
+    cli_env: dict[str, str],
+) -> None:
+    """`interlock check` of the README's examples, which have no `tools:`, does not import
+    the MCP library (most of a second); a pipeline with tools still has it checked."""
+    from tests.cli.test_cli import ROOT
+
+    for example in ("research.json", "fanout.yaml", "translate.yaml"):
+        path = str(ROOT / "examples" / example)
+        assert loaded(cli_env, "check", path, heavy=("mcp",)) == [], example
+    tooled = Path(cli_env["INTERLOCK_HOME"]).parent / "tooled.yaml"
+    tooled.write_text(
+        "p:\n  phases:\n  - id: a\n    workers:\n    - role: w\n      model: m\n"
+        "      final: true\n      tools: [{mcp: [some-server]}]\n"
+    )
+    assert loaded(cli_env, "check", str(tooled), heavy=("mcp",)) == ["mcp"]

@@ -65,6 +65,11 @@ class Fault:
     endless_body: bool = False
     # Headers of a successful stream or of a 429 (rate-limit headers, say).
     headers: dict[str, str] = field(default_factory=dict)
+    # Report as many output tokens as the request's max_tokens (with `finish_reason`, say
+    # "end_turn": LiteLLM's Messages route states that for an answer cut at the limit).
+    at_limit: bool = False
+    # A 200 event stream that closes before its first event.
+    empty_stream: bool = False
 
 
 @dataclass
@@ -83,6 +88,33 @@ class FakeState:
     max_in_flight: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     stopping: threading.Event = field(default_factory=threading.Event)
+    # What the server does with a native schema (response_format json_schema, output_config):
+    # "enforced" answers `reply`; "fails" answers HTTP 500, as llama-cpp-python does for a
+    # schema it cannot compile; "ignored" drops the field, as LiteLLM and llama-server's
+    # Anthropic route do: the model then answers `reply` only when the prompt states the
+    # schema, and `prose` otherwise.
+    schema_support: str = "enforced"
+    prose: list[str] = field(default_factory=lambda: ["Here is my review: ", "it reads well."])
+
+
+def _asks_schema(body: dict[str, Any]) -> bool:
+    answer_format = body.get("response_format") or {}
+    return answer_format.get("type") == "json_schema" or "format" in (
+        body.get("output_config") or {}
+    )
+
+
+def _reply(state: FakeState, body: dict[str, Any]) -> list[str]:
+    """The fragments of the answer to `body` (see `FakeState.schema_support`)."""
+    if state.schema_support != "ignored" or not _asks_schema(body):
+        return state.reply
+    told = "JSON Schema" in json.dumps(body.get("messages") or [])
+    return state.reply if told else state.prose
+
+
+def _output_tokens(state: FakeState, body: dict[str, Any], fault: Fault) -> int:
+    limit = body.get("max_tokens") or body.get("max_completion_tokens")
+    return int(limit) if fault.at_limit and limit else state.output_tokens
 
 
 def _arguments(arguments: Any) -> str:
@@ -134,7 +166,7 @@ def _openai_answer(state: FakeState, body: dict[str, Any], fault: Fault) -> dict
     }
     message: dict[str, Any] = {
         "role": "assistant",
-        "content": "" if fault.empty else "".join(state.reply),
+        "content": "" if fault.empty else "".join(_reply(state, body)),
     }
     finish = fault.finish_reason or "stop"
     if fault.tool_calls is not None:
@@ -167,7 +199,7 @@ def _anthropic_answer(state: FakeState, body: dict[str, Any], fault: Fault) -> d
         content += _anthropic_uses(state, fault)
         stop = "tool_use"
     elif not fault.empty:
-        content.append({"type": "text", "text": "".join(state.reply)})
+        content.append({"type": "text", "text": "".join(_reply(state, body))})
     return {
         "id": "msg_1",
         "type": "message",
@@ -378,9 +410,14 @@ class Handler(BaseHTTPRequestHandler):
         if fault.reject_field is not None and fault.reject_field in body:
             message = f"Unrecognized request argument supplied: {fault.reject_field}"
             return self._json(400, _openai_error(400, message, "invalid_request_error", None))
+        if state.schema_support == "fails" and _asks_schema(body):
+            message = "Internal Server Error"  # what llama-cpp-python's server says
+            return self._json(500, _openai_error(500, message, "internal_server_error", None))
         if fault.json_answer or body.get("stream") is not True:
             return self._json(200, _openai_answer(state, body, fault))
         self._start_stream(fault.headers)
+        if fault.empty_stream:
+            return self._done()
         base = {
             "id": "chatcmpl-1",
             "object": "chat.completion.chunk",
@@ -391,8 +428,9 @@ class Handler(BaseHTTPRequestHandler):
         self._send(json.dumps({**base, "choices": [first]}))
         if fault.tool_calls is not None:
             return self._openai_tool_stream(state, body, fault, base)
-        for number, part in enumerate(state.reply):
-            if fault.truncate and number == len(state.reply) // 2:
+        reply = _reply(state, body)
+        for number, part in enumerate(reply):
+            if fault.truncate and number == len(reply) // 2:
                 return self._cut(fault)
             if fault.stream_error and number == 1:
                 return self._send(
@@ -414,10 +452,11 @@ class Handler(BaseHTTPRequestHandler):
             json.dumps({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
         )
         if (body.get("stream_options") or {}).get("include_usage") and not fault.no_usage:
+            output_tokens = _output_tokens(state, body, fault)
             usage = {
                 "prompt_tokens": state.input_tokens,
-                "completion_tokens": state.output_tokens,
-                "total_tokens": state.input_tokens + state.output_tokens,
+                "completion_tokens": output_tokens,
+                "total_tokens": state.input_tokens + output_tokens,
                 **state.usage_extra,
             }
             self._send(json.dumps({**base, "choices": [], "usage": usage}))
@@ -535,9 +574,13 @@ class Handler(BaseHTTPRequestHandler):
         if fault.reject_field is not None and fault.reject_field in body:
             refusal = f"{fault.reject_field}: Extra inputs are not permitted"
             return self._json(400, _anthropic_error("invalid_request_error", refusal))
+        if state.schema_support == "fails" and _asks_schema(body):
+            return self._json(500, _anthropic_error("api_error", "Internal server error"))
         if fault.json_answer or body.get("stream") is not True:
             return self._json(200, _anthropic_answer(state, body, fault))
         self._start_stream()
+        if fault.empty_stream:
+            return self._done()
         message = {
             "id": "msg_1",
             "type": "message",
@@ -558,8 +601,9 @@ class Handler(BaseHTTPRequestHandler):
         }
         self._send(json.dumps(start), "content_block_start")
         self._send(json.dumps({"type": "ping"}), "ping")
-        for number, part in enumerate(state.reply):
-            if fault.truncate and number == len(state.reply) // 2:
+        reply = _reply(state, body)
+        for number, part in enumerate(reply):
+            if fault.truncate and number == len(reply) // 2:
                 return self._cut(fault)
             if fault.stream_error and number == 1:
                 return self._send(
@@ -579,7 +623,7 @@ class Handler(BaseHTTPRequestHandler):
             if fault.stall and number == 0:
                 state.stopping.wait(fault.stall)
         self._send(json.dumps({"type": "content_block_stop", "index": 0}), "content_block_stop")
-        usage = {} if fault.no_usage else {"output_tokens": state.output_tokens}
+        usage = {} if fault.no_usage else {"output_tokens": _output_tokens(state, body, fault)}
         delta_event = {
             "type": "message_delta",
             "delta": {"stop_reason": fault.finish_reason or "end_turn", "stop_sequence": None},

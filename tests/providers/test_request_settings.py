@@ -46,6 +46,7 @@ def test_alias_settings_and_worker_params_reach_the_openai_wire(
 ) -> None:
     """Every OpenAI setting is sent as the API names it; params override the alias; the
     attempt records the settings with header names, never their values."""
+    server.state.output_tokens = 200  # under the alias's limit of 300
     project = make_project(tmp_path, server, monkeypatch, TUNED)
     flow = one_worker(
         project,

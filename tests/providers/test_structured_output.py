@@ -153,3 +153,49 @@ def test_a_changed_schema_changes_the_workers_fingerprint() -> None:
     closed = "{type: object, properties: {v: {type: string, enum: [a, b]}}}"
     opened = "{type: object, properties: {v: {type: string}}}"
     assert part(closed) != part(opened)
+
+
+@pytest.mark.parametrize("model", ["gpt", "claude"])
+def test_a_server_failing_on_the_schema_with_http_500_gets_it_in_the_prompt_at_once(
+    tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch, model: str
+) -> None:
+    """An internal error answered to a native schema (llama-cpp-python's answer to a schema
+    it cannot compile) is not sent again as it was: the next request carries the schema in
+    the prompt only, and the answer is delivered."""
+    server.state.reply = ['{"score": 9, "notes": "fine"}']
+    server.state.schema_support = "fails"
+    project = make_project(tmp_path, server, monkeypatch)
+    app = app_for(project)
+    state = app.run(review_flow(project, model), topic="t")
+    assert state.status is RunStatus.DELIVERED, state.failure
+    field = "response_format" if model == "gpt" else "output_config"
+    reviews = [r.body for r in server.requests if "JSON Schema" in json.dumps(r.body)]
+    assert [field in body for body in reviews] == [True, False]  # once natively, once not
+    usage = attempt_usage(app, state.run_id)[0]
+    assert "(HTTP 500)" in usage["warnings"][0]
+
+
+@pytest.mark.parametrize("model", ["gpt", "claude"])
+def test_a_server_that_ignores_the_schema_field_is_told_the_schema_in_the_prompt(
+    tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch, model: str
+) -> None:
+    """A compatible server or gateway (here on 127.0.0.1) may drop the native field without
+    a word: the prompt states the schema as well, so the model answers in its shape."""
+    server.state.reply = ['{"score": 9, "notes": "fine"}']
+    server.state.schema_support = "ignored"
+    project = make_project(tmp_path, server, monkeypatch)
+    app = app_for(project)
+    state = app.run(review_flow(project, model), topic="t")
+    assert state.status is RunStatus.DELIVERED, state.failure
+    assert len(server.requests) == 2  # the reviewer and the publisher, no retry
+    assert json.loads((app.run_dir(state.run_id) / "reviewer.md").read_text())["score"] == 9
+
+
+def test_only_the_vendors_own_apis_are_trusted_to_enforce_a_native_schema() -> None:
+    """api.openai.com and api.anthropic.com enforce it; a local server or a gateway may not."""
+    from interlock.providers.schema_output import enforces_schema
+
+    assert enforces_schema("openai", "https://api.openai.com/v1")
+    assert enforces_schema("anthropic", "https://API.anthropic.com")
+    assert not enforces_schema("openai", "http://localhost:8080/v1")
+    assert not enforces_schema("anthropic", "http://127.0.0.1:4000")

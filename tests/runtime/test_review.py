@@ -90,6 +90,19 @@ def test_edit_reruns_exactly_the_tasks_that_read_the_old_version(
     assert state.values["r"]["score"] == 2
 
 
+def test_a_rerun_an_edit_caused_is_not_counted_as_a_retry(
+    app: Interlock, write_workflow: WriteWorkflow
+) -> None:
+    """s and r made again after a.md was edited are re-runs, counted apart: retries stay 0."""
+    run_id = _paused(app, write_workflow)
+    app.edit(run_id, "a.md", "A EDITED BY HAND\n")
+    _record(app, run_id)
+    app.approve(run_id)
+    app.resume(run_id)
+    view = app.status(run_id)
+    assert (view["retry_count"], view["reruns"]) == (0, 2)
+
+
 def test_editing_the_reviewed_output_reruns_nothing(
     app: Interlock, write_workflow: WriteWorkflow
 ) -> None:

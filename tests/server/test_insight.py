@@ -129,7 +129,7 @@ def test_graph_gives_edges_conditions_and_path(make_server: ServerFactory, tmp_p
     assert phases == ["draft", "review", "draft", "review", "publish"]
     assert graph["taken"] == {
         "draft->review": 2,
-        "review->draft": 1,
+        "review->draft#1": 1,
         "review->publish": 1,
         "publish->end": 1,
     }

@@ -144,11 +144,13 @@ def progress_table(definition: Definition, state: RunState, started: float) -> G
                 f"{done}/{items}" if items else "",
             )
     footer = []
-    retries = sum(max(0, t.attempt - 1) for t in state.tasks.values())
+    retries = sum(max(0, t.attempt - 1 - t.reruns) for t in state.tasks.values())
     running = sum(t.status is TaskStatus.RUNNING for t in state.tasks.values())
     footer.append(f"running {running}  retries {retries}  events {state.events}")
     if state.cost_usd:
-        footer.append(f"cost ${state.cost_usd:.4f}  tokens {state.tokens}")
+        mark = "~" if any(t.estimated for t in state.tasks.values()) else ""
+        note = "  (~: estimated)" if mark else ""
+        footer.append(f"cost {mark}${state.cost_usd:.4f}  tokens {mark}{state.tokens}{note}")
     for warning in state.warnings[-3:]:
         footer.append(f"[yellow]warning:[/] {escape(warning)}")
     return Group(table, *[Text.from_markup(line) for line in footer])

@@ -159,12 +159,23 @@ def spent_line(state: RunState) -> str:
         t for i, t in state.tasks.items() if t.status is TaskStatus.COMPLETED and i not in before
     ]
     reused = sum(1 for t in done if t.reused_from is not None)
+    # Attempts whose call was paid for but gave no output (refused, cut off, not JSON).
+    wasted = sum(
+        len(t.charged - ({t.attempt} if t.status is TaskStatus.COMPLETED else set()))
+        for i, t in state.tasks.items()
+        if i not in before
+    )
+    mark = "~" if any(t.estimated for t in state.tasks.values()) else ""
     line = (
-        f"spent ${state.cost_usd - cost:.4f}, {state.tokens - tokens:,} tokens; "
+        f"spent {mark}${state.cost_usd - cost:.4f}, {mark}{state.tokens - tokens:,} tokens; "
         f"{len(done) - reused} task(s) ran"
     )
     if state.imported:
         line += f" here (the bundle's source spent ${cost:.4f}, {tokens:,} tokens)"
+    if wasted:
+        line += f", {wasted} paid call(s) failed or were refused"
+    if mark:
+        line += " (~: estimated, a server reported no token counts)"
     if reused:
         line += f", {reused} reused (paid for by earlier runs)"
     if state.unpriced:

@@ -19,8 +19,10 @@ from interlock.cli.base import (
     handle_errors,
     out,
     pass_ctx,
+    real_console,
     when,
 )
+from interlock.cli.printable import printable
 
 if TYPE_CHECKING:
     from interlock.storage.base import RunRecord
@@ -86,13 +88,9 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
         filtered = " matching these filters" if status or pipeline else ""
         out.print(f"no runs{filtered} yet{where}: try 'interlock run FILE PIPELINE --topic ...'")
         return
-    from rich.table import Table
-
     from interlock.cli.display import styled
 
-    table = Table(box=None, padding=(0, 2))
-    for column in ("run", "pipeline", "status", "phase", "cost", "started", "topic"):
-        table.add_column(column)
+    table = RunTable()
     stopped, idle = [], []
     for r in _nested(records, parents):
         state = styled(r.summary.status)
@@ -105,21 +103,23 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
         if r.run_id in drivers and drivers[r.run_id] is None and r.run_id not in unreadable:
             # A waiting run holds no worker and was not cut off mid-task: it only needs an
             # orchestrator when its wait ends, so it is not one of the stopped running runs.
-            if r.summary.status == "running":
+            if r.summary.status == "running" or _overdue_wait(waits.get(r.run_id)):
                 state.append(" (not driven)", style="dim")
                 stopped.append(r.run_id)
             else:
                 idle.append(r.run_id)
         table.add_row(
             f"↳ {r.run_id}" if r.run_id in parents else r.run_id,  # a child run
-            r.pipeline,
+            printable(r.pipeline),
             state,
-            r.summary.phase or "",
+            printable(r.summary.phase or ""),
             f"${r.summary.cost_usd:.4f}",
             when(r.created_at),
-            r.topic[:40],
+            printable(r.topic[:40]),
         )
-    out.print(table)
+    for shown in table.render(real_console(out)):
+        # A line that heads with a run id is never wrapped by rich (the id stays whole).
+        out.print(shown, soft_wrap=not hasattr(shown, "columns"))
     for why in unreadable.values():
         out.print(f"unreadable: {why}")
     if stopped:
@@ -134,6 +134,75 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
             "'interlock signal RUN NAME' sends a signal and continues the run, 'interlock "
             f"resume {idle[0]}' (or a server) waits with it"
         )
+
+
+def _overdue_wait(waiting: dict[str, Any] | None) -> bool:
+    """A wait whose time has passed: its run should be going on (see `runs`, `status`)."""
+    if not waiting:
+        return False
+    from interlock.runtime.projection import overdue
+
+    return overdue(waiting)
+
+
+def _plain(cell: Any) -> str:
+    return cell.plain if hasattr(cell, "plain") else str(cell)
+
+
+class RunTable:
+    """The rows of `runs`, printed as a table when it fits the terminal, else as two lines a
+    run. A run id is what one copies from the list, so it is never cut or wrapped: the
+    pipeline, phase and topic give way (cut with an ellipsis) instead, and on a terminal too
+    narrow for the table each id heads its own line."""
+
+    HEADERS = ("run", "pipeline", "status", "phase", "cost", "started", "topic")
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[Any, ...]] = []
+
+    def add_row(self, *cells: Any) -> None:
+        self.rows.append(cells)
+
+    def render(self, console: Any) -> list[Any]:
+        """What to print on `console`, in order."""
+        from rich.table import Table
+        from rich.text import Text
+
+        # The id, status, cost and start are shown whole; pipeline, phase and topic give way.
+        whole = {0, 2, 4, 5}
+        widths = {
+            i: max([len(self.HEADERS[i])] + [len(_plain(row[i])) for row in self.rows])
+            for i in whole
+        }
+        needed = sum(widths.values()) + 12 + 5 + 12 + len(self.HEADERS) * 2
+        if console.width >= needed:
+            table = Table(box=None, padding=(0, 1))
+            for index, header in enumerate(self.HEADERS):
+                table.add_column(
+                    header,
+                    no_wrap=True,
+                    overflow="ellipsis",
+                    min_width=widths.get(index, {1: 12, 3: 5, 6: 12}.get(index)),
+                    max_width=30 if header == "pipeline" else None,
+                )
+            for row in self.rows:
+                table.add_row(*row)
+            return [table]
+        lines: list[Any] = []
+        for run_id, pipeline, state, phase, cost, started, topic in self.rows:
+            shown_state = state if isinstance(state, Text) else Text(str(state))
+            head = Text(str(run_id))
+            rest = Text("    ")
+            if len(head) + 2 + len(shown_state) <= console.width:
+                head.append("  ")
+                head.append_text(shown_state)
+            else:  # the status starts the next line: the id alone is as wide as it gets
+                rest.append_text(shown_state)
+                rest.append("  ")
+            rest.append("  ".join(str(c) for c in (pipeline, phase, cost, started, topic) if c))
+            rest.truncate(console.width, overflow="ellipsis")
+            lines += [head, rest]
+        return lines
 
 
 def _nested(records: list[Any], parents: dict[str, tuple[str, str | None]]) -> list[Any]:
@@ -210,14 +279,17 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
     from interlock.runtime.home import Home
 
     run_status = styled(view["status"])
-    if view["status"] == "running" and driver is None:
+    if driver is None and (
+        view["status"] == "running"
+        or (view["status"] == "waiting" and _overdue_wait(view.get("waiting")))
+    ):
         # As `runs` says it: a waiting run needs no orchestrator until its wait ends.
         run_status.append(" (not driven)", style="dim")
     out.print(
-        Text(f"{view['pipeline']} ", style="bold"),
+        Text(f"{printable(view['pipeline'])} ", style="bold"),
         f"{view['run_id']}  ",
         run_status,
-        f"  topic: {view['topic']}",
+        f"  topic: {printable(view['topic'])}",
     )
     table = Table(box=None, padding=(0, 2))
     for column in ("phase", "worker", "status", "attempt", "visit", "cost", "output"):
@@ -242,7 +314,7 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
                 str(w.get("attempt", "")),
                 str(w.get("visit", "")),
                 task_cost(w),
-                w.get("output") or "",
+                printable(w.get("output") or ""),
             )
         if rest:
             count = sum(rest.values())
@@ -254,9 +326,7 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
     out.print(table)
     for line in item_lines(view):
         out.print(escape(line), markup=True, soft_wrap=True)
-    out.print(
-        f"cost ${view['cost_usd']:.4f}  tokens {view['tokens']}  retries {view['retry_count']}"
-    )
+    out.print(totals_line(view))
     if any(w.get("model") for p in view["phases"] for w in p["workers"].values()):
         # Which interlock.toml its model workers read when the run is driven from here.
         from pathlib import Path
@@ -277,7 +347,7 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
         )
         out.print(f"rerun of {view['rerun_of']}{start}; reused outputs cost nothing here")
     for warning in view["warnings"]:
-        out.print(f"[yellow]warning:[/] {escape(warning)}", markup=True)
+        out.print(f"[yellow]warning:[/] {escape(printable(warning))}", markup=True)
     if view.get("failing"):
         from interlock.runtime.projection import failing_text
 
@@ -449,9 +519,30 @@ def _shown_workers(
 
 
 def task_cost(worker: dict[str, Any]) -> str:
-    """A worker's cost cell: its dollars, marked when a call of it had no known price."""
+    """A worker's cost cell: its dollars over every visit and attempt (each visit's part
+    when there were several), marked when a call of it had no known price, and as an
+    estimate when a server reported no token counts."""
     cost = f"${worker.get('cost_usd', 0):.4f}"
+    if worker.get("estimated"):
+        cost = f"~{cost} (estimated)"
+    visits = worker.get("visit_costs")
+    if visits:
+        parts = ", ".join(f"{v}: ${c:.4f}" for v, c in visits.items())
+        cost += f" (by visit {parts})"
     return f"{cost} + unpriced" if worker.get("unpriced") else cost
+
+
+def totals_line(view: dict[str, Any]) -> str:
+    """The run's cost, tokens and retries; estimates said to be such, and the re-runs that
+    edits caused counted apart from retries."""
+    mark = "~" if view.get("estimated") else ""
+    line = f"cost {mark}${view['cost_usd']:.4f}  tokens {mark}{view['tokens']}"
+    line += f"  retries {view['retry_count']}"
+    if view.get("reruns"):
+        line += f"  re-runs after edits {view['reruns']}"
+    if mark:
+        line += "  (~: estimated where a server reported no token counts)"
+    return line
 
 
 STATUS_KEYS = (
@@ -524,7 +615,7 @@ def events(ctx: Ctx, run_id: str, since: int, as_json: bool) -> None:
         else:
             line = describe(NewEvent(event=stored.event, rule=stored.rule, why=stored.why))
             line = paths(line, run_id)
-            click.echo(f"{stored.seq:>4} {when(stored.at)} {stored.kind:<16} {line}")
+            click.echo(f"{stored.seq:>4} {when(stored.at)} {stored.kind:<16} {printable(line)}")
 
 
 @click.command()

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from interlock.cli.base import Ctx, err, handle_errors, out, pass_ctx
+from interlock.cli.printable import printable
 from interlock.errors import ExitCode, UsageError
 
 if TYPE_CHECKING:
@@ -256,11 +257,11 @@ def check(
         # A model without a price under a cost budget leaves the worst case unbounded: the
         # budget check below says so once, naming the model and the fix.
     for warning in [*warnings, *priced]:
-        err.print(f"warning: {warning}", soft_wrap=True)
+        err.print(f"warning: {printable(warning)}", soft_wrap=True)
     if problems:
-        err.print(f"{file}: {len(problems)} problem(s)")
+        err.print(f"{printable(file)}: {len(problems)} problem(s)")
         for problem in problems:
-            err.print(f"  - {problem}", soft_wrap=True)
+            err.print(f"  - {printable(problem)}", soft_wrap=True)
         sys.exit(int(ExitCode.BAD_INPUT))
     budget_gate(quotes, strict=strict, when=file, reasons=not cost or as_json)
     if cost and as_json:
@@ -270,7 +271,7 @@ def check(
             shown = {**quote.to_json(), "prices": model_prices(definition.pipeline, config)}
             out.print(json.dumps(shown), soft_wrap=True)
         return
-    names = ", ".join(workflow.definitions)
+    names = printable(", ".join(workflow.definitions))
     partly = " (partly explored, see the warning)" if warnings else ""
     out.print(f"{file}: ok ({names}){partly}")
     if not workflow.language_stated and not quiet:
@@ -351,8 +352,8 @@ def _describe(definitions: dict[str, Definition], file: Path) -> list[str]:
     for name, definition in definitions.items():
         summary = _summary(name, definition)
         phases, workers = len(summary["phases"]), summary["workers"]
-        about = f": {summary['description']}" if summary["description"] else ""
-        lines.append(f"  {name}{about} ({phases} phase(s), {workers} worker(s))")
+        about = f": {printable(summary['description'])}" if summary["description"] else ""
+        lines.append(f"  {printable(name)}{about} ({phases} phase(s), {workers} worker(s))")
         flags = []
         for key, spec in summary["inputs"].items():
             default = spec["default"]
@@ -365,7 +366,7 @@ def _describe(definitions: dict[str, Definition], file: Path) -> list[str]:
                 state = f"{spec['type']}, default {str(default).lower()}"
             else:
                 state = f"{spec['type']}, default {default!r}"
-            note = f": {spec['description']}" if spec["description"] else ""
+            note = f": {printable(spec['description'])}" if spec["description"] else ""
             lines.append(f"      input {key} ({state}){note}")
         command = f"interlock run {shlex.quote(str(file))} {shlex.quote(name)} --topic TEXT"
         lines.append(f"      run: {' '.join([command, *flags])}")

@@ -98,6 +98,10 @@ class TaskState:
     cost_usd: float = 0.0
     tokens: int = 0
     unpriced: bool = False  # one of its calls had no known price (it counted $0)
+    estimated: bool = False  # a call's tokens were estimated: the server reported none
+    # Attempts that re-made a completed output because an input it read was edited: they
+    # count in `attempt`, but are no retries.
+    reruns: int = 0
     fingerprint: str | None = None
     reused_from: str | None = None  # "run/task" whose output was carried over, if reused
     # For edits at a review (`core.review`): when the task was last dispatched and when its
@@ -479,6 +483,7 @@ def apply(state: RunState, event: ev.Event) -> None:
         else:
             if task.status is TASK_COMPLETED:
                 task.revising = True  # a completed task dispatched again: an edit's re-run
+                task.reruns += 1
                 current = state.current
                 if current is not None and (current.phase, current.visit) == (
                     task.phase,
@@ -747,6 +752,8 @@ def _charge(state: RunState, task: TaskState, attempt: int, usage: dict[str, Any
     """
     cost = float(usage.get("cost_usd", 0.0))
     tokens = int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))
+    if usage.get("estimated"):
+        task.estimated = True
     if usage.get("unpriced"):
         task.unpriced = True
         alias = str(usage.get("alias") or usage.get("model") or "?")

@@ -25,6 +25,7 @@ from interlock.providers.settings import ResolvedModel
 from interlock.providers.sse import ServerSentEvent
 from interlock.providers.transport import HttpEndpoint
 from interlock.providers.usage import anthropic_cache
+from interlock.providers.verdict import at_limit
 
 # Blocks of the model's reasoning, which a tool turn sends back as they came.
 _THINKING = frozenset({"thinking", "redacted_thinking"})
@@ -43,6 +44,7 @@ class _Stream:
     stop_reason: str | None = None
     stopped: bool = False
     began: bool = False  # the server started answering
+    counted: bool = False  # the server reported the output tokens (message_delta's usage)
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     # tool_use blocks by their index: id, name, the input given whole and the JSON fragments.
@@ -191,8 +193,16 @@ class AnthropicProvider:
             result = self._result(request, arrived, started)
             spent = replace(result, text="", tool_calls=(), thinking=())
             raise AnswerTooLarge(str(exc), answered=spent) from None
+        except ProviderError as failure:
+            if not arrived.began or failure.answered is not None:
+                raise
+            # A stream that broke off or timed out: what arrived was generated and is paid
+            # for; the failure records it (estimated unless the server sent its usage).
+            result = self._result(request, arrived, started)
+            failure.answered = replace(result, text="", tool_calls=(), thinking=())
+            raise
         limiter.settle(estimate, stream.input_tokens + stream.output_tokens, request.model)
-        return self._result(request, stream, started)
+        return at_limit(self._result(request, stream, started), self._max_tokens(request))
 
     def _result(self, request: ModelRequest, stream: _Stream, started: float) -> ModelResult:
         """The call's result from what arrived; a stream stopped part-way counts at least
@@ -200,7 +210,9 @@ class AnthropicProvider:
         text = "".join(stream.parts)
         output_tokens = stream.output_tokens
         extra: dict[str, str] = {}
-        if not stream.stopped:
+        if not (stream.stopped and stream.counted):
+            # Cut off before the final count, or a server that sends none (llama-server
+            # and some gateways leave message_delta's usage out): count the text received.
             output_tokens = max(output_tokens, estimate_tokens(text))
             extra["usage"] = "estimated"
         return ModelResult(
@@ -255,6 +267,7 @@ def _read_answer(name: str, answer: dict[str, Any], on_token: TokenCallback | No
         output_tokens=usage.get("output_tokens", 0),
         stop_reason=answer.get("stop_reason"),
         stopped=True,
+        counted=isinstance(usage.get("output_tokens"), int),
     )
     state.cache(usage)
     for index, block in enumerate(answer.get("content") or []):
@@ -313,7 +326,9 @@ async def _read_stream(
         elif kind == "message_delta":
             state.stop_reason = payload.get("delta", {}).get("stop_reason") or state.stop_reason
             usage = payload.get("usage", {})
-            state.output_tokens = usage.get("output_tokens", state.output_tokens)
+            if isinstance(usage.get("output_tokens"), int):
+                state.output_tokens = usage["output_tokens"]
+                state.counted = True
             state.input_tokens = _input_tokens(usage) or state.input_tokens
             state.cache(usage)
         elif kind == "message_stop":
@@ -325,6 +340,12 @@ async def _read_stream(
                 f"{name}: error during the stream: {error.get('message')} ({error.get('type')})",
                 retryable=error.get("type") in _TRANSIENT_STREAM_ERRORS,
             )
+    if not state.stopped and not state.began:
+        raise ProviderError(
+            f"{name}: the server answered HTTP 200 with an empty event stream (not one "
+            "event); nothing was generated",
+            retryable=True,
+        )
     if not state.stopped:
         raise ProviderError(
             f"{name}: the stream ended before message_stop (truncated); "

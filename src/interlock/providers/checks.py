@@ -40,9 +40,11 @@ def settings_problems(name: str, pipeline: Pipeline, config: ModelConfig) -> lis
 def tool_problems(name: str, pipeline: Pipeline, config: ModelConfig) -> list[str]:
     """Workers whose `tools:` cannot run here: the MCP library is missing, or one of their
     models is an agent command, which makes its own calls."""
+    problems: list[str] = []
+    if not any(worker.tools for phase in pipeline.phases for worker in phase.workers):
+        return problems  # the MCP library takes most of a second to import: only for tools
     from interlock.providers.mcp_tools import sdk_missing
 
-    problems: list[str] = []
     missing = sdk_missing()
     for phase in pipeline.phases:
         for worker in phase.workers:

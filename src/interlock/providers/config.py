@@ -301,6 +301,7 @@ class ModelConfig:
             provider=settings.name,
             kind=settings.kind,
             model=model,
+            base_url=settings.base_url,
             context_tokens=entry.context_tokens,
             max_output_tokens=entry.max_output_tokens,
             api_key_env=settings.api_key_env,

@@ -32,6 +32,7 @@ from interlock.providers.settings import ResolvedModel
 from interlock.providers.sse import ServerSentEvent
 from interlock.providers.transport import HttpEndpoint
 from interlock.providers.usage import openai_details
+from interlock.providers.verdict import at_limit
 
 # What a new tool call's entry counts against max_answer_bytes, however little it holds: a
 # stream of empty calls with new indexes must not grow without bound either.
@@ -164,7 +165,18 @@ class OpenAIChatProvider:
             arrived.finish_reason = "stopped"
             spent = replace(self._result(request, arrived, started), text="", tool_calls=())
             raise AnswerTooLarge(str(exc), answered=spent) from None
-        result = self._result(request, stream, started)
+        except ProviderError as failure:
+            if not arrived.began or failure.answered is not None:
+                raise
+            # A stream that broke off or timed out: what arrived was generated and is paid
+            # for; the failure records it (estimated unless the server sent its usage).
+            arrived.finish_reason = "stopped"
+            failure.answered = replace(
+                self._result(request, arrived, started), text="", tool_calls=()
+            )
+            raise
+        limit = request.max_output_tokens or self._resolved.max_output_tokens
+        result = at_limit(self._result(request, stream, started), limit)
         limiter.settle(estimate, result.input_tokens + result.output_tokens, request.model)
         return result
 
@@ -257,6 +269,12 @@ async def _read_stream(
                     state.add_call(index if isinstance(index, int) else number, call)
             if choice.get("finish_reason"):
                 state.finish_reason = choice["finish_reason"]
+    if state.finish_reason is None and not state.began:
+        raise ProviderError(
+            f"{name}: the server answered HTTP 200 with an empty event stream (not one "
+            "event); nothing was generated",
+            retryable=True,
+        )
     if state.finish_reason is None:
         raise ProviderError(
             f"{name}: the stream ended before the model finished (truncated); "

@@ -4,6 +4,12 @@ The schema is sent as the provider's native structured output (see `request.py`)
 comes back is still validated here with `jsonschema`, since compatible servers may ignore
 the request. An answer that does not match is a failed attempt that says which field is
 wrong; its cost was spent and is recorded.
+
+Only OpenAI's and Anthropic's own APIs are known to enforce the schema. Every other server
+(a local llama.cpp, vLLM or Ollama, a gateway such as LiteLLM) may drop the field without a
+word, so the prompt states the schema too. A server that fails on the field instead (a 400 or
+422 naming it, or an internal error, HTTP 500, which is what llama-cpp-python answers to a
+schema it cannot compile) is asked once more without it.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import logging
 import re
 from dataclasses import replace
 from typing import Any
+from urllib.parse import urlsplit
 
 from interlock.providers.base import (
     ModelRequest,
@@ -31,9 +38,27 @@ _REJECTED = re.compile(
 _FENCE = re.compile(r"^```(?:json)?\s*\n(.*?)\n?```$", re.DOTALL)
 
 
+# Hosts of the APIs that enforce a schema sent natively.
+_ENFORCING_HOSTS = frozenset({"api.openai.com", "api.anthropic.com"})
+
+
 def rejects_structured_output(failure: ProviderError) -> bool:
-    """Whether `failure` is a server refusing the structured-output part of the request."""
+    """Whether `failure`, answered to a request carrying a native schema, is the server
+    failing on that part of the request: a 400 or 422 naming it, or an internal error (500),
+    which the same request without the schema may not meet."""
+    if failure.status == 500:
+        return True
     return failure.status in (400, 422) and bool(_REJECTED.search(str(failure)))
+
+
+def enforces_schema(kind: str, base_url: str | None) -> bool:
+    """Whether a native schema sent to this provider is known to be enforced: only OpenAI's
+    and Anthropic's own APIs (and the offline stand-in) promise it; compatible servers and
+    gateways may ignore the field, so the prompt must state the schema as well."""
+    if kind == "offline":
+        return True
+    host = (urlsplit(base_url or "").hostname or "").lower()
+    return kind in ("openai", "anthropic") and host in _ENFORCING_HOSTS
 
 
 def schema_instructions(schema: dict[str, Any]) -> str:
@@ -104,17 +129,20 @@ async def complete_with_schema(
     *,
     instructions: str,
 ) -> tuple[ModelResult, list[str]]:
-    """Call `provider`; when it refuses the native structured output, call it once more with
-    the schema in the prompt instead (`instructions`) and say so in the warnings."""
+    """Call `provider`; when it fails on the native structured output, call it once more
+    with the schema in the prompt only (`instructions`) and say so in the warnings."""
     try:
         return await provider.complete(request, on_token), []
     except ProviderError as failure:
         if request.response_schema is None or not rejects_structured_output(failure):
             raise
+        status = failure.status
     warning = (
         f"{provider.name} refused the native structured output request for model "
-        f"{request.alias!r}; the schema was sent in the prompt and the answer validated here"
+        f"{request.alias!r} (HTTP {status}); the schema was sent in the prompt and the answer "
+        "validated here"
     )
     logger.warning("%s", warning)
-    fallback = replace(request, response_schema=None, prompt=request.prompt + instructions)
+    prompt = request.prompt if instructions in request.prompt else request.prompt + instructions
+    fallback = replace(request, response_schema=None, prompt=prompt)
     return await provider.complete(fallback, on_token), [warning]

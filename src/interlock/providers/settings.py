@@ -169,6 +169,7 @@ class ResolvedModel:
         provider: The provider name (a `[providers.<name>]` table or a built-in).
         kind: Which client serves it: openai, anthropic, cli or offline.
         model: The provider's model id.
+        base_url: The provider's base URL (openai and anthropic kinds), None otherwise.
         input_price_per_mtok: USD per million input tokens.
         output_price_per_mtok: USD per million output tokens.
         cache_read_price_per_mtok: For input tokens read from the provider's prompt cache
@@ -196,6 +197,7 @@ class ResolvedModel:
     provider: str
     kind: ProviderKind
     model: str
+    base_url: str | None = None
     input_price_per_mtok: float = 0.0
     output_price_per_mtok: float = 0.0
     cache_read_price_per_mtok: float | None = None

@@ -307,7 +307,8 @@ class HttpEndpoint:
                         retry_after = retry_after_of(response.headers)
                         failure = ProviderError(
                             f"{self.name}: HTTP {status} from {shown}: {error_message(raw)}",
-                            retryable=is_retryable_status(status),
+                            retryable=is_retryable_status(status)
+                            and not (status == 500 and _asks_structured(body)),
                             status=status,
                             retry_after=retry_after,
                         )
@@ -375,6 +376,17 @@ class HttpEndpoint:
             delay,
         )
         await self.retry.sleep(delay)
+
+
+def _asks_structured(body: dict[str, Any]) -> bool:
+    """Whether `body` asks for native structured output. An internal error (500) answered to
+    it is not retried as it stands: servers that cannot compile a schema fail that way
+    (llama-cpp-python), and the caller asks again with the schema in the prompt instead."""
+    answer_format = body.get("response_format")
+    if isinstance(answer_format, dict) and answer_format.get("type") == "json_schema":
+        return True
+    config = body.get("output_config")
+    return (isinstance(config, dict) and "format" in config) or "output_format" in body
 
 
 def _encode(body: dict[str, Any]) -> bytes:

@@ -44,6 +44,7 @@ from interlock.providers.request import unsupported
 from interlock.providers.schema_output import (
     NATIVE_KINDS,
     complete_with_schema,
+    enforces_schema,
     schema_document,
     schema_instructions,
 )
@@ -175,7 +176,8 @@ class ModelRunner:
             return self._failed(spec, exc, alias, model)
         native = schema is not None and model.kind in NATIVE_KINDS
         instructions = schema_instructions(schema) if schema is not None else ""
-        if schema is not None and not native:
+        # A server that may ignore the native field is told the schema in the prompt too.
+        if schema is not None and not (native and enforces_schema(model.kind, model.base_url)):
             prompt += instructions
         header = f"<!-- model {alias} -> {model.provider}:{model.model} -->"
         recorded = recorded_settings(model.settings)

@@ -93,8 +93,16 @@ def _iso_second(second: int) -> str:
 def status_view(pipeline: Pipeline, state: RunState, run_dir_name: str) -> dict[str, Any]:
     """The run as `status.json` shows it: phases, workers, retries, delivery."""
     latest: dict[str, Any] = {}
+    # What each worker spent over every visit, attempt and item, by visit: the rows add up
+    # to the run's total, where the last visit alone would not.
+    spent: dict[str, dict[int, float]] = {}
+    estimated: set[str] = set()
     for task in state.tasks.values():  # insertion order: later visits overwrite earlier ones
         latest.setdefault(task.role, {})[task.item] = task
+        by_visit = spent.setdefault(task.role, {})
+        by_visit[task.visit] = by_visit.get(task.visit, 0.0) + task.cost_usd
+        if task.estimated:
+            estimated.add(task.role)
     phases = []
     outcomes = item_outcomes(pipeline, state)
     current_index = 0
@@ -125,8 +133,14 @@ def status_view(pipeline: Pipeline, state: RunState, run_dir_name: str) -> dict[
                     "model": last.model,
                     "output": last.artifact,
                     "error": last.error,
-                    "cost_usd": round(sum(t.cost_usd for t in ordered), 6),
+                    "cost_usd": round(sum(spent[worker.role].values()), 6),
                 }
+                if len(spent[worker.role]) > 1:
+                    entry["visit_costs"] = {
+                        str(v): round(c, 6) for v, c in sorted(spent[worker.role].items())
+                    }
+                if worker.role in estimated:
+                    entry["estimated"] = True  # a call's tokens were estimated, not reported
                 if any(t.unpriced for t in ordered):
                     entry["unpriced"] = True  # a call with no known price counted $0
                 child = state.children.get(last.task_id)
@@ -173,7 +187,9 @@ def status_view(pipeline: Pipeline, state: RunState, run_dir_name: str) -> dict[
             "pending": [s.name for s in state.inbox],
         },
         "current_phase": current_index,
-        "retry_count": sum(max(0, t.attempt - 1) for t in state.tasks.values()),
+        "retry_count": retry_count(state),
+        # Tasks made again because an input they read was edited: no retries.
+        "reruns": sum(t.reruns for t in state.tasks.values()),
         "phases": phases,
         "result_delivered": state.delivered is not None,
         "final": state.delivered,
@@ -185,6 +201,8 @@ def status_view(pipeline: Pipeline, state: RunState, run_dir_name: str) -> dict[
         "cost_usd": round(state.cost_usd, 6),
         "unpriced_models": list(state.unpriced),
         "tokens": state.tokens,
+        # Some calls' tokens (and so their cost) were estimated: the server reported none.
+        "estimated": any(t.estimated for t in state.tasks.values()),
         "created_at": iso(state.created_at),
         "updated_at": iso(state.updated_at),
         "events": state.events,
@@ -209,6 +227,11 @@ def status_view(pipeline: Pipeline, state: RunState, run_dir_name: str) -> dict[
             for task_id, c in state.children.items()
         },
     }
+
+
+def retry_count(state: RunState) -> int:
+    """Attempts after a task's first that were retries: not the re-runs an edit caused."""
+    return sum(max(0, t.attempt - 1 - t.reruns) for t in state.tasks.values())
 
 
 def failing_view(pipeline: Pipeline, state: RunState) -> dict[str, Any] | None:
@@ -276,6 +299,16 @@ def waiting_view(state: RunState) -> dict[str, Any] | None:
         "until": iso(waiting.until),
         "since": iso(waiting.since),
     }
+
+
+def overdue(waiting: dict[str, Any] | None, now: float | None = None) -> bool:
+    """Whether the wait of `waiting` has ended (its time passed): a run still waiting then
+    needs an orchestrator now, as an undriven running run does."""
+    until = (waiting or {}).get("until")
+    if not until:
+        return False
+    ended = dt.datetime.fromisoformat(until.replace("Z", "+00:00")).timestamp()
+    return ended <= (time.time() if now is None else now)
 
 
 def waiting_text(waiting: dict[str, Any] | None) -> str:

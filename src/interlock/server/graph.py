@@ -68,9 +68,16 @@ def describe(pipeline: Pipeline) -> dict[str, Any]:
     return {"phases": phases, "reads": reads, "flow": flow, "end": END}
 
 
+def edge_key(source: str, target: str, rule: int | None) -> str:
+    """How `taken` names an edge of `flow` (see `path_taken`); graph.js builds the same."""
+    return f"{source}->{target}" if rule is None else f"{source}->{target}#{rule}"
+
+
 def path_taken(events: list[StoredEvent]) -> dict[str, Any]:
-    """The phases a run visited in order, and how many times each `next:` edge was taken
-    (keyed `from->to`)."""
+    """The phases a run visited in order, and how many times each `next:` edge was taken:
+    keyed `from->to#N` for rule N, so that two rules between the same phases are counted
+    apart (only the rule that held is credited), and `from->to` for going on in file order,
+    delivering (`->end`) and a rejection."""
     folder = PathFold()
     folder.feed(events)
     return folder.path()
@@ -95,7 +102,7 @@ class PathFold:
             if isinstance(event, ev.PhaseStarted):
                 visits.append({"phase": event.phase, "visit": event.visit})
             elif isinstance(event, ev.BranchTaken):
-                key = f"{event.phase}->{event.goto}"
+                key = edge_key(event.phase, event.goto, event.rule)
                 taken[key] = taken.get(key, 0) + 1
             elif isinstance(event, ev.Delivered) and visits:
                 key = f"{visits[-1]['phase']}->{END}"

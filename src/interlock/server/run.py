@@ -3,11 +3,12 @@ with the app in this process."""
 
 from __future__ import annotations
 
+import errno
 import socket
 import sys
 from typing import Any
 
-from interlock.errors import MissingExtra
+from interlock.errors import MissingExtra, UsageError
 from interlock.server.config import ServerConfig
 
 
@@ -16,8 +17,19 @@ def bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host.strip("[]"), port))
-    sock.listen(128)
+    try:
+        sock.bind((host.strip("[]"), port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise UsageError(
+                f"cannot serve on {host}:{port}: the port is in use (another 'interlock "
+                "serve', maybe); choose another with --port, or stop what listens there"
+            ) from None
+        raise UsageError(
+            f"cannot serve on {host}:{port}: {exc.strerror or exc}; check --host and --port"
+        ) from None
     sock.set_inheritable(True)
     return sock
 
@@ -40,9 +52,15 @@ def serve(config: ServerConfig, *, log_level: str = "warning") -> None:
             f"the server needs an extra: pip install 'interlock[server]' ({exc})"
         ) from None
 
+    sock = bind(config.host, config.port)  # a port in use is said before anything starts
     app = build_app(config)
-    sock = bind(config.host, config.port)
     print(f"interlock serving on {url_of(sock, config.host)}/ui/", file=sys.stderr, flush=True)
+    print(
+        "note: each workflow folder's interlock.toml is read once, when its first run is "
+        "driven here; restart the server to apply a change to it",
+        file=sys.stderr,
+        flush=True,
+    )
     server = uvicorn.Server(uvicorn_config(app, config, log_level=log_level))
     server.run(sockets=[sock])
 

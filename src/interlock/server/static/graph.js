@@ -20,6 +20,10 @@ function s(tag, attrs, ...children) {
   return node;
 }
 
+// As graph.py's edge_key: a rule's edge is counted apart from another rule between the
+// same phases, so only the rule that held shows as taken.
+function edgeKey(e) { return e.rule ? `${e.from}->${e.to}#${e.rule}` : `${e.from}->${e.to}`; }
+
 function clip(text, n) { return text.length > n ? `${text.slice(0, n - 1)}…` : text; }
 
 function graphView(graph, run, attempts) {
@@ -91,7 +95,7 @@ function graphView(graph, run, attempts) {
   let loop = 0, skip = 0;
   for (const e of graph.flow) {
     const a = place[e.from], b = place[e.to];
-    const count = taken[`${e.from}->${e.to}`] || 0;
+    const count = taken[edgeKey(e)] || 0;
     // A label between two neighbouring phases has only the gap: the condition is shortened
     // there (its whole text is in the edge's title and in the list of rules).
     const room = column(e.to) === column(e.from) + 1 ? 14 : 30;
@@ -126,7 +130,7 @@ function graphView(graph, run, attempts) {
     s("defs", {}, marker("g-arrow", "g-head"), marker("g-arrow-taken", "g-head g-taken"), marker("g-arrow-read", "g-head g-read-head")),
     edges, nodes, labels);
   const rules = graph.flow.filter((e) => e.rule).map((e) => {
-    const count = taken[`${e.from}->${e.to}`] || 0;
+    const count = taken[edgeKey(e)] || 0;
     return h("li", {}, h("code", {}, e.from), " → ", h("code", {}, e.to), e.condition ? [" if ", h("code", {}, e.condition)] : " always",
       e.max_visits ? ` (at most ${e.max_visits} visits)` : "", h("span", { class: count ? "g-count" : "muted" }, count ? ` · taken ${count}×` : " · not taken"));
   });
