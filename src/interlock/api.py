@@ -482,12 +482,15 @@ class Interlock:
 
     def status(self, run_id: str) -> dict[str, Any]:
         """The `status.json` view of a run."""
-        from interlock.runtime.projection import status_view
+        from interlock.runtime.projection import capped_waits, status_view, with_spend_wait
 
         run_id = self.resolve(run_id)
         record = self.store.get_run(run_id)
         definition = self.definition_of(record.pipeline, record.definition_hash)
-        return status_view(definition.pipeline, self.state(run_id), run_id)
+        view = status_view(definition.pipeline, self.state(run_id), run_id)
+        # A wait of the running attempts is no event: the driving orchestrator's file has it.
+        found = capped_waits(self.home.live_dir, [record], time.time()).get(run_id)
+        return with_spend_wait(view, found)
 
     def definition_of(self, pipeline: str, definition_hash: str) -> Definition:
         """The definition a run is pinned to."""

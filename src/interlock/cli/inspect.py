@@ -62,13 +62,24 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
         from interlock.runtime.projection import waits_of
 
         waits, unreadable = waits_of(ctx.store, records)
+    capped: dict[str, Any] = {}  # running runs whose calls wait on a spend cap
+    if any(drivers.values()):
+        from interlock.runtime.home import Home
+        from interlock.runtime.projection import live_spend_wait
+
+        home = Home.at(ctx.home)
+        for r in records:
+            if r.summary.status == "running" and drivers[r.run_id] is not None:
+                found = live_spend_wait(home.live_dir(r.run_id), drivers[r.run_id])
+                if found is not None:
+                    waits[r.run_id] = capped[r.run_id] = found["waiting"]
     if as_json:
         rows = [
             {
                 "run_id": r.run_id,
                 "pipeline": r.pipeline,
                 "topic": r.topic,
-                "status": r.summary.status,
+                "status": "waiting" if r.run_id in capped else r.summary.status,
                 "phase": r.summary.phase,
                 "cost_usd": r.summary.cost_usd,
                 "tokens": r.summary.tokens,
@@ -93,10 +104,14 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
     table = RunTable()
     stopped, idle = [], []
     for r in _nested(records, parents):
-        state = styled(r.summary.status)
+        state = styled("waiting" if r.run_id in capped else r.summary.status)
         if r.run_id in unreadable:
             state.append(" (unreadable)", style="red")
-        if r.run_id in waits:
+        if r.run_id in capped:
+            from interlock.runtime.projection import waiting_text
+
+            state.append(waiting_text(capped[r.run_id]).removeprefix("waiting"))
+        elif r.run_id in waits:
             from interlock.runtime.projection import waiting_text
 
             state.append(" " + waiting_text(waits[r.run_id]).removeprefix("waiting "))
@@ -257,6 +272,9 @@ def item_lines(view: dict[str, Any]) -> list[str]:
 def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
     """Show a run: phases, workers, retries, cost, warnings, and who drives it."""
     current = _current_status_file(ctx, run_id)
+    capped = current is not None and (current[0].get("waiting") or {}).get("for") == "spend_cap"
+    if current is not None and capped and driver_of(current[1]) is None:
+        current = None  # a wait of a process gone: it waits no more
     if current is not None:
         view, record = current
     else:
@@ -307,6 +325,8 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
                 state.append(f" (waiting for a slot of {slot_waits[role]!r})")
             if w.get("items_failed"):
                 state.append(f" ({w['items_failed']} of {w['items']} items failed)")
+            if w.get("spend_wait"):
+                state.append(f" ({w['spend_wait']})")
             table.add_row(
                 phase["id"] if index == 0 else "",
                 role,
@@ -357,7 +377,12 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
         from interlock.runtime.projection import waiting_text
 
         line = waiting_text(waiting)
-        if waiting.get("for") not in ("slot", "task_slot", "child"):
+        if waiting.get("for") == "spend_cap":
+            line += (
+                f" (task {waiting['task']}; 'interlock limits' shows the caps, raise one "
+                "in interlock.toml to go on now)"
+            )
+        elif waiting.get("for") not in ("slot", "task_slot", "child"):
             line += f" (phase {waiting['phase']!r}, {waiting['when']} it)"
         if waiting.get("signal"):
             line += f"; send it: interlock signal {view['run_id']} {waiting['signal']} --data JSON"

@@ -4,11 +4,12 @@
 its worst case (`spend.worst_case_usd`) is held against every cap that applies, in the
 process's `SpendStore` (the ledger's, `use_spend_store`; this process's memory otherwise).
 A call that does not fit waits, saying so through its task's progress (the `on_token`
-callback the runtime relays), and goes on once the window resets, others settle below
-their holds, or a person raises the cap in `interlock.toml`, which is read again when its
-modification time changes. When the call ends the hold becomes the real cost, or nothing
-when it failed before spending. A hold of a process that died expires once the call could
-no longer be running (its timeout and a margin).
+callback the runtime relays) and to the listener in `cap_waits` (the runtime's: it shows the
+wait as its task's and run's state in status.json), and goes on once the window resets,
+others settle below their holds, or a person raises the cap in `interlock.toml`, which is
+read again when its modification time changes. When the call ends the hold becomes the real
+cost, or nothing when it failed before spending. A hold of a process that died expires once
+the call could no longer be running (its timeout and a margin).
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from interlock.providers.base import (
     CallStopped,
@@ -58,6 +62,42 @@ POLL_S = 5.0
 """A waiting call asks again this often (a cap raised, a hold settled, the window reset)."""
 LEASE_MARGIN_S = 60.0
 """A hold outlives its call's timeout by this much before it counts no more."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CapWait:
+    """A call waiting on a spend cap (or on the caps' store), as its run shows it.
+
+    Attributes:
+        text: What the call says: ``waiting: spend cap 'daily' (USD 50.00) until 00:00 UTC``.
+        since: When the call began to wait (epoch seconds).
+        cap: The cap's name (None: the caps' store is unreachable).
+        amount_usd: The cap's amount (None with no cap).
+        until: When the cap's window resets (None with no cap).
+    """
+
+    text: str
+    since: float
+    cap: str | None = None
+    amount_usd: float | None = None
+    until: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The wait as status.json and the API carry it (times as epoch seconds)."""
+        return {
+            "cap": self.cap,
+            "amount_usd": self.amount_usd,
+            "until": self.until,
+            "since": self.since,
+            "text": self.text,
+        }
+
+
+CapWaitListener = Callable[[CapWait | None], None]
+cap_waits: ContextVar[CapWaitListener | None] = ContextVar("interlock_cap_waits", default=None)
+"""Told when the call of this context begins to wait on a cap (a `CapWait`, again when what
+it waits on changes) and when it waits no more (None). The runtime sets it around a task's
+call; unset, a wait is said only through the call's progress."""
 
 
 class MemorySpend:
@@ -270,7 +310,35 @@ class CappedProvider:
         output: int | None,
         on_token: TokenCallback | None,
     ) -> tuple[CapKey, ...]:
+        listener = cap_waits.get()
+        told: list[CapWait] = []
+
+        def tell(wait: CapWait) -> None:
+            told.append(wait)
+            if listener is not None:
+                listener(wait)
+
+        try:
+            return await self._wait_for_room(
+                request, store, hold, usd, prompt, output, on_token, tell
+            )
+        finally:
+            if told and listener is not None:
+                listener(None)  # reserved, given up or cancelled: it waits no more
+
+    async def _wait_for_room(
+        self,
+        request: ModelRequest,
+        store: SpendStore,
+        hold: str,
+        usd: float,
+        prompt: int,
+        output: int | None,
+        on_token: TokenCallback | None,
+        tell: Callable[[CapWait], None],
+    ) -> tuple[CapKey, ...]:
         said = ""
+        since = self._clock()
         while True:
             limits, caps = self._caps(request)
             if not caps:
@@ -311,6 +379,7 @@ class CappedProvider:
                 )
                 text = f"waiting: spend caps' store {store.where} unreachable"
                 wait = POLL_S
+                waiting = CapWait(text=text, since=since)
             else:
                 if blocked is None:
                     return keys
@@ -323,9 +392,15 @@ class CappedProvider:
                         retryable=False,
                     )
                 text = waiting_text(cap, now)
-                wait = min(POLL_S, max(0.01, window_bounds(cap.window, now)[1] - now))
-            if text != said and on_token is not None:
-                on_token(f"\n{text}\n" + " " * held_back(self._secrets()))
+                until = window_bounds(cap.window, now)[1]
+                wait = min(POLL_S, max(0.01, until - now))
+                waiting = CapWait(
+                    text=text, since=since, cap=cap.name, amount_usd=cap.amount_usd, until=until
+                )
+            if text != said:
+                tell(waiting)
+                if on_token is not None:
+                    on_token(f"\n{text}\n" + " " * held_back(self._secrets()))
             said = text
             await self._sleep(wait)
 

@@ -18,6 +18,7 @@ from interlock.core import events as ev
 from interlock.core.decide import given_up
 from interlock.core.extract import ExtractionError, extract_values
 from interlock.core.state import TaskState
+from interlock.providers.spend_guard import CapWait, cap_waits
 from interlock.runtime import artifacts, records
 from interlock.runtime.diskfull import is_enospc
 from interlock.runtime.driver import Report, RunDriver, renders_templates
@@ -172,9 +173,26 @@ async def execute(orchestrator: Orchestrator, run_id: str, spec: TaskSpec) -> Ou
     def progress(text: str) -> None:
         orchestrator.progress(run_id, spec.task_id, text)
 
-    return await orchestrator.models.run(
-        spec, progress if orchestrator.progress_listeners else None
-    )
+    def cap_wait(wait: CapWait | None) -> None:
+        # A wait is no event (it ends by itself, and is polled): it shows in status.json,
+        # which every reader of a live run (`runs`, `status`, the API) looks at.
+        driver = orchestrator.drivers.get(run_id)
+        if driver is None:
+            return
+        if wait is None:
+            driver.spend_waits.pop(spec.task_id, None)
+        else:
+            driver.spend_waits[spec.task_id] = wait.to_json()
+        if orchestrator.settings.write_status and driver.run_dir.is_dir():
+            driver.write_status()
+
+    told = cap_waits.set(cap_wait)  # this task's context only: each call tells of its own
+    try:
+        return await orchestrator.models.run(
+            spec, progress if orchestrator.progress_listeners else None
+        )
+    finally:
+        cap_waits.reset(told)
 
 
 async def off_loop_report(

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from interlock.core.decide import given_up, still_running
@@ -90,8 +92,20 @@ def _iso_second(second: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
 
 
-def status_view(pipeline: Pipeline, state: RunState, run_dir_name: str) -> dict[str, Any]:
-    """The run as `status.json` shows it: phases, workers, retries, delivery."""
+def status_view(
+    pipeline: Pipeline,
+    state: RunState,
+    run_dir_name: str,
+    spend_waits: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The run as `status.json` shows it: phases, workers, retries, delivery.
+
+    `spend_waits`: the running tasks whose model call waits on a spend cap (by task id, as
+    `CapWait.to_json` has them): a wait of the running attempt, never recorded, that the
+    runtime driving the run knows of. A running run with one, and no other wait, shows as
+    `waiting` for it.
+    """
+    waits = live_spend_waits(state, spend_waits)
     latest: dict[str, Any] = {}
     # What each worker spent over every visit, attempt and item, by visit: the rows add up
     # to the run's total, where the last visit alone would not.
@@ -141,6 +155,8 @@ def status_view(pipeline: Pipeline, state: RunState, run_dir_name: str) -> dict[
                     }
                 if worker.role in estimated:
                     entry["estimated"] = True  # a call's tokens were estimated, not reported
+                if last.task_id in waits:
+                    entry["spend_wait"] = waits[last.task_id]["text"]
                 if any(t.unpriced for t in ordered):
                     entry["unpriced"] = True  # a call with no known price counted $0
                 child = state.children.get(last.task_id)
@@ -164,14 +180,25 @@ def status_view(pipeline: Pipeline, state: RunState, run_dir_name: str) -> dict[
         if phase.for_each is not None and phase.id in outcomes:
             shown["items"] = outcomes[phase.id]
         phases.append(shown)
+    waiting = spend_waiting_view(waits) if waits and listed_status(state) == "running" else None
     return {
         "run_id": state.run_id,
         "pipeline": state.pipeline,
         "dir": run_dir_name,
         "topic": state.topic,
         "inputs": state.inputs,
-        "status": listed_status(state),
-        "waiting": waiting_view(state),
+        "status": "waiting" if waiting is not None else listed_status(state),
+        "waiting": waiting if waiting is not None else waiting_view(state),
+        "spend_waits": {
+            task_id: {
+                **wait,
+                "until": iso(wait["until"]),
+                "since": iso(wait["since"]),
+                "phase": state.tasks[task_id].phase,
+                "role": state.tasks[task_id].role,
+            }
+            for task_id, wait in waits.items()
+        },
         "failing": failing_view(pipeline, state),
         # Tasks of workers with a concurrency key: waiting for a slot before dispatch, or
         # holding one (see `Worker.concurrency`).
@@ -232,6 +259,34 @@ def status_view(pipeline: Pipeline, state: RunState, run_dir_name: str) -> dict[
 def retry_count(state: RunState) -> int:
     """Attempts after a task's first that were retries: not the re-runs an edit caused."""
     return sum(max(0, t.attempt - 1 - t.reruns) for t in state.tasks.values())
+
+
+def live_spend_waits(
+    state: RunState, spend_waits: dict[str, dict[str, Any]] | None
+) -> dict[str, dict[str, Any]]:
+    """The waits of `spend_waits` of tasks still in flight in a running run, by task id."""
+    if not spend_waits or state.status is not RUN_RUNNING:
+        return {}
+    return {
+        task_id: wait
+        for task_id, wait in sorted(spend_waits.items())
+        if task_id in state.tasks and state.tasks[task_id].status.in_flight
+    }
+
+
+def spend_waiting_view(waits: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The `waiting` of a run whose tasks' calls wait on spend caps: the longest wait."""
+    task_id, wait = min(waits.items(), key=lambda tw: (tw[1]["since"], tw[0]))
+    return {
+        "for": "spend_cap",
+        "task": task_id,
+        "cap": wait["cap"],
+        "amount_usd": wait["amount_usd"],
+        "until": iso(wait["until"]),
+        "since": iso(wait["since"]),
+        "text": wait["text"],
+        "tasks": len(waits),
+    }
 
 
 def failing_view(pipeline: Pipeline, state: RunState) -> dict[str, Any] | None:
@@ -323,6 +378,9 @@ def waiting_text(waiting: dict[str, Any] | None) -> str:
             f"waiting for a slot of {waiting['key']!r} ({waiting['limit']} at once) for task "
             f"{waiting['task']}{more}"
         )
+    if waiting.get("for") == "spend_cap":
+        more = f" ({waiting['tasks']} tasks)" if waiting["tasks"] > 1 else ""
+        return f"{waiting['text']}{more}"
     if waiting.get("for") == "child":
         return f"waiting for child run {waiting['child']} ({waiting['detail']})"
     until = f" until {waiting['until']}" if waiting.get("until") else ""
@@ -451,3 +509,66 @@ def unpriced_note(aliases: list[str]) -> str:
         f"them); set input_price_per_mtok and output_price_per_mtok in [models.{aliases[0]}] "
         "of interlock.toml (0 for a free model)"
     )
+
+
+def live_spend_wait(run_dir: Path, owner: str | None) -> dict[str, Any] | None:
+    """What a running run's tasks wait on, when they wait on spend caps, as the status.json
+    of `owner` (the live orchestrator holding its lease) says: ``{"waiting": ..., "spend_waits":
+    ...}``, or None. A file of an orchestrator no longer driving it is not believed: a wait
+    ended with its process."""
+    if owner is None:
+        return None
+    try:
+        view = json.loads((run_dir / "status.json").read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(view, dict) or view.get("orchestrator") != owner:
+        return None
+    waiting = view.get("waiting")
+    if not isinstance(waiting, dict) or waiting.get("for") != "spend_cap":
+        return None
+    return {"waiting": waiting, "spend_waits": view.get("spend_waits") or {}}
+
+
+def capped_waits(
+    run_dir_of: Callable[[str], Path], records: Sequence[RunRecord], now: float
+) -> dict[str, dict[str, Any]]:
+    """`live_spend_wait` of each running run of `records` whose lease is held (`run_dir_of`:
+    a run's live folder), by run id: what a list of runs shows them waiting on."""
+    found: dict[str, dict[str, Any]] = {}
+    for record in records:
+        if record.summary.status != "running" or (record.lease_expires or 0) <= now:
+            continue
+        wait = live_spend_wait(run_dir_of(record.run_id), record.lease_owner)
+        if wait is not None:
+            found[record.run_id] = wait
+    return found
+
+
+def with_spend_wait(view: dict[str, Any], found: dict[str, Any] | None) -> dict[str, Any]:
+    """A status view folded from the history (`view`, left as it is) with the spend-cap wait
+    its orchestrator's status.json shows (`found`, from `live_spend_wait`), as status.json
+    itself has it: the run `waiting`, each waiting worker's `spend_wait`."""
+    if found is None or view.get("status") != "running":
+        return view
+    waits = found["spend_waits"]
+    texts = {(w.get("phase"), w.get("role")): w.get("text") for w in waits.values()}
+    phases = [
+        {
+            **phase,
+            "workers": {
+                role: {**entry, "spend_wait": texts[phase["id"], role]}
+                if (phase["id"], role) in texts
+                else entry
+                for role, entry in phase["workers"].items()
+            },
+        }
+        for phase in view["phases"]
+    ]
+    return {
+        **view,
+        "status": "waiting",
+        "waiting": found["waiting"],
+        "spend_waits": waits,
+        "phases": phases,
+    }

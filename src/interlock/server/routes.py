@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -9,7 +10,7 @@ from fastapi.responses import FileResponse, PlainTextResponse, Response
 from pydantic import BaseModel, Field
 
 from interlock.runtime.family import parents_of
-from interlock.runtime.projection import iso, waits_of
+from interlock.runtime.projection import capped_waits, iso, waits_of
 from interlock.server import files
 from interlock.server import run_list as run_list_api
 from interlock.server.auth import Authenticator, Principal
@@ -121,6 +122,11 @@ async def list_runs(
     # listed summary does not hold it, and a list of runs says why a run waits.
     # On a read thread: folding holds no other request up.
     waits, unreadable = await svc.reads.off_loop(lambda: waits_of(svc.store, records))
+    # A running run whose calls wait on a spend cap: its orchestrator's status.json says so.
+    capped = await svc.reads.off_loop(
+        lambda: capped_waits(svc.api.home.live_dir, records, time.time())
+    )
+    waits.update({run_id: found["waiting"] for run_id, found in capped.items()})
     rows = [run_row(r, parents.get(r.run_id), waits.get(r.run_id)) for r in records]
     for row in rows:
         if row["run_id"] in unreadable:  # that run's history cannot be read: the rest can

@@ -3,11 +3,18 @@ its tasks, and the full view of one run. Plain functions over the store: no web 
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from interlock.core.state import RunState
 from interlock.runtime.family import current_children, family_view
-from interlock.runtime.projection import iso, status_view, unpriced_note
+from interlock.runtime.projection import (
+    capped_waits,
+    iso,
+    status_view,
+    unpriced_note,
+    with_spend_wait,
+)
 from interlock.server.messages import progress
 from interlock.storage.base import RunRecord
 
@@ -27,7 +34,8 @@ def run_row(
         "run_id": record.run_id,
         "pipeline": record.pipeline,
         "topic": record.topic,
-        "status": s.status,
+        # A running run whose calls wait on a spend cap is listed waiting, as status.json says.
+        "status": "waiting" if waiting and waiting.get("for") == "spend_cap" else s.status,
         "phase": s.phase,
         "cost_usd": round(s.cost_usd, 6),
         "tokens": s.tokens,
@@ -110,8 +118,16 @@ def with_family(
     parent (what the run page draws its links and "paused in child" note from)."""
     view = dict(base)
     view["driven_by"] = record.lease_owner
+    # A wait of the running attempts is no event: the driving orchestrator's status.json
+    # has it.
+    found = capped_waits(api.home.live_dir, [record], time.time()).get(record.run_id)
+    view = with_spend_wait(view, found)
+    texts = {t: w.get("text") for t, w in (view.get("spend_waits") or {}).items()}
     view.update(family_view(api.store, view))
     now = current_children(state)
     current = {c["task_id"]: c for c in view["child_runs"] if c["task_id"] in now}
-    view["tasks"] = [{**task, "child": current.get(task["task_id"])} for task in base["tasks"]]
+    view["tasks"] = [
+        {**task, "child": current.get(task["task_id"]), "spend_wait": texts.get(task["task_id"])}
+        for task in base["tasks"]
+    ]
     return view

@@ -89,7 +89,8 @@ function drawRun() {
     headerControls(run)), h("div", { class: "bar" }, bar));
   const notes = [];
   if (run.failure) notes.push(h("div", { class: "warn failure" }, run.status === "cancelled" ? "Cancelled: " : "Failed: ", run.failure));
-  if (run.waiting) notes.push(waitingNote(run));
+  if (run.waiting && run.waiting.for === "spend_cap") notes.push(spendCapNote(run.waiting));
+  else if (run.waiting) notes.push(waitingNote(run));
   if (run.failing) notes.push(h("div", { class: "warn failure", id: "failing" }, `Failing: task ${run.failing.task} failed for good (${run.failing.error || "no detail"}). The run fails once ${run.failing.waiting_for.join(", ") || "all"} ${run.failing.waiting_for.length === 1 ? "has" : "have"} ended, so that what was paid for is kept for a rerun; cancel it to stop now.`));
   const pausedChild = run.status === "paused" && run.pause && run.pause.child;
   if (pausedChild) notes.push(pausedInChild(run.pause.child));
@@ -151,9 +152,17 @@ function workers(run) {
   return h("table", {}, h("thead", {}, h("tr", {}, h("th", {}, "task"), h("th", {}, "phase"), h("th", {}, "status"),
     h("th", { class: "num" }, "attempt"), h("th", { class: "num" }, "duration"), h("th", {}, "model"), h("th", {}, "output"))),
   h("tbody", {}, run.tasks.map((t) => h("tr", {},
-    h("td", { class: "mono" }, t.task_id, t.child ? childLine(t.child) : null), h("td", {}, t.phase), h("td", {}, pill(t.status), t.error ? h("div", { class: "muted" }, t.error.slice(0, 200)) : null),
+    h("td", { class: "mono" }, t.task_id, t.child ? childLine(t.child) : null), h("td", {}, t.phase), h("td", {}, pill(t.status), t.spend_wait ? h("div", { class: "spend-wait" }, t.spend_wait) : null, t.error ? h("div", { class: "muted" }, t.error.slice(0, 200)) : null),
     h("td", { class: "num" }, t.attempt), h("td", { class: "num" }, seconds(t.duration_s)), h("td", { class: "muted" }, t.model || "–"),
     h("td", {}, t.output ? h("a", { href: "#", onclick: (e) => { e.preventDefault(); showOutput(t.output); } }, t.output) : "–")))));
+}
+
+// A call past a spend cap waits (no event records it: the API has it from the orchestrator
+// driving the run, and the page asks again every few seconds while the run is live).
+function spendCapNote(w) {
+  const more = w.tasks > 1 ? ` (${w.tasks} tasks; the longest waiting is ${w.task})` : ` (task ${w.task})`;
+  return h("div", { class: "warn waiting", id: "waiting" }, `${w.text.replace(/^waiting/, "Waiting")}${more}. `,
+    "It goes on when the window resets or the cap is raised in interlock.toml (`interlock limits` shows the caps).");
 }
 
 // -- child runs (of `pipeline` workers) and the parent of a child --------------------------

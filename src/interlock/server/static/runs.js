@@ -80,6 +80,7 @@ function waitingTitle(waiting) {
   if (waiting.for === "slot") return `waiting for a slot of ${waiting.key}`;
   if (waiting.for === "task_slot") return `waiting for a slot of ${waiting.key} for task ${waiting.task}`;
   if (waiting.for === "child") return `waiting for child run ${waiting.child}`;
+  if (waiting.for === "spend_cap") return waiting.text;
   if (waiting.for === "signal") return `waiting for signal ${waiting.signal}`;
   return waiting.until ? `waiting until ${waiting.until}` : "waiting";
 }
