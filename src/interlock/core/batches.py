@@ -243,9 +243,10 @@ def batch_tolerance(value: object, where: str) -> Tolerance | None:
         value = int(value)  # "-1" is refused as negative, not as "neither"
     hint = f"give a number of rows ({where} 5) or a percentage of them ({where} 10%)"
     try:
-        return parse_tolerance(value, hint)
-    except ValueError as exc:
-        raise BatchInputError(f"{where}: {exc}; nothing was recorded") from None
+        return parse_tolerance(value, hint, "rows")
+    except ValueError as exc:  # its message starts "tolerate ...": said as it was given
+        said = str(exc).removeprefix("tolerate")
+        raise BatchInputError(f"{where}{said}; nothing was recorded") from None
 
 
 class Held(StrEnum):

@@ -20,11 +20,11 @@ _COUNT = re.compile(r"^\s*(\d+)\s*$")
 HINT = 'give a number of items (tolerate: 5) or a percentage of them (tolerate: "2%")'
 
 
-def parse_tolerance(value: object, hint: str = HINT) -> Tolerance:
+def parse_tolerance(value: object, hint: str = HINT, unit: str = "items") -> Tolerance:
     """The tolerance `value` stands for, or ValueError saying what is wrong and the fix
-    (`hint`: how to write one where it was given)."""
+    (`hint`: how to write one where it was given; `unit`: what it counts)."""
     if isinstance(value, bool):
-        raise ValueError(f"tolerate {value!r} is not a number of items: {hint}")
+        raise ValueError(f"tolerate {value!r} is not a number of {unit}: {hint}")
     if isinstance(value, int):
         if value < 0:
             raise ValueError(f"tolerate {value} is negative: {hint}, 0 or more")
@@ -38,11 +38,11 @@ def parse_tolerance(value: object, hint: str = HINT) -> Tolerance:
             raise ValueError(f"tolerate {value!r} is neither a count nor a percentage: {hint}")
         if Fraction(percent.group(1)) > 100:
             raise ValueError(
-                f"tolerate {value!r} is more than 100% of the items: give a percentage "
+                f"tolerate {value!r} is more than 100% of the {unit}: give a percentage "
                 "from 0% to 100%"
             )
         return f"{percent.group(1)}%"
-    raise ValueError(f"tolerate {value!r} is not a number of items: {hint}")
+    raise ValueError(f"tolerate {value!r} is not a number of {unit}: {hint}")
 
 
 def allowed_failures(tolerance: Tolerance | None, count: int) -> int:
