@@ -259,7 +259,11 @@ summarize:
           command:
             - sh
             - -c
-            - 'if [ $(($1 % 2)) -eq 0 ] && [ ! -e "$2" ]; then echo "row $1 broke" >&2; exit 3; fi; echo "Score: $1" > "$3"'
+            - |
+              if [ $(($1 % 2)) -eq 0 ] && [ ! -e "$2" ]; then
+                echo "row $1 broke" >&2; exit 3
+              fi
+              echo "Score: $1" > "$3"
             - sh
             - "{{ n }}"
             - FIXED
