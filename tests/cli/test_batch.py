@@ -245,3 +245,99 @@ def test_cancel_stops_a_running_batch(cli_env: dict[str, str], tmp_path: Path) -
     stopped = [r for r in body["rows"] if r["run_id"] is not None]
     assert len(stopped) == 2  # the two in flight: cancelled, their commands stopped
     assert not (tmp_path / "count.txt").exists()
+
+
+FLAKY = """\
+summarize:
+  inputs:
+    n: {type: integer, required: true}
+  phases:
+    - id: write
+      workers:
+        - role: writer
+          final: true
+          command:
+            - sh
+            - -c
+            - |
+              if [ $(($1 % 2)) -eq 0 ] && [ ! -e "$2" ]; then
+                echo "row $1 broke" >&2; exit 3
+              fi
+              echo "Score: $1" > "$3"
+            - sh
+            - "{{ n }}"
+            - FIXED
+            - "{output}"
+"""
+
+
+def test_a_batch_fails_past_its_tolerance_and_a_retry_goes_on(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Even rows fail: with --tolerate 2 the third failed row stops the batch (rows not
+    started stay so), which is failed naming its failed rows in status, the list and the
+    JSON; once the cause is fixed, `retry --failed` runs them again and the rest start."""
+    (tmp_path / "wf.yaml").write_text(FLAKY.replace("FIXED", str(tmp_path / "fixed")))
+    (tmp_path / "rows.jsonl").write_text("".join(f'{{"n": {n}}}\n' for n in range(1, 11)))
+    args = ["batch", "wf.yaml", "--inputs", "rows.jsonl", "--batch-id", "t", "--concurrency", "1"]
+    done = interlock(cli_env, tmp_path, *args, "--tolerate", "2")
+    assert done.returncode == 1, done.stderr
+    reason = "3 of 10 rows failed, past tolerate 2; failed rows: 2, 4, 6"
+    assert f"batch t failed: {reason}; no more rows start" in done.stderr
+    assert "interlock batch retry t --failed" in done.stderr
+    shown = interlock(cli_env, tmp_path, "batch", "status", "t")
+    assert f"batch t failed: {reason}" in shown.stdout
+    assert "not started: batch failed" in shown.stdout
+    body = json.loads(interlock(cli_env, tmp_path, "batch", "status", "t", "--json").stdout)
+    assert (body["tolerate"], body["allowed_failures"], body["failed"]) == (2, 2, True)
+    assert body["failure"] == f"batch t failed: {reason}"
+    assert body["counts"] == {"delivered": 3, "failed": 3, "not started: batch failed": 4}
+    assert [r["run_id"] for r in body["rows"][6:]] == [None] * 4  # never started
+    listed = interlock(cli_env, tmp_path, "batches")
+    assert "t (failed: past tolerance)" in listed.stdout
+    (tmp_path / "fixed").touch()
+    again = interlock(cli_env, tmp_path, "batch", "retry", "t", "--failed")
+    assert again.returncode == 0, again.stderr
+    body = json.loads(interlock(cli_env, tmp_path, "batch", "status", "t", "--json").stdout)
+    assert (body["counts"], body["failed"], body["failure"]) == ({"delivered": 10}, False, None)
+
+
+def test_failed_rows_within_the_tolerance_let_the_batch_succeed(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`--tolerate 50%` of 10 rows lets the 5 even rows fail: every row runs and the batch
+    exits 0, saying how many failed; without --tolerate the same batch runs every row too
+    and exits 1, as it always did."""
+    (tmp_path / "wf.yaml").write_text(FLAKY.replace("FIXED", str(tmp_path / "fixed")))
+    (tmp_path / "rows.jsonl").write_text("".join(f'{{"n": {n}}}\n' for n in range(1, 11)))
+    args = ["batch", "wf.yaml", "--inputs", "rows.jsonl", "--concurrency", "2"]
+    within = interlock(cli_env, tmp_path, *args, "--batch-id", "w", "--tolerate", "50%")
+    assert within.returncode == 0, within.stderr
+    assert "5 row(s) failed, within the batch's --tolerate" in within.stderr
+    assert "10/10 done, 5 delivered" in within.stdout
+    plain = interlock(cli_env, tmp_path, *args, "--batch-id", "p")
+    assert plain.returncode == 1, plain.stderr
+    assert "10/10 done, 5 delivered" in plain.stdout
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ("-1", "--tolerate -1 is negative"),
+        ("150%", "--tolerate '150%' is more than 100% of the rows"),
+        ("abc", "--tolerate 'abc' is neither a count nor a percentage"),
+    ],
+)
+def test_a_bad_tolerance_is_refused_before_anything_is_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: str, says: str
+) -> None:
+    """A bad --tolerate exits 2 with the fix; no ledger is made."""
+    setup(tmp_path, 2)
+    monkeypatch.chdir(tmp_path)
+    home = tmp_path / "home"
+    args = ["--home", str(home), "batch", "wf.yaml", "--inputs", "articles.csv"]
+    result = CliRunner().invoke(cli, [*args, "--tolerate", given])
+    assert result.exit_code == 2, result.output
+    assert says in result.output and "nothing was recorded" in result.output
+    assert "Traceback" not in result.output
+    assert not home.exists()

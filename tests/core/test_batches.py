@@ -12,10 +12,12 @@ from interlock.core.batches import (
     RowState,
     RowStatus,
     RowView,
+    batch_tolerance,
     check_rows,
     fold,
     next_starts,
     parse_rows,
+    row_status,
     run_id_of,
 )
 from interlock.core.workflow import InputSpec
@@ -199,3 +201,74 @@ def test_a_row_nested_past_the_limit_is_refused_with_its_line() -> None:
         with pytest.raises(BatchInputError, match="line 2: nested more than 64 levels deep"):
             parse_rows("rows.jsonl", '{"topic": "fine"}\n' + text + "\n")
     assert len(parse_rows("rows.jsonl", at + "\n")) == 1
+
+
+def failed_rows(numbers: range | list[int], of: int) -> list[RowView]:
+    """`of` rows: those of `numbers` failed (one refused, the rest their runs), the others
+    waiting."""
+    views = []
+    for n in range(1, of + 1):
+        if n not in numbers:
+            views.append(view(n))
+        elif n == numbers[0]:
+            views.append(view(n, RowState.REFUSED))
+        else:
+            views.append(view(n, RowState.STARTED, "failed"))
+    return views
+
+
+def test_rows_go_on_within_the_tolerance_and_stop_past_it() -> None:
+    """Within `tolerate` waiting rows start; one failed row more and none does, the waiting
+    rows say why, and the batch's reason names how many of how many failed, and which."""
+    views = failed_rows([2, 4], of=10)
+    starts = next_starts(views, concurrency=2, max_cost_usd=None, cancelled=False, tolerate=2)
+    assert starts.rows == (1, 3)
+    assert fold(views, max_cost_usd=None, tolerate=2).breach is None
+    views = failed_rows([2, 4, 5], of=10)
+    starts = next_starts(views, concurrency=2, max_cost_usd=None, cancelled=False, tolerate=2)
+    assert (starts.rows, starts.held) == ((), Held.FAILED)
+    progress = fold(views, max_cost_usd=None, tolerate=2)
+    assert progress.breach is not None and progress.settled
+    assert progress.breach.reason == "3 of 10 rows failed, past tolerate 2; failed rows: 2, 4, 5"
+    assert progress.counts[RowStatus.STOPPED] == 7 and progress.waiting == 7
+    assert row_status(views[0], progress) is RowStatus.STOPPED
+
+
+def test_without_a_tolerance_every_row_starts_however_many_fail() -> None:
+    """No `tolerate`: failed rows never hold the others (a batch before tolerances)."""
+    views = failed_rows(range(1, 9), of=10)
+    starts = next_starts(views, concurrency=5, max_cost_usd=None, cancelled=False)
+    assert starts.rows == (9, 10)
+    assert fold(views, max_cost_usd=None).breach is None
+
+
+def test_a_percentage_is_of_the_batchs_rows_rounded_down() -> None:
+    """10% of 30 rows lets 3 fail, of 29 rows 2; the reason names the rows past five."""
+    assert fold(failed_rows([1, 2, 3], of=30), max_cost_usd=None, tolerate="10%").breach is None
+    breach = fold(failed_rows([1, 2, 3], of=29), max_cost_usd=None, tolerate="10%").breach
+    assert breach is not None
+    assert breach.reason == (
+        "3 of 29 rows failed, past tolerate 10% (2 of 29 rows); failed rows: 1, 2, 3"
+    )
+    many = fold(failed_rows(range(1, 9), of=29), max_cost_usd=None, tolerate="0%").breach
+    assert many is not None and many.reason.endswith("failed rows: 1, 2, 3, 4, 5 and 3 more")
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ("-1", "--tolerate -1 is negative"),
+        ("150%", "--tolerate '150%' is more than 100% of the rows"),
+        ("abc", "--tolerate 'abc' is neither a count nor a percentage"),
+        (True, "--tolerate True is not a number of rows"),
+    ],
+)
+def test_a_bad_tolerance_is_refused_with_the_fix(given: object, says: str) -> None:
+    """A negative count, a percentage past 100% or neither is a bad-input error (exit 2)
+    that says how to write one where it was given."""
+    with pytest.raises(BatchInputError) as caught:
+        batch_tolerance(given, "--tolerate")
+    assert says in caught.value.message
+    assert caught.value.message.startswith(says) and caught.value.exit_code == 2
+    assert "nothing was recorded" in caught.value.message
+    assert [batch_tolerance(v, "t") for v in ("3", 3, "2.5%", None)] == [3, 3, "2.5%", None]

@@ -461,8 +461,8 @@ def test_unknown_name_in_template() -> None:
     data["t"]["phases"][0]["workers"][0]["task"] = "Translate {{ topic }} into {{ language }}"
     assert one_problem(data) == (
         "pipeline 't', phase 'translate', worker 'translator': key 'task' uses {{ language }}, "
-        "which is not defined; available: feedback, inputs, item, item_index, run_id, signals, "
-        "topic, visit "
+        "which is not defined; available: failed_items, feedback, inputs, item, item_index, "
+        "run_id, signals, topic, visit "
         "(declare it under 'inputs')"
     )
     data["t"]["inputs"] = {"language": "French"}

@@ -67,8 +67,11 @@ def test_a_batch_is_started_followed_retried_and_compared(tmp_path: Path) -> Non
             assert {"retry_batch", "cancel_batch", "compare_batches"} <= names
             assert (await call(client, "list_batches"))["batches"] == []
             rows = [{"topic": f"t{n}", "n": n} for n in (1, 2, 3)]
-            started = await call(client, "start_batch", pipeline="score", rows=rows, batch_id="m1")
+            started = await call(
+                client, "start_batch", pipeline="score", rows=rows, batch_id="m1", tolerate="67%"
+            )
             assert (started["batch_id"], started["row_count"]) == ("m1", 3)
+            assert (started["tolerate"], started["allowed_failures"]) == ("67%", 2)
             shown = await settled(client, "m1")
             assert shown["counts"] == {"delivered": 1, "failed": 2}
             failed = await call(client, "batch_status", batch_id="m1", status="failed", limit=1)
@@ -119,6 +122,11 @@ def test_bad_input_is_an_error_body(tmp_path: Path) -> None:
                 "code": "bad_request",
                 "message": "concurrency: give 1 to 10,000 (got 0)",
             }
+            past = await refused(
+                client, "start_batch", pipeline="score", rows=[{"n": 1}], tolerate="150%"
+            )
+            assert past["code"] == "bad_request"
+            assert "tolerate '150%' is more than 100% of the rows" in past["message"]
             empty = await refused(client, "start_batch", pipeline="score", rows=[])
             assert "rows: give 1 to 100,000 rows" in empty["message"]
             ghost = await refused(client, "start_batch", pipeline="ghost", rows=[{"n": 1}])

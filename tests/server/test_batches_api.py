@@ -93,3 +93,37 @@ def test_a_batch_posted_is_driven_by_the_server(make_server: ServerFactory, tmp_
     assert again.status_code == 409 and again.json()["error"]["code"] == "batch_exists"
     resumed = server.http.post("/api/batches/api/resume")
     assert resumed.status_code == 202
+
+
+def test_a_batch_posted_with_a_tolerance_fails_past_it(
+    make_server: ServerFactory, tmp_path: Path
+) -> None:
+    """`tolerate` in the body is kept with the batch: past it no more rows start and the
+    batch is shown failed with its reason; a bad one is a 400 with nothing recorded."""
+    failing = FLOW.replace('\'echo "Score: $1" > "$2"\'', "'exit 3'")
+    assert failing != FLOW
+    (tmp_path / "echo.yaml").write_text(failing)
+    server = make_server(workflows=[tmp_path / "echo.yaml"])
+    rows = [{"n": n} for n in range(1, 6)]
+    for bad, says in ((-1, "tolerate -1 is negative"), ("150%", "more than 100% of the rows")):
+        body = {"pipeline": "echo", "rows": rows, "tolerate": bad}
+        refused = server.http.post("/api/batches", json=body)
+        assert refused.status_code == 400, refused.text
+        assert says in refused.json()["error"]["message"]
+    assert server.http.get("/api/batches").json() == []
+    body = {"pipeline": "echo", "rows": rows, "concurrency": 1, "batch_id": "t", "tolerate": "20%"}
+    started = server.http.post("/api/batches", json=body)
+    assert started.status_code == 201, started.text
+    assert (started.json()["tolerate"], started.json()["allowed_failures"]) == ("20%", 1)
+    deadline = time.monotonic() + 30
+    while not server.http.get("/api/batches/t").json()["settled"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    shown = server.http.get("/api/batches/t").json()
+    assert shown["failed"] is True
+    assert shown["failure"] == (
+        "batch t failed: 2 of 5 rows failed, past tolerate 20% (1 of 5 rows); failed rows: 1, 2"
+    )
+    assert shown["counts"] == {"failed": 2, "not started: batch failed": 3}
+    [listed] = server.http.get("/api/batches").json()
+    assert listed["failure"] == shown["failure"]

@@ -195,3 +195,33 @@ def test_an_experiments_variants_are_recorded_with_the_same_rows_or_not_at_all(
     with pytest.raises(BatchNotFound):
         ledger.get_batch("f")
     assert ledger.experiment_batches("f") == []
+
+
+def test_a_batchs_tolerance_is_kept_and_stops_it_past_that(opener: Callable[[], Store]) -> None:
+    """A batch's `tolerate` (a count or a percentage, or none) is read back as given, by
+    another connection too; past it the batch is failed and its waiting rows start no more."""
+    from dataclasses import replace
+
+    from interlock.core.batches import Held, next_starts
+
+    store = opener()
+    ledger = batch_ledger(store)
+    ledger.create_batch(replace(new_batch("b1"), tolerate=1), ROWS)
+    ledger.create_batch(replace(new_batch("b2"), tolerate="34.5%"), ROWS)
+    ledger.create_batch(new_batch("b3"), ROWS)
+    again = batch_ledger(opener())
+    assert [again.get_batch(b).tolerate for b in ("b1", "b2", "b3")] == [1, "34.5%", None]
+    assert [b.tolerate for b in again.list_batches()] == [None, "34.5%", 1]
+    ledger.claim_rows("b1", [(1, 1, "b1-r1"), (2, 1, "b1-r2")], T0)
+    finish(store, "b1-r1", "failed", 0.0)
+    record = again.get_batch("b1")
+    views = again.views("b1")
+    assert fold(views, max_cost_usd=None, tolerate=record.tolerate).breach is None  # 1 of 1
+    finish(store, "b1-r2", "failed", 0.0)
+    views = again.views("b1")
+    progress = fold(views, max_cost_usd=None, tolerate=record.tolerate)
+    assert progress.breach is not None
+    assert progress.breach.reason == "2 of 3 rows failed, past tolerate 1; failed rows: 1, 2"
+    assert progress.settled and progress.counts[RowStatus.STOPPED] == 1
+    held = next_starts(views, concurrency=2, max_cost_usd=None, cancelled=False, tolerate=1)
+    assert (held.rows, held.held) == ((), Held.FAILED)

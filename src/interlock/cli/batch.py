@@ -54,6 +54,12 @@ def batch() -> None:
 @click.option("--concurrency", type=COUNT, default=4, show_default=True, help="Runs at once.")
 @click.option("--batch-id", help="Choose the batch id (default: generated).")
 @click.option("--max-cost-usd", type=BUDGET, help="The batch's budget: no row starts past it.")
+@click.option(
+    "--tolerate",
+    metavar="N|P%",
+    help="Rows that may fail (a count, or a percentage of the rows) before no more start and "
+    "the batch fails (default: every row starts, however many fail).",
+)
 @click.option("--dry-run", is_flag=True, help="Check the rows and print the quote; record nothing.")
 @click.option(
     "--variant",
@@ -73,6 +79,7 @@ def start(
     concurrency: int,
     batch_id: str | None,
     max_cost_usd: float | None,
+    tolerate: str | None,
     dry_run: bool,
     variant_specs: tuple[str, ...],
 ) -> None:
@@ -86,12 +93,14 @@ def start(
 
     from interlock.cli.base import install_terminate_handler
     from interlock.cli.quote import refuse_unrunnable_calls
+    from interlock.core.batches import batch_tolerance
     from interlock.core.loader import load_workflow
     from interlock.runtime.home import Home
     from interlock.runtime.models import ModelRunner
     from interlock.runtime.orchestrator import refuse_broken_config
     from interlock.workloads.batches import check_batch_id, new_batch_id, record_batch
 
+    tolerance = batch_tolerance(tolerate, "--tolerate")
     workflow = load_workflow(file)
     if pipeline is None and len(workflow.definitions) == 1:
         pipeline = next(iter(workflow.definitions))
@@ -138,6 +147,7 @@ def start(
         max_cost_usd=max_cost_usd,
         now=now,
         variants=variants,
+        tolerate=tolerance,
     )
     err.print(f"batch {record.batch_id}: {record.rows} row(s) of pipeline {pipeline!r} recorded")
     if variants:
@@ -206,9 +216,13 @@ def status(ctx: Ctx, batch_id: str, as_json: bool, width: int) -> None:
     if as_json:
         out.print_json(json.dumps(batch_record(record, rows)))
         return
-    progress = fold([r.view for r in rows], max_cost_usd=record.max_cost_usd)
+    progress = fold(
+        [r.view for r in rows], max_cost_usd=record.max_cost_usd, tolerate=record.tolerate
+    )
     out.print(status_table(rows, progress, width=width), soft_wrap=True)
     out.print(f"batch {batch_id} ({record.pipeline}): {progress_line(progress, None)}")
+    if progress.breach is not None:
+        out.print(failure_line(batch_id, progress.breach.reason), soft_wrap=True)
     if record.experiment is not None:
         out.print(
             f"variant {record.variant} of experiment {record.experiment}: "
@@ -280,11 +294,17 @@ def batches(ctx: Ctx, limit: int) -> None:
         table.add_column(column)
     table.add_column("cost", justify="right")
     for record in records:
-        progress = fold(ledger.views(record.batch_id), max_cost_usd=record.max_cost_usd)
+        progress = fold(
+            ledger.views(record.batch_id),
+            max_cost_usd=record.max_cost_usd,
+            tolerate=record.tolerate,
+        )
         counts = progress.counts
         variant = f" [{record.variant}]" if record.experiment is not None else ""
+        state = " (cancelled)" if record.cancelled_at else ""
+        state += " (failed: past tolerance)" if progress.breach is not None else ""
         table.add_row(
-            record.batch_id + variant + (" (cancelled)" if record.cancelled_at else ""),
+            record.batch_id + variant + state,
             record.pipeline,
             when(record.created_at),
             str(record.rows),
@@ -416,7 +436,10 @@ def drive(app: Interlock, batch_id: str) -> int:
         return int(ExitCode.INTERRUPTED)
     progress = snapshot.progress
     out.print(f"batch {batch_id}: {progress_line(progress, None)}", soft_wrap=True)
-    return exit_code(batch_id, progress.counts)
+    if progress.breach is not None:
+        err.print(failure_line(batch_id, progress.breach.reason), soft_wrap=True)
+        return int(ExitCode.RUN_FAILED)
+    return exit_code(batch_id, progress.counts, tolerated=snapshot.batch.tolerate is not None)
 
 
 def drive_experiment(app: Interlock, batch_ids: list[str]) -> int:
@@ -453,11 +476,27 @@ def drive_experiment(app: Interlock, batch_ids: list[str]) -> int:
     return exit_code(batch_ids[0], counts)
 
 
-def exit_code(batch_id: str, counts: Any) -> int:
-    """How a driven batch ended: 0 every row delivered, 1 a row failed or was cancelled,
-    3 rows wait (an approval, the budget)."""
+def failure_line(batch_id: str, reason: str) -> str:
+    """What is said of a batch failed past its tolerance, and the way on."""
+    return (
+        f"batch {batch_id} failed: {reason}; no more rows start. 'interlock batch retry "
+        f"{batch_id} --failed' runs the failed rows again and goes on"
+    )
+
+
+def exit_code(batch_id: str, counts: Any, *, tolerated: bool = False) -> int:
+    """How a driven batch ended: 0 every row delivered (or, `tolerated`, the failed rows
+    within the batch's tolerance), 1 a row failed or was cancelled, 3 rows wait (an
+    approval, the budget)."""
     from interlock.core.batches import RowStatus
 
+    if tolerated and counts.get(RowStatus.FAILED):
+        err.print(
+            f"{counts[RowStatus.FAILED]} row(s) failed, within the batch's --tolerate: "
+            f"'interlock batch retry {batch_id} --failed' runs them again",
+            soft_wrap=True,
+        )
+        counts = {k: v for k, v in counts.items() if k is not RowStatus.FAILED}
     if counts.get(RowStatus.FAILED) or counts.get(RowStatus.CANCELLED):
         if counts.get(RowStatus.FAILED):
             err.print(

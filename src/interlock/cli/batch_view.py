@@ -45,7 +45,7 @@ def progress_line(progress: BatchProgress, eta: float | None) -> str:
         f"{counts.get(RowStatus.FAILED, 0)} failed",
         f"{progress.waiting} waiting",
     ]
-    for status in (RowStatus.PAUSED, RowStatus.CANCELLED, RowStatus.BUDGET):
+    for status in (RowStatus.PAUSED, RowStatus.CANCELLED, RowStatus.BUDGET, RowStatus.STOPPED):
         if counts.get(status):
             parts.append(f"{counts[status]} {status.value}")
     parts.append(f"${progress.cost_usd:.4f}")

@@ -5,7 +5,8 @@ Three parts, each a function over frozen values:
 - `check_rows`: every row against the pipeline's declared inputs, all problems at once,
   before anything is recorded;
 - `fold` and `next_starts`: a batch's status from its rows, and which rows to start next
-  given the concurrency, the budget and whether the batch was cancelled.
+  given the concurrency, the budget, the tolerance for failed rows and whether the batch
+  was cancelled.
 
 Rows are numbered from 1 in the order of the file (for a CSV, the row after the header is
 row 1): that number names the row everywhere, and a row's run ids are derived from it.
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from interlock.core.tolerance import Tolerance, allowed_failures, describe, parse_tolerance
 from interlock.errors import UsageError
 
 if TYPE_CHECKING:
@@ -56,6 +58,7 @@ class RowStatus(StrEnum):
     FAILED = "failed"  # its run failed, or could not be created
     CANCELLED = "cancelled"  # its run was cancelled, or the batch before the row started
     BUDGET = "paused: batch budget"  # not started: the batch's spend reached --max-cost-usd
+    STOPPED = "not started: batch failed"  # not started: more rows failed than --tolerate allows
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,6 +124,7 @@ class BatchProgress:
     cost_usd: float
     tokens: int
     over_budget: bool  # the spend reached the batch's budget: no more rows start
+    breach: Breach | None = None  # more rows failed than the batch tolerates: none start
 
     @property
     def done(self) -> int:
@@ -134,8 +138,9 @@ class BatchProgress:
 
     @property
     def waiting(self) -> int:
-        """Rows not started yet (for lack of room, or held by the budget)."""
-        return self.counts.get(RowStatus.WAITING, 0) + self.counts.get(RowStatus.BUDGET, 0)
+        """Rows not started yet (for lack of room, held by the budget, or by the failure)."""
+        held = (RowStatus.WAITING, RowStatus.BUDGET, RowStatus.STOPPED)
+        return sum(self.counts.get(s, 0) for s in held)
 
     @property
     def settled(self) -> bool:
@@ -158,27 +163,90 @@ class BatchProgress:
 _STOPPED = (RowStatus.FAILED, RowStatus.CANCELLED)
 
 
-def fold(views: Sequence[RowView], *, max_cost_usd: float | None) -> BatchProgress:
-    """The batch's status from its rows: waiting rows become `BUDGET` once the spend of all
-    rows' runs reached `max_cost_usd` (finished rows are never touched by it)."""
+@dataclass(frozen=True, kw_only=True)
+class Breach:
+    """More rows failed for good than the batch's `--tolerate` allows: the batch failed."""
+
+    failed: tuple[int, ...]  # the failed rows, in row order
+    rows: int  # the batch's rows
+    tolerate: Tolerance
+
+    @property
+    def reason(self) -> str:
+        """`3 of 20 rows failed, past tolerate 2; failed rows: 4, 9, 17`."""
+        shown = ", ".join(str(n) for n in self.failed[:SHOWN_ROWS]) + _more(len(self.failed))
+        return (
+            f"{len(self.failed)} of {self.rows} rows failed, past "
+            f"{describe(self.tolerate, self.rows, 'rows')}; failed rows: {shown}"
+        )
+
+
+def breach_of(views: Sequence[RowView], tolerate: Tolerance | None) -> Breach | None:
+    """The batch's failure past its tolerance, or None: within it, or no `--tolerate` (a
+    batch without one starts every row, however many fail). A percentage is of the
+    batch's rows, rounded down, as a fan-out's is of its items."""
+    if tolerate is None:
+        return None
+    failed = tuple(sorted(v.number for v in views if v.status is RowStatus.FAILED))
+    if len(failed) <= allowed_failures(tolerate, len(views)):
+        return None
+    return Breach(failed=failed, rows=len(views), tolerate=tolerate)
+
+
+def fold(
+    views: Sequence[RowView], *, max_cost_usd: float | None, tolerate: Tolerance | None = None
+) -> BatchProgress:
+    """The batch's status from its rows: waiting rows become `STOPPED` once more rows
+    failed than `tolerate` allows, else `BUDGET` once the spend of all rows' runs reached
+    `max_cost_usd` (finished rows are never touched by either)."""
     cost = sum(v.cost_usd for v in views)
     tokens = sum(v.tokens for v in views)
     over = max_cost_usd is not None and cost >= max_cost_usd
+    breach = breach_of(views, tolerate)
+    held = RowStatus.STOPPED if breach is not None else RowStatus.BUDGET if over else None
     counts: dict[RowStatus, int] = {}
     for view in views:
         status = view.status
-        if status is RowStatus.WAITING and over:
-            status = RowStatus.BUDGET
+        if status is RowStatus.WAITING and held is not None:
+            status = held
         counts[status] = counts.get(status, 0) + 1
     return BatchProgress(
-        counts=counts, rows=len(views), cost_usd=cost, tokens=tokens, over_budget=over
+        counts=counts,
+        rows=len(views),
+        cost_usd=cost,
+        tokens=tokens,
+        over_budget=over,
+        breach=breach,
     )
 
 
 def row_status(view: RowView, progress: BatchProgress) -> RowStatus:
     """One row's status within its folded batch."""
     status = view.status
-    return RowStatus.BUDGET if status is RowStatus.WAITING and progress.over_budget else status
+    if status is not RowStatus.WAITING:
+        return status
+    if progress.breach is not None:
+        return RowStatus.STOPPED
+    return RowStatus.BUDGET if progress.over_budget else status
+
+
+def batch_tolerance(value: object, where: str) -> Tolerance | None:
+    """A batch's tolerance for failed rows as given (`--tolerate`, or a body's `tolerate`):
+    a count of rows or a percentage of them, None when not given.
+
+    Raises:
+        BatchInputError: a negative count, a percentage past 100%, or neither.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value)  # "-1" is refused as negative, not as "neither"
+    hint = f"give a number of rows ({where} 5) or a percentage of them ({where} 10%)"
+    try:
+        return parse_tolerance(value, hint, "rows")
+    except ValueError as exc:  # its message starts "tolerate ...": said as it was given
+        said = str(exc).removeprefix("tolerate")
+        raise BatchInputError(f"{where}{said}; nothing was recorded") from None
 
 
 class Held(StrEnum):
@@ -188,6 +256,7 @@ class Held(StrEnum):
     CONCURRENCY = "concurrency"  # --concurrency runs are in flight
     BUDGET = "budget"  # the spend reached --max-cost-usd
     CANCELLED = "cancelled"  # the batch was cancelled
+    FAILED = "failed"  # more rows failed than --tolerate allows
     BASE = "base"  # a variant's rows wait for the base rows they reuse to end
 
 
@@ -206,17 +275,21 @@ def next_starts(
     max_cost_usd: float | None,
     cancelled: bool,
     ready: Collection[int] | None = None,
+    tolerate: Tolerance | None = None,
 ) -> Starts:
     """The rows to start now: waiting rows in row order (a batch reads as its file does),
-    as many as leave at most `concurrency` runs in flight, none once the batch is cancelled
-    or its spend reached its budget. `ready`: the rows that may start at all (a variant's
-    rows whose base row has ended); None: every row."""
+    as many as leave at most `concurrency` runs in flight, none once the batch is cancelled,
+    more of its rows failed than `tolerate` allows, or its spend reached its budget.
+    `ready`: the rows that may start at all (a variant's rows whose base row has ended);
+    None: every row."""
     if cancelled:
         return Starts(rows=(), held=Held.CANCELLED)
-    progress = fold(views, max_cost_usd=max_cost_usd)
+    progress = fold(views, max_cost_usd=max_cost_usd, tolerate=tolerate)
     waiting = sorted(v.number for v in views if v.status is RowStatus.WAITING)
     if not waiting:
         return Starts(rows=(), held=Held.NOTHING_LEFT)
+    if progress.breach is not None:
+        return Starts(rows=(), held=Held.FAILED)
     if progress.over_budget:
         return Starts(rows=(), held=Held.BUDGET)
     startable = waiting if ready is None else [n for n in waiting if n in ready]

@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from interlock.core.decide import failed_item_values
 from interlock.core.review import sent_back
 from interlock.core.state import RunState, TaskState
 from interlock.core.templates import TemplateProblem, render_task
@@ -77,7 +78,9 @@ def _plain_task_hash(source: str) -> str:
     return _hash(source)
 
 
-def template_values(state: RunState, task: TaskState) -> dict[str, Any]:
+def template_values(
+    state: RunState, task: TaskState, pipeline: Pipeline | None = None
+) -> dict[str, Any]:
     """The names a task template may read, as the runtime renders it."""
     return {
         **state.inputs,
@@ -88,6 +91,7 @@ def template_values(state: RunState, task: TaskState) -> dict[str, Any]:
         "visit": task.visit,
         "run_id": state.run_id,
         "feedback": state.feedback,  # a rejection's text: a new visit's task differs with it
+        "failed_items": failed_item_values(state, pipeline),  # a task listing them differs too
     }
 
 
@@ -193,7 +197,7 @@ def fingerprint(
         inputs_hash: `inputs_part` computed earlier for this run and kind of worker.
     """
     worker = pipeline.worker(task.role)
-    values = template_values(state, task)
+    values = template_values(state, task, pipeline)
     parts = {
         "worker": worker_hash or worker_part(worker, identity, values),
         "task": (

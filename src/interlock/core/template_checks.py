@@ -27,6 +27,7 @@ def limit_problems(where: str, pipeline: Pipeline) -> list[str]:
     values: dict[str, Any] = {
         **inputs, "topic": "", "inputs": inputs, "item": "", "item_index": 0, "visit": 1,
         "run_id": "run", "feedback": "", "signals": {},
+        "failed_items": {p.id: [] for p in pipeline.phases if p.for_each is not None},
     }  # fmt: skip
     for phase in pipeline.phases:
         for worker in phase.workers:

@@ -25,6 +25,7 @@ from interlock.core.template_guard import (
 
 TEMPLATE_NAMES = frozenset(
     {"topic", "inputs", "item", "item_index", "visit", "run_id", "feedback", "signals"}
+    | {"failed_items"}  # phase -> the failed items of a tolerated fan-out, as conditions read
 )
 
 

@@ -20,13 +20,14 @@ _COUNT = re.compile(r"^\s*(\d+)\s*$")
 HINT = 'give a number of items (tolerate: 5) or a percentage of them (tolerate: "2%")'
 
 
-def parse_tolerance(value: object) -> Tolerance:
-    """The tolerance `value` stands for, or ValueError saying what is wrong and the fix."""
+def parse_tolerance(value: object, hint: str = HINT, unit: str = "items") -> Tolerance:
+    """The tolerance `value` stands for, or ValueError saying what is wrong and the fix
+    (`hint`: how to write one where it was given; `unit`: what it counts)."""
     if isinstance(value, bool):
-        raise ValueError(f"tolerate {value!r} is not a number of items: {HINT}")
+        raise ValueError(f"tolerate {value!r} is not a number of {unit}: {hint}")
     if isinstance(value, int):
         if value < 0:
-            raise ValueError(f"tolerate {value} is negative: {HINT}, 0 or more")
+            raise ValueError(f"tolerate {value} is negative: {hint}, 0 or more")
         return value
     if isinstance(value, str):
         count = _COUNT.match(value)
@@ -34,14 +35,14 @@ def parse_tolerance(value: object) -> Tolerance:
             return int(count.group(1))
         percent = _PERCENT.match(value)
         if percent is None:
-            raise ValueError(f"tolerate {value!r} is neither a count nor a percentage: {HINT}")
+            raise ValueError(f"tolerate {value!r} is neither a count nor a percentage: {hint}")
         if Fraction(percent.group(1)) > 100:
             raise ValueError(
-                f"tolerate {value!r} is more than 100% of the items: give a percentage "
+                f"tolerate {value!r} is more than 100% of the {unit}: give a percentage "
                 "from 0% to 100%"
             )
         return f"{percent.group(1)}%"
-    raise ValueError(f"tolerate {value!r} is not a number of items: {HINT}")
+    raise ValueError(f"tolerate {value!r} is not a number of {unit}: {hint}")
 
 
 def allowed_failures(tolerance: Tolerance | None, count: int) -> int:
@@ -53,10 +54,10 @@ def allowed_failures(tolerance: Tolerance | None, count: int) -> int:
     return math.floor(Fraction(tolerance[:-1]) * count / 100)
 
 
-def describe(tolerance: Tolerance | None, count: int) -> str:
+def describe(tolerance: Tolerance | None, count: int, unit: str = "items") -> str:
     """`tolerate 5`, or `tolerate 2% (2 of 120 items)`, as messages say it."""
     if isinstance(tolerance, str):
-        return f"tolerate {tolerance} ({allowed_failures(tolerance, count)} of {count} items)"
+        return f"tolerate {tolerance} ({allowed_failures(tolerance, count)} of {count} {unit})"
     return f"tolerate {tolerance or 0}"
 
 

@@ -73,13 +73,16 @@ class BatchTools:
         concurrency: int = 4,
         max_cost_usd: float | None = None,
         batch_id: str | None = None,
+        tolerate: int | str | None = None,
         *,
         ctx: Context,
     ) -> Result:
         """Start a batch: one run of `pipeline` per row (an object of input -> value; the
         `topic` field, or `topic_field`, is its run's topic), `concurrency` at a time, no row
-        started once the spend reaches `max_cost_usd`. Every row is checked first: a bad row
-        refuses the whole batch, naming it. Follow it with batch_status."""
+        started once the spend reaches `max_cost_usd`, nor once more rows failed than
+        `tolerate` allows (a count, or a percentage such as "10%"; the batch is then failed).
+        Every row is checked first: a bad row refuses the whole batch, naming it. Follow it
+        with batch_status."""
         from interlock.core.batches import fold
         from interlock.storage.batches import batch_ledger
         from interlock.workloads.batches import batch_summary
@@ -97,6 +100,7 @@ class BatchTools:
             max_cost_usd=max_cost_usd,
             batch_id=batch_id,
             now=time.time(),
+            tolerate=tolerate,
         )
         feed(self.api, record.batch_id, self.backend.stop())
         progress = fold(batch_ledger(self.api.store).views(record.batch_id), max_cost_usd=None)

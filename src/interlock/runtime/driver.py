@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from interlock.core import events as ev
-from interlock.core.decide import given_up
+from interlock.core.decide import failed_item_values, given_up
 from interlock.core.extract import ExtractionError, extract_values
 from interlock.core.loader import Definition
 from interlock.core.observe import CommandKind
@@ -679,6 +679,7 @@ class RunDriver:
             "run_id": self.run_id,
             "feedback": self.state.feedback,
             "signals": signal_values(self.definition.pipeline, self.state),
+            "failed_items": failed_item_values(self.state, self.definition.pipeline),
         }
 
     def child_request(self, task: TaskState) -> tuple[str, dict[str, Any]] | str:
@@ -730,6 +731,13 @@ class RunDriver:
         if not self.state.visits.get(phase.id):
             return (
                 f"input {name!r} has not been written: phase {phase.id!r} has not run; {optional}"
+            )
+        failed = self.state.failed_items.get(phase.id, (0, {}))[1]
+        if phase.for_each is not None and failed:  # its latest visit's every item failed
+            return (
+                f"input {name!r} has not been written: every item of phase {phase.id!r} failed "
+                f"({len(failed)} of {len(failed)} items), within its tolerate "
+                f"{phase.for_each.tolerate}, so {role!r} wrote none; {optional}"
             )
         if phase.for_each is not None:
             return (

@@ -41,6 +41,8 @@ class StartBatch(BaseModel):
     concurrency: int = Field(default=4, ge=1, le=MAX_CONCURRENCY)
     max_cost_usd: float | None = Field(default=None, gt=0, le=1e12)
     batch_id: str | None = Field(default=None, min_length=1, max_length=48)
+    # Failed rows allowed before no more start: a count (5) or a percentage ("10%").
+    tolerate: int | str | None = Field(default=None)
 
 
 @router.post("/batches", status_code=201)
@@ -62,6 +64,7 @@ async def start_batch(svc: Svc, _: Starter, body: StartBatch) -> dict[str, Any]:
         max_cost_usd=body.max_cost_usd,
         batch_id=body.batch_id,
         now=time.time(),
+        tolerate=body.tolerate,
     )
     feed(svc, record.batch_id)
     progress = fold(batch_ledger(svc.store).views(record.batch_id), max_cost_usd=None)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from interlock.core.batches import RowState, RowView
+from interlock.core.tolerance import Tolerance
 from interlock.errors import LeaseHeld, UsageError
 from interlock.storage import codec
 from interlock.storage.base import Store
@@ -51,6 +52,7 @@ class NewBatch:
     created_at: float
     experiment: str | None = None  # the experiment's base batch (None: a batch of its own)
     variant: str | None = None  # the variant's name within its experiment (`base`...)
+    tolerate: Tolerance | None = None  # failed rows allowed (None: no limit)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -71,6 +73,7 @@ class BatchRecord:
     driver_expires: float | None = None
     experiment: str | None = None  # the experiment's base batch (None: a batch of its own)
     variant: str | None = None  # the variant's name within its experiment
+    tolerate: Tolerance | None = None  # failed rows allowed: a count or "P%" (None: no limit)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -256,6 +259,7 @@ class SQLBatches:
                         one.created_at,
                         one.experiment,
                         one.variant,
+                        None if one.tolerate is None else str(one.tolerate),
                     ),
                 )
                 with contextlib.closing(db.cursor()) as cursor:
@@ -415,7 +419,15 @@ def _batch(row: Sequence[Any]) -> BatchRecord:
         driver_expires=None if row[11] is None else float(row[11]),
         experiment=None if row[12] is None else str(row[12]),
         variant=None if row[13] is None else str(row[13]),
+        tolerate=tolerance_of(row[14]),
     )
+
+
+def tolerance_of(text: str | None) -> Tolerance | None:
+    """A tolerance as stored (`5` or `10%`), as `--tolerate` gave it."""
+    if text is None:
+        return None
+    return int(text) if str(text).isdigit() else str(text)
 
 
 def _view(row: Sequence[Any]) -> RowView:

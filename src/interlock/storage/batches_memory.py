@@ -84,6 +84,7 @@ class MemoryBatches:
                     created_at=one.created_at,
                     experiment=one.experiment,
                     variant=one.variant,
+                    tolerate=one.tolerate,
                 )
                 self._rows[one.batch_id] = {
                     n: _Row(n, topic, copy.deepcopy(inputs)) for n, topic, inputs in rows

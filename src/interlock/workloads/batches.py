@@ -41,6 +41,7 @@ from interlock.core.batches import (
     run_id_of,
 )
 from interlock.core.experiments import BASE, variant_batch_id
+from interlock.core.tolerance import Tolerance, allowed_failures
 from interlock.errors import InterlockError, LeaseHeld, StorageError, UsageError
 from interlock.storage.batches import BatchLedger, BatchRecord, BatchRow, NewBatch, batch_ledger
 
@@ -87,10 +88,12 @@ def record_batch(
     max_cost_usd: float | None,
     now: float,
     variants: Sequence[tuple[str, Definition]] = (),
+    tolerate: Tolerance | None = None,
 ) -> BatchRecord:
     """Record the batch and all its rows in one transaction, before any run starts; with
     `variants` (name, definition), an experiment: one batch more per variant, of the same
-    rows, named `<batch id>-<name>`, recorded in the same transaction."""
+    rows, named `<batch id>-<name>`, recorded in the same transaction. `tolerate`: how many
+    rows may fail (a count, or "P%" of the rows) before no more start (each variant's own)."""
     ledger = batch_ledger(app.store)
     experiment = check_batch_id(batch_id) if variants else None
 
@@ -109,6 +112,7 @@ def record_batch(
             created_at=now,
             experiment=experiment,
             variant=variant,
+            tolerate=tolerate,
         )
 
     base = new(definition, BASE if variants else None)
@@ -185,7 +189,9 @@ def row_record(row: BatchRow, progress: BatchProgress) -> dict[str, Any]:
 
 def batch_record(record: BatchRecord, rows: list[BatchRow]) -> dict[str, Any]:
     """A batch and its rows as JSON, with its counts and spend."""
-    progress = fold([r.view for r in rows], max_cost_usd=record.max_cost_usd)
+    progress = fold(
+        [r.view for r in rows], max_cost_usd=record.max_cost_usd, tolerate=record.tolerate
+    )
     return {
         **batch_summary(record, progress),
         "rows": [row_record(r, progress) for r in rows],
@@ -194,6 +200,7 @@ def batch_record(record: BatchRecord, rows: list[BatchRow]) -> dict[str, Any]:
 
 def batch_summary(record: BatchRecord, progress: BatchProgress) -> dict[str, Any]:
     """A batch's own fields, counts and spend as JSON (a line of `GET /api/batches`)."""
+    breach = progress.breach
     return {
         "batch_id": record.batch_id,
         "pipeline": record.pipeline,
@@ -210,6 +217,12 @@ def batch_summary(record: BatchRecord, progress: BatchProgress) -> dict[str, Any
         "tokens": progress.tokens,
         "cancelled": record.cancelled_at is not None,
         "settled": progress.settled,
+        "tolerate": record.tolerate,  # failed rows allowed: a count, "P%" or None (no limit)
+        "allowed_failures": (
+            None if record.tolerate is None else allowed_failures(record.tolerate, record.rows)
+        ),
+        "failed": breach is not None,  # more rows failed than it tolerates: none start
+        "failure": None if breach is None else f"batch {record.batch_id} failed: {breach.reason}",
         "experiment": record.experiment,  # its experiment's id (None: a batch of its own)
         "variant": record.variant,
     }
@@ -362,6 +375,7 @@ class BatchRunner:
             max_cost_usd=batch.max_cost_usd,
             cancelled=batch.cancelled_at is not None,
             ready=ready,
+            tolerate=batch.tolerate,
         )
         by_number = {v.number: v for v in views}
         claims = [
@@ -382,7 +396,7 @@ class BatchRunner:
         if specs:
             self._make(specs)
             views = self.ledger.views(batch.batch_id)
-        progress = fold(views, max_cost_usd=batch.max_cost_usd)
+        progress = fold(views, max_cost_usd=batch.max_cost_usd, tolerate=batch.tolerate)
         self.blocked = base_settled and progress.running == 0 and starts.held is Held.BASE
         elapsed = max(0.0, now - self._started)
         if self._done_at_start is None:
@@ -411,7 +425,7 @@ class BatchRunner:
         for view in views:
             if view.number in ready and view.run_id is not None and view.run_status in RUN_ENDED:
                 self._sources[view.number] = view.run_id
-        progress = fold(views, max_cost_usd=base.max_cost_usd)
+        progress = fold(views, max_cost_usd=base.max_cost_usd, tolerate=base.tolerate)
         return ready, progress.settled or base.cancelled_at is not None
 
     def _row(self, number: int) -> BatchRow:

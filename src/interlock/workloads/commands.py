@@ -61,7 +61,9 @@ def batch_summaries(store: Store, limit: int) -> list[dict[str, Any]]:
 
     ledger = batch_ledger(store)
     return [
-        batch_summary(b, fold(ledger.views(b.batch_id), max_cost_usd=b.max_cost_usd))
+        batch_summary(
+            b, fold(ledger.views(b.batch_id), max_cost_usd=b.max_cost_usd, tolerate=b.tolerate)
+        )
         for b in ledger.list_batches(limit)
     ]
 
@@ -87,20 +89,22 @@ def start_rows(
     max_cost_usd: float | None,
     batch_id: str | None,
     now: float,
+    tolerate: object = None,
 ) -> BatchRecord:
     """Check rows posted as JSON (each an object of input -> value) against the pipeline's
     inputs, then record the batch (the API's and the MCP tool's start; `source` names where
     the rows came from). A bad row refuses the whole batch, naming the rows, before anything
-    is recorded.
+    is recorded. `tolerate`: failed rows allowed, as posted (a count, or "P%" of the rows).
 
     Raises:
-        BatchInputError: a row cannot run the pipeline.
+        BatchInputError: a row cannot run the pipeline, or `tolerate` is not a tolerance.
         BatchExists: `batch_id` is taken.
     """
-    from interlock.core.batches import Row, check_rows
+    from interlock.core.batches import Row, batch_tolerance, check_rows
     from interlock.core.waits import start_time_problems
     from interlock.workloads.batches import new_batch_id, record_batch
 
+    tolerance = batch_tolerance(tolerate, "tolerate")
     rows = [Row(number=n, line=n, values=v) for n, v in enumerate(values, start=1)]
     pipeline = definition.pipeline
     checked = check_rows(
@@ -120,6 +124,7 @@ def start_rows(
         concurrency=concurrency,
         max_cost_usd=max_cost_usd,
         now=now,
+        tolerate=tolerance,
     )
 
 
@@ -210,7 +215,9 @@ def export_records(
     from interlock.workloads.batches import batch_definition, row_record
     from interlock.workloads.experiments import outcomes
 
-    progress = fold([r.view for r in rows], max_cost_usd=record.max_cost_usd)
+    progress = fold(
+        [r.view for r in rows], max_cost_usd=record.max_cost_usd, tolerate=record.tolerate
+    )
     definition = batch_definition(app, record)
     metrics = None
     if definition.pipeline.metrics:  # a row not delivered has none

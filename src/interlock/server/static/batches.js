@@ -4,13 +4,14 @@
 // the batch (its id starts with the batch's) reads the batch again, and a slow poll covers
 // rows that start without a run changing.
 
-const ROW_STATUSES = ["waiting", "starting", "running", "paused", "delivered", "failed", "cancelled", "paused: batch budget"];
+const ROW_STATUSES = ["waiting", "starting", "running", "paused", "delivered", "failed", "cancelled", "paused: batch budget", "not started: batch failed"];
 const SHOWN_ROWS = 500;  // rows drawn at once: a filter narrows a batch of thousands
 
 function epochAgo(epoch) { return epoch ? ago(new Date(epoch * 1000).toISOString()) : ""; }
 
 function batchState(b) {
   if (b.cancelled) return "cancelled";
+  if (b.failed) return "failed";  // more rows failed than it tolerates: none start
   if (!b.settled) return "running";
   if (b.counts.failed) return "failed";
   if (b.counts.paused || b.counts["paused: batch budget"]) return "paused";
@@ -129,7 +130,7 @@ function drawBatch(mine) {
   const active = document.activeElement;
   const focus = active && view.contains(active) && active.id ? { id: active.id, range: active.type === "search" ? [active.selectionStart, active.selectionEnd] : null } : null;
   const counts = b.counts;
-  const extra = ["paused", "cancelled", "paused: batch budget"].filter((s) => counts[s]);
+  const extra = ["paused", "cancelled", "paused: batch budget", "not started: batch failed"].filter((s) => counts[s]);
   const head = h("section", { class: "panel", "aria-labelledby": "batch-title" }, h("div", { class: "head" },
     h("div", { class: "meta" },
       h("h1", { id: "batch-title" }, b.batch_id, " ", statusPill(batchState(b))),
@@ -146,6 +147,7 @@ function drawBatch(mine) {
         stat(b.concurrency, "at once"), b.max_cost_usd ? stat(money(b.max_cost_usd), "budget") : null)),
     batchControls(mine)), progressBar(b));
   const notes = [];
+  if (b.failure) notes.push(h("div", { class: "warn", id: "batch-failure" }, `${b.failure}. Retry failed runs the failed rows again and goes on.`));
   if (counts["paused: batch budget"]) notes.push(h("div", { class: "warn" }, `The batch's spend reached its budget (${money(b.max_cost_usd)}): ${counts["paused: batch budget"]} row(s) not started. 'interlock batch resume ${b.batch_id} --max-cost-usd X' raises it.`));
   if (counts.paused) notes.push(h("div", { class: "warn" }, `${counts.paused} row(s) wait for approval: open their runs below (status paused).`));
   view.replaceChildren(...[

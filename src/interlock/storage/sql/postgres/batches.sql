@@ -1,31 +1,31 @@
 -- Batches: the queries of `interlock.storage.batches`. A row's run that was pruned keeps its
 -- status (from its receipt in pruned_runs); its cost is no longer known.
--- Tables: 017_batches.sql.
+-- Tables: 017_batches.sql, 019_batch_variants.sql, 021_batch_tolerate.sql.
 
 -- name: insert_definition
 INSERT INTO definitions (hash, body) VALUES (%s, %s) ON CONFLICT (hash) DO NOTHING;
 
 -- name: insert_batch
 INSERT INTO batches (batch_id, pipeline, definition_hash, source, inputs_file, concurrency,
-                     max_cost_usd, row_count, created_at, experiment, variant)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s);
+                     max_cost_usd, row_count, created_at, experiment, variant, tolerate)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s);
 
 -- name: insert_row
 INSERT INTO batch_rows (batch_id, row_no, topic, inputs) VALUES (%s, %s, %s, %s);
 
 -- name: get_batch
 SELECT batch_id, pipeline, definition_hash, source, inputs_file, concurrency, max_cost_usd,
-       row_count, created_at, cancelled_at, driver, driver_expires, experiment, variant
+       row_count, created_at, cancelled_at, driver, driver_expires, experiment, variant, tolerate
 FROM batches WHERE batch_id = %s;
 
 -- name: list_batches
 SELECT batch_id, pipeline, definition_hash, source, inputs_file, concurrency, max_cost_usd,
-       row_count, created_at, cancelled_at, driver, driver_expires, experiment, variant
+       row_count, created_at, cancelled_at, driver, driver_expires, experiment, variant, tolerate
 FROM batches ORDER BY created_at DESC, batch_id DESC LIMIT %s;
 
 -- name: experiment_batches
 SELECT batch_id, pipeline, definition_hash, source, inputs_file, concurrency, max_cost_usd,
-       row_count, created_at, cancelled_at, driver, driver_expires, experiment, variant
+       row_count, created_at, cancelled_at, driver, driver_expires, experiment, variant, tolerate
 FROM batches WHERE experiment = %s ORDER BY created_at, batch_id;
 
 -- name: batch_rows

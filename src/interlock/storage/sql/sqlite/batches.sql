@@ -1,31 +1,31 @@
 -- Batches: the queries of `interlock.storage.batches`. A row's run that was pruned keeps its
 -- status (from its receipt in pruned_runs); its cost is no longer known.
--- Tables: 011_batches.sql.
+-- Tables: 011_batches.sql, 012_batch_variants.sql, 014_batch_tolerate.sql.
 
 -- name: insert_definition
 INSERT OR IGNORE INTO definitions (hash, body) VALUES (?, ?);
 
 -- name: insert_batch
 INSERT INTO batches (batch_id, pipeline, definition_hash, source, inputs_file, concurrency,
-                     max_cost_usd, row_count, created_at, experiment, variant)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+                     max_cost_usd, row_count, created_at, experiment, variant, tolerate)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: insert_row
 INSERT INTO batch_rows (batch_id, row_no, topic, inputs) VALUES (?, ?, ?, ?);
 
 -- name: get_batch
 SELECT batch_id, pipeline, definition_hash, source, inputs_file, concurrency, max_cost_usd,
-       row_count, created_at, cancelled_at, driver, driver_expires, experiment, variant
+       row_count, created_at, cancelled_at, driver, driver_expires, experiment, variant, tolerate
 FROM batches WHERE batch_id = ?;
 
 -- name: list_batches
 SELECT batch_id, pipeline, definition_hash, source, inputs_file, concurrency, max_cost_usd,
-       row_count, created_at, cancelled_at, driver, driver_expires, experiment, variant
+       row_count, created_at, cancelled_at, driver, driver_expires, experiment, variant, tolerate
 FROM batches ORDER BY created_at DESC, batch_id DESC LIMIT ?;
 
 -- name: experiment_batches
 SELECT batch_id, pipeline, definition_hash, source, inputs_file, concurrency, max_cost_usd,
-       row_count, created_at, cancelled_at, driver, driver_expires, experiment, variant
+       row_count, created_at, cancelled_at, driver, driver_expires, experiment, variant, tolerate
 FROM batches WHERE experiment = ? ORDER BY created_at, batch_id;
 
 -- name: batch_rows
