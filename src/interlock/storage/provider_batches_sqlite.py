@@ -20,30 +20,39 @@ class SQLiteBatches(SQLBatches):
     """The provider batches of the ledger at `path` (opened, and so migrated, by its store)."""
 
     def __init__(self, path: str | Path, *, busy_timeout: float = 30.0) -> None:
-        from interlock.storage.sqlite import SQLiteStore
-
         self.path = Path(path)
         self.where = str(self.path)
-        SQLiteStore(self.path, verify=False).close()  # runs the migrations
-        self._db = sqlite3.connect(
-            self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout
-        )
-        self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+        self._busy_timeout = busy_timeout
+        self._db: sqlite3.Connection | None = None  # opened on first use: most runs batch nothing
         self._lock = threading.Lock()
         self._q = named("sqlite", "provider_batches.sql")
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._db is None:
+            from interlock.storage.sqlite import SQLiteStore
+
+            SQLiteStore(self.path, verify=False).close()  # runs the migrations
+            self._db = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False,
+                timeout=self._busy_timeout)  # fmt: skip
+            self._db.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+        return self._db
 
     @contextmanager
     def transaction(self) -> Iterator[Run]:
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
+            db = self._connection()
+            db.execute("BEGIN IMMEDIATE")
             try:
-                yield lambda name, args: self._db.execute(self._q[name], args).fetchall()
+                yield lambda name, args: db.execute(self._q[name], args).fetchall()
             except BaseException:
-                self._db.execute("ROLLBACK")
+                db.execute("ROLLBACK")
                 raise
-            self._db.execute("COMMIT")
+            db.execute("COMMIT")
 
     def close(self) -> None:
         """Close the connection."""
         with self._lock:
-            self._db.close()
+            if self._db is not None:
+                self._db.close()
+                self._db = None
