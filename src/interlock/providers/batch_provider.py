@@ -242,6 +242,14 @@ class BatchingProvider:
         self, request: ModelRequest, on_token: TokenCallback | None = None
     ) -> ModelResult:
         """Wait for the call's answer from its batch; streaming is not offered."""
+        if request.tools or request.turns:
+            # A tool loop needs an answer per turn; its turns share one key, so a recorded
+            # answer would be read back for every turn.
+            raise ProviderError(
+                f"{self.name}: model {request.alias!r} is sent in batches (batch = true), which "
+                "cannot run a tool loop: remove the worker's tools or use another model",
+                retryable=False,
+            )
         request = unstreamed(request)
         store = self._store()
         collector = self._collector()
