@@ -34,9 +34,12 @@ def batch_server() -> Iterator[BatchServer]:
 
 
 @pytest.fixture(autouse=True)
-def fast_polls(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Poll every 50 ms instead of every 30 s."""
+def fast_polls(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Poll every 50 ms instead of every 30 s; the process's batch store put back after."""
     monkeypatch.setenv("INTERLOCK_BATCH_POLL_S", "0.05")
+    before = use_batch_store(MemoryBatches())
+    yield
+    use_batch_store(before).close()
 
 
 def write_config(tmp_path: Path, url: str, *, window: str = "0.2", size: int = 1000) -> Path:
