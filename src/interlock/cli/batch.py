@@ -271,11 +271,20 @@ def export_rows(ctx: Ctx, batch_id: str, output: str) -> None:
 
 @click.command()
 @click.option("--limit", type=COUNT, default=50, show_default=True)
+@click.option(
+    "--provider", "provider", is_flag=True, help="List the batches sent to providers' batch APIs."
+)
 @pass_ctx
 @handle_errors
-def batches(ctx: Ctx, limit: int) -> None:
+def batches(ctx: Ctx, limit: int, provider: bool) -> None:
     """List batches, newest first: rows, how many are done, failed or running, the spend."""
     from rich.table import Table
+
+    if provider:
+        from interlock.cli.provider_batches_view import show_provider_batches
+
+        show_provider_batches(ctx, limit)
+        return
 
     from interlock.cli.base import when
     from interlock.core.batches import RowStatus, fold

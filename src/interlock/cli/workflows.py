@@ -198,6 +198,7 @@ def check(
     from interlock.core.parse import locator
     from interlock.core.shell_scripts import shell_warnings
     from interlock.providers import ModelConfig
+    from interlock.providers.batch_checks import batch_problems, batch_warnings
     from interlock.providers.checks import (
         settings_problems,
         tier_warnings,
@@ -247,11 +248,13 @@ def check(
         problems += settings_problems(name, definition.pipeline, config)
         problems += tool_problems(name, definition.pipeline, config)
         problems += cap_problems(name, definition.pipeline, config)
+        problems += batch_problems(name, definition.pipeline, config)
         priced += tool_warnings(name, definition.pipeline, Path(file).parent.absolute())
         priced += [f"{file}: {w}" for w in env_warnings(name, definition.pipeline, line_of)]
         priced += [f"{file}: {w}" for w in shell_warnings(name, definition.pipeline, line_of)]
         priced += [f"{file}: {w}" for w in condition_warnings(name, definition.pipeline, line_of)]
         priced += tier_warnings(name, definition.pipeline, config)
+        priced += batch_warnings(name, definition.pipeline, config)
         if cost or definition.pipeline.budget is not None:
             quotes.append((quote_of(definition, config, report=report), definition))
         # A model without a price under a cost budget leaves the worst case unbounded: the

@@ -78,6 +78,9 @@ class ModelRequest:
     turns: tuple[ToolTurn, ...] = ()  # the tool loop so far, after the prompt
     # The run's pipeline, for spend caps scoped to one ("" when the caller does not say).
     pipeline: str = ""
+    # The run and task it is for, when the caller says (batch mode records them).
+    run_id: str = ""
+    task_id: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -53,6 +53,9 @@ File format::
     # Request settings (each optional; see interlock.core.params and docs/models.md):
     # temperature, top_p, seed, stop, reasoning_effort, thinking_budget, timeout, stream,
     # cache_prompt, extra_body = {...}, headers = {...}
+    batch = false                      # true: calls go through the batch API, at its price
+    batch_window = "10m"               # how long calls are gathered into one batch
+    batch_max = 1000                   # a batch is sent once it holds this many
 
     [prices."gpt-5.4"]                 # prices of a model id, per tier (see
     input_price_per_mtok = 2.5         # interlock.providers.price_tables)
@@ -109,7 +112,7 @@ from interlock.providers.config_files import (
 from interlock.providers.config_paths import CONFIG_NAME, config_candidates, unread_configs
 from interlock.providers.config_paths import used_line as _used_line
 from interlock.providers.price_tables import price_tables
-from interlock.providers.prices import PriceTable, Pricing, tier_of
+from interlock.providers.prices import BATCH, PriceTable, Pricing, tier_of
 from interlock.providers.redaction import Secret
 from interlock.providers.secrets_file import read_secrets_file
 from interlock.providers.settings import ModelEntry, ProviderSettings, ResolvedModel
@@ -294,7 +297,7 @@ class ModelConfig:
             table=self.prices.get(model),
             alias=alias,
             alias_prices=entry.prices(),
-            alias_tier=tier_of(request.extra_body),
+            alias_tier=BATCH if entry.batch else tier_of(request.extra_body),
         )
         return ResolvedModel(
             alias=alias,
@@ -308,6 +311,7 @@ class ModelConfig:
             secrets_file=self.secrets_file,
             settings=request,
             limits=entry.limits(alias),
+            batch=entry.batch_mode(),
         ).priced(pricing)
 
     def missing_models(self, aliases: Iterable[str]) -> list[str]:

@@ -66,6 +66,7 @@ class ProviderRegistry:
         self._rng = rng or random.Random()
         self._shared: dict[str, _Shared] = {}
         self._caps: dict[str, LiveLimits] = {}  # [limits] by the file they are read from
+        self._collectors: dict[tuple[object, ...], object] = {}  # batch mode, per alias and loop
         self.store: BucketStore = store or MemoryBuckets(clock=clock)
 
     def share_limits(self, store: BucketStore) -> BucketStore:
@@ -130,6 +131,10 @@ class ProviderRegistry:
             MissingKeyError: The provider needs a key that is not available.
         """
         provider = self._build(resolved, config)
+        if resolved.batch is not None and resolved.kind in ("openai", "anthropic"):
+            from interlock.providers.batch_wiring import batching
+
+            provider = batching(provider, resolved, config, self._collectors)
         if not config.spend.caps or resolved.kind not in ("openai", "anthropic"):
             return provider
         from interlock.providers.spend_guard import CappedProvider, LiveLimits

@@ -113,6 +113,14 @@ class OpenAIChatProvider:
         )
         return body
 
+    def batch_body(self, request: ModelRequest) -> dict[str, Any]:
+        """The body of `request` as a line of a batch (`interlock.providers.batch_provider`)."""
+        return self._body(request)
+
+    def batch_result(self, request: ModelRequest, answer: dict[str, Any]) -> ModelResult:
+        """The result of `request` from its batch's answer, priced at this alias's tier."""
+        return self._result(request, _read_answer(self.name, answer, None), time.perf_counter())
+
     def _headers(self, request: ModelRequest) -> dict[str, str]:
         headers = {"Idempotency-Key": request.idempotency_key}
         if self._api_key is not None:

@@ -38,6 +38,7 @@ from typing import Any
 PRICE_SOURCE = "genai-prices"
 TOML_SOURCE = "interlock.toml"
 STANDARD = "standard"
+BATCH = "batch"  # the tier of the providers' batch APIs
 
 FIELDS = (
     "input_price_per_mtok",

@@ -21,7 +21,7 @@ from interlock.providers.bounds import (
     DEFAULT_MAX_LINE_BYTES,
     AnswerLimits,
 )
-from interlock.providers.prices import STANDARD, LongContext, Pricing, rates_at, tier_of
+from interlock.providers.prices import BATCH, STANDARD, LongContext, Pricing, rates_at, tier_of
 
 ProviderKind = Literal["openai", "anthropic", "cli", "offline"]
 
@@ -138,6 +138,27 @@ class ModelEntry(RequestSettings):
     # event stream, and the largest answer it keeps. Not request settings: nothing is sent.
     max_line_bytes: int = Field(default=DEFAULT_MAX_LINE_BYTES, ge=1024)
     max_answer_bytes: int = Field(default=DEFAULT_MAX_ANSWER_BYTES, ge=1024)
+    # Calls sent through the provider's batch API at its batch price
+    # (`interlock.providers.batch_provider`): gathered for `batch_window` seconds (or "10m"),
+    # at most `batch_max` requests a batch.
+    batch: bool = False
+    batch_window: float = Field(default=600.0, gt=0)
+    batch_max: int = Field(default=1000, ge=1, le=50000)
+
+    @field_validator("batch_window", mode="before")
+    @classmethod
+    def _window(cls, value: Any) -> Any:
+        from interlock.core.workflow import duration_seconds
+
+        return duration_seconds(value, "batch_window")
+
+    def batch_mode(self) -> BatchMode | None:
+        """How this alias's calls are batched, or None when they are sent one by one."""
+        return (
+            BatchMode(window_s=self.batch_window, max_requests=self.batch_max)
+            if self.batch
+            else None
+        )
 
     def prices(self) -> dict[str, float]:
         """The prices this table sets, by field name."""
@@ -158,6 +179,14 @@ class ModelEntry(RequestSettings):
         return RequestSettings.model_validate(
             {k: v for k, v in self.model_dump(exclude_none=True).items() if k in names}
         )
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchMode:
+    """An alias whose calls go through the provider's batch API."""
+
+    window_s: float = 600.0  # how long calls are gathered before a batch is sent
+    max_requests: int = 1000  # a batch is sent as soon as it holds this many
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -216,6 +245,7 @@ class ResolvedModel:
     settings: RequestSettings = field(default_factory=RequestSettings)
     limits: AnswerLimits = field(default_factory=AnswerLimits)
     pricing: Pricing | None = field(default=None, compare=False, repr=False)
+    batch: BatchMode | None = None  # its calls go through the provider's batch API
 
     def __post_init__(self) -> None:
         if self.limits.table == AnswerLimits.table:  # the defaults: name this alias's table
@@ -232,7 +262,7 @@ class ResolvedModel:
 
     def priced(self, pricing: Pricing) -> ResolvedModel:
         """This model with the prices of the tier its settings send, from `pricing`."""
-        found = pricing.at(tier_of(self.settings.extra_body))
+        found = pricing.at(BATCH if self.batch else tier_of(self.settings.extra_body))
         given = found.prices
         return replace(
             self,

@@ -221,6 +221,8 @@ class ModelRunner:
                 schema_name=re.sub(r"[^A-Za-z0-9_-]", "_", spec.worker.role)[:64],
                 attachments=attachments,
                 pipeline=spec.pipeline,
+                run_id=spec.run_id,
+                task_id=spec.task_id,
             )
             warnings: list[str] = []
 

@@ -16,6 +16,7 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 
 from interlock.errors import UsageError
+from interlock.providers.batch_store import BatchStore
 from interlock.providers.buckets import BucketStore, MemoryBuckets
 from interlock.providers.spend import CapKey, CapUsage, SpendStore
 
@@ -56,6 +57,23 @@ def open_spend(ledger: str | None) -> SpendStore:
     if not ledger or not ledger.startswith(("postgresql://", "postgres://", "sqlite://")):
         return MemorySpend()
     return _LazySpend(ledger)
+
+
+def open_batches(ledger: str | None) -> BatchStore:
+    """Where batch-mode model calls of runs on `ledger` are recorded (the ledger itself, so
+    that a resumed orchestrator finds its provider batches); this process's memory without
+    a SQLite or PostgreSQL ledger."""
+    from interlock.providers.batch_store import MemoryBatches
+
+    if ledger and ledger.startswith("sqlite://"):
+        from interlock.storage.provider_batches_sqlite import SQLiteBatches
+
+        return SQLiteBatches(ledger.removeprefix("sqlite://"))
+    if ledger and ledger.startswith(("postgresql://", "postgres://")):
+        from interlock.storage.provider_batches_pg import PostgresBatches
+
+        return PostgresBatches(ledger)
+    return MemoryBatches()
 
 
 def ledger_of(store: object) -> str | None:
@@ -111,9 +129,11 @@ def share_limits_for(
     """Choose the bucket store for this process (`open_buckets`) and hand it to the
     providers for the rest of the process's life; a store of this process only changes
     nothing."""
+    from interlock.providers.batch_store import use_batch_store
     from interlock.providers.spend_guard import use_spend_store
 
     use_spend_store(open_spend(store_url)).close()
+    use_batch_store(open_batches(store_url)).close()
     buckets = open_buckets(store_url, redis_url=redis_url, env=env)
     if buckets.shared:
         from interlock.providers.factory import share_limits
@@ -128,16 +148,21 @@ def limits_shared_for(store_url: str | None, *, store: object = None) -> Iterato
     shared with every process on that store; then they are this process's own again (an
     object driving runs of one ledger must not leave its buckets to the next). Their spend
     caps are counted in the ledger (`store`'s, when it has no URL) meanwhile."""
+    from interlock.providers.batch_store import use_batch_store
     from interlock.providers.spend_guard import use_spend_store
 
     spend = open_spend(store_url or ledger_of(store))
     before = use_spend_store(spend)
+    batches = open_batches(store_url or ledger_of(store))
+    batches_before = use_batch_store(batches)
     try:
         with _buckets_shared_for(store_url):
             yield
     finally:
         use_spend_store(before)
         spend.close()
+        use_batch_store(batches_before)
+        batches.close()
 
 
 @contextlib.contextmanager

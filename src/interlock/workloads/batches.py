@@ -291,12 +291,17 @@ class BatchRunner:
         Raises:
             LeaseHeld: another live process drives the batch.
         """
+        from interlock.runtime.shared_limits import limits_shared_for
+
         orchestrator = self.app.orchestrator
         self.hold()
         stop = asyncio.Event()
         loop = asyncio.create_task(orchestrator.serve_forever(stop))
+        # The rows' spend caps and provider batches are kept in the ledger, as `drive` does.
+        shared = limits_shared_for(None, store=self.app.store)
         try:
-            return await self.feed(loop)
+            with shared:
+                return await self.feed(loop)
         finally:
             stop.set()
             with contextlib.suppress(Exception):

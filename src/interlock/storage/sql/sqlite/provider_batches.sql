@@ -1,0 +1,50 @@
+-- Queries of the provider batches (`interlock.storage.provider_batches`).
+
+-- name: add_request
+INSERT INTO provider_batch_requests (key, provider, alias, body, state, created_at, run_id, task_id)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (key) DO NOTHING;
+
+-- name: request
+SELECT key, provider, alias, body, state, created_at, run_id, task_id, tag, answer, error, retryable
+FROM provider_batch_requests WHERE key = ?;
+
+-- name: gathered
+SELECT key, provider, alias, body, state, created_at, run_id, task_id, tag, answer, error, retryable
+FROM provider_batch_requests WHERE provider = ? AND alias = ? AND state = 'gathered'
+ORDER BY created_at, key LIMIT ?;
+
+-- name: in_batch
+SELECT key, provider, alias, body, state, created_at, run_id, task_id, tag, answer, error, retryable
+FROM provider_batch_requests WHERE tag = ? ORDER BY key;
+
+-- name: of_run
+SELECT key, provider, alias, body, state, created_at, run_id, task_id, tag, answer, error, retryable
+FROM provider_batch_requests WHERE run_id = ? ORDER BY key;
+
+-- name: add_batch
+INSERT INTO provider_batches (tag, provider, kind, alias, state, created_at)
+VALUES (?, ?, ?, ?, 'submitting', ?);
+
+-- name: claim
+UPDATE provider_batch_requests SET state = 'batched', tag = ? WHERE key = ? AND state = 'gathered';
+
+-- name: submitted
+UPDATE provider_batches SET state = 'submitted', provider_batch_id = ?, provider_status = ?,
+    submitted_at = ? WHERE tag = ?;
+
+-- name: status
+UPDATE provider_batches SET provider_status = ? WHERE tag = ?;
+
+-- name: finish
+UPDATE provider_batch_requests SET state = ?, answer = ?, error = ?, retryable = ?
+WHERE key = ? AND state IN ('gathered', 'batched');
+
+-- name: end
+UPDATE provider_batches SET state = ?, provider_status = ?, ended_at = ? WHERE tag = ?;
+
+-- name: batches
+SELECT b.tag, b.provider, b.kind, b.alias, b.state, b.created_at, b.provider_batch_id,
+       b.provider_status, b.submitted_at, b.ended_at,
+       (SELECT count(*) FROM provider_batch_requests r WHERE r.tag = b.tag)
+FROM provider_batches b ORDER BY b.created_at, b.tag;
