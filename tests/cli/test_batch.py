@@ -237,7 +237,7 @@ def test_cancel_stops_a_running_batch(cli_env: dict[str, str], tmp_path: Path) -
     cancelled = interlock(cli_env, tmp_path, "batch", "cancel", "c")
     assert cancelled.returncode == 0, cancelled.stderr
     assert "row(s) not started" in cancelled.stdout
-    driving.communicate(timeout=60)
+    driving.communicate(timeout=90)
     assert driving.returncode == 1
     body = json.loads(interlock(cli_env, tmp_path, "batch", "status", "c", "--json").stdout)
     assert body["cancelled"] is True
