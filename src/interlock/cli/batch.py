@@ -205,15 +205,16 @@ def status(ctx: Ctx, batch_id: str, as_json: bool, width: int) -> None:
     """A batch's rows: inputs, run, status, cost and the final worker's values."""
     from interlock.cli.batch_view import progress_line, status_table
     from interlock.core.batches import fold
-    from interlock.workloads.batches import batch_record
 
     record, rows = read_batch(ctx, batch_id)
     if as_json:
+        from interlock.workloads.batches import batch_record  # the engine, for JSON alone
+
         out.print_json(json.dumps(batch_record(record, rows)))
         return
     progress = fold([r.view for r in rows], max_cost_usd=record.max_cost_usd)
-    # Written as it is: rich lays out each of 10,000 lines for 3 s of CPU; the table is
-    # aligned already, and only its control characters (a row's inputs') are taken out.
+    # Written as it is: the table is aligned already, rich's pass over 10,000 lines only
+    # costs time, and a row's control characters are taken out here.
     click.echo(status_table(rows, progress, width=width).translate(CONTROL))
     out.print(f"batch {batch_id} ({record.pipeline}): {progress_line(progress, None)}")
     if record.experiment is not None:

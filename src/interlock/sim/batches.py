@@ -28,7 +28,6 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from interlock.api import Interlock
 from interlock.core.batches import RowInputs, RowStatus, fold
 from interlock.core.events import Delivered, RunCancelled, RunFailed
 from interlock.core.loader import parse_workflow
@@ -130,10 +129,17 @@ class _Runs:
         """Nothing to wake: the world moves the runs."""
 
 
-class _App(Interlock):
-    """An `Interlock` on the memory store whose ended runs' states are the world's."""
+class _App:
+    """What the runner asks of an `Interlock`: the store, the orchestrator, the pinned
+    definition, and the states of ended runs (the world's)."""
 
-    world: _World
+    def __init__(self, home: Path, *, store: MemoryStore) -> None:
+        self.home, self.store = home, store
+        self.world: _World
+        self.orchestrator: Any = None
+
+    def definition_of(self, pipeline: str, definition_hash: str) -> Any:
+        return _definition()
 
     def state(self, run_id: str) -> Any:
         return self.world.state(run_id)
@@ -218,7 +224,7 @@ def _play(seed: int, rng: random.Random, home: Path) -> BatchSimResult:
     setup = _App(home, store=store)
     setup.world = world
     record_batch(
-        setup,
+        setup,  # type: ignore[arg-type]
         definition,
         rows,
         batch_id=BATCH,
@@ -238,9 +244,9 @@ def _play(seed: int, rng: random.Random, home: Path) -> BatchSimResult:
         app = _App(home, store=store)
         app.world = world
         runs = _Runs(store, f"sim-driver-{drivers}", fate, world.made)
-        app.orchestrator = runs  # type: ignore[assignment]
+        app.orchestrator = runs
         try:
-            runner = BatchRunner(app, BATCH, clock=lambda: world.now)
+            runner = BatchRunner(app, BATCH, clock=lambda: world.now)  # type: ignore[arg-type]
             runner.ledger = _DyingLedger(runner.ledger, fate)
             runs.listeners.append(runner._on_event)
             runner.hold()
