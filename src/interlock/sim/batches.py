@@ -144,6 +144,11 @@ class _App:
     def state(self, run_id: str) -> Any:
         return self.world.state(run_id)
 
+    def cancel(self, run_id: str, reason: str = "") -> str:
+        """As `Interlock.cancel`: the run ends cancelled at the world's next step."""
+        self.world.cancels.add(run_id)
+        return run_id
+
 
 @dataclass
 class _World:
@@ -155,6 +160,7 @@ class _World:
     ended: dict[str, tuple[str, float]] = field(default_factory=dict)  # run -> status, cost
     made: list[str] = field(default_factory=list)  # every run made, in order
     cancelled_at: int | None = None  # len(made) when the batch was cancelled
+    cancels: set[str] = field(default_factory=set)  # runs asked to cancel
     notes: list[str] = field(default_factory=list)
 
     def state(self, run_id: str) -> Any:
@@ -173,9 +179,14 @@ class _World:
         """End a random share of the runs in flight; returns those ended."""
         done = []
         for run_id in sorted(self.store._runs):
-            if run_id in self.ended or self.rng.random() > 0.6:
+            asked = run_id in self.cancels
+            if run_id in self.ended or (self.rng.random() > 0.6 and not asked):
                 continue
-            status = "cancelled" if cancelling else self.rng.choice(["delivered"] * 3 + ["failed"])
+            status = (
+                "cancelled"
+                if cancelling or asked
+                else self.rng.choice(["delivered"] * 3 + ["failed"])
+            )
             cost = round(self.rng.choice([0.0, 0.5, 1.0, 2.5]), 2)
             lease = self.store.acquire_lease(run_id, "world", 60.0, self.now, take_over_from="?")
             event = {
@@ -268,6 +279,9 @@ def _play(seed: int, rng: random.Random, home: Path) -> BatchSimResult:
         except SimCrash:
             crashes += 1
             world.now += BATCH_TTL + 1  # the dead driver's lease runs out
+            if world.cancelled_at is None and rng.random() < 0.05:  # `batch cancel`, no driver
+                ledger.cancel_batch(BATCH, world.now)
+                world.cancelled_at = len(world.made)
             continue
         except LeaseHeld:  # a dead driver's lease: wait it out
             world.now += BATCH_TTL + 1
@@ -339,8 +353,8 @@ class _Check:
         made = world.made
         if len(made) != len(set(made)):
             self.violation(f"a run was made twice: {sorted(r for r in made if made.count(r) > 1)}")
-        for run_id in made[self.seen_made :]:
-            if world.cancelled_at is not None:
+        for run_id in made[self.seen_made :]:  # only a row claimed before, and stopped
+            if world.cancelled_at is not None and run_id not in world.cancels:
                 self.violation(f"run {run_id} made after the batch was cancelled")
         self.seen_made = len(made)
         live: dict[int, list[str]] = {}
