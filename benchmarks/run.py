@@ -576,7 +576,16 @@ SECTIONS: dict[str, Callable[[argparse.Namespace], Any]] = {
     "check_depth": lambda a: check_depth(a.check_depths),
     "peers": lambda a: peers(a.runs, min(a.concurrent, 200)),
     "llm": lambda a: llm_section(a),
+    "batch": lambda a: batch_section(a),
 }
+
+
+def batch_section(args: argparse.Namespace) -> dict[str, Any]:
+    """`interlock batch` of no-op command rows: rows/s, peak memory, and how long `batch
+    status` of the whole batch takes (`batch.py`)."""
+    from batch import measure  # type: ignore[import-not-found]
+
+    return dict(measure(args.batch_rows, args.batch_concurrency))
 
 
 def llm_section(args: argparse.Namespace) -> dict[str, Any]:
@@ -719,6 +728,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--llm-clients", default="aiohttp,httpx,httpx2", help="bare clients measured beside"
+    )
+    parser.add_argument(
+        "--batch-rows", type=positive_count, default=10_000, help="rows of the 'batch' section"
+    )
+    parser.add_argument(
+        "--batch-concurrency", type=positive_count, default=16, help="runs at once of 'batch'"
     )
     parser.add_argument(
         "--check-depths",

@@ -341,3 +341,30 @@ def test_a_bad_tolerance_is_refused_before_anything_is_recorded(
     assert says in result.output and "nothing was recorded" in result.output
     assert "Traceback" not in result.output
     assert not home.exists()
+
+
+def test_status_of_10000_rows_takes_well_under_a_second(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`batch status` of a 10,000-row batch writes its table in under a second of CPU, as
+    plain text, and takes out a row's control characters (an escape sequence in a row's
+    inputs reached the terminal)."""
+    setup(tmp_path, 1)
+    monkeypatch.chdir(tmp_path)
+    app = Interlock(tmp_path / "home")
+    definition = load_workflow(tmp_path / "wf.yaml").get("summarize")
+    rows = [RowInputs(number=n, topic=f"t{n}\x1b[2J", inputs={"n": n}) for n in range(1, 10_001)]
+    record_batch(
+        app, definition, rows, batch_id="big", inputs_file="articles.csv", concurrency=1,
+        max_cost_usd=None, now=time.time(),
+    )  # fmt: skip
+    app.close()
+    runner = CliRunner()
+    runner.invoke(cli, ["--home", str(tmp_path / "home"), "batch", "status", "big"])  # warm
+    started = time.process_time()
+    shown = runner.invoke(cli, ["--home", str(tmp_path / "home"), "batch", "status", "big"])
+    spent = time.process_time() - started
+    assert shown.exit_code == 0, shown.output
+    assert shown.output.count(" waiting ") == 10_000
+    assert spent < 1.0, f"{spent:.2f} s of CPU"
+    assert "\x1b" not in shown.output and "t10000[2J; n=10000" in shown.output

@@ -148,3 +148,32 @@ def test_variant_rows_wait_for_base_rows_cancelled_before_they_started(
         {RowStatus.WAITING: 2},
     ]
     assert server.requests == []
+
+
+def test_fifty_rows_of_an_experiment_make_150_plus_50_calls_not_300(
+    project: Path, server: FakeServer
+) -> None:
+    """The real `interlock experiment` over 50 rows of the research pipeline (two researchers,
+    then a synthesis), the variant differing only in the synthesis prompt: the base makes
+    150 calls (3 a row), the variant 50 (its synthesis alone), 200 in all, not 300."""
+    import os
+    import subprocess
+    import sys
+
+    rows = 50
+    topics = "\n".join(f"topic {n}" for n in range(1, rows + 1))
+    (project / "rows.csv").write_text(f"topic\n{topics}\n")
+    command = [
+        sys.executable, "-m", "interlock", "--home", str(project / "home"), "experiment",
+        "research.json", "research", "--inputs", "rows.csv", "--variant", "edited=edited.json",
+        "--concurrency", "8", "--batch-id", "x",
+    ]  # fmt: skip
+    done = subprocess.run(
+        command, cwd=project, env=dict(os.environ), capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    prompts = [json.dumps(r.body) for r in server.requests]
+    variant = [p for p in prompts if "three bullets" in p]
+    assert (len(prompts) - len(variant), len(variant)) == (3 * rows, rows)
+    models = [r.body.get("model") for r in server.requests]
+    assert (models.count("model-s"), models.count("model-o")) == (2 * rows, 2 * rows)

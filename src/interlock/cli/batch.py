@@ -210,16 +210,19 @@ def status(ctx: Ctx, batch_id: str, as_json: bool, width: int) -> None:
     """A batch's rows: inputs, run, status, cost and the final worker's values."""
     from interlock.cli.batch_view import progress_line, status_table
     from interlock.core.batches import fold
-    from interlock.workloads.batches import batch_record
 
     record, rows = read_batch(ctx, batch_id)
     if as_json:
+        from interlock.workloads.batches import batch_record  # the engine, for JSON alone
+
         out.print_json(json.dumps(batch_record(record, rows)))
         return
     progress = fold(
         [r.view for r in rows], max_cost_usd=record.max_cost_usd, tolerate=record.tolerate
     )
-    out.print(status_table(rows, progress, width=width), soft_wrap=True)
+    # Written as it is: the table is aligned already, rich's pass over 10,000 lines only
+    # costs time, and a row's control characters are taken out here.
+    click.echo(status_table(rows, progress, width=width).translate(CONTROL))
     out.print(f"batch {batch_id} ({record.pipeline}): {progress_line(progress, None)}")
     if progress.breach is not None:
         out.print(failure_line(batch_id, progress.breach.reason), soft_wrap=True)
@@ -326,6 +329,11 @@ def batches(ctx: Ctx, limit: int, provider: bool) -> None:
 
 
 # -- shared steps ---------------------------------------------------------------------------
+
+
+# C0 and C1 control characters but the newline, and DEL: a row's inputs are the file's data,
+# and an escape sequence among them must not reach the terminal.
+CONTROL = dict.fromkeys([*range(0x0A), *range(0x0B, 0x20), *range(0x7F, 0xA0)])
 
 
 def read_rows(inputs_file: str, definition: Definition, topic_field: str | None) -> list[RowInputs]:

@@ -261,6 +261,7 @@ class BatchRunner:
         self._changed: asyncio.Event | None = None
         self._results: dict[str, dict[str, Any]] = {}  # run id -> result, seen ending here
         self._tried: dict[str, float] = {}  # run id -> when this runner last tried to take it
+        self._stopped: set[str] = set()  # runs of a cancelled batch this runner cancelled
         self._rows: dict[int, BatchRow] = {}  # row -> its topic and inputs, read when first needed
         self._started = clock()
         self._done_at_start: int | None = None
@@ -401,6 +402,8 @@ class BatchRunner:
         if specs:
             self._make(specs)
             views = self.ledger.views(batch.batch_id)
+        if batch.cancelled_at is not None:
+            self._stop_flying(views)
         progress = fold(views, max_cost_usd=batch.max_cost_usd, tolerate=batch.tolerate)
         self.blocked = base_settled and progress.running == 0 and starts.held is Held.BASE
         elapsed = max(0.0, now - self._started)
@@ -413,6 +416,18 @@ class BatchRunner:
             elapsed=elapsed,
             eta=progress.eta(elapsed, progress.done - self._done_at_start),
         )
+
+    def _stop_flying(self, views: list[RowView]) -> None:
+        """Cancel the runs in flight of a cancelled batch, once each here. `batch cancel`
+        stops those it finds; a row claimed before it and made only after (its driver died
+        in between) has a run that it could not find."""
+        for view in views:
+            run_id = view.run_id
+            if run_id is None or view.run_status in (*RUN_ENDED, None) or run_id in self._stopped:
+                continue
+            self._stopped.add(run_id)
+            with contextlib.suppress(InterlockError):  # it ended meanwhile
+                self.app.cancel(run_id, f"batch {self.batch.batch_id} cancelled")
 
     def _base_ready(self) -> tuple[frozenset[int] | None, bool]:
         """For a variant: the rows whose base row has ended (its run's id kept as the
