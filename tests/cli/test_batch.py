@@ -225,7 +225,7 @@ def test_a_batch_id_is_used_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 def test_cancel_stops_a_running_batch(cli_env: dict[str, str], tmp_path: Path) -> None:
     """`batch cancel` from another process: the runs in flight are cancelled by the process
     driving the batch, rows not started are marked cancelled, and the batch exits 1."""
-    setup(tmp_path, 8, sleep=4.0)
+    setup(tmp_path, 8, sleep=30.0)  # a cancel, however slow the machine, comes first
     args = [sys.executable, "-m", "interlock", "batch", "wf.yaml", "--inputs", "articles.csv"]
     args += ["--batch-id", "c", "--concurrency", "2"]
     driving = subprocess.Popen(args, env=cli_env, cwd=tmp_path, stdout=subprocess.PIPE, text=True)
