@@ -15,6 +15,8 @@ import pytest
 
 import interlock.core.decide as decide
 import interlock.core.review as review
+import interlock.engine.machine as machine
+import interlock.runtime.apply as apply
 import interlock.runtime.dispatch as dispatch
 import interlock.runtime.driver as driver
 import interlock.runtime.projection as projection
@@ -109,15 +111,15 @@ def test_an_ignored_edit_of_a_later_fan_out_item_is_caught(monkeypatch: pytest.M
 def test_a_reused_task_that_also_runs_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """With every reused task started as well, the simulated workers count an execution the
     history calls a reuse: the oracle says so within 200 seeds; that seed passes unpatched."""
-    real = driver.RunDriver._claim
+    real = apply._claim
 
-    def claim_and_run(self: driver.RunDriver, orchestrator: Any, task: Any) -> bool:
-        claimed = real(self, orchestrator, task)
+    def claim_and_run(run: driver.RunDriver, orchestrator: Any, task_id: str) -> bool:
+        claimed = real(run, orchestrator, task_id)
         if claimed:
-            orchestrator.start_task(self, task)
+            orchestrator.start_task(run, run.state.tasks[task_id])
         return claimed
 
-    monkeypatch.setattr(driver.RunDriver, "_claim", claim_and_run)
+    monkeypatch.setattr(apply, "_claim", claim_and_run)
     result = _first_failing(range(200))
     assert result is not None, "reused tasks ran, unseen"
     assert any("recorded as reused" in v for v in result.violations), result.violations
@@ -134,7 +136,7 @@ def test_a_retry_past_max_attempts_after_an_edit_is_caught(
     def never_after_an_edit(pipeline: Any, state: Any) -> Any:
         return None if state.edits else real(pipeline, state)
 
-    for module in (decide, driver, dispatch, projection):  # everywhere the engine uses it
+    for module in (decide, machine, dispatch, projection):  # everywhere the engine uses it
         monkeypatch.setattr(module, "given_up", never_after_an_edit)
     result = _first_failing(range(200))
     assert result is not None, "a retry past max_attempts after an edit went unseen"

@@ -1,16 +1,17 @@
 """One run as the orchestrator drives it: its folded state, its lease, its running tasks.
 
-The driver turns what happened since the last tick into events (`observe`), asks the engine
-what follows (`settle`), and after the orchestrator committed both, carries the decisions out
-(`act`). Acting is idempotent: it looks at the state, not at the decisions, so a crash between
-"recorded" and "acted" is repaired by acting again on resume.
+The driver turns what happened since the last tick into the engine's inputs and takes the
+run's step (`step`); after the orchestrator committed its events, `act` asks the engine for the
+effects the state calls for, given what runs now, and `runtime/apply.py` carries them out. The
+driver decides nothing itself. Acting is idempotent: the effects are asked from the state, not
+from what changed, so a crash between "recorded" and "acted" is repaired by acting again on
+resume.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import errno
 import functools
 import hashlib
 import logging
@@ -22,14 +23,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from interlock.core import events as ev
-from interlock.core.decide import failed_item_values, given_up
+from interlock.core.decide import failed_item_values
 from interlock.core.extract import ExtractionError, extract_values
 from interlock.core.loader import Definition
 from interlock.core.observe import CommandKind
 from interlock.core.review import sent_back, with_feedback
 from interlock.core.state import (
     RunState,
-    RunStatus,
     TaskState,
     artifact_name,
     listed_status,
@@ -41,8 +41,7 @@ from interlock.core.waits import signal_values
 from interlock.engine import Recorded, RunMachine
 from interlock.engine import effects as fx
 from interlock.engine import inputs as obs
-from interlock.errors import RunFolderTaken
-from interlock.runtime import artifacts
+from interlock.runtime import apply, artifacts
 from interlock.runtime.edits import REVIEW_KINDS, keep_hand_edit, pending_edits
 from interlock.runtime.executors import Outcome, TaskSpec, escape_braces
 from interlock.runtime.faults import crash_point
@@ -57,7 +56,6 @@ if TYPE_CHECKING:
     from interlock.runtime.orchestrator import Orchestrator
 
 log = logging.getLogger("interlock.runtime")
-STATUS_COST_FACTOR = 20  # status.json rewrites take at most about 1/20 of a running run's time
 
 
 @dataclass
@@ -384,189 +382,17 @@ class RunDriver:
             adopted.append(obs.Adopted(event=event, body=body))
         return adopted
 
-    def pending_writes(self) -> tuple[list[tuple[Path, bytes]], bool]:
-        """The files `act` writes before anything else (in-memory outputs whose completions
-        are recorded, and final.md once delivered), handed over to be written; (files,
-        whether final.md is among them). The orchestrator writes those of all the runs of a
-        tick in one batch, so that their fsyncs are committed together."""
-        state = self.state
-        if self.writes and self.placing_reused:
-            crash_point("after_record_reuse")  # recorded, not yet placed: resume repairs
-            self.placing_reused = False
-        if self.writes and self.reviewed == "edit":
-            crash_point("after_record_edit")  # recorded, not yet written: resume repairs
-        delivering = (
-            state.delivered is not None and not self.final_md_placed and self._add_final_md()
-        )
-        if delivering:
-            crash_point("before_deliver")
-        files = [(self.run_dir / w.artifact, w.body) for w in self.writes]
-        self.writes = []
-        return files, delivering
-
-    def act(self, orchestrator: Orchestrator) -> None:
-        """Carry out what the state calls for; safe to repeat."""
-        state = self.state
-        files, delivering = self.pending_writes()
-        if files:
-            artifacts.write_files(files)  # before any task that reads them starts
-        if delivering:
-            crash_point("after_deliver")
-        for point in sorted(self.waits):  # recorded, not yet acted on: resume repairs
-            crash_point(point)
-        self.waits.clear()
-        if self.reviewed is not None:
-            if self.reviewed == "reject":
-                crash_point("after_record_reject")  # recorded, its visit's tasks not started
-            self.reviewed = None
-        if state.status.ended and not self.children_stopped:
-            # A child never outlives its parent's end.
-            self.children_stopped = orchestrator.cancel_children(self)
-        if state.status.ended:
-            for task_id, handle in list(self.handles.items()):
-                if task_id in self.stopping:
-                    continue
-                handle.cancel()
-                if handle.done():  # stopped at once (simulated workers)
-                    del self.handles[task_id]
-                    continue
-                # Stopped, a model call reports what it had cost: the run is looked at again
-                # once the task ended, so that the report is recorded before the lease goes.
-                self.stopping.add(task_id)
-                handle.add_done_callback(lambda _: orchestrator.touch(self))
-        elif state.inert:
-            pass  # imported and not trusted (`RunImported`): nothing of it is started
-        elif given_up(self.definition.pipeline, state) is None:
-            # (A run that fails once its running attempts end starts nothing more.)
-            for task in self._to_start():
-                running = self.handles.get(task.task_id)
-                if running is not None and self.handle_attempts.get(task.task_id) != task.attempt:
-                    # The engine timed that attempt out and recorded the next one: the old
-                    # worker must not stand in for the attempt that is now current.
-                    running.cancel()
-                    del self.handles[task.task_id]
-                if task.task_id in self.reusing:
-                    continue
-                if self.definition.pipeline.worker(task.role).pipeline is not None:
-                    if task.task_id not in self.handles:
-                        self.handles[task.task_id] = orchestrator.start_task(self, task)
-                        self.handle_attempts[task.task_id] = task.attempt
-                    continue  # a child run: never carried over from another run
-                if task.task_id not in self.handles and self._claim(orchestrator, task):
-                    continue
-                if task.task_id not in self.handles:
-                    crash_point("before_dispatch")
-                    self.handles[task.task_id] = orchestrator.start_task(self, task)
-                    self.handle_attempts[task.task_id] = task.attempt
-        else:
-            orchestrator.dispatcher.withdraw_unstarted(self)
-        self.acted_mark = state.events
-        if state.archived:  # first: its last status.json is then written into the archive
-            self._archive(orchestrator)
-        if orchestrator.settings.write_status and state.events != self.status_shows:
-            self.refresh_status(orchestrator)
-
-    def _to_start(self) -> list[TaskState]:
-        """The tasks in flight that `act` may have to start: those dispatched since it last
-        ran (all of them the first time), oldest first. Every other task in flight has its
-        worker, or a claim of an earlier output, since that act; should one not, all are
-        looked at again."""
-        state = self.state
-        flight = state.flight
-        if self.acted_mark == 0:
-            return state.in_flight()
-        fresh = []
-        for task_id in reversed(flight):  # in dispatch order: the newest dispatch last
-            task = state.tasks[task_id]
-            if task.dispatch_mark <= self.acted_mark:
-                break
-            fresh.append(task)
-        if len(flight) - len(fresh) > len(self.handles) + len(self.reusing):
-            return state.in_flight()
-        fresh.reverse()
-        return fresh
-
-    def _claim(self, orchestrator: Orchestrator, task: TaskState) -> bool:
-        """Carry an earlier output over instead of starting the task, when one matches."""
-        if self.reuser is None:
-            return False
-        claim = self.reuser.claim(self.state, task, orchestrator.clock())
-        if claim is None:
-            return False
-        crash_point("before_record_reuse")
-        self.reusing.add(task.task_id)
-        orchestrator.report(self, Report(event=claim.event, body=claim.body))
-        return True
-
-    def _add_final_md(self) -> bool:
-        """Queue `final.md` (a copy of the delivered output) for writing if it is not there;
-        whether it was queued.
-
-        Written with the outputs, and like them made durable before the run is archived (an
-        archived run is never resumed, so a final.md that a power loss emptied would stay
-        empty; see `Orchestrator._sync_ended`). Once it is in place or handed
-        over, later acts of the ended run do not look for it again (`final_md_placed`): the
-        batch it was handed over with is written before anything else happens, or the loop
-        stops and a resume, with a driver of its own, looks again.
-        """
-        assert self.state.delivered is not None
-        final_md, delivered = self.run_dir / "final.md", self.run_dir / self.state.delivered
-        if final_md.exists():
-            self.final_md_placed = True
-            return False
-        # The recorded hash picks the body: an output edited at a review after its worker
-        # completed has a newer text than the one kept at completion.
-        recorded = next(
-            (t.sha256 for t in self.state.tasks.values() if t.artifact == self.state.delivered),
-            None,
-        )
-        data = self._delivered_body(delivered, recorded)
-        if data is None:
-            return False  # nothing holds the recorded text yet: restore_outputs writes it
-        self.writes.append(fx.WriteOutput(artifact=final_md.name, body=data, sha256=""))
-        self.final_md_placed = True
-        return True
-
-    def _delivered_body(self, delivered: Path, recorded: str | None) -> bytes | None:
-        """The recorded text of the delivered output (any, if none is recorded): one that
-        waits to be written, else the file on disk if it holds it."""
-        for w in reversed(self.writes):
-            if w.artifact == delivered.name and recorded in (None, w.sha256):
-                return w.body
-        if delivered.is_file():
-            data = delivered.read_bytes()
-            if recorded is None or hashlib.sha256(data).hexdigest() == recorded:
-                return data
-        return None
-
-    def refresh_status(self, orchestrator: Orchestrator) -> None:
-        """Rewrite status.json for a changed state: at once at a pause or an end, or when
-        `status_interval` has passed since the last write; otherwise at that time (the loop
-        wakes the run then), so that changes in between cost one write."""
-        now = orchestrator.clock()
-        # A wide run's status.json costs time to build: it is then rewritten less often, so
-        # that the rewrites never take more than a small share of the loop.
-        spacing = max(orchestrator.status_interval(), self.status_cost * STATUS_COST_FACTOR)
-        due = self.status_written + spacing
-        state = self.state
-        awaiting_archive = state.status is RunStatus.DELIVERED and not state.archived
-        if awaiting_archive and self.status_due is None:
-            # Archived once its files are durable, a fraction of a second from now, and the
-            # status.json then written into the archive shows it delivered: this one is
-            # written only if the archive is late (a sync that fails, say).
-            due = max(due, now + spacing)
-        if (state.status is RunStatus.RUNNING or awaiting_archive) and now < due:
-            if self.status_due is None:
-                self.status_due = due
-                orchestrator.wake_at(due, self)
-            return
-        self.status_due = None
-        if self.run_dir.is_dir():
-            began = orchestrator.cost_timer()
-            self.write_status()
-            self.status_written = now
-            self.status_shows = self.state.events
-            self.status_cost = orchestrator.cost_timer() - began
+    def act(self, orchestrator: Orchestrator, effects: Sequence[fx.Effect] | None = None) -> None:
+        """Carry out what the state calls for (`effects`, planned already when the
+        orchestrator wrote the tick's files; else planned and written here); safe to repeat."""
+        if effects is None:
+            effects = apply.plan(self)
+            files, delivering = apply.stage_files(self, effects)
+            if files:
+                artifacts.write_files(files)  # before any task that reads them starts
+            if delivering:
+                crash_point("after_deliver")
+        apply.apply(self, effects, orchestrator)
 
     def write_status(self) -> None:
         """Hand `status.json` to the process's status writer (a projection, written
@@ -580,31 +406,6 @@ class RunDriver:
         )
         view["orchestrator"] = self.lease.owner  # who keeps this copy current
         status_writer().put(self.run_dir / "status.json", codec.dumpb(view))
-
-    def _archive(self, orchestrator: Orchestrator) -> None:
-        target = orchestrator.home.archive_dir(self.run_id)
-        if self.run_dir == target:
-            return
-        status_writer().flush(self.run_dir / "status.json")  # no rewrite across the move
-        crash_point("before_archive")
-        try:
-            os.rename(self.run_dir, target)  # the same file system: one atomic rename
-        except FileNotFoundError:
-            if self.run_dir.exists():  # only the archive folder is missing
-                target.parent.mkdir(parents=True, exist_ok=True)
-                os.rename(self.run_dir, target)
-            elif not target.exists():
-                return  # neither is there: nothing to move
-        except OSError as exc:
-            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
-                raise
-            raise RunFolderTaken(
-                f"run {self.run_id}: delivered, but it cannot be archived: {target} holds "
-                "another run's files (a run of another store given the same state directory, "
-                "say); move that folder away, then 'interlock resume "
-                f"{self.run_id}' archives it"
-            ) from None
-        self.run_dir = target
 
     def task_spec(self, task: TaskState, tmp: Path) -> TaskSpec | Outcome:
         """What the worker of `task` receives, or why it cannot run."""

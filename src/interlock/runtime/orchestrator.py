@@ -31,6 +31,7 @@ from interlock.core.inputs import resolve_inputs as resolve_declared
 from interlock.core.loader import Definition
 from interlock.core.observe import CommandKind
 from interlock.core.state import RunState, RunStatus, TaskState, fold
+from interlock.engine.effects import Effect
 from interlock.errors import (
     DamagedHistory,
     DiskFull,
@@ -45,7 +46,7 @@ from interlock.errors import (
 )
 from interlock.providers.config import UnknownModelError
 from interlock.providers.config_files import ConfigError
-from interlock.runtime import artifacts, collector
+from interlock.runtime import apply, artifacts, collector
 from interlock.runtime.diskfull import DiskFullBackoff, is_enospc, stop_message
 from interlock.runtime.dispatch import Dispatcher, LocalDispatcher
 from interlock.runtime.driver import Report, RunDriver
@@ -250,7 +251,7 @@ class Orchestrator:
                 raise result
             self.drivers[driver.run_id] = driver
             if self.settings.write_status and files:
-                driver.refresh_status(self)  # status.json exists once the run is recorded
+                apply.refresh_status(driver, self)  # status.json exists once the run is recorded
             self._emit(driver, 1, new)
             self._mark(driver)  # acted on (tasks started) by the loop
         if self.settings.write_status and files:
@@ -733,9 +734,8 @@ class Orchestrator:
             self._emit(driver, result - len(new) + 1, new)
             recorded.append(driver)
         self._task_slots_recorded(recorded, now)
-        self._write_outputs(recorded)
-        for driver in recorded:
-            self._act(driver)
+        for driver, effects in self._write_outputs(recorded):
+            self._act(driver, effects)
             self._schedule(driver)
         return dirty
 
@@ -793,15 +793,18 @@ class Orchestrator:
                 if run_id in self.drivers:
                     self.wake_at(now, self.drivers[run_id])
 
-    def _write_outputs(self, drivers: list[RunDriver]) -> None:
+    def _write_outputs(self, drivers: list[RunDriver]) -> list[tuple[RunDriver, list[Effect]]]:
         """Write the outputs the ledger now holds (and final.md files) of every run of the
         tick, atomically (through a temporary file and a rename) but without waiting for the
         disk: their bodies are durable in the ledger already. A crash of the process leaves
         them whole; a power loss can leave them short, and a resume, the only way back into
         a run that was not let go, rewrites them from the ledger (`restore_outputs`). A run
         is let go, or archived, only once its files are durable (`_sync_ended`)."""
-        staged = [(driver, *driver.pending_writes()) for driver in drivers]
-        files = [item for _, pending, _ in staged for item in pending]
+        staged = []
+        for driver in drivers:
+            effects = apply.plan(driver)
+            staged.append((driver, effects, *apply.stage_files(driver, effects)))
+        files = [item for _, _, pending, _ in staged for item in pending]
         if files:
             try:
                 artifacts.write_files(files, durable=False)
@@ -810,10 +813,11 @@ class Orchestrator:
                     raise
                 cause = f"writing outputs: {exc.strerror}, ENOSPC"
                 raise DiskFull(stop_message(sorted(self.drivers), cause)) from None
-        for driver, pending, delivering in staged:
+        for driver, _, pending, delivering in staged:
             driver.unsynced += [path for path, _ in pending]
             if delivering:
                 crash_point("after_deliver")
+        return [(driver, effects) for driver, effects, _, _ in staged]
 
     def _sync_ended(self, drivers: list[RunDriver]) -> None:
         """Make the files of runs that ended durable, in a thread of its own: a delivered
@@ -908,11 +912,11 @@ class Orchestrator:
             self._lazy |= lazy
         status_writer().flush()  # the archived runs' last status.json, before the process ends
 
-    def _act(self, driver: RunDriver) -> None:
+    def _act(self, driver: RunDriver, effects: list[Effect] | None = None) -> None:
         """`driver.act`; a full disk while writing outputs stops the loop (the ledger holds
         them: resume writes them once there is space)."""
         try:
-            driver.act(self)
+            driver.act(self, effects)
         except OSError as exc:
             if not is_enospc(exc):
                 raise
