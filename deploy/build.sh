@@ -36,7 +36,9 @@ if current "$image" "$key"; then
   echo "$image: up to date ($key)"
 else
   rm -rf "$here/dist"
-  "$python" -m build --wheel --outdir "$here/dist" "$root" >"$here/dist.log" 2>&1 \
+  # The sdist first, then the wheel from it (what `python -m build` does without options): the
+  # wheel holds what a release would, nothing left in the source tree by an earlier build.
+  "$python" -m build --outdir "$here/dist" "$root" >"$here/dist.log" 2>&1 \
     || { tail -n 20 "$here/dist.log" >&2; echo "build.sh: python -m build failed (log: $here/dist.log)" >&2; exit 1; }
   # Wheels for the image's Python (Debian bookworm: CPython 3.11, glibc 2.36), found through
   # the indexes this machine's pip is configured with. pip takes --platform tags literally:
@@ -49,7 +51,7 @@ else
     "${platforms[@]}" \
     "$(ls "$here"/dist/interlock-"$version"-*.whl)[postgres,server]" >>"$here/dist.log" 2>&1 \
     || { tail -n 20 "$here/dist.log" >&2; echo "build.sh: pip download failed (log: $here/dist.log)" >&2; exit 1; }
-  rm -f "$here/dist.log"
+  rm -f "$here/dist.log" "$here"/dist/interlock-"$version".tar.gz
   "$engine" build -q --label "org.interlock.inputs=$key" -t "$image" -f "$here/Containerfile" "$here" >/dev/null
   echo "$image: built ($key)"
 fi
