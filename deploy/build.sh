@@ -27,7 +27,7 @@ inputs() {  # the label an image built from these files carries
     | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
 }
 current() {  # IMAGE KEY: is IMAGE built from these inputs?
-  [ ${#force[@]} -eq 0 ] && [ "$("$engine" image inspect --format '{{ index .Labels "org.interlock.inputs" }}' "$1" 2>/dev/null)" = "$2" ]
+  [ ${#force[@]} -eq 0 ] && [ "$("$engine" image inspect --format '{{ index .Config.Labels "org.interlock.inputs" }}' "$1" 2>/dev/null)" = "$2" ]
 }
 
 image=localhost/interlock:$version
