@@ -555,10 +555,11 @@ def _within_budget(
     One that does not fit waits while other tasks run (their spend is then known); with
     nothing in flight the run pauses or fails as the budget says, naming the call."""
     budget = pipeline.budget
-    if budget is None or budget.max_cost_usd is None or state.budget_waived:
+    if not decisions or budget is None or budget.max_cost_usd is None or state.budget_waived:
         return decisions
     limit = budget.max_cost_usd
-    held = state.cost_usd + sum(reserve.get(t.role, 0.0) for t in state.in_flight())
+    # Summed in dispatch order (`flight` keeps it): the same state always gives the same sum.
+    held = state.cost_usd + sum(reserve.get(state.tasks[t].role, 0.0) for t in state.flight)
     kept: list[Decision] = []
     first: tuple[str, float, float] | None = None  # the first call held back
     for decision in decisions:
@@ -572,7 +573,7 @@ def _within_budget(
             kept.append(decision)
         elif first is None:
             first = (dispatched.role, worst, max(0.0, limit - held))
-    if first is None or kept or state.in_flight():
+    if first is None or kept or state.flight:
         return kept
     assert state.current is not None
     role, worst, left = first
