@@ -49,6 +49,8 @@ class Run:
     run_id: str = "run-1"
     now: float = 0.0
     evaluator: Evaluator = evaluate
+    # role -> the worst case of one call, as the runtime builds it (`budget_reserve`).
+    reserve: dict[str, float] | None = None
     state: RunState = field(default_factory=RunState)
     history: list[ev.Event] = field(default_factory=list)
     decisions: list[Recorded] = field(default_factory=list)
@@ -61,7 +63,7 @@ class Run:
     @property
     def machine(self) -> RunMachine:
         """The step function of this run's pipeline."""
-        return RunMachine(self.pipeline, evaluator=self.evaluator)
+        return RunMachine(self.pipeline, evaluator=self.evaluator, reserve=self.reserve)
 
     def step(self, *inputs: obs.Input) -> Step:
         """One step of the machine at `now`; its events join the history."""

@@ -90,12 +90,15 @@ def decide(
     *,
     evaluator: Evaluator = evaluate,
     archive: bool = True,
+    reserve: Mapping[str, float] | None = None,
 ) -> list[Decision]:
     """The decisions for this instant; an empty list means wait (see `next_wake`).
 
     `archive` says whether a delivered run may be archived now: a runtime whose run folder
     is not yet durable holds the archive back until it is (an archived run is never looked
-    at again), and asks again then."""
+    at again), and asks again then. `reserve` is role -> the most one call of that worker can
+    cost (USD): under a cost budget a task is dispatched only while that fits in what is left
+    (`_within_budget`); a role not in it is dispatched as long as anything is left."""
     if state.status in ENDED:
         if state.status is RUN_DELIVERED and not state.archived and archive:
             return [Decision(RuleName.ARCHIVE, ev.Archived(at=now), "the result was delivered")]
@@ -129,6 +132,8 @@ def decide(
     if waits is not None:  # a wait starts, ends, or holds the run (no rows)
         return [Decision(RuleName(rule), event, why) for rule, event, why in waits]
     decisions = _dispatch(pipeline, state, now)
+    if reserve:
+        decisions = _within_budget(pipeline, state, decisions, now, reserve)
     if decisions:
         decisions = _gated(pipeline, state, decisions, now, evaluator)
         if decisions:
@@ -229,12 +234,15 @@ def settle(
     *,
     evaluator: Evaluator = evaluate,
     archive: bool = True,
+    reserve: Mapping[str, float] | None = None,
 ) -> list[Decision]:
     """Apply decisions to `state` until the table says wait; returns all of them in order
-    (`archive`: see `decide`)."""
+    (`archive`, `reserve`: see `decide`)."""
     made: list[Decision] = []
     for _ in range(100_000):  # a bound that no sound pipeline reaches in one instant
-        decisions = decide(pipeline, state, now, evaluator=evaluator, archive=archive)
+        decisions = decide(
+            pipeline, state, now, evaluator=evaluator, archive=archive, reserve=reserve
+        )
         if not decisions:
             return made
         for decision in decisions:
@@ -525,6 +533,54 @@ def _budget(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]:
         return []
     why = "; ".join(over)
     assert state.current is not None
+    event: ev.Event
+    if budget.on_exceed == "pause":
+        event = ev.Paused(
+            at=now, phase=state.current.phase, visit=state.current.visit, reason="budget"
+        )
+    else:
+        event = ev.RunFailed(at=now, reason=f"budget exceeded: {why}")
+    return [Decision(RuleName.BUDGET, event, why)]
+
+
+def _within_budget(
+    pipeline: Pipeline,
+    state: RunState,
+    decisions: list[Decision],
+    now: float,
+    reserve: Mapping[str, float],
+) -> list[Decision]:
+    """The dispatches whose call fits in the cost budget: recorded spend, plus the worst
+    case of every task in flight (its call may still be answered), plus its own worst case.
+    One that does not fit waits while other tasks run (their spend is then known); with
+    nothing in flight the run pauses or fails as the budget says, naming the call."""
+    budget = pipeline.budget
+    if not decisions or budget is None or budget.max_cost_usd is None or state.budget_waived:
+        return decisions
+    limit = budget.max_cost_usd
+    # Summed in dispatch order (`flight` keeps it): the same state always gives the same sum.
+    held = state.cost_usd + sum(reserve.get(state.tasks[t].role, 0.0) for t in state.flight)
+    kept: list[Decision] = []
+    first: tuple[str, float, float] | None = None  # the first call held back
+    for decision in decisions:
+        dispatched = decision.event
+        if not isinstance(dispatched, ev.TaskDispatched) or dispatched.role not in reserve:
+            kept.append(decision)
+            continue
+        worst = reserve[dispatched.role]
+        if held + worst <= limit:
+            held += worst
+            kept.append(decision)
+        elif first is None:
+            first = (dispatched.role, worst, max(0.0, limit - held))
+    if first is None or kept or state.flight:
+        return kept
+    assert state.current is not None
+    role, worst, left = first
+    why = (
+        f"the next call of {role!r} may cost up to ${worst:.4f} and ${left:.4f} is left of "
+        f"the budget ${limit:.4f}"
+    )
     event: ev.Event
     if budget.on_exceed == "pause":
         event = ev.Paused(

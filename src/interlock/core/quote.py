@@ -447,3 +447,42 @@ def _dearest(
         if mine > best or not path:
             best, path = mine, visits
     return best[0], path
+
+
+def call_worst_cases(
+    pipeline: Pipeline, *, terms: Mapping[tuple[str, str], ModelTerms], sizes: TextSizes
+) -> dict[str, float]:
+    """role -> the most one call of that model worker can cost (USD), the dearest of its
+    models (fallbacks included), its prompt estimated as the quote does and its answer at the
+    output limit. What a budget reserves before a call starts (`core.decide`).
+
+    A worker is left out when one of its models has no price or no output limit, when its
+    prompt has no bound, or when it uses `tools` (an attempt is several calls): a budget
+    treats its calls as it always did, stopping only once recorded spend reaches it.
+    """
+    bounds = _Bounds(pipeline, terms, sizes)
+    worst: dict[str, float] = {}
+    for phase in pipeline.phases:
+        for worker in phase.workers:
+            if worker.model is None or worker.pipeline is not None or worker.tools:
+                continue
+            base, _ = bounds.prompt(phase, worker)
+            costs: list[float] = []
+            for alias in _chain(worker):
+                known = terms[(worker.role, alias)]
+                prompt = base
+                if known.context_tokens is not None:
+                    prompt = (
+                        known.context_tokens if base is None else min(base, known.context_tokens)
+                    )
+                rates = known.rates_for(prompt)
+                if known.free:
+                    costs.append(0.0)
+                elif prompt is None or known.max_output_tokens is None or None in rates:
+                    break
+                else:
+                    answer = known.max_output_tokens
+                    costs.append((prompt * (rates[0] or 0) + answer * (rates[1] or 0)) / 1e6)
+            else:
+                worst[worker.role] = max(costs)
+    return worst

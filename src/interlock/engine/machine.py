@@ -14,7 +14,7 @@ the events fails rebuilds the state from the ledger, as it would after a crash.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -77,16 +77,25 @@ class RunMachine:
         stamp: adds a completion's fingerprint before it is applied (reruns and the cache
             need it); None records completions as reported.
         evaluator: how conditions are evaluated (`check` explores every outcome).
+        reserve: role -> the most one call of that model worker can cost (USD), held
+            against a cost budget before the call starts (`core.decide`); None or a role
+            left out: a call starts whenever anything of the budget is left.
     """
 
-    __slots__ = ("evaluator", "pipeline", "stamp")
+    __slots__ = ("evaluator", "pipeline", "reserve", "stamp")
 
     def __init__(
-        self, pipeline: Pipeline, *, stamp: Stamp | None = None, evaluator: Evaluator = evaluate
+        self,
+        pipeline: Pipeline,
+        *,
+        stamp: Stamp | None = None,
+        evaluator: Evaluator = evaluate,
+        reserve: Mapping[str, float] | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.stamp = stamp
         self.evaluator = evaluator
+        self.reserve = reserve
 
     def step(
         self,
@@ -270,7 +279,15 @@ class RunMachine:
 
     def _settle(self, state: RunState, now: float, archive: bool, made: _Making) -> None:
         # `settle` folds each decision into the state as it goes.
-        for d in settle(self.pipeline, state, now, evaluator=self.evaluator, archive=archive):
+        decisions = settle(
+            self.pipeline,
+            state,
+            now,
+            evaluator=self.evaluator,
+            archive=archive,
+            reserve=self.reserve,
+        )
+        for d in decisions:
             made.events.append(Recorded(d.event, d.rule, d.why))
 
     # -- acting --------------------------------------------------------------------------------

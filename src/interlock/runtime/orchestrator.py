@@ -47,6 +47,7 @@ from interlock.errors import (
 from interlock.providers.config import UnknownModelError
 from interlock.providers.config_files import ConfigError
 from interlock.runtime import apply, artifacts, collector
+from interlock.runtime.budget_reserve import call_reserve
 from interlock.runtime.diskfull import DiskFullBackoff, is_enospc, stop_message
 from interlock.runtime.dispatch import Dispatcher, LocalDispatcher
 from interlock.runtime.driver import Report, RunDriver
@@ -297,6 +298,7 @@ class Orchestrator:
         )
         driver.checked_adoption = True  # nothing can be on disk for a run not yet created
         self._attach_reuser(driver)
+        driver.machine.reserve = self._reserve(driver)
         try:
             if files:
                 make_dir(driver.run_dir)
@@ -439,6 +441,7 @@ class Orchestrator:
         driver.begun = begun_attempts(driver.run_dir)  # before `reap` removes its records
         reap(driver.run_dir, run_id)  # workers a dead orchestrator left: before any restart
         self._attach_reuser(driver)
+        driver.machine.reserve = self._reserve(driver)
         driver.restore_outputs(self.store)
         self.drivers[run_id] = driver
         self._mark(driver)
@@ -466,6 +469,10 @@ class Orchestrator:
         if parent_id not in self.drivers:
             with contextlib.suppress(LeaseHeld):  # driven elsewhere: it watches the child
                 self.take(parent_id)
+
+    def _reserve(self, driver: RunDriver) -> dict[str, float] | None:
+        """What the run's cost budget holds back before each model call (`budget_reserve`)."""
+        return call_reserve(self.models, driver.definition, driver.workflow_dir, driver.state)
 
     def _attach_reuser(self, driver: RunDriver) -> None:
         """Give the run its fingerprints and, for a rerun, the source it may reuse from."""
