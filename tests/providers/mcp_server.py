@@ -3,17 +3,20 @@
 Run as ``python mcp_server.py`` (stdio) or ``python mcp_server.py --http PORT`` (streamable
 HTTP on 127.0.0.1:PORT/mcp). Its tools: ``add`` (two integers), ``lookup`` (a word from a
 fixed table, an error result for any other word), ``sleep`` (waits, for timeouts), ``getenv``
-(what the server was given), ``notes.count`` (a name the model APIs refuse) and ``crash``
-(the process exits at once, as a crashing server does).
+(what the server was given), ``notes.count`` (a name the model APIs refuse), ``crash``
+(the process exits at once, as a crashing server does) and ``note`` (appends its word and
+the request's metadata to the file named by ``MCP_CALL_LOG``, so a test can count calls
+across server processes and see their idempotency keys).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 server = MCPServer("interlock-test-tools")
@@ -61,6 +64,15 @@ def crash() -> str:
     sys.stderr.write("noise " * 350_000 + "\nlast words: crashed on purpose\n")
     sys.stderr.flush()
     os._exit(3)
+
+
+@server.tool()
+def note(word: str, ctx: Context) -> str:
+    """Write a word down in the call log, with the request's metadata."""
+    meta = dict(ctx.request_context.meta or {})
+    with open(os.environ["MCP_CALL_LOG"], "a", encoding="utf-8") as log:
+        log.write(json.dumps({"word": word, "meta": meta}) + "\n")
+    return f"noted {word}"
 
 
 if __name__ == "__main__":
