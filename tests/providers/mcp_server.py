@@ -6,7 +6,9 @@ fixed table, an error result for any other word), ``sleep`` (waits, for timeouts
 (what the server was given), ``notes.count`` (a name the model APIs refuse), ``crash``
 (the process exits at once, as a crashing server does) and ``note`` (appends its word and
 the request's metadata to the file named by ``MCP_CALL_LOG``, so a test can count calls
-across server processes and see their idempotency keys).
+across server processes and see their idempotency keys; the word ``die`` also exits the
+server the first time it is written down). ``spoil`` changes a byte of one line of a file,
+then exits as ``crash`` does.
 """
 
 from __future__ import annotations
@@ -70,9 +72,25 @@ def crash() -> str:
 def note(word: str, ctx: Context) -> str:
     """Write a word down in the call log, with the request's metadata."""
     meta = dict(ctx.request_context.meta or {})
-    with open(os.environ["MCP_CALL_LOG"], "a", encoding="utf-8") as log:
+    path = os.environ["MCP_CALL_LOG"]
+    with open(path, encoding="utf-8") as log:
+        seen = sum(1 for line in log if json.loads(line)["word"] == word)
+    with open(path, "a", encoding="utf-8") as log:
         log.write(json.dumps({"word": word, "meta": meta}) + "\n")
+    if word == "die" and not seen:
+        os._exit(3)
     return f"noted {word}"
+
+
+@server.tool()
+def spoil(path: str, line: int) -> str:
+    """Change one byte of line `line` (from 1) of a file, then exit the server at once."""
+    with open(path, "rb") as handle:
+        lines = handle.read().split(b"\n")
+    lines[line - 1] = lines[line - 1].replace(b'"', b"'", 1)
+    with open(path, "wb") as handle:
+        handle.write(b"\n".join(lines))
+    os._exit(3)
 
 
 if __name__ == "__main__":
