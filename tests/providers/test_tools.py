@@ -121,8 +121,8 @@ def test_tool_errors_and_unknown_tools_are_answered_to_the_model(
         results = [b["content"] for b in blocks]
     assert "no entry for 'zeta'" in results[0]
     assert (
-        "unknown tool 'nope'; the tools are: add, crash, getenv, lookup, note, notes_count, sleep, spoil"
-        in results[1]
+        "unknown tool 'nope'; the tools are: "
+        "add, crash, getenv, lookup, note, notes_count, sleep, spoil" in results[1]
     )
     # Whole Messages answers carry the input as an object: the server refuses the empty one.
     assert ("must be a JSON object" if model == "gpt" else "Field required") in results[2]
