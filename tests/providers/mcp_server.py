@@ -7,8 +7,9 @@ fixed table, an error result for any other word), ``sleep`` (waits, for timeouts
 (the process exits at once, as a crashing server does) and ``note`` (appends its word and
 the request's metadata to the file named by ``MCP_CALL_LOG``, so a test can count calls
 across server processes and see their idempotency keys; the word ``die`` also exits the
-server the first time it is written down). ``spoil`` changes a byte of one line of a file,
-then exits as ``crash`` does.
+server the first time it is written down, and ``kill`` kills the process that started the
+server with SIGKILL, as a crash of interlock mid-loop). ``spoil`` changes a byte of one line
+of a file, then exits as ``crash`` does.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -79,6 +81,8 @@ def note(word: str, ctx: Context) -> str:
         log.write(json.dumps({"word": word, "meta": meta}) + "\n")
     if word == "die" and not seen:
         os._exit(3)
+    if word == "kill" and not seen:
+        os.kill(os.getppid(), signal.SIGKILL)
     return f"noted {word}"
 
 

@@ -4,10 +4,12 @@ completed, against the fake model server and the real MCP test server."""
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.reliability.crash_points import cli
 
 from interlock import RunStatus
 from interlock.providers.mcp_tools import KEY_META
@@ -67,6 +69,28 @@ def test_a_retry_after_a_tool_server_crash_continues_from_the_recorded_turns(
     assert (failed["turns"], done["turns"], done["input_tokens"]) == (3, 1, 1000)
     shown = (app.run_dir(run) / "prompts" / "w@1.2.tools.md").read_text()
     assert "# Turns 1-2: recorded by an earlier attempt, not repeated" in shown
+
+
+def test_a_resume_after_sigkill_mid_loop_repeats_only_the_call_in_flight(
+    tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch, call_log: Path
+) -> None:
+    """The real CLI is killed (SIGKILL) while turn 3's tool call runs; `interlock resume`
+    makes one model call, and the tool server sees turn 3's call again under its key and
+    no call of turns 1-2."""
+    server.fail_next(note("one"), note("two"), note("kill"))
+    project = make_project(tmp_path, server, monkeypatch)
+    flow = tool_flow(project, "gpt", tools=TOOLS)
+    home, run = project / "home", "journal-kill"
+    first = cli(home, "run", str(flow), "--topic", "t", "--run-id", run)
+    assert first.returncode == -signal.SIGKILL, first.stderr[-500:]
+    assert len(server.requests) == 3
+    resumed = cli(home, "resume", run)
+    assert resumed.returncode == 0, resumed.stderr[-500:]
+    assert len(server.requests) == 4
+    calls = logged(call_log)
+    assert [c["word"] for c in calls] == ["one", "two", "kill", "kill"]
+    assert {c["meta"][KEY_META] for c in calls[2:]} == {f"{run}/w@1/3/1"}
+    assert (app_for(project).run_dir(run) / "w.md").read_text() == "Hello, world."
 
 
 def test_a_journal_line_that_fails_its_hash_is_refused_and_the_loop_restarts_before_it(
