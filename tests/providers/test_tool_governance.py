@@ -47,7 +47,7 @@ def test_deny_leaves_a_tool_out(
     tools = f"[{{mcp: {MCP}, deny: [crash, getenv]}}]"
     state = app.run(tool_flow(project, "gpt", tools=tools), topic="t")
     assert state.status is RunStatus.DELIVERED, state.failure
-    assert offered(server) == ["add", "lookup", "sleep", "notes_count"]
+    assert offered(server) == ["add", "lookup", "sleep", "notes_count", "note", "spoil"]
 
 
 def test_max_calls_answers_the_calls_past_it_with_an_error(

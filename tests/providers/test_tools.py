@@ -71,7 +71,7 @@ def test_a_tool_call_runs_on_the_mcp_server_and_its_result_goes_back_to_the_mode
         assert result["content"] == [
             {"type": "tool_result", "tool_use_id": use["id"], "content": "5"}
         ]
-    assert names == ["add", "lookup", "sleep", "getenv", "notes_count", "crash"]
+    assert names == ["add", "lookup", "sleep", "getenv", "notes_count", "crash", "note", "spoil"]
     usage = attempt_usage(app, state.run_id)[0]
     assert (usage["input_tokens"], usage["output_tokens"]) == (2000, 1000)
     price = (2.0, 8.0) if model == "gpt" else (3.0, 15.0)
@@ -121,8 +121,8 @@ def test_tool_errors_and_unknown_tools_are_answered_to_the_model(
         results = [b["content"] for b in blocks]
     assert "no entry for 'zeta'" in results[0]
     assert (
-        "unknown tool 'nope'; the tools are: add, crash, getenv, lookup, notes_count, sleep"
-        in results[1]
+        "unknown tool 'nope'; the tools are: "
+        "add, crash, getenv, lookup, note, notes_count, sleep, spoil" in results[1]
     )
     # Whole Messages answers carry the input as an object: the server refuses the empty one.
     assert ("must be a JSON object" if model == "gpt" else "Field required") in results[2]

@@ -29,10 +29,13 @@ from interlock.providers.cli_env import allowed_env
 
 if TYPE_CHECKING:
     from mcp import Client
+    from mcp_types import RequestParamsMeta
 
 INSTALL_HINT = "pip install 'interlock[mcp]'"
 _STDERR_TAIL = 600  # characters of a server's stderr quoted when it fails
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+KEY_META = "interlock/idempotency-key"
+"""The request metadata (`_meta`) entry of a tool call that holds its idempotency key."""
 
 
 def sdk_missing() -> str | None:
@@ -187,8 +190,9 @@ class Toolbox:
             )
         return specs
 
-    async def call(self, call: ToolCall) -> ToolResult:
-        """Run one call the model asked for.
+    async def call(self, call: ToolCall, *, key: str = "") -> ToolResult:
+        """Run one call the model asked for, `key` (its idempotency key, when given) sent in
+        the request's metadata as `KEY_META`.
 
         A call of a tool no server offers, or with arguments that are no JSON object, is
         answered with an error result the model can act on.
@@ -232,7 +236,10 @@ class Toolbox:
         timeout = server.timeout_of(self._names[call.name])
         try:
             result = await opened.client.call_tool(
-                self._names[call.name], arguments, read_timeout_seconds=timeout
+                self._names[call.name],
+                arguments,
+                read_timeout_seconds=timeout,
+                meta=cast("RequestParamsMeta", {KEY_META: key}) if key else None,
             )
         except MCPError as exc:
             if exc.code == REQUEST_TIMEOUT:

@@ -4,6 +4,12 @@ Bounded by `max_turns` model calls within one attempt. The loop's tokens and cos
 of every call summed, recorded as one call's usage is; what each turn said and every tool call
 and result are handed to `record` as they happen, so the attempt's transcript is complete
 also when the loop fails part-way. The output is still only the model's last answer.
+
+With a `Journal`, each model answer that asks for tools and each tool result is recorded as
+it completes, and a loop given the turns an earlier attempt recorded continues after them:
+those model calls and tool calls are not made again, and their spend is not counted again.
+Each tool call carries an idempotency key, ``<run>/<task>/<turn>/<call>``, stable across
+attempts, which the tool server sees in the request's metadata.
 """
 
 from __future__ import annotations
@@ -11,19 +17,36 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from interlock.providers.base import (
     CallStopped,
     ModelRequest,
     ModelResult,
     ProviderError,
+    ToolResult,
     ToolTurn,
 )
 from interlock.providers.mcp_tools import Toolbox
 
 Complete = Callable[[ModelRequest], Awaitable[ModelResult]]
 Record = Callable[[dict[str, Any]], None]
+
+
+class Journal(Protocol):
+    """Where a loop's completed steps are kept for a later attempt."""
+
+    def answer(self, turn: int, answer: ToolTurn) -> None:
+        """The model's answer of `turn` with the calls it asks for (no results yet)."""
+
+    def result(self, turn: int, index: int, result: ToolResult) -> None:
+        """What call `index` (from 0) of `turn` gave back."""
+
+
+def idempotency_key(request: ModelRequest, turn: int, index: int) -> str:
+    """The key of call `index` (from 0) of `turn`: the same in every attempt of the task,
+    so a server can tell a call repeated after a crash from a new one."""
+    return f"{request.run_id}/{request.task_id}/{turn}/{index + 1}"
 
 
 def summed(results: Sequence[ModelResult]) -> ModelResult:
@@ -54,6 +77,9 @@ async def run_tool_loop(
     max_turns: int,
     accept_max_turns: bool,
     record: Record,
+    journal: Journal | None = None,
+    done: Sequence[ToolTurn] = (),
+    partial: ToolTurn | None = None,
 ) -> ModelResult:
     """Run the loop to the model's answer.
 
@@ -65,6 +91,10 @@ async def run_tool_loop(
         accept_max_turns: Keep the last answer when the model still asks for tools at
             `max_turns`, instead of failing the attempt.
         record: Called with each transcript entry.
+        journal: Told each answer and result as it completes.
+        done: The turns an earlier attempt completed: the loop goes on after them.
+        partial: The turn after `done` if an earlier attempt recorded its answer and only
+            some of its results: its other calls are made, its model call is not.
 
     Raises:
         ProviderError: A call or a tool server failed, or `max_turns` was reached; it carries
@@ -72,41 +102,44 @@ async def run_tool_loop(
         CallStopped: The attempt was cancelled; it carries the loop's spend so far.
     """
     spent: list[ModelResult] = []
-    turns: list[ToolTurn] = []
-    for turn in range(1, max_turns + 1):
-        try:
-            result = await complete(replace(request, tools=toolbox.specs, turns=tuple(turns)))
-        except CallStopped as stopped:
-            raise CallStopped(summed([*spent, stopped.answered])) from stopped
-        except asyncio.CancelledError:
-            if spent:
-                raise CallStopped(summed(spent)) from None
-            raise
-        except ProviderError as failure:
-            answered = [*spent, *([failure.answered] if failure.answered else [])]
-            raise _with_spend(failure, answered) from None
-        spent.append(result)
-        record(
-            {
-                "turn": turn,
-                "text": result.text,
-                "finish_reason": result.finish_reason,
-                "calls": [
-                    {"id": c.id, "name": c.name, "arguments": c.arguments}
-                    for c in result.tool_calls
-                ],
-            }
-        )
-        if not result.tool_calls:
-            return summed(spent)
-        if turn == max_turns:
-            break
-        results = []
-        for call in result.tool_calls:
+    # An earlier attempt's turns, at most as many as leave one model call to make.
+    turns: list[ToolTurn] = list(done[: max_turns - 1])
+    if len(turns) < len(done) or len(turns) + 1 >= max_turns:
+        partial = None
+    for turn in range(len(turns) + 1, max_turns + 1):
+        if partial is not None and turn == len(done) + 1:
+            answer, results = partial, list(partial.results)
+        else:
+            result = await _answer(complete, replace(request, turns=tuple(turns)), toolbox, spent)
+            spent.append(result)
+            record(
+                {
+                    "turn": turn,
+                    "text": result.text,
+                    "finish_reason": result.finish_reason,
+                    "calls": [
+                        {"id": c.id, "name": c.name, "arguments": c.arguments}
+                        for c in result.tool_calls
+                    ],
+                }
+            )
+            if not result.tool_calls:
+                return summed(spent)
+            if turn == max_turns:
+                break
+            answer = ToolTurn(
+                text=result.text, calls=result.tool_calls, results=(), thinking=result.thinking
+            )
+            results = []
+            if journal is not None:
+                journal.answer(turn, answer)
+        for index, call in enumerate(answer.calls[len(results) :], start=len(results)):
             try:
-                outcome = await toolbox.call(call)
+                outcome = await toolbox.call(call, key=idempotency_key(request, turn, index))
             except asyncio.CancelledError:
-                raise CallStopped(summed(spent)) from None
+                if spent:
+                    raise CallStopped(summed(spent)) from None
+                raise
             except ProviderError as failure:
                 record({"turn": turn, "call": call.id, "fault": str(failure)})
                 raise _with_spend(failure, spent) from None
@@ -119,15 +152,10 @@ async def run_tool_loop(
                     "is_error": outcome.is_error,
                 }
             )
+            if journal is not None:
+                journal.result(turn, index, outcome)
             results.append(outcome)
-        turns.append(
-            ToolTurn(
-                text=result.text,
-                calls=result.tool_calls,
-                results=tuple(results),
-                thinking=result.thinking,
-            )
-        )
+        turns.append(replace(answer, results=tuple(results)))
     last = summed(spent)
     if accept_max_turns:
         return replace(last, tool_calls=())
@@ -138,6 +166,23 @@ async def run_tool_loop(
         retryable=True,
         answered=last,
     )
+
+
+async def _answer(
+    complete: Complete, request: ModelRequest, toolbox: Toolbox, spent: list[ModelResult]
+) -> ModelResult:
+    """One model call of the loop, its failure carrying the loop's spend so far."""
+    try:
+        return await complete(replace(request, tools=toolbox.specs))
+    except CallStopped as stopped:
+        raise CallStopped(summed([*spent, stopped.answered])) from stopped
+    except asyncio.CancelledError:
+        if spent:
+            raise CallStopped(summed(spent)) from None
+        raise
+    except ProviderError as failure:
+        answered = [*spent, *([failure.answered] if failure.answered else [])]
+        raise _with_spend(failure, answered) from None
 
 
 def _with_spend(failure: ProviderError, spent: list[ModelResult]) -> ProviderError:

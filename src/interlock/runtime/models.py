@@ -243,6 +243,8 @@ class ModelRunner:
                         kind=model.kind,
                         transcript=transcript,
                         cwd=spec.workflow_dir,
+                        journal=spec.run_dir / "journal" / f"{spec.task_id}.jsonl",
+                        warn=warnings.append,
                     )
                 finally:
                     with contextlib.suppress(OSError):  # no transcript yet

@@ -7,20 +7,26 @@ that fails part-way leaves every call made so far on disk. Entries are appended,
 text shown up to `ENTRY_CHARS`, and the file stops growing at `TRANSCRIPT_CHARS` (saying so):
 a model or a tool that answers without end must not fill the disk, nor rewrite a growing file
 per entry.
+
+The loop's turns are also kept in the task's journal (`interlock.runtime.tool_journal`), for
+every attempt of the task: an attempt after a failed or killed one continues from the turns
+that one completed.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from interlock.core.tools import DEFAULT_MAX_TURNS
 from interlock.core.workflow import Worker
-from interlock.providers.base import ModelRequest, ModelResult, ProviderError
+from interlock.providers.base import ModelRequest, ModelResult, ProviderError, ToolTurn
 from interlock.providers.mcp_tools import Toolbox
 from interlock.providers.tool_loop import Complete, run_tool_loop
 from interlock.runtime.artifacts import write_atomic
+from interlock.runtime.tool_journal import ToolJournal, request_digest
 
 ENTRY_CHARS = 64 * 1024  # of one text, call's arguments or result, in the transcript
 TRANSCRIPT_CHARS = 4 * 1024 * 1024  # of the whole transcript
@@ -56,6 +62,11 @@ class Transcript:
                     "```",
                     "",
                 ]
+        elif "resumed" in entry:
+            lines += [
+                f"# Turns 1-{entry['resumed']}: recorded by an earlier attempt, not repeated",
+                "",
+            ]
         elif "fault" in entry:
             lines += [f"## Fault ({entry['call']})", "", _clip(entry["fault"]), ""]
         else:
@@ -108,8 +119,13 @@ async def complete_with_tools(
     kind: str,
     transcript: Path,
     cwd: Path | None,
+    journal: Path | None = None,
+    warn: Callable[[str], None] = lambda _: None,
 ) -> ModelResult:
     """The worker's answer after its tool loop (see `interlock.providers.tool_loop`).
+
+    With `journal` (``journal/<task>.jsonl``), the turns of earlier attempts are read from it
+    and the loop continues after them; journal lines that are refused are said to `warn`.
 
     Raises:
         ProviderError: The model kind cannot call tools, a server failed, or the loop
@@ -122,6 +138,15 @@ async def complete_with_tools(
             retryable=False,
         )
     record = Transcript(transcript, [server.label for server in worker.tools])
+    kept = None if journal is None else ToolJournal(journal, request_digest(request))
+    done: list[ToolTurn] = []
+    partial: ToolTurn | None = None
+    if kept is not None:
+        done, partial, warning = kept.load()
+        if warning is not None:
+            warn(warning)
+        if done:
+            record.add({"resumed": len(done)})
     async with Toolbox(worker.tools, role=worker.role, cwd=cwd) as toolbox:
         return await run_tool_loop(
             complete,
@@ -130,4 +155,7 @@ async def complete_with_tools(
             max_turns=worker.max_turns or DEFAULT_MAX_TURNS,
             accept_max_turns=worker.accept_max_turns,
             record=record.add,
+            journal=kept,
+            done=done,
+            partial=partial,
         )
