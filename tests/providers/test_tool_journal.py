@@ -137,3 +137,21 @@ def test_a_half_written_last_line_is_dropped_without_a_warning(tmp_path: Path) -
     assert [t.results[0].content for t in done] == ["noted one"]
     assert path.read_bytes() == whole
     assert ToolJournal(path, "another prompt").load() == ([], None, None)
+
+
+def test_a_key_a_tool_hands_back_is_masked_in_the_journal(
+    tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tool that echoes the provider's key: the journal (kept in the run directory and
+    archived with it) holds the mask, never the key, as the transcript does."""
+    from .conftest import API_KEY
+
+    server.fail_next(Fault(tool_calls=[("getenv", {"name": "FAKE_KEY"})]))
+    project = make_project(tmp_path, server, monkeypatch)
+    app = app_for(project)
+    tools = f"[{{mcp: {MCP}, env: [FAKE_KEY]}}]"
+    state = app.run(tool_flow(project, "gpt", tools=tools), topic="t")
+    assert state.status is RunStatus.DELIVERED, state.failure
+    kept = (app.run_dir(state.run_id) / "journal" / "w@1.jsonl").read_text()
+    assert API_KEY not in kept
+    assert "getenv" in kept and "[redacted]" in kept

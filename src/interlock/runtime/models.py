@@ -245,6 +245,7 @@ class ModelRunner:
                         cwd=spec.workflow_dir,
                         journal=spec.run_dir / "journal" / f"{spec.task_id}.jsonl",
                         warn=warnings.append,
+                        mask=lambda text: mask_keys(text, keys),
                     )
                 finally:
                     with contextlib.suppress(OSError):  # no transcript yet

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +42,10 @@ class ToolJournal:
         digest: `request_digest` of the loop's first call.
     """
 
-    def __init__(self, path: Path, digest: str) -> None:
+    def __init__(self, path: Path, digest: str, mask: Callable[[str], str] = str) -> None:
         self.path = path
         self.digest = digest
+        self._mask = mask  # keys out of what is kept (the turns replayed hold the mask)
         self._last = ""  # sha of the last good line: the next line's `prev`
         self._lines: list[str] = []  # the good lines, as written
 
@@ -94,10 +96,11 @@ class ToolJournal:
         self._append(
             {
                 "turn": turn,
-                "text": answer.text,
+                "text": self._mask(answer.text),
                 "thinking": list(answer.thinking),
                 "calls": [
-                    {"id": c.id, "name": c.name, "arguments": c.arguments} for c in answer.calls
+                    {"id": c.id, "name": c.name, "arguments": self._mask(c.arguments)}
+                    for c in answer.calls
                 ],
             }
         )
@@ -109,7 +112,7 @@ class ToolJournal:
                 "turn": turn,
                 "index": index,
                 "call_id": result.call_id,
-                "content": result.content,
+                "content": self._mask(result.content),
                 "is_error": result.is_error,
             }
         )

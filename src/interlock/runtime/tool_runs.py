@@ -121,11 +121,14 @@ async def complete_with_tools(
     cwd: Path | None,
     journal: Path | None = None,
     warn: Callable[[str], None] = lambda _: None,
+    mask: Callable[[str], str] = str,
 ) -> ModelResult:
     """The worker's answer after its tool loop (see `interlock.providers.tool_loop`).
 
     With `journal` (``journal/<task>.jsonl``), the turns of earlier attempts are read from it
     and the loop continues after them; journal lines that are refused are said to `warn`.
+    What the journal keeps goes through `mask` first (the keys of the configuration), as the
+    transcript does once the loop ends.
 
     Raises:
         ProviderError: The model kind cannot call tools, a server failed, or the loop
@@ -138,7 +141,7 @@ async def complete_with_tools(
             retryable=False,
         )
     record = Transcript(transcript, [server.label for server in worker.tools])
-    kept = None if journal is None else ToolJournal(journal, request_digest(request))
+    kept = None if journal is None else ToolJournal(journal, request_digest(request), mask)
     done: list[ToolTurn] = []
     partial: ToolTurn | None = None
     if kept is not None:
