@@ -266,6 +266,15 @@ class BatchingProvider:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(collector.changed.wait(), collector.poll_s)
                 record = store.request(record.key) or record
+        except asyncio.CancelledError:
+            # Stopped because its run ended (the runtime withdrew the run's calls first): the
+            # provider's batch is cancelled now if nothing else waits in it. Stopped for any
+            # other reason (the process shutting down), the call stays in its batch, and
+            # the same attempt started again reads its answer.
+            record = store.request(record.key) or record
+            if record.state == RequestState.WITHDRAWN and record.tag:
+                await collector.withdrawn(record.tag)
+            raise
         finally:
             collector.waiting -= 1
         if record.state == RequestState.DONE:

@@ -423,6 +423,8 @@ class RunDriver:
             # A child never outlives its parent's end.
             self.children_stopped = orchestrator.cancel_children(self)
         if state.status.ended:
+            if any(task_id not in self.stopping for task_id in self.handles):
+                withdraw_batched(self.run_id)  # before its calls are stopped (see there)
             for task_id, handle in list(self.handles.items()):
                 if task_id in self.stopping:
                     continue
@@ -793,3 +795,28 @@ def _render_spec(
         k: escape_braces(v) if isinstance(v, str) else v for k, v in inputs.items()
     }
     return text, [render_task(arg, literal, limits) for arg in worker.command]
+
+
+def withdraw_batched(run_id: str) -> None:
+    """Withdraw an ended run's model calls waiting in provider batches (``batch = true``),
+    before its running attempts are stopped: a stopped call whose request was withdrawn
+    cancels its provider batch once nothing else waits in it. A call stopped for another
+    reason (this process shutting down) stays in its batch for the attempt started again."""
+    from interlock.providers.batch_provider import withdraw_run
+    from interlock.providers.batch_store import batch_store
+
+    try:
+        withdrawn = withdraw_run(batch_store(), run_id)
+    except Exception as exc:  # the ledger's batch tables unreachable: the batch ends by itself
+        log.warning(
+            "could not withdraw the run's calls from provider batches: %s",
+            exc,
+            extra={"run_id": run_id, "action": "provider_batch_withdraw_failed"},
+        )
+        return
+    if withdrawn:
+        log.info(
+            "withdrew %d call(s) from provider batches",
+            withdrawn,
+            extra={"run_id": run_id, "action": "provider_batch_withdrawn"},
+        )
