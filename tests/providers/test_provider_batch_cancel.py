@@ -1,15 +1,21 @@
-"""A run cancelled while its model call waits in a provider batch withdraws the call, and
-the provider's batch, left with nothing waiting, is cancelled at the provider."""
+"""A run whose model call waits in a provider batch: status.json and `interlock status` say
+which batch, since when and what the provider says of it; cancelled, the run withdraws the
+call, and the provider's batch, left with nothing waiting, is cancelled at the provider."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from interlock import Interlock, RunStatus
+from interlock.cli.main import cli
 from interlock.core.provider_batches import BatchState, RequestState
 from interlock.runtime.orchestrator import Settings
 from interlock.storage.provider_batches_sqlite import SQLiteBatches
@@ -83,3 +89,50 @@ def test_cancelling_a_run_cancels_the_provider_batch_its_call_waits_in(
         assert [r.state for r in ledger.requests_of_run(run_id)] == [RequestState.WITHDRAWN]
     finally:
         ledger.close()
+
+
+def test_a_call_in_a_provider_batch_shows_its_batch_in_status(
+    project: Path, batch_server: BatchServer
+) -> None:
+    """While the call waits in a batch the provider runs, status.json and `interlock status`
+    show the worker running in that batch, with when it was sent and the provider's status;
+    once the run ended, nothing says so."""
+    home = project / "home"
+    app = Interlock(home, settings=Settings(heartbeat=0.05, status_interval=0.05))
+
+    async def look_while_batched() -> tuple[str, dict[str, Any], str]:
+        run_id = app.start(project / "ask.yaml", topic="t")
+        driving = asyncio.ensure_future(app.drive_async(run_id))
+        view: dict[str, Any] = {}
+        for _ in range(200):
+            await asyncio.sleep(0.05)
+            try:
+                view = json.loads((app.run_dir(run_id) / "status.json").read_bytes())
+            except (OSError, ValueError):
+                continue
+            waits = view.get("provider_batches") or {}
+            if any(w["status"] == "in_progress" for w in waits.values()):
+                break
+        shown = CliRunner().invoke(cli, ["--home", str(home), "status", run_id],
+                                   terminal_width=200)  # fmt: skip
+        assert shown.exit_code == 0, shown.output
+        app.cancel(run_id, "enough")
+        await asyncio.wait_for(driving, 30)
+        return run_id, view, shown.output
+
+    run_id, view, shown = asyncio.run(look_while_batched())
+    [batch_id] = batch_server.state.batches
+    wait = view["provider_batches"]["answerer@1"]
+    assert wait["batch_id"] == batch_id and wait["alias"] == "cheap"
+    assert wait["status"] == "in_progress" and wait["submitted_at"].endswith("Z")
+    text = wait["text"]
+    assert re.fullmatch(
+        rf"in provider batch {batch_id}, submitted \d\d:\d\d UTC, in_progress", text
+    )
+    [phase] = view["phases"]
+    assert phase["workers"]["answerer"]["provider_batch"] == text
+    assert view["status"] == "running"
+    assert f"running ({text})" in shown
+    after = CliRunner().invoke(cli, ["--home", str(home), "status", run_id, "--json"])
+    ended = json.loads(after.output)
+    assert ended["status"] == "cancelled" and ended["provider_batches"] == {}

@@ -100,6 +100,7 @@ class RunDriver:
     status_due: float | None = None  # when a coalesced rewrite is scheduled
     status_cost: float = 0.0  # seconds the last status.json write took
     spend_waits: dict[str, dict[str, Any]] = field(default_factory=dict)  # task: its cap wait
+    batch_waits: dict[str, dict[str, Any]] = field(default_factory=dict)  # task: its batch
     checked_adoption: bool = False
     # Attempts a worker began before this driver took the run (see `begun_attempts`): each
     # gets its start recorded, if the orchestrator that began it did not record one.
@@ -578,7 +579,11 @@ class RunDriver:
         indented one; `interlock status RUN --json` shows it indented.
         """
         view = status_view(
-            self.definition.pipeline, self.state, self.run_dir.name, spend_waits=self.spend_waits
+            self.definition.pipeline,
+            self.state,
+            self.run_dir.name,
+            spend_waits=self.spend_waits,
+            batch_waits=self.batch_waits,
         )
         view["orchestrator"] = self.lease.owner  # who keeps this copy current
         status_writer().put(self.run_dir / "status.json", codec.dumpb(view))

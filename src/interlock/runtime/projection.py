@@ -97,15 +97,19 @@ def status_view(
     state: RunState,
     run_dir_name: str,
     spend_waits: dict[str, dict[str, Any]] | None = None,
+    batch_waits: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The run as `status.json` shows it: phases, workers, retries, delivery.
 
     `spend_waits`: the running tasks whose model call waits on a spend cap (by task id, as
     `CapWait.to_json` has them): a wait of the running attempt, never recorded, that the
     runtime driving the run knows of. A running run with one, and no other wait, shows as
-    `waiting` for it.
+    `waiting` for it. `batch_waits`: likewise, the running tasks whose model call waits in
+    a provider batch (as `BatchWait.to_json` has them); such a task is running, its
+    worker's `provider_batch` says in which batch.
     """
     waits = live_spend_waits(state, spend_waits)
+    batched = live_spend_waits(state, batch_waits)
     latest: dict[str, Any] = {}
     # What each worker spent over every visit, attempt and item, by visit: the rows add up
     # to the run's total, where the last visit alone would not.
@@ -157,6 +161,8 @@ def status_view(
                     entry["estimated"] = True  # a call's tokens were estimated, not reported
                 if last.task_id in waits:
                     entry["spend_wait"] = waits[last.task_id]["text"]
+                if last.task_id in batched:
+                    entry["provider_batch"] = batched[last.task_id]["text"]
                 if any(t.unpriced for t in ordered):
                     entry["unpriced"] = True  # a call with no known price counted $0
                 child = state.children.get(last.task_id)
@@ -198,6 +204,15 @@ def status_view(
                 "role": state.tasks[task_id].role,
             }
             for task_id, wait in waits.items()
+        },
+        "provider_batches": {
+            task_id: {
+                **wait,
+                "submitted_at": iso(wait["submitted_at"]),
+                "phase": state.tasks[task_id].phase,
+                "role": state.tasks[task_id].role,
+            }
+            for task_id, wait in batched.items()
         },
         "failing": failing_view(pipeline, state),
         # Tasks of workers with a concurrency key: waiting for a slot before dispatch, or
