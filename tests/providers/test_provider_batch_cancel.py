@@ -18,6 +18,7 @@ from interlock import Interlock, RunStatus
 from interlock.cli.main import cli
 from interlock.core.provider_batches import BatchState, RequestState
 from interlock.runtime.orchestrator import Settings
+from interlock.server.views import run_detail
 from interlock.storage.provider_batches_sqlite import SQLiteBatches
 
 from .batch_server import BatchServer, BatchServerState
@@ -96,11 +97,13 @@ def test_a_call_in_a_provider_batch_shows_its_batch_in_status(
 ) -> None:
     """While the call waits in a batch the provider runs, status.json and `interlock status`
     show the worker running in that batch, with when it was sent and the provider's status;
-    once the run ended, nothing says so."""
+    so do the API's run view and `Interlock.status`; once the run ended, nothing says so."""
     home = project / "home"
     app = Interlock(home, settings=Settings(heartbeat=0.05, status_interval=0.05))
 
-    async def look_while_batched() -> tuple[str, dict[str, Any], str]:
+    async def look_while_batched() -> tuple[
+        str, dict[str, Any], str, dict[str, Any], dict[str, Any]
+    ]:
         run_id = app.start(project / "ask.yaml", topic="t")
         driving = asyncio.ensure_future(app.drive_async(run_id))
         view: dict[str, Any] = {}
@@ -113,14 +116,16 @@ def test_a_call_in_a_provider_batch_shows_its_batch_in_status(
             waits = view.get("provider_batches") or {}
             if any(w["status"] == "in_progress" for w in waits.values()):
                 break
+        detail = run_detail(app, run_id)
+        folded = app.status(run_id)  # from the history, then the orchestrator's file
         shown = CliRunner().invoke(cli, ["--home", str(home), "status", run_id],
                                    terminal_width=200)  # fmt: skip
         assert shown.exit_code == 0, shown.output
         app.cancel(run_id, "enough")
         await asyncio.wait_for(driving, 30)
-        return run_id, view, shown.output
+        return run_id, view, shown.output, detail, folded
 
-    run_id, view, shown = asyncio.run(look_while_batched())
+    run_id, view, shown, detail, folded = asyncio.run(look_while_batched())
     [batch_id] = batch_server.state.batches
     wait = view["provider_batches"]["answerer@1"]
     assert wait["batch_id"] == batch_id and wait["alias"] == "cheap"
@@ -133,6 +138,9 @@ def test_a_call_in_a_provider_batch_shows_its_batch_in_status(
     assert phase["workers"]["answerer"]["provider_batch"] == text
     assert view["status"] == "running"
     assert f"running ({text})" in shown
+    [task] = detail["tasks"]  # the API's run view
+    assert task["provider_batch"] == text and detail["provider_batches"] == view["provider_batches"]
+    assert folded["phases"][0]["workers"]["answerer"]["provider_batch"] == text
     after = CliRunner().invoke(cli, ["--home", str(home), "status", run_id, "--json"])
     ended = json.loads(after.output)
     assert ended["status"] == "cancelled" and ended["provider_batches"] == {}

@@ -97,6 +97,7 @@ class Collector:
         self._main: asyncio.Task[None] | None = None
         self.waiting = 0  # calls of this process waiting on the collector
         self.known: dict[str, ProviderBatch] = {}  # the batches it drives, as last seen
+        self._cancels: dict[str, asyncio.Future[None]] = {}  # batches being cancelled
 
     def start(self) -> None:
         """Run the gathering loop (and resume this alias's unfinished batches) if idle."""
@@ -191,19 +192,28 @@ class Collector:
                 self.changed.set()  # the calls in it tell their runs (`batch_waits`)
 
     async def withdrawn(self, tag: str) -> None:
-        """Cancel batch `tag` at the provider if none of its requests is waiting any more."""
-        batch = next((b for b in self.store.batches() if b.tag == tag), None)
-        if batch is None or batch.state != BatchState.SUBMITTED:
-            return
-        if any(r.state not in TERMINAL for r in self.store.requests_in(tag)):
-            return
-        # Recorded first, so that the calls withdrawn together cancel it once.
-        self.store.end_batch(tag, BatchState.CANCELLED, "cancelled", self.clock())
-        task = self._driving.pop(tag, None)
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
+        """Cancel batch `tag` at the provider if none of its requests is waiting any more;
+        returns once the provider was asked (by this call or by the one that began asking)."""
+        asking = self._cancels.get(tag)
+        if asking is None:
+            batch = next((b for b in self.store.batches() if b.tag == tag), None)
+            if batch is None or batch.state != BatchState.SUBMITTED:
+                return
+            if any(r.state not in TERMINAL for r in self.store.requests_in(tag)):
+                return
+            # Recorded first, so that the calls withdrawn together cancel it once.
+            self.store.end_batch(tag, BatchState.CANCELLED, "cancelled", self.clock())
+            task = self._driving.pop(tag, None)
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+            asking = asyncio.ensure_future(self._cancel(batch.provider_batch_id))
+            self._cancels[tag] = asking
+        # Shielded: a call stopped again while it waits leaves the request to go out.
+        await asyncio.shield(asking)
+
+    async def _cancel(self, provider_batch_id: str) -> None:
         with contextlib.suppress(ProviderError):
-            await self.api.cancel(batch.provider_batch_id)
+            await self.api.cancel(provider_batch_id)
 
     def _answer(self, tag: str, results: dict[str, Outcome], *, expired: bool,
                 status: str) -> None:  # fmt: skip

@@ -531,6 +531,17 @@ def live_spend_wait(run_dir: Path, owner: str | None) -> dict[str, Any] | None:
     of `owner` (the live orchestrator holding its lease) says: ``{"waiting": ..., "spend_waits":
     ...}``, or None. A file of an orchestrator no longer driving it is not believed: a wait
     ended with its process."""
+    view = _live_status(run_dir, owner)
+    if view is None:
+        return None
+    waiting = view.get("waiting")
+    if not isinstance(waiting, dict) or waiting.get("for") != "spend_cap":
+        return None
+    return {"waiting": waiting, "spend_waits": view.get("spend_waits") or {}}
+
+
+def _live_status(run_dir: Path, owner: str | None) -> dict[str, Any] | None:
+    """The run's status.json, if `owner` (the live orchestrator holding its lease) wrote it."""
     if owner is None:
         return None
     try:
@@ -539,10 +550,41 @@ def live_spend_wait(run_dir: Path, owner: str | None) -> dict[str, Any] | None:
         return None
     if not isinstance(view, dict) or view.get("orchestrator") != owner:
         return None
-    waiting = view.get("waiting")
-    if not isinstance(waiting, dict) or waiting.get("for") != "spend_cap":
-        return None
-    return {"waiting": waiting, "spend_waits": view.get("spend_waits") or {}}
+    return view
+
+
+def live_batch_waits(
+    run_dir_of: Callable[[str], Path], record: RunRecord, now: float
+) -> dict[str, dict[str, Any]]:
+    """What the tasks of a running run whose lease is held wait on in provider batches, as
+    its orchestrator's status.json says (`provider_batches`), by task id."""
+    if record.summary.status != "running" or (record.lease_expires or 0) <= now:
+        return {}
+    view = _live_status(run_dir_of(record.run_id), record.lease_owner)
+    found = (view or {}).get("provider_batches")
+    return found if isinstance(found, dict) else {}
+
+
+def with_batch_waits(view: dict[str, Any], waits: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A status view folded from the history (`view`, left as it is) with the provider-batch
+    waits of its running tasks (`waits`, from `live_batch_waits`), as status.json has them:
+    `provider_batches`, and each waiting worker's `provider_batch`."""
+    if not waits or view.get("status") not in ("running", "waiting"):
+        return view
+    texts = {(w.get("phase"), w.get("role")): w.get("text") for w in waits.values()}
+    phases = [
+        {
+            **phase,
+            "workers": {
+                role: {**entry, "provider_batch": texts[phase["id"], role]}
+                if (phase["id"], role) in texts
+                else entry
+                for role, entry in phase["workers"].items()
+            },
+        }
+        for phase in view["phases"]
+    ]
+    return {**view, "provider_batches": waits, "phases": phases}
 
 
 def capped_waits(
