@@ -5,6 +5,7 @@ call, and the provider's batch, left with nothing waiting, is cancelled at the p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 from collections.abc import Iterator
@@ -144,3 +145,36 @@ def test_a_call_in_a_provider_batch_shows_its_batch_in_status(
     after = CliRunner().invoke(cli, ["--home", str(home), "status", run_id, "--json"])
     ended = json.loads(after.output)
     assert ended["status"] == "cancelled" and ended["provider_batches"] == {}
+
+
+def test_a_call_stopped_by_shutdown_stays_in_its_batch_for_the_resumed_run(
+    project: Path, batch_server: BatchServer
+) -> None:
+    """The process stops driving the run while its call waits in a batch: nothing is
+    withdrawn or cancelled, and the run driven again is answered from that same batch."""
+    app = Interlock(project / "home", settings=Settings(heartbeat=0.05))
+
+    async def stop_while_batched() -> str:
+        run_id = app.start(project / "ask.yaml", topic="t")
+        driving = asyncio.ensure_future(app.drive_async(run_id))
+        for _ in range(200):
+            await asyncio.sleep(0.05)
+            if any(polls >= 2 for polls in batch_server.state.polls.values()):
+                break
+        driving.cancel()  # as an interrupted process: its orchestrator shuts down
+        with contextlib.suppress(asyncio.CancelledError):
+            await driving
+        return run_id
+
+    run_id = asyncio.run(stop_while_batched())
+    assert batch_server.state.cancelled == 0
+    ledger = SQLiteBatches(project / "home" / "ledger.db")
+    try:
+        assert [r.state for r in ledger.requests_of_run(run_id)] == [RequestState.BATCHED]
+    finally:
+        ledger.close()
+    batch_server.state.never_end = False
+    again = Interlock(project / "home", settings=Settings(heartbeat=0.05))
+    again.drive(run_id)
+    assert again.state(run_id).status is RunStatus.DELIVERED
+    assert batch_server.state.created == 1 and batch_server.state.cancelled == 0
