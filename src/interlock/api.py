@@ -482,15 +482,23 @@ class Interlock:
 
     def status(self, run_id: str) -> dict[str, Any]:
         """The `status.json` view of a run."""
-        from interlock.runtime.projection import capped_waits, status_view, with_spend_wait
+        from interlock.runtime.projection import (
+            capped_waits,
+            live_batch_waits,
+            status_view,
+            with_batch_waits,
+            with_spend_wait,
+        )
 
         run_id = self.resolve(run_id)
         record = self.store.get_run(run_id)
         definition = self.definition_of(record.pipeline, record.definition_hash)
         view = status_view(definition.pipeline, self.state(run_id), run_id)
         # A wait of the running attempts is no event: the driving orchestrator's file has it.
-        found = capped_waits(self.home.live_dir, [record], time.time()).get(run_id)
-        return with_spend_wait(view, found)
+        now = time.time()
+        found = capped_waits(self.home.live_dir, [record], now).get(run_id)
+        batched = live_batch_waits(self.home.live_dir, record, now)
+        return with_batch_waits(with_spend_wait(view, found), batched)
 
     def definition_of(self, pipeline: str, definition_hash: str) -> Definition:
         """The definition a run is pinned to."""

@@ -327,6 +327,8 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
                 state.append(f" ({w['items_failed']} of {w['items']} items failed)")
             if w.get("spend_wait"):
                 state.append(f" ({w['spend_wait']})")
+            if w.get("provider_batch"):
+                state.append(f" ({w['provider_batch']})")
             table.add_row(
                 phase["id"] if index == 0 else "",
                 role,

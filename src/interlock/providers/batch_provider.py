@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -48,6 +49,7 @@ from interlock.core.provider_batches import (
 from interlock.providers.base import ModelRequest, ModelResult, ProviderError, TokenCallback
 from interlock.providers.batch_api import BatchApi, Outcome
 from interlock.providers.batch_store import BatchStore, batch_store
+from interlock.providers.batch_waits import BatchWait, batch_waits, wait_of
 from interlock.providers.settings import BatchMode
 
 logger = logging.getLogger("interlock.providers.batch")
@@ -94,6 +96,8 @@ class Collector:
         self._driving: dict[str, asyncio.Task[None]] = {}
         self._main: asyncio.Task[None] | None = None
         self.waiting = 0  # calls of this process waiting on the collector
+        self.known: dict[str, ProviderBatch] = {}  # the batches it drives, as last seen
+        self._cancels: dict[str, asyncio.Future[None]] = {}  # batches being cancelled
 
     def start(self) -> None:
         """Run the gathering loop (and resume this alias's unfinished batches) if idle."""
@@ -126,9 +130,11 @@ class Collector:
                               created_at=self.clock())  # fmt: skip
         self.store.open_batch(batch, [r.key for r in gathered])
         self._drive(batch)
+        self.changed.set()
 
     def _drive(self, batch: ProviderBatch) -> None:
         if batch.tag not in self._driving:
+            self.known[batch.tag] = batch
             task = asyncio.get_running_loop().create_task(self._follow(batch))
             self._driving[batch.tag] = task
             task.add_done_callback(lambda _: self._driving.pop(batch.tag, None))
@@ -159,7 +165,10 @@ class Collector:
                 lines = [(f"{batch.tag}-{r.key}", orjson.loads(r.body)) for r in requests]
                 batch_id = await self.api.submit(batch.tag, lines)
             _crash_point("after_batch_submit")
-            self.store.mark_submitted(batch.tag, batch_id, "submitted", self.clock())
+            at = self.clock()
+            self.store.mark_submitted(batch.tag, batch_id, "submitted", at)
+            self._seen(batch.tag, provider_batch_id=batch_id, provider_status="submitted",
+                       submitted_at=at, state=BatchState.SUBMITTED)  # fmt: skip
         while True:
             live = [r for r in self.store.requests_in(batch.tag) if r.state not in TERMINAL]
             if not live:  # every request withdrawn: nothing to wait for
@@ -167,6 +176,7 @@ class Collector:
                 return
             poll = await self.api.poll(batch_id)
             self.store.set_status(batch.tag, poll.status)
+            self._seen(batch.tag, provider_status=poll.status)
             if poll.ended:
                 self._answer(batch.tag, poll.results, expired=poll.expired, status=poll.status)
                 self.store.end_batch(batch.tag, BatchState.ENDED, poll.status, self.clock())
@@ -174,20 +184,36 @@ class Collector:
             _crash_point("while_batch_poll")
             await asyncio.sleep(self.poll_s)
 
+    def _seen(self, tag: str, **changes: Any) -> None:
+        before = self.known.get(tag)
+        if before is not None:
+            self.known[tag] = dataclasses.replace(before, **changes)
+            if self.known[tag] != before:
+                self.changed.set()  # the calls in it tell their runs (`batch_waits`)
+
     async def withdrawn(self, tag: str) -> None:
-        """Cancel batch `tag` at the provider if none of its requests is waiting any more."""
-        batch = next((b for b in self.store.batches() if b.tag == tag), None)
-        if batch is None or batch.state != BatchState.SUBMITTED:
-            return
-        if any(r.state not in TERMINAL for r in self.store.requests_in(tag)):
-            return
-        # Recorded first, so that the calls withdrawn together cancel it once.
-        self.store.end_batch(tag, BatchState.CANCELLED, "cancelled", self.clock())
-        task = self._driving.pop(tag, None)
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
+        """Cancel batch `tag` at the provider if none of its requests is waiting any more;
+        returns once the provider was asked (by this call or by the one that began asking)."""
+        asking = self._cancels.get(tag)
+        if asking is None:
+            batch = next((b for b in self.store.batches() if b.tag == tag), None)
+            if batch is None or batch.state != BatchState.SUBMITTED:
+                return
+            if any(r.state not in TERMINAL for r in self.store.requests_in(tag)):
+                return
+            # Recorded first, so that the calls withdrawn together cancel it once.
+            self.store.end_batch(tag, BatchState.CANCELLED, "cancelled", self.clock())
+            task = self._driving.pop(tag, None)
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+            asking = asyncio.ensure_future(self._cancel(batch.provider_batch_id))
+            self._cancels[tag] = asking
+        # Shielded: a call stopped again while it waits leaves the request to go out.
+        await asyncio.shield(asking)
+
+    async def _cancel(self, provider_batch_id: str) -> None:
         with contextlib.suppress(ProviderError):
-            await self.api.cancel(batch.provider_batch_id)
+            await self.api.cancel(provider_batch_id)
 
     def _answer(self, tag: str, results: dict[str, Outcome], *, expired: bool,
                 status: str) -> None:  # fmt: skip
@@ -258,16 +284,30 @@ class BatchingProvider:
             body=orjson.dumps(self._inner.batch_body(request)).decode(),
             state=RequestState.GATHERED, created_at=collector.clock(),
             run_id=request.run_id, task_id=request.task_id))  # fmt: skip
+        listener, told = batch_waits.get(), None
         collector.waiting += 1
         try:
             while record.state not in TERMINAL:
+                if listener is not None:
+                    told = _tell(listener, told, record, collector)
                 collector.start()
                 collector.changed.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(collector.changed.wait(), collector.poll_s)
                 record = store.request(record.key) or record
+        except asyncio.CancelledError:
+            # Stopped because its run ended (the runtime withdrew the run's calls first): the
+            # provider's batch is cancelled now if nothing else waits in it. Stopped for any
+            # other reason (the process shutting down), the call stays in its batch, and
+            # the same attempt started again reads its answer.
+            record = store.request(record.key) or record
+            if record.state == RequestState.WITHDRAWN and record.tag:
+                await collector.withdrawn(record.tag)
+            raise
         finally:
             collector.waiting -= 1
+            if told is not None and listener is not None:
+                listener(None)  # answered, failed or stopped: it waits no more
         if record.state == RequestState.DONE:
             result = self._inner.batch_result(request, orjson.loads(record.answer))
             if on_token is not None and result.text:
@@ -278,6 +318,15 @@ class BatchingProvider:
             raise ProviderError(f"{self.name}: the call was withdrawn from its batch",
                                 retryable=False)  # fmt: skip
         raise ProviderError(f"{self.name}: {record.error}", retryable=record.retryable)
+
+
+def _tell(listener: Callable[[BatchWait | None], None], told: BatchWait | None,
+          record: BatchRequest, collector: Collector) -> BatchWait:  # fmt: skip
+    """Tell `listener` what the call of `record` waits on, if that changed since `told`."""
+    wait = wait_of(record, collector.known.get(record.tag), collector.mode.window_s)
+    if wait != told:
+        listener(wait)
+    return wait
 
 
 def withdraw_run(store: BatchStore, run_id: str) -> int:

@@ -172,6 +172,10 @@ def _claim(driver: RunDriver, orchestrator: Orchestrator, task_id: str) -> bool:
 
 
 def _stop_workers(driver: RunDriver, effect: fx.StopWorkers, orchestrator: Orchestrator) -> None:
+    from interlock.runtime.driver import withdraw_batched
+
+    if effect.task_ids:
+        withdraw_batched(driver.run_id)  # before its calls are stopped (see there)
     for task_id in effect.task_ids:
         handle = driver.handles[task_id]
         handle.cancel()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -18,6 +19,7 @@ from interlock.core import events as ev
 from interlock.core.decide import given_up
 from interlock.core.extract import ExtractionError, extract_values
 from interlock.core.state import TaskState
+from interlock.providers.batch_waits import BatchWait, batch_waits
 from interlock.providers.spend_guard import CapWait, cap_waits
 from interlock.runtime import artifacts, records
 from interlock.runtime.diskfull import is_enospc
@@ -173,25 +175,31 @@ async def execute(orchestrator: Orchestrator, run_id: str, spec: TaskSpec) -> Ou
     def progress(text: str) -> None:
         orchestrator.progress(run_id, spec.task_id, text)
 
-    def cap_wait(wait: CapWait | None) -> None:
-        # A wait is no event (it ends by itself, and is polled): it shows in status.json,
-        # which every reader of a live run (`runs`, `status`, the API) looks at.
-        driver = orchestrator.drivers.get(run_id)
-        if driver is None:
-            return
-        if wait is None:
-            driver.spend_waits.pop(spec.task_id, None)
-        else:
-            driver.spend_waits[spec.task_id] = wait.to_json()
-        if orchestrator.settings.write_status and driver.run_dir.is_dir():
-            driver.write_status()
+    def shown(waits: Callable[[RunDriver], dict[str, dict[str, Any]]]) -> Callable[..., None]:
+        def tell(wait: CapWait | BatchWait | None) -> None:
+            # A wait is no event (it ends by itself, and is polled): it shows in status.json,
+            # which every reader of a live run (`runs`, `status`, the API) looks at.
+            driver = orchestrator.drivers.get(run_id)
+            if driver is None:
+                return
+            if wait is None:
+                waits(driver).pop(spec.task_id, None)
+            else:
+                waits(driver)[spec.task_id] = wait.to_json()
+            if orchestrator.settings.write_status and driver.run_dir.is_dir():
+                driver.write_status()
 
-    told = cap_waits.set(cap_wait)  # this task's context only: each call tells of its own
+        return tell
+
+    # This task's context only: each call tells of its own.
+    told = cap_waits.set(shown(lambda d: d.spend_waits))
+    batched = batch_waits.set(shown(lambda d: d.batch_waits))
     try:
         return await orchestrator.models.run(
             spec, progress if orchestrator.progress_listeners else None
         )
     finally:
+        batch_waits.reset(batched)
         cap_waits.reset(told)
 
 

@@ -98,6 +98,7 @@ class RunDriver:
     status_due: float | None = None  # when a coalesced rewrite is scheduled
     status_cost: float = 0.0  # seconds the last status.json write took
     spend_waits: dict[str, dict[str, Any]] = field(default_factory=dict)  # task: its cap wait
+    batch_waits: dict[str, dict[str, Any]] = field(default_factory=dict)  # task: its batch
     checked_adoption: bool = False
     # Attempts a worker began before this driver took the run (see `begun_attempts`): each
     # gets its start recorded, if the orchestrator that began it did not record one.
@@ -402,7 +403,11 @@ class RunDriver:
         indented one; `interlock status RUN --json` shows it indented.
         """
         view = status_view(
-            self.definition.pipeline, self.state, self.run_dir.name, spend_waits=self.spend_waits
+            self.definition.pipeline,
+            self.state,
+            self.run_dir.name,
+            spend_waits=self.spend_waits,
+            batch_waits=self.batch_waits,
         )
         view["orchestrator"] = self.lease.owner  # who keeps this copy current
         status_writer().put(self.run_dir / "status.json", codec.dumpb(view))
@@ -594,3 +599,28 @@ def _render_spec(
         k: escape_braces(v) if isinstance(v, str) else v for k, v in inputs.items()
     }
     return text, [render_task(arg, literal, limits) for arg in worker.command]
+
+
+def withdraw_batched(run_id: str) -> None:
+    """Withdraw an ended run's model calls waiting in provider batches (``batch = true``),
+    before its running attempts are stopped: a stopped call whose request was withdrawn
+    cancels its provider batch once nothing else waits in it. A call stopped for another
+    reason (this process shutting down) stays in its batch for the attempt started again."""
+    from interlock.providers.batch_provider import withdraw_run
+    from interlock.providers.batch_store import batch_store
+
+    try:
+        withdrawn = withdraw_run(batch_store(), run_id)
+    except Exception as exc:  # the ledger's batch tables unreachable: the batch ends by itself
+        log.warning(
+            "could not withdraw the run's calls from provider batches: %s",
+            exc,
+            extra={"run_id": run_id, "action": "provider_batch_withdraw_failed"},
+        )
+        return
+    if withdrawn:
+        log.info(
+            "withdrew %d call(s) from provider batches",
+            withdrawn,
+            extra={"run_id": run_id, "action": "provider_batch_withdrawn"},
+        )

@@ -97,15 +97,19 @@ def status_view(
     state: RunState,
     run_dir_name: str,
     spend_waits: dict[str, dict[str, Any]] | None = None,
+    batch_waits: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The run as `status.json` shows it: phases, workers, retries, delivery.
 
     `spend_waits`: the running tasks whose model call waits on a spend cap (by task id, as
     `CapWait.to_json` has them): a wait of the running attempt, never recorded, that the
     runtime driving the run knows of. A running run with one, and no other wait, shows as
-    `waiting` for it.
+    `waiting` for it. `batch_waits`: likewise, the running tasks whose model call waits in
+    a provider batch (as `BatchWait.to_json` has them); such a task is running, its
+    worker's `provider_batch` says in which batch.
     """
     waits = live_spend_waits(state, spend_waits)
+    batched = live_spend_waits(state, batch_waits)
     latest: dict[str, Any] = {}
     # What each worker spent over every visit, attempt and item, by visit: the rows add up
     # to the run's total, where the last visit alone would not.
@@ -157,6 +161,8 @@ def status_view(
                     entry["estimated"] = True  # a call's tokens were estimated, not reported
                 if last.task_id in waits:
                     entry["spend_wait"] = waits[last.task_id]["text"]
+                if last.task_id in batched:
+                    entry["provider_batch"] = batched[last.task_id]["text"]
                 if any(t.unpriced for t in ordered):
                     entry["unpriced"] = True  # a call with no known price counted $0
                 child = state.children.get(last.task_id)
@@ -198,6 +204,15 @@ def status_view(
                 "role": state.tasks[task_id].role,
             }
             for task_id, wait in waits.items()
+        },
+        "provider_batches": {
+            task_id: {
+                **wait,
+                "submitted_at": iso(wait["submitted_at"]),
+                "phase": state.tasks[task_id].phase,
+                "role": state.tasks[task_id].role,
+            }
+            for task_id, wait in batched.items()
         },
         "failing": failing_view(pipeline, state),
         # Tasks of workers with a concurrency key: waiting for a slot before dispatch, or
@@ -516,6 +531,17 @@ def live_spend_wait(run_dir: Path, owner: str | None) -> dict[str, Any] | None:
     of `owner` (the live orchestrator holding its lease) says: ``{"waiting": ..., "spend_waits":
     ...}``, or None. A file of an orchestrator no longer driving it is not believed: a wait
     ended with its process."""
+    view = _live_status(run_dir, owner)
+    if view is None:
+        return None
+    waiting = view.get("waiting")
+    if not isinstance(waiting, dict) or waiting.get("for") != "spend_cap":
+        return None
+    return {"waiting": waiting, "spend_waits": view.get("spend_waits") or {}}
+
+
+def _live_status(run_dir: Path, owner: str | None) -> dict[str, Any] | None:
+    """The run's status.json, if `owner` (the live orchestrator holding its lease) wrote it."""
     if owner is None:
         return None
     try:
@@ -524,10 +550,41 @@ def live_spend_wait(run_dir: Path, owner: str | None) -> dict[str, Any] | None:
         return None
     if not isinstance(view, dict) or view.get("orchestrator") != owner:
         return None
-    waiting = view.get("waiting")
-    if not isinstance(waiting, dict) or waiting.get("for") != "spend_cap":
-        return None
-    return {"waiting": waiting, "spend_waits": view.get("spend_waits") or {}}
+    return view
+
+
+def live_batch_waits(
+    run_dir_of: Callable[[str], Path], record: RunRecord, now: float
+) -> dict[str, dict[str, Any]]:
+    """What the tasks of a running run whose lease is held wait on in provider batches, as
+    its orchestrator's status.json says (`provider_batches`), by task id."""
+    if record.summary.status != "running" or (record.lease_expires or 0) <= now:
+        return {}
+    view = _live_status(run_dir_of(record.run_id), record.lease_owner)
+    found = (view or {}).get("provider_batches")
+    return found if isinstance(found, dict) else {}
+
+
+def with_batch_waits(view: dict[str, Any], waits: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A status view folded from the history (`view`, left as it is) with the provider-batch
+    waits of its running tasks (`waits`, from `live_batch_waits`), as status.json has them:
+    `provider_batches`, and each waiting worker's `provider_batch`."""
+    if not waits or view.get("status") not in ("running", "waiting"):
+        return view
+    texts = {(w.get("phase"), w.get("role")): w.get("text") for w in waits.values()}
+    phases = [
+        {
+            **phase,
+            "workers": {
+                role: {**entry, "provider_batch": texts[phase["id"], role]}
+                if (phase["id"], role) in texts
+                else entry
+                for role, entry in phase["workers"].items()
+            },
+        }
+        for phase in view["phases"]
+    ]
+    return {**view, "provider_batches": waits, "phases": phases}
 
 
 def capped_waits(

@@ -11,8 +11,10 @@ from interlock.runtime.family import current_children, family_view
 from interlock.runtime.projection import (
     capped_waits,
     iso,
+    live_batch_waits,
     status_view,
     unpriced_note,
+    with_batch_waits,
     with_spend_wait,
 )
 from interlock.server.messages import progress
@@ -120,14 +122,22 @@ def with_family(
     view["driven_by"] = record.lease_owner
     # A wait of the running attempts is no event: the driving orchestrator's status.json
     # has it.
-    found = capped_waits(api.home.live_dir, [record], time.time()).get(record.run_id)
+    at = time.time()
+    found = capped_waits(api.home.live_dir, [record], at).get(record.run_id)
     view = with_spend_wait(view, found)
+    view = with_batch_waits(view, live_batch_waits(api.home.live_dir, record, at))
     texts = {t: w.get("text") for t, w in (view.get("spend_waits") or {}).items()}
+    batched = {t: w.get("text") for t, w in (view.get("provider_batches") or {}).items()}
     view.update(family_view(api.store, view))
     now = current_children(state)
     current = {c["task_id"]: c for c in view["child_runs"] if c["task_id"] in now}
     view["tasks"] = [
-        {**task, "child": current.get(task["task_id"]), "spend_wait": texts.get(task["task_id"])}
+        {
+            **task,
+            "child": current.get(task["task_id"]),
+            "spend_wait": texts.get(task["task_id"]),
+            "provider_batch": batched.get(task["task_id"]),
+        }
         for task in base["tasks"]
     ]
     return view
