@@ -51,7 +51,7 @@ def quote_of(
         pipeline,
         terms=model_terms(pipeline, config),
         sizes=sizes or TextSizes.assumed_for(pipeline),
-        visit_counts=report.visit_counts,
+        visit_counts=report.ways,
         complete=report.complete,
         children=child_quotes,
     )
