@@ -171,3 +171,14 @@ def test_check_imports_the_mcp_library_only_for_a_pipeline_with_tools(
         "      final: true\n      tools: [{mcp: [some-server]}]\n"
     )
     assert loaded(cli_env, "check", str(tooled), heavy=("mcp",)) == ["mcp"]
+
+
+def test_check_loads_no_runtime_driver(cli_env: dict[str, str]) -> None:
+    """`interlock check` (with its cost quote too) finds a pipeline's model aliases without
+    importing the orchestrator and the driver below it (most of a second of CPU)."""
+    from tests.cli.test_cli import ROOT
+
+    runtime = ("interlock.runtime.orchestrator", "interlock.runtime.driver")
+    path = str(ROOT / "examples" / "research.json")
+    for extra in ((), ("--cost",)):
+        assert loaded(cli_env, "check", path, *extra, heavy=runtime) == [], extra

@@ -51,7 +51,7 @@ def quote_of(
         pipeline,
         terms=model_terms(pipeline, config),
         sizes=sizes or TextSizes.assumed_for(pipeline),
-        visit_counts=report.visit_counts,
+        visit_counts=report.ways,
         complete=report.complete,
         children=child_quotes,
     )
@@ -84,7 +84,7 @@ def run_gate(
 ) -> None:
     """Before a run starts: which configuration its models use (one line), and its worst
     case, with its own topic and inputs, against its budget."""
-    from interlock.runtime.orchestrator import model_aliases
+    from interlock.core.loader import model_aliases
 
     calls_models = bool(model_aliases(definition))
     if definition.pipeline.budget is None and not calls_models:

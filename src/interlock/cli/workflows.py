@@ -194,7 +194,7 @@ def check(
     from interlock.cli.quote import budget_gate, quote_lines, quote_of
     from interlock.core.condition_checks import condition_warnings
     from interlock.core.explore import explore
-    from interlock.core.loader import load_workflow
+    from interlock.core.loader import load_workflow, model_aliases
     from interlock.core.parse import locator
     from interlock.core.shell_scripts import shell_warnings
     from interlock.providers import ModelConfig
@@ -207,7 +207,6 @@ def check(
     )
     from interlock.providers.spend_checks import cap_problems
     from interlock.runtime.home import Home
-    from interlock.runtime.orchestrator import model_aliases
 
     workflow = load_workflow(file)
     text = Path(file).read_text(encoding="utf-8-sig", errors="replace")

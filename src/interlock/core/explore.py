@@ -50,6 +50,7 @@ from interlock.core.state import (
 from interlock.core.subpipelines import MAX_DEPTH
 from interlock.core.tolerance import Tolerance, allowed_failures
 from interlock.core.trial import Digested, SharedWrite, fork, track
+from interlock.core.ways import Forgetting, Ways
 from interlock.core.workflow import Extract, Pipeline, Worker
 
 PLACEHOLDER_ITEMS = 2  # a fan-out list long enough to show lanes and the concurrency cap
@@ -80,6 +81,9 @@ class ExploreReport:
     # Each phase with `tolerate` -> (some path goes on with a failed item, some path fails
     # past the tolerance): `check` explores both sides.
     tolerance: dict[str, tuple[bool, bool]] = field(default_factory=dict)
+    # The steps between the states explored, with the visits each added: what the cost quote
+    # weighs, way by way (`visit_counts` holds only the states' own counts).
+    ways: Ways = field(default_factory=Ways)
 
     def not_covered(self, phases: Sequence[str]) -> str:
         """What a search stopped by `max_states` did not cover, in words (empty when complete)."""
@@ -135,6 +139,7 @@ class _Forced:
 class _Node:
     state: RunState
     clock: float
+    id: int = 0  # in `_Search.ways`
 
 
 @dataclass
@@ -149,7 +154,9 @@ class _Search:
     visit_limit: int = 0  # more visits to one phase than this: a loop nothing ends
     reports: dict[str, tuple[str, ...]] = field(default_factory=dict)  # role -> what it can say
     paused: bool = False
-    seen: set[Hashable] = field(default_factory=set)
+    seen: dict[Hashable, int] = field(default_factory=dict)  # signature -> id in `ways`
+    ways: Ways = field(default_factory=Ways)
+    forgetting: Forgetting | None = None
     frontier: deque[_Node] = field(default_factory=deque)
     problems: dict[str, None] = field(default_factory=dict)  # ordered and without repeats
     reached: set[str] = field(default_factory=set)
@@ -163,8 +170,9 @@ class _Search:
     def problem(self, text: str) -> None:
         self.problems[f"{self.prefix}{text}"] = None
 
-    def add(self, node: _Node, decisions: list[Decision]) -> None:
-        """Record a settled state, and queue it when it is new and may go on."""
+    def add(self, node: _Node, decisions: list[Decision], parent: _Node | None) -> None:
+        """Record a settled state and the step to it, and queue it when it is new and may go
+        on (`parent`: the state it came from, None for the new run's first)."""
         for decision in decisions:
             failing = isinstance(decision.event, ev.RunFailed)
             if decision.rule is RuleName.BRANCH_ERROR or (
@@ -180,14 +188,24 @@ class _Search:
         assert isinstance(state.visits, Digested) and isinstance(state.values, Digested)
         written = state.visits.written  # since the parent, whose own were looked at before
         self.reached.update(written)
-        signature = _signature(state)
-        if signature in self.seen:
-            return
-        if len(self.seen) >= self.max_states:
+        signature = _signature(state, self.forgetting)
+        known = self.seen.get(signature)
+        if known is None and len(self.seen) >= self.max_states:
             self.complete = False
             self.overflow += 1
             return
-        self.seen.add(signature)
+        if parent is not None:
+            before = parent.state.visits
+            grown = ((p, state.visits[p] - before.get(p, 0)) for p in written)
+            added = tuple(sorted((p, n) for p, n in grown if n))
+        else:
+            added = tuple(sorted(state.visits.items()))
+        if known is not None:
+            self.ways.add_step(parent.id if parent else 0, known, added)
+            return
+        node.id = self.ways.add_state()
+        self.ways.add_step(parent.id if parent else 0, node.id, added)
+        self.seen[signature] = node.id
         self.visit_counts.add(tuple(sorted(state.visits.items())))
         if self.progress is not None and len(self.seen) % PROGRESS_EVERY == 0:
             self.progress(len(self.seen), len(self.frontier))
@@ -244,6 +262,7 @@ def explore(
     search = _Search(pipeline, f"pipeline {name!r}, " if name else "", max_states, reduce, progress)
     search.kinds = {w.role: _kind(w) for p in pipeline.phases for w in p.workers}
     search.visit_limit = _visit_limit(pipeline)
+    search.forgetting = Forgetting.of(pipeline)
     child_reports = _explore_children(search, max_states, reduce, depth)
     start = RunState()
     inputs = {k: v.default for k, v in pipeline.inputs.items() if v.default is not None}
@@ -260,13 +279,13 @@ def explore(
     )
     track(start)
     for settled, decisions in _settle_all(search, start, (), 0.0):
-        search.add(_Node(settled, 0.0), decisions)
+        search.add(_Node(settled, 0.0), decisions, None)
     moves = _reduced_moves if reduce else _moves
     while search.frontier and search.complete:
         node = search.frontier.popleft()
         for events, clock in moves(search, node):
             for settled, decisions in _settle_all(search, node.state, events, clock):
-                search.add(_Node(settled, clock), decisions)
+                search.add(_Node(settled, clock), decisions, node)
     if search.complete:
         for phase in pipeline.phases:
             if phase.id not in search.reached:
@@ -283,6 +302,7 @@ def explore(
         delivered=search.delivered,
         unexplored=len(search.frontier) + search.overflow,
         visit_counts=frozenset(search.visit_counts),
+        ways=search.ways,
         paused=search.paused,
         children=child_reports,
         tolerance={
@@ -604,8 +624,9 @@ def _visit_limit(pipeline: Pipeline) -> int:
     return 1 + sum(r.max_visits or 0 for p in pipeline.phases for r in p.next)
 
 
-def _signature(state: RunState) -> Hashable:
-    """What decides a state's future; times, texts and placeholder values are left out."""
+def _signature(state: RunState, forgetting: Forgetting | None = None) -> Hashable:
+    """What decides a state's future; times, texts and placeholder values are left out, and
+    with `forgetting`, the history no phase from here on can read (`interlock.core.ways`)."""
     if state.status.ended:
         return ("ended", state.status.value, state.archived)
     current = state.current
@@ -626,6 +647,13 @@ def _signature(state: RunState) -> Hashable:
     # The tasks are those of the current visit and the open ones (`trial.fork`); the history
     # enters by its digests, so a key costs the same early and late in a long pipeline.
     assert isinstance(state.visits, Digested) and isinstance(state.values, Digested)
+    visits: Hashable = state.visits.digest
+    values: Hashable = state.values.digest  # which roles have values (not the placeholders)
+    if forgetting is not None and current is not None:
+        # No phase comes back: the visit counts are those of the way taken, which no rule
+        # reads; of the values, only those a phase from here on may read are kept.
+        visits = None
+        values = tuple(sorted(r for r in forgetting.live[current.phase] if r in state.values))
     tasks = tuple(
         sorted(
             (t.task_id, "completed")
@@ -642,9 +670,9 @@ def _signature(state: RunState) -> Hashable:
         state.pause_reason,
         state.budget_waived,
         position,
-        state.visits.digest,
+        visits,
         tasks,
-        state.values.digest,  # which roles have values (not the placeholder values)
+        values,
         waiting,
         tuple(s.name for s in state.inbox),
         tuple(sorted((k, v is None) for k, v in state.signals.items())),

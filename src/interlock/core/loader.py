@@ -626,3 +626,14 @@ def _did_you_mean(key: Any, place: str) -> str:
     known = [field.alias or name for name, field in model.model_fields.items()]
     close = difflib.get_close_matches(key, known, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def model_aliases(definition: Definition) -> set[str]:
+    """Every model alias a pipeline may call, fallbacks included (here, not in the runtime,
+    so that `check` and `quote` need not import the engine's driver)."""
+    return {
+        alias
+        for phase in definition.pipeline.phases
+        for worker in phase.workers
+        for alias in ([worker.model] if worker.model else []) + worker.fallback_models
+    }

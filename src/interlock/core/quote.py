@@ -41,6 +41,7 @@ from typing import Any
 
 from interlock.core.templates import TemplateProblem, template_names
 from interlock.core.tools import DEFAULT_MAX_TURNS
+from interlock.core.ways import Ways
 from interlock.core.workflow import Budget, Phase, Pipeline, Worker
 
 CHARS_PER_TOKEN = 4  # the same rough rule the runtime uses to check a prompt's size
@@ -379,7 +380,7 @@ def quote(
     *,
     terms: Mapping[tuple[str, str], ModelTerms],
     sizes: TextSizes,
-    visit_counts: Iterable[Visits],
+    visit_counts: Iterable[Visits] | Ways,
     complete: bool = True,
     children: Mapping[str, Quote] | None = None,
 ) -> Quote:
@@ -391,7 +392,8 @@ def quote(
         terms: (role, alias) -> what that worker's calls to that alias cost, for every model
             of every model worker (fallbacks included).
         sizes: how long the topic and inputs are (assumed at `check`).
-        visit_counts: the visit counts per phase that `explore` reached (`visit_counts`).
+        visit_counts: the visit counts per phase that `explore` reached (`visit_counts`), or
+            the ways it went (`ways`: exact also where exploring merged histories).
         complete: whether exploring covered every path (False: the quote is not a bound).
         children: role -> the worst case of the child run a `pipeline` worker starts (each
             attempt starts one).
@@ -430,9 +432,11 @@ def quote(
 
 
 def _dearest(
-    visit_counts: Iterable[Visits], per_visit: Mapping[str, float | int | None]
+    visit_counts: Iterable[Visits] | Ways, per_visit: Mapping[str, float | int | None]
 ) -> tuple[float | None, Visits]:
     """The largest total over the paths, and that path's visits (None: a path has no bound)."""
+    if isinstance(visit_counts, Ways):
+        return visit_counts.dearest(per_visit)
     best: tuple[float, int] = (0.0, 0)
     path: Visits = ()
     for visits in sorted(visit_counts):  # sorted: ties pick the same path every time

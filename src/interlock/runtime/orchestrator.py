@@ -28,7 +28,7 @@ from interlock.core import events as ev
 from interlock.core.decide import next_wake, waits_for_slot
 from interlock.core.inputs import check_size
 from interlock.core.inputs import resolve_inputs as resolve_declared
-from interlock.core.loader import Definition
+from interlock.core.loader import Definition, model_aliases
 from interlock.core.observe import CommandKind
 from interlock.core.state import RunState, RunStatus, TaskState, fold
 from interlock.engine.effects import Effect
@@ -1295,16 +1295,6 @@ def _drop_empty(folders: list[Path]) -> None:
     for folder in folders:
         with contextlib.suppress(OSError):
             folder.rmdir()
-
-
-def model_aliases(definition: Definition) -> set[str]:
-    """Every model alias a pipeline may call, fallbacks included."""
-    return {
-        alias
-        for phase in definition.pipeline.phases
-        for worker in phase.workers
-        for alias in ([worker.model] if worker.model else []) + worker.fallback_models
-    }
 
 
 def _sync(paths: list[Path]) -> OSError | None:

@@ -1,0 +1,153 @@
+"""Exploring forgets the history no later phase can read: a chain of optional phases costs
+states linear in its length, and what `check` reports (problems, phases reached, delivery,
+the dearest way) is what the search that keeps the whole history reports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from interlock.core.explore import ExploreReport, explore
+from interlock.core.loader import load_workflow
+from interlock.core.quote import _dearest
+from interlock.core.ways import Forgetting
+from interlock.core.workflow import Pipeline
+from interlock.errors import WorkflowError
+
+from .runs import pipeline_of, worker
+from .test_explore_reduced import WORKFLOWS, findings, pipelines
+
+
+def optional_chain(length: int) -> Pipeline:
+    """`length` phases; each may skip the next one on a condition over its own value."""
+    data: list[dict[str, Any]] = []
+    for n in range(length):
+        extract = {"ok": {"json": "ok", "type": "bool"}}
+        data.append({"id": f"p{n}", "workers": [worker(f"w{n}", extract=extract)]})
+        if n + 2 < length:
+            data[-1]["next"] = [{"if": f"w{n}.ok", "goto": f"p{n + 2}"}]
+    data[-1]["workers"][0]["final"] = True
+    return pipeline_of({"phases": data})
+
+
+def costs(pipeline: Pipeline) -> list[dict[str, float | None]]:
+    """Prices per visit that make different ways the dearest, and one with no bound."""
+    ids = [p.id for p in pipeline.phases]
+    return [
+        {p: float(n + 1) for n, p in enumerate(ids)},
+        {p: float(len(ids) - n) for n, p in enumerate(ids)},
+        {p: float(n % 2) for n, p in enumerate(ids)},
+        {p: None if n == len(ids) // 2 else 1.0 for n, p in enumerate(ids)},
+    ]
+
+
+def dearest(report: ExploreReport, per_visit: dict[str, float | None]) -> Any:
+    """The dearest way's total and its number of visits (ties may pick another way)."""
+    total, path = report.ways.dearest(per_visit)
+    return total, sum(count for _, count in path) if total is not None else None
+
+
+def compare(pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch) -> ExploreReport:
+    """Explore forgetting and remembering; both must report the same, the dearest way too."""
+    forgetful = explore(pipeline, name="p", max_states=20_000)
+    with monkeypatch.context() as patch:
+        patch.setattr(Forgetting, "of", classmethod(lambda cls, pipeline: None))
+        whole = explore(pipeline, name="p", max_states=20_000)
+    assert findings(forgetful) == findings(whole)
+    assert forgetful.states <= whole.states
+    if whole.complete:
+        for per_visit in costs(pipeline):
+            total, path = _dearest(whole.visit_counts, per_visit)
+            expected = total, sum(c for _, c in path) if total is not None else None
+            assert dearest(whole, per_visit) == expected
+            assert dearest(forgetful, per_visit) == expected
+    return forgetful
+
+
+def test_a_long_chain_of_optional_phases_explores_in_linear_states() -> None:
+    """30 optional phases: every path seen in under 100 states (it took millions: each phase
+    passed over or not was a different history, 2**15 and more)."""
+    report = explore(optional_chain(30), name="p", max_states=100)
+    assert report.complete and report.sound, report.problems
+    assert report.states < 100
+
+
+def test_the_dearest_way_through_a_chain_is_the_one_that_skips_nothing() -> None:
+    """The cost quote still sees the way through all 30 phases, although the states of the
+    ways that skip some were merged with it."""
+    pipeline = optional_chain(30)
+    report = explore(pipeline, name="p")
+    total, path = report.ways.dearest({p.id: 1.0 for p in pipeline.phases})
+    assert total == 30 and path == tuple(sorted((p.id, 1) for p in pipeline.phases))
+    dearest_odd = {p.id: float(n % 2) for n, p in enumerate(pipeline.phases)}
+    assert report.ways.dearest(dearest_odd)[0] == 15
+
+
+def test_a_value_a_later_phase_reads_is_not_forgotten(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A phase passed over leaves a value missing that the last rule reads: the run can fail
+    there, and forgetting must still find it."""
+    pipeline = optional_chain(8)
+    data = pipeline.model_dump(by_alias=True, exclude_none=True)
+    data["phases"][5]["next"] = [{"if": "w1.ok", "goto": "p7"}]
+    report = compare(Pipeline.model_validate(data), monkeypatch)
+    assert any("w1" in problem and "no value" in problem for problem in report.problems)
+
+
+@pytest.mark.parametrize("length", [4, 7, 10])
+def test_chains_report_the_same_as_the_whole_history(
+    length: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chains short enough to explore with the whole history: the same findings and quote."""
+    compare(optional_chain(length), monkeypatch)
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_fixtures_and_examples_report_the_same(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every pipeline of the fixtures and examples: the same findings and dearest ways."""
+    try:
+        workflow = load_workflow(path)
+    except WorkflowError:
+        pytest.skip("needs its companion files")
+    for definition in workflow.definitions.values():
+        compare(definition.pipeline, monkeypatch)
+
+
+@st.composite
+def forward_pipelines(draw: st.DrawFn) -> dict[str, Any]:
+    """Plain data for a pipeline whose rules only go forward, reading values of any phase."""
+    count = draw(st.integers(2, 7))
+    phases: list[dict[str, Any]] = []
+    for index in range(count):
+        extract = {"ok": {"json": "ok", "type": "bool"}}
+        phase: dict[str, Any] = {
+            "id": f"p{index}",
+            "workers": [worker(f"r{index}", extract=extract)],
+        }
+        if index < count - 1:
+            rules = []
+            for _ in range(draw(st.integers(0, 2))):
+                rule: dict[str, Any] = {"goto": f"p{draw(st.integers(index + 1, count - 1))}"}
+                if draw(st.booleans()):
+                    rule["if"] = f"r{draw(st.integers(0, count - 1))}.ok"
+                rules.append(rule)
+            phase["next"] = rules
+        phases.append(phase)
+    phases[-1]["workers"][-1]["final"] = True
+    return {"phases": phases}
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(forward_pipelines(), pipelines()))
+def test_random_pipelines_report_the_same(data: dict[str, Any]) -> None:
+    """On random pipelines, forward-only ones and ones with loops, forgetting changes nothing
+    `check` reports."""
+    try:
+        pipeline = pipeline_of(data)
+    except WorkflowError:
+        pipeline = Pipeline.model_validate(data)  # hand-built: the explorer still reports
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        compare(pipeline, monkeypatch)
