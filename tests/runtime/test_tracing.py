@@ -132,7 +132,11 @@ class _Down(SpanExporter):
 
     def export(self, spans: Any) -> SpanExportResult:
         self.calls += 1
-        logging.getLogger("opentelemetry.sdk.trace.export").warning("connection refused")
+        # Where the OTLP exporter logs from: a child of its package's logger.
+        logging.getLogger("opentelemetry.exporter.otlp.proto.http.trace_exporter").warning(
+            "Transient error: connection refused"
+        )
+        logging.getLogger("opentelemetry.sdk._shared_internal").error("Failed to export")
         return SpanExportResult.FAILURE
 
     def shutdown(self) -> None:

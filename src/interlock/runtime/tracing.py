@@ -283,25 +283,26 @@ class RunIds:
         return chosen[0] if chosen else int(self.base.generate_trace_id())
 
 
-class _OneWarning(logging.Filter):
-    """Lets the first failed export through and drops the rest: an endpoint that is down
-    says so once, not once a batch."""
+class _OneWarning(logging.Handler):
+    """Where the OpenTelemetry SDK's and exporter's own log records go (they do not reach the
+    process's handlers): the first warning or error becomes one line of interlock's, and the
+    rest are dropped, so an endpoint that is down says so once, not once a batch."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(logging.WARNING)
         self.said = False
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno < logging.WARNING:
-            return True
+    def emit(self, record: logging.LogRecord) -> None:
         if self.said:
-            return False
+            return
         self.said = True
-        record.msg = f"tracing: spans could not be exported, and are dropped: {record.getMessage()}"
-        record.args = ()
-        return True
+        logger.warning(
+            "tracing: spans could not be exported, and are dropped (%s); the runs go on",
+            record.getMessage()[:300],
+        )
 
 
+_ONCE = _OneWarning()
 _configured: list[Tracer] = []
 
 
@@ -323,7 +324,7 @@ def configured_tracer(
         if exporter is None:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-            exporter = OTLPSpanExporter(timeout=5)
+            exporter = OTLPSpanExporter(timeout=2)
     except ImportError:
         logger.warning(
             "%s is set, but tracing needs the otel extra: pip install 'interlock[otel]'",
@@ -336,9 +337,13 @@ def configured_tracer(
         resource=Resource.create({"service.name": name}),
         id_generator=cast(Any, RunIds(RandomIdGenerator())),
     )
-    provider.add_span_processor(BatchSpanProcessor(exporter, export_timeout_millis=5000))
-    for noisy in ("opentelemetry.sdk.trace.export", "opentelemetry.exporter.otlp.proto.http"):
-        logging.getLogger(noisy).addFilter(_OneWarning())
+    provider.add_span_processor(BatchSpanProcessor(exporter, export_timeout_millis=2000))
+    # Every logger under "opentelemetry" (the exporter logs from a child of its package's):
+    # what they say goes to one handler that says it once.
+    sdk_logs = logging.getLogger("opentelemetry")
+    if _ONCE not in sdk_logs.handlers:
+        sdk_logs.addHandler(_ONCE)
+    sdk_logs.propagate = False
     import atexit
 
     atexit.register(_shutdown, provider)
@@ -350,8 +355,7 @@ def configured_tracer(
 
 def _shutdown(provider: Any) -> None:
     try:
-        provider.force_flush(timeout_millis=3000)
-        provider.shutdown()
+        provider.shutdown()  # the last export: at most the exporter's timeout
     except Exception as exc:  # at exit: say it, never raise
         logger.warning("tracing: could not flush spans at exit: %s", exc)
 
@@ -359,4 +363,5 @@ def _shutdown(provider: Any) -> None:
 def reset_for_tests() -> Callable[[], None]:
     """Forget the process's tracer (tests that configure one each)."""
     _configured.clear()
+    _ONCE.said = False
     return _configured.clear
