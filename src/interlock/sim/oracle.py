@@ -235,8 +235,15 @@ class Oracle:
         return None
 
     def lost(self) -> OracleTask | None:
-        """The first task (by first dispatch) that failed with no attempt left."""
-        failed = [t for t in self.tasks.values() if t.status == "failed"]
+        """The first task (by first dispatch) that failed with no attempt left, leaving out
+        those of a fan-out item already recorded failed (the tolerance covers that item: a
+        sibling that was running or retrying when it was recorded may still fail for good)."""
+        failed = [
+            t
+            for t in self.tasks.values()
+            if t.status == "failed"
+            and (t.item is None or t.item not in self.failed_items.get((t.phase, t.visit), ()))
+        ]
         for task in sorted(failed, key=lambda t: t.order):
             if next_attempt(self.pipeline.worker(task.role), task) > (
                 self.pipeline.worker(task.role).max_attempts
