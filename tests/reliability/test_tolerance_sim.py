@@ -126,3 +126,11 @@ def test_the_oracle_refuses_a_failed_item_with_attempts_left() -> None:
 def test_the_oracle_rounds_a_percentage_down(tolerate: int | str, count: int, allowed: int) -> None:
     """The oracle's own arithmetic: a count, or a percentage of the items rounded down."""
     assert allowed_failures(tolerate, count) == allowed
+
+
+def test_a_sibling_failing_for_good_after_its_item_was_tolerated_is_no_new_cause() -> None:
+    """Seed 714047246 (a generated mix): item 0 is recorded failed while another of its
+    workers is still retrying; that one then fails for good in the same tick as item 2's last
+    attempt, and the run fails past tolerate 1 naming items 0 and 2. The oracle counts item 0
+    once and takes item 2 as the cause, as the engine does."""
+    assert simulate(714047246).violations == []
