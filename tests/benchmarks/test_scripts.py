@@ -180,8 +180,8 @@ def test_spawn_script_measures_each_way_of_starting(tmp_path: Path) -> None:
 
 
 def test_startup_script_times_the_commands_and_a_whole_run(tmp_path: Path) -> None:
-    """startup.py times `--help`, `runs`, `status` and a whole `run` against a state
-    directory of its own, which it removes."""
+    """startup.py times `--help`, `runs`, `status`, `check` of each example it names and a
+    whole `run` against a state directory of its own, which it removes."""
     done = run("startup.py", "--repeat", "1", tmp=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     figures = json.loads(done.stdout.strip().splitlines()[-1])
@@ -191,6 +191,9 @@ def test_startup_script_times_the_commands_and_a_whole_run(tmp_path: Path) -> No
         "interlock runs",
         "interlock status RUN",
         "interlock run",
+        "interlock check research.json",
+        "interlock check fanout.yaml",
+        "interlock check translate.yaml",
     }
     assert all(f["min_ms"] > 0 for f in figures.values())
     assert list(tmp_path.iterdir()) == []
