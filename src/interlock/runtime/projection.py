@@ -377,6 +377,8 @@ def overdue(waiting: dict[str, Any] | None, now: float | None = None) -> bool:
     until = (waiting or {}).get("until")
     if not until:
         return False
+    if until.startswith(("after ", "before ", "not ")):  # beyond_dates's words
+        return until.startswith("before ")
     ended = dt.datetime.fromisoformat(until.replace("Z", "+00:00")).timestamp()
     return ended <= (time.time() if now is None else now)
 
