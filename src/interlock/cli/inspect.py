@@ -48,7 +48,9 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
     missing = ctx.missing_ledger()
     records = []
     if missing is None:
-        records = ctx.store.list_runs(status=status, pipeline=pipeline, limit=limit)
+        records = ctx.store.list_runs(status=status, pipeline=pipeline, limit=limit + 1)
+    more = len(records) > limit  # one past the limit says whether some were left out
+    records = records[:limit]
     from interlock.runtime.family import parents_of
 
     # Only with records: opening the store where there is no ledger would create one.
@@ -137,6 +139,11 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
         out.print(shown, soft_wrap=not hasattr(shown, "columns"))
     for why in unreadable.values():
         out.print(f"unreadable: {why}")
+    if more:
+        out.print(
+            f"showing the newest {limit} runs; older ones are left out: '--limit {limit * 4}' "
+            "shows more, '--status' or '--pipeline' narrows the list"
+        )
     if stopped:
         out.print(
             f"not driven: no orchestrator holds {len(stopped)} running run(s) (interrupted, or "

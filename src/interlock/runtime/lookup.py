@@ -26,7 +26,8 @@ def resolve(store: Store, prefix: str) -> str:
     if not matches:
         raise RunNotFound(f"no run matches {prefix!r} (see 'interlock runs')")
     if len(matches) > 1:
-        raise UsageError(
-            f"{prefix!r} matches several runs ({', '.join(matches[:5])}); give more of the id"
-        )
+        shown = ", ".join(matches[:5])
+        if len(matches) > 5:
+            shown += f" and {len(matches) - 5} more"
+        raise UsageError(f"{prefix!r} matches {len(matches)} runs ({shown}); give more of the id")
     return matches[0]
