@@ -368,3 +368,22 @@ def test_status_of_10000_rows_takes_well_under_a_second(
     assert shown.output.count(" waiting ") == 10_000
     assert spent < 1.0, f"{spent:.2f} s of CPU"
     assert "\x1b" not in shown.output and "t10000[2J; n=10000" in shown.output
+
+
+def test_a_misspelt_subcommand_is_named_not_read_as_a_workflow_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`batch stauts B` names `batch status` (exit 2); a file that exists is still a workflow,
+    even with a name close to a subcommand."""
+    monkeypatch.chdir(tmp_path)
+    home = tmp_path / "home"
+    typo = CliRunner().invoke(cli, ["--home", str(home), "batch", "stauts", "B1"])
+    assert typo.exit_code == 2, typo.output
+    assert "did you mean 'interlock batch status'" in typo.output
+    setup(tmp_path, 1)
+    (tmp_path / "wf.yaml").rename(tmp_path / "stauts")
+    started = CliRunner().invoke(
+        cli, ["--home", str(home), "batch", "stauts", "--inputs", "articles.csv", "--dry-run"]
+    )
+    assert started.exit_code == 0, started.output
+    assert not home.exists()

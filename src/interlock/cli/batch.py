@@ -8,6 +8,7 @@ transaction, and the rows' runs are started `--concurrency` at a time. `resume`,
 
 from __future__ import annotations
 
+import difflib
 import json
 import sys
 from pathlib import Path
@@ -34,6 +35,14 @@ class BatchGroup(click.Group):
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and not args[0].startswith("-"):
+            if not Path(args[0]).exists():
+                close = difflib.get_close_matches(args[0], list(self.commands), n=1)
+                if close:  # `batch stauts B` is a typo, not a workflow file named stauts
+                    raise click.UsageError(
+                        f"no batch command {args[0]!r} and no file of that name: did you mean "
+                        f"'interlock batch {close[0]}'? ('interlock batch --help' lists them)",
+                        ctx,
+                    )
             args = ["start", *args]
         return super().parse_args(ctx, args)
 
