@@ -206,6 +206,7 @@ def check(
         tool_warnings,
     )
     from interlock.providers.spend_checks import cap_problems
+    from interlock.runtime.code_checks import missing_code
     from interlock.runtime.home import Home
 
     workflow = load_workflow(file)
@@ -251,6 +252,10 @@ def check(
         priced += tool_warnings(name, definition.pipeline, Path(file).parent.absolute())
         priced += [f"{file}: {w}" for w in env_warnings(name, definition.pipeline, line_of)]
         priced += [f"{file}: {w}" for w in shell_warnings(name, definition.pipeline, line_of)]
+        priced += [
+            f"{file}: {w}"
+            for w in missing_code(name, definition.pipeline, Path(file).parent, line_of)
+        ]
         priced += [f"{file}: {w}" for w in condition_warnings(name, definition.pipeline, line_of)]
         priced += tier_warnings(name, definition.pipeline, config)
         priced += batch_warnings(name, definition.pipeline, config)
