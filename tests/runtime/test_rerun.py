@@ -486,3 +486,10 @@ demo:
     assert task.why == f"runs: changed a file it runs: {script}"
     third = app.run(workflow, "demo", topic="t")
     assert calls(workflow) == ["a"] and third.tasks["a@1"].reused_from is None
+
+    script.unlink()  # a script gone is not said to have changed: the task would fail
+    [task] = app.plan_rerun(third.run_id).tasks
+    assert not task.reuse
+    assert task.why == (
+        f"runs: changed a file it ran ({script}), which is not there now: the task would fail"
+    )

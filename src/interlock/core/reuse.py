@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from interlock.core.fingerprint import PART_WORDS, Fingerprint, changed_files
+from interlock.core.fingerprint import FILE_PART, PART_WORDS, Fingerprint, changed_files
 from interlock.core.state import TASK_COMPLETED, RunState, TaskState
 
 
@@ -94,12 +94,19 @@ def changed_verdict(current: Fingerprint, parts: dict[str, str] | None) -> Reuse
     worker, which file it runs changed, when that is known)."""
     changed = current.changed(parts)
     files = changed_files(current.parts, parts) if "worker" in changed else []
-    named = [
-        f"{'a file it runs' if len(files) == 1 else 'files it runs'}: {', '.join(files)}"
-        if p == "worker" and files
-        else PART_WORDS[p]
-        for p in changed
-    ]
+    gone = [f for f in files if FILE_PART + f not in current.parts]  # unreadable now
+    edited = [f for f in files if f not in gone]
+    said = []
+    if edited:
+        said.append(
+            f"{'a file it runs' if len(edited) == 1 else 'files it runs'}: {', '.join(edited)}"
+        )
+    if gone:
+        said.append(
+            f"{'a file it ran' if len(gone) == 1 else 'files it ran'} ({', '.join(gone)}), "
+            f"which {'is' if len(gone) == 1 else 'are'} not there now: the task would fail"
+        )
+    named = ["; ".join(said) if p == "worker" and said else PART_WORDS[p] for p in changed]
     words = "; ".join(named) or "the fingerprint recipe"
     return ReuseVerdict(
         reuse=False, reason=ReuseReason.CHANGED, why=f"runs: changed {words}", changed=changed
