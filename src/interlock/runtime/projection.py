@@ -374,7 +374,7 @@ def waiting_view(state: RunState) -> dict[str, Any] | None:
 def overdue(waiting: dict[str, Any] | None, now: float | None = None) -> bool:
     """Whether the wait of `waiting` has ended (its time passed): a run still waiting then
     needs an orchestrator now, as an undriven running run does."""
-    until = (waiting or {}).get("until")
+    until = str((waiting or {}).get("until") or "")
     if not until:
         return False
     if until.startswith(("after ", "before ", "not ")):  # beyond_dates's words
