@@ -103,13 +103,17 @@ class LocalDispatcher:
                 if outcome.ok and outcome.body is None and not outcome.durable and large(tmp):
                     await asyncio.to_thread(artifacts.fsync_file, tmp)
                 report = await off_loop_report(driver, task, attempt, outcome, tmp, clock())
-                kept = await asyncio.to_thread(
-                    records.seal,
-                    driver.run_dir,
-                    task_id,
-                    attempt,
-                    orchestrator.models.secrets(driver.workflow_dir),
-                )
+                # Most attempts leave no record: two `stat`s on the loop say so, and only an
+                # attempt that left some hands its masking to a thread.
+                kept = None
+                if records.any_left(driver.run_dir):
+                    kept = await asyncio.to_thread(
+                        records.seal,
+                        driver.run_dir,
+                        task_id,
+                        attempt,
+                        orchestrator.models.secrets(driver.workflow_dir),
+                    )
                 orchestrator.report(driver, with_records(report, kept))
         except asyncio.CancelledError as stopped:
             artifacts.discard(tmp)

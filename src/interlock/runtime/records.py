@@ -67,14 +67,19 @@ def mask_file(path: Path, secrets: Iterable[Secret | None]) -> str:
     return digest.hexdigest()
 
 
+def any_left(run_dir: Path) -> bool:
+    """Whether any attempt of the run may have left a record: its record folders exist."""
+    folder = os.fspath(run_dir)
+    return any(os.path.isdir(os.path.join(folder, sub)) for sub in ("prompts", "logs"))
+
+
 def seal(
     run_dir: Path, task_id: str, attempt: int, secrets: Iterable[Secret | None]
 ) -> dict[str, str] | None:
     """Mask the attempt's records and return their hashes by path (None: it left none)."""
     # Most attempts leave no record (a `call:` worker's, a command's that printed nothing):
     # their folders are looked at first, two `stat`s instead of one per possible record.
-    folder = os.fspath(run_dir)
-    if not any(os.path.isdir(os.path.join(folder, sub)) for sub in ("prompts", "logs")):
+    if not any_left(run_dir):
         return None
     keys = list(secrets)
     found: dict[str, str] = {}
