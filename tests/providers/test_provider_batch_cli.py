@@ -98,7 +98,9 @@ def test_a_dataset_through_a_batch_alias_survives_two_kills(
     assert listed.stdout.count("completed") == len(recorded), listed.stdout
 
 
-SLOW_WORKFLOW = WORKFLOW.replace('task: "row {{ n }}"', 'task: "row {{ n }}"\n          timeout: 1\n          grace: 1')
+SLOW_WORKFLOW = WORKFLOW.replace(
+    'task: "row {{ n }}"', 'task: "row {{ n }}"\n          timeout: 1\n          grace: 1'
+)
 
 
 def test_calls_waiting_in_a_batch_hold_no_task_place_and_no_timeout(
@@ -106,7 +108,8 @@ def test_calls_waiting_in_a_batch_hold_no_task_place_and_no_timeout(
 ) -> None:
     """50 rows at once in a process that runs 16 tasks at a time: a call waiting in a
     provider batch gives its place up, so all 50 gather into one batch; and the batch takes
-    longer than the worker's timeout and grace (2 s), which covers the call's own work, not the wait."""
+    longer than the worker's timeout and grace (2 s), which cover the call's own work, not
+    the wait."""
     server = BatchServer(BatchServerState(polls_to_end=80)).start()  # 80 polls of 0.05 s
     try:
         write_config(tmp_path, server.url, window="1")

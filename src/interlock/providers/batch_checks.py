@@ -6,8 +6,6 @@ from __future__ import annotations
 from interlock.core.workflow import Pipeline, Worker
 from interlock.providers.config import ModelConfig
 
-COMPLETION_S = 24 * 3600.0  # the providers' completion window for a batch
-
 
 def batch_problems(name: str, pipeline: Pipeline, config: ModelConfig) -> list[str]:
     """Workers with `tools:` on a batch model: a tool loop needs an answer per turn, which
@@ -24,20 +22,13 @@ def batch_problems(name: str, pipeline: Pipeline, config: ModelConfig) -> list[s
 
 
 def batch_warnings(name: str, pipeline: Pipeline, config: ModelConfig) -> list[str]:
-    """Batch models whose worker may time out before the batch ends, or that ask to stream."""
+    """Batch models that ask to stream, which a batch cannot do. (A worker's timeout needs
+    no room for the batch: the time a call waits in one counts in no timeout.)"""
     warnings: list[str] = []
     for phase, worker, alias in _batched(pipeline, config):
         model = config.resolve(alias)
         assert model.batch is not None
         place = f"pipeline {name!r}, phase {phase}, worker {worker.role!r}: model {alias!r}"
-        longest = model.batch.window_s + COMPLETION_S
-        if worker.timeout < longest:
-            warnings.append(
-                f"{place} is sent in batches, which take up to {longest / 3600:g} h (the "
-                f"batch window plus the provider's 24 h), but the worker's timeout is "
-                f"{worker.timeout:g} s: set timeout: {int(longest) + 1} on the worker to wait "
-                "for the whole batch"
-            )
         if model.settings.stream:
             warnings.append(f"{place} is sent in batches: stream = true is not honoured")
     return warnings

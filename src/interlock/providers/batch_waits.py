@@ -55,9 +55,7 @@ time what it says changes) and when it waits no more (None). Unset: nobody is to
 
 
 BatchParking = Callable[[], AbstractAsyncContextManager[None]]
-batch_parking: ContextVar[BatchParking | None] = ContextVar(
-    "interlock_batch_parking", default=None
-)
+batch_parking: ContextVar[BatchParking | None] = ContextVar("interlock_batch_parking", default=None)
 """Entered by the call of this context for as long as it waits in (or for) a provider batch:
 the runtime's, which gives up what the attempt holds meanwhile (its place among the
 process's running tasks) and stops its timeout, then takes them back when the answer came.
