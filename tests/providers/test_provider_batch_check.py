@@ -63,3 +63,29 @@ def test_tools_on_a_batch_model_are_a_problem(tmp_path: Path) -> None:
     done = check(tmp_path, TOOLS)
     assert done.returncode != 0
     assert "cannot run the worker's tool loop" in " ".join(done.stderr.split())
+
+
+def test_tools_on_a_worker_with_batch_true_are_a_problem(tmp_path: Path) -> None:
+    """The worker asks for batches of a direct alias: check refuses its tool loop, saying
+    where the batch mode comes from."""
+    flow = TOOLS.replace("model: cheap,", "model: direct, batch: true,")
+    done = check(tmp_path, flow)
+    assert done.returncode != 0
+    text = " ".join(done.stderr.split())
+    assert "model 'direct' is sent in batches (the worker's batch: true)" in text
+
+
+def test_a_batch_window_without_batch_true_is_refused(tmp_path: Path) -> None:
+    """`batch_window` on a worker that does not say `batch: true`: refused, naming the fix."""
+    done = check(tmp_path, FLOW.replace("model: cheap}", "model: direct, batch_window: 10m}"))
+    assert done.returncode != 0
+    text = " ".join(done.stderr.split())
+    assert "'batch_window' and 'batch_max' need 'batch: true' on the worker" in text
+    assert "flow.yaml" in text and "Traceback" not in text
+
+
+def test_a_worker_may_opt_out_of_its_alias_batches(tmp_path: Path) -> None:
+    """`batch: false` on a worker of a batch alias with tools: its calls go one by one, so
+    the tool loop is no problem."""
+    done = check(tmp_path, TOOLS.replace("model: cheap,", "model: cheap, batch: false,"))
+    assert "sent in batches" not in done.stderr

@@ -132,3 +132,46 @@ def test_calls_waiting_in_a_batch_hold_no_task_place_and_no_timeout(
     assert batch.requests == ROWS and batch.ended_at is not None
     assert batch.ended_at - (batch.submitted_at or 0) > 2  # longer than timeout + grace
     ledger.close()
+
+
+WORKER_BATCH = """\
+ask:
+  inputs:
+    n: {type: integer, required: true}
+  phases:
+    - id: answer
+      workers:
+        - role: answerer
+          final: true
+          model: direct
+          batch: true
+          batch_window: 1s
+          task: "row {{ n }}"
+"""
+
+
+def test_a_worker_with_batch_true_sends_a_direct_alias_in_batches(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`batch: true` on the worker: the calls of alias `direct` (no batch in interlock.toml)
+    go out as one provider batch, at the batch price."""
+    server = BatchServer(BatchServerState(polls_to_end=2)).start()
+    try:
+        config = write_config(tmp_path, server.url, window="600")
+        (tmp_path / "wf.yaml").write_text(WORKER_BATCH)
+        with (tmp_path / "rows.csv").open("w", newline="") as stream:
+            writer = csv.writer(stream)
+            writer.writerow(["topic", "n"])
+            writer.writerows([f"Row {n}", n] for n in range(10))
+        started = interlock(cli_env, tmp_path, "batch", "wf.yaml", "--inputs", "rows.csv",
+                            "--batch-id", "w", "--concurrency", "10")  # fmt: skip
+        assert started.returncode == 0, started.stderr
+        assert server.state.created == 1
+    finally:
+        server.stop()
+    shown = json.loads(interlock(cli_env, tmp_path, "batch", "status", "w", "--json").stdout)
+    assert shown["counts"] == {"delivered": 10}
+    direct = ModelConfig.load([config], env={"TEST_KEY": "k"}).resolve("direct")
+    assert sum(r["cost_usd"] for r in shown["rows"]) == pytest.approx(
+        10 * direct.cost_usd(100, 20) / 2
+    )
