@@ -1,5 +1,5 @@
-"""`interlock check` on a worker whose model is sent in batches: a timeout shorter than a
-batch can take is a warning naming the fix; a tool loop is a problem."""
+"""`interlock check` on a worker whose model is sent in batches: streaming is a warning, a
+tool loop a problem; the worker's timeout needs no room for the batch."""
 
 from __future__ import annotations
 
@@ -36,13 +36,26 @@ def check(tmp_path: Path, flow: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def test_a_short_worker_timeout_on_a_batch_model_is_a_warning(tmp_path: Path) -> None:
-    """The default 600 s timeout cannot wait for a batch: check says which timeout would."""
+def test_the_default_timeout_on_a_batch_model_needs_no_warning(tmp_path: Path) -> None:
+    """The time a call waits in a batch counts in no timeout: the default 600 s is enough,
+    and check says nothing of it."""
     done = check(tmp_path, FLOW)
     assert done.returncode == 0, done.stderr
-    text = " ".join(done.stderr.split())
-    assert "model 'cheap' is sent in batches" in text
-    assert "set timeout: 86401 on the worker" in text
+    assert "sent in batches" not in done.stderr
+
+
+def test_streaming_on_a_batch_model_is_a_warning(tmp_path: Path) -> None:
+    """A batch answers all at once: check says `stream = true` is not honoured."""
+    config = write_config(tmp_path, "http://127.0.0.1:9")
+    config.write_text(config.read_text().replace("batch = true", "batch = true\nstream = true", 1))
+    (tmp_path / "flow.yaml").write_text(FLOW)
+    done = subprocess.run(
+        [sys.executable, "-m", "interlock", "--home", str(tmp_path / "home"), "check",
+         str(tmp_path / "flow.yaml")],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "is sent in batches: stream = true is not honoured" in " ".join(done.stderr.split())
 
 
 def test_tools_on_a_batch_model_are_a_problem(tmp_path: Path) -> None:
@@ -50,3 +63,29 @@ def test_tools_on_a_batch_model_are_a_problem(tmp_path: Path) -> None:
     done = check(tmp_path, TOOLS)
     assert done.returncode != 0
     assert "cannot run the worker's tool loop" in " ".join(done.stderr.split())
+
+
+def test_tools_on_a_worker_with_batch_true_are_a_problem(tmp_path: Path) -> None:
+    """The worker asks for batches of a direct alias: check refuses its tool loop, saying
+    where the batch mode comes from."""
+    flow = TOOLS.replace("model: cheap,", "model: direct, batch: true,")
+    done = check(tmp_path, flow)
+    assert done.returncode != 0
+    text = " ".join(done.stderr.split())
+    assert "model 'direct' is sent in batches (the worker's batch: true)" in text
+
+
+def test_a_batch_window_without_batch_true_is_refused(tmp_path: Path) -> None:
+    """`batch_window` on a worker that does not say `batch: true`: refused, naming the fix."""
+    done = check(tmp_path, FLOW.replace("model: cheap}", "model: direct, batch_window: 10m}"))
+    assert done.returncode != 0
+    text = " ".join(done.stderr.split())
+    assert "'batch_window' and 'batch_max' need 'batch: true' on the worker" in text
+    assert "flow.yaml" in text and "Traceback" not in text
+
+
+def test_a_worker_may_opt_out_of_its_alias_batches(tmp_path: Path) -> None:
+    """`batch: false` on a worker of a batch alias with tools: its calls go one by one, so
+    the tool loop is no problem."""
+    done = check(tmp_path, TOOLS.replace("model: cheap,", "model: cheap, batch: false,"))
+    assert "sent in batches" not in done.stderr

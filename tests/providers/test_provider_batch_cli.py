@@ -96,3 +96,82 @@ def test_a_dataset_through_a_batch_alias_survives_two_kills(
     )
     listed = interlock(cli_env, tmp_path, "batches", "--provider")
     assert listed.stdout.count("completed") == len(recorded), listed.stdout
+
+
+SLOW_WORKFLOW = WORKFLOW.replace(
+    'task: "row {{ n }}"', 'task: "row {{ n }}"\n          timeout: 1\n          grace: 1'
+)
+
+
+def test_calls_waiting_in_a_batch_hold_no_task_place_and_no_timeout(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """50 rows at once in a process that runs 16 tasks at a time: a call waiting in a
+    provider batch gives its place up, so all 50 gather into one batch; and the batch takes
+    longer than the worker's timeout and grace (2 s), which cover the call's own work, not
+    the wait."""
+    server = BatchServer(BatchServerState(polls_to_end=80)).start()  # 80 polls of 0.05 s
+    try:
+        write_config(tmp_path, server.url, window="1")
+        (tmp_path / "wf.yaml").write_text(SLOW_WORKFLOW)
+        with (tmp_path / "rows.csv").open("w", newline="") as stream:
+            writer = csv.writer(stream)
+            writer.writerow(["topic", "n"])
+            writer.writerows([f"Row {n}", n] for n in range(ROWS))
+        started = interlock(cli_env, tmp_path, "batch", "wf.yaml", "--inputs", "rows.csv",
+                            "--batch-id", "b", "--concurrency", "50")  # fmt: skip
+        assert started.returncode == 0, started.stderr
+        created = server.state.created
+    finally:
+        server.stop()
+    shown = json.loads(interlock(cli_env, tmp_path, "batch", "status", "b", "--json").stdout)
+    assert shown["counts"] == {"delivered": ROWS}
+    assert created == 1
+    ledger = SQLiteBatches(Path(cli_env["INTERLOCK_HOME"]) / "ledger.db")
+    [batch] = ledger.batches()
+    assert batch.requests == ROWS and batch.ended_at is not None
+    assert batch.ended_at - (batch.submitted_at or 0) > 2  # longer than timeout + grace
+    ledger.close()
+
+
+WORKER_BATCH = """\
+ask:
+  inputs:
+    n: {type: integer, required: true}
+  phases:
+    - id: answer
+      workers:
+        - role: answerer
+          final: true
+          model: direct
+          batch: true
+          batch_window: 1s
+          task: "row {{ n }}"
+"""
+
+
+def test_a_worker_with_batch_true_sends_a_direct_alias_in_batches(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`batch: true` on the worker: the calls of alias `direct` (no batch in interlock.toml)
+    go out as one provider batch, at the batch price."""
+    server = BatchServer(BatchServerState(polls_to_end=2)).start()
+    try:
+        config = write_config(tmp_path, server.url, window="600")
+        (tmp_path / "wf.yaml").write_text(WORKER_BATCH)
+        with (tmp_path / "rows.csv").open("w", newline="") as stream:
+            writer = csv.writer(stream)
+            writer.writerow(["topic", "n"])
+            writer.writerows([f"Row {n}", n] for n in range(10))
+        started = interlock(cli_env, tmp_path, "batch", "wf.yaml", "--inputs", "rows.csv",
+                            "--batch-id", "w", "--concurrency", "10")  # fmt: skip
+        assert started.returncode == 0, started.stderr
+        assert server.state.created == 1
+    finally:
+        server.stop()
+    shown = json.loads(interlock(cli_env, tmp_path, "batch", "status", "w", "--json").stdout)
+    assert shown["counts"] == {"delivered": 10}
+    direct = ModelConfig.load([config], env={"TEST_KEY": "k"}).resolve("direct")
+    assert sum(r["cost_usd"] for r in shown["rows"]) == pytest.approx(
+        10 * direct.cost_usd(100, 20) / 2
+    )

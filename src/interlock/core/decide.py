@@ -31,6 +31,7 @@ from interlock.core.state import (
     TaskState,
     TaskStatus,
     apply,
+    clock_start,
     task_id_for,
 )
 from interlock.core.task_slots import gate
@@ -295,7 +296,8 @@ def _deadline(pipeline: Pipeline, task: TaskState) -> float:
     """When the engine gives up on the task's current attempt.
 
     A started attempt has `timeout + grace` from its start (its worker stops it at `timeout`;
-    the grace covers a worker that died or a report that was lost). One not started yet may
+    the grace covers a worker that died or a report that was lost), the time its model call
+    waited in provider batches not counted. One not started yet may
     wait `start_timeout` from its dispatch, for a free slot or worker: a phase wider than the
     concurrency waits its turn, and only a dispatch that was lost waits past it.
     """
@@ -305,7 +307,11 @@ def _deadline(pipeline: Pipeline, task: TaskState) -> float:
         return math.inf
     if task.started_at is None:
         return task.dispatched_at + worker.start_deadline
-    return task.started_at + worker.timeout + worker.grace
+    if task.batch_since is not None:
+        # Its model call waits in a provider batch: the provider's own expiry (24 h) ends
+        # that wait; the timeout covers the attempt's own work, before and after it.
+        return math.inf
+    return clock_start(task) + worker.timeout + worker.grace
 
 
 def _timeouts(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]:

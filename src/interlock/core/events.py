@@ -196,6 +196,17 @@ class TaskTimedOut(Event):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class TaskBatchWaited(Event):
+    """The attempt's model call went into a provider batch (`waiting` true), or its answer
+    came back (false): the hours between count in no timeout of the attempt."""
+
+    kind: ClassVar[str] = "task_batch_waited"
+    task_id: str
+    attempt: int
+    waiting: bool
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class RetryScheduled(Event):
     """Attempt `attempt` of the task will be dispatched at `not_before`."""
 
@@ -471,6 +482,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         TaskFailed,
         TaskTimedOut,
         UsageRecorded,
+        TaskBatchWaited,
         RetryScheduled,
         ItemFailed,
         PhaseCompleted,

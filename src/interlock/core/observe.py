@@ -58,6 +58,15 @@ def accept_child_spend(state: RunState, spent: ev.ChildSpent) -> bool:
     return task.child_spend.get(spent.attempt, (0.0, 0)) != (spent.cost_usd, spent.tokens)
 
 
+def accept_batch_wait(state: RunState, wait: ev.TaskBatchWaited) -> bool:
+    """Whether a call's going into a provider batch, or coming back, should be recorded
+    (False: the attempt is no longer current or not started, or nothing changed)."""
+    task = state.tasks.get(wait.task_id)
+    if task is None or task.attempt != wait.attempt or task.started_at is None:
+        return False
+    return task.status.in_flight and (task.batch_since is not None) is not wait.waiting
+
+
 def implied_start(state: RunState, result: TaskResult) -> ev.TaskStarted | None:
     """The start a worker's completion implies when the ledger holds none for its attempt.
 

@@ -108,6 +108,10 @@ class TaskState:
     # output last changed by an edit or a re-run an edit caused (`RunState.events` counts;
     # 0: never), and whether the current attempt is such a re-run.
     dispatch_mark: int = 0
+    # Its current attempt's model call waits in a provider batch since then (None: it does
+    # not), and how long it waited in earlier ones: that time counts in no timeout.
+    batch_since: float | None = None
+    batch_waited: float = 0.0
     revised_mark: int = 0
     revising: bool = False
     first_mark: int = 0  # when the task was first dispatched: what dispatched later read it
@@ -353,8 +357,16 @@ def _by_order(task: TaskState) -> int:
 
 
 def _running_since(task: TaskState, since: float) -> bool:
-    """Whether a `starts` entry still stands for the task's current attempt."""
-    return task.status is TASK_RUNNING and task.started_at == since
+    """Whether a `starts` entry still stands for the task's current attempt (one whose call
+    waits in a provider batch has none: no timeout runs meanwhile)."""
+    return task.status is TASK_RUNNING and task.batch_since is None and clock_start(task) == since
+
+
+def clock_start(task: TaskState) -> float:
+    """When the running attempt's timeout clock started: its start, later by the time its
+    model call waited in provider batches (`TaskBatchWaited`)."""
+    assert task.started_at is not None
+    return task.started_at + task.batch_waited
 
 
 def _queued_since(task: TaskState, since: float) -> bool:
@@ -399,7 +411,7 @@ def _track_start(state: RunState, task: TaskState) -> None:
     if task.started_at is None:
         heapq.heappush(state.queued, (task.dispatched_at, task.order, task.task_id))
     else:
-        heapq.heappush(state.starts, (task.started_at, task.order, task.task_id))
+        heapq.heappush(state.starts, (clock_start(task), task.order, task.task_id))
     _prune(state)
 
 
@@ -496,6 +508,7 @@ def apply(state: RunState, event: ev.Event) -> None:
             _set_status(state, task, TASK_DISPATCHED)
             task.attempt, task.model = event.attempt, event.model
             task.dispatched_at, task.started_at, task.not_before = event.at, None, None
+            task.batch_since, task.batch_waited = None, 0.0
             task.dispatch_mark = state.events
         _track_start(state, task)
     elif isinstance(event, (ev.TaskStarted, ev.TaskCompleted, ev.TaskFailed, ev.TaskTimedOut)):
@@ -504,6 +517,8 @@ def apply(state: RunState, event: ev.Event) -> None:
         _apply_reuse(state, event)
     elif isinstance(event, ev.UsageRecorded):
         _charge(state, state.tasks[event.task_id], event.attempt, event.usage)
+    elif isinstance(event, ev.TaskBatchWaited):
+        _batch_waited(state, event)
     elif isinstance(event, ev.RetryScheduled):
         task = state.tasks[event.task_id]
         _set_status(state, task, TASK_RETRY_WAIT)
@@ -671,6 +686,7 @@ def _apply_task_result(state: RunState, event: ev.Event) -> None:
     if isinstance(event, ev.TaskStarted):
         _set_status(state, task, TASK_RUNNING)
         task.started_at, task.worker = event.at, event.worker
+        task.batch_since, task.batch_waited = None, 0.0  # a start again: its clock anew
         _track_start(state, task)
         return
     usage = getattr(event, "usage", None)
@@ -700,6 +716,19 @@ def _apply_task_result(state: RunState, event: ev.Event) -> None:
         task.failed_at = event.at
         task.retryable = True
         task.error = event.detail or "timed out"
+
+
+def _batch_waited(state: RunState, event: ev.TaskBatchWaited) -> None:
+    """The attempt's call went into a provider batch (its timeout clock stops: the entry in
+    `starts` no longer stands), or came back (the clock goes on from where it stopped)."""
+    task = state.tasks[event.task_id]
+    if event.waiting:
+        task.batch_since = event.at
+        _prune(state)
+    elif task.batch_since is not None:
+        task.batch_waited += max(0.0, event.at - task.batch_since)
+        task.batch_since = None
+        _track_start(state, task)
 
 
 def _record_output(state: RunState, task: TaskState, artifact: str) -> None:

@@ -221,10 +221,41 @@ class Worker(_Model):
     # out of the canonical form when unset, so other workers keep their hashes.
     concurrency: ConcurrencyKey | None = Field(default=None, exclude_if=lambda value: value is None)
 
+    # Send its model calls through the provider's batch API, at the batch price (true), or
+    # one by one (false), whatever its alias says (unset: as the alias says); `batch_window`
+    # (seconds, or "10m") and `batch_max` as in interlock.toml. Each is left out of the
+    # canonical form when unset, so other workers keep their hashes.
+    batch: bool | None = Field(default=None, exclude_if=lambda value: value is None)
+    batch_window: Annotated[float, Field(gt=0, le=MAX_TIMEOUT_S)] | None = Field(
+        default=None, exclude_if=lambda value: value is None
+    )
+    batch_max: Annotated[int, Field(ge=1, le=50_000)] | None = Field(
+        default=None, exclude_if=lambda value: value is None
+    )
+
     @field_validator("cache", mode="before")
     @classmethod
     def _cache_setting(cls, value: Any) -> Any:
         return cache_setting(value)
+
+    @field_validator("batch_window", mode="before")
+    @classmethod
+    def _batch_duration(cls, value: Any) -> Any:
+        return duration_seconds(value, "batch_window")
+
+    @model_validator(mode="after")
+    def _batch_of_a_model(self) -> Worker:
+        given = [k for k in ("batch", "batch_window", "batch_max") if getattr(self, k) is not None]
+        if given and self.model is None:
+            raise ValueError(
+                f"{given[0]!r} only applies to model workers: remove it, or give the worker a model"
+            )
+        if self.batch is not True and (self.batch_window, self.batch_max) != (None, None):
+            raise ValueError(
+                "'batch_window' and 'batch_max' need 'batch: true' on the worker (an alias "
+                "with batch = true takes its own from interlock.toml)"
+            )
+        return self
 
     @field_validator("start_timeout", mode="before")
     @classmethod

@@ -122,6 +122,12 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "cache": "Reuse this worker's completed task from earlier runs: true, false or "
         "{ttl: 7d}; unset: as the pipeline says.",
         "params": "Request settings over those of the model's alias in interlock.toml.",
+        "batch": "true: send its model calls through the provider's batch API (OpenAI, "
+        "Anthropic) at the batch price; false: one by one; unset: as the alias says.",
+        "batch_window": "With batch: true, seconds (or 30s, 10m, 2h) calls are gathered "
+        "into one batch (default: the alias's, else 10m).",
+        "batch_max": "With batch: true, a batch is sent once it holds this many calls "
+        "(default: the alias's, else 1000).",
         "schema": "The JSON Schema the model's answer must match (an object, or the path of "
         "a .json file); its top-level properties become extracted values.",
         "tools": "MCP servers whose tools the model may call: {mcp: [command, args...]} or "
@@ -240,6 +246,7 @@ def workflow_schema() -> dict[str, Any]:
     ttl["anyOf"].insert(1, _DURATION)
     defs["Phase"]["properties"]["delay"]["anyOf"].insert(1, _DURATION)
     worker["start_timeout"]["anyOf"].insert(1, _DURATION)
+    worker["batch_window"]["anyOf"].insert(1, _DURATION)
     defs["WaitFor"]["properties"]["timeout"]["anyOf"].insert(1, _DURATION)
     defs["WaitFor"]["properties"]["signal"]["pattern"] = r"^[A-Za-z_]\w{0,63}$"
     inputs = defs["Pipeline"]["properties"]["inputs"]

@@ -57,6 +57,13 @@ class ChildSpend:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class BatchWait:
+    """An attempt's model call went into a provider batch, or came back from one."""
+
+    event: ev.TaskBatchWaited
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Begun:
     """A worker began an attempt while no orchestrator recorded its start (its process or
     prompt record was found on taking the run)."""
@@ -130,6 +137,7 @@ Input = (
     | Reused
     | ChildChanged
     | ChildSpend
+    | BatchWait
     | Begun
     | Adopted
     | Noted

@@ -24,6 +24,7 @@ from interlock.core.expressions import evaluate
 from interlock.core.observe import (
     Command,
     CommandKind,
+    accept_batch_wait,
     accept_child_spend,
     accept_child_update,
     accept_result,
@@ -159,6 +160,10 @@ class RunMachine:
         elif isinstance(item, obs.ChildSpend):
             if accept_child_spend(state, item.event):
                 made.add(state, item.event, why="the child run spent more")
+        elif isinstance(item, obs.BatchWait):
+            if accept_batch_wait(state, item.event):
+                why = "its model call waits in a provider batch: no timeout runs meanwhile"
+                made.add(state, item.event, why=why if item.event.waiting else None)
         elif isinstance(item, obs.Begun):
             task = state.tasks.get(item.task_id)
             fresh = task is not None and task.attempt == item.attempt and task.status.in_flight

@@ -16,11 +16,11 @@ Crash safety comes from the order of those steps:
 * a call whose key is recorded (a restarted attempt) waits for that record instead of
   sending again; an answer already recorded is returned at once, and paid once.
 
-Deadlines: a batch call waits for its batch, however long that takes, within the worker's
-``timeout`` (the attempt's deadline, applied around the whole worker); the request's own
-timeout bounds each HTTP request of the batch API instead. A worker whose timeout is shorter
-than the batch window plus the provider's 24 h completion window may time out a call that
-would have been answered: `interlock check` says so.
+Holding nothing while it waits: a call enters the runtime's `batch_parking` for as long as
+it waits for its batch, which gives up the attempt's place among the process's running
+tasks (others run, and gather into the same batch, meanwhile) and stops its timeout (the
+worker's ``timeout`` covers the attempt's own work; the provider's 24 h expiry bounds the
+wait). The request's own timeout bounds each HTTP request of the batch API.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from interlock.core.provider_batches import (
 from interlock.providers.base import ModelRequest, ModelResult, ProviderError, TokenCallback
 from interlock.providers.batch_api import BatchApi, Outcome
 from interlock.providers.batch_store import BatchStore, batch_store
-from interlock.providers.batch_waits import BatchWait, batch_waits, wait_of
+from interlock.providers.batch_waits import BatchWait, batch_parking, batch_waits, wait_of
 from interlock.providers.settings import BatchMode
 
 logger = logging.getLogger("interlock.providers.batch")
@@ -285,16 +285,23 @@ class BatchingProvider:
             state=RequestState.GATHERED, created_at=collector.clock(),
             run_id=request.run_id, task_id=request.task_id))  # fmt: skip
         listener, told = batch_waits.get(), None
+        parking = batch_parking.get()
+        parked = (
+            contextlib.nullcontext()
+            if parking is None or record.state in TERMINAL  # answered already: no wait
+            else parking()
+        )
         collector.waiting += 1
         try:
-            while record.state not in TERMINAL:
-                if listener is not None:
-                    told = _tell(listener, told, record, collector)
-                collector.start()
-                collector.changed.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(collector.changed.wait(), collector.poll_s)
-                record = store.request(record.key) or record
+            async with parked:
+                while record.state not in TERMINAL:
+                    if listener is not None:
+                        told = _tell(listener, told, record, collector)
+                    collector.start()
+                    collector.changed.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(collector.changed.wait(), collector.poll_s)
+                    record = store.request(record.key) or record
         except asyncio.CancelledError:
             # Stopped because its run ended (the runtime withdrew the run's calls first): the
             # provider's batch is cancelled now if nothing else waits in it. Stopped for any

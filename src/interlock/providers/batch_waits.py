@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +52,14 @@ batch_waits: ContextVar[BatchWaitListener | None] = ContextVar(
 )
 """Told when the call of this context waits in a provider batch (a `BatchWait`, again each
 time what it says changes) and when it waits no more (None). Unset: nobody is told."""
+
+
+BatchParking = Callable[[], AbstractAsyncContextManager[None]]
+batch_parking: ContextVar[BatchParking | None] = ContextVar("interlock_batch_parking", default=None)
+"""Entered by the call of this context for as long as it waits in (or for) a provider batch:
+the runtime's, which gives up what the attempt holds meanwhile (its place among the
+process's running tasks) and stops its timeout, then takes them back when the answer came.
+Unset: the call holds on to everything while it waits."""
 
 
 def wait_of(request: BatchRequest, batch: ProviderBatch | None, window_s: float) -> BatchWait:

@@ -23,7 +23,7 @@ def settings_problems(name: str, pipeline: Pipeline, config: ModelConfig) -> lis
                 continue
             for alias in dict.fromkeys([worker.model, *worker.fallback_models]):
                 try:
-                    model = config.resolve(alias).with_params(worker.params)
+                    model = config.resolve(alias).for_worker(worker)
                 except Exception:  # an unknown alias: reported by the caller
                     continue
                 refused = unsupported(model.kind, model.settings)

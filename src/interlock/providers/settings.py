@@ -11,7 +11,7 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -22,6 +22,9 @@ from interlock.providers.bounds import (
     AnswerLimits,
 )
 from interlock.providers.prices import BATCH, STANDARD, LongContext, Pricing, rates_at, tier_of
+
+if TYPE_CHECKING:
+    from interlock.core.workflow import Worker
 
 ProviderKind = Literal["openai", "anthropic", "cli", "offline"]
 
@@ -259,6 +262,25 @@ class ResolvedModel:
         model = replace(self, settings=settings, max_output_tokens=settings.max_output_tokens)
         # The params may name another service tier: that is the one the calls cost.
         return model.priced(self.pricing) if self.pricing is not None else model
+
+    def for_worker(self, worker: Worker) -> ResolvedModel:
+        """This model as `worker` calls it: its `params` over the alias's settings, and its
+        `batch` (with `batch_window`, `batch_max`) over the alias's, priced at that tier."""
+        model = self.with_params(worker.params)
+        if worker.batch is None or self.kind not in ("openai", "anthropic"):
+            return model  # the other kinds have no batch API: `batch` is ignored for them
+        if worker.batch:
+            base = model.batch or BatchMode()
+            mode: BatchMode | None = BatchMode(
+                window_s=base.window_s if worker.batch_window is None else worker.batch_window,
+                max_requests=base.max_requests if worker.batch_max is None else worker.batch_max,
+            )
+        else:
+            mode = None
+        if mode == model.batch:
+            return model
+        model = replace(model, batch=mode)
+        return model.priced(model.pricing) if model.pricing is not None else model
 
     def priced(self, pricing: Pricing) -> ResolvedModel:
         """This model with the prices of the tier its settings send, from `pricing`."""

@@ -27,7 +27,7 @@ def cap_problems(name: str, pipeline: Pipeline, config: ModelConfig) -> list[str
                 continue
             for alias in dict.fromkeys([worker.model, *worker.fallback_models]):
                 try:
-                    model = config.resolve(alias).with_params(worker.params)
+                    model = config.resolve(alias).for_worker(worker)
                 except Exception:  # an unknown alias: reported by the caller
                     continue
                 if model.kind not in CAPPED_KINDS:

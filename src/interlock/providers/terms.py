@@ -36,7 +36,7 @@ def model_terms(pipeline: Pipeline, config: ModelConfig) -> dict[tuple[str, str]
 
 def _resolved_terms(alias: str, worker: Worker, config: ModelConfig) -> ModelTerms:
     try:
-        resolved = config.resolve(alias).with_params(worker.params)
+        resolved = config.resolve(alias).for_worker(worker)
     except ConfigError:
         return ModelTerms(
             input_usd_per_mtok=None,
@@ -95,7 +95,7 @@ def model_prices(pipeline: Pipeline, config: ModelConfig) -> list[dict[str, Any]
                 continue
             for alias in (worker.model, *worker.fallback_models):
                 try:
-                    model = config.resolve(alias).with_params(worker.params)
+                    model = config.resolve(alias).for_worker(worker)
                 except ConfigError:
                     continue  # `check` names the alias that is not configured
                 if model.kind == "offline":

@@ -9,9 +9,10 @@ dispatcher hands them to worker processes on other machines through the same two
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -19,13 +20,13 @@ from interlock.core import events as ev
 from interlock.core.decide import given_up
 from interlock.core.extract import ExtractionError, extract_values
 from interlock.core.state import TaskState
-from interlock.providers.batch_waits import BatchWait, batch_waits
+from interlock.providers.batch_waits import BatchWait, batch_parking, batch_waits
 from interlock.providers.spend_guard import CapWait, cap_waits
 from interlock.runtime import artifacts, records
 from interlock.runtime.diskfull import is_enospc
 from interlock.runtime.driver import Report, RunDriver, renders_templates
 from interlock.runtime.executors import Outcome, TaskSpec, run_call, run_command
-from interlock.runtime.fair import FairGate
+from interlock.runtime.fair import FairGate, Place
 from interlock.runtime.faults import crash_point
 from interlock.runtime.task_slots import store_key
 
@@ -78,7 +79,7 @@ class LocalDispatcher:
             "" if held is None else store_key(state.pipeline, state.tasks[task_id].role, held.key)
         )
         try:
-            async with self._slots.turn(lane):
+            async with self._slots.turn(lane) as place:
                 if given_up(driver.definition.pipeline, driver.state) is not None:
                     return  # the run fails once its running attempts end: not started now
                 task = driver.state.tasks[task_id]
@@ -99,7 +100,7 @@ class LocalDispatcher:
                 else:
                     if spec.worker.kind == "command":  # a call makes its folder if it needs it
                         prepare_output(tmp)
-                    outcome = await execute(orchestrator, driver.run_id, spec)
+                    outcome = await execute(orchestrator, driver.run_id, spec, place)
                 if outcome.ok and outcome.body is None and not outcome.durable and large(tmp):
                     await asyncio.to_thread(artifacts.fsync_file, tmp)
                 report = await off_loop_report(driver, task, attempt, outcome, tmp, clock())
@@ -168,8 +169,12 @@ def large(path: Path) -> bool:
         return False
 
 
-async def execute(orchestrator: Orchestrator, run_id: str, spec: TaskSpec) -> Outcome:
-    """Run one attempt with the executor its worker kind calls for."""
+async def execute(
+    orchestrator: Orchestrator, run_id: str, spec: TaskSpec, place: Place | None = None
+) -> Outcome:
+    """Run one attempt with the executor its worker kind calls for; `place`, the attempt's
+    place among the process's running tasks, is lent out while its call waits in a
+    provider batch (`batch_parking`)."""
     kind = spec.worker.kind
     if kind == "command":
         return await asyncio.to_thread(orchestrator.models.masked, spec, await run_command(spec))
@@ -195,16 +200,41 @@ async def execute(orchestrator: Orchestrator, run_id: str, spec: TaskSpec) -> Ou
 
         return tell
 
+    @contextlib.asynccontextmanager
+    async def parked() -> AsyncIterator[None]:
+        # Recorded, so that the timeout stops for the wait whoever drives the run next; the
+        # place goes to other tasks meanwhile, which may gather into the same batch.
+        tell_batch(orchestrator, run_id, spec, waiting=True)
+        if place is None:
+            yield
+        else:
+            async with place.lent():
+                yield
+        tell_batch(orchestrator, run_id, spec, waiting=False)  # its own work goes on
+
     # This task's context only: each call tells of its own.
     told = cap_waits.set(shown(lambda d: d.spend_waits))
     batched = batch_waits.set(shown(lambda d: d.batch_waits))
+    parking = batch_parking.set(parked)
     try:
         return await orchestrator.models.run(
             spec, progress if orchestrator.progress_listeners else None
         )
     finally:
+        batch_parking.reset(parking)
         batch_waits.reset(batched)
         cap_waits.reset(told)
+
+
+def tell_batch(orchestrator: Orchestrator, run_id: str, spec: TaskSpec, *, waiting: bool) -> None:
+    """Report that the attempt's model call went into a provider batch, or came back."""
+    driver = orchestrator.drivers.get(run_id)
+    if driver is None:
+        return
+    event = ev.TaskBatchWaited(
+        at=orchestrator.clock(), task_id=spec.task_id, attempt=spec.attempt, waiting=waiting
+    )
+    orchestrator.report(driver, Report(event=event))
 
 
 async def off_loop_report(

@@ -71,6 +71,7 @@ class Report:
         | ev.TaskReused
         | ev.ChildUpdated
         | ev.ChildSpent
+        | ev.TaskBatchWaited
     )
     tmp: Path | None = None
     body: bytes | None = None
@@ -184,6 +185,8 @@ class RunDriver:
                 inputs.append(obs.ChildChanged(event=event))
             elif isinstance(event, ev.ChildSpent):
                 inputs.append(obs.ChildSpend(event=event))
+            elif isinstance(event, ev.TaskBatchWaited):
+                inputs.append(obs.BatchWait(event=event))
             elif report.tmp is None:
                 inputs.append(obs.Reported(event=event, body=report.body))
             else:

@@ -23,25 +23,30 @@ class FairGate:
         self._lanes: OrderedDict[str, deque[asyncio.Future[None]]] = OrderedDict()
 
     @asynccontextmanager
-    async def turn(self, lane: str) -> AsyncIterator[None]:
+    async def turn(self, lane: str) -> AsyncIterator[Place]:
         """Hold one of the places for the duration of the block."""
+        await self._take(lane)
+        place = Place(self, lane)
+        try:
+            yield place
+        finally:
+            if place.held:
+                self._release()
+
+    async def _take(self, lane: str) -> None:
         if self._free > 0 and not self._lanes:
             self._free -= 1
-        else:
-            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._lanes.setdefault(lane, deque()).append(waiter)
-            try:
-                await waiter
-            except asyncio.CancelledError:
-                if waiter.done() and not waiter.cancelled():
-                    self._release()  # handed a place just as it was cancelled: pass it on
-                else:
-                    self._forget(lane, waiter)
-                raise
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._lanes.setdefault(lane, deque()).append(waiter)
         try:
-            yield
-        finally:
-            self._release()
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self._release()  # handed a place just as it was cancelled: pass it on
+            else:
+                self._forget(lane, waiter)
+            raise
 
     def _release(self) -> None:
         """Hand the place to the first waiter of the next lane, or free it."""
@@ -63,3 +68,25 @@ class FairGate:
             queue.remove(waiter)
             if not queue:
                 del self._lanes[lane]
+
+
+class Place:
+    """A place of a `FairGate` held by a `turn`, which may be lent out and taken back."""
+
+    def __init__(self, gate: FairGate, lane: str) -> None:
+        self._gate, self._lane = gate, lane
+        self.held = True
+
+    @asynccontextmanager
+    async def lent(self) -> AsyncIterator[None]:
+        """Give the place up for the duration of the block (a model call waiting hours in a
+        provider batch: other tasks run meanwhile), then wait for one again in its lane,
+        behind those that waited before it."""
+        if not self.held:
+            yield
+            return
+        self.held = False
+        self._gate._release()
+        yield  # stopped meanwhile (its run ended): it ends holding nothing
+        await self._gate._take(self._lane)  # cancelled while waiting: nothing held
+        self.held = True

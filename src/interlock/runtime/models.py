@@ -139,7 +139,15 @@ class ModelRunner:
             resolved = self.resolve(alias, spec.workflow_dir)
         except Exception as exc:  # configuration problems fail the task with their message
             return self._failed(spec, ProviderError(str(exc), retryable=False))
-        resolved = replace(resolved, model=resolved.model.with_params(spec.worker.params))
+        model = resolved.model.for_worker(spec.worker)
+        if model.batch != resolved.model.batch:  # the worker's `batch` over the alias's
+            try:
+                provider = build_provider(model, self.config(spec.workflow_dir))
+            except Exception as exc:
+                return self._failed(spec, ProviderError(str(exc), retryable=False))
+            resolved = Resolved(provider=provider, model=model)
+        else:
+            resolved = replace(resolved, model=model)
         refused = unsupported(resolved.model.kind, resolved.model.settings)
         if refused is not None:
             message = f"model {alias!r} ({resolved.model.provider}): {refused}"

@@ -378,7 +378,7 @@ def overdue(waiting: dict[str, Any] | None, now: float | None = None) -> bool:
     if not until:
         return False
     if until.startswith(("after ", "before ", "not ")):  # beyond_dates's words
-        return until.startswith("before ")
+        return bool(until.startswith("before "))
     ended = dt.datetime.fromisoformat(until.replace("Z", "+00:00")).timestamp()
     return ended <= (time.time() if now is None else now)
 

@@ -56,7 +56,7 @@ def model_identity(models: ModelRunner, worker: Worker, workflow_dir: Path | Non
         except Exception:  # a configuration problem: reported when the task runs
             identity.append({"alias": alias, "unresolved": True})
             continue
-        identity.append(model.with_params(worker.params).identity())
+        identity.append(model.for_worker(worker).identity())
     if worker.tools:
         identity.append({"tool_files": tool_files(worker, workflow_dir)})
     return identity

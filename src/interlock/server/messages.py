@@ -53,6 +53,8 @@ def describe(stored: StoredEvent) -> str:
         "task_timed_out": f"{task} timed out{attempt}",
         "usage_recorded": f"{task}: a call answered after it stopped counting cost "
         f"${(d.get('usage') or {}).get('cost_usd', 0):.4f}",
+        "task_batch_waited": f"{task}: its model call "
+        + ("waits in a provider batch" if d.get("waiting") else "is back from its provider batch"),
         "retry_scheduled": f"{task} will be retried (attempt {d.get('attempt')})",
         "item_failed": f"item {d.get('item')} of {d.get('phase')} failed for good ({task}), "
         f"within its tolerance: {d.get('error', '')}",

@@ -34,6 +34,7 @@ TASK_KINDS = frozenset(
         "retry_scheduled",
         "item_failed",
         "usage_recorded",
+        "task_batch_waited",
         "warned",
         "phase_started",
         "phase_completed",

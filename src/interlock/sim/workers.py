@@ -220,7 +220,8 @@ class SimDispatcher:
                 self.sent.append(SentReport(driver.run_id, report.event, content))
         if not isinstance(report.event, ev.TaskCompleted):
             assert not isinstance(
-                report.event, (ev.TaskStarted, ev.TaskReused, ev.ChildUpdated, ev.ChildSpent)
+                report.event,
+                (ev.TaskStarted, ev.TaskReused, ev.ChildUpdated, ev.ChildSpent, ev.TaskBatchWaited),
             )
             self.sent.append(SentReport(driver.run_id, report.event, None))
         orchestrator.report(driver, report)

@@ -152,9 +152,23 @@ function workers(run) {
   return h("table", {}, h("thead", {}, h("tr", {}, h("th", {}, "task"), h("th", {}, "phase"), h("th", {}, "status"),
     h("th", { class: "num" }, "attempt"), h("th", { class: "num" }, "duration"), h("th", {}, "model"), h("th", {}, "output"))),
   h("tbody", {}, run.tasks.map((t) => h("tr", {},
-    h("td", { class: "mono" }, t.task_id, t.child ? childLine(t.child) : null), h("td", {}, t.phase), h("td", {}, pill(t.status), t.spend_wait ? h("div", { class: "spend-wait" }, t.spend_wait) : null, t.error ? h("div", { class: "muted" }, t.error.slice(0, 200)) : null),
+    h("td", { class: "mono" }, t.task_id, t.child ? childLine(t.child) : null), h("td", {}, t.phase), h("td", {}, pill(t.status), t.spend_wait ? h("div", { class: "spend-wait" }, t.spend_wait) : null, batchLine(run, t), t.error ? h("div", { class: "muted" }, t.error.slice(0, 200)) : null),
     h("td", { class: "num" }, t.attempt), h("td", { class: "num" }, seconds(t.duration_s)), h("td", { class: "muted" }, t.model || "–"),
     h("td", {}, t.output ? h("a", { href: "#", onclick: (e) => { e.preventDefault(); showOutput(t.output); } }, t.output) : "–")))));
+}
+
+// A task whose model call waits in (or is gathered for) a provider batch: which batch, when
+// it was sent and what the provider said of it last (from the orchestrator driving the run,
+// as fresh as its last poll).
+function batchLine(run, t) {
+  const w = (run.provider_batches || {})[t.task_id];
+  if (!w) return null;
+  if (!w.batch_id) return h("div", { class: "provider-batch muted" }, w.text);
+  // The API gives times as RFC 3339 text.
+  const sent = w.submitted_at ? new Date(w.submitted_at).toISOString().slice(0, 16).replace("T", " ") : null;
+  return h("div", { class: "provider-batch muted", title: `model ${w.alias}, interlock's tag ${w.tag}` },
+    "in provider batch ", h("span", { class: "mono" }, w.batch_id),
+    sent ? `, submitted ${sent} UTC` : "", `, provider status: ${w.status}`);
 }
 
 // A call past a spend cap waits (no event records it: the API has it from the orchestrator
