@@ -124,6 +124,10 @@ def test_without_faults_every_run_is_delivered(pipeline: str) -> None:
         # recorded after it: on replay an ended run held the slot.
         300001897,
         228157808,
+        # A fan-out item failed for good (tolerated) while its lane's other workers waited for
+        # a task slot: they kept waiting, one was granted a slot it would never use, and a
+        # retry of another item waited behind it for good.
+        477362234,
     ],
 )
 def test_seeds_that_once_broke_an_invariant(seed: int) -> None:

@@ -445,6 +445,16 @@ def _stands(
     return task is not None and valid(task, entry[0])
 
 
+def _drop_lane_slots(state: RunState, visit: int, item: int) -> None:
+    """A lane whose item failed for good starts nothing more (`decide`): its tasks that
+    wait for a task slot, or took one, without having been dispatched stop waiting and give
+    the slot back, so that no other attempt waits behind a slot nobody will use."""
+    lane = f"@{visit}.{item}"
+    for held in (state.task_slot_waits, state.task_slots):
+        for task_id in [t for t in held if t.endswith(lane) and t not in state.tasks]:
+            del held[task_id]
+
+
 def task_id_for(role: str, visit: int, item: int | None) -> str:
     """Stable id of a task: `role@visit`, or `role@visit.item` in a fan-out."""
     return f"{role}@{visit}" if item is None else f"{role}@{visit}.{item}"
@@ -537,6 +547,7 @@ def apply(state: RunState, event: ev.Event) -> None:
     elif isinstance(event, ev.ItemFailed):
         task = state.tasks[event.task_id]
         _set_status(state, task, TASK_ITEM_FAILED)
+        _drop_lane_slots(state, event.visit, event.item)
         current = state.current
         if current is not None and (current.phase, current.visit) == (event.phase, event.visit):
             current.failed_items.setdefault(event.item, event.error)
