@@ -132,6 +132,24 @@ def test_seeds_that_once_broke_an_invariant(seed: int) -> None:
     assert result.ok, result.summary()
 
 
+@pytest.mark.parametrize(
+    ("seed", "pipeline"),
+    [
+        # A commit reported as failed had landed, ending an attempt that held a task slot:
+        # the run rebuilt from its ledger never told the store, and its next attempt waited
+        # for a slot nothing held.
+        (310099967, "mixed"),
+        # An attempt waiting for a task slot when a budget pause came did not ask again once
+        # the pause was approved, and nothing woke the run.
+        (310129171, "mixed"),
+    ],
+)
+def test_generated_seeds_that_once_broke_an_invariant(seed: int, pipeline: str) -> None:
+    """Each seed of a generated pipeline that once found a bug keeps every invariant."""
+    result = simulate(seed, pipeline=pipeline)
+    assert result.ok, result.summary()
+
+
 def test_a_seed_reproduces_exactly() -> None:
     """Running a seed twice gives the same history, byte for byte, and the same faults."""
     for seed in (3, 207, 4242):
