@@ -17,6 +17,8 @@ import pytest
 
 from interlock.core import observe
 from interlock.sim import simulate
+from interlock.sim.child_mix import NAME as CHILDREN_MIXED
+from interlock.sim.child_mix import MixedChildSimulation
 from interlock.sim.pipelines import CATALOG
 from interlock.sim.world import Simulation
 
@@ -133,6 +135,32 @@ def test_without_faults_every_run_is_delivered(pipeline: str) -> None:
 def test_seeds_that_once_broke_an_invariant(seed: int) -> None:
     """Each seed that once found a bug keeps every invariant."""
     result = simulate(seed)
+    assert result.ok, result.summary()
+
+
+@pytest.mark.parametrize(
+    ("seed", "pipeline"),
+    [
+        # A commit reported as failed had landed, ending an attempt that held a task slot:
+        # the run rebuilt from its ledger never told the store, and its next attempt waited
+        # for a slot nothing held.
+        (310099967, "mixed"),
+        # An attempt waiting for a task slot when a budget pause came did not ask again once
+        # the pause was approved, and nothing woke the run.
+        (310129171, "mixed"),
+        # A child run's last commit recorded an output and the run's failure; the process
+        # died before writing the file, and nobody took the failed child again to write it.
+        (300000232, CHILDREN_MIXED),
+        (300004169, CHILDREN_MIXED),
+        (300005123, CHILDREN_MIXED),
+    ],
+)
+def test_generated_seeds_that_once_broke_an_invariant(seed: int, pipeline: str) -> None:
+    """Each seed of a generated pipeline that once found a bug keeps every invariant."""
+    if pipeline == CHILDREN_MIXED:
+        result = MixedChildSimulation(seed).run()
+    else:
+        result = simulate(seed, pipeline=pipeline)
     assert result.ok, result.summary()
 
 

@@ -346,14 +346,29 @@ def _drive(orchestrator: Orchestrator, driver: RunDriver, child_id: str, state: 
 
 
 def _tidy(orchestrator: Orchestrator, child_id: str, state: RunState) -> None:
-    """A delivered child whose process died before it wrote final.md or moved to the
-    archive is taken once more, as `interlock resume` would, so that acting on it finishes
-    that; nothing of it runs again."""
+    """A child whose process died before it finished acting on its end is taken once more,
+    as `interlock resume` would, so that acting on it finishes that; nothing of it runs
+    again. A delivered one may lack final.md or its move to the archive; any ended one the
+    outputs its last commit recorded (written after the commit, and a failed or cancelled
+    child, never archived, is not resumed by anyone else)."""
+    if child_id in orchestrator.drivers:
+        return
     live = orchestrator.home.live_dir(child_id)
-    delivered = state.status is RunStatus.DELIVERED
-    if delivered and child_id not in orchestrator.drivers and live.is_dir():
+    if not live.is_dir():
+        return
+    if state.status is RunStatus.DELIVERED or _outputs_missing(live, state):
         with contextlib.suppress(LeaseHeld):  # its own driver finishes it
             orchestrator.take(child_id)
+
+
+def _outputs_missing(folder: Path, state: RunState) -> bool:
+    """Whether an output the ledger records is not in the run's folder."""
+    return any(
+        task.artifact is not None
+        and task.sha256 is not None
+        and not (folder / task.artifact).is_file()
+        for task in state.tasks.values()
+    )
 
 
 def _result(

@@ -777,8 +777,10 @@ class Orchestrator:
 
     def _first_asks(self, driver: RunDriver, new: list[NewEvent], now: float) -> list[NewEvent]:
         """Attempts that started waiting in this tick ask at once: one that gets its slot is
-        dispatched in the same commit (one commit per step, as without a key)."""
-        if not any(isinstance(n.event, ev.TaskSlotAwaited) for n in new):
+        dispatched in the same commit (one commit per step, as without a key). So do those
+        of a run that was paused when it last looked and runs again (an approval)."""
+        started = any(isinstance(n.event, ev.TaskSlotAwaited) for n in new)
+        if not started and not self.task_slots.resumed(driver):
             return []
         taken = self.task_slots.take([driver], now).get(driver.run_id, [])
         if not taken:
@@ -940,6 +942,7 @@ class Orchestrator:
     def _reload(self, driver: RunDriver) -> None:
         """After a failed or ambiguous commit: rebuild from what is really stored."""
         driver.state = fold([s.event for s in self.store.events(driver.run_id)])
+        self.task_slots.reloaded(driver.run_id)
         driver.acted_mark = 0  # a state rebuilt: every task in flight is looked at again
         driver.stored = []
         driver.keep_recorded_outputs()

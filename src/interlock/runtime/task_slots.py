@@ -71,6 +71,7 @@ class TaskSlots:
         self.store = store
         self._synced: dict[str, dict[str, int]] = {}  # run -> what the store was last told
         self._waiters: set[str] = set()  # runs with an attempt that asked and got no slot
+        self._paused: set[str] = set()  # runs with waiting attempts that did not ask: paused
 
     def take(self, dirty: list[RunDriver], now: float) -> dict[str, list[NewEvent]]:
         """`TaskSlotTaken` for each waiting attempt of `dirty` that gets a slot now (applied
@@ -83,7 +84,10 @@ class TaskSlots:
             if driver.run_id not in self._synced:  # taken up from the ledger: catch up first
                 self._sync(driver.run_id, ledger_slots(state))
             if state.status is not RunStatus.RUNNING:
+                if state.task_slot_waits:  # they ask once it runs again (`resumed`)
+                    self._paused.add(driver.run_id)
                 continue  # a paused run dispatches nothing: a slot would sit idle
+            self._paused.discard(driver.run_id)
             for wait in state.task_slot_waits.values():
                 waits.append((store_key(state.pipeline, wait.role, wait.key), wait, driver))
         found: dict[str, list[NewEvent]] = {}
@@ -120,6 +124,17 @@ class TaskSlots:
         self._waiters |= still
         return found
 
+    def reloaded(self, run_id: str) -> None:
+        """The run's state was rebuilt from its ledger after a commit that failed or may have
+        failed: what the store was told may not match it (an attempt that ended in a commit
+        that did land still holds its row), so its next look catches up first."""
+        self._synced.pop(run_id, None)
+
+    def resumed(self, driver: RunDriver) -> bool:
+        """Whether the run has attempts that did not ask for their slot while it was paused
+        and it runs again: they ask now, as nothing else would wake them."""
+        return driver.run_id in self._paused and driver.state.status is RunStatus.RUNNING
+
     def waiting(self) -> set[str]:
         """Runs with an attempt that asked for a slot and got none."""
         return self._waiters
@@ -141,9 +156,14 @@ class TaskSlots:
 
     def keep_only(self, driven: AbstractSet[str]) -> None:
         """Forget runs this process no longer drives (a later driver of one syncs again)."""
-        if len(self._synced) > len(driven) or not self._waiters <= driven:
+        if (
+            len(self._synced) > len(driven)
+            or not self._waiters <= driven
+            or not self._paused <= driven
+        ):
             self._synced = {r: s for r, s in self._synced.items() if r in driven}
             self._waiters &= set(driven)
+            self._paused &= set(driven)
 
     def _sync(self, run_id: str, keep: dict[str, int]) -> bool:
         try:
