@@ -1,6 +1,6 @@
 """Batches under the simulator: thousands of seeds of the real batch driver over the memory
 store, killed before or after any of its calls and resumed, keep every invariant (no row
-twice, no row lost, cancel and retry as documented, the budget failing no finished row)."""
+twice, no row lost, cancel and retry as documented, the budget failing no finished row, no row started past the tolerance)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,14 @@ def test_thousands_of_batch_seeds_keep_every_invariant(tmp_path: Path) -> None:
     print(f"{SEEDS} seeds: rows {dict(counts)}; {crashes} crashes")
     assert failures == [], window + "\n" + "\n".join(failures[:10])
     # The seeds reach every ending: delivered, failed, cancelled and held by the budget.
-    assert all(counts[s] for s in ("delivered", "failed", "cancelled", "paused: batch budget"))
+    endings = (
+        "delivered",
+        "failed",
+        "cancelled",
+        "paused: batch budget",
+        "not started: batch failed",
+    )
+    assert all(counts[s] for s in endings), counts
     assert crashes > SEEDS // 2
 
 
@@ -72,3 +79,21 @@ def test_a_row_claimed_before_a_cancel_gets_its_run_stopped() -> None:
     those rows are cancelled, not run to their end (seeds 84, 146, 227, 232 of these did)."""
     broken = {s: r.violations for s in range(300) if (r := simulate_batch(s)).violations}
     assert broken == {}
+
+
+def test_the_checks_catch_a_driver_that_ignores_the_tolerance(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A driver that starts rows whatever failed before (its `--tolerate` forgotten when it
+    chooses rows): the seeds that tolerate failures say so."""
+    import interlock.workloads.batches as batches
+
+    real = batches.next_starts
+
+    def forgetful(*args: Any, **kwargs: Any) -> Any:
+        return real(*args, **{**kwargs, "tolerate": None})
+
+    monkeypatch.setattr(batches, "next_starts", forgetful)
+    broken = [s for s in range(300) if simulate_batch(s).violations]
+    assert len(broken) > 5, broken
+    assert any("tolerates" in v for s in broken for v in simulate_batch(s).violations)

@@ -5,7 +5,8 @@ A driver is the real runner (its `_turn`, as `interlock batch` calls it) on an `
 whose orchestrator is a small stand-in (`_Runs`): it makes the rows' runs in the memory
 store, under the ids the runner gives, and takes nothing else. The world between turns ends
 runs at random (delivered, failed, with a random cost), cancels the batch, gives failed rows
-their next try (`batch retry --failed`) and raises the budget, as a person would. A crash is
+their next try (`batch retry --failed`) and raises the budget, as a person would; a seed's
+batch may tolerate some failed rows (`--tolerate`, a count or a percentage). A crash is
 an exception thrown before or after any call the runner makes to the ledger or to the runs,
 so that every instant between two effects is a place to die; the next driver waits out the
 dead one's lease, as a process on another host would.
@@ -13,8 +14,9 @@ dead one's lease, as a process on another host would.
 The checks (`_Check`) read the rows and the run histories alone, and share no code with the
 engine: no row has two runs of one try, every try has at most one run, no row is lost (at
 the end each is delivered, failed by its run, cancelled, or unstarted under the budget), no
-run is made once the batch is cancelled, none once the spend reached the budget, and a row
-that was delivered stays delivered through everything after.
+run is made once the batch is cancelled, none once the spend reached the budget, none once
+more rows failed than the batch tolerates (and then the batch says it failed, naming them),
+and a row that was delivered stays delivered through everything after.
 """
 
 from __future__ import annotations
@@ -232,6 +234,7 @@ def _play(seed: int, rng: random.Random, home: Path) -> BatchSimResult:
     definition = _definition()
     rows = [RowInputs(number=n, topic=f"t{n}", inputs={}) for n in range(1, rng.randint(2, 9))]
     budget = rng.choice([None, None, 1.0, 3.0])
+    tolerate = rng.choice([None, None, None, 0, 1, 2, "25%", "50%"])
     setup = _App(home, store=store)
     setup.world = world
     record_batch(
@@ -243,9 +246,10 @@ def _play(seed: int, rng: random.Random, home: Path) -> BatchSimResult:
         concurrency=rng.randint(1, 4),
         max_cost_usd=budget,
         now=world.now,
+        tolerate=tolerate,
     )
     ledger = batch_ledger(store)
-    check = _Check(ledger, world, budget)
+    check = _Check(ledger, world, budget, tolerate, len(rows))
     crashes = drivers = 0
     retries = 0
     for step in range(400):
@@ -266,6 +270,7 @@ def _play(seed: int, rng: random.Random, home: Path) -> BatchSimResult:
                 snapshot = runner._turn()
                 check.after_turn()
                 if snapshot.progress.settled:
+                    check.settled(snapshot.progress)
                     break
                 world.now += rng.choice([0.1, 1.0, 5.0])
                 cancelling = world.cancelled_at is not None
@@ -305,7 +310,7 @@ def _play(seed: int, rng: random.Random, home: Path) -> BatchSimResult:
     else:
         check.violation("the batch did not settle in 400 drives")
     check.at_end()
-    progress = fold(ledger.views(BATCH), max_cost_usd=check.budget)
+    progress = fold(ledger.views(BATCH), max_cost_usd=check.budget, tolerate=tolerate)
     counts = {status.value: n for status, n in sorted(progress.counts.items())}
     return BatchSimResult(
         seed=seed, violations=check.problems, crashes=crashes, drivers=drivers, counts=counts
@@ -315,8 +320,23 @@ def _play(seed: int, rng: random.Random, home: Path) -> BatchSimResult:
 class _Check:
     """The invariants, from the rows (state, try, run id, spend kept) and the histories."""
 
-    def __init__(self, ledger: BatchLedger, world: _World, budget: float | None) -> None:
+    def __init__(
+        self,
+        ledger: BatchLedger,
+        world: _World,
+        budget: float | None,
+        tolerate: int | str | None,
+        rows: int,
+    ) -> None:
         self.ledger, self.world, self.budget = ledger, world, budget
+        # Rows that may fail before no more start, reckoned here (None: no limit).
+        if tolerate is None:
+            self.allowed: int | None = None
+        elif isinstance(tolerate, int):
+            self.allowed = tolerate
+        else:
+            self.allowed = int(tolerate.removesuffix("%")) * rows // 100
+        self.breached = False  # more rows had failed than allowed when the turn began
         self.problems: list[str] = []
         self.delivered: dict[int, str] = {}  # row -> the run that delivered it
         self.seen_made = 0
@@ -339,6 +359,36 @@ class _Check:
         rows = self._rows()
         self.unstarted = {r.view.number for r in rows if r.view.run_id is None}
         self.spend = self._spend(rows)
+        self.breached = self._failed(rows) > (self.allowed if self.allowed is not None else 10**9)
+
+    def _failed(self, rows: list[Any]) -> int:
+        """Rows whose current try failed for good: its run failed, or was never made."""
+        ended = self.world.ended
+        return sum(
+            1
+            for row in rows
+            if row.view.state.value == "refused"
+            or ended.get(row.view.run_id or "", ("",))[0] == "failed"
+        )
+
+    def settled(self, progress: Any) -> None:
+        """The batch says it failed exactly when more rows failed than it tolerates, and
+        names every failed row."""
+        rows = self._rows()
+        failed = sorted(
+            row.view.number
+            for row in rows
+            if row.view.state.value == "refused"
+            or self.world.ended.get(row.view.run_id or "", ("",))[0] == "failed"
+        )
+        past = self.allowed is not None and len(failed) > self.allowed
+        if past != (progress.breach is not None):
+            self.violation(
+                f"{len(failed)} rows failed (allowed {self.allowed}), but the batch says "
+                f"{'it failed' if progress.breach is not None else 'nothing of it'}"
+            )
+        elif past and sorted(progress.breach.failed) != failed:
+            self.violation(f"the batch names failed rows {progress.breach.failed}, not {failed}")
 
     def after_turn(self) -> None:
         rows = self._rows()
@@ -348,6 +398,13 @@ class _Check:
                     self.violation(
                         f"row {row.view.number} started with the spend ${self.spend:g} at "
                         f"the budget ${self.budget:g}"
+                    )
+        if self.breached:
+            for row in rows:
+                if row.view.number in self.unstarted and row.view.run_id is not None:
+                    self.violation(
+                        f"row {row.view.number} started with more rows failed than the "
+                        f"batch tolerates ({self.allowed})"
                     )
         world = self.world
         made = world.made
@@ -399,7 +456,8 @@ class _Check:
                 self.violation(f"row {view.number}: its run {view.run_id} never ended")
             elif view.run_id is None:
                 budget_reached = self.budget is not None and spend >= self.budget - 1e-9
-                if world.cancelled_at is None and not budget_reached:
+                past = self.allowed is not None and self._failed(rows) > self.allowed
+                if world.cancelled_at is None and not budget_reached and not past:
                     self.violation(f"row {view.number} lost: never started, nothing holds it")
                 if view.state.value == "cancelled" and world.cancelled_at is None:
                     self.violation(f"row {view.number} cancelled, but no one cancelled")
