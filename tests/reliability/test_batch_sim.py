@@ -1,6 +1,7 @@
 """Batches under the simulator: thousands of seeds of the real batch driver over the memory
 store, killed before or after any of its calls and resumed, keep every invariant (no row
-twice, no row lost, cancel and retry as documented, the budget failing no finished row, no row started past the tolerance)."""
+twice, no row lost, cancel and retry as documented, the budget failing no finished row, no
+row started past the tolerance)."""
 
 from __future__ import annotations
 
