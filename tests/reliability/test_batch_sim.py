@@ -89,7 +89,7 @@ def test_the_checks_catch_a_driver_that_ignores_the_tolerance(
     chooses rows): the seeds that tolerate failures say so."""
     import interlock.workloads.batches as batches
 
-    real = batches.next_starts
+    real = batches.next_starts  # type: ignore[attr-defined]
 
     def forgetful(*args: Any, **kwargs: Any) -> Any:
         return real(*args, **{**kwargs, "tolerate": None})
