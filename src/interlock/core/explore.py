@@ -650,9 +650,14 @@ def _signature(state: RunState, forgetting: Forgetting | None = None) -> Hashabl
     visits: Hashable = state.visits.digest
     values: Hashable = state.values.digest  # which roles have values (not the placeholders)
     if forgetting is not None and current is not None:
-        # No phase comes back: the visit counts are those of the way taken, which no rule
-        # reads; of the values, only those a phase from here on may read are kept.
-        visits = None
+        # Of the visit counts, only those of phases a run can still come to (which rules'
+        # `max_visits` read); the rest are the way taken. Of the values, only those a phase
+        # from here on may read.
+        if not forgetting.loops:
+            visits = None  # no phase comes back: no rule reads a count
+        else:
+            again = forgetting.again(current.phase, state.visits)
+            visits = tuple(sorted((p, n) for p, n in state.visits.items() if p in again))
         values = tuple(sorted(r for r in forgetting.live[current.phase] if r in state.values))
     tasks = tuple(
         sorted(

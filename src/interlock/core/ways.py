@@ -1,10 +1,11 @@
 """What of a run's history its future can still read, and the ways a search went.
 
-Two states of a pipeline without loops that differ only in phases passed over or values no
-later phase reads have the same future: a chain of n optional phases has 2**n histories but n
-positions. `Forgetting` says what to keep in a state's key; `Ways` keeps the steps between the
-states so kept, each with the visits it added, so the dearest way through the pipeline is still
-found exactly (a longest path over the steps) although each state is explored once.
+Two states that differ only in phases passed over, loops left behind or values no later
+phase reads have the same future: a chain of n optional phases has 2**n histories but n
+positions, and a chain of n loops has n positions times the visits of the loop it is in.
+`Forgetting` says what to keep in a state's key; `Ways` keeps the steps between the states so
+kept, each with the visits it added, so the dearest way through the pipeline is still found
+exactly (a longest path over the steps) although each state is explored once.
 """
 
 from __future__ import annotations
@@ -24,41 +25,76 @@ _WHOLE = frozenset({"roles", "visits"})
 
 @dataclass(frozen=True)
 class Forgetting:
-    """For each phase, the roles whose values it or a phase after it may read, among those
-    written before it and its own (a superset: every identifier in their definitions). Only
-    for pipelines whose phases never come back, so a phase passed over is never visited."""
+    """For each phase, what of the history a run there can still read.
+
+    `live`: the roles whose values it or a phase it can reach may read (a superset: every
+    identifier in their definitions), and its own. `edges`: where each phase's rules can
+    send a run, with the rule's `max_visits`, and the phase after it. A run's visit counts
+    matter only for the phases it can still come to (`again`), whose counts the rules'
+    `max_visits` read; the counts of the others are only the way taken. A pipeline without
+    loops keeps no visit count at all, so a chain of n optional phases has n positions, not
+    2**n histories; with loops, a loop left behind, or one whose bound is used up, forgets
+    its counts."""
 
     live: dict[str, frozenset[str]]
+    edges: dict[str, tuple[tuple[str, int | None], ...]] = field(default_factory=dict)
+    loops: bool = False  # some phase can be visited twice
+
+    def again(self, phase: str, visits: Mapping[str, int]) -> set[str]:
+        """The phases a run at `phase` with `visits` can still visit (in one step or more),
+        by rules whose `max_visits` are not used up: visits only grow, so a rule used up
+        never sends a run anywhere again."""
+        found: set[str] = set()
+        todo = [phase]
+        while todo:
+            for target, bound in self.edges[todo.pop()]:
+                if target not in found and (bound is None or visits.get(target, 0) < bound):
+                    found.add(target)
+                    todo.append(target)
+        return found
 
     @classmethod
     def of(cls, pipeline: Pipeline) -> Forgetting | None:
-        """None when a phase can be visited twice, or something reads all values at once:
-        then the whole history is kept."""
-        index = {p.id: n for n, p in enumerate(pipeline.phases)}
-        if len(index) < len(pipeline.phases):
+        """None when something reads all values or all visit counts at once (`roles`,
+        `visits`), or a rule names an unknown phase: then the whole history is kept."""
+        ids = [p.id for p in pipeline.phases]
+        index = {phase: n for n, phase in enumerate(ids)}
+        if len(index) < len(ids):
             return None
-        successors: dict[str, list[str]] = {}
+        successors: dict[str, list[int]] = {}
+        edges: dict[str, tuple[tuple[str, int | None], ...]] = {}
+        names: dict[str, set[str]] = {}
         for n, phase in enumerate(pipeline.phases):
-            if any(rule.goto not in index or index[rule.goto] <= n for rule in phase.next):
-                return None  # a way back (or an unknown phase): visit counts matter
-            successors[phase.id] = [rule.goto for rule in phase.next]
-            if n + 1 < len(pipeline.phases):
-                successors[phase.id].append(pipeline.phases[n + 1].id)
-        reads: dict[str, frozenset[str]] = {}
-        for phase in reversed(pipeline.phases):  # every way goes forward: later ones are done
-            names = set(_NAME.findall(_ROLE.sub("", repr(phase))))
-            if names & _WHOLE:
+            if any(rule.goto not in index for rule in phase.next):
                 return None
-            for successor in successors[phase.id]:
-                names |= reads[successor]
-            reads[phase.id] = frozenset(names)
-        live: dict[str, frozenset[str]] = {}
-        before: set[str] = set()
-        for phase in pipeline.phases:
-            own = {w.role for w in phase.workers}
-            live[phase.id] = frozenset((reads[phase.id] & before) | own)
-            before |= own
-        return cls(live)
+            successors[phase.id] = [index[rule.goto] for rule in phase.next]
+            edges[phase.id] = tuple((rule.goto, rule.max_visits) for rule in phase.next)
+            if n + 1 < len(ids):
+                successors[phase.id].append(n + 1)
+                edges[phase.id] += ((ids[n + 1], None),)
+            names[phase.id] = set(_NAME.findall(_ROLE.sub("", repr(phase))))
+            if names[phase.id] & _WHOLE:
+                return None
+        # What each phase can reach (a bit per phase), and the names read from there on:
+        # one pass from the last phase settles a pipeline without loops; loops take a few.
+        reach = dict.fromkeys(ids, 0)
+        reads = {phase: frozenset(names[phase]) for phase in ids}
+        changed = True
+        while changed:
+            changed = False
+            for at in reversed(ids):
+                bits, seen = reach[at], set(reads[at])
+                for successor in successors[at]:
+                    bits |= (1 << successor) | reach[ids[successor]]
+                    seen |= reads[ids[successor]]
+                if bits != reach[at] or len(seen) != len(reads[at]):
+                    reach[at], reads[at] = bits, frozenset(seen)
+                    changed = True
+        live = {
+            phase.id: reads[phase.id] | {w.role for w in phase.workers} for phase in pipeline.phases
+        }
+        loops = any(reach[at] >> n & 1 for n, at in enumerate(ids))
+        return cls(live, edges, loops)
 
 
 @dataclass
