@@ -12,8 +12,8 @@ from interlock import RunStatus
 from interlock.runtime.executors import register
 
 from .agent_runs import (
-    agent_project,
     agent_env,
+    agent_project,
     check_resumed_without_repaying,
     kill_and_resume,
     tool_turns,

@@ -106,4 +106,4 @@ class InterlockModelProvider(ModelProvider):  # type: ignore[misc]  # untyped wi
                 retryable=False,
             )
         client = _Client(self._ctx.async_model(alias, fallbacks=self._fallbacks))
-        return OpenAIChatCompletionsModel(model=alias, openai_client=client)  # type: ignore[arg-type]
+        return OpenAIChatCompletionsModel(model=alias, openai_client=client)

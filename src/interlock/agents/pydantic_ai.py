@@ -47,7 +47,7 @@ _SETTINGS = {
 }
 
 
-class InterlockModel(Model):  # type: ignore[type-arg]  # the interface client is unused
+class InterlockModel(Model):
     """A Pydantic AI model calling the interlock alias `alias` for the `call:` worker of `ctx`.
 
     Args:
@@ -106,7 +106,7 @@ class InterlockModel(Model):  # type: ignore[type-arg]  # the interface client i
         if params.output_mode == "native" and params.output_object is not None:
             schema = dict(params.output_object.json_schema)
         given = dict(model_settings or {})
-        settings = {name: given[key] for key, name in _SETTINGS.items() if key in given}
+        settings: dict[str, Any] = {n: given[k] for k, n in _SETTINGS.items() if k in given}
         completion = await self._client.complete(
             chat, tools=tools or None, schema=schema, **settings
         )
@@ -159,7 +159,7 @@ def _request_messages(message: ModelRequest) -> list[dict[str, Any]]:
         if kind == "system-prompt":
             out.append({"role": "system", "content": part.content})  # type: ignore[union-attr]
         elif kind == "user-prompt":
-            content = part.content  # type: ignore[union-attr]
+            content: Any = part.content  # type: ignore[union-attr]
             text = content if isinstance(content, str) else _user_text(content)
             out.append({"role": "user", "content": text})
         elif kind == "tool-return":

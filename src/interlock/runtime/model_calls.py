@@ -368,9 +368,7 @@ def _completion(
     )
 
 
-def _request(
-    prompt: str | Messages, system: str | None
-) -> tuple[str, str, tuple[ToolTurn, ...]]:
+def _request(prompt: str | Messages, system: str | None) -> tuple[str, str, tuple[ToolTurn, ...]]:
     if isinstance(prompt, str):
         return system or "", prompt, ()
     try:
