@@ -201,3 +201,42 @@ def test_recorded_usage_counts_in_status_and_budget(
     assert "v@1" not in state.tasks or state.tasks["v@1"].attempt == 0
     usage: dict[str, Any] = attempt_usage(app, state.run_id)[0]
     assert set(usage["by_alias"]) == {"gpt", "elsewhere"}
+
+
+def _falls_back(ctx: TaskContext) -> str:
+    return ctx.model("nosuch", fallbacks=("gpt",)).complete("hi").alias
+
+
+async def _sync_in_coroutine(ctx: TaskContext) -> str:
+    return ctx.model("gpt").complete("hi").text
+
+
+register("mc.fallback", _falls_back)
+register("mc.sync_in_async", _sync_in_coroutine)
+
+
+def test_a_failed_alias_falls_back_to_the_next(
+    tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An alias that cannot be called gives way to the fallback, which answers."""
+    project = make_project(tmp_path, server, monkeypatch)
+    app = app_for(project)
+    state = app.run(one_worker(project, "      call: mc.fallback\n"), "p", topic="t")
+    assert state.status is RunStatus.DELIVERED
+    assert (app.run_dir(state.run_id) / "w.md").read_text() == "gpt"
+    assert len(server.state.requests) == 1
+
+
+def test_the_blocking_client_in_a_coroutine_says_to_use_the_async_one(
+    tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ctx.model` called from an `async def` worker fails the attempt for good, naming
+    `ctx.async_model`, instead of blocking the event loop."""
+    project = make_project(tmp_path, server, monkeypatch)
+    app = app_for(project)
+    state = app.run(one_worker(project, "      call: mc.sync_in_async\n"), "p", topic="t")
+    assert state.status is RunStatus.FAILED
+    failed = [e for e in app.events(state.run_id) if e.kind == "task_failed"]
+    assert "ctx.async_model" in failed[0].data["error"]
+    assert failed[0].data["retryable"] is False
+    assert not server.state.requests
