@@ -77,3 +77,32 @@ def test_a_killed_agent_resumes_without_paying_its_finished_turns_again(
     project = agent_project(tmp_path, server, AGENT)
     status = kill_and_resume(project, server, agent_env(project, cli_env), sys.executable)
     check_resumed_without_repaying(server, status)
+
+
+SYNC_AGENT = '''
+from pydantic_ai import Agent
+
+from interlock.agents.pydantic_ai import InterlockModel
+
+
+def solve(ctx):
+    agent = Agent(InterlockModel(ctx, "claude"), instructions="Answer.")
+    return agent.run_sync(ctx.task).output
+'''
+
+
+def test_a_plain_function_runs_an_agent_with_run_sync(
+    tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`agent.run_sync` in a plain function (an event loop of its own, in the worker's
+    thread) runs the agent through an Anthropic alias, its call priced and counted."""
+    project = make_project(tmp_path, server, monkeypatch)
+    namespace: dict[str, object] = {}
+    exec(compile(SYNC_AGENT, "sync_agent_module", "exec"), namespace)
+    register("pai.solve_sync", namespace["solve"])  # type: ignore[arg-type]
+    app = app_for(project)
+    state = app.run(one_worker(project, "      call: pai.solve_sync\n"), "p", topic="t")
+    assert state.status is RunStatus.DELIVERED, state
+    assert server.state.requests[0].path == "/v1/messages"
+    assert server.state.requests[0].body["system"] == "Answer."
+    assert state.cost_usd == pytest.approx((1000 * 3.0 + 500 * 15.0) / 1_000_000)

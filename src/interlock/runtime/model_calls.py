@@ -408,7 +408,7 @@ class AsyncModelClient:
             BudgetExceeded: The run's budget has no room for it.
         """
         system_text, text, turns = _request(prompt, system)
-        return await self.calls.call(
+        call = self.calls.call(
             self.alias,
             system=system_text,
             prompt=text,
@@ -418,6 +418,15 @@ class AsyncModelClient:
             settings=call_settings(settings),
             fallbacks=self.fallbacks,
         )
+        loop = self.calls.loop
+        if loop is None or asyncio.get_running_loop() is loop:
+            return await call
+        # Awaited on a loop of the worker's own (a framework's `run_sync` in a plain
+        # function): the call runs on the loop the providers' connections belong to.
+        completion: Completion = await asyncio.wrap_future(
+            asyncio.run_coroutine_threadsafe(call, loop)
+        )
+        return completion
 
     async def create(self, *, messages: Messages, model: str | None = None, **params: Any) -> Any:
         """`chat.completions.create`: the alias `model` (this client's when not given)."""
