@@ -240,3 +240,44 @@ def test_the_blocking_client_in_a_coroutine_says_to_use_the_async_one(
     assert "ctx.async_model" in failed[0].data["error"]
     assert failed[0].data["retryable"] is False
     assert not server.state.requests
+
+
+def test_the_token_budget_stops_a_call(
+    tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a budget of 2000 tokens, calls of 1500 tokens go on until the attempt has used
+    what was left: the second is sent, the third is refused."""
+    project = make_project(tmp_path, server, monkeypatch)
+    flow = project / "flow.yaml"
+    flow.write_text(
+        "p:\n  budget: {max_tokens: 2000}\n  phases:\n  - id: a\n    workers:\n"
+        "    - {role: w, call: mc.spender, final: true}\n"
+    )
+    app = app_for(project)
+    state = app.run(flow, "p", topic="t")
+    assert state.status is RunStatus.FAILED
+    assert len(server.state.requests) == 2
+    assert state.tokens == 3000
+    failed = [e for e in app.events(state.run_id) if e.kind == "task_failed"]
+    assert "token budget is used up" in failed[-1].data["error"]
+
+
+def test_a_budget_a_person_let_the_run_pass_holds_no_call_back(
+    tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run paused at its budget and approved goes on spending: its `call:` worker's
+    calls are no longer refused for the budget."""
+    project = make_project(tmp_path, server, monkeypatch)
+    flow = project / "flow.yaml"
+    flow.write_text(
+        "p:\n  budget: {max_cost_usd: 0.005, on_exceed: pause}\n  phases:\n"
+        "  - id: a\n    workers:\n    - {role: w, call: mc.records}\n"
+        "  - id: b\n    workers:\n    - {role: v, call: mc.both, final: true}\n"
+    )
+    app = app_for(project)
+    state = app.run(flow, "p", topic="t")
+    assert state.status is RunStatus.PAUSED
+    app.approve(state.run_id)
+    state = app.resume(state.run_id)
+    assert state.status is RunStatus.DELIVERED, state
+    assert len(server.state.requests) == 2

@@ -79,7 +79,7 @@ def test_a_killed_agent_resumes_without_paying_its_finished_turns_again(
     check_resumed_without_repaying(server, status)
 
 
-SYNC_AGENT = '''
+SYNC_AGENT = """
 from pydantic_ai import Agent
 
 from interlock.agents.pydantic_ai import InterlockModel
@@ -88,7 +88,7 @@ from interlock.agents.pydantic_ai import InterlockModel
 def solve(ctx):
     agent = Agent(InterlockModel(ctx, "claude"), instructions="Answer.")
     return agent.run_sync(ctx.task).output
-'''
+"""
 
 
 def test_a_plain_function_runs_an_agent_with_run_sync(

@@ -440,7 +440,10 @@ class RunDriver:
         if sent is not None and sent.previous is not None:
             reads.append((sent.shown_as, self.run_dir / sent.previous))
         key = hashlib.sha256(f"{self.run_id}/{task.task_id}/{task.attempt}".encode()).hexdigest()
-        left = budget_values(self.state, pipeline) if worker.call is not None else {}
+        # A `call:` worker's model calls are held to what the budget has left (none once a
+        # person let the run go past it).
+        held = worker.call is not None and not self.state.budget_waived
+        left = budget_values(self.state, pipeline) if held else {}
         spec = TaskSpec(
             run_id=self.run_id,
             task_id=task.task_id,
