@@ -281,3 +281,25 @@ def test_a_budget_a_person_let_the_run_pass_holds_no_call_back(
     state = app.resume(state.run_id)
     assert state.status is RunStatus.DELIVERED, state
     assert len(server.state.requests) == 2
+
+
+def test_each_call_is_in_the_attempts_record_masked(
+    tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The attempt's record lists each call (alias, model, prompt, answer, tokens), replayed
+    ones marked; `explain --prompts` reads it, and the event that ends the attempt holds its
+    hash."""
+    from interlock.runtime.explain import prompts
+
+    project = make_project(tmp_path, server, monkeypatch)
+    flow = one_worker(project, "      call: mc.flaky\n      retries: 1\n")
+    app = app_for(project)
+    state = app.run(flow, "p", topic="t")
+    assert state.status is RunStatus.DELIVERED
+    shown = dict(prompts(app.run_dir(state.run_id), "w"))
+    assert "## Call 1: `gpt` -> oa:gpt-test" in shown["w@1.1"]
+    assert "step 2" in shown["w@1.1"] and "1000 + 500 tokens" in shown["w@1.1"]
+    assert shown["w@1.2"].count("replayed from the journal") == 2
+    assert "**User**\n\nstep 3" in shown["w@1.2"]
+    ended = [e for e in app.events(state.run_id) if e.kind == "task_completed"]
+    assert "prompts/w@1.2.md" in ended[0].data["records"]

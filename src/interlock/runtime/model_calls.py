@@ -208,6 +208,7 @@ class ModelCalls:
         recorded = self.journal.replay(key)
         if recorded is not None:
             self.replayed += 1
+            await asyncio.to_thread(self._note, request, recorded, True)
             return _completion(recorded, alias, usage_of(recorded, alias, model), replayed=True)
         self._check_budget(model, request)
         try:
@@ -219,8 +220,36 @@ class ModelCalls:
             raise ModelCallError(f"{where}: {message}", retryable=exc.retryable) from None
         usage = usage_of(result, alias, model)
         self.usages.append(usage)
-        await asyncio.to_thread(self.journal.record, key, self._masked(result, model), usage)
+        kept = self._masked(result, model)
+        await asyncio.to_thread(self.journal.record, key, kept, usage)
+        await asyncio.to_thread(self._note, request, kept, False)
         return _completion(result, alias, usage)
+
+    def _note(self, request: ModelRequest, result: ModelResult, replayed: bool) -> None:
+        """Append the call to the attempt's record, ``prompts/<task>.<attempt>.md`` (shown by
+        `interlock explain --prompts` and the dashboard; masked when the attempt ends)."""
+        spec = self.spec
+        path = spec.run_dir / "prompts" / f"{spec.task_id}.{spec.attempt}.md"
+        said = f"{result.finish_reason}, {result.input_tokens} + {result.output_tokens} tokens"
+        how = "replayed from the journal, not paid again" if replayed else said
+        lines = [f"## Call {self.number}: `{request.alias}` -> {result.provider}:{result.model}"]
+        if request.system:
+            lines += ["", "**System**", "", _clip(request.system)]
+        lines += ["", "**User**", "", _clip(request.prompt)]
+        for turn in request.turns:
+            for call in turn.calls:
+                lines += ["", f"(called `{call.name}` with {_clip(call.arguments, 2000)})"]
+            for answer in turn.results:
+                lines += ["", f"(result: {_clip(answer.content, 2000)})"]
+        lines += ["", f"**Answer** ({how})", "", _clip(result.text)]
+        lines += [f"(asks for `{call.name}` with {_clip(call.arguments, 2000)})"
+                  for call in result.tool_calls]  # fmt: skip
+        new = not path.exists()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as handle:
+            if new:
+                handle.write("# Model calls of the attempt (ctx.model)\n\n")
+            handle.write("\n".join(lines) + "\n\n")
 
     def _masked(self, result: ModelResult, model: ResolvedModel) -> ModelResult:
         """The result as the journal keeps it: every key the configuration reaches masked."""
@@ -352,6 +381,15 @@ class ModelCalls:
                 retryable=False,
             )
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+
+RECORD_CHARS = 64 * 1024  # of one text in the attempt's record of its calls
+
+
+def _clip(text: str, limit: int = RECORD_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\n... ({len(text) - limit:,} more characters not shown)"
 
 
 def _completion(
