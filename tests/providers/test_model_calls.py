@@ -9,9 +9,8 @@ from typing import Any
 
 import pytest
 
-from interlock import RunStatus
+from interlock import BudgetExceeded, RunStatus
 from interlock.runtime.executors import TaskContext, register
-from interlock.runtime.model_calls import BudgetExceeded
 
 from .fake_llm_server import FakeServer
 from .project import app_for, attempt_usage, make_project, one_worker
