@@ -106,3 +106,43 @@ def test_a_plain_function_runs_an_agent_with_run_sync(
     assert server.state.requests[0].path == "/v1/messages"
     assert server.state.requests[0].body["system"] == "Answer."
     assert state.cost_usd == pytest.approx((1000 * 3.0 + 500 * 15.0) / 1_000_000)
+
+
+STRUCTURED_AGENT = """
+from pydantic import BaseModel
+from pydantic_ai import Agent
+
+from interlock.agents.pydantic_ai import InterlockModel
+
+
+class Answer(BaseModel):
+    value: int
+
+
+async def solve(ctx):
+    agent = Agent(InterlockModel(ctx, "gpt"), output_type=Answer)
+    result = await agent.run(ctx.task)
+    return f"value={result.output.value}"
+"""
+
+
+def test_an_agent_with_structured_output_gets_it_through_its_output_tool(
+    tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An `output_type` is offered to the model as Pydantic AI's output tool; the model's call
+    of it is the agent's validated output."""
+    from .fake_llm_server import Fault
+
+    project = make_project(tmp_path, server, monkeypatch)
+    namespace: dict[str, object] = {}
+    exec(compile(STRUCTURED_AGENT, "structured_agent_module", "exec"), namespace)
+    register("pai.structured", namespace["solve"])  # type: ignore[arg-type]
+    server.state.faults.append(Fault(tool_calls=[("final_result", {"value": 42})]))
+    app = app_for(project)
+    state = app.run(one_worker(project, "      call: pai.structured\n"), "p", topic="t")
+    assert state.status is RunStatus.DELIVERED, state
+    assert (app.run_dir(state.run_id) / "w.md").read_text() == "value=42"
+    (body,) = [r.body for r in server.state.requests]
+    (tool,) = body["tools"]
+    assert tool["function"]["name"] == "final_result"
+    assert tool["function"]["parameters"]["properties"]["value"]["type"] == "integer"
