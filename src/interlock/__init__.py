@@ -30,9 +30,12 @@ if TYPE_CHECKING:
         WorkflowError,
     )
     from interlock.runtime.executors import TaskContext, register
+    from interlock.runtime.model_calls import BudgetExceeded, Completion, ModelCallError
     from interlock.runtime.orchestrator import Settings
 
 __all__ = [
+    "BudgetExceeded",
+    "Completion",
     "Decision",
     "Definition",
     "Event",
@@ -44,6 +47,7 @@ __all__ = [
     "InvalidSignal",
     "LeaseHeld",
     "LeaseLost",
+    "ModelCallError",
     "Phase",
     "Pipeline",
     "Rule",
@@ -70,6 +74,8 @@ __all__ = [
 ]
 
 _EXPORTS = {
+    "BudgetExceeded": "interlock.runtime.model_calls",
+    "Completion": "interlock.runtime.model_calls",
     "Decision": "interlock.core.decide",
     "Definition": "interlock.core.loader",
     "Event": "interlock.core.events",
@@ -83,6 +89,7 @@ _EXPORTS = {
     "Settings": "interlock.runtime.orchestrator",
     "LeaseHeld": "interlock.errors",
     "LeaseLost": "interlock.errors",
+    "ModelCallError": "interlock.runtime.model_calls",
     "Phase": "interlock.core.workflow",
     "Pipeline": "interlock.core.workflow",
     "Rule": "interlock.core.workflow",

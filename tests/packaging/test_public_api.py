@@ -16,6 +16,8 @@ import interlock
 from interlock import Interlock
 
 PUBLIC = [
+    "BudgetExceeded",
+    "Completion",
     "Decision",
     "Definition",
     "Event",
@@ -27,6 +29,7 @@ PUBLIC = [
     "InvalidSignal",
     "LeaseHeld",
     "LeaseLost",
+    "ModelCallError",
     "Phase",
     "Pipeline",
     "Rule",

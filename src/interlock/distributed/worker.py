@@ -424,7 +424,7 @@ class RemoteWorker:
         if kind == "command":
             return await asyncio.to_thread(self.models.masked, spec, await run_command(spec))
         if kind == "call":
-            return self.models.masked(spec, await run_call(spec))
+            return self.models.masked(spec, await run_call(spec, self.models))
 
         def progress(text: str) -> None:
             self.source.progress(spec.run_id, spec.task_id, text)

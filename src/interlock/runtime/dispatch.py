@@ -179,7 +179,7 @@ async def execute(
     if kind == "command":
         return await asyncio.to_thread(orchestrator.models.masked, spec, await run_command(spec))
     if kind == "call":
-        return orchestrator.models.masked(spec, await run_call(spec))
+        return orchestrator.models.masked(spec, await run_call(spec, orchestrator.models))
 
     def progress(text: str) -> None:
         orchestrator.progress(run_id, spec.task_id, text)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from interlock.core import events as ev
-from interlock.core.decide import failed_item_values
+from interlock.core.decide import budget_values, failed_item_values
 from interlock.core.extract import ExtractionError, extract_values
 from interlock.core.loader import Definition
 from interlock.core.observe import CommandKind
@@ -440,6 +440,10 @@ class RunDriver:
         if sent is not None and sent.previous is not None:
             reads.append((sent.shown_as, self.run_dir / sent.previous))
         key = hashlib.sha256(f"{self.run_id}/{task.task_id}/{task.attempt}".encode()).hexdigest()
+        # A `call:` worker's model calls are held to what the budget has left (none once a
+        # person let the run go past it).
+        held = worker.call is not None and not self.state.budget_waived
+        left = budget_values(self.state, pipeline) if held else {}
         spec = TaskSpec(
             run_id=self.run_id,
             task_id=task.task_id,
@@ -456,6 +460,8 @@ class RunDriver:
             workflow_dir=self.workflow_dir,
             idempotency_key=key[:32],
             pipeline=self.state.pipeline,
+            budget_usd_left=left.get("remaining_usd"),
+            budget_tokens_left=left.get("remaining_tokens"),
         )
 
         def render() -> TaskSpec | Outcome:

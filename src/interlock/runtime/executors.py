@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import importlib
 import inspect
@@ -20,7 +21,7 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from interlock.core.placeholders import COMMAND_PLACEHOLDERS, NOT_SHELL, READ_PREFIXES
 from interlock.core.workflow import Worker
@@ -28,6 +29,10 @@ from interlock.providers.cli_env import allowed_env, unlisted_variables
 from interlock.runtime import processes
 from interlock.runtime.artifacts import INLINE_LIMIT
 from interlock.runtime.processes import GUARD
+
+if TYPE_CHECKING:
+    from interlock.runtime.model_calls import AsyncModelClient, ModelCalls, ModelClient
+    from interlock.runtime.models import ModelRunner
 
 ProgressCallback = Callable[[str, str], None]
 """Called with (task_id, text fragment) as a model streams."""
@@ -52,6 +57,10 @@ class TaskSpec:
     idempotency_key: str
     workflow_dir: Path | None = None  # the workflow file's directory, for relative scripts
     pipeline: str = ""  # the run's pipeline, for spend caps scoped to one
+    # What the run's budget had left when the attempt was dispatched (None: no such limit),
+    # which the calls of a `call:` worker's `ctx.model` are held to.
+    budget_usd_left: float | None = None
+    budget_tokens_left: int | None = None
 
     @property
     def log_dir(self) -> Path:
@@ -81,6 +90,8 @@ class TaskContext:
     """What a `call:` worker function receives."""
 
     spec: TaskSpec
+    models: ModelRunner | None = None  # what `model` calls through (the process's runner)
+    loop: asyncio.AbstractEventLoop | None = None  # the loop the providers' clients are on
 
     @property
     def task(self) -> str:
@@ -121,6 +132,47 @@ class TaskContext:
         if not parts:
             raise KeyError(f"{name!r} is not among this worker's reads")
         return "\n\n".join(parts)
+
+    @functools.cached_property
+    def calls(self) -> ModelCalls:
+        """The attempt's model calls: their journal and usage (`interlock.runtime.model_calls`)."""
+        from interlock.runtime.model_calls import ModelCalls
+        from interlock.runtime.models import ModelRunner
+
+        return ModelCalls(self.spec, self.models or ModelRunner(), self.loop)
+
+    def model(self, alias: str, *, fallbacks: tuple[str, ...] = ()) -> ModelClient:
+        """A client calling the model behind `alias` through interlock's providers, its
+        calls journaled, priced and counted in the attempt's usage; `fallbacks` are tried in
+        order when a call fails. For plain functions; see `async_model` in coroutines."""
+        from interlock.runtime.model_calls import ModelClient
+
+        return ModelClient(self.calls, alias, fallbacks)
+
+    def async_model(self, alias: str, *, fallbacks: tuple[str, ...] = ()) -> AsyncModelClient:
+        """`model`, with calls to be awaited (for `async def` workers)."""
+        from interlock.runtime.model_calls import AsyncModelClient
+
+        return AsyncModelClient(self.calls, alias, fallbacks)
+
+    def record_usage(
+        self,
+        *,
+        model: str,
+        input_tokens: int,
+        output_tokens: int,
+        cost_usd: float | None = None,
+        provider: str = "",
+    ) -> None:
+        """Count a model call made some other way in the attempt's usage (priced from
+        interlock.toml or the price table when `cost_usd` is not given)."""
+        self.calls.record_usage(
+            model=model,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cost_usd=cost_usd,
+            provider=provider,
+        )
 
 
 CallTarget = Callable[[TaskContext], str | Awaitable[str | None] | None]
@@ -329,14 +381,28 @@ def _last_line(path: Path, limit: int = 4000) -> str:
     return last if len(last) <= 500 else last[:499] + "…"
 
 
-async def run_call(spec: TaskSpec) -> Outcome:
-    """Run a `call:` worker: coroutines on the loop, plain functions in a thread."""
+async def run_call(spec: TaskSpec, models: ModelRunner | None = None) -> Outcome:
+    """Run a `call:` worker: coroutines on the loop, plain functions in a thread. What its
+    `ctx.model` calls spent is the outcome's usage, failed or not."""
     assert spec.worker.call is not None
     try:
         function = resolve_call(spec.worker.call)
     except (LookupError, ImportError, AttributeError) as exc:
         return Outcome(ok=False, error=f"call {spec.worker.call!r}: {exc}", retryable=False)
-    context = TaskContext(spec=spec)
+    context = TaskContext(spec=spec, models=models, loop=asyncio.get_running_loop())
+    try:
+        outcome = await _call(function, context)
+    except asyncio.CancelledError as stopped:
+        usage = await _settled(context)
+        if usage and not getattr(stopped, "usage", None):
+            stopped.usage = usage  # type: ignore[attr-defined]  # the dispatcher records it
+        raise
+    usage = await _settled(context)
+    return outcome if usage is None else dataclasses.replace(outcome, usage=usage)
+
+
+async def _call(function: CallTarget, context: TaskContext) -> Outcome:
+    spec = context.spec
     try:
         async with asyncio.timeout(spec.worker.timeout):
             if inspect.iscoroutinefunction(function):
@@ -348,7 +414,25 @@ async def run_call(spec: TaskSpec) -> Outcome:
     except TimeoutError:
         return Outcome(ok=False, timed_out=True, error=f"timed out after {spec.worker.timeout:g}s")
     except Exception as exc:  # a worker's own failure is data for the ledger, not a crash
-        return Outcome(ok=False, error=f"{type(exc).__name__}: {exc}")
+        retryable = getattr(exc, "retryable", True) if _is_call_error(exc) else True
+        return Outcome(ok=False, error=f"{type(exc).__name__}: {exc}", retryable=retryable)
+
+
+def _is_call_error(exc: BaseException) -> bool:
+    from interlock.runtime.model_calls import ModelCallError
+
+    return isinstance(exc, ModelCallError)
+
+
+async def _settled(context: TaskContext) -> dict[str, Any] | None:
+    """The usage of the attempt's model calls (None when it made none), its journal told
+    that the ledger is about to count them."""
+    calls = context.__dict__.get("calls")  # made only when the function asked for a model
+    if calls is None:
+        return None
+    usage: dict[str, Any] | None = calls.usage()
+    await asyncio.to_thread(calls.settle)
+    return usage
 
 
 def keep_output(output: Path, result: object, *, durable: bool) -> Outcome:
