@@ -131,4 +131,24 @@ def main() -> None:
 
     logs.OWN_PROCESS = True
     logging.captureWarnings(True)
+    use_parser_cache()
     cli(standalone_mode=True)
+
+
+def use_parser_cache() -> None:
+    """Keep CEL's parse tables in the user's cache folder (`$XDG_CACHE_HOME/interlock`, else
+    `~/.cache/interlock`), so that only the first command of a machine that compiles a
+    condition builds them (a sixth of a second); without a writable folder each one builds."""
+    import os
+    import sys
+
+    from interlock.core import expressions
+
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    folder = Path(base) / "interlock"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:  # a read-only home: build the tables in this process
+        return
+    version = f"{sys.version_info[0]}{sys.version_info[1]}"
+    expressions.PARSER_CACHE = str(folder / f"cel-parser-py{version}.cache")
