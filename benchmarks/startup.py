@@ -40,7 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESEARCH = ROOT / "examples" / "research.json"
 EXAMPLES = [ROOT / "examples" / name for name in ("research.json", "fanout.yaml", "translate.yaml")]
 TARGET_CPU_MS = 300  # `check` of the README's examples, `runs` and `status`: CPU per command
-TARGETED = ("interlock runs", "interlock status RUN", *(f"interlock check {e.name}" for e in EXAMPLES))
+CHECKS = tuple(f"interlock check {example.name}" for example in EXAMPLES)
+TARGETED = ("interlock runs", "interlock status RUN", *CHECKS)
 
 
 def interlock() -> list[str]:
