@@ -12,7 +12,7 @@ function that evaluates has compiled first.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -55,9 +55,10 @@ def _where(source: str, error: Exception) -> str:
     return f" at character {at + 1}, at {shown}"
 
 
-# Where CEL's parse tables are kept between processes, set by the command line (None: built
-# in each process). The engine does no I/O of its own: lark reads and writes this one file.
-PARSER_CACHE: str | None = None
+# Where CEL's parse tables are kept between processes: set by the command line to a function
+# that makes the folder and names the file (None, or a None from it: built in each process).
+# The engine does no I/O of its own: lark reads and writes that one file.
+PARSER_CACHE: Callable[[], str | None] | None = None
 
 
 @lru_cache(maxsize=1)
@@ -68,8 +69,9 @@ def _environment() -> Any:
 
     from interlock.core.expression_limits import runner_class
 
-    if PARSER_CACHE is not None:
-        _cached_parser(PARSER_CACHE)
+    path = PARSER_CACHE() if PARSER_CACHE is not None else None
+    if path is not None:
+        _cached_parser(path)
 
     # Every evaluation counts its steps and the values it builds (`expression_limits`).
     return celpy.Environment(runner_class=runner_class())
