@@ -103,6 +103,9 @@ def test_status_of_a_settled_run_loads_no_engine(cli_env: dict[str, str]) -> Non
 
     run_id = run_id_of(cli(cli_env, "run", RESEARCH, "research", "--topic", "x"))
     assert loaded(cli_env, "status", run_id) == []
+    # No lease held: no process to look for, and the module that looks (subprocess, socket)
+    # is not loaded.
+    assert loaded(cli_env, "status", run_id, heavy=("interlock.runtime.processes",)) == []
     fast = json.loads(cli(cli_env, "status", run_id, "--json").stdout)
     status_file = next(Path(cli_env["INTERLOCK_HOME"]).glob(f"*/{run_id}/status.json"))
     status_file.unlink()  # the long way: folded from the ledger
