@@ -127,6 +127,7 @@ def cli_env(tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("INTERLOCK_")}
     env["INTERLOCK_HOME"] = str(tmp_path / "home")
     env["XDG_CONFIG_HOME"] = str(tmp_path / "xdg")  # the user's own interlock.toml: none
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")  # CEL's parse tables: built by the test
     env["PYTHONUNBUFFERED"] = "1"
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     return env

@@ -181,7 +181,8 @@ def test_spawn_script_measures_each_way_of_starting(tmp_path: Path) -> None:
 
 def test_startup_script_times_the_commands_and_a_whole_run(tmp_path: Path) -> None:
     """startup.py times `--help`, `runs`, `status`, `check` of each example it names and a
-    whole `run` against a state directory of its own, which it removes."""
+    whole `run` against a state directory of its own, which it removes, and compares the
+    CPU time of `runs`, `status` and `check` to the target."""
     done = run("startup.py", "--repeat", "1", tmp=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     figures = json.loads(done.stdout.strip().splitlines()[-1])
@@ -196,6 +197,10 @@ def test_startup_script_times_the_commands_and_a_whole_run(tmp_path: Path) -> No
         "interlock check translate.yaml",
     }
     assert all(f["min_ms"] > 0 for f in figures.values())
+    # Each command of the target (0.3 s of CPU) has a line that compares its CPU time to it.
+    targets = [x for x in done.stdout.splitlines() if x.startswith("target ")]
+    assert [x.split()[2] for x in targets] == ["runs", "status", "check", "check", "check"]
+    assert all(" ms of 300 ms: " in x for x in targets), targets
     assert list(tmp_path.iterdir()) == []
 
 

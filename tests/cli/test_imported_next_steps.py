@@ -39,6 +39,6 @@ def test_an_imported_paused_run_is_led_to_trust_then_approve(
     assert json.loads(cli(env, "status", run_id, "--json").stdout)["trusted"] is True
     done = cli(env, "approve", run_id)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "1 task(s) ran here" in done.stderr, done.stderr
+    assert "1 task(s) completed here" in done.stderr, done.stderr
     ended = cli(env, "status", run_id)
     assert f"interlock rerun {run_id} --workflow FILE" in ended.stdout, ended.stdout

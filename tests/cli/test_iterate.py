@@ -56,7 +56,7 @@ def test_rerun_drives_in_the_foreground_with_runs_exit_codes(
     result = cli(cli_env, "rerun", source, "--from", "synth")
     assert result.returncode == 0, result.stderr
     assert "delivered:" in result.stdout
-    assert "1 task(s) ran, 2 reused (paid for by earlier runs)" in result.stderr
+    assert "1 task(s) completed, 2 reused (paid for by earlier runs)" in result.stderr
     new = started(result)
     status = cli(cli_env, "status", new)
     assert f"rerun of {source}" in status.stdout and "reused" in status.stdout

@@ -47,5 +47,5 @@ def test_a_rerun_at_a_review_its_source_rejected_gives_the_free_rejection(
     assert command[:2] == ["interlock", "reject"] and command[-1] == feedback
     again = interlock(*command[1:])
     assert again.returncode == 3, again.stderr
-    assert "0 task(s) ran, 2 reused" in again.stderr
+    assert "0 task(s) completed, 2 reused" in again.stderr
     assert "note: at this review" not in again.stderr  # the source approved the second draft

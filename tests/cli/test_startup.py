@@ -103,6 +103,9 @@ def test_status_of_a_settled_run_loads_no_engine(cli_env: dict[str, str]) -> Non
 
     run_id = run_id_of(cli(cli_env, "run", RESEARCH, "research", "--topic", "x"))
     assert loaded(cli_env, "status", run_id) == []
+    # No lease held: no process to look for, and the module that looks (subprocess, socket)
+    # is not loaded.
+    assert loaded(cli_env, "status", run_id, heavy=("interlock.runtime.processes",)) == []
     fast = json.loads(cli(cli_env, "status", run_id, "--json").stdout)
     status_file = next(Path(cli_env["INTERLOCK_HOME"]).glob(f"*/{run_id}/status.json"))
     status_file.unlink()  # the long way: folded from the ledger
@@ -182,3 +185,70 @@ def test_check_loads_no_runtime_driver(cli_env: dict[str, str]) -> None:
     path = str(ROOT / "examples" / "research.json")
     for extra in ((), ("--cost",)):
         assert loaded(cli_env, "check", path, *extra, heavy=runtime) == [], extra
+
+
+BUILDS = """
+import sys
+from lark.parsers import lalr_analysis
+
+built = []
+build = lalr_analysis.LALR_Analyzer.compute_lalr
+
+
+def counted(self):
+    built.append(self)
+    return build(self)
+
+
+lalr_analysis.LALR_Analyzer.compute_lalr = counted
+from interlock.cli.main import main
+
+sys.argv = ["interlock", *{args!r}]
+try:
+    main()
+finally:
+    print("BUILT", len(built), file=sys.stderr)
+"""
+
+
+def test_the_parse_tables_of_conditions_are_built_once_per_machine(
+    cli_env: dict[str, str],
+) -> None:
+    """The first `interlock check` of a pipeline with conditions builds CEL's parse tables
+    (a sixth of a second) and keeps them in the user's cache folder; the next command loads
+    them instead, and says the same of the pipeline."""
+    from tests.cli.test_cli import ROOT, cli
+
+    folder = Path(cli_env["XDG_CACHE_HOME"]) / "interlock"
+    assert cli(cli_env, "check", str(ROOT / "examples" / "research.json")).returncode == 0
+    assert not folder.exists()  # no condition compiled: nothing kept, no folder made
+    args = ["check", str(ROOT / "examples" / "translate.yaml")]
+    runs = []
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, "-c", BUILDS.format(args=args)],
+            env=cli_env, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        built = next(x for x in done.stderr.splitlines() if x.startswith("BUILT"))
+        runs.append((int(built.split()[1]), done.stdout))
+    (first, said), (second, again) = runs
+    assert first > 0 and second == 0
+    assert said == again and "ok" in said
+    kept = list(folder.glob("cel-parser-*.cache"))
+    assert len(kept) == 1, kept
+
+
+def test_listing_top_level_runs_loads_no_event_types(cli_env: dict[str, str]) -> None:
+    """`interlock runs` of runs that have no parent reads their summaries alone: the event
+    types (most of a tenth of a second) are not loaded; `check` of a pipeline whose command
+    files are there loads neither the ledger nor the reuse machinery."""
+    from tests.cli.test_cli import RESEARCH, ROOT, cli
+
+    assert cli(cli_env, "run", RESEARCH, "research", "--topic", "x").returncode == 0
+    assert loaded(cli_env, "runs", heavy=("interlock.core.events",)) == []
+    assert loaded(cli_env, "runs", "--json", heavy=("interlock.core.events",)) == []
+    unused = ("interlock.storage", "interlock.runtime.reuse", "interlock.runtime.models")
+    for example in ("research.json", "fanout.yaml", "translate.yaml"):
+        path = str(ROOT / "examples" / example)
+        assert loaded(cli_env, "check", path, heavy=unused) == [], example

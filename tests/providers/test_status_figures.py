@@ -90,7 +90,8 @@ def test_estimated_figures_are_marked_in_status_and_the_summary(
 def test_the_summary_counts_paid_calls_that_gave_no_output(
     tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two refused answers (empty) that were paid for are said, not "0 task(s) ran" alone."""
+    """Two refused answers (empty) that were paid for are said with what they cost ($0.006
+    each), not "0 task(s) completed" alone."""
     server.fail_next(Fault(empty=True), Fault(empty=True))
     project = make_project(tmp_path, server, monkeypatch)
     flow = project / "one.yaml"
@@ -102,4 +103,5 @@ def test_the_summary_counts_paid_calls_that_gave_no_output(
     state = app.run(flow, topic="t")
     assert state.status is RunStatus.FAILED
     folded = fold_history(app.store.events(state.run_id))
-    assert "0 task(s) ran, 2 paid call(s) failed or were refused" in spent_line(folded)
+    line = spent_line(folded)
+    assert "0 task(s) completed; 2 paid call(s) failed or were refused ($0.0120)" in line, line

@@ -115,18 +115,30 @@ def progress_table(definition: Definition, state: RunState, started: float) -> G
     """Phases and workers with status, attempts and elapsed time."""
     from rich.console import Group
 
-    from interlock.core.state import TaskStatus
-    from interlock.runtime.projection import status_view
+    return Group(title_line(state, started), progress_body(definition, state))
 
-    view = status_view(definition.pipeline, state, state.run_id)
-    title = Text.assemble(
+
+def title_line(state: RunState, started: float, now: float | None = None) -> Text:
+    """The pipeline, the run, its status and the seconds since `started` (to `now`)."""
+    elapsed = (time.time() if now is None else now) - started
+    return Text.assemble(
         (f"{state.pipeline} ", "bold"),
         (state.run_id, "dim"),
         "  ",
         styled(state.status.value),
-        f"  {time.time() - started:5.1f}s",
+        f"  {elapsed:5.1f}s",
     )
-    table = Table(title=title, title_justify="left", expand=False, box=None, padding=(0, 2))
+
+
+def progress_body(definition: Definition, state: RunState) -> Group:
+    """The table of phases and workers, and the figures and warnings under it."""
+    from rich.console import Group
+
+    from interlock.core.state import TaskStatus
+    from interlock.runtime.projection import status_view
+
+    view = status_view(definition.pipeline, state, state.run_id)
+    table = Table(expand=False, box=None, padding=(0, 2))
     table.add_column("phase")
     table.add_column("worker")
     table.add_column("status")
@@ -156,8 +168,26 @@ def progress_table(definition: Definition, state: RunState, started: float) -> G
     return Group(table, *[Text.from_markup(line) for line in footer])
 
 
+# What is kept of each running task's streamed answer: enough for its latest line.
+_STREAM_TAIL = 2000
+_STREAM_LINES = 8  # running tasks shown with their latest line, at most
+
+
+def latest_line(text: str) -> str:
+    """The last line of `text` that has something on it, its whitespace collapsed."""
+    for line in reversed(text.splitlines()):
+        if line.strip():
+            return " ".join(line.split())
+    return ""
+
+
 class LiveProgress:
-    """Redraws the progress table on every recorded event (or prints lines off a TTY)."""
+    """Redraws the progress view on every recorded event (or prints lines off a TTY).
+
+    On a terminal the view is drawn eight times a second between events too: its clock
+    goes on, and each running task shows the latest line of the answer its model streams
+    (`on_progress`, fed by the orchestrator's progress listeners; never recorded).
+    """
 
     def __init__(
         self,
@@ -174,21 +204,52 @@ class LiveProgress:
         self.started = time.time()
         self.live: Live | None = None
         self.state: RunState | None = None
+        self.streamed: dict[str, str] = {}  # task id -> the tail of its streamed answer
+        self._body: Group | None = None  # the table as of the latest event
 
     def __enter__(self) -> LiveProgress:
         if self.console.is_terminal:
             from rich.live import Live
 
             console = real_console(self.console)
-            self.live = Live(console=console, refresh_per_second=8, transient=False)
+            self.live = Live(
+                console=console,
+                refresh_per_second=8,
+                transient=False,
+                get_renderable=self.frame,
+            )
             self.live.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         if self.live is not None:
             if self.state is not None:
-                self.live.update(progress_table(self.definition, self.state, self.started))
+                self._body = progress_body(self.definition, self.state)
+            self.streamed.clear()  # the last frame shows how the run stands, not its stream
             self.live.__exit__(*exc)
+
+    def frame(self, now: float | None = None) -> Group | Text:
+        """What the terminal shows now: the title with the time since the command started,
+        the table as of the latest event, and the running tasks' latest streamed lines."""
+        from rich.console import Group
+
+        state = self.state
+        if state is None or self._body is None:
+            return Text("")
+        parts: list[Any] = [title_line(state, self.started, now), self._body]
+        shown = 0
+        for task_id, tail in list(self.streamed.items()):  # a copy: fragments arrive meanwhile
+            task = state.tasks.get(task_id)
+            if task is None or not task.status.in_flight:
+                continue
+            line = latest_line(tail)
+            if not line or shown == _STREAM_LINES:
+                continue
+            shown += 1
+            text = Text.assemble((f"{task_id}: ", "dim"), line)
+            text.no_wrap, text.overflow = True, "ellipsis"
+            parts.append(text)
+        return Group(*parts)
 
     def on_event(self, run_id: str, seq: int, new: NewEvent, state: RunState) -> None:
         """Listener for the orchestrator."""
@@ -201,9 +262,21 @@ class LiveProgress:
             return
         self.state = state
         if self.live is not None:
-            self.live.update(progress_table(self.definition, state, self.started))
+            self._body = progress_body(self.definition, state)
+            # A task that ended streams no more (a retry streams its own answer): what it
+            # said is dropped. The next frame (an eighth of a second at most) shows the rest.
+            for task_id in list(self.streamed):
+                task = state.tasks.get(task_id)
+                if task is not None and not task.status.in_flight:
+                    del self.streamed[task_id]
             return
         self.print_event(seq, new)
+
+    def on_progress(self, run_id: str, task_id: str, text: str) -> None:
+        """Progress listener for the orchestrator: a fragment of a task's streamed answer."""
+        if self.run_id and run_id != self.run_id:
+            return  # a child's tasks are not rows of this table
+        self.streamed[task_id] = (self.streamed.get(task_id, "") + text)[-_STREAM_TAIL:]
 
     def print_event(self, seq: int, new: NewEvent) -> None:
         """One line for an event, never wrapped (off a terminal)."""

@@ -41,10 +41,16 @@ def drive_in_foreground(app: Interlock, run_id: str, *, since: int | None = None
                     new = NewEvent(event=stored.event, rule=stored.rule, why=stored.why)
                     progress.print_event(stored.seq, new)
             orchestrator.listeners.append(progress.on_event)
+            # On a terminal, what the models stream shows as it comes (off one, only events).
+            streams = progress.live is not None
+            if streams:
+                orchestrator.progress_listeners.append(progress.on_progress)
             try:
                 asyncio.run(_drive(app, run_id))
             finally:
                 orchestrator.listeners.remove(progress.on_event)
+                if streams:
+                    orchestrator.progress_listeners.remove(progress.on_progress)
     except KeyboardInterrupt:
         err.print(f"interrupted: the run is resumable with 'interlock resume {run_id}'")
         return int(ExitCode.INTERRUPTED)
@@ -160,24 +166,27 @@ def spent_line(state: RunState) -> str:
     ]
     reused = sum(1 for t in done if t.reused_from is not None)
     # Attempts whose call was paid for but gave no output (refused, cut off, not JSON).
-    wasted = sum(
-        len(t.charged - ({t.attempt} if t.status is TaskStatus.COMPLETED else set()))
-        for i, t in state.tasks.items()
-        if i not in before
-    )
+    wasted, wasted_usd = 0, 0.0
+    for task_id, task in state.tasks.items():
+        if task_id in before:
+            continue
+        kept = {task.attempt} if task.status is TaskStatus.COMPLETED else set()
+        for attempt in task.charged - kept:
+            wasted += 1
+            wasted_usd += task.attempt_cost.get(attempt, 0.0)
     mark = "~" if any(t.estimated for t in state.tasks.values()) else ""
     line = (
         f"spent {mark}${state.cost_usd - cost:.4f}, {mark}{state.tokens - tokens:,} tokens; "
-        f"{len(done) - reused} task(s) ran"
+        f"{len(done) - reused} task(s) completed"
     )
     if state.imported:
         line += f" here (the bundle's source spent ${cost:.4f}, {tokens:,} tokens)"
-    if wasted:
-        line += f", {wasted} paid call(s) failed or were refused"
-    if mark:
-        line += " (~: estimated, a server reported no token counts)"
     if reused:
         line += f", {reused} reused (paid for by earlier runs)"
+    if wasted:
+        line += f"; {wasted} paid call(s) failed or were refused ({mark}${wasted_usd:.4f})"
+    if mark:
+        line += " (~: estimated, a server reported no token counts)"
     if state.unpriced:
         from interlock.runtime.projection import unpriced_note
 

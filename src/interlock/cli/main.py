@@ -131,4 +131,29 @@ def main() -> None:
 
     logs.OWN_PROCESS = True
     logging.captureWarnings(True)
+    use_parser_cache()
     cli(standalone_mode=True)
+
+
+def use_parser_cache() -> None:
+    """Keep CEL's parse tables in the user's cache folder (`$XDG_CACHE_HOME/interlock`, else
+    `~/.cache/interlock`), so that only the first command of a machine that compiles a
+    condition builds them (a sixth of a second); the folder is made by that command, and
+    without a writable one each command builds them."""
+    from interlock.core import expressions
+
+    expressions.PARSER_CACHE = parser_cache_file
+
+
+def parser_cache_file() -> str | None:
+    """The file CEL's parse tables are kept in, its folder made (None: it cannot be)."""
+    import os
+    import sys
+
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    folder = Path(base) / "interlock"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:  # a read-only home: the tables are built in this process
+        return None
+    return str(folder / f"cel-parser-py{sys.version_info[0]}{sys.version_info[1]}.cache")

@@ -12,7 +12,7 @@ function that evaluates has compiled first.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -55,16 +55,56 @@ def _where(source: str, error: Exception) -> str:
     return f" at character {at + 1}, at {shown}"
 
 
+# Where CEL's parse tables are kept between processes: set by the command line to a function
+# that makes the folder and names the file (None, or a None from it: built in each process).
+# The engine does no I/O of its own: lark reads and writes that one file.
+PARSER_CACHE: Callable[[], str | None] | None = None
+
+
 @lru_cache(maxsize=1)
 def _environment() -> Any:
-    # Building CEL's parser takes a noticeable part of a second: only pipelines with
-    # conditions pay for it, and only once per process.
+    # Building CEL's parser (its LALR tables) takes a sixth of a second: only pipelines with
+    # conditions pay for it, once per process, or once per machine with PARSER_CACHE.
     import celpy
 
     from interlock.core.expression_limits import runner_class
 
+    path = PARSER_CACHE() if PARSER_CACHE is not None else None
+    if path is not None:
+        _cached_parser(path)
+
     # Every evaluation counts its steps and the values it builds (`expression_limits`).
     return celpy.Environment(runner_class=runner_class())
+
+
+def _cached_parser(path: str) -> None:
+    """Give celpy its parser loaded from `path`, built and written there when the file is
+    missing or was made by another grammar or lark (lark checks a digest of both, and builds
+    anew from a file it cannot read)."""
+    import re
+    from pathlib import Path
+
+    import celpy
+    import lark
+    from celpy.celparser import CELParser
+
+    if CELParser.CEL_PARSER is not None:
+        return
+    grammar = Path(celpy.__file__).parent / "cel.lark"
+    # The options of celpy's own parser (`CELParser.__init__`), and the cache.
+    CELParser.CEL_PARSER = lark.Lark(
+        grammar.read_text(),
+        parser="lalr",
+        start="expr",
+        debug=True,
+        g_regex_flags=re.M,
+        lexer_callbacks={"IDENT": CELParser.ambiguous_literals},
+        propagate_positions=True,
+        maybe_placeholders=False,
+        priority="invert",
+        tree_class=lark.Tree,
+        cache=path,
+    )
 
 
 # Sized for the largest pipelines: a check of 4,000 conditions parses each once, not per path.

@@ -116,6 +116,9 @@ class TaskState:
     revising: bool = False
     first_mark: int = 0  # when the task was first dispatched: what dispatched later read it
     charged: set[int] = field(default_factory=set)  # attempts whose cost is recorded
+    # What each charged attempt cost (its final usage): attempt -> dollars. Replaced, never
+    # changed in place, like `child_spend`.
+    attempt_cost: dict[int, float] = field(default_factory=dict)
     # A running child's spend so far, counted until its attempt's final usage replaces it:
     # attempt -> (cost, tokens). Replaced, never changed in place (`RunState.copy` shares it).
     child_spend: dict[int, tuple[float, int]] = field(default_factory=dict)
@@ -803,6 +806,7 @@ def _charge(state: RunState, task: TaskState, attempt: int, usage: dict[str, Any
     if counted is not None:
         task.child_spend = {a: s for a, s in task.child_spend.items() if a != attempt}
         cost, tokens = cost - counted[0], tokens - counted[1]
+    task.attempt_cost = {**task.attempt_cost, attempt: float(usage.get("cost_usd", 0.0))}
     _add(state, task, cost, tokens)
     task.charged.add(attempt)
 

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from interlock.core.workflow import Pipeline
-from interlock.runtime.reuse import is_code
 
 
 def missing_code(
@@ -31,6 +30,11 @@ def missing_code(
                 path = Path(arg)
                 if not path.is_relative_to(folder) or path.exists():
                     continue
+                # Only a missing file loads the reuse machinery (the ledger's and the model
+                # runner's modules with it): `check` of a workflow whose files are there
+                # needs none of it.
+                from interlock.runtime.reuse import is_code
+
                 if not is_code(argv, index, folder):
                     continue
                 line = line_of([name, "phases", p, "workers", w, "command", index])

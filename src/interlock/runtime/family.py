@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from interlock.core import events as ev
 from interlock.core.subpipelines import CHILD_ID
 from interlock.errors import RunNotFound
 
@@ -85,6 +84,10 @@ def parents_of(store: Store, run_ids: list[str]) -> dict[str, tuple[str, str | N
     for run_id in run_ids:
         if not CHILD_ID.search(run_id):
             continue
+        # Only a page with a child run on it loads the event types (most of a tenth of a
+        # second): a list of top-level runs reads their summaries alone.
+        from interlock.core import events as ev
+
         first = store.events(run_id, 0, 1)
         created = first[0].event if first else None
         if isinstance(created, ev.RunCreated) and created.parent_run is not None:
