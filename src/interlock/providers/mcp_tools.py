@@ -190,6 +190,11 @@ class Toolbox:
             )
         return specs
 
+    def asks(self, call: ToolCall) -> bool:
+        """Whether `call` is of a tool its server's `approve` lists: it waits for a person."""
+        opened = self._by_tool.get(call.name)
+        return opened is not None and opened.server.asks(self._names[call.name])
+
     async def call(self, call: ToolCall, *, key: str = "") -> ToolResult:
         """Run one call the model asked for, `key` (its idempotency key, when given) sent in
         the request's metadata as `KEY_META`.

@@ -456,6 +456,7 @@ class RunDriver:
             workflow_dir=self.workflow_dir,
             idempotency_key=key[:32],
             pipeline=self.state.pipeline,
+            tool_decisions=task.tool_decisions,
         )
 
         def render() -> TaskSpec | Outcome:

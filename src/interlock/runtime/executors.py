@@ -52,6 +52,8 @@ class TaskSpec:
     idempotency_key: str
     workflow_dir: Path | None = None  # the workflow file's directory, for relative scripts
     pipeline: str = ""  # the run's pipeline, for spend caps scoped to one
+    # Tool calls a person decided (`approve` tools), by "turn/call": {tool, approved, note}.
+    tool_decisions: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def log_dir(self) -> Path:

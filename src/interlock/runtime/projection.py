@@ -273,7 +273,7 @@ def status_view(
 
 def retry_count(state: RunState) -> int:
     """Attempts after a task's first that were retries: not the re-runs an edit caused."""
-    return sum(max(0, t.attempt - 1 - t.reruns) for t in state.tasks.values())
+    return sum(max(0, t.attempt - 1 - t.reruns - t.held) for t in state.tasks.values())
 
 
 def live_spend_waits(
