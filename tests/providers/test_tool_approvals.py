@@ -1,0 +1,148 @@
+"""Tool calls that wait for a person (`approve:`): the run pauses at such a call, and a
+decision lets it run once or answers the model with a refusal; against the fake model
+server and the real MCP test server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.reliability.crash_points import cli
+
+from interlock import RunStatus
+from interlock.core.state import fold
+from interlock.core.tool_calls import waiting_calls
+from interlock.errors import CallNotWaiting, ExitCode, UsageError
+
+from .fake_llm_server import FakeServer, Fault
+from .project import app_for, make_project
+from .test_tools import MCP, tool_flow
+
+TOOLS = f"[{{mcp: {MCP}, env: [MCP_CALL_LOG], approve: [note]}}]"
+
+
+def note(word: str) -> Fault:
+    """A model answer that asks for the `note` tool."""
+    return Fault(tool_calls=[("note", {"word": word})])
+
+
+def noted(path: Path) -> list[str]:
+    """The words the MCP server's `note` tool wrote down, in order."""
+    return [json.loads(line)["word"] for line in path.read_text().splitlines()]
+
+
+@pytest.fixture
+def call_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty call log, named to the MCP server by MCP_CALL_LOG."""
+    path = tmp_path / "calls.jsonl"
+    path.write_text("")
+    monkeypatch.setenv("MCP_CALL_LOG", str(path))
+    return path
+
+
+def tool_results(body: dict[str, Any]) -> list[str]:
+    """The tool results an OpenAI request carries."""
+    return [m["content"] for m in body["messages"] if m["role"] == "tool"]
+
+
+def test_an_approve_listed_call_pauses_the_run_and_once_approved_runs_exactly_once(
+    tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch, call_log: Path
+) -> None:
+    """The model asks for `note`: the run pauses showing the call (tool, arguments, turn)
+    and the tool has not run; approved, the tool runs once, its result goes to the model,
+    the run is delivered, and no failure or retry is counted."""
+    server.fail_next(note("launch"))
+    project = make_project(tmp_path, server, monkeypatch)
+    app = app_for(project)
+    state = app.run(tool_flow(project, "gpt", tools=TOOLS), topic="t")
+    assert state.status is RunStatus.PAUSED, state.failure
+    assert state.pause_reason == "tool"
+    [waiting] = waiting_calls(state)
+    assert (waiting["ref"], waiting["tool"], waiting["turn"]) == ("w@1/1/1", "note", 1)
+    assert json.loads(waiting["arguments"]) == {"word": "launch"}
+    assert noted(call_log) == []
+    assert len(server.requests) == 1
+    with pytest.raises(UsageError, match="--call"):
+        app.approve(state.run_id)
+    app.decide_call(state.run_id, "w@1/1/1", approved=True, by="ops")
+    done = app.resume(state.run_id)
+    assert done.status is RunStatus.DELIVERED, done.failure
+    assert noted(call_log) == ["launch"]
+    assert len(server.requests) == 2  # the model is not asked turn 1 again
+    assert tool_results(server.requests[1].body) == ["noted launch"]
+    task = done.tasks["w@1"]
+    assert (task.attempt, task.held, task.tool_decisions["1/1"]["approved"]) == (2, 1, True)
+    kinds = [e.kind for e in app.events(state.run_id)]
+    assert "tool_call_decided" in kinds and "retry_scheduled" in kinds
+    decided = next(e.data for e in app.events(state.run_id) if e.kind == "tool_call_decided")
+    assert (decided["approved"], decided["by"], decided["tool"]) == (True, "ops", "note")
+
+
+def test_a_rejected_call_is_answered_with_the_refusal_and_the_loop_goes_on(
+    tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch, call_log: Path
+) -> None:
+    """Refused with a reason, the tool never runs; the model's next request carries the
+    refusal and the reason as the call's result, and the run is delivered."""
+    server.fail_next(note("drop-tables"))
+    project = make_project(tmp_path, server, monkeypatch)
+    app = app_for(project)
+    state = app.run(tool_flow(project, "gpt", tools=TOOLS), topic="t")
+    assert state.status is RunStatus.PAUSED
+    app.decide_call(state.run_id, "w@1/1/1", approved=False, note="not in production")
+    done = app.resume(state.run_id)
+    assert done.status is RunStatus.DELIVERED, done.failure
+    assert noted(call_log) == []
+    [told] = tool_results(server.requests[1].body)
+    assert "refused" in told and "not in production" in told
+
+
+def test_a_decision_for_a_call_that_does_not_wait_is_refused_with_its_own_exit_code(
+    tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch, call_log: Path
+) -> None:
+    """A second decision for a decided call, a call never asked for, and a decision on an
+    ended run each fail naming the calls that wait; the CLI exits with CALL_NOT_WAITING."""
+    server.fail_next(note("one"))
+    project = make_project(tmp_path, server, monkeypatch)
+    app = app_for(project)
+    state = app.run(tool_flow(project, "gpt", tools=TOOLS), topic="t")
+    run = state.run_id
+    with pytest.raises(CallNotWaiting, match="does not wait"):
+        app.decide_call(run, "w@1/2/1", approved=True)
+    app.decide_call(run, "w@1/1/1", approved=True)
+    with pytest.raises(CallNotWaiting, match="already has a decision waiting"):
+        app.decide_call(run, "w@1/1/1", approved=False)
+    assert app.resume(run).status is RunStatus.DELIVERED
+    home = project / "home"
+    again = cli(home, "approve", run, "--call", "w@1/1/1")
+    assert again.returncode == ExitCode.CALL_NOT_WAITING, again.stderr[-500:]
+    assert "delivered" in again.stderr and "Traceback" not in again.stderr
+    assert noted(call_log) == ["one"]
+
+
+def test_a_kill_while_a_call_waits_keeps_it_waiting_and_approve_then_goes_on(
+    tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch, call_log: Path
+) -> None:
+    """The real CLI is killed (SIGKILL) once the waiting call is recorded; `resume` leaves
+    the run paused with the same call waiting, and `approve --call` (CLI) runs the tool once
+    and delivers."""
+    project = make_project(tmp_path, server, monkeypatch)
+    flow = tool_flow(project, "gpt", tools=TOOLS)
+    home, run = project / "home", "approval-kill"
+    server.fail_next(note("once"))
+    # The first record after the call was recorded as waiting: the pause, not yet acted on.
+    first = cli(home, "run", str(flow), "--topic", "t", "--run-id", run, crash_at="after_append:5")
+    assert first.returncode == -9, first.stderr[-500:]
+    app = app_for(project)
+    kinds = [e.kind for e in app.events(run)]
+    assert "task_failed" in kinds, kinds
+    resumed = cli(home, "resume", run)
+    assert resumed.returncode == ExitCode.PAUSED, resumed.stderr[-500:]
+    state = fold([e.event for e in app.events(run)]) if False else app.state(run)
+    assert [c["ref"] for c in waiting_calls(state)] == ["w@1/1/1"]
+    assert noted(call_log) == []
+    approved = cli(home, "approve", run, "--call", "w@1/1/1")
+    assert approved.returncode == 0, approved.stderr[-500:]
+    assert noted(call_log) == ["once"]
+    assert app_for(project).state(run).status is RunStatus.DELIVERED
