@@ -137,7 +137,8 @@ def test_a_kill_while_a_call_waits_keeps_it_waiting_and_approve_then_goes_on(
         if len(server.requests) != asked:  # the last answer asked for was given
             server.fail_next(note("once"))
         asked = len(server.requests)
-        first = cli(home, "run", str(flow), "--topic", "t", "--run-id", run, crash_at=f"after_append:{n}")
+        at = f"after_append:{n}"
+        first = cli(home, "run", str(flow), "--topic", "t", "--run-id", run, crash_at=at)
         assert first.returncode == -9, first.stderr[-500:]
         if any(e.data.get("approval") for e in app.events(run) if e.kind == "task_failed"):
             break

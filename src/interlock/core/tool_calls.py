@@ -79,9 +79,7 @@ def call_refusal(state: RunState, ref: str) -> str | None:
     waiting = waiting_calls(state)
     listed = ", ".join(c["ref"] for c in waiting) or "none"
     if state.status.ended:
-        return (
-            f"run {run} is {state.status.value}: tool call {ref} no longer waits for a decision"
-        )
+        return f"run {run} is {state.status.value}: tool call {ref} no longer waits for a decision"
     task_id, _, rest = ref.rpartition("/")
     task_id, _, turn = task_id.rpartition("/")
     if not task_id or not turn.isdigit() or not rest.isdigit():
@@ -96,7 +94,9 @@ def call_refusal(state: RunState, ref: str) -> str | None:
             f"waiting now: {listed})"
         )
     if not any(c["ref"] == ref for c in waiting):
-        return f"run {run}: tool call {ref} does not wait for a decision (calls waiting now: {listed})"
+        return (
+            f"run {run}: tool call {ref} does not wait for a decision (calls waiting now: {listed})"
+        )
     return None
 
 

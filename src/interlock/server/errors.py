@@ -13,6 +13,7 @@ from interlock.errors import (
     PipelineNotFound,
     RunFolderTaken,
     RunInert,
+    CallNotWaiting,
     RunNotFound,
     StorageError,
     WorkflowError,
@@ -53,6 +54,8 @@ def from_interlock(exc: InterlockError) -> ApiError:
         return ApiError(422, "invalid_workflow", exc.message)
     if isinstance(exc, LeaseHeld | LeaseLost):
         return ApiError(409, "busy", exc.message)
+    if isinstance(exc, CallNotWaiting):  # decided already, never asked, or the run ended
+        return ApiError(409, "call_not_waiting", exc.message)
     if isinstance(exc, RunInert):  # imported, nobody trusted it yet
         return ApiError(409, "run_inert", exc.message)
     if isinstance(exc, RunFolderTaken):  # the id is taken in the state directory
