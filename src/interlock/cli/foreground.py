@@ -159,9 +159,15 @@ def spent_line(state: RunState) -> str:
         t for i, t in state.tasks.items() if t.status is TaskStatus.COMPLETED and i not in before
     ]
     reused = sum(1 for t in done if t.reused_from is not None)
-    # Attempts whose call was paid for but gave no output (refused, cut off, not JSON).
+    # Attempts whose call was paid for but gave no output (refused, cut off, not JSON); not
+    # those that stopped at a tool call waiting for a person: their loop goes on.
     wasted = sum(
-        len(t.charged - ({t.attempt} if t.status is TaskStatus.COMPLETED else set()))
+        max(
+            0,
+            len(t.charged - ({t.attempt} if t.status is TaskStatus.COMPLETED else set()))
+            - t.held
+            - (t.status is TaskStatus.AWAITING),
+        )
         for i, t in state.tasks.items()
         if i not in before
     )

@@ -214,9 +214,12 @@ def _tool_calls(pipeline: Pipeline, state: RunState, now: float) -> list[Decisio
         event: ev.Event = ev.Paused(
             at=now, phase=state.current.phase, visit=state.current.visit, reason="tool"
         )
+        arguments = str(waiting.get("arguments", ""))
+        shown = arguments if len(arguments) <= 200 else arguments[:200] + "..."
         why = (
-            f"task {task_id} asks to call tool {waiting.get('tool')!r} (turn "
-            f"{waiting.get('turn')}, call {waiting.get('call')}), which waits for approval"
+            f"task {task_id} asks to call tool {waiting.get('tool')!r} with {shown} (turn "
+            f"{waiting.get('turn')}, call {waiting.get('call')}), which waits for approval: "
+            f"interlock approve --call {task_id}/{waiting.get('turn')}/{waiting.get('call')}"
         )
         return [Decision(RuleName.TOOL_APPROVAL, event, why)]
     decisions = []

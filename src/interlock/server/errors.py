@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from interlock.errors import (
+    CallNotWaiting,
     DamagedHistory,
     InterlockError,
     InvalidSignal,
@@ -13,7 +14,6 @@ from interlock.errors import (
     PipelineNotFound,
     RunFolderTaken,
     RunInert,
-    CallNotWaiting,
     RunNotFound,
     StorageError,
     WorkflowError,
