@@ -100,20 +100,27 @@ def test_a_rejected_call_is_answered_with_the_refusal_and_the_loop_goes_on(
 def test_a_decision_for_a_call_that_does_not_wait_is_refused_with_its_own_exit_code(
     tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch, call_log: Path
 ) -> None:
-    """A second decision for a decided call, a call never asked for, and a decision on an
-    ended run each fail naming the calls that wait; the CLI exits with CALL_NOT_WAITING."""
+    """`status` shows the waiting call and how to decide it; a call never asked for, a
+    second decision for a decided call, and a decision on an ended run each fail naming the
+    calls that wait; the CLI exits with CALL_NOT_WAITING, without a traceback."""
     server.fail_next(note("one"))
     project = make_project(tmp_path, server, monkeypatch)
     app = app_for(project)
     state = app.run(tool_flow(project, "gpt", tools=TOOLS), topic="t")
     run = state.run_id
+    home = project / "home"
+    shown = cli(home, "status", run)
+    assert "tool call w@1/1/1: note(" in shown.stdout, shown.stdout[-800:]
+    assert f"interlock approve {run} --call w@1/1/1" in shown.stdout
+    unknown = cli(home, "reject", run, "--call", "w@1/9/1", "--reason", "no")
+    assert unknown.returncode == ExitCode.CALL_NOT_WAITING, unknown.stderr[-500:]
+    assert "calls waiting now: w@1/1/1" in unknown.stderr
     with pytest.raises(CallNotWaiting, match="does not wait"):
         app.decide_call(run, "w@1/2/1", approved=True)
     app.decide_call(run, "w@1/1/1", approved=True)
     with pytest.raises(CallNotWaiting, match="already has a decision waiting"):
         app.decide_call(run, "w@1/1/1", approved=False)
     assert app.resume(run).status is RunStatus.DELIVERED
-    home = project / "home"
     again = cli(home, "approve", run, "--call", "w@1/1/1")
     assert again.returncode == ExitCode.CALL_NOT_WAITING, again.stderr[-500:]
     assert "delivered" in again.stderr and "Traceback" not in again.stderr
