@@ -3,6 +3,8 @@ that continues the loop (no retry), and `check`'s exploration of such a pause.""
 
 from __future__ import annotations
 
+import pytest
+
 from interlock.core import events as ev
 from interlock.core.decide import RuleName, settle
 from interlock.core.explore import explore
@@ -10,6 +12,7 @@ from interlock.core.observe import Command, CommandKind, interpret_command
 from interlock.core.state import RunState, RunStatus, TaskStatus, apply
 from interlock.core.tool_calls import CallDecision, waiting_calls
 from interlock.core.workflow import Pipeline
+from interlock.errors import WorkflowError
 
 from .runs import pipeline_of, worker
 
@@ -104,3 +107,15 @@ def test_check_explores_the_pause_of_a_worker_with_approve_tools() -> None:
     assert not explore(
         pipeline_of({"phases": [{"id": "a", "workers": [worker("w", final=True)]}]}), name="p"
     ).paused
+
+
+def test_approve_may_not_name_a_denied_tool_or_one_allow_leaves_out() -> None:
+    """A tool both approved and denied, or approved and not allowed, is refused at load,
+    naming it and the fix."""
+    for entry, said in (
+        ({"approve": ["deploy"], "deny": ["deploy"]}, "both in 'approve' and in 'deny'"),
+        ({"approve": ["deploy"], "allow": ["read"]}, "'approve' names 'deploy', which 'allow'"),
+    ):
+        tools = [{"url": "http://localhost:1/mcp", **entry}]
+        with pytest.raises(WorkflowError, match=said):
+            pipeline_of({"phases": [{"id": "a", "workers": [worker("w", tools=tools)]}]})

@@ -160,3 +160,17 @@ def test_a_kill_while_a_call_waits_keeps_it_waiting_and_approve_then_goes_on(
     assert approved.returncode == 0, approved.stderr[-500:]
     assert noted(call_log) == ["once"]
     assert app_for(project).state(run).status is RunStatus.DELIVERED
+
+
+def test_an_approved_tool_the_server_does_not_offer_fails_for_good_saying_what_it_offers(
+    tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A misspelt `approve` name would let the real tool run unasked: the attempt fails for
+    good naming the name and the server's tools, before the model is called."""
+    project = make_project(tmp_path, server, monkeypatch)
+    app = app_for(project)
+    tools = f"[{{mcp: {MCP}, approve: [note, deploy]}}]"
+    state = app.run(tool_flow(project, "gpt", tools=tools), topic="t")
+    assert state.status is RunStatus.FAILED
+    assert "offers no tool 'deploy', which its 'approve' names" in str(state.failure)
+    assert server.requests == []
