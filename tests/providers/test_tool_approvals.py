@@ -174,3 +174,23 @@ def test_an_approved_tool_the_server_does_not_offer_fails_for_good_saying_what_i
     assert state.status is RunStatus.FAILED
     assert "offers no tool 'deploy', which its 'approve' names" in str(state.failure)
     assert server.requests == []
+
+
+def test_an_approved_call_is_not_asked_again_by_a_retry(
+    tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch, call_log: Path
+) -> None:
+    """The tool server dies while the approved call runs: the retry makes the call again
+    under the same idempotency key without pausing for it a second time, and delivers."""
+    server.fail_next(note("die"))
+    project = make_project(tmp_path, server, monkeypatch)
+    app = app_for(project)
+    retry = "      retries: 1\n      backoff: {initial: 0}\n"
+    state = app.run(tool_flow(project, "gpt", retry, tools=TOOLS), topic="t")
+    assert state.status is RunStatus.PAUSED
+    app.decide_call(state.run_id, "w@1/1/1", approved=True)
+    done = app.resume(state.run_id)
+    assert done.status is RunStatus.DELIVERED, done.failure
+    assert noted(call_log) == ["die", "die"]
+    paused = [e for e in app.events(state.run_id) if e.kind == "paused"]
+    assert len(paused) == 1
+    assert (done.tasks["w@1"].attempt, done.tasks["w@1"].held) == (3, 1)
