@@ -64,7 +64,13 @@ def from_interlock(exc: InterlockError) -> ApiError:
         return ApiError(500, "damaged_history", exc.message)
     if isinstance(exc, StorageError):
         return ApiError(503, "storage", exc.message)
-    state_words = ("not paused", "already ended", "nothing to", "can be sent to a run")
+    state_words = (
+        "not paused",
+        "already ended",
+        "nothing to",
+        "can be sent to a run",
+        "paused for a tool call",  # approving the run, not the call that waits
+    )
     if any(word in exc.message for word in state_words):
         return ApiError(409, "wrong_state", exc.message)
     return ApiError(400, "bad_request", exc.message)
