@@ -294,6 +294,15 @@ class Interlock:
             from interlock.runtime.orchestrator import inert_message
 
             raise RunInert(inert_message(run_id, state.status.value))
+        if state.pause_reason == "tool":
+            from interlock.core.tool_calls import waiting_calls
+
+            refs = ", ".join(c["ref"] for c in waiting_calls(state)) or "none"
+            raise UsageError(
+                f"run {run_id} is paused for a tool call that waits for a decision ({refs}): "
+                f"'interlock approve {run_id} --call REF' lets it run, 'interlock reject "
+                f"{run_id} --call REF --reason TEXT' refuses it"
+            )
         target = run_id
         # A run paused by its child run goes on when that child does: the approval is the
         # child's (the deepest paused one, when children nest).
@@ -306,6 +315,35 @@ class Interlock:
         if changes:  # never let the run go on over a change it would not read
             raise UsageError(hand_edit_message(target, changes))
         self._post(target, CommandKind.APPROVE, message, by)
+        return run_id
+
+    def decide_call(
+        self, run_id: str, call: str, *, approved: bool, note: str = "", by: str | None = None
+    ) -> str:
+        """Let the tool call `call` (``TASK/TURN/CALL``, as `status` lists it) that waits for
+        a person run (`approved`), or refuse it: the model is then told `note` and its loop
+        goes on. Recorded by the run's driver at its next tick.
+
+        Raises:
+            CallNotWaiting: The call does not wait (decided already, unknown, run ended).
+        """
+        from interlock.core.tool_calls import CallDecision, call_refusal
+        from interlock.errors import CallNotWaiting
+
+        run_id = self.resolve(run_id)
+        state = self.state(run_id)
+        refused = call_refusal(state, call)
+        if refused is not None:
+            raise CallNotWaiting(refused)
+        for command in self.store.pending_commands(run_id):
+            posted = CallDecision.from_message(command.message)
+            if command.kind == CommandKind.DECIDE_CALL.value and posted and posted.call == call:
+                raise CallNotWaiting(
+                    f"run {run_id}: tool call {call} already has a decision waiting to be "
+                    "recorded; it no longer waits"
+                )
+        decision = CallDecision(call=call, approved=approved, note=note)
+        self._post(run_id, CommandKind.DECIDE_CALL, decision.to_message(), by)
         return run_id
 
     def edit(

@@ -21,6 +21,7 @@ class ExitCode(IntEnum):
     NOT_VERIFIED = 6  # a run's history or a bundle fails verification (tampered or damaged)
     OVER_BUDGET = 7  # with --strict: the worst case of a run is over its pipeline's budget
     BAD_SIGNATURE = 8  # a bundle's signature does not match the public key given (or is absent)
+    CALL_NOT_WAITING = 9  # a decision for a tool call that no longer waits (decided, unknown)
     MISSING_EXTRA = 69  # an optional dependency the command needs is not installed (sysexits)
     INTERNAL = 70  # a bug in interlock itself (EX_SOFTWARE); nothing recorded is lost
     INTERRUPTED = 130  # Ctrl-C or SIGTERM; the run stays resumable
@@ -75,6 +76,13 @@ class RunExists(UsageError):
 
 class RunInert(UsageError):
     """The run was imported from a bundle and nobody has trusted its definition yet."""
+
+
+class CallNotWaiting(UsageError):
+    """A tool call was approved or rejected that does not wait for a decision (decided
+    already, never asked, or its run ended)."""
+
+    exit_code = ExitCode.CALL_NOT_WAITING
 
 
 class LeaseHeld(InterlockError):

@@ -187,6 +187,7 @@ OPERATE: dict[str, dict[str, Any]] = {
     "approve": {"run_id": "x"},
     "reject": {"run_id": "x", "to": "draft", "feedback": "x"},
     "edit_output": {"run_id": "x", "output": "draft.md", "text": "x"},
+    "decide_tool_call": {"run_id": "x", "call": "w@1/1/1", "approve": True},
     "cancel": {"run_id": "x"},
     "signal": {"run_id": "x", "name": "go"},
     "resume": {"run_id": "x"},

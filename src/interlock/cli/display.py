@@ -156,7 +156,7 @@ def progress_body(definition: Definition, state: RunState) -> Group:
                 f"{done}/{items}" if items else "",
             )
     footer = []
-    retries = sum(max(0, t.attempt - 1 - t.reruns) for t in state.tasks.values())
+    retries = sum(max(0, t.attempt - 1 - t.reruns - t.held) for t in state.tasks.values())
     running = sum(t.status is TaskStatus.RUNNING for t in state.tasks.values())
     footer.append(f"running {running}  retries {retries}  events {state.events}")
     if state.cost_usd:

@@ -165,13 +165,16 @@ def spent_line(state: RunState) -> str:
         t for i, t in state.tasks.items() if t.status is TaskStatus.COMPLETED and i not in before
     ]
     reused = sum(1 for t in done if t.reused_from is not None)
-    # Attempts whose call was paid for but gave no output (refused, cut off, not JSON).
+    # Attempts whose call was paid for but gave no output (refused, cut off, not JSON); not
+    # those that stopped at a tool call waiting for a person: their loop goes on.
     wasted, wasted_usd = 0, 0.0
     for task_id, task in state.tasks.items():
         if task_id in before:
             continue
-        kept = {task.attempt} if task.status is TaskStatus.COMPLETED else set()
-        for attempt in task.charged - kept:
+        kept = (
+            {task.attempt} if task.status in (TaskStatus.COMPLETED, TaskStatus.AWAITING) else set()
+        )
+        for attempt in task.charged - kept - set(task.held_attempts):
             wasted += 1
             wasted_usd += task.attempt_cost.get(attempt, 0.0)
     mark = "~" if any(t.estimated for t in state.tasks.values()) else ""

@@ -411,6 +411,8 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
         phases = view.get("phases") or []
         phase = phases[at]["id"] if isinstance(at, int) and at < len(phases) else None
         out.print(_paused_line(view["run_id"], phase, pause.get("reason")), soft_wrap=True)
+        for call in pause.get("tool_calls") or []:
+            out.print(_waiting_call_line(view["run_id"], call), soft_wrap=True, markup=False)
     for line in _running_children(view):
         out.print(line)
     if view.get("imported"):
@@ -495,14 +497,26 @@ def _paused_line(run_id: str, phase: str | None, reason: str | None) -> str:
     why = {
         "pause_after": f"after phase {phase!r} (pause_after)",
         "budget": "its budget is spent (approving lets it spend on)",
+        "tool": "for a tool call that waits for a decision",
     }.get(reason or "", f"({reason})" if reason else "")
     answers = f"interlock approve {run_id}"
+    if reason == "tool":
+        answers = "decide each call below"
     if reason == "pause_after":
         answers += (
             f", or change an output: interlock edit {run_id} OUTPUT --file F, or send it "
             f"back: interlock reject {run_id} --to PHASE -m TEXT"
         )
     return f"paused {why}: {answers}".replace("paused : ", "paused: ")
+
+
+def _waiting_call_line(run_id: str, call: dict[str, Any]) -> str:
+    """A tool call that waits for a decision: what it is and the commands that decide it."""
+    return (
+        f"  tool call {call['ref']}: {call['tool']}({call['arguments']}) in turn {call['turn']}"
+        f" waits: interlock approve {run_id} --call {call['ref']}, or interlock reject "
+        f"{run_id} --call {call['ref']} --reason TEXT"
+    )
 
 
 def _running_children(view: dict[str, Any]) -> list[str]:

@@ -151,23 +151,53 @@ def edit(ctx: Ctx, run_id: str, output: str, file: str | None, editor: bool, not
 
 @click.command()
 @click.argument("run_id")
-@click.option("--to", "to", required=True, help="The phase to go back to (a new visit).")
+@click.option("--to", "to", default=None, help="The phase to go back to (a new visit).")
 @click.option(
     "--message",
     "-m",
     "feedback",
-    required=True,
+    default=None,
     help="What to change: the models of phase TO are told it; templates read {{ feedback }}.",
 )
+@click.option(
+    "--call",
+    "call",
+    default=None,
+    metavar="TASK/TURN/CALL",
+    help="Refuse this waiting tool call instead (as 'status' lists it): the model is told so.",
+)
+@click.option("--reason", default="", help="With --call: why, told to the model.")
 @click.option("--no-drive", is_flag=True, help="Only record the rejection; don't continue here.")
 @pass_ctx
 @handle_errors
-def reject(ctx: Ctx, run_id: str, to: str, feedback: str, no_drive: bool) -> None:
-    """Send a paused run back to phase TO with feedback, then continue it here."""
+def reject(
+    ctx: Ctx,
+    run_id: str,
+    to: str | None,
+    feedback: str | None,
+    call: str | None,
+    reason: str,
+    no_drive: bool,
+) -> None:
+    """Send a paused run back to phase TO with feedback (or, with --call, refuse a tool call
+    that waits), then continue it here."""
     from interlock.core.review import deaf_to_feedback
 
     install_terminate_handler()
     app = ctx.reader(run_id)
+    if call is not None:
+        if to is not None:
+            raise UsageError("give either --call (refuse a tool call) or --to (a phase), not both")
+        run_id = app.decide_call(run_id, call, approved=False, note=reason or feedback or "")
+        if no_drive or driven_elsewhere(app, run_id):
+            out.print(f"refusal of tool call {call} recorded")
+            return
+        sys.exit(drive_in_foreground(app, run_id))
+    if to is None or feedback is None:
+        raise UsageError(
+            "reject needs --to PHASE and --message TEXT (send the run back), or --call "
+            "TASK/TURN/CALL (refuse a tool call that waits)"
+        )
     run_id = app.reject(run_id, to, feedback)
     record = app.store.get_run(run_id)
     pipeline = app.orchestrator.definition(record.pipeline, record.definition_hash).pipeline

@@ -126,17 +126,29 @@ def resume(ctx: Ctx, run_id: str, wait: bool) -> None:
 @click.command()
 @click.argument("run_id")
 @click.option("--message", "-m", default="", help="A note kept with the approval.")
+@click.option(
+    "--call",
+    "call",
+    default=None,
+    metavar="TASK/TURN/CALL",
+    help="Let this waiting tool call run (as 'status' lists it), instead of the run's pause.",
+)
 @click.option("--no-drive", is_flag=True, help="Only record the approval; don't continue here.")
 @pass_ctx
 @handle_errors
-def approve(ctx: Ctx, run_id: str, message: str, no_drive: bool) -> None:
-    """Approve a paused run, then continue it here unless another process drives it."""
+def approve(ctx: Ctx, run_id: str, message: str, call: str | None, no_drive: bool) -> None:
+    """Approve a paused run (or, with --call, a tool call that waits), then continue it here
+    unless another process drives it."""
     install_terminate_handler()
     ctx.check_ahead()
     app = ctx.reader(run_id)
-    run_id = app.approve(run_id, message)
+    if call is not None:
+        run_id = app.decide_call(run_id, call, approved=True, note=message)
+    else:
+        run_id = app.approve(run_id, message)
     if no_drive or driven_elsewhere(app, run_id):
-        out.print(f"approval recorded for {run_id}")
+        what = f"tool call {call}" if call is not None else run_id
+        out.print(f"approval recorded for {what}")
         return
     sys.exit(drive_in_foreground(app, run_id))
 

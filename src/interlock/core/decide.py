@@ -69,6 +69,8 @@ class RuleName(StrEnum):
     TASK_SLOT = "task_slot"  # an attempt of a worker with `concurrency` waits for a slot first
     TOLERATE = "tolerate"  # a fan-out item failed for good within `tolerate`: the run goes on
     PAST_TOLERANCE = "past_tolerance"  # one more failed item than `tolerate` allows: run fails
+    TOOL_APPROVAL = "tool_approval"  # a tool call of `approve` waits for a person: run pauses
+    TOOL_DECIDED = "tool_decided"  # a person decided the call: the task's loop goes on
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +199,37 @@ def _children(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]
         why = "the child run that paused it went on"
         return [Decision(RuleName.CHILD_RESUMED, ev.Resumed(at=now, reason=why), why)]
     return []
+
+
+def _tool_calls(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]:
+    """A task whose tool loop stopped at a call of an `approve` tool pauses the run until
+    a person decides the call; a task whose call was decided gets its next attempt at once,
+    which continues the loop from the task's journal (no retry: `TaskState.held`)."""
+    if not state.awaiting:
+        return []
+    if state.tool_waits:
+        if state.status is not RUN_RUNNING or state.current is None:
+            return []
+        task_id, waiting = next(iter(state.tool_waits.items()))
+        event: ev.Event = ev.Paused(
+            at=now, phase=state.current.phase, visit=state.current.visit, reason="tool"
+        )
+        arguments = str(waiting.get("arguments", ""))
+        shown = arguments if len(arguments) <= 200 else arguments[:200] + "..."
+        why = (
+            f"task {task_id} asks to call tool {waiting.get('tool')!r} with {shown} (turn "
+            f"{waiting.get('turn')}, call {waiting.get('call')}), which waits for approval: "
+            f"interlock approve --call {task_id}/{waiting.get('turn')}/{waiting.get('call')}"
+        )
+        return [Decision(RuleName.TOOL_APPROVAL, event, why)]
+    decisions = []
+    for task in state.in_group(state.awaiting):
+        event = ev.RetryScheduled(
+            at=now, task_id=task.task_id, attempt=task.attempt + 1, not_before=now, model=task.model
+        )
+        why = f"the tool call {task.task_id} waited for was decided: its tool loop goes on"
+        decisions.append(Decision(RuleName.TOOL_DECIDED, event, why))
+    return decisions
 
 
 def _rejected(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]:
@@ -352,10 +385,13 @@ def _timed_out(pipeline: Pipeline, task: TaskState, now: float) -> Decision:
 
 def _next_attempt(worker: Worker, task: TaskState) -> int:
     """The attempt a failed task would make next: the next one of its model, or the first
-    of the next fallback model when the failure was not worth retrying."""
+    of the next fallback model when the failure was not worth retrying. Attempts that only
+    waited for a person's decision on a tool call (`held`) count in the number, not in the
+    model's retries."""
     per_model = worker.retries + 1
     if not task.retryable:
-        return ((task.attempt - 1) // per_model + 1) * per_model + 1
+        counted = task.attempt - task.held
+        return ((counted - 1) // per_model + 1) * per_model + 1 + task.held
     return task.attempt + 1
 
 
@@ -372,7 +408,7 @@ def given_up(pipeline: Pipeline, state: RunState) -> TaskState | None:
 
 def _exhausted(pipeline: Pipeline, task: TaskState) -> bool:
     worker = pipeline.worker(task.role)
-    return _next_attempt(worker, task) > worker.max_attempts
+    return _next_attempt(worker, task) - task.held > worker.max_attempts
 
 
 def _tolerable(pipeline: Pipeline, state: RunState, task: TaskState) -> bool:
@@ -493,9 +529,9 @@ def _failures(pipeline: Pipeline, state: RunState, now: float) -> list[Decision]
     for task in state.in_group(state.failing):
         worker = pipeline.worker(task.role)
         per_model = worker.retries + 1
-        switching = not task.retryable or task.attempt % per_model == 0
+        switching = not task.retryable or (task.attempt - task.held) % per_model == 0
         attempt = _next_attempt(worker, task)
-        model = worker.model_for_attempt(attempt)
+        model = worker.model_for_attempt(attempt - task.held)
         if switching and worker.model is not None:
             rule, delay = RuleName.FALLBACK, 0.0
             why = f"model {task.model!r} failed for good ({task.error}); trying {model!r}"
@@ -938,6 +974,7 @@ _RULES: tuple[Callable[[Pipeline, RunState, float], list[Decision]], ...] = (
     _failures,
     _budget,
     _children,
+    _tool_calls,
     _retries_due,
     _rejected,
 )

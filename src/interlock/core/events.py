@@ -171,6 +171,10 @@ class TaskFailed(Event):
     # Seconds after `at` before which the provider takes no new call (its Retry-After).
     retry_after: float | None = None
     records: dict[str, str] | None = None  # as in `TaskCompleted`
+    # The attempt ended because its tool loop reached a call that waits for a person: turn
+    # and call (both from 1), tool and arguments. No failure: the run pauses until the call
+    # is decided (`ToolCallDecided`), then the task's next attempt continues the loop.
+    approval: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -287,6 +291,21 @@ class Rejected(Event):
     kind: ClassVar[str] = "rejected"
     to: str
     feedback: str = ""
+    by: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolCallDecided(Event):
+    """A person let the tool call `call` of turn `turn` of task `task_id` run (`approved`),
+    or refused it, the model then told so with `note`."""
+
+    kind: ClassVar[str] = "tool_call_decided"
+    task_id: str
+    turn: int
+    call: int
+    tool: str
+    approved: bool
+    note: str = ""
     by: str = ""
 
 
@@ -491,6 +510,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         Paused,
         Approved,
         Rejected,
+        ToolCallDecided,
         OutputEdited,
         WaitStarted,
         SignalReceived,
@@ -515,7 +535,7 @@ _FIELDS = {
 
 # Optional fields added after version 1 are written only when set, so that interlock
 # versions that predate them still read every record that does not use them.
-_SPARSE = frozenset({"retry_after", "parent_run", "parent_task", "records"})
+_SPARSE = frozenset({"retry_after", "parent_run", "parent_task", "records", "approval"})
 
 
 def to_record(event: Event) -> tuple[str, dict[str, Any]]:

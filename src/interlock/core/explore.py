@@ -264,6 +264,11 @@ def explore(
     search.visit_limit = _visit_limit(pipeline)
     search.forgetting = Forgetting.of(pipeline)
     child_reports = _explore_children(search, max_states, reduce, depth)
+    for phase in pipeline.phases:
+        for worker in phase.workers:
+            if any(server.approve for server in worker.tools):
+                # Its tool loop can stop at a call that waits for a person: the run pauses.
+                search.reports[worker.role] = (*_REPORTS_PER_TASK, "tool_approval")
     start = RunState()
     inputs = {k: v.default for k, v in pipeline.inputs.items() if v.default is not None}
     apply(
@@ -451,7 +456,7 @@ def _moves(search: _Search, node: _Node) -> Iterator[Move]:
         yield from _wait_moves(state, clock)
         return
     for task in state.in_flight():
-        for kind in search.reports.get(task.role, _REPORTS_PER_TASK):
+        for kind in _kinds(search, task):
             yield (_report(search.pipeline, state, task.task_id, kind, clock),), clock
     due = {t.not_before for t in state.tasks.values() if t.status is TaskStatus.RETRY_WAIT}
     for when in sorted(d for d in due if d is not None):
@@ -492,7 +497,7 @@ def _reduced_moves(search: _Search, node: _Node) -> Iterator[Move]:
         if task.status.in_flight and task.attempt == 1:
             untouched.append(task)
         elif task.status.in_flight:
-            for kind in search.reports.get(task.role, _REPORTS_PER_TASK):
+            for kind in _kinds(search, task):
                 yield (_report(pipeline, state, task.task_id, kind, clock),), clock
             return
         elif task.status is TaskStatus.RETRY_WAIT and task.not_before is not None:
@@ -508,7 +513,7 @@ def _reduced_moves(search: _Search, node: _Node) -> Iterator[Move]:
     }
     first = next((t for t in untouched if search.kinds.get(t.role) not in done_kinds), None)
     if first is not None:
-        for kind in search.reports.get(first.role, _REPORTS_PER_TASK):
+        for kind in _kinds(search, first):
             yield (_report(pipeline, state, first.task_id, kind, clock),), clock
     can_complete = all(
         "complete" in search.reports.get(t.role, _REPORTS_PER_TASK) for t in untouched
@@ -518,8 +523,31 @@ def _reduced_moves(search: _Search, node: _Node) -> Iterator[Move]:
         yield together, clock
 
 
+def _kinds(search: _Search, task: TaskState) -> tuple[str, ...]:
+    """How the task's attempt can end. A tool call waits for a person once per task: what
+    a second wait could lead to, the first already did (and its attempts would not end)."""
+    kinds = search.reports.get(task.role, _REPORTS_PER_TASK)
+    if task.held:
+        return tuple(k for k in kinds if k != "tool_approval")
+    return kinds
+
+
 def _go_on(state: RunState, clock: float) -> tuple[ev.Event, ...]:
-    """What moves a paused run: a person's approval, or its paused child going on."""
+    """What moves a paused run: a person's approval (of its waiting tool calls, when it
+    paused for those), or its paused child going on."""
+    if state.pause_reason == "tool":
+        return tuple(
+            ev.ToolCallDecided(
+                at=clock,
+                task_id=task_id,
+                turn=int(waiting.get("turn", 1)),
+                call=int(waiting.get("call", 1)),
+                tool=str(waiting.get("tool", "")),
+                approved=True,
+                by="check",
+            )
+            for task_id, waiting in sorted(state.tool_waits.items())
+        )
     child = state.held_by_child("paused") if state.pause_reason == "child" else None
     if child is None:
         return (ev.Approved(at=clock, by="check"),)
@@ -572,6 +600,11 @@ def _report(pipeline: Pipeline, state: RunState, task_id: str, kind: str, at: fl
         )
     if kind == "timeout":
         return ev.TaskTimedOut(at=at, task_id=task_id, attempt=task.attempt, detail="check")
+    if kind == "tool_approval":
+        approval = {"turn": 1, "call": 1, "tool": "check", "arguments": "{}"}
+        return ev.TaskFailed(
+            at=at, task_id=task_id, attempt=task.attempt, error="check", approval=approval
+        )
     if kind == "child_paused":
         return ev.ChildUpdated(
             at=at, task_id=task_id, attempt=task.attempt, child_run="check", status="paused"
@@ -663,7 +696,7 @@ def _signature(state: RunState, forgetting: Forgetting | None = None) -> Hashabl
         sorted(
             (t.task_id, "completed")
             if t.status is TaskStatus.COMPLETED
-            else (t.task_id, t.attempt, t.status.value, t.model)
+            else (t.task_id, t.attempt, t.status.value, t.model, t.held)
             for t in state.tasks.values()
         )
     )

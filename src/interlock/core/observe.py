@@ -14,6 +14,7 @@ from typing import Any
 
 from interlock.core import events as ev
 from interlock.core.state import RunState, RunStatus
+from interlock.core.tool_calls import interpret_call
 
 TaskResult = ev.TaskStarted | ev.TaskCompleted | ev.TaskFailed | ev.TaskTimedOut
 
@@ -113,6 +114,7 @@ class CommandKind(StrEnum):
     REJECT = "reject"  # send a paused run back to a phase, with feedback (`core.review`)
     EDIT = "edit"  # replace an output of a paused run (`core.review`)
     SIGNAL = "signal"  # a signal from outside the run (`core.waits`), a `SignalMessage`
+    DECIDE_CALL = "decide_call"  # let a waiting tool call run, or refuse it (`core.tool_calls`)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -180,12 +182,19 @@ def interpret_command(state: RunState, command: Command, now: float) -> ev.Event
             by=command.by,
             sent_at=signal.sent_at,
         )
+    if command.kind is CommandKind.DECIDE_CALL:
+        return interpret_call(state, command.message, command.by, now)
     if command.kind is CommandKind.APPROVE:
         if state.status is not RunStatus.PAUSED:
             return f"run {run} is not paused (it is {state.status.value}); nothing to approve"
         child = state.held_by_child("paused") if state.pause_reason == "child" else None
         if child is not None:
             return f"run {run} is paused by its child run {child.run}: approve that run"
+        if state.pause_reason == "tool":
+            return (
+                f"run {run} is paused for a tool call: decide it with 'interlock approve "
+                f"{run} --call TASK/TURN/CALL' (or 'reject --call')"
+            )
         return ev.Approved(at=now, message=command.message, by=command.by)
     if command.kind is CommandKind.CANCEL:
         if state.status.ended:

@@ -44,6 +44,7 @@ class TaskStatus(StrEnum):
     RETRY_WAIT = "retry_wait"  # the next attempt is scheduled for `not_before`
     ITEM_FAILED = "item_failed"  # failed for good; its fan-out tolerates it (`ItemFailed`)
     ABANDONED = "abandoned"  # the run ended while it was in flight
+    AWAITING = "awaiting"  # its tool loop stopped at a call that waits for a person (`approve`)
 
     @property
     def in_flight(self) -> bool:
@@ -67,6 +68,7 @@ TASK_TIMED_OUT = TaskStatus.TIMED_OUT
 TASK_RETRY_WAIT = TaskStatus.RETRY_WAIT
 TASK_ABANDONED = TaskStatus.ABANDONED
 TASK_ITEM_FAILED = TaskStatus.ITEM_FAILED
+TASK_AWAITING = TaskStatus.AWAITING
 IN_FLIGHT = frozenset((TASK_DISPATCHED, TASK_RUNNING))
 ENDED = frozenset((RUN_DELIVERED, RUN_FAILED, RUN_CANCELLED))
 
@@ -102,6 +104,13 @@ class TaskState:
     # Attempts that re-made a completed output because an input it read was edited: they
     # count in `attempt`, but are no retries.
     reruns: int = 0
+    # Attempts that ended only because a tool call waited for a person: they count in
+    # `attempt` too, but are no failures and no retries.
+    held: int = 0
+    held_attempts: tuple[int, ...] = ()  # the attempts `held` counts
+    # Tool calls a person decided, by "turn/call": {tool, approved, note}. Replaced, never
+    # changed in place (`RunState.copy` shares it).
+    tool_decisions: dict[str, dict[str, Any]] = field(default_factory=dict)
     fingerprint: str | None = None
     reused_from: str | None = None  # "run/task" whose output was carried over, if reused
     # For edits at a review (`core.review`): when the task was last dispatched and when its
@@ -236,6 +245,10 @@ class RunState:
     flight: dict[str, None] = field(default_factory=dict)  # dispatched or running
     failing: dict[str, None] = field(default_factory=dict)  # failed or timed out
     retrying: dict[str, None] = field(default_factory=dict)  # waiting for a retry
+    awaiting: dict[str, None] = field(default_factory=dict)  # a tool call waits for a person
+    # The tool calls that wait for a person's decision, by task id: the `approval` of the
+    # attempt's `TaskFailed` with its `attempt` and `since`. A decided call leaves it.
+    tool_waits: dict[str, dict[str, Any]] = field(default_factory=dict)
     starts: list[tuple[float, int, str]] = field(default_factory=list)  # running, by start
     queued: list[tuple[float, int, str]] = field(default_factory=list)  # not started, by dispatch
     parent_run: str | None = None  # a child run: the run whose task it works for
@@ -335,6 +348,7 @@ class RunState:
         clone.signal_keys = set(self.signal_keys)
         clone.flight, clone.failing = dict(self.flight), dict(self.failing)
         clone.retrying, clone.starts = dict(self.retrying), list(self.starts)
+        clone.awaiting, clone.tool_waits = dict(self.awaiting), dict(self.tool_waits)
         clone.queued = list(self.queued)
         clone.children = dict(self.children)
         clone.failed_items = {k: (v[0], dict(v[1])) for k, v in self.failed_items.items()}
@@ -384,6 +398,8 @@ def _group(state: RunState, status: TaskStatus) -> dict[str, None] | None:
         return state.failing
     if status is TASK_RETRY_WAIT:
         return state.retrying
+    if status is TASK_AWAITING:
+        return state.awaiting
     return None
 
 
@@ -534,6 +550,9 @@ def apply(state: RunState, event: ev.Event) -> None:
         _batch_waited(state, event)
     elif isinstance(event, ev.RetryScheduled):
         task = state.tasks[event.task_id]
+        if task.status is TASK_AWAITING:
+            task.held += 1  # the loop goes on after a decided call: no retry
+            task.held_attempts = (*task.held_attempts, task.attempt)
         _set_status(state, task, TASK_RETRY_WAIT)
         task.not_before, task.attempt, task.model = event.not_before, event.attempt, event.model
     elif isinstance(event, ev.PhaseStarted):
@@ -580,6 +599,8 @@ def apply(state: RunState, event: ev.Event) -> None:
         state.pause_reason = None
     elif isinstance(event, (ev.Rejected, ev.OutputEdited)):
         _apply_review(state, event)
+    elif isinstance(event, ev.ToolCallDecided):
+        _tool_call_decided(state, event)
     elif isinstance(event, (ev.WaitStarted, ev.SignalReceived, ev.WaitEnded)):
         _apply_wait(state, event)
     elif isinstance(event, ev.SlotTaken):
@@ -635,8 +656,9 @@ def apply(state: RunState, event: ev.Event) -> None:
         failed = isinstance(event, ev.RunFailed)
         state.status = RUN_FAILED if failed else RUN_CANCELLED
         state.failure = event.reason if failed else (event.reason or "cancelled")
-        for task_id in [*state.flight, *state.retrying]:
+        for task_id in [*state.flight, *state.retrying, *state.awaiting]:
             _set_status(state, state.tasks[task_id], TASK_ABANDONED)
+        state.tool_waits.clear()
         state.waiting = None
         state.task_slot_waits.clear()  # an ended run holds no slot and waits for none
         state.task_slots.clear()
@@ -718,6 +740,14 @@ def _apply_task_result(state: RunState, event: ev.Event) -> None:
         if task.revising:
             task.revising, task.revised_mark = False, state.events
         _record_output(state, task, event.artifact)
+    elif isinstance(event, ev.TaskFailed) and event.approval is not None:
+        _set_status(state, task, TASK_AWAITING)
+        task.error = f"waits for a decision on tool call {event.approval.get('tool', '?')!r}"
+        state.tool_waits[task.task_id] = {
+            **event.approval,
+            "attempt": event.attempt,
+            "since": event.at,
+        }
     elif isinstance(event, ev.TaskFailed):
         _set_status(state, task, TASK_FAILED)
         task.failed_at = event.at
@@ -783,8 +813,28 @@ def _apply_review(state: RunState, event: ev.Rejected | ev.OutputEdited) -> None
     state.revisions = 0  # the phases visited again read the edited outputs anyway
     for task in state.tasks.values():
         task.revised_mark = 0
-    for task_id in list(state.retrying):
+    for task_id in [*state.retrying, *state.awaiting]:
         _set_status(state, state.tasks[task_id], TASK_ABANDONED)  # a retry left behind
+    state.tool_waits.clear()
+
+
+def _tool_call_decided(state: RunState, event: ev.ToolCallDecided) -> None:
+    """A person decided a waiting tool call: it is kept with its task, for the attempts
+    that continue the loop; once no call waits, a run paused for one goes on."""
+    task = state.tasks.get(event.task_id)
+    if task is None:
+        return
+    key = f"{event.turn}/{event.call}"
+    decision = {"tool": event.tool, "approved": event.approved, "note": event.note}
+    task.tool_decisions = {**task.tool_decisions, key: decision}
+    waiting = state.tool_waits.get(event.task_id)
+    if waiting is not None and (waiting.get("turn"), waiting.get("call")) == (
+        event.turn,
+        event.call,
+    ):
+        del state.tool_waits[event.task_id]
+    if state.status is RUN_PAUSED and state.pause_reason == "tool" and not state.tool_waits:
+        state.status, state.pause_reason = RUN_RUNNING, None
 
 
 def _charge(state: RunState, task: TaskState, attempt: int, usage: dict[str, Any]) -> None:

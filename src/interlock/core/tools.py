@@ -39,6 +39,10 @@ class ToolServer(BaseModel):
     max_calls: Annotated[int, Field(ge=1, le=10_000)] | None = None
     # Seconds one call of a named tool may take, instead of `timeout`.
     timeouts: dict[str, Annotated[float, Field(gt=0, le=3600)]] | None = None
+    # Tools (by the server's names) whose every call waits for a person: the run pauses
+    # showing the call, and `interlock approve --call` lets it run or `reject --call`
+    # answers the model with a refusal.
+    approve: list[str] | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -71,13 +75,26 @@ class ToolServer(BaseModel):
             )
         if self.env is not None and self.mcp is None:
             raise ValueError("'env' only applies to 'mcp' servers started as a command")
-        for key in ("allow", "deny"):
+        for key in ("allow", "deny", "approve"):
             names = getattr(self, key) or []
             if any(not isinstance(n, str) or not n.strip() for n in names):
                 raise ValueError(f"'{key}' lists tool names: each a non-empty string")
         both = sorted(set(self.allow or ()) & set(self.deny or ()))
         if both:
             raise ValueError(f"tool {both[0]!r} is both in 'allow' and in 'deny': keep one")
+        denied = sorted(set(self.approve or ()) & set(self.deny or ()))
+        if denied:
+            raise ValueError(
+                f"tool {denied[0]!r} is both in 'approve' and in 'deny': a denied tool is "
+                "never offered, so no call of it waits for approval; keep one"
+            )
+        if self.allow is not None and self.approve:
+            other = sorted(set(self.approve) - set(self.allow))
+            if other:
+                raise ValueError(
+                    f"'approve' names {other[0]!r}, which 'allow' leaves out: add it to "
+                    "'allow' or remove it from 'approve'"
+                )
         if self.allow is not None and self.timeouts:
             other = sorted(set(self.timeouts) - set(self.allow))
             if other:
@@ -92,6 +109,10 @@ class ToolServer(BaseModel):
         if self.allow is not None and name not in self.allow:
             return False
         return name not in (self.deny or ())
+
+    def asks(self, name: str) -> bool:
+        """Whether a call of the server's tool `name` waits for a person's approval."""
+        return name in (self.approve or ())
 
     def timeout_of(self, name: str) -> float:
         """Seconds one call of tool `name` may take."""

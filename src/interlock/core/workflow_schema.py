@@ -155,6 +155,9 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "with an error the model can act on.",
         "timeouts": "{tool: seconds}: how long one call of that tool may take, instead of "
         "'timeout'.",
+        "approve": "Tools of the server (its names) whose every call waits for a person: the "
+        "run pauses showing the call; 'interlock approve --call' runs it, 'interlock reject "
+        "--call' answers the model with a refusal.",
     },
     "Backoff": {
         "initial": "Seconds before the first retry.",

@@ -395,6 +395,7 @@ class QueueDispatcher:
             retry_after=_seconds(result.get("retry_after")),
             timed_out=bool(result.get("timed_out", False)),
             usage=result.get("usage"),
+            extra={"approval": result["approval"]} if result.get("approval") else {},
         )
         return entry, outcome
 

@@ -62,6 +62,7 @@ def to_payload(spec: TaskSpec, pipeline: str, artifacts: ArtifactStore) -> dict[
         "model": spec.model,
         "idempotency_key": spec.idempotency_key,
         "workflow_dir": str(spec.workflow_dir) if spec.workflow_dir else None,
+        "tool_decisions": spec.tool_decisions,
     }
 
 
@@ -132,6 +133,7 @@ def to_spec(payload: dict[str, Any], workdir: Path, artifacts: ArtifactStore) ->
         idempotency_key=payload["idempotency_key"],
         workflow_dir=local_folder(payload.get("workflow_dir")),
         pipeline=payload.get("pipeline", ""),
+        tool_decisions=payload.get("tool_decisions") or {},
     )
 
 

@@ -79,6 +79,8 @@ def _finished(ended: _Ended) -> Finished:
         "timed_out": outcome.timed_out,
         "usage": outcome.usage,
     }
+    if outcome.extra.get("approval") is not None:  # a tool call waits for a person
+        result["approval"] = outcome.extra["approval"]
     records = _records(ended.work)
     if records:
         result["records"] = records

@@ -49,6 +49,7 @@ TOOL_NAMES = (
     "approve",
     "reject",
     "edit_output",
+    "decide_tool_call",
     "cancel",
     "signal",
     "resume",

@@ -271,6 +271,17 @@ class Tools:
         self.backend.drive(run_id)
         return {"run_id": run_id, "accepted": "reject", "to": to}
 
+    @tool("operate", "approve")
+    async def decide_tool_call(
+        self, run_id: str, call: str, approve: bool, reason: str = "", *, ctx: Context
+    ) -> Result:
+        """Decide a tool call that waits for a person (`call` as TASK/TURN/CALL, as the run's
+        status lists it): `approve` true lets it run once, false refuses it and the model is
+        told `reason`; the run goes on."""
+        self.api.decide_call(run_id, call, approved=approve, note=reason, by=self._by(ctx))
+        self.backend.drive(self.api.resolve(run_id))
+        return {"run_id": run_id, "accepted": "approve" if approve else "reject", "call": call}
+
     @tool("operate", "edit")
     async def edit_output(
         self, run_id: str, output: str, text: str, note: str = "", *, ctx: Context

@@ -159,13 +159,14 @@ class Toolbox:
                 f"{where} {failed}: {_describe(exc)}{opened.said()}", retryable=True
             ) from None
         offered = {tool.name for tool in listed.tools}
-        unknown = [name for name in server.allow or () if name not in offered]
-        if unknown:
-            raise ProviderError(
-                f"{where} offers no tool {unknown[0]!r}, which its 'allow' names; it offers: "
-                f"{', '.join(sorted(offered)) or 'none'}",
-                retryable=False,
-            )
+        for key in ("allow", "approve"):
+            unknown = [name for name in getattr(server, key) or () if name not in offered]
+            if unknown:
+                raise ProviderError(
+                    f"{where} offers no tool {unknown[0]!r}, which its {key!r} names; it "
+                    f"offers: {', '.join(sorted(offered)) or 'none'}",
+                    retryable=False,
+                )
         specs = []
         for tool in listed.tools:
             if not server.offers(tool.name):
@@ -189,6 +190,11 @@ class Toolbox:
                 )
             )
         return specs
+
+    def asks(self, call: ToolCall) -> bool:
+        """Whether `call` is of a tool its server's `approve` lists: it waits for a person."""
+        opened = self._by_tool.get(call.name)
+        return opened is not None and opened.server.asks(self._names[call.name])
 
     async def call(self, call: ToolCall, *, key: str = "") -> ToolResult:
         """Run one call the model asked for, `key` (its idempotency key, when given) sent in

@@ -10,12 +10,18 @@ it completes, and a loop given the turns an earlier attempt recorded continues a
 those model calls and tool calls are not made again, and their spend is not counted again.
 Each tool call carries an idempotency key, ``<run>/<task>/<turn>/<call>``, stable across
 attempts, which the tool server sees in the request's metadata.
+
+A call of a tool its server's `approve` lists is made only once a person approved it
+(`decisions`, by ``"<turn>/<call>"``): until then the loop stops there, raising
+`ApprovalNeeded`, with the turn so far in the journal; a later attempt given the decision
+continues from it. A refused call is answered to the model with the refusal, as an error
+result it can act on.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -31,6 +37,27 @@ from interlock.providers.mcp_tools import Toolbox
 
 Complete = Callable[[ModelRequest], Awaitable[ModelResult]]
 Record = Callable[[dict[str, Any]], None]
+
+
+ARGUMENTS_SHOWN = 4000  # characters of a waiting call's arguments kept in the ledger
+
+
+class ApprovalNeeded(ProviderError):
+    """The loop reached a call that waits for a person's decision; `approval` says which
+    (turn and call from 1, tool, arguments) and `answered` what the loop spent so far."""
+
+    def __init__(self, message: str, *, approval: dict[str, Any], answered: ModelResult | None):
+        super().__init__(message, retryable=True, answered=answered)
+        self.approval = approval
+
+
+def refusal(tool: str, note: str) -> str:
+    """What the model is told of a call a person refused."""
+    said = f": {note}" if note else ""
+    return (
+        f"A person refused this call of {tool!r}{said}. It was not run; go on without it "
+        "or ask for something else."
+    )
 
 
 class Journal(Protocol):
@@ -80,6 +107,7 @@ async def run_tool_loop(
     journal: Journal | None = None,
     done: Sequence[ToolTurn] = (),
     partial: ToolTurn | None = None,
+    decisions: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> ModelResult:
     """Run the loop to the model's answer.
 
@@ -95,8 +123,11 @@ async def run_tool_loop(
         done: The turns an earlier attempt completed: the loop goes on after them.
         partial: The turn after `done` if an earlier attempt recorded its answer and only
             some of its results: its other calls are made, its model call is not.
+        decisions: The calls a person decided, by ``"<turn>/<call>"`` (call from 1):
+            ``{tool, approved, note}``.
 
     Raises:
+        ApprovalNeeded: A call of an `approve` tool waits for a person's decision.
         ProviderError: A call or a tool server failed, or `max_turns` was reached; it carries
             the loop's spend so far.
         CallStopped: The attempt was cancelled; it carries the loop's spend so far.
@@ -134,8 +165,31 @@ async def run_tool_loop(
             if journal is not None:
                 journal.answer(turn, answer)
         for index, call in enumerate(answer.calls[len(results) :], start=len(results)):
+            decided = (decisions or {}).get(f"{turn}/{index + 1}")
+            if decided is not None and decided.get("tool") != call.name:
+                decided = None  # decided for another conversation's call (the prompt changed)
+            if toolbox.asks(call) and decided is None:
+                record({"turn": turn, "call": call.id, "name": call.name, "awaiting": True})
+                raise ApprovalNeeded(
+                    f"tool call {call.name!r} (turn {turn}, call {index + 1}) waits for a "
+                    "person's approval",
+                    approval={
+                        "turn": turn,
+                        "call": index + 1,
+                        "tool": call.name,
+                        "arguments": call.arguments[:ARGUMENTS_SHOWN],
+                    },
+                    answered=summed(spent) if spent else None,
+                )
             try:
-                outcome = await toolbox.call(call, key=idempotency_key(request, turn, index))
+                if decided is not None and not decided.get("approved"):
+                    outcome = ToolResult(
+                        call_id=call.id,
+                        content=refusal(call.name, str(decided.get("note") or "")),
+                        is_error=True,
+                    )
+                else:
+                    outcome = await toolbox.call(call, key=idempotency_key(request, turn, index))
             except asyncio.CancelledError:
                 if spent:
                     raise CallStopped(summed(spent)) from None

@@ -301,5 +301,6 @@ def outcome_report(
         retryable=outcome.retryable,
         usage=outcome.usage,
         retry_after=outcome.retry_after,
+        approval=outcome.extra.get("approval"),
     )
     return Report(event=failed)

@@ -462,6 +462,7 @@ class RunDriver:
             pipeline=self.state.pipeline,
             budget_usd_left=left.get("remaining_usd"),
             budget_tokens_left=left.get("remaining_tokens"),
+            tool_decisions=task.tool_decisions,
         )
 
         def render() -> TaskSpec | Outcome:

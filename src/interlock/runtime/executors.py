@@ -61,6 +61,8 @@ class TaskSpec:
     # which the calls of a `call:` worker's `ctx.model` are held to.
     budget_usd_left: float | None = None
     budget_tokens_left: int | None = None
+    # Tool calls a person decided (`approve` tools), by "turn/call": {tool, approved, note}.
+    tool_decisions: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def log_dir(self) -> Path:

@@ -254,6 +254,7 @@ class ModelRunner:
                         journal=spec.run_dir / "journal" / f"{spec.task_id}.jsonl",
                         warn=warnings.append,
                         mask=lambda text: mask_keys(text, keys),
+                        decisions=spec.tool_decisions,
                     )
                 finally:
                     with contextlib.suppress(OSError):  # no transcript yet
@@ -316,12 +317,15 @@ class ModelRunner:
             # A gateway's key often travels in a configured header: mask those values too.
             secrets += [Secret(v) for v in model.settings.headers.values() if len(v) >= 8]
         answered = failure.answered
+        # A tool call that waits for a person ends the attempt without failing the task.
+        approval = getattr(failure, "approval", None)
         return Outcome(
             ok=False,
             error=scrub(str(failure), secrets),
             retryable=failure.retryable,
             retry_after=failure.retry_after,
             usage=None if answered is None else usage_of(answered, alias, model),
+            extra={"approval": approval} if approval is not None else {},
         )
 
 

@@ -25,6 +25,7 @@ from interlock.core.state import (
     listed_status,
 )
 from interlock.core.tolerance import allowed_failures
+from interlock.core.tool_calls import waiting_calls
 from interlock.core.workflow import Pipeline
 from interlock.storage.base import RunRecord, Store, StoredEvent, fold_history
 
@@ -273,7 +274,7 @@ def status_view(
 
 def retry_count(state: RunState) -> int:
     """Attempts after a task's first that were retries: not the re-runs an edit caused."""
-    return sum(max(0, t.attempt - 1 - t.reruns) for t in state.tasks.values())
+    return sum(max(0, t.attempt - 1 - t.reruns - t.held) for t in state.tasks.values())
 
 
 def live_spend_waits(
@@ -331,10 +332,16 @@ def pause_view(state: RunState) -> dict[str, Any] | None:
     if state.status is not RUN_PAUSED:
         return None
     child = state.held_by_child("paused") if state.pause_reason == "child" else None
-    return {
+    view: dict[str, Any] = {
         "reason": state.pause_reason,
         "child": None if child is None else {"run": child.run, "detail": child.detail},
     }
+    if state.tool_waits:  # the tool calls that wait for a decision (`approve` tools)
+        view["tool_calls"] = [
+            {**call, "since": iso(call["since"]) if call["since"] is not None else None}
+            for call in waiting_calls(state)
+        ]
+    return view
 
 
 def waiting_view(state: RunState) -> dict[str, Any] | None:

@@ -16,7 +16,7 @@ that one completed.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from interlock.core.tools import DEFAULT_MAX_TURNS
 from interlock.core.workflow import Worker
 from interlock.providers.base import ModelRequest, ModelResult, ProviderError, ToolTurn
 from interlock.providers.mcp_tools import Toolbox
-from interlock.providers.tool_loop import Complete, run_tool_loop
+from interlock.providers.tool_loop import ApprovalNeeded, Complete, run_tool_loop
 from interlock.runtime.artifacts import write_atomic
 from interlock.runtime.tool_journal import ToolJournal, request_digest
 
@@ -65,6 +65,14 @@ class Transcript:
         elif "resumed" in entry:
             lines += [
                 f"# Turns 1-{entry['resumed']}: recorded by an earlier attempt, not repeated",
+                "",
+            ]
+        elif "awaiting" in entry:
+            lines += [
+                f"## Call `{_clip(entry['name'], 200)}` ({entry['call']}) waits for approval",
+                "",
+                "The attempt stops here: `interlock approve --call` runs it, `interlock reject "
+                "--call` answers the model with a refusal.",
                 "",
             ]
         elif "fault" in entry:
@@ -122,15 +130,18 @@ async def complete_with_tools(
     journal: Path | None = None,
     warn: Callable[[str], None] = lambda _: None,
     mask: Callable[[str], str] = str,
+    decisions: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> ModelResult:
     """The worker's answer after its tool loop (see `interlock.providers.tool_loop`).
 
     With `journal` (``journal/<task>.jsonl``), the turns of earlier attempts are read from it
     and the loop continues after them; journal lines that are refused are said to `warn`.
     What the journal keeps goes through `mask` first (the keys of the configuration), as the
-    transcript does once the loop ends.
+    transcript does once the loop ends. `decisions` are the tool calls a person decided
+    (`interlock.providers.tool_loop`).
 
     Raises:
+        ApprovalNeeded: A call waits for a person's decision (its arguments masked).
         ProviderError: The model kind cannot call tools, a server failed, or the loop
             reached `max_turns`.
     """
@@ -151,14 +162,20 @@ async def complete_with_tools(
         if done:
             record.add({"resumed": len(done)})
     async with Toolbox(worker.tools, role=worker.role, cwd=cwd) as toolbox:
-        return await run_tool_loop(
-            complete,
-            request,
-            toolbox,
-            max_turns=worker.max_turns or DEFAULT_MAX_TURNS,
-            accept_max_turns=worker.accept_max_turns,
-            record=record.add,
-            journal=kept,
-            done=done,
-            partial=partial,
-        )
+        try:
+            return await run_tool_loop(
+                complete,
+                request,
+                toolbox,
+                max_turns=worker.max_turns or DEFAULT_MAX_TURNS,
+                accept_max_turns=worker.accept_max_turns,
+                record=record.add,
+                journal=kept,
+                done=done,
+                partial=partial,
+                decisions=decisions,
+            )
+        except ApprovalNeeded as waiting:
+            arguments = str(waiting.approval.get("arguments", ""))
+            waiting.approval = {**waiting.approval, "arguments": mask(arguments)}
+            raise

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from interlock.errors import (
+    CallNotWaiting,
     DamagedHistory,
     InterlockError,
     InvalidSignal,
@@ -53,6 +54,8 @@ def from_interlock(exc: InterlockError) -> ApiError:
         return ApiError(422, "invalid_workflow", exc.message)
     if isinstance(exc, LeaseHeld | LeaseLost):
         return ApiError(409, "busy", exc.message)
+    if isinstance(exc, CallNotWaiting):  # decided already, never asked, or the run ended
+        return ApiError(409, "call_not_waiting", exc.message)
     if isinstance(exc, RunInert):  # imported, nobody trusted it yet
         return ApiError(409, "run_inert", exc.message)
     if isinstance(exc, RunFolderTaken):  # the id is taken in the state directory
@@ -61,7 +64,13 @@ def from_interlock(exc: InterlockError) -> ApiError:
         return ApiError(500, "damaged_history", exc.message)
     if isinstance(exc, StorageError):
         return ApiError(503, "storage", exc.message)
-    state_words = ("not paused", "already ended", "nothing to", "can be sent to a run")
+    state_words = (
+        "not paused",
+        "already ended",
+        "nothing to",
+        "can be sent to a run",
+        "paused for a tool call",  # approving the run, not the call that waits
+    )
     if any(word in exc.message for word in state_words):
         return ApiError(409, "wrong_state", exc.message)
     return ApiError(400, "bad_request", exc.message)

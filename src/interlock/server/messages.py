@@ -49,7 +49,10 @@ def describe(stored: StoredEvent) -> str:
         "task_dispatched": f"{task} dispatched{attempt}",
         "task_started": f"{task} started{attempt}",
         "task_completed": f"{task} completed: {d.get('artifact')} ({d.get('size', 0)} bytes)",
-        "task_failed": f"{task} failed{attempt}: {d.get('error', '')}",
+        "task_failed": f"{task} stopped at tool call {(d.get('approval') or {}).get('tool')}, "
+        "which waits for approval"
+        if d.get("approval")
+        else f"{task} failed{attempt}: {d.get('error', '')}",
         "task_timed_out": f"{task} timed out{attempt}",
         "usage_recorded": f"{task}: a call answered after it stopped counting cost "
         f"${(d.get('usage') or {}).get('cost_usd', 0):.4f}",
@@ -61,7 +64,12 @@ def describe(stored: StoredEvent) -> str:
         "phase_completed": f"phase {d.get('phase')} completed",
         "branch_taken": f"after {d.get('phase')}, going to {d.get('goto')}",
         "warned": f"warning: {d.get('message', '')}",
-        "paused": f"paused after {d.get('phase')}: waiting for approval",
+        "paused": "paused: a tool call waits for approval"
+        if d.get("reason") == "tool"
+        else f"paused after {d.get('phase')}: waiting for approval",
+        "tool_call_decided": f"tool call {task}/{d.get('turn')}/{d.get('call')} "
+        f"({d.get('tool')}) {'approved' if d.get('approved') else 'refused'} by "
+        f"{d.get('by') or 'someone'}" + (f": {d['note']}" if d.get("note") else ""),
         "approved": f"approved by {d.get('by') or 'someone'}"
         + (f": {d['message']}" if d.get("message") else ""),
         "rejected": f"sent back to {d.get('to')} by {d.get('by') or 'someone'}"

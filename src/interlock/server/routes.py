@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import FileResponse, PlainTextResponse, Response
@@ -209,6 +209,32 @@ async def approve(svc: Svc, who: Approver, run_id: str, body: Note | None = None
     run_id = svc.api.approve(resolve(svc, run_id), body.message if body else "", who.subject)
     svc.orchestrator.wake()
     return {"run_id": run_id, "accepted": "approve"}
+
+
+@router.post("/runs/{run_id}/tool-calls/{task_id}/{turn}/{call}/{verdict}")
+async def decide_tool_call(
+    svc: Svc,
+    who: Approver,
+    run_id: str,
+    task_id: str,
+    turn: int,
+    call: int,
+    verdict: Literal["approve", "reject"],
+    body: Note | None = None,
+) -> dict[str, Any]:
+    """Let a tool call that waits for a decision run (`approve`), or refuse it (`reject`:
+    the model is told so, with the message as the reason). 409 `call_not_waiting` when the
+    call does not wait (decided already, never asked, or the run ended)."""
+    ref = f"{task_id}/{turn}/{call}"
+    run_id = svc.api.decide_call(
+        resolve(svc, run_id),
+        ref,
+        approved=verdict == "approve",
+        note=body.message if body else "",
+        by=who.subject,
+    )
+    svc.orchestrator.wake()
+    return {"run_id": run_id, "accepted": verdict, "call": ref}
 
 
 @router.post("/runs/{run_id}/cancel")

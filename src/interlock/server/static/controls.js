@@ -14,17 +14,42 @@ function headerControls(run) {
   if (ended(run)) return null;
   if (!can("operate")) return h("div", { class: "muted read-only", id: "read-only" }, READ_ONLY);
   // The note can be written while the run still works; approving waits for the pause.
-  const paused = run.status === "paused";
+  // A pause for tool calls is answered call by call (`toolCallsPanel`).
+  const paused = run.status === "paused" && !(run.pause && run.pause.reason === "tool");
   return h("div", { class: "actions", role: "group", "aria-label": "Run controls" },
     typed("note", { id: "note", placeholder: "note (optional)", size: 28, "aria-label": "Note kept with the approval" }),
     h("button", { class: "ok", id: "approve", type: "button", disabled: !paused, title: paused ? null : "the run is not paused", onclick: approve }, "Approve"),
     h("button", { class: "danger", id: "cancel", type: "button", onclick: askCancel }, "Cancel…"));
 }
 
+// Tool calls that wait for a person (`approve:` of a worker's MCP server): each one shown with
+// its tool, the start of its arguments and its turn, and let run or refused with a reason.
+function toolCallsPanel(run) {
+  const calls = (run.pause && run.pause.tool_calls) || [];
+  if (run.status !== "paused" || !calls.length) return null;
+  const rows = calls.map((call) => h("div", { class: "tool-call", "data-call": call.ref },
+    h("div", {}, h("strong", {}, call.tool), " ", h("code", {}, call.arguments), h("span", { class: "muted" }, ` turn ${call.turn} of ${call.task}`)),
+    can("operate") ? h("div", { class: "actions" },
+      typed(`reason:${call.ref}`, { class: "call-reason", placeholder: "reason (told to the model if refused)", size: 32, "aria-label": `Reason for tool call ${call.ref}` }),
+      h("button", { class: "ok approve-call", type: "button", onclick: () => decideCall(call, "approve") }, "Approve call"),
+      h("button", { class: "ghost reject-call", type: "button", onclick: () => decideCall(call, "reject") }, "Refuse call")) : null));
+  return h("section", { class: "panel", id: "tool-calls", "aria-labelledby": "tool-calls-title" },
+    h("h2", { id: "tool-calls-title" }, "Tool calls waiting for approval"), rows);
+}
+
+function decideCall(call, verdict) {
+  const path = `tool-calls/${encodeURIComponent(call.task)}/${call.turn}/${call.call}/${verdict}`;
+  send(path, { message: page.typed[`reason:${call.ref}`] || "" }, () => {
+    delete page.typed[`reason:${call.ref}`];
+    toast(verdict === "approve" ? `Tool call ${call.ref} approved` : `Tool call ${call.ref} refused`);
+  });
+}
+
 function reviewPanel(run) {
   // A run paused by its child run has its pipeline task in flight: it is sent back (or
   // edited) in the child, where the review is, and the note on this page links there.
   if (run.status !== "paused" || !can("operate") || (run.pause && run.pause.child)) return null;
+  if (run.pause && run.pause.reason === "tool") return null; // decided call by call above
   const visited = run.phases.filter((p) => p.visits > 0).map((p) => p.id);
   const to = page.typed.rejectTo && visited.includes(page.typed.rejectTo) ? page.typed.rejectTo : run.phase;
   return h("section", { class: "panel", "aria-labelledby": "review-title" }, h("h2", { id: "review-title" }, "Send back"),

@@ -94,6 +94,7 @@ function drawRun() {
   if (run.failing) notes.push(h("div", { class: "warn failure", id: "failing" }, `Failing: task ${run.failing.task} failed for good (${run.failing.error || "no detail"}). The run fails once ${run.failing.waiting_for.join(", ") || "all"} ${run.failing.waiting_for.length === 1 ? "has" : "have"} ended, so that what was paid for is kept for a rerun; cancel it to stop now.`));
   const pausedChild = run.status === "paused" && run.pause && run.pause.child;
   if (pausedChild) notes.push(pausedInChild(run.pause.child));
+  else if (run.status === "paused" && run.pause && run.pause.reason === "tool") notes.push(h("div", { class: "warn", id: "paused-for-tool" }, "Paused: a tool call waits for approval (below): approve it to let it run once, or refuse it and the model is told why."));
   else if (run.status === "paused") notes.push(h("div", { class: "warn" }, `Paused (${run.pause_reason || "approval"}): review the outputs, then approve, edit, send back or cancel.`));
   if (run.parent_run && run.status === "paused") notes.push(h("div", { class: "warn", id: "pauses-parent" },
     "This pause holds the parent run ", runLink(run.parent_run.run_id), " too: approving here or there lets both go on."));
@@ -104,6 +105,7 @@ function drawRun() {
     h("nav", { class: "toolbar crumbs", "aria-label": "Breadcrumb" }, h("a", { href: "#/" }, "← Runs"), parentCrumb(run)),
     head,
     notes.length ? h("div", { class: "panel" }, h("h2", {}, "Attention"), notes) : null,
+    toolCallsPanel(run),
     reviewPanel(run),
     signalPanel(run),
     rerunPanel(run),
