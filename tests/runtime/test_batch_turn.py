@@ -109,7 +109,13 @@ def backend(
 
 
 def record(
-    app: Interlock, tmp_path: Path, rows: int, *, concurrency: int, sleep: float | str, broken: str = ""
+    app: Interlock,
+    tmp_path: Path,
+    rows: int,
+    *,
+    concurrency: int,
+    sleep: float | str,
+    broken: str = "",
 ) -> str:
     """Record batch `b` of `rows` rows of WORKFLOW."""
     text = WORKFLOW.replace("FIXED", str(tmp_path / "fixed")).replace("BROKEN", broken)
@@ -174,7 +180,7 @@ def test_a_turn_reads_only_the_rows_in_flight(
     counted: list[int] = []
     runner = BatchRunner(app, batch_id, poll=0.05, on_progress=lambda _: counted.append(reads.read))
     reads = Counted(runner.ledger)
-    runner.ledger = runner.row_map.ledger = reads  # type: ignore[assignment]
+    runner.ledger = runner.row_map.ledger = reads
     last = drive(runner)
     assert last.progress.counts == {RowStatus.FAILED: 5000, RowStatus.DELIVERED: 2}
     per_turn = [b - a for a, b in zip([0, *counted], counted, strict=False)]
