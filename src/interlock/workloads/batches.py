@@ -1,7 +1,8 @@
 """Driving a batch: starting its rows' runs as room and budget allow, and watching them.
 
 The batch and all its rows are recorded first (`record_batch`, one transaction). Then the
-`BatchRunner` turns: it reads the rows with their runs' summaries, asks the pure engine
+`BatchRunner` turns: it reads the rows with their runs' summaries (all of them once, then
+those in flight: `batch_rows.RowMap`), asks the pure engine
 (`interlock.core.batches.next_starts`) which rows start now, records their run ids on the
 rows (`claim_rows`), and only then makes the runs, through the orchestrator's
 `create_runs` under those ids. The orchestrator's own loop (`serve_forever`) drives them
