@@ -150,6 +150,43 @@ def test_views_are_the_rows_without_their_data(store: Store) -> None:
     assert ledger.views("b1") == [r.view for r in ledger.rows("b1")]
 
 
+def test_views_of_some_rows_are_theirs_alone(store: Store) -> None:
+    """`views_of` gives the views of the rows asked for, in row order, as `views` does;
+    rows the batch lacks (or another batch's) are left out."""
+    ledger = batch_ledger(store)
+    ledger.create_batch(new_batch(), ROWS)
+    ledger.create_batch(new_batch("b2"), ROWS[:1])
+    ledger.claim_rows("b1", [(3, 1, "b1-r3")], T0)
+    finish(store, "b1-r3", "failed", 0.5)
+    whole = ledger.views("b1")
+    assert ledger.views_of("b1", [3, 1, 9, 3]) == [whole[0], whole[2]]
+    assert ledger.views_of("b1", []) == []
+    assert ledger.views_of("b2", [1, 3]) == ledger.views("b2")
+    assert ledger.views_of("b1", range(1, 2001)) == whole
+
+
+def test_retries_and_cancels_count_a_change_of_the_batch(opener: Callable[[], Store]) -> None:
+    """A retry that moved a row, and a cancel, count a change that another process sees;
+    what a batch's driver does itself (claims, refusals, results, its lease) counts none."""
+    ledger, other = batch_ledger(opener()), batch_ledger(opener())
+    ledger.create_batch(new_batch(), ROWS)
+    assert ledger.get_batch("b1").changes == 0
+    ledger.hold_batch("b1", "a", TTL, T0)
+    ledger.claim_rows("b1", [(1, 1, "b1-r1"), (2, 1, "b1-r2")], T0)
+    ledger.refuse_row("b1", 1, "b1-r1", "no key")
+    ledger.set_results("b1", [(2, "b1-r2", {"values": {}})])
+    ledger.set_limits("b1", 3, None)
+    assert other.get_batch("b1").changes == 0
+    refused = ledger.views("b1")[0]
+    assert other.retry_rows("b1", [refused]) == 1
+    assert ledger.get_batch("b1").changes == 1
+    assert other.retry_rows("b1", [refused]) == 0  # nothing moved: nothing counted
+    assert ledger.get_batch("b1").changes == 1
+    other.cancel_batch("b1", T0 + 1)
+    assert ledger.get_batch("b1").changes == 2
+    assert [b.changes for b in ledger.list_batches()] == [2]
+
+
 def test_a_pruned_run_keeps_its_rows_status(store: Store) -> None:
     """A row whose run was pruned still shows how it ended (not as a run still to make)."""
     ledger = batch_ledger(store)

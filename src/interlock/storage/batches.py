@@ -74,6 +74,9 @@ class BatchRecord:
     experiment: str | None = None  # the experiment's base batch (None: a batch of its own)
     variant: str | None = None  # the variant's name within its experiment
     tolerate: Tolerance | None = None  # failed rows allowed: a count or "P%" (None: no limit)
+    # Changes to its rows made by anyone but its driver (retry, cancel): a driver that reads
+    # only its rows in flight reads them all again when this moved.
+    changes: int = 0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -120,7 +123,12 @@ class BatchLedger(Protocol):
 
     def views(self, batch_id: str) -> list[RowView]:
         """Every row's view alone (no topic, inputs or result), in row order: what a driver
-        reads at each turn."""
+        reads when it starts, and again when the batch's `changes` moved."""
+        ...
+
+    def views_of(self, batch_id: str, numbers: Sequence[int]) -> list[RowView]:
+        """The views of the rows `numbers` (those of them the batch has), in row order: what
+        a driver reads at each turn, its rows in flight."""
         ...
 
     def claim_rows(
@@ -143,11 +151,12 @@ class BatchLedger(Protocol):
     def retry_rows(self, batch_id: str, views: Sequence[RowView]) -> int:
         """Give rows (as last seen, their try ended) their next try: pending again, the
         spend of every try so far kept. A row that moved since is left alone; returns how
-        many were given one."""
+        many were given one. The batch's `changes` moves when any was."""
         ...
 
     def cancel_batch(self, batch_id: str, now: float) -> int:
-        """Mark the batch cancelled and its pending rows cancelled; how many rows."""
+        """Mark the batch cancelled and its pending rows cancelled; how many rows. The
+        batch's `changes` moves."""
         ...
 
     def set_limits(self, batch_id: str, concurrency: int, max_cost_usd: float | None) -> None:
@@ -229,6 +238,7 @@ class SQLBatches:
         self._transact = transact
         self._read = read
         self._q = named(dialect, "batches.sql")
+        self._dialect = dialect
 
     def create_batch(
         self,
@@ -294,6 +304,16 @@ class SQLBatches:
         """See `BatchLedger.views`."""
         return [_view(r) for r in self._read(self._q["batch_views"], batch_id)]
 
+    def views_of(self, batch_id: str, numbers: Sequence[int]) -> list[RowView]:
+        """See `BatchLedger.views_of`."""
+        if not numbers:
+            return []
+        # One parameter whatever the count: SQLite reads a JSON array, PostgreSQL an array.
+        given: Any = [int(n) for n in numbers]
+        if self._dialect == "sqlite":
+            given = codec.dumps(given)
+        return [_view(r) for r in self._read(self._q["batch_views_of"], batch_id, given)]
+
     def claim_rows(
         self, batch_id: str, claims: Sequence[tuple[int, int, str]], now: float
     ) -> list[int]:
@@ -334,10 +354,13 @@ class SQLBatches:
         q = self._q["retry_row"]
 
         def retry(db: Any) -> int:
-            return sum(
+            given = sum(
                 db.execute(q, (v.cost_usd, v.tokens, batch_id, v.number, v.tries)).rowcount
                 for v in views
             )
+            if given:
+                db.execute(self._q["count_change"], (batch_id,))
+            return int(given)
 
         result: int = self._transact(retry)
         return result
@@ -348,6 +371,7 @@ class SQLBatches:
 
         def cancel(db: Any) -> int:
             db.execute(q["cancel_batch"], (now, batch_id))
+            db.execute(q["count_change"], (batch_id,))
             return int(db.execute(q["cancel_rows"], (batch_id,)).rowcount)
 
         result: int = self._transact(cancel)
@@ -420,6 +444,7 @@ def _batch(row: Sequence[Any]) -> BatchRecord:
         experiment=None if row[12] is None else str(row[12]),
         variant=None if row[13] is None else str(row[13]),
         tolerate=tolerance_of(row[14]),
+        changes=int(row[15]),
     )
 
 

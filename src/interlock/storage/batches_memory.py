@@ -119,6 +119,12 @@ class MemoryBatches:
         """See `BatchLedger.views`."""
         return [row.view for row in self.rows(batch_id)]
 
+    def views_of(self, batch_id: str, numbers: Sequence[int]) -> list[RowView]:
+        """See `BatchLedger.views_of`."""
+        with self._lock:
+            rows = self._rows.get(batch_id, {})
+            return [self._view(rows[n]).view for n in sorted(set(numbers)) if n in rows]
+
     def _view(self, row: _Row) -> BatchRow:
         status, cost, tokens = None, 0.0, 0
         if row.run_id is not None:
@@ -194,7 +200,13 @@ class MemoryBatches:
                 row.started_at = row.error = row.result = None
                 row.spent_before, row.tokens_before = view.cost_usd, view.tokens
                 given += 1
+            if given:
+                self._count_change(batch_id)
         return given
+
+    def _count_change(self, batch_id: str) -> None:
+        record = self._batches[batch_id]
+        self._batches[batch_id] = replace(record, changes=record.changes + 1)
 
     def cancel_batch(self, batch_id: str, now: float) -> int:
         """See `BatchLedger.cancel_batch`."""
@@ -205,6 +217,7 @@ class MemoryBatches:
             pending = [r for r in self._rows[batch_id].values() if r.state is RowState.PENDING]
             for row in pending:
                 row.state = RowState.CANCELLED
+            self._count_change(batch_id)
             return len(pending)
 
     def set_limits(self, batch_id: str, concurrency: int, max_cost_usd: float | None) -> None:

@@ -1,7 +1,8 @@
 """Driving a batch: starting its rows' runs as room and budget allow, and watching them.
 
 The batch and all its rows are recorded first (`record_batch`, one transaction). Then the
-`BatchRunner` turns: it reads the rows with their runs' summaries, asks the pure engine
+`BatchRunner` turns: it reads the rows with their runs' summaries (all of them once, then
+those in flight: `batch_rows.RowMap`), asks the pure engine
 (`interlock.core.batches.next_starts`) which rows start now, records their run ids on the
 rows (`claim_rows`), and only then makes the runs, through the orchestrator's
 `create_runs` under those ids. The orchestrator's own loop (`serve_forever`) drives them
@@ -44,6 +45,7 @@ from interlock.core.experiments import BASE, variant_batch_id
 from interlock.core.tolerance import Tolerance, allowed_failures
 from interlock.errors import InterlockError, LeaseHeld, StorageError, UsageError
 from interlock.storage.batches import BatchLedger, BatchRecord, BatchRow, NewBatch, batch_ledger
+from interlock.workloads.batch_rows import RowMap
 
 if TYPE_CHECKING:
     from interlock.api import Interlock
@@ -274,6 +276,10 @@ class BatchRunner:
         self.base_id = batch.experiment if batch.variant not in (None, BASE) else None
         self._sources: dict[int, str] = {}
         self.blocked = False
+        # The rows as last read: each turn rereads those in flight (and, of a base batch,
+        # those not ended), and all of them when someone else changed some (`RowMap`).
+        self.row_map = RowMap(self.ledger, batch.batch_id, _in_flight)
+        self.base_map = RowMap(self.ledger, self.base_id or "", _not_ended)
 
     # -- the listener the orchestrator calls for every event it records ----------------------
 
@@ -371,9 +377,9 @@ class BatchRunner:
         if now > self._held_until - BATCH_TTL * 2 / 3:
             self.hold()
         batch = self.batch = self.ledger.get_batch(self.batch.batch_id)
-        views = self.ledger.views(batch.batch_id)
-        self._keep_results(views)
-        self._take_orphans(views, now)
+        views = self.row_map.refresh(batch)
+        self._keep_results(self.row_map.flying)
+        self._take_orphans(self.row_map.flying, now)
         ready, base_settled = self._base_ready()
         starts = next_starts(
             views,
@@ -383,27 +389,25 @@ class BatchRunner:
             ready=ready,
             tolerate=batch.tolerate,
         )
-        by_number = {v.number: v for v in views}
-        claims = [
-            (n, by_number[n].tries, run_id_of(batch.batch_id, n, by_number[n].tries))
-            for n in starts.rows
-        ]
+        tries = {n: self.row_map.view(n).tries for n in starts.rows}
+        claims = [(n, tries[n], run_id_of(batch.batch_id, n, tries[n])) for n in starts.rows]
         claimed = set(self.ledger.claim_rows(batch.batch_id, claims, now)) if claims else set()
         # Rows claimed before (by a driver that stopped before making their runs) are made
         # now under the id recorded for them, unless that run was made and pruned since.
         specs = [
             (v.number, v.run_id)
-            for v in views
+            for v in self.row_map.flying
             if v.status is RowStatus.STARTING
             and v.run_id is not None
             and self.app.store.pruned_run(v.run_id) is None
         ]
         specs += [(n, run_id) for n, _, run_id in claims if n in claimed]
-        if specs:
+        if specs or claims:
             self._make(specs)
-            views = self.ledger.views(batch.batch_id)
+            # Only the rows moved here: claimed, made (or refused), or left by the claim.
+            self.row_map.reread([n for n, _ in specs] + [n for n, _, _ in claims])
         if batch.cancelled_at is not None:
-            self._stop_flying(views)
+            self._stop_flying(self.row_map.flying)
         progress = fold(views, max_cost_usd=batch.max_cost_usd, tolerate=batch.tolerate)
         self.blocked = base_settled and progress.running == 0 and starts.held is Held.BASE
         elapsed = max(0.0, now - self._started)
@@ -435,7 +439,7 @@ class BatchRunner:
         if self.base_id is None:
             return None, True
         base = self.ledger.get_batch(self.base_id)
-        views = self.ledger.views(self.base_id)
+        views = self.base_map.refresh(base)
         # A base row cancelled before it started has nothing to reuse and was not meant
         # to run: its variant rows wait (a refused one runs them afresh).
         ended = (RowStatus.DELIVERED, RowStatus.FAILED, RowStatus.CANCELLED)
@@ -511,6 +515,7 @@ class BatchRunner:
         """Record what ended runs delivered, once: from the states seen ending here, or
         folded from the history of a run that ended while no batch driver ran."""
         found = []
+        lost = []
         for view in views:
             if view.kept or view.run_id is None or view.run_status not in RUN_ENDED:
                 continue
@@ -518,11 +523,17 @@ class BatchRunner:
             if result is None:
                 try:
                     result = result_of(self.definition, self.app.state(view.run_id))
+                except StorageError:  # the ledger failed for now: tried again next turn
+                    continue
                 except InterlockError:
+                    lost.append(view.number)
                     continue
             found.append((view.number, view.run_id, result))
         if found:
             self.ledger.set_results(self.batch.batch_id, found)
+            self.row_map.kept(n for n, _, _ in found)
+        # A run whose state is gone (pruned) keeps no result: its row is not reread for it.
+        self.row_map.settle(lost)
 
     def _take_orphans(self, views: list[RowView], now: float) -> None:
         """Drive on the runs of this batch that are in flight and driven by no one here
@@ -547,3 +558,16 @@ class BatchRunner:
                 )
         if orchestrator.drivers:
             orchestrator.wake()
+
+
+def _in_flight(view: RowView) -> bool:
+    """A row of the batch driven here that may move without its driver: its run in flight
+    (or not made yet), or ended with its result not kept yet."""
+    if view.state is not RowState.STARTED:
+        return False
+    return view.run_status not in RUN_ENDED or not view.kept
+
+
+def _not_ended(view: RowView) -> bool:
+    """A row of a variant's base batch that may move (its own driver moves it): not ended."""
+    return view.status not in (RowStatus.DELIVERED, RowStatus.FAILED, RowStatus.CANCELLED)

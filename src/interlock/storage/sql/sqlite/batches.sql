@@ -1,6 +1,7 @@
 -- Batches: the queries of `interlock.storage.batches`. A row's run that was pruned keeps its
 -- status (from its receipt in pruned_runs); its cost is no longer known.
--- Tables: 011_batches.sql, 012_batch_variants.sql, 014_batch_tolerate.sql.
+-- Tables: 011_batches.sql, 012_batch_variants.sql, 014_batch_tolerate.sql,
+-- 016_batch_changes.sql.
 
 -- name: insert_definition
 INSERT OR IGNORE INTO definitions (hash, body) VALUES (?, ?);
@@ -15,17 +16,20 @@ INSERT INTO batch_rows (batch_id, row_no, topic, inputs) VALUES (?, ?, ?, ?);
 
 -- name: get_batch
 SELECT batch_id, pipeline, definition_hash, source, inputs_file, concurrency, max_cost_usd,
-       row_count, created_at, cancelled_at, driver, driver_expires, experiment, variant, tolerate
+       row_count, created_at, cancelled_at, driver, driver_expires, experiment, variant, tolerate,
+       changes
 FROM batches WHERE batch_id = ?;
 
 -- name: list_batches
 SELECT batch_id, pipeline, definition_hash, source, inputs_file, concurrency, max_cost_usd,
-       row_count, created_at, cancelled_at, driver, driver_expires, experiment, variant, tolerate
+       row_count, created_at, cancelled_at, driver, driver_expires, experiment, variant, tolerate,
+       changes
 FROM batches ORDER BY created_at DESC, batch_id DESC LIMIT ?;
 
 -- name: experiment_batches
 SELECT batch_id, pipeline, definition_hash, source, inputs_file, concurrency, max_cost_usd,
-       row_count, created_at, cancelled_at, driver, driver_expires, experiment, variant, tolerate
+       row_count, created_at, cancelled_at, driver, driver_expires, experiment, variant, tolerate,
+       changes
 FROM batches WHERE experiment = ? ORDER BY created_at, batch_id;
 
 -- name: batch_rows
@@ -42,6 +46,14 @@ FROM batch_rows b LEFT JOIN runs r ON r.run_id = b.run_id
      LEFT JOIN pruned_runs p ON p.run_id = b.run_id
 WHERE b.batch_id = ? ORDER BY b.row_no;
 
+-- name: batch_views_of
+-- The views of some rows (a JSON array of their numbers on SQLite, an array on PostgreSQL).
+SELECT b.row_no, b.state, b.tries, b.run_id, b.spent_before, b.tokens_before,
+       coalesce(r.status, p.status), r.cost_usd, r.tokens, b.result IS NOT NULL
+FROM batch_rows b LEFT JOIN runs r ON r.run_id = b.run_id
+     LEFT JOIN pruned_runs p ON p.run_id = b.run_id
+WHERE b.batch_id = ? AND b.row_no IN (SELECT value FROM json_each(?)) ORDER BY b.row_no;
+
 -- name: claim_row
 UPDATE batch_rows SET state = 'started', run_id = ?, started_at = ?
 WHERE batch_id = ? AND row_no = ? AND state = 'pending' AND tries = ?;
@@ -57,6 +69,9 @@ UPDATE batch_rows
 SET state = 'pending', tries = tries + 1, run_id = NULL, started_at = NULL, error = NULL,
     result = NULL, spent_before = ?, tokens_before = ?
 WHERE batch_id = ? AND row_no = ? AND tries = ? AND state IN ('started', 'refused');
+
+-- name: count_change
+UPDATE batches SET changes = changes + 1 WHERE batch_id = ?;
 
 -- name: cancel_batch
 UPDATE batches SET cancelled_at = ? WHERE batch_id = ? AND cancelled_at IS NULL;
