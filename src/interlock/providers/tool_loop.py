@@ -21,6 +21,8 @@ result it can act on.
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
@@ -76,9 +78,32 @@ def idempotency_key(request: ModelRequest, turn: int, index: int) -> str:
     return f"{request.run_id}/{request.task_id}/{turn}/{index + 1}"
 
 
+# The most steps (model calls and tool calls) an attempt's usage lists for its trace.
+MAX_STEPS = 200
+
+
 def summed(results: Sequence[ModelResult]) -> ModelResult:
     """The calls of a loop as one result: tokens, cost and time added up, the text, finish
-    reason and tool calls of the last call."""
+    reason and tool calls of the last call, and `steps`: each model call and tool call this
+    attempt made, with its times (what a trace shows of the loop)."""
+    steps: list[dict[str, Any]] = []
+    for result in results:
+        started = result.extra.get("started_at")
+        if started is not None:
+            steps.append(
+                {
+                    "kind": "chat",
+                    "at": float(started),
+                    "s": round(result.latency_s, 4),
+                    "model": result.model,
+                    "input_tokens": result.input_tokens,
+                    "output_tokens": result.output_tokens,
+                    "finish_reason": result.finish_reason,
+                    "cost_usd": result.cost_usd,
+                }
+            )
+        steps.extend(json.loads(result.extra.get("tool_steps", "[]")))
+    own = ("started_at", "tool_steps", "steps")
     return replace(
         results[-1],
         input_tokens=sum(r.input_tokens for r in results),
@@ -89,11 +114,22 @@ def summed(results: Sequence[ModelResult]) -> ModelResult:
         cost_usd=sum(r.cost_usd for r in results),
         latency_s=sum(r.latency_s for r in results),
         extra={
-            **{k: v for r in results for k, v in r.extra.items()},
+            **{k: v for r in results for k, v in r.extra.items() if k not in own},
             "turns": str(len(results)),
             "tool_calls": str(sum(len(r.tool_calls) for r in results)),
+            **({"steps": json.dumps(steps[:MAX_STEPS])} if steps else {}),
         },
     )
+
+
+def _with_tool_step(results: list[ModelResult], step: dict[str, Any]) -> None:
+    """Keep a tool call's step with the model call that asked for it (the last of
+    `results`; none when that call was made by an earlier attempt)."""
+    if not results:
+        return
+    last = results[-1]
+    steps = [*json.loads(last.extra.get("tool_steps", "[]")), step]
+    results[-1] = replace(last, extra={**last.extra, "tool_steps": json.dumps(steps)})
 
 
 async def run_tool_loop(
@@ -181,6 +217,15 @@ async def run_tool_loop(
                     },
                     answered=summed(spent) if spent else None,
                 )
+            began = time.time()
+            step: dict[str, Any] = {
+                "kind": "tool",
+                "at": began,
+                "name": call.name,
+                "call_id": call.id,
+                "turn": turn,
+                "call": index + 1,
+            }
             try:
                 if decided is not None and not decided.get("approved"):
                     outcome = ToolResult(
@@ -188,6 +233,7 @@ async def run_tool_loop(
                         content=refusal(call.name, str(decided.get("note") or "")),
                         is_error=True,
                     )
+                    step["refused"] = True
                 else:
                     outcome = await toolbox.call(call, key=idempotency_key(request, turn, index))
             except asyncio.CancelledError:
@@ -196,7 +242,11 @@ async def run_tool_loop(
                 raise
             except ProviderError as failure:
                 record({"turn": turn, "call": call.id, "fault": str(failure)})
+                _with_tool_step(spent, {**step, "s": time.time() - began, "error": str(failure)})
                 raise _with_spend(failure, spent) from None
+            _with_tool_step(
+                spent, {**step, "s": round(time.time() - began, 4), "error": outcome.is_error}
+            )
             record(
                 {
                     "turn": turn,
@@ -225,9 +275,12 @@ async def run_tool_loop(
 async def _answer(
     complete: Complete, request: ModelRequest, toolbox: Toolbox, spent: list[ModelResult]
 ) -> ModelResult:
-    """One model call of the loop, its failure carrying the loop's spend so far."""
+    """One model call of the loop (`started_at` in its extra), its failure carrying the
+    loop's spend so far."""
+    began = time.time()
     try:
-        return await complete(replace(request, tools=toolbox.specs))
+        result = await complete(replace(request, tools=toolbox.specs))
+        return replace(result, extra={**result.extra, "started_at": repr(began)})
     except CallStopped as stopped:
         raise CallStopped(summed([*spent, stopped.answered])) from stopped
     except asyncio.CancelledError:

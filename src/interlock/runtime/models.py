@@ -402,10 +402,12 @@ def usage_of(result: ModelResult, alias: str, model: ResolvedModel | None = None
         **({"estimated": True} if result.extra.get("usage") == "estimated" else {}),
         # No price is known for this model: the call counts $0 in costs and budgets.
         **({"unpriced": True} if model is not None and unpriced(model) else {}),
-        # A tool loop's model calls and tool calls, whose spend the figures above add up.
+        # A tool loop's model calls and tool calls, whose spend the figures above add up,
+        # and each of them with its times (the trace's spans of the loop).
         **{
             name: int(result.extra[name])
             for name in ("turns", "tool_calls")
             if name in result.extra
         },
+        **({"steps": json.loads(result.extra["steps"])} if "steps" in result.extra else {}),
     }

@@ -10,7 +10,8 @@ Every process that drives runs (`run`, `resume`, `orchestrate`, `serve`) exports
   `chat MODEL` span with the GenAI semantic conventions (`gen_ai.operation.name`,
   `gen_ai.provider.name`, `gen_ai.request.model`, `gen_ai.usage.input_tokens` and
   `output_tokens`, `gen_ai.response.finish_reasons`), the OpenInference names LLM tools read
-  (`openinference.span.kind`, `llm.token_count.*`), and its cost.
+  (`openinference.span.kind`, `llm.token_count.*`), and its cost; for a tool loop, a `chat`
+  span per model call and an `execute_tool NAME` span per tool call, at their own times.
 
 Spans get the times the ledger recorded, so a trace shows what happened, not when a process
 heard of it. Their ids come from the run (a run's trace id is a hash of its id, a span's id a
@@ -35,6 +36,8 @@ from interlock.core.state import RunState, RunStatus
 logger = logging.getLogger(__name__)
 
 TASK_END = ("task_completed", "task_failed", "task_timed_out")
+# What a tool loop's step says of its model call, over the attempt's usage.
+_CALL_FIELDS = ("model", "input_tokens", "output_tokens", "finish_reason", "cost_usd")
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 _chosen: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
     "interlock_span_ids", default=None
@@ -179,7 +182,10 @@ class Tracer:
         span, dispatched = entry
         span.set_attribute("interlock.outcome", outcome)
         usage = d.get("usage") or {}
-        if usage.get("provider") and usage.get("model"):
+        steps = usage.get("steps")
+        if isinstance(steps, list) and steps and usage.get("provider"):
+            self._steps(key[0], dispatched, usage, steps, at, failed=outcome != "completed")
+        elif usage.get("provider") and usage.get("model"):
             self._model_call(key[0], dispatched, usage, at, failed=outcome != "completed")
         if isinstance(usage.get("cost_usd"), int | float):
             span.set_attribute("interlock.cost_usd", float(usage["cost_usd"]))
@@ -195,11 +201,26 @@ class Tracer:
     ) -> None:
         """The attempt's model call, as the GenAI conventions (and OpenInference) name it."""
         model = str(usage["model"])
-        tokens_in, tokens_out = usage.get("input_tokens"), usage.get("output_tokens")
-        reason = usage.get("finish_reason")
         latency = usage.get("latency_s")
         start = at - latency if isinstance(latency, int | float) and latency >= 0 else None
-        attrs: dict[str, Any] = {
+        task = span_id_of(run_id, "task", dispatched["task_id"], dispatched.get("attempt"))
+        span = self._start(
+            run_id,
+            task,
+            span_id_of(run_id, "chat", dispatched["task_id"], dispatched.get("attempt")),
+            f"chat {model}",
+            max(start, dispatched["at"]) if start is not None else dispatched["at"],
+            self._chat_attributes(dispatched, usage),
+        )
+        _end(span, at, error="the call failed" if failed else None)
+
+    @staticmethod
+    def _chat_attributes(dispatched: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
+        """A model call's span attributes: the GenAI conventions and OpenInference's."""
+        model = str(usage["model"])
+        tokens_in, tokens_out = usage.get("input_tokens"), usage.get("output_tokens")
+        reason = usage.get("finish_reason")
+        return {
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": usage["provider"],
             "gen_ai.system": usage["provider"],
@@ -221,16 +242,69 @@ class Tracer:
             "interlock.cost_usd": usage.get("cost_usd"),
             "interlock.tokens_estimated": usage.get("estimated") or None,
         }
+
+    def _steps(
+        self,
+        run_id: str,
+        dispatched: dict[str, Any],
+        usage: dict[str, Any],
+        steps: list[Any],
+        at: float,
+        failed: bool,
+    ) -> None:
+        """A tool loop's attempt: a `chat MODEL` span per model call, an `execute_tool NAME`
+        span per tool call, at the times the loop took them (within the attempt's span)."""
         task = span_id_of(run_id, "task", dispatched["task_id"], dispatched.get("attempt"))
-        span = self._start(
-            run_id,
-            task,
-            span_id_of(run_id, "chat", dispatched["task_id"], dispatched.get("attempt")),
-            f"chat {model}",
-            max(start, dispatched["at"]) if start is not None else dispatched["at"],
-            attrs,
-        )
-        _end(span, at, error="the call failed" if failed else None)
+        first = dispatched["at"]
+        for number, step in enumerate(steps, start=1):
+            if not isinstance(step, dict) or not isinstance(step.get("at"), int | float):
+                continue
+            start = min(max(float(step["at"]), first), at)
+            end = min(start + max(float(step.get("s") or 0.0), 0.0), at)
+            which = (dispatched["task_id"], dispatched.get("attempt"), number)
+            if step.get("kind") == "chat":
+                call = {**usage, **{k: step.get(k) for k in _CALL_FIELDS}, "latency_s": None}
+                span = self._start(
+                    run_id,
+                    task,
+                    span_id_of(run_id, "chat", *which),
+                    f"chat {step.get('model') or usage.get('model')}",
+                    start,
+                    self._chat_attributes(dispatched, call),
+                )
+                last = number == len(steps)
+                _end(span, end, error="the call failed" if failed and last else None)
+            elif step.get("kind") == "tool":
+                name = str(step.get("name") or "")
+                attrs = {
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": name,
+                    "gen_ai.tool.call.id": step.get("call_id"),
+                    "gen_ai.tool.type": "function",
+                    "openinference.span.kind": "TOOL",
+                    "tool.name": name,
+                    "interlock.task_id": dispatched["task_id"],
+                    "interlock.attempt": dispatched.get("attempt"),
+                    "interlock.turn": step.get("turn"),
+                    "interlock.tool_call": step.get("call"),
+                    "interlock.refused": step.get("refused") or None,
+                }
+                span = self._start(
+                    run_id,
+                    task,
+                    span_id_of(run_id, "tool", *which),
+                    f"execute_tool {name}",
+                    start,
+                    attrs,
+                )
+                error = step.get("error")
+                _end(
+                    span,
+                    end,
+                    error=(error if isinstance(error, str) else "the tool answered an error")
+                    if error
+                    else None,
+                )
 
     def _end_run(self, run_id: str, at: float, state: RunState) -> None:
         """The run's span, once it ended: from its creation, whoever saw it begin."""
