@@ -1,6 +1,7 @@
 """A tool loop's trace: a `chat` span per model call and an `execute_tool` span per tool
-call, each at its own time within the attempt's span, with the GenAI conventions; against
-the fake model server and the real MCP test server, exported to the SDK's memory."""
+call, each at its own time within the attempt's span, with the GenAI conventions, and a
+`call:` worker's `ctx.model` calls each a `chat` span; against the fake model server and
+the real MCP test server, exported to the SDK's memory."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from interlock import RunStatus
 from interlock.runtime import tracing
+from interlock.runtime.executors import TaskContext, register
 
 from .fake_llm_server import FakeServer, Fault
-from .project import app_for, make_project
+from .project import app_for, make_project, one_worker
 from .test_tools import tool_flow
 
 
@@ -87,3 +89,36 @@ def test_a_tool_that_answers_an_error_makes_an_error_span(
     tracer.provider.force_flush()  # type: ignore[attr-defined]
     [span] = [s for s in exporter.get_finished_spans() if s.name.startswith("execute_tool")]
     assert span.status.status_code.name == "ERROR"
+
+
+def _two_calls(ctx: TaskContext) -> str:
+    client = ctx.model("gpt")
+    first = client.complete("Say hello.")
+    return client.complete(f"Again: {first.text}").text
+
+
+register("traces.two_calls", _two_calls)
+
+
+def test_each_model_call_of_a_call_worker_is_a_chat_span(
+    tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch, exporter: Any
+) -> None:
+    """A `call:` worker's two `ctx.model` calls: two chat spans under its attempt, in order,
+    each with its own tokens and the alias's provider."""
+    tracer = tracing.configured_tracer({}, exporter=exporter)
+    assert tracer is not None
+    project = make_project(tmp_path, server, monkeypatch)
+    app = app_for(project)
+    state = app.run(one_worker(project, "      call: traces.two_calls\n"), "p", topic="t")
+    assert state.status is RunStatus.DELIVERED, state.failure
+    app.close()
+    tracer.provider.force_flush()  # type: ignore[attr-defined]
+    spans = list(exporter.get_finished_spans())
+    [task] = [s for s in spans if s.name == "task w@1"]
+    chats = sorted((s for s in spans if s.name.startswith("chat ")), key=lambda s: s.start_time)
+    assert len(chats) == 2, [s.name for s in spans]
+    assert chats[0].end_time <= chats[1].start_time
+    for chat in chats:
+        assert chat.parent is not None and chat.parent.span_id == task.context.span_id
+        assert chat.attributes["gen_ai.usage.input_tokens"] == 1000
+        assert chat.attributes["gen_ai.request.model"] == "gpt"

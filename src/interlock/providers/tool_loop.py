@@ -36,6 +36,7 @@ from interlock.providers.base import (
     ToolTurn,
 )
 from interlock.providers.mcp_tools import Toolbox
+from interlock.providers.usage import MAX_STEPS
 
 Complete = Callable[[ModelRequest], Awaitable[ModelResult]]
 Record = Callable[[dict[str, Any]], None]
@@ -76,10 +77,6 @@ def idempotency_key(request: ModelRequest, turn: int, index: int) -> str:
     """The key of call `index` (from 0) of `turn`: the same in every attempt of the task,
     so a server can tell a call repeated after a crash from a new one."""
     return f"{request.run_id}/{request.task_id}/{turn}/{index + 1}"
-
-
-# The most steps (model calls and tool calls) an attempt's usage lists for its trace.
-MAX_STEPS = 200
 
 
 def summed(results: Sequence[ModelResult]) -> ModelResult:

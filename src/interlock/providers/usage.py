@@ -15,6 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+# The most steps (model calls and tool calls, with their times) an attempt's usage lists for
+# its trace.
+MAX_STEPS = 200
+
 
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0

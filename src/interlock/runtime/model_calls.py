@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -29,6 +30,7 @@ from interlock.providers.prompt import estimate_tokens
 from interlock.providers.redaction import Secret, mask_keys, scrub
 from interlock.providers.request import unsupported
 from interlock.providers.spend import worst_case_usd
+from interlock.providers.usage import MAX_STEPS
 from interlock.runtime.call_journal import CallJournal, request_key
 from interlock.runtime.call_messages import (
     MessageError,
@@ -119,6 +121,8 @@ class ModelCalls:
         )
         # Calls paid by an attempt that never reported (killed): this attempt counts them.
         self.usages: list[dict[str, Any]] = self.journal.unreported()
+        # Each call this attempt made, with its times: the trace's `chat` spans.
+        self.steps: list[dict[str, Any]] = []
         self.recovered = len(self.usages)
         self.replayed = 0
         self.number = 0
@@ -211,6 +215,7 @@ class ModelCalls:
             await asyncio.to_thread(self._note, request, recorded, True)
             return _completion(recorded, alias, usage_of(recorded, alias, model), replayed=True)
         self._check_budget(model, request)
+        began = time.time()
         try:
             result = await provider.complete(request)
         except ProviderError as exc:
@@ -220,10 +225,27 @@ class ModelCalls:
             raise ModelCallError(f"{where}: {message}", retryable=exc.retryable) from None
         usage = usage_of(result, alias, model)
         self.usages.append(usage)
+        self._step(began, result, usage)
         kept = self._masked(result, model)
         await asyncio.to_thread(self.journal.record, key, kept, usage)
         await asyncio.to_thread(self._note, request, kept, False)
         return _completion(result, alias, usage)
+
+    def _step(self, began: float, result: ModelResult, usage: dict[str, Any]) -> None:
+        """Keep a call's times and figures for the attempt's trace (at most `MAX_STEPS`)."""
+        if len(self.steps) < MAX_STEPS:
+            self.steps.append(
+                {
+                    "kind": "chat",
+                    "at": began,
+                    "s": round(result.latency_s, 4),
+                    "model": result.model,
+                    "input_tokens": result.input_tokens,
+                    "output_tokens": result.output_tokens,
+                    "finish_reason": result.finish_reason,
+                    "cost_usd": usage.get("cost_usd"),
+                }
+            )
 
     def _note(self, request: ModelRequest, result: ModelResult, replayed: bool) -> None:
         """Append the call to the attempt's record, ``prompts/<task>.<attempt>.md`` (shown by
@@ -359,6 +381,7 @@ class ModelCalls:
             "by_alias": by_alias,
             **({"unpriced": True} if any(u.get("unpriced") for u in self.usages) else {}),
             **({"estimated": True} if any(u.get("estimated") for u in self.usages) else {}),
+            **({"steps": self.steps} if self.steps else {}),
         }
 
     def settle(self) -> None:
