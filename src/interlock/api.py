@@ -94,7 +94,9 @@ class Interlock:
             )
             tracer = configured_tracer()  # spans when OTEL_EXPORTER_OTLP_ENDPOINT is set
             if tracer is not None:
-                self._orchestrator.listeners.append(tracer.listener)
+                self._orchestrator.listeners.append(
+                    tracer.listener_at(self.home.run_dir, self.store.artifact)
+                )
         return self._orchestrator
 
     @orchestrator.setter

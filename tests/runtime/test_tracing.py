@@ -164,3 +164,25 @@ def test_an_endpoint_that_is_down_costs_one_warning_and_no_run(
 def test_without_an_endpoint_nothing_is_set_up() -> None:
     tracing.reset_for_tests()
     assert tracing.configured_tracer({}) is None
+
+
+def test_prompts_and_outputs_are_in_spans_only_when_asked_for(
+    tmp_path: Path, exporter: Any
+) -> None:
+    """By default no span holds a prompt or an output; with the GenAI conventions' capture
+    switch, an attempt's span holds its prompt record and its output as the ledger hashed
+    them."""
+    _, spans = _run(tmp_path / "plain", exporter)
+    assert not any("input.value" in (s.attributes or {}) for s in spans)
+    exporter.clear()
+    tracing.reset_for_tests()
+    captured = tracing.configured_tracer({tracing.CAPTURE_VARIABLE: "true"}, exporter=exporter)
+    assert captured is not None and captured.capture
+    run_id, spans = _run(tmp_path / "captured", exporter)
+    [writer] = [s for s in spans if s.name == "task writer@1"]
+    assert "Write about bees." in writer.attributes["input.value"]
+    app = Interlock(home=tmp_path / "captured" / "home")
+    output = (app.run_dir(run_id) / "writer.md").read_text()
+    app.close()
+    assert writer.attributes["output.value"] == output
+    assert not any("input.value" in (s.attributes or {}) for s in spans if s.name == "run t")

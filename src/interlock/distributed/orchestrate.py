@@ -64,7 +64,7 @@ class Fleet:
         self.orchestrator = Orchestrator(store, home, settings=settings, dispatcher=self.dispatcher)
         tracer = configured_tracer(service="interlock orchestrate")
         if tracer is not None:  # OTEL_EXPORTER_OTLP_ENDPOINT is set
-            self.orchestrator.listeners.append(tracer.listener)
+            self.orchestrator.listeners.append(tracer.listener_at(home.run_dir, store.artifact))
 
     async def run(self, stop: asyncio.Event) -> None:
         """Take and drive runs until `stop` is set; then hand every lease back."""

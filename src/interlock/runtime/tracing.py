@@ -17,8 +17,12 @@ Spans get the times the ledger recorded, so a trace shows what happened, not whe
 heard of it. Their ids come from the run (a run's trace id is a hash of its id, a span's id a
 hash of what it stands for), so the spans of one run from several processes (an orchestrator
 that took the run over, another that finished it) join into one trace. Prompts and answers are
-never put in spans. An endpoint that is down costs one warning: spans are exported from a
-background thread and dropped when they cannot be sent; a run is never slowed or failed.
+put in spans only when `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` is true (the GenAI
+conventions' switch): then an attempt's span carries its records as kept (the prompt, a tool
+loop's transcript, masked) and its output, each read back only when its SHA-256 is the one
+the ledger recorded, with every key masked again. An endpoint that is down costs one
+warning: spans are exported from a background thread and dropped when they cannot be sent;
+a run is never slowed or failed.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ import contextvars
 import hashlib
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, cast
 
 from interlock.core.events import to_record
@@ -39,6 +44,10 @@ TASK_END = ("task_completed", "task_failed", "task_timed_out")
 # What a tool loop's step says of its model call, over the attempt's usage.
 _CALL_FIELDS = ("model", "input_tokens", "output_tokens", "finish_reason", "cost_usd")
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+CAPTURE_VARIABLE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+CONTENT_LIMIT = 32 * 1024  # characters of one record or output put in a span
+Locate = Callable[[str], Path]  # a run's directory
+Artifact = Callable[[str], "bytes | None"]  # a body the ledger holds, by SHA-256
 _chosen: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
     "interlock_span_ids", default=None
 )
@@ -71,7 +80,7 @@ def is_final(state: RunState) -> bool:
 class Tracer:
     """Opens and closes spans as a run's events arrive (`on_event` or `listener`)."""
 
-    def __init__(self, tracer: Any = None) -> None:
+    def __init__(self, tracer: Any = None, environ: Mapping[str, str] = os.environ) -> None:
         try:
             from opentelemetry import trace
         except ImportError as exc:  # asked for without the extra installed
@@ -85,6 +94,9 @@ class Tracer:
                 provider.id_generator = RunIds(provider.id_generator)
             tracer = provider.get_tracer("interlock")
         self.tracer = tracer
+        # Prompts and outputs in spans: only when asked for (`CAPTURE_VARIABLE`).
+        self.capture = environ.get(CAPTURE_VARIABLE, "").strip().lower() in ("true", "1")
+        self.artifact: Artifact | None = None
         self.phases: dict[str, tuple[Any, str, int]] = {}  # run -> (span, phase, visit)
         self.tasks: dict[tuple[str, str], tuple[Any, dict[str, Any]]] = {}
 
@@ -93,21 +105,48 @@ class Tracer:
         kind, data = to_record(new.event)
         self.on_event(run_id, kind, data, new.event.at, state)
 
-    def on_stored(self, stored: Any, state: RunState) -> None:
+    def listener_at(
+        self, locate: Locate, artifact: Artifact | None = None
+    ) -> Callable[[str, int, Any, RunState], None]:
+        """`listener` for an orchestrator whose runs' directories `locate` finds, and whose
+        ledger's bodies `artifact` reads: where an attempt's records and output are read
+        when content is captured (an output held by the ledger is written into the run's
+        folder only after the event that commits it)."""
+        self.artifact = artifact
+
+        def listen(run_id: str, seq: int, new: Any, state: RunState) -> None:
+            kind, data = to_record(new.event)
+            self.on_event(run_id, kind, data, new.event.at, state, locate)
+
+        return listen
+
+    def on_stored(self, stored: Any, state: RunState, locate: Locate | None = None) -> None:
         """A server hub hook: the same as `on_event` for a stored event."""
-        self.on_event(stored.run_id, stored.kind, stored.data, stored.at, state)
+        self.on_event(stored.run_id, stored.kind, stored.data, stored.at, state, locate)
 
     def on_event(
-        self, run_id: str, kind: str, d: dict[str, Any], at: float, state: RunState
+        self,
+        run_id: str,
+        kind: str,
+        d: dict[str, Any],
+        at: float,
+        state: RunState,
+        locate: Locate | None = None,
     ) -> None:
         """Open or close the spans an event starts or ends."""
         try:
-            self._on_event(run_id, kind, d, at, state)
+            self._on_event(run_id, kind, d, at, state, locate)
         except Exception as exc:  # tracing never stops a run
             logger.warning("tracing: %s event of %s: %s: %s", kind, run_id, type(exc).__name__, exc)
 
     def _on_event(
-        self, run_id: str, kind: str, d: dict[str, Any], at: float, state: RunState
+        self,
+        run_id: str,
+        kind: str,
+        d: dict[str, Any],
+        at: float,
+        state: RunState,
+        locate: Locate | None,
     ) -> None:
         if kind == "phase_started":
             self._end_phase(run_id, at)
@@ -139,7 +178,10 @@ class Tracer:
             )
             self.tasks[key] = (span, {"at": at, **d})
         elif kind in TASK_END:
-            self._end_task((run_id, d["task_id"]), at, kind.removeprefix("task_"), d)
+            key = (run_id, d["task_id"])
+            if self.capture and locate is not None and key in self.tasks:
+                _put_content(self.tasks[key][0], locate(run_id), d, self.artifact)
+            self._end_task(key, at, kind.removeprefix("task_"), d)
         elif kind == "phase_completed":
             self._end_phase(run_id, at)
         if is_final(state):
@@ -330,6 +372,42 @@ class Tracer:
         _end(span, at, error=state.failure if state.status is RunStatus.FAILED else None)
 
 
+def _put_content(
+    span: Any, run_dir: Path, d: dict[str, Any], artifact: Artifact | None = None
+) -> None:
+    """An attempt's records (its prompt, a tool loop's transcript) and output on its span,
+    as OpenInference names them, each only when it is what the ledger recorded, keys
+    masked, at most `CONTENT_LIMIT` characters each."""
+    from interlock.providers.redaction import mask_keys
+
+    def read(relative: str, sha256: str) -> str | None:
+        data = artifact(sha256) if artifact is not None else None
+        path = run_dir / relative
+        if data is None and not path.resolve().is_relative_to(run_dir.resolve()):
+            return None  # never outside the run's folder
+        try:
+            data = path.read_bytes() if data is None else data
+        except OSError:
+            return None  # not written yet, or gone
+        if hashlib.sha256(data).hexdigest() != sha256:
+            return None
+        return mask_keys(data.decode("utf-8", "replace"))[:CONTENT_LIMIT]
+
+    records = d.get("records") or {}
+    kept = [
+        text
+        for relative, sha in sorted(records.items())
+        if (text := read(relative, str(sha))) is not None
+    ]
+    if kept:
+        span.set_attribute("input.value", "\n\n".join(kept)[:CONTENT_LIMIT])
+        span.set_attribute("input.mime_type", "text/markdown")
+    if d.get("artifact") and d.get("sha256"):
+        output = read(str(d["artifact"]), str(d["sha256"]))
+        if output is not None:
+            span.set_attribute("output.value", output)
+
+
 def _end(span: Any, at: float, error: str | None = None) -> None:
     if error:
         from opentelemetry.trace import Status, StatusCode
@@ -421,7 +499,7 @@ def configured_tracer(
     import atexit
 
     atexit.register(_shutdown, provider)
-    tracer = Tracer(provider.get_tracer("interlock"))
+    tracer = Tracer(provider.get_tracer("interlock"), environ=environ)
     tracer.provider = provider  # type: ignore[attr-defined]
     _configured.append(tracer)
     return tracer

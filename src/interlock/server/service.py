@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from typing import Any
@@ -96,7 +97,8 @@ class Service:
         if tracer is None and config.otel:  # the application's own tracer provider
             tracer = Tracer()
         if tracer is not None:
-            self.hub.hooks.append(tracer.on_stored)
+            tracer.artifact = self.store.artifact  # outputs the ledger holds, for content
+            self.hub.hooks.append(functools.partial(tracer.on_stored, locate=self.home.run_dir))
 
     def pipeline_of(self, state: RunState) -> Pipeline | None:
         """The pinned pipeline of a run (None before its first event is known)."""
