@@ -97,6 +97,7 @@ def test_a_run_is_one_trace_of_its_phases_attempts_and_model_calls(
     chat = next(s for s in spans if s.name == "chat sonnet")
     task = by_id[chat.parent.span_id]
     assert task.name in ("task writer@1", "task editor@1")
+    assert task.attributes["interlock.worker"]  # the process that ran the attempt
     assert by_id[task.parent.span_id].name.startswith("phase ")
     a = chat.attributes
     assert a["gen_ai.operation.name"] == "chat"

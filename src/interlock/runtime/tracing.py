@@ -177,6 +177,10 @@ class Tracer:
                 },
             )
             self.tasks[key] = (span, {"at": at, **d})
+        elif kind == "task_started" and d.get("worker"):
+            entry = self.tasks.get((run_id, d["task_id"]))
+            if entry is not None:  # the process that ran it: a fleet's worker, by name
+                entry[0].set_attribute("interlock.worker", str(d["worker"]))
         elif kind in TASK_END:
             key = (run_id, d["task_id"])
             if self.capture and locate is not None and key in self.tasks:
