@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from interlock.core import events as ev
 from interlock.core.state import TaskState
 from interlock.distributed.artifacts import ArtifactStore, PostgresArtifacts
-from interlock.distributed.payload import keep_records, scopes, to_payload
+from interlock.distributed.payload import keep_journals, keep_records, scopes, to_payload
 from interlock.distributed.queue import Entry, TaskQueue
 from interlock.distributed.watch import Watcher
 from interlock.errors import StorageUnavailable
@@ -375,10 +375,14 @@ class QueueDispatcher:
         """The done entry and its outcome (a small output in memory, a large one at `tmp`);
         `data` is its output's body when it came with the entry."""
         result = entry.result or {"ok": False, "error": "the worker recorded no result"}
+        run_dir = tmp.parent.parent
         if "records" in result:  # its prompt, a command's logs: beside the run's others
-            run_dir = tmp.parent.parent
             for problem in keep_records(run_dir, result["records"]):
                 log.warning("attempt %s: a record was not kept: %s", tmp.stem, problem)
+        if "journals" in result:  # the task's next attempt goes on from them
+            task_id = tmp.name.rsplit(".", 2)[0]
+            for problem in keep_journals(run_dir, task_id, result["journals"]):
+                log.warning("attempt %s: a journal was not kept: %s", tmp.stem, problem)
         body = None
         if result.get("ok") and entry.output_sha:
             if data is None:

@@ -17,10 +17,52 @@ import orjson
 
 from interlock.core.workflow import Worker
 from interlock.distributed.artifacts import ArtifactStore
+from interlock.runtime.artifacts import write_atomic
 from interlock.runtime.executors import TaskSpec
 
 RECORD_FOLDERS = ("prompts", "logs")  # what an attempt records beside its output
 RECORD_LIMIT = 256 << 10  # bytes of one record sent with a result (its end, if longer)
+# A task's journals (a tool loop's turns, a `call:` worker's model calls): they travel whole
+# with its attempts and their results, so that an attempt on any worker goes on from what an
+# earlier one recorded. A journal past the limit does not travel (the attempt starts afresh).
+JOURNAL_LIMIT = 1 << 20
+
+
+def journal_names(task_id: str) -> tuple[str, str]:
+    """The journal files of a task, in the run's `journal/` folder."""
+    return f"{task_id}.jsonl", f"{task_id}.calls.jsonl"
+
+
+def read_journals(run_dir: Path, task_id: str) -> dict[str, str]:
+    """The task's journals in `run_dir/journal`, by file name (those too big left out)."""
+    found: dict[str, str] = {}
+    for name in journal_names(task_id):
+        path = run_dir / "journal" / name
+        try:
+            if path.stat().st_size <= JOURNAL_LIMIT:
+                found[name] = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):  # none yet, or unreadable: it starts afresh
+            continue
+    return found
+
+
+def keep_journals(run_dir: Path, task_id: str, journals: object) -> list[str]:
+    """Write the journals a payload or a result carries into `run_dir/journal` (only the
+    task's own file names: they are data from another machine); returns what was not kept."""
+    if not isinstance(journals, dict):
+        return ["journals that are not a mapping"]
+    names = journal_names(task_id)
+    problems: list[str] = []
+    for name, text in journals.items():
+        if name not in names or not isinstance(text, str):
+            problems.append(f"{name!r}: not a journal of task {task_id}")
+            continue
+        try:
+            (run_dir / "journal").mkdir(parents=True, exist_ok=True)
+            write_atomic(run_dir / "journal" / name, text.encode("utf-8"))
+        except OSError as exc:
+            problems.append(f"{name!r}: {exc.strerror or exc}")
+    return problems
 
 
 def idempotency_key(run_id: str, task_id: str, attempt: int) -> str:
@@ -63,6 +105,11 @@ def to_payload(spec: TaskSpec, pipeline: str, artifacts: ArtifactStore) -> dict[
         "idempotency_key": spec.idempotency_key,
         "workflow_dir": str(spec.workflow_dir) if spec.workflow_dir else None,
         "tool_decisions": spec.tool_decisions,
+        **(
+            {"journals": journals}
+            if (journals := read_journals(spec.run_dir, spec.task_id))
+            else {}
+        ),
     }
 
 
@@ -117,6 +164,8 @@ def to_spec(payload: dict[str, Any], workdir: Path, artifacts: ArtifactStore) ->
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(bodies[sha])
         reads.append((name, target))
+    if payload.get("journals"):  # what earlier attempts of the task recorded, anywhere
+        keep_journals(workdir, payload["task_id"], payload["journals"])
     return TaskSpec(
         run_id=payload["run_id"],
         task_id=payload["task_id"],

@@ -33,7 +33,7 @@ from typing import Any
 from interlock.core.state import RunState, apply, fold
 from interlock.distributed.artifacts import PostgresArtifacts
 from interlock.distributed.listen import Listener
-from interlock.distributed.payload import RECORD_FOLDERS, RECORD_LIMIT, to_spec
+from interlock.distributed.payload import RECORD_FOLDERS, RECORD_LIMIT, read_journals, to_spec
 from interlock.distributed.queue import CHANNEL, Claim, Finished, TaskQueue
 from interlock.distributed.sources import ClaimSource, QueueSource
 from interlock.errors import StorageUnavailable
@@ -84,6 +84,9 @@ def _finished(ended: _Ended) -> Finished:
     records = _records(ended.work)
     if records:
         result["records"] = records
+    journals = read_journals(ended.work, ended.claim.task_id)
+    if journals:  # the task's next attempt, on any worker, goes on from them
+        result["journals"] = journals
     return Finished(claim=ended.claim, result=result, output=data)
 
 
