@@ -302,3 +302,35 @@ def test_each_call_is_in_the_attempts_record_masked(
     assert "**User**\n\nstep 3" in shown["w@1.2"]
     ended = [e for e in app.events(state.run_id) if e.kind == "task_completed"]
     assert "prompts/w@1.2.md" in ended[0].data["records"]
+
+
+def _by_name(ctx: TaskContext) -> str:
+    ctx.record_usage(model="gpt-4o", input_tokens=1000, output_tokens=500)
+    ctx.record_usage(model="no-such-model-9", input_tokens=10, output_tokens=10)
+    return "done"
+
+
+register("mc.by_name", _by_name)
+
+
+@pytest.mark.parametrize("configured", [True, False])
+def test_recorded_usage_of_a_model_no_alias_names_is_priced_by_its_name(
+    tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch, configured: bool
+) -> None:
+    """A model that is no alias (with an interlock.toml or without one) is priced from the
+    providers' price tables by its name; one no table knows counts $0, marked unpriced."""
+    project = make_project(tmp_path, server, monkeypatch)
+    if not configured:
+        (project / "interlock.toml").unlink()
+        monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "no-user-config"))
+    flow = one_worker(project, "      call: mc.by_name\n")
+    app = app_for(project)
+    state = app.run(flow, "p", topic="t")
+    assert state.status is RunStatus.DELIVERED, state.failure
+    usage: dict[str, Any] = attempt_usage(app, state.run_id)[0]
+    assert usage["by_alias"]["gpt-4o"]["cost_usd"] == pytest.approx(
+        (1000 * 2.5 + 500 * 10.0) / 1_000_000
+    )
+    assert usage["by_alias"]["no-such-model-9"]["cost_usd"] == 0.0
+    assert usage.get("unpriced") is True
+    assert state.unpriced == ("no-such-model-9",)  # what the status note names, alone

@@ -153,6 +153,10 @@ def test_a_kill_while_a_call_waits_keeps_it_waiting_and_approve_then_goes_on(
         raise AssertionError("no kill came after the waiting call was recorded")
     resumed = cli(home, "resume", run)
     assert resumed.returncode == ExitCode.PAUSED, resumed.stderr[-500:]
+    # The last line names the call and both commands that decide it, with the run id.
+    assert f"interlock approve {run} --call w@1/1/1" in resumed.stdout, resumed.stdout
+    assert f"interlock reject {run} --call w@1/1/1 --reason TEXT" in resumed.stdout
+    assert "[--message TEXT]" not in resumed.stdout
     state = app.state(run)
     assert [c["ref"] for c in waiting_calls(state)] == ["w@1/1/1"]
     assert noted(call_log) == []

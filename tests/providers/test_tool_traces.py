@@ -122,3 +122,37 @@ def test_each_model_call_of_a_call_worker_is_a_chat_span(
         assert chat.parent is not None and chat.parent.span_id == task.context.span_id
         assert chat.attributes["gen_ai.usage.input_tokens"] == 1000
         assert chat.attributes["gen_ai.request.model"] == "gpt"
+
+
+def test_a_call_decided_by_a_person_is_a_span_of_the_attempt_that_made_it(
+    tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch, exporter: Any
+) -> None:
+    """The attempt that stopped at a call waiting for approval ends `awaiting_approval`,
+    with no error; approved, the next attempt's span holds the call's `execute_tool` span
+    (made before that attempt's own model call), and a refused one is marked refused."""
+    from .test_tool_approvals import TOOLS, note
+
+    tracer = tracing.configured_tracer({}, exporter=exporter)
+    assert tracer is not None
+    monkeypatch.setenv("MCP_CALL_LOG", str(tmp_path / "calls.jsonl"))
+    project = make_project(tmp_path, server, monkeypatch)
+    app = app_for(project)
+    spans: list[Any] = []
+    for approved in (True, False):
+        server.fail_next(note("launch"))
+        state = app.run(tool_flow(project, "gpt", tools=TOOLS), topic="t")
+        assert state.status is RunStatus.PAUSED, state.failure
+        app.decide_call(state.run_id, "w@1/1/1", approved=approved, note="no")
+        assert app.resume(state.run_id).status is RunStatus.DELIVERED
+    app.close()
+    tracer.provider.force_flush()  # type: ignore[attr-defined]
+    spans = list(exporter.get_finished_spans())
+    paused = [s for s in spans if s.name == "task w@1" and s.attributes["interlock.attempt"] == 1]
+    assert [s.attributes["interlock.outcome"] for s in paused] == ["awaiting_approval"] * 2
+    assert all(s.status.status_code.name != "ERROR" for s in paused)
+    tools = [s for s in spans if s.name == "execute_tool note"]
+    assert len(tools) == 2, [s.name for s in spans]
+    by_id = {s.context.span_id: s for s in spans}
+    for span in tools:
+        assert by_id[span.parent.span_id].attributes["interlock.attempt"] == 2
+    assert sorted(bool(s.attributes.get("interlock.refused")) for s in tools) == [False, True]

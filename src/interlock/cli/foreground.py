@@ -95,6 +95,17 @@ def report_end(app: Interlock, run_id: str) -> int:
     if state.status is RunStatus.DELIVERED:
         out.print(f"delivered: {app.run_dir(run_id) / 'final.md'}", soft_wrap=True)
         return int(ExitCode.OK)
+    if state.status is RunStatus.PAUSED and state.pause_reason == "tool":
+        from interlock.core.tool_calls import waiting_calls
+
+        for call in waiting_calls(state):  # each names the call a decision is for
+            ref = call["ref"]
+            out.print(
+                f"paused: tool call {ref} ({call['tool']}) waits: interlock approve {run_id} "
+                f"--call {ref}, or interlock reject {run_id} --call {ref} --reason TEXT",
+                soft_wrap=True,
+            )
+        return int(ExitCode.PAUSED)
     if state.status is RunStatus.PAUSED:
         out.print(
             f"paused for approval: interlock approve {run_id} [--message TEXT]", soft_wrap=True

@@ -849,9 +849,15 @@ def _charge(state: RunState, task: TaskState, attempt: int, usage: dict[str, Any
         task.estimated = True
     if usage.get("unpriced"):
         task.unpriced = True
-        alias = str(usage.get("alias") or usage.get("model") or "?")
-        if alias not in state.unpriced:
-            state.unpriced = tuple(sorted((*state.unpriced, alias)))
+        # A `call:` worker's calls of several aliases name those without a price.
+        named = usage.get("unpriced_aliases")
+        aliases = (
+            [str(a) for a in named]
+            if isinstance(named, list) and named
+            else [str(usage.get("alias") or usage.get("model") or "?")]
+        )
+        if any(alias not in state.unpriced for alias in aliases):
+            state.unpriced = tuple(sorted({*state.unpriced, *aliases}))
     counted = task.child_spend.get(attempt)
     if counted is not None:
         task.child_spend = {a: s for a, s in task.child_spend.items() if a != attempt}

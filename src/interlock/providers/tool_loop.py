@@ -79,11 +79,12 @@ def idempotency_key(request: ModelRequest, turn: int, index: int) -> str:
     return f"{request.run_id}/{request.task_id}/{turn}/{index + 1}"
 
 
-def summed(results: Sequence[ModelResult]) -> ModelResult:
+def summed(results: Sequence[ModelResult], before: Sequence[dict[str, Any]] = ()) -> ModelResult:
     """The calls of a loop as one result: tokens, cost and time added up, the text, finish
     reason and tool calls of the last call, and `steps`: each model call and tool call this
-    attempt made, with its times (what a trace shows of the loop)."""
-    steps: list[dict[str, Any]] = []
+    attempt made, with its times (what a trace shows of the loop); `before`: the tool calls
+    it made before its first model call (those of a turn an earlier attempt answered)."""
+    steps: list[dict[str, Any]] = list(before)
     for result in results:
         started = result.extra.get("started_at")
         if started is not None:
@@ -119,10 +120,13 @@ def summed(results: Sequence[ModelResult]) -> ModelResult:
     )
 
 
-def _with_tool_step(results: list[ModelResult], step: dict[str, Any]) -> None:
+def _with_tool_step(
+    results: list[ModelResult], step: dict[str, Any], before: list[dict[str, Any]]
+) -> None:
     """Keep a tool call's step with the model call that asked for it (the last of
-    `results`; none when that call was made by an earlier attempt)."""
+    `results`), or in `before` when an earlier attempt made that call."""
     if not results:
+        before.append(step)
         return
     last = results[-1]
     steps = [*json.loads(last.extra.get("tool_steps", "[]")), step]
@@ -166,6 +170,7 @@ async def run_tool_loop(
         CallStopped: The attempt was cancelled; it carries the loop's spend so far.
     """
     spent: list[ModelResult] = []
+    early: list[dict[str, Any]] = []  # tool calls made before this attempt's first model call
     # An earlier attempt's turns, at most as many as leave one model call to make.
     turns: list[ToolTurn] = list(done[: max_turns - 1])
     if len(turns) < len(done) or len(turns) + 1 >= max_turns:
@@ -188,7 +193,7 @@ async def run_tool_loop(
                 }
             )
             if not result.tool_calls:
-                return summed(spent)
+                return summed(spent, early)
             if turn == max_turns:
                 break
             answer = ToolTurn(
@@ -212,7 +217,7 @@ async def run_tool_loop(
                         "tool": call.name,
                         "arguments": call.arguments[:ARGUMENTS_SHOWN],
                     },
-                    answered=summed(spent) if spent else None,
+                    answered=summed(spent, early) if spent else None,
                 )
             began = time.time()
             step: dict[str, Any] = {
@@ -239,10 +244,13 @@ async def run_tool_loop(
                 raise
             except ProviderError as failure:
                 record({"turn": turn, "call": call.id, "fault": str(failure)})
-                _with_tool_step(spent, {**step, "s": time.time() - began, "error": str(failure)})
-                raise _with_spend(failure, spent) from None
+                failed = {**step, "s": time.time() - began, "error": str(failure)}
+                _with_tool_step(spent, failed, early)
+                raise _with_spend(failure, spent, early) from None
             _with_tool_step(
-                spent, {**step, "s": round(time.time() - began, 4), "error": outcome.is_error}
+                spent,
+                {**step, "s": round(time.time() - began, 4), "error": outcome.is_error},
+                early,
             )
             record(
                 {
@@ -257,7 +265,7 @@ async def run_tool_loop(
                 journal.result(turn, index, outcome)
             results.append(outcome)
         turns.append(replace(answer, results=tuple(results)))
-    last = summed(spent)
+    last = summed(spent, early)
     if accept_max_turns:
         return replace(last, tool_calls=())
     raise ProviderError(
@@ -289,9 +297,11 @@ async def _answer(
         raise _with_spend(failure, answered) from None
 
 
-def _with_spend(failure: ProviderError, spent: list[ModelResult]) -> ProviderError:
+def _with_spend(
+    failure: ProviderError, spent: list[ModelResult], before: Sequence[dict[str, Any]] = ()
+) -> ProviderError:
     """`failure` carrying what the loop's calls cost so far."""
-    answered = summed(spent) if spent else None
+    answered = summed(spent, before) if spent else None
     return ProviderError(
         str(failure),
         retryable=failure.retryable,

@@ -49,6 +49,11 @@ if TYPE_CHECKING:
 Messages = Sequence[Mapping[str, Any]]
 
 
+# Where `record_usage` looks a model name up when it names no alias: the providers whose
+# price tables know their models by name.
+_PRICED_AT = ("https://api.openai.com/v1", "https://api.anthropic.com/v1")
+
+
 class ModelCallError(Exception):
     """A model call from a `call:` worker failed; `retryable` says whether another attempt
     of the task may succeed (the worker's `retries` decide)."""
@@ -344,12 +349,17 @@ class ModelCalls:
         try:
             resolved = self.models.config(self.spec.workflow_dir).resolve(model)
         except Exception:  # not an alias here: the price table by the model's name
-            rates = default_prices(model, None)
-            if not rates:
-                return 0.0, True
-            cost = input_tokens * rates.get("input_price_per_mtok", 0.0)
-            cost += output_tokens * rates.get("output_price_per_mtok", 0.0)
-            return cost / 1_000_000, False
+            resolved = None
+        if resolved is None or resolved.offline_fallback:
+            # No alias of that name (without a config every name "resolves" to the offline
+            # stand-in): the price tables of the providers that sell a model of that name.
+            for base_url in _PRICED_AT:
+                rates = default_prices(model, base_url)
+                if rates:
+                    cost = input_tokens * rates.get("input_price_per_mtok", 0.0)
+                    cost += output_tokens * rates.get("output_price_per_mtok", 0.0)
+                    return cost / 1_000_000, False
+            return 0.0, True
         if not resolved.price_source and resolved.kind != "offline":
             return 0.0, True
         return resolved.cost_usd(input_tokens, output_tokens), False
@@ -380,6 +390,15 @@ class ModelCalls:
             **({"recovered": self.recovered} if self.recovered else {}),
             "by_alias": by_alias,
             **({"unpriced": True} if any(u.get("unpriced") for u in self.usages) else {}),
+            **(
+                {"unpriced_aliases": unpriced}
+                if (
+                    unpriced := sorted(
+                        {str(u.get("alias")) for u in self.usages if u.get("unpriced")}
+                    )
+                )
+                else {}
+            ),
             **({"estimated": True} if any(u.get("estimated") for u in self.usages) else {}),
             **({"steps": self.steps} if self.steps else {}),
         }

@@ -185,7 +185,9 @@ class Tracer:
             key = (run_id, d["task_id"])
             if self.capture and locate is not None and key in self.tasks:
                 _put_content(self.tasks[key][0], locate(run_id), d, self.artifact)
-            self._end_task(key, at, kind.removeprefix("task_"), d)
+            # An attempt that stopped at a tool call waiting for a person failed nothing.
+            outcome = "awaiting_approval" if d.get("approval") else kind.removeprefix("task_")
+            self._end_task(key, at, outcome, d)
         elif kind == "phase_completed":
             self._end_phase(run_id, at)
         if is_final(state):
@@ -229,13 +231,15 @@ class Tracer:
         span.set_attribute("interlock.outcome", outcome)
         usage = d.get("usage") or {}
         steps = usage.get("steps")
+        failed = outcome not in ("completed", "awaiting_approval")
         if isinstance(steps, list) and steps and usage.get("provider"):
-            self._steps(key[0], dispatched, usage, steps, at, failed=outcome != "completed")
+            self._steps(key[0], dispatched, usage, steps, at, failed=failed)
         elif usage.get("provider") and usage.get("model"):
-            self._model_call(key[0], dispatched, usage, at, failed=outcome != "completed")
+            self._model_call(key[0], dispatched, usage, at, failed=failed)
         if isinstance(usage.get("cost_usd"), int | float):
             span.set_attribute("interlock.cost_usd", float(usage["cost_usd"]))
-        _end(span, at, error=d.get("error") or d.get("detail") or d.get("reason"))
+        error = d.get("error") or d.get("detail") or d.get("reason")
+        _end(span, at, error=None if outcome == "awaiting_approval" else error)
 
     def _model_call(
         self,
