@@ -187,3 +187,38 @@ def test_prompts_and_outputs_are_in_spans_only_when_asked_for(
     app.close()
     assert writer.attributes["output.value"] == output
     assert not any("input.value" in (s.attributes or {}) for s in spans if s.name == "run t")
+
+
+def test_a_process_that_took_a_run_over_mid_phase_still_makes_its_phase_span(
+    tmp_path: Path,
+) -> None:
+    """The spans a process makes from a run's history seen from the middle of its first
+    phase on (another process started it): the phase span is made once, from the ledger's
+    start of the visit and under the id the first process gave it; no phase twice."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+
+    from interlock.core.state import apply, fold
+
+    flow = tmp_path / "flow.json"
+    flow.write_text(json.dumps(WORKFLOW))
+    app = Interlock(home=tmp_path / "home")
+    run_id = app.start(flow, "t", topic="bees")
+    app.drive(run_id)
+    history = app.events(run_id)
+    app.close()
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(id_generator=tracing.RunIds(RandomIdGenerator()))  # type: ignore[arg-type]
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = tracing.Tracer(provider.get_tracer("test"))
+    first = next(n for n, e in enumerate(history) if e.kind == "phase_started")
+    state = fold([e.event for e in history[: first + 1]])
+    for stored in history[first + 1 :]:  # this process never saw the first phase begin
+        apply(state, stored.event)
+        tracer.on_event(run_id, stored.kind, stored.data, stored.at, state)
+    names = sorted(s.name for s in memory.get_finished_spans())
+    assert names.count("phase draft") == 1 and names.count("phase edit") == 1, names
+    draft = next(s for s in memory.get_finished_spans() if s.name == "phase draft")
+    assert draft.context.span_id == tracing.span_id_of(run_id, "phase", "draft", 1)
+    assert draft.start_time == int(history[first].at * 1e9)

@@ -99,6 +99,7 @@ class Tracer:
         self.artifact: Artifact | None = None
         self.phases: dict[str, tuple[Any, str, int]] = {}  # run -> (span, phase, visit)
         self.tasks: dict[tuple[str, str], tuple[Any, dict[str, Any]]] = {}
+        self.ended: dict[str, tuple[str, int]] = {}  # run -> the last phase visit it ended
 
     def listener(self, run_id: str, seq: int, new: Any, state: RunState) -> None:
         """An `Orchestrator.listeners` entry: the same as `on_event` for a new event."""
@@ -189,7 +190,7 @@ class Tracer:
             outcome = "awaiting_approval" if d.get("approval") else kind.removeprefix("task_")
             self._end_task(key, at, outcome, d)
         elif kind == "phase_completed":
-            self._end_phase(run_id, at)
+            self._end_phase(run_id, at, state)
         if is_final(state):
             self._end_run(run_id, at, state)
 
@@ -218,10 +219,28 @@ class Tracer:
         finally:
             _chosen.reset(token)
 
-    def _end_phase(self, run_id: str, at: float) -> None:
+    def _end_phase(self, run_id: str, at: float, state: RunState | None = None) -> None:
+        """End the run's open phase span; with `state`, one this process never saw begin
+        (another process started the phase, this one took the run over) is made from the
+        ledger's start of the visit, under the id the other process gave it."""
         entry = self.phases.pop(run_id, None)
         if entry is not None:
             _end(entry[0], at)
+            self.ended[run_id] = (entry[1], entry[2])
+            return
+        current = state.current if state is not None else None
+        if current is None or self.ended.get(run_id) == (current.phase, current.visit):
+            return
+        self.ended[run_id] = (current.phase, current.visit)
+        span = self._start(
+            run_id,
+            span_id_of(run_id),
+            span_id_of(run_id, "phase", current.phase, current.visit),
+            f"phase {current.phase}",
+            current.started_at,
+            {"interlock.phase": current.phase, "interlock.visit": current.visit},
+        )
+        _end(span, at)
 
     def _end_task(self, key: tuple[str, str], at: float, outcome: str, d: dict[str, Any]) -> None:
         entry = self.tasks.pop(key, None)
@@ -360,7 +379,8 @@ class Tracer:
         """The run's span, once it ended: from its creation, whoever saw it begin."""
         for key in [k for k in self.tasks if k[0] == run_id]:
             self._end_task(key, at, "stopped", {})
-        self._end_phase(run_id, at)
+        self._end_phase(run_id, at, state)
+        self.ended.pop(run_id, None)
         from opentelemetry.trace import INVALID_SPAN
 
         token = _chosen.set((trace_id_of(run_id), span_id_of(run_id)))
