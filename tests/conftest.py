@@ -15,6 +15,7 @@ import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -144,3 +145,19 @@ def sigint_default() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@pytest.fixture
+def exporter() -> Iterator[Any]:
+    """The process's tracer set up anew for the test (`tracing.configured_tracer` with the
+    OpenTelemetry SDK's in-memory exporter given), and forgotten after it."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from interlock.runtime import tracing
+
+    tracing.reset_for_tests()
+    memory = InMemorySpanExporter()
+    yield memory
+    tracer = tracing.configured_tracer({}, exporter=memory)
+    tracer.provider.shutdown()  # type: ignore[union-attr]
+    tracing.reset_for_tests()

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from interlock import RunStatus
 from interlock.runtime import tracing
@@ -18,16 +17,6 @@ from interlock.runtime.executors import TaskContext, register
 from .fake_llm_server import FakeServer, Fault
 from .project import app_for, make_project, one_worker
 from .test_tools import tool_flow
-
-
-@pytest.fixture
-def exporter() -> Any:
-    tracing.reset_for_tests()
-    memory = InMemorySpanExporter()
-    yield memory
-    tracer = tracing.configured_tracer({}, exporter=memory)
-    tracer.provider.shutdown()  # type: ignore[union-attr]
-    tracing.reset_for_tests()
 
 
 def test_each_model_call_and_tool_call_of_a_loop_is_a_span_of_its_own(

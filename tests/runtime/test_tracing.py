@@ -43,16 +43,6 @@ WORKFLOW = {
 }
 
 
-@pytest.fixture
-def exporter() -> Any:
-    tracing.reset_for_tests()
-    memory = InMemorySpanExporter()
-    yield memory
-    tracer = tracing.configured_tracer({}, exporter=memory)
-    tracer.provider.shutdown()  # type: ignore[union-attr]
-    tracing.reset_for_tests()
-
-
 def _run(tmp_path: Path, exporter: Any) -> tuple[str, list[Any]]:
     tracer = tracing.configured_tracer({}, exporter=exporter)
     assert tracer is not None
