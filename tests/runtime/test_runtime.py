@@ -101,6 +101,33 @@ def test_call_workers_receive_reads(app: Interlock, write_workflow: WriteWorkflo
     assert (app.run_dir(state.run_id) / "final.md").read_text() == "ABOUT CATS"
 
 
+def test_an_event_loop_a_plain_call_worker_leaves_on_its_thread_is_closed(
+    app: Interlock, write_workflow: WriteWorkflow
+) -> None:
+    """A plain function that runs async code on a loop of its own and keeps it set (as
+    Pydantic AI's `run_sync` does): once it returns, that loop is closed, so its sockets are
+    not left to the pool thread for good."""
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    def keeps_a_loop(ctx: TaskContext) -> str:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        loops.append(loop)
+        return loop.run_until_complete(asyncio.sleep(0, result="ran"))
+
+    register("keeps_a_loop", keeps_a_loop)
+    path = write_workflow("""
+        p:
+          phases:
+            - id: a
+              workers: [{role: w, call: keeps_a_loop, final: true}]
+    """)
+    state = app.run(path, topic="t")
+    assert state.status is RunStatus.DELIVERED
+    [loop] = loops
+    assert loop.is_closed()
+
+
 def test_call_worker_may_write_its_output_file_itself(
     app: Interlock, write_workflow: WriteWorkflow
 ) -> None:

@@ -18,6 +18,7 @@ import re
 import signal
 import subprocess
 import sys
+import warnings
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -411,13 +412,31 @@ async def _call(function: CallTarget, context: TaskContext) -> Outcome:
                 return keep_output(spec.output, await function(context), durable=False)
             # A large output is written and fsynced in the worker's own thread: one hop.
             return await asyncio.to_thread(
-                lambda: keep_output(spec.output, function(context), durable=True)
+                _own_loops_closed, lambda: keep_output(spec.output, function(context), durable=True)
             )
     except TimeoutError:
         return Outcome(ok=False, timed_out=True, error=f"timed out after {spec.worker.timeout:g}s")
     except Exception as exc:  # a worker's own failure is data for the ledger, not a crash
         retryable = getattr(exc, "retryable", True) if _is_call_error(exc) else True
         return Outcome(ok=False, error=f"{type(exc).__name__}: {exc}", retryable=retryable)
+
+
+def _own_loops_closed(work: Callable[[], Outcome]) -> Outcome:
+    """`work` in a pool thread, closing the event loop it left set on the thread: a plain
+    function that ran async code (Pydantic AI's `run_sync` makes a loop and keeps it) would
+    otherwise leave the loop, and its sockets, to the thread for good."""
+    try:
+        return work()
+    finally:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            try:
+                loop = asyncio.get_event_loop_policy().get_event_loop()
+            except RuntimeError:  # none set on this thread
+                loop = None
+        if loop is not None and not loop.is_running():
+            loop.close()
+            asyncio.set_event_loop(None)
 
 
 def _is_call_error(exc: BaseException) -> bool:
