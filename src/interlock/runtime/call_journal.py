@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import threading
 from collections import defaultdict, deque
 from dataclasses import asdict
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from interlock.providers.base import ModelRequest, ModelResult, ToolCall
-from interlock.runtime.artifacts import fsync_dir
+from interlock.runtime.sealed_lines import append_sealed, keep_good, read_sealed
 
 
 def request_key(request: ModelRequest) -> str:
@@ -48,10 +47,6 @@ def request_key(request: ModelRequest) -> str:
         ensure_ascii=False,
     )
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _sha(body: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
 def result_json(result: ModelResult) -> dict[str, Any]:
@@ -85,36 +80,14 @@ class CallJournal:
         self._load()
 
     def _load(self) -> None:
-        try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
-            return
-        good: list[bytes] = []
-        chunks = raw.split(b"\n")
-        for number, chunk in enumerate(chunks, start=1):
-            if not chunk:
-                continue
-            if number == len(chunks):  # no newline after it: a write cut short by a crash
-                break
-            try:
-                line = json.loads(chunk)
-                body = line["body"]
-                if line["sha"] != _sha(body):
-                    break
-            except (ValueError, KeyError, TypeError):
-                break
-            good.append(chunk)
+        found = read_sealed(self.path)
+        for body in found.bodies:
             if "settled" in body:
                 self._counted = max(self._counted, int(body["settled"]))
                 continue
             self._calls += 1
             self._answers[body["key"]].append(body)
-        if len(good) != sum(1 for chunk in chunks if chunk):
-            # What follows a bad line is not trusted: the file goes on from the good prefix.
-            with self.path.open("wb") as handle:
-                handle.write(b"".join(chunk + b"\n" for chunk in good))
-                handle.flush()
-                os.fsync(handle.fileno())
+        keep_good(self.path, found)  # what follows a bad line is not trusted
         lines = sorted((b for q in self._answers.values() for b in q), key=lambda b: b["n"])
         self._unreported = [b["usage"] for b in lines if b["n"] > self._counted]
 
@@ -151,12 +124,4 @@ class CallJournal:
                 self._counted = self._calls
 
     def _append(self, body: dict[str, Any]) -> None:
-        line = json.dumps({"body": body, "sha": _sha(body)}, ensure_ascii=False)
-        new = not self.path.exists()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as handle:
-            handle.write(line + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        if new:
-            fsync_dir(self.path.parent)
+        append_sealed(self.path, body)

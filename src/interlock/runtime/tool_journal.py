@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from interlock.providers.base import ModelRequest, ToolCall, ToolResult, ToolTurn
-from interlock.runtime.artifacts import fsync_dir, write_atomic
+from interlock.runtime.sealed_lines import append_sealed, keep_good, read_sealed
 
 
 def request_digest(request: ModelRequest) -> str:
@@ -28,10 +27,6 @@ def request_digest(request: ModelRequest) -> str:
     call (another prompt is another conversation, whose turns must not be replayed)."""
     text = json.dumps([request.alias, request.system, request.prompt], ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _sha(body: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
 class ToolJournal:
@@ -47,7 +42,6 @@ class ToolJournal:
         self.digest = digest
         self._mask = mask  # keys out of what is kept (the turns replayed hold the mask)
         self._last = ""  # sha of the last good line: the next line's `prev`
-        self._lines: list[str] = []  # the good lines, as written
 
     def load(self) -> tuple[list[ToolTurn], ToolTurn | None, str | None]:
         """The turns recorded by earlier attempts: (complete turns, the last turn if only
@@ -56,38 +50,18 @@ class ToolJournal:
         A refused or foreign tail is removed from the file, so what is appended next
         follows the good prefix.
         """
-        try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
-            return [], None, None
-        entries: list[dict[str, Any]] = []
+        found = read_sealed(
+            self.path, chained=True, until=lambda body: body.get("request") != self.digest
+        )
         warning = None
-        chunks = raw.split(b"\n")
-        for number, chunk in enumerate(chunks, start=1):
-            if not chunk:
-                continue
-            if number == len(chunks):  # no newline after it: a write cut short by a crash
-                break
-            try:
-                line = json.loads(chunk)
-                body = line["body"]
-                good = line["sha"] == _sha(body) and body["prev"] == self._last
-            except (ValueError, KeyError, TypeError):
-                good = False
-            if not good:
-                warning = (
-                    f"{self.path}: line {number} of the tool journal does not match its "
-                    f"hash chain; the loop continues from the {len(entries)} entries before it"
-                )
-                break
-            if body["request"] != self.digest:
-                break  # another prompt's loop: start afresh
-            entries.append(body)
-            self._lines.append(chunk.decode())
-            self._last = line["sha"]
-        if len(self._lines) != sum(1 for chunk in chunks if chunk):
-            text = "".join(f"{line}\n" for line in self._lines)
-            write_atomic(self.path, text.encode())
+        if found.broken is not None:
+            warning = (
+                f"{self.path}: line {found.broken} of the tool journal does not match its "
+                f"hash chain; the loop continues from the {len(found.bodies)} entries before it"
+            )
+        self._last = found.last
+        keep_good(self.path, found)  # a refused or foreign tail: appends follow the prefix
+        entries = found.bodies
         done, partial = _turns(entries)
         return done, partial, warning
 
@@ -118,19 +92,7 @@ class ToolJournal:
         )
 
     def _append(self, entry: dict[str, Any]) -> None:
-        body = {**entry, "request": self.digest, "prev": self._last}
-        sha = _sha(body)
-        line = json.dumps({"body": body, "sha": sha}, ensure_ascii=False)
-        new = not self.path.exists()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as handle:
-            handle.write(line + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        if new:
-            fsync_dir(self.path.parent)
-        self._lines.append(line)
-        self._last = sha
+        self._last = append_sealed(self.path, {**entry, "request": self.digest, "prev": self._last})
 
 
 def _turns(entries: list[dict[str, Any]]) -> tuple[list[ToolTurn], ToolTurn | None]:
