@@ -5,10 +5,20 @@ goes on from what an earlier one recorded."""
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 from pathlib import Path
 
+import pytest
+from tests.distributed.helpers import Processes, statuses, wait_until
 from tests.distributed.test_dispatch_batch import spec
+from tests.providers.conftest import API_KEY
+from tests.providers.fake_llm_server import FakeServer, FakeState, Fault
+from tests.providers.project import CONFIG
 
+from interlock.core.state import fold
+from interlock.distributed import submit
 from interlock.distributed.artifacts import PostgresArtifacts
 from interlock.distributed.payload import (
     JOURNAL_LIMIT,
@@ -67,3 +77,65 @@ def test_only_the_tasks_own_journals_are_kept_and_none_too_big_travels(tmp_path:
     (tmp_path / "journal" / "a.calls.jsonl").write_text("x" * (JOURNAL_LIMIT + 1))
     assert read_journals(tmp_path, "a") == {"a.jsonl": "kept\n"}
     assert read_journals(tmp_path / "nowhere", "a") == {}
+
+
+AGENT = """
+def solve(ctx):
+    model = ctx.model("claude")
+    return " ".join(model.complete(word).text for word in ("one", "two", "three"))
+"""
+
+
+def test_a_worker_killed_mid_attempt_leaves_the_calls_it_was_answered_to_the_next(
+    procs: Processes,
+) -> None:
+    """A `call:` worker's attempt on a fleet worker has two model calls answered and the
+    third in flight when the worker is killed (SIGKILL). The worker that takes the hand-out
+    over replays the two answered calls from the journal kept in the queue and sends only
+    the third: three calls paid, each counted once in the run's cost."""
+    state = FakeState(api_key=API_KEY, models={"claude-test"}, reply=["ok"])
+    server = FakeServer(state)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        root = procs.root
+        (root / "interlock.toml").write_text(CONFIG.format(url=server.url))
+        (root / "journal_agent.py").write_text(AGENT)
+        flow = root / "flow.yaml"
+        flow.write_text(
+            "p:\n  phases:\n  - id: a\n    workers:\n"
+            "    - {role: w, call: 'journal_agent:solve', final: true}\n"
+        )
+        env = {
+            "FAKE_KEY": API_KEY,
+            "PYTHONPATH": os.pathsep.join([str(root), procs.env["PYTHONPATH"]]),
+        }
+        state.faults.extend([Fault(), Fault(), Fault(delay=60)])  # the third is held
+        run_id = submit(procs.url, flow, topic="t", home=procs.home / "submitter")
+        procs.orchestrator("orchestrator", **env)
+        first = procs.worker("first", **env)
+        wait_until(lambda: len(state.requests) >= 3, 60, "the third model call")
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+        state.faults.clear()
+        procs.worker("second", **env)
+        wait_until(lambda: statuses(procs.url).get("delivered") == 1, 90, "the run delivered")
+        prompts = [_prompt(r.body) for r in state.requests]
+        assert prompts == ["one", "two", "three", "three"], prompts
+        store = PostgresStore(procs.url)
+        try:
+            run = fold([s.event for s in store.events(run_id)])
+        finally:
+            store.close()
+        assert run.cost_usd == pytest.approx(3 * (1000 * 3.0 + 500 * 15.0) / 1_000_000)
+    finally:
+        server.shutdown()
+        thread.join()
+        server.server_close()
+
+
+def _prompt(body: dict[str, object]) -> str:
+    messages = body["messages"]
+    assert isinstance(messages, list)
+    content = messages[-1]["content"]
+    return content if isinstance(content, str) else content[0]["text"]

@@ -312,3 +312,28 @@ def test_a_turn_walks_the_ready_index_instead_of_sorting_the_backlog(
         assert [row[0] for row in claimed] == ["claim"]
         assert "Index Scan using task_queue_ready" in ran
         assert "Sort Key: q.priority DESC, q.id" not in ran
+
+
+def test_the_journals_a_hand_out_kept_go_to_the_next_and_back_with_a_give_up(
+    queue: TaskQueue,
+) -> None:
+    """Journals kept by the current hand-out are in the payload of the next one; a stale
+    holder's are refused; once the entry is given up (its workers kept dying) they come back
+    with the failure, a journal of the payload left out by the worker kept as it was."""
+    queue.enqueue(
+        run_id="r1", task_id="a", attempt=1, kind="call", scopes=[],
+        payload={"t": "a", "journals": {"a.jsonl": "sent\n"}},
+    )  # fmt: skip
+    first = take(queue, "first", ttl=0.2)
+    assert queue.keep_journals(first, {"a.calls.jsonl": "call 1\n"}, "first")
+    time.sleep(0.4)
+    assert queue.sweep() == 1
+    second = take(queue, "second", ttl=0.2)
+    assert second.payload["journals"] == {"a.jsonl": "sent\n", "a.calls.jsonl": "call 1\n"}
+    assert not queue.keep_journals(first, {"a.calls.jsonl": "stale\n"}, "first")
+    assert queue.keep_journals(second, {"a.calls.jsonl": "call 1\ncall 2\n"}, "second")
+    time.sleep(0.4)
+    assert queue.sweep() == 1  # the second delivery of two: given up
+    result = queue.get(second.id).result
+    assert result is not None and result["ok"] is False
+    assert result["journals"] == {"a.jsonl": "sent\n", "a.calls.jsonl": "call 1\ncall 2\n"}

@@ -393,6 +393,14 @@ class TaskQueue:
         args = (ttl, claim.id, claim.delivery, worker)
         return bool(self.store.single(lambda db: db.execute(Q["heartbeat"], args).rowcount))
 
+    def keep_journals(self, claim: Claim, journals: dict[str, str], worker: str) -> bool:
+        """Keep `journals` (by file name) in the entry's payload while `claim` is its
+        current hand-out, so that its next hand-out (its worker died) replays what this
+        one was answered; False when the hand-out is no longer current (`worker`, its
+        holder, still counts as current after a sweep: see `heartbeat`)."""
+        args = (Jsonb(journals), claim.id, claim.delivery, worker)
+        return bool(self.store.single(lambda db: db.execute(Q["keep_journals"], args).rowcount))
+
     def finish(
         self,
         claim: Claim,

@@ -26,7 +26,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from interlock.providers import aclose_providers
 from interlock.runtime import collector
 from interlock.runtime.executors import Outcome, TaskSpec, run_call, run_command
 from interlock.runtime.models import ModelRunner
+from interlock.runtime.sealed_lines import journal_appends
 from interlock.storage.outage import level_for
 from interlock.storage.postgres import PostgresStore
 
@@ -301,6 +302,9 @@ class RemoteWorker:
             spec: TaskSpec | None = ready
             if spec is None:
                 return
+            # The journals an attempt appends to are kept in its entry as they grow: if this
+            # worker dies, the next hand-out replays the calls already answered.
+            journal_appends.set(self._journal_keeper(claim, work))
             execution = asyncio.create_task(self._execute(spec))
             # Heartbeats begin a third of the lease in: most attempts end before, and then
             # cost a timer, not a task of their own.
@@ -339,6 +343,42 @@ class RemoteWorker:
             with contextlib.suppress(Exception):
                 await self.source.done(claim)
             wake.set()
+
+    def _journal_keeper(self, claim: Claim, work: Path) -> Callable[[Path], None]:
+        """What `journal_appends` tells for `claim`: the task's journals, as they are now,
+        go into its queue entry. An append on the event loop (model calls are made there,
+        for plain functions too) has it done by a task of its own, the appends made
+        meanwhile in one statement; one in another thread waits there for it."""
+        loop = asyncio.get_running_loop()
+        loop_thread = threading.get_ident()
+        again = False
+        keeping: asyncio.Task[None] | None = None
+
+        def keep() -> None:
+            journals = read_journals(work, claim.task_id)
+            try:
+                if not self.queue.keep_journals(claim, journals, self.name):
+                    log.debug("task %s: hand-out ended; journals not kept", claim.task_id)
+            except Exception as exc:  # the result carries them too, when it comes
+                log.log(level_for(exc), "task %s: journals not kept: %s", claim.task_id, exc)
+
+        async def keep_all() -> None:
+            nonlocal again, keeping
+            while again:
+                again = False
+                await asyncio.to_thread(keep)
+            keeping = None
+
+        def appended(path: Path) -> None:
+            nonlocal again, keeping
+            if threading.get_ident() != loop_thread:
+                keep()
+                return
+            again = True
+            if keeping is None:
+                keeping = loop.create_task(keep_all())
+
+        return appended
 
     async def _recorded(self, ended: _Ended, wake: asyncio.Event) -> None:
         """Record an attempt's outcome in the worker's next turn, and return once it is.

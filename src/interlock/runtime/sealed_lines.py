@@ -14,11 +14,19 @@ import hashlib
 import json
 import os
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from interlock.runtime.artifacts import fsync_dir, write_atomic
+
+journal_appends: ContextVar[Callable[[Path], None] | None] = ContextVar(
+    "interlock_journal_appends", default=None
+)
+"""Told the path of each line appended in this context, once it is fsynced: a fleet worker
+keeps a copy of the task's journals where the next hand-out of the attempt reads them
+(`interlock.distributed.worker`). Unset: nobody is told."""
 
 
 def seal(body: dict[str, Any]) -> str:
@@ -100,4 +108,7 @@ def append_sealed(path: Path, body: dict[str, Any]) -> str:
         os.fsync(handle.fileno())
     if new:
         fsync_dir(path.parent)
+    told = journal_appends.get()
+    if told is not None:
+        told(path)
     return sha

@@ -84,7 +84,10 @@ UPDATE task_queue SET state = 'queued', lease_expires = NULL
 WHERE id = %s AND delivery = %s AND state = 'claimed';
 
 -- name: give_up
-UPDATE task_queue SET state = 'done', worker = NULL, lease_expires = NULL, result = %s,
+-- The journals its workers kept (`keep_journals`) go back with the failure, so that the
+-- task's next attempt replays the calls they were answered.
+UPDATE task_queue SET state = 'done', worker = NULL, lease_expires = NULL,
+       result = %s || jsonb_strip_nulls(jsonb_build_object('journals', payload -> 'journals')),
        finished_at = extract(epoch FROM clock_timestamp())
 WHERE id = %s AND delivery = %s AND state = 'claimed';
 
@@ -164,6 +167,13 @@ RETURNING id, run_id, task_id, attempt, delivery, payload, kind;
 -- name: heartbeat
 -- Renew a current hand-out, or take back one a sweep queued again while nobody else took it.
 UPDATE task_queue SET state = 'claimed', lease_expires = extract(epoch FROM clock_timestamp()) + %s
+WHERE id = %s AND delivery = %s AND (state = 'claimed' OR (state = 'queued' AND worker = %s));
+
+-- name: keep_journals
+-- A current hand-out's journals as they grew: the payload of its next hand-out carries them.
+-- A journal the worker left out (past the size that travels) keeps the copy it had.
+UPDATE task_queue
+SET payload = jsonb_set(payload, '{journals}', coalesce(payload -> 'journals', '{}') || %s)
 WHERE id = %s AND delivery = %s AND (state = 'claimed' OR (state = 'queued' AND worker = %s));
 
 -- name: finish
