@@ -106,19 +106,16 @@ def test_a_worker_killed_mid_attempt_leaves_the_calls_it_was_answered_to_the_nex
             "p:\n  phases:\n  - id: a\n    workers:\n"
             "    - {role: w, call: 'journal_agent:solve', final: true}\n"
         )
-        env = {
-            "FAKE_KEY": API_KEY,
-            "PYTHONPATH": os.pathsep.join([str(root), procs.env["PYTHONPATH"]]),
-        }
+        path = os.pathsep.join([str(root), procs.env["PYTHONPATH"]])
         state.faults.extend([Fault(), Fault(), Fault(delay=60)])  # the third is held
         run_id = submit(procs.url, flow, topic="t", home=procs.home / "submitter")
-        procs.orchestrator("orchestrator", **env)
-        first = procs.worker("first", **env)
+        procs.orchestrator("orchestrator", FAKE_KEY=API_KEY, PYTHONPATH=path)
+        first = procs.worker("first", FAKE_KEY=API_KEY, PYTHONPATH=path)
         wait_until(lambda: len(state.requests) >= 3, 60, "the third model call")
         first.send_signal(signal.SIGKILL)
         first.wait(10)
         state.faults.clear()
-        procs.worker("second", **env)
+        procs.worker("second", FAKE_KEY=API_KEY, PYTHONPATH=path)
         wait_until(lambda: statuses(procs.url).get("delivered") == 1, 90, "the run delivered")
         prompts = [_prompt(r.body) for r in state.requests]
         assert prompts == ["one", "two", "three", "three"], prompts
