@@ -136,6 +136,33 @@ def test_commands_cost_nothing() -> None:
     assert q.tokens == 1400 and q.tasks[0].usd == 0.0 and q.tasks[0].tokens == 0
 
 
+def test_a_call_workers_own_model_calls_are_named_as_not_quoted() -> None:
+    """A `call:` function may call models itself (`ctx.model`): the quote's amounts leave
+    those calls out, and it says so for that worker alone, in words and in JSON."""
+    p = pipeline_of(
+        {
+            "phases": [
+                {"id": "a", "workers": [{"role": "agent", "call": "pkg.mod:solve"}]},
+                {"id": "b", "workers": [{"role": "c", "command": ["true"]}]},
+                {"id": "z", "workers": [worker("w", final=True)]},
+            ]
+        }
+    )
+    q = quoted(p)
+    assert q.usd is not None and q.tokens == 400 + 1000
+    assert q.not_quoted == (
+        "phase 'a', worker 'agent': the model calls its call: function makes (ctx.model), "
+        "held back one by one by the run's budget",
+    )
+    assert q.to_json()["not_quoted"] == list(q.not_quoted)
+    assert (
+        quoted(
+            pipeline_of({"phases": [{"id": "z", "workers": [worker("w", final=True)]}]})
+        ).not_quoted
+        == ()
+    )
+
+
 def test_a_model_without_a_price_leaves_the_cost_without_a_bound() -> None:
     """No price: the cost has no bound and says how to set one; tokens are still bounded."""
     unpriced = ModelTerms(input_usd_per_mtok=None, output_usd_per_mtok=None, max_output_tokens=10)

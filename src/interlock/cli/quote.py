@@ -163,4 +163,6 @@ def quote_lines(quote: Quote) -> list[str]:
     reasons = dict.fromkeys([*quote.usd_unbounded, *quote.tokens_unbounded])
     for reason in reasons:
         lines.append(f"      no bound: {reason}")
+    for line in quote.not_quoted:
+        lines.append(f"      not quoted: {line}")
     return lines

@@ -136,6 +136,9 @@ class Quote:
     tokens_unbounded: tuple[str, ...] = ()
     complete: bool = True  # False: exploring stopped early, so this is not a bound
     assumed: bool = False  # topic and inputs were assumed, not measured
+    # One line per worker whose spend is not in the amounts: a `call:` function's own model
+    # calls (`ctx.model`), which the run's budget holds back one by one as they are made.
+    not_quoted: tuple[str, ...] = ()
 
     def over_budget(self, budget: Budget | None, *, reasons: bool = True) -> list[str]:
         """What in this quote the budget may not cover, one line each (empty: it covers it).
@@ -180,6 +183,7 @@ class Quote:
             "max_tokens": self.tokens,
             "cost_unbounded": list(self.usd_unbounded),
             "tokens_unbounded": list(self.tokens_unbounded),
+            "not_quoted": list(self.not_quoted),
             "dearest_path": dict(self.usd_path),
             "complete": self.complete,
             "assumed_text_tokens": self.assumed,
@@ -216,6 +220,7 @@ class _Bounds:
     children: Mapping[str, Quote] = field(default_factory=dict)
     usd_unbounded: dict[str, None] = field(default_factory=dict)
     tokens_unbounded: dict[str, None] = field(default_factory=dict)
+    not_quoted: dict[str, None] = field(default_factory=dict)
 
     def output_limit(self, worker: Worker) -> int | None:
         """The longest output `worker` can write, in tokens (None: no limit)."""
@@ -271,6 +276,11 @@ class _Bounds:
         lanes = _lanes(phase)
         if worker.pipeline is not None:
             return self._child(phase, worker, lanes)
+        if worker.call is not None:
+            self.not_quoted[
+                f"phase {phase.id!r}, worker {worker.role!r}: the model calls its call: "
+                "function makes (ctx.model), held back one by one by the run's budget"
+            ] = None
         if worker.model is None:
             return TaskQuote(
                 role=worker.role, phase=phase.id, lanes=lanes, calls=0, prompt_tokens=0,
@@ -345,6 +355,8 @@ class _Bounds:
             self.usd_unbounded[f"{place}: {line}"] = None
         for line in child.tokens_unbounded:
             self.tokens_unbounded[f"{place}: {line}"] = None
+        for line in child.not_quoted:
+            self.not_quoted[f"{place}: {line}"] = None
         calls = sum(t.calls * t.lanes for t in child.tasks)
         prompts = [t.prompt_tokens for t in child.tasks if t.calls]
         known = [p for p in prompts if p is not None]
@@ -428,6 +440,7 @@ def quote(
         tokens_unbounded=tuple(bounds.tokens_unbounded) if tokens_most is None else (),
         complete=complete and all(q.complete for q in (children or {}).values()),
         assumed=sizes.assumed,
+        not_quoted=tuple(bounds.not_quoted),
     )
 
 
