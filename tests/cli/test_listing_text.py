@@ -79,12 +79,13 @@ def test_control_characters_are_escaped_in_every_human_readable_output(
     cli_env: dict[str, str], tmp_path: Path
 ) -> None:
     """A topic and a description holding an escape sequence, a bell and a carriage return
-    reach the terminal as visible escapes in `runs`, `status`, `check` and `events`."""
+    reach the terminal as visible escapes in `run`, `runs`, `status`, `check` and `events`."""
     flow = _flow(tmp_path)
     topic = "evil \x1b]0;owned\x07 topic\rX"
     ran = cli(cli_env, "run", flow, "--topic", topic)
     run_id = next(line.split()[1] for line in ran.stderr.splitlines() if line.startswith("run "))
     outputs = {
+        "run": ran.stdout + ran.stderr,
         "runs": cli({**cli_env, "COLUMNS": "200"}, "runs").stdout,
         "status": cli(cli_env, "status", run_id).stdout,
         "check": cli(cli_env, "check", flow).stdout,
@@ -94,6 +95,18 @@ def test_control_characters_are_escaped_in_every_human_readable_output(
         assert not re.search("[\x00-\x08\x0b-\x1f\x7f]", text), (command, text)
     assert "evil \\x1b]0;owned\\x07 topic\\rX" in outputs["status"]
     assert "colours \\x1b[31mred\\x1b[0m and a bell \\x07" in outputs["check"]
+    assert "topic=evil \\x1b]0;owned\\x07 topic\\rX" in outputs["run"]
+
+
+def test_the_command_check_suggests_shows_a_control_character_as_the_shell_reads_it(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A pipeline named with an escape sequence: `check`'s `run:` line quotes it as $'...'
+    with the escape spelled out, a command that runs that pipeline when pasted."""
+    flow = _flow(tmp_path, FLOW.replace("long-pipeline-name-for-a-narrow-terminal", '"p\\e[1mq"'))
+    checked = cli(cli_env, "check", flow).stdout
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f]", checked), checked
+    assert f"run: interlock run {flow} $'p\\x1b[1mq' --topic TEXT" in checked, checked
 
 
 WAITS = f"""

@@ -41,8 +41,9 @@ def test_serve_names_each_workflow_folders_configuration_and_that_it_is_read_onc
     (folder / "flow.yaml").write_text(FLOW)
     (folder / "interlock.toml").write_text('[models.m]\nprovider = "offline"\n')
     said: list[str] = []
+    flow = str(folder / "flow.yaml")
     with subprocess.Popen(
-        [sys.executable, "-m", "interlock", "serve", "--port", "0", "-w", str(folder / "flow.yaml")],
+        [sys.executable, "-m", "interlock", "serve", "--port", "0", "-w", flow],
         env=cli_env, cwd=tmp_path, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
     ) as server:  # fmt: skip
         try:
