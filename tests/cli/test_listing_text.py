@@ -123,7 +123,8 @@ def test_a_waiting_run_past_its_time_without_an_orchestrator_is_not_driven(
     cli_env: dict[str, str], tmp_path: Path
 ) -> None:
     """The process driving a 6 s delay ends; once the time has passed, `runs` and `status`
-    mark the run "not driven", as they do a running run nobody drives, and say how to go on."""
+    mark the run "not driven", as they do a running run nobody drives, and say how to go on
+    (as a run that was driven, not one submitted and never taken up)."""
     process = subprocess.Popen(
         [PY, "-m", "interlock", "run", _flow(tmp_path, WAITS), "shipping", "--topic", "t"],
         env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -144,5 +145,9 @@ def test_a_waiting_run_past_its_time_without_an_orchestrator_is_not_driven(
     shown = " ".join(cli(cli_env, "runs").stdout.split())
     assert "(not driven)" in shown and "interlock resume" in shown
     run_id = shown.split("shipping-")[1].split()[0]
-    status = cli(cli_env, "status", f"shipping-{run_id}").stdout
-    assert "waiting (not driven)" in " ".join(status.split())
+    status = " ".join(cli(cli_env, "status", f"shipping-{run_id}").stdout.split())
+    assert "waiting (not driven)" in status
+    # It was driven until its process ended: not called a submitted run nobody took up, nor
+    # listed among the running ones.
+    assert "not driven yet" not in status and "no orchestrator holds this run" in status
+    assert "running run(s)" not in shown and "1 run(s) that should be going on" in shown
