@@ -15,6 +15,10 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 MODEL_NAME="${INTERLOCK_LLAMA_MODEL:-local-model}"
+if [ -z "${INTERLOCK_LLAMA_URL:-}" ] && [ $# -ne 1 ]; then
+  sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+fi
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/interlock-readme-check.XXXXXX")"
 SERVER_PID=""
 
@@ -25,7 +29,7 @@ trap stop EXIT
 
 if [ -n "${INTERLOCK_LLAMA_URL:-}" ]; then
   URL="${INTERLOCK_LLAMA_URL%/}"
-elif [ $# -eq 1 ]; then
+else
   PORT="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
   URL="http://127.0.0.1:$PORT"
   # Two slots: a phase's two parallel workers are answered together, not one after the other.
@@ -40,9 +44,6 @@ elif [ $# -eq 1 ]; then
     sleep 1
   done
   curl -fsS "$URL/health" >/dev/null || { echo "[readme-check] llama-server not up after 120 s" >&2; exit 1; }
-else
-  sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
-  exit 2
 fi
 
 cp -r "$ROOT/examples" "$WORK/examples"
