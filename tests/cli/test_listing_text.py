@@ -79,7 +79,8 @@ def test_control_characters_are_escaped_in_every_human_readable_output(
     cli_env: dict[str, str], tmp_path: Path
 ) -> None:
     """A topic and a description holding an escape sequence, a bell and a carriage return
-    reach the terminal as visible escapes in `run`, `runs`, `status`, `check` and `events`."""
+    reach the terminal as visible escapes in `run`, `runs`, `status`, `check`, `events` and
+    `watch`."""
     flow = _flow(tmp_path)
     topic = "evil \x1b]0;owned\x07 topic\rX"
     ran = cli(cli_env, "run", flow, "--topic", topic)
@@ -90,12 +91,14 @@ def test_control_characters_are_escaped_in_every_human_readable_output(
         "status": cli(cli_env, "status", run_id).stdout,
         "check": cli(cli_env, "check", flow).stdout,
         "events": cli(cli_env, "events", run_id).stdout,
+        "watch": cli(cli_env, "watch", run_id).stdout,
     }
     for command, text in outputs.items():
         assert not re.search("[\x00-\x08\x0b-\x1f\x7f]", text), (command, text)
     assert "evil \\x1b]0;owned\\x07 topic\\rX" in outputs["status"]
     assert "colours \\x1b[31mred\\x1b[0m and a bell \\x07" in outputs["check"]
     assert "topic=evil \\x1b]0;owned\\x07 topic\\rX" in outputs["run"]
+    assert "evil \\x1b]0;owned\\x07 topic\\rX" in outputs["watch"]
 
 
 def test_the_command_check_suggests_shows_a_control_character_as_the_shell_reads_it(
