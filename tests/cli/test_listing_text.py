@@ -79,21 +79,37 @@ def test_control_characters_are_escaped_in_every_human_readable_output(
     cli_env: dict[str, str], tmp_path: Path
 ) -> None:
     """A topic and a description holding an escape sequence, a bell and a carriage return
-    reach the terminal as visible escapes in `runs`, `status`, `check` and `events`."""
+    reach the terminal as visible escapes in `run`, `runs`, `status`, `check`, `events` and
+    `watch`."""
     flow = _flow(tmp_path)
     topic = "evil \x1b]0;owned\x07 topic\rX"
     ran = cli(cli_env, "run", flow, "--topic", topic)
     run_id = next(line.split()[1] for line in ran.stderr.splitlines() if line.startswith("run "))
     outputs = {
+        "run": ran.stdout + ran.stderr,
         "runs": cli({**cli_env, "COLUMNS": "200"}, "runs").stdout,
         "status": cli(cli_env, "status", run_id).stdout,
         "check": cli(cli_env, "check", flow).stdout,
         "events": cli(cli_env, "events", run_id).stdout,
+        "watch": cli(cli_env, "watch", run_id).stdout,
     }
     for command, text in outputs.items():
         assert not re.search("[\x00-\x08\x0b-\x1f\x7f]", text), (command, text)
     assert "evil \\x1b]0;owned\\x07 topic\\rX" in outputs["status"]
     assert "colours \\x1b[31mred\\x1b[0m and a bell \\x07" in outputs["check"]
+    assert "topic=evil \\x1b]0;owned\\x07 topic\\rX" in outputs["run"]
+    assert "evil \\x1b]0;owned\\x07 topic\\rX" in outputs["watch"]
+
+
+def test_the_command_check_suggests_shows_a_control_character_as_the_shell_reads_it(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A pipeline named with an escape sequence: `check`'s `run:` line quotes it as $'...'
+    with the escape spelled out, a command that runs that pipeline when pasted."""
+    flow = _flow(tmp_path, FLOW.replace("long-pipeline-name-for-a-narrow-terminal", '"p\\e[1mq"'))
+    checked = cli(cli_env, "check", flow).stdout
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f]", checked), checked
+    assert f"run: interlock run {flow} $'p\\x1b[1mq' --topic TEXT" in checked, checked
 
 
 WAITS = f"""
@@ -110,7 +126,8 @@ def test_a_waiting_run_past_its_time_without_an_orchestrator_is_not_driven(
     cli_env: dict[str, str], tmp_path: Path
 ) -> None:
     """The process driving a 6 s delay ends; once the time has passed, `runs` and `status`
-    mark the run "not driven", as they do a running run nobody drives, and say how to go on."""
+    mark the run "not driven", as they do a running run nobody drives, and say how to go on
+    (as a run that was driven, not one submitted and never taken up)."""
     process = subprocess.Popen(
         [PY, "-m", "interlock", "run", _flow(tmp_path, WAITS), "shipping", "--topic", "t"],
         env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -131,5 +148,9 @@ def test_a_waiting_run_past_its_time_without_an_orchestrator_is_not_driven(
     shown = " ".join(cli(cli_env, "runs").stdout.split())
     assert "(not driven)" in shown and "interlock resume" in shown
     run_id = shown.split("shipping-")[1].split()[0]
-    status = cli(cli_env, "status", f"shipping-{run_id}").stdout
-    assert "waiting (not driven)" in " ".join(status.split())
+    status = " ".join(cli(cli_env, "status", f"shipping-{run_id}").stdout.split())
+    assert "waiting (not driven)" in status
+    # It was driven until its process ended: not called a submitted run nobody took up, nor
+    # listed among the running ones.
+    assert "not driven yet" not in status and "no orchestrator holds this run" in status
+    assert "running run(s)" not in shown and "1 run(s) that should be going on" in shown

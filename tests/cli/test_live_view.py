@@ -84,6 +84,8 @@ def test_a_running_task_shows_the_latest_line_it_streamed() -> None:
 
 
 def test_the_latest_line_is_the_last_with_something_on_it() -> None:
-    """A stream that ends in blank lines shows its last line of text, spaces collapsed."""
+    """A stream that ends in blank lines shows its last line of text, spaces collapsed, and
+    an escape sequence a model wrote is shown, not sent to the terminal."""
     assert latest_line("one\n  two   words \n\n  \n") == "two words"
     assert latest_line("\n\n") == ""
+    assert latest_line("clear \x1b[2J now") == "clear \\x1b[2J now"

@@ -363,3 +363,55 @@ def test_run_page_says_a_failing_run_waits_for_its_running_tasks(
         == "slow.md"
     )
     assert page.errors == []  # type: ignore[attr-defined]
+
+
+ESTIMATED_FLOW = """
+estimate:
+  phases:
+    - id: write
+      workers:
+        - {role: writer, model: sonnet, final: true, task: "Write about {{ topic }}"}
+"""
+
+
+def test_run_page_marks_costs_a_server_did_not_report_as_estimated(
+    browser: Browser,
+    make_server: ServerFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A local server whose stream reports no usage: its tokens are counted at four
+    characters a token, and the run page says so (`~` and "estimated" on the run's cost and
+    tokens, on the cost table's rows, and a note under it) instead of stating them as counts."""
+    import threading
+
+    from tests.providers.fake_llm_server import FakeServer, FakeState, Fault
+
+    fake = FakeServer(FakeState(api_key="sk-estimate-0123456789", models={"m"}, reply=["ok"]))
+    fake.fail_next(Fault(no_usage=True))
+    threading.Thread(target=fake.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("ESTIMATE_KEY", "sk-estimate-0123456789")
+        (tmp_path / "interlock.toml").write_text(
+            f'[providers.local]\nkind = "openai"\nbase_url = "{fake.url}/v1"\n'
+            'api_key_env = "ESTIMATE_KEY"\n\n[models.sonnet]\nprovider = "local"\nmodel = "m"\n'
+            "input_price_per_mtok = 1000.0\noutput_price_per_mtok = 1000.0\n"
+        )
+        server = make_server(workflows=[write_workflow(tmp_path, ESTIMATED_FLOW)])
+        run_id = server.start_run("estimate", "Tide tables")
+        server.wait_status(run_id, "delivered")
+        costs = server.http.get(f"/api/runs/{run_id}/attempts").json()["costs"]
+        assert costs["run"]["estimated"] and costs["tasks"]["writer@1"]["estimated"]
+        page = open_page(browser, f"{server.url}/ui/#/runs/{run_id}")
+        stats = page.locator(".stats")
+        expect(stats).to_contain_text("cost (estimated)")
+        expect(stats).to_contain_text("tokens (estimated)")
+        expect(stats.locator(".stat").filter(has_text="cost (estimated)")).to_contain_text("~$")
+        table = page.get_by_role("table", name="Cost per phase and task")
+        expect(table.locator("tfoot")).to_contain_text("~$")
+        expect(page.locator("#cost-estimated")).to_contain_text("~: estimated")
+        assert page.errors == []  # type: ignore[attr-defined]
+    finally:
+        fake.state.stopping.set()
+        fake.shutdown()
+        fake.server_close()

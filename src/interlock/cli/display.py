@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from interlock.cli.base import real_console, when
+from interlock.cli.printable import printable
 
 if TYPE_CHECKING:  # the engine and the live view are loaded only when a run is shown live
     from collections.abc import Callable
@@ -122,7 +123,7 @@ def title_line(state: RunState, started: float, now: float | None = None) -> Tex
     """The pipeline, the run, its status and the seconds since `started` (to `now`)."""
     elapsed = (time.time() if now is None else now) - started
     return Text.assemble(
-        (f"{state.pipeline} ", "bold"),
+        (f"{printable(state.pipeline)} ", "bold"),
         (state.run_id, "dim"),
         "  ",
         styled(state.status.value),
@@ -164,7 +165,7 @@ def progress_body(definition: Definition, state: RunState) -> Group:
         note = "  (~: estimated)" if mark else ""
         footer.append(f"cost {mark}${state.cost_usd:.4f}  tokens {mark}{state.tokens}{note}")
     for warning in state.warnings[-3:]:
-        footer.append(f"[yellow]warning:[/] {escape(warning)}")
+        footer.append(f"[yellow]warning:[/] {escape(printable(warning))}")
     return Group(table, *[Text.from_markup(line) for line in footer])
 
 
@@ -177,7 +178,7 @@ def latest_line(text: str) -> str:
     """The last line of `text` that has something on it, its whitespace collapsed."""
     for line in reversed(text.splitlines()):
         if line.strip():
-            return " ".join(line.split())
+            return printable(" ".join(line.split()))
     return ""
 
 
@@ -293,7 +294,8 @@ _MOMENTS = frozenset({"not_before", "until", "sent_at"})
 
 
 def describe(new: NewEvent) -> str:
-    """One line about an event."""
+    """One line about an event, its control characters shown as escapes (a topic or a
+    pipeline's name is whatever someone typed)."""
     event = new.event
     fields = {
         k: when(v) if k in _MOMENTS and isinstance(v, int | float) else v
@@ -307,7 +309,7 @@ def describe(new: NewEvent) -> str:
     )
     if new.rule:
         text += f"  [{new.rule}: {new.why}]"
-    return text
+    return printable(text)
 
 
 def plain_value(value: Any) -> str:

@@ -144,8 +144,7 @@ def report_end(app: Interlock, run_id: str) -> int:
 def source_review(app: Interlock, state: RunState) -> str | None:
     """For a rerun paused where its source run was sent back: what the source's reviewer did
     there, and the command that does the same (reusing its outputs rather than paying)."""
-    import shlex
-
+    from interlock.cli.printable import shell_word
     from interlock.core.review import rejection_at
 
     current = state.current
@@ -160,9 +159,9 @@ def source_review(app: Interlock, state: RunState) -> str | None:
         return None
     return (
         f"note: at this review, {state.rerun_of} was sent back to {rejected.to!r} with "
-        f"{rejected.feedback!r}; the same rejection reuses what that produced, at no cost: "
-        f"interlock reject {state.run_id} --to {shlex.quote(rejected.to)} "
-        f"-m {shlex.quote(rejected.feedback)}"
+        f"{rejected.feedback!r}; the same rejection reuses what that produced, "
+        f"at no cost: interlock reject {state.run_id} --to {shell_word(rejected.to)} "
+        f"-m {shell_word(rejected.feedback)}"
     )
 
 

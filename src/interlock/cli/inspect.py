@@ -146,9 +146,9 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
         )
     if stopped:
         out.print(
-            f"not driven: no orchestrator holds {len(stopped)} running run(s) (interrupted, or "
-            f"submitted and not yet taken up); continue one with 'interlock resume "
-            f"{stopped[0]}', or all of them with 'interlock serve'"
+            f"not driven: no orchestrator holds {len(stopped)} run(s) that should be going on "
+            "(interrupted, or submitted and not yet taken up); continue one with "
+            f"'interlock resume {stopped[0]}', or all of them with 'interlock serve'"
         )
     if idle:
         out.print(
@@ -449,7 +449,8 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
         out.print(f"signals kept for a later wait: {', '.join(pending)}")
     if view["status"] in ("running", "waiting"):
         started = (w.get("session") for p in view["phases"] for w in p["workers"].values())
-        if driver is None and not any(started):  # submitted, no task taken up yet
+        # Submitted, no task taken up yet; a waiting run was driven until its wait began.
+        if driver is None and view["status"] == "running" and not any(started):
             out.print(
                 "[yellow]not driven yet:[/] the run is recorded and waits for an orchestrator "
                 "('interlock serve' or 'interlock orchestrate' on this ledger takes it up); or "

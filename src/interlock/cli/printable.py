@@ -10,6 +10,7 @@ instead; `--json` output stays as recorded.
 from __future__ import annotations
 
 import re
+import shlex
 
 # C0 and C1 controls, DEL, and the invisible marks that reorder or hide text (bidi overrides
 # and isolates, zero-width characters).
@@ -28,3 +29,13 @@ def _escaped(match: re.Match[str]) -> str:
 def printable(text: str) -> str:
     """`text` with every control character shown as its escape."""
     return _CONTROL.sub(_escaped, text)
+
+
+def shell_word(text: str) -> str:
+    """`text` quoted for a command line to copy: as `shlex.quote` does, or, when it holds a
+    control character, in the shell's `$'...'` quoting with each one as its escape (which
+    that quoting reads back as the character)."""
+    if not _CONTROL.search(text):
+        return shlex.quote(text)
+    body = text.replace("\\", "\\\\").replace("'", "\\'")
+    return f"$'{printable(body)}'"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -164,10 +166,23 @@ def watch(ctx: Ctx, run_id: str, server_url: str | None, token: str | None, sinc
         messages = watching.from_server(server_url, run_id, since, token)
     else:
         messages = watching.from_store(ctx.reader(run_id), run_id, since)
-    last = watching.watch(real_console(out), run_id, messages)
+    last = watching.watch(real_console(out), run_id, _printable(messages))
     state = last.get("state")
     codes = {"delivered": ExitCode.OK, "paused": ExitCode.PAUSED}
     sys.exit(int(codes.get(state or "", ExitCode.RUN_FAILED if state else ExitCode.OK)))
+
+
+def _printable(messages: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """`messages` with the text they show (an event's line, a streamed fragment) made safe
+    for a terminal: a topic or a model's answer may hold escape sequences."""
+    from interlock.cli.printable import printable
+
+    for message in messages:
+        shown = dict(message)
+        for key in ("message", "text"):
+            if isinstance(shown.get(key), str):
+                shown[key] = printable(shown[key])
+        yield shown
 
 
 COMMANDS = [serve, watch]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -13,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from interlock.cli.base import Ctx, err, handle_errors, out, pass_ctx
-from interlock.cli.printable import printable
+from interlock.cli.printable import printable, shell_word
 from interlock.errors import ExitCode, UsageError
 
 if TYPE_CHECKING:
@@ -375,7 +374,7 @@ def _describe(definitions: dict[str, Definition], file: Path) -> list[str]:
                 state = f"{spec['type']}, default {default!r}"
             note = f": {printable(spec['description'])}" if spec["description"] else ""
             lines.append(f"      input {key} ({state}){note}")
-        command = f"interlock run {shlex.quote(str(file))} {shlex.quote(name)} --topic TEXT"
+        command = f"interlock run {shell_word(str(file))} {shell_word(name)} --topic TEXT"
         lines.append(f"      run: {' '.join([command, *flags])}")
     return lines
 

@@ -257,7 +257,15 @@ def costs(pipeline: Pipeline, attempts: list[Attempt]) -> dict[str, Any]:
     zero = dict.fromkeys(TOKEN_KINDS, 0)
 
     def bucket() -> dict[str, Any]:
-        return {"cost_usd": 0.0, "tokens": dict(zero), "child_tokens": 0, "attempts": 0}
+        # `estimated`: some call's tokens (so its cost) were counted at four characters a
+        # token, its server having reported none.
+        return {
+            "cost_usd": 0.0,
+            "tokens": dict(zero),
+            "child_tokens": 0,
+            "attempts": 0,
+            "estimated": False,
+        }
 
     tasks: dict[str, dict[str, Any]] = {}
     phases: dict[str, dict[str, Any]] = {p.id: bucket() for p in pipeline.phases}
@@ -270,6 +278,7 @@ def costs(pipeline: Pipeline, attempts: list[Attempt]) -> dict[str, Any]:
         ):
             target["cost_usd"] += a.cost()
             target["attempts"] += 1
+            target["estimated"] = target["estimated"] or any(u.get("estimated") for u in a.usage)
             target["child_tokens"] += a.child_tokens()
             for kind, count in a.tokens().items():
                 target["tokens"][kind] += count

@@ -55,14 +55,25 @@ def serve(config: ServerConfig, *, log_level: str = "warning") -> None:
     sock = bind(config.host, config.port)  # a port in use is said before anything starts
     app = build_app(config)
     print(f"interlock serving on {url_of(sock, config.host)}/ui/", file=sys.stderr, flush=True)
-    print(
-        "note: each workflow folder's interlock.toml is read once, when its first run is "
-        "driven here; restart the server to apply a change to it",
-        file=sys.stderr,
-        flush=True,
-    )
+    for line in config_lines(config):
+        print(line, file=sys.stderr, flush=True)
     server = uvicorn.Server(uvicorn_config(app, config, log_level=log_level))
     server.run(sockets=[sock])
+
+
+def config_lines(config: ServerConfig) -> list[str]:
+    """What the server says at start about model configuration: the files each workflow
+    folder's runs use (found now, in the order of docs/models.md), and that they are read
+    once: a change made while it serves is not seen until a restart."""
+    from interlock.providers.config_paths import found_line
+
+    folders = dict.fromkeys(w.absolute().parent for w in config.workflows)
+    lines = [f"{folder}: {found_line(folder, config.home)}" for folder in folders]
+    lines.append(
+        "note: a workflow folder's configuration (interlock.toml) is read once, when the "
+        "first run from it is driven here; restart the server to apply a change to it"
+    )
+    return lines
 
 
 SHUTDOWN_GRACE_S = 10  # seconds

@@ -12,7 +12,7 @@ function costView(costs) {
   const child = costs.run.child_tokens > 0;
   const cells = (b) => [h("td", { class: "num" }, b.attempts), ...shown.map(([key]) => h("td", { class: "num" }, b.tokens[key] || "–")),
     ...(child ? [h("td", { class: "num" }, b.child_tokens || "–")] : []),
-    h("td", { class: "num" }, b.cost_usd ? `$${b.cost_usd.toFixed(4)}` : "–")];
+    h("td", { class: "num" }, b.cost_usd ? `${b.estimated ? "~" : ""}$${b.cost_usd.toFixed(4)}` : "–")];
   // A phase's tasks are listed under it; a wide fan-out starts folded (its button unfolds it).
   const rows = [];
   page.costOpen = page.costOpen || {};
@@ -30,7 +30,10 @@ function costView(costs) {
       ...(child ? [h("th", { scope: "col", class: "num" }, "running child tokens")] : []), h("th", { scope: "col", class: "num" }, "cost"))),
     h("tbody", {}, rows),
     h("tfoot", {}, h("tr", {}, h("th", { scope: "row" }, "run"), ...cells(costs.run))));
-  return h("div", {}, budgetView(costs), table);
+  // Counted at four characters a token where a server reported no usage: said, not stated as fact.
+  const estimated = costs.run.estimated ? h("p", { class: "muted", id: "cost-estimated" },
+    "~: estimated (a server reported no token counts: its tokens, and so its cost, are counted at four characters a token)") : null;
+  return h("div", {}, budgetView(costs), table, estimated);
 }
 
 function budgetView(costs) {

@@ -84,7 +84,8 @@ function drawRun() {
       inputsView(run.inputs),
       h("div", { class: "stats" },
         stat(`${Math.round(run.progress * 100)}%`, "progress"), stat(run.phase || "–", "phase"),
-        stat(run.unpriced_note ? `${run.cost_usd ? money(run.cost_usd) : "$0"} + unpriced` : money(run.cost_usd), "cost"), stat(run.tokens, "tokens"), stat(run.retry_count, "retries"),
+        stat(`${run.estimated && run.cost_usd ? "~" : ""}${run.unpriced_note ? `${run.cost_usd ? money(run.cost_usd) : "$0"} + unpriced` : money(run.cost_usd)}`, run.estimated ? "cost (estimated)" : "cost"),
+        stat(`${run.estimated ? "~" : ""}${run.tokens}`, run.estimated ? "tokens (estimated)" : "tokens"), stat(run.retry_count, "retries"),
         stat(run.events, "events"), stat(ago(run.created_at), "started"))),
     headerControls(run)), h("div", { class: "bar" }, bar));
   const notes = [];
