@@ -300,7 +300,12 @@ def check(
             out.print(line, soft_wrap=True)
         for line in explored:
             out.print(line, soft_wrap=True)
-    if not quiet and (config.loaded or any(map(model_aliases, workflow.definitions.values()))):
+    calls = any(
+        w.call for d in workflow.definitions.values() for p in d.pipeline.phases for w in p.workers
+    )  # a call: function may call models itself (ctx.model)
+    if not quiet and (
+        config.loaded or calls or any(map(model_aliases, workflow.definitions.values()))
+    ):
         out.print(config.used_line, soft_wrap=True, markup=False)  # which file the models use
 
 
