@@ -303,7 +303,8 @@ def _play(seed: int, rng: random.Random, home: Path) -> BatchSimResult:
                 continue
         if budget is not None and not calm and rng.random() < 0.3:
             budget += 2.0
-            ledger.set_limits(BATCH, ledger.get_batch(BATCH).concurrency, budget)
+            record = ledger.get_batch(BATCH)
+            ledger.set_limits(BATCH, record.concurrency, budget, record.batch_waiting)
             check.budget = budget
             continue
         break
