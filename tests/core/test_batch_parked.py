@@ -26,8 +26,8 @@ def test_a_run_is_parked_only_while_every_task_in_flight_waits_in_a_provider_bat
     state = fold_run([created])
     history: list[ev.Event] = [created]
 
-    def step(*events: ev.Event) -> bool:
-        inputs = [
+    def step(*events: ev.TaskStarted | ev.TaskBatchWaited) -> bool:
+        inputs: list[obs.Input] = [
             obs.BatchWait(event=e) if isinstance(e, ev.TaskBatchWaited) else obs.Reported(event=e)
             for e in events
         ]

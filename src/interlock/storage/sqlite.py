@@ -431,8 +431,8 @@ class SQLiteStore:
         if tail is not None and tail.token == lease.token:
             found = _append_tail(db, batch, now, tail, stamped)
         if found is None:
-            summary = (n, s.status, s.phase, s.cost_usd, s.tokens, s.warnings, s.updated_at)
-            summary += (int(s.batch_parked),)
+            parked = int(s.batch_parked)
+            summary = (n, s.status, s.phase, s.cost_usd, s.tokens, s.warnings, s.updated_at, parked)
             fence = (lease.run_id, lease.owner, lease.token, now)
             row = db.execute(Q["fence"], summary + fence).fetchone()
             if row is None:
