@@ -725,12 +725,12 @@ def batch_parked(state: RunState) -> bool:
     comes: a batch of rows lets it wait without counting it against `--concurrency`."""
     if not state.flight or state.failing or state.retrying or state.awaiting:
         return False
-    if listed_status(state) != "running":
-        return False
     tasks = state.tasks
-    # Stops at the first task that does not wait: a wide phase costs one step per event
-    # unless nearly all of it waits.
-    return all(tasks[t].batch_since is not None for t in state.flight)
+    # Stops at the first task that does not wait: a run without provider batches costs one
+    # step per append, a wide phase more only while nearly all of it waits.
+    if not all(tasks[t].batch_since is not None for t in state.flight):
+        return False
+    return listed_status(state) == "running"
 
 
 def _apply_task_result(state: RunState, event: ev.Event) -> None:
