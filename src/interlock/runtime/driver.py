@@ -32,6 +32,7 @@ from interlock.core.state import (
     RunState,
     TaskState,
     artifact_name,
+    batch_parked,
     listed_status,
 )
 from interlock.core.template_guard import MAX_TASK_SIZE, RenderLimits
@@ -279,6 +280,7 @@ class RunDriver:
             tokens=state.tokens,
             warnings=len(state.warnings),
             updated_at=state.updated_at,
+            batch_parked=batch_parked(state),
         )
 
     def final_path(self, task: TaskState) -> Path:
