@@ -418,13 +418,13 @@ class _Progress:
 
 def call_problems(name: str, definition: Definition) -> list[str]:
     """`call:` targets that would not resolve when the pipeline runs from the command line."""
-    from interlock.runtime.executors import resolve_call
-
     problems = []
     for phase in definition.pipeline.phases:
         for worker in phase.workers:
             if worker.call is None:
                 continue
+            from interlock.runtime.executors import resolve_call  # only for a `call:` worker
+
             place = f"pipeline {name!r}, phase {phase.id!r}, worker {worker.role!r}: call"
             module, _, attribute = worker.call.partition(":")
             try:

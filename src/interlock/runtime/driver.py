@@ -35,7 +35,8 @@ from interlock.core.state import (
     batch_parked,
     listed_status,
 )
-from interlock.core.template_guard import MAX_TASK_SIZE, RenderLimits
+from interlock.core.task_size import MAX_TASK_SIZE
+from interlock.core.template_guard import RenderLimits
 from interlock.core.templates import TemplateProblem, render_system, render_task, template_item
 from interlock.core.validate import read_name
 from interlock.core.waits import signal_values
