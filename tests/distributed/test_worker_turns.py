@@ -151,9 +151,9 @@ def _beating_worker(
     recorded: list[Any] = []
     endings: list[str] = []
 
-    def heartbeat(claim: Claim, ttl: float, worker: str | None = None) -> bool:
+    def heartbeat_many(claims: list[Claim], ttl: float, worker: str) -> set[int]:
         beats.append(time.monotonic())
-        return held.pop(0) if held else True
+        return {claim.id for claim in claims} if not held or held.pop(0) else set()
 
     async def execute(spec: Any) -> Outcome:
         try:
@@ -167,7 +167,7 @@ def _beating_worker(
     async def record(ended: _Ended, wake: asyncio.Event) -> None:
         recorded.append(ended.outcome)
 
-    worker.queue.heartbeat = heartbeat  # type: ignore[method-assign]
+    worker.queue.heartbeat_many = heartbeat_many  # type: ignore[method-assign]
     worker._execute = execute  # type: ignore[method-assign]
     worker._recorded = record  # type: ignore[method-assign]
     return worker, beats, recorded, endings

@@ -128,7 +128,11 @@ class Collector:
         batch = ProviderBatch(tag=f"il{uuid.uuid4().hex[:16]}", provider=self.provider,
                               kind=self.kind, alias=self.alias, state=BatchState.SUBMITTING,
                               created_at=self.clock())  # fmt: skip
-        self.store.open_batch(batch, [r.key for r in gathered])
+        if not self.store.open_batch(batch, [r.key for r in gathered]):
+            # Another process sharing the store (a fleet's other worker) put them in a
+            # batch of its own first: this one holds nothing and is never sent.
+            self.store.end_batch(batch.tag, BatchState.CANCELLED, "empty", self.clock())
+            return
         self._drive(batch)
         self.changed.set()
 

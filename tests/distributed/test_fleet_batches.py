@@ -1,0 +1,141 @@
+"""Fleet workers whose model calls wait in provider batches hold nothing meanwhile: a call
+waiting in a batch frees its worker's model slot, so the rows of a run gather into one
+provider batch whatever the slots; the orchestrator records the wait from the hand-out, so
+no timeout runs while the provider takes its time; and a worker killed while its calls wait
+leaves them to the next worker, which finds their requests in the batch already sent."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.distributed.helpers import Processes, statuses, wait_until
+from tests.providers.batch_server import BatchServer, BatchServerState
+from tests.providers.test_provider_batch import write_config
+
+from interlock.distributed import submit
+from interlock.storage.postgres import PostgresStore
+
+ROWS = 40
+# The attempt's own work is bounded at 2 + 1 s; the provider takes longer than that.
+WORKFLOW = """
+rows:
+  phases:
+    - id: plan
+      workers:
+        - role: planner
+          call: dist_tasks:plan
+          extract:
+            items: {json: items, type: list}
+    - id: answer
+      for_each: planner.items
+      workers:
+        - role: answerer
+          model: cheap
+          task: "row {{ item }}"
+          timeout: 2
+          grace: 1
+    - id: end
+      workers:
+        - role: last
+          call: dist_tasks:merge_free
+          final: true
+"""
+
+
+@pytest.fixture
+def fleet(procs: Processes) -> Iterator[tuple[Processes, Path]]:
+    """The fleet's home holds a batch alias `cheap` (a 1 s window) and the workflow."""
+    procs.home.mkdir(parents=True, exist_ok=True)
+    workflow = procs.root / "rows.yaml"
+    workflow.write_text(WORKFLOW)
+    yield procs, workflow
+
+
+def start(procs: Processes, server: BatchServer, name: str, rows: int) -> object:
+    """A worker with 2 model slots, polling batches every 0.05 s."""
+    env = {"TEST_KEY": "k", "INTERLOCK_BATCH_POLL_S": "0.05", "DIST_TASKS_ITEMS": str(rows)}
+    return procs.worker(name, "--concurrency", "model=2", **env)
+
+
+def kinds(url: str, run_id: str) -> Counter[str]:
+    """How many events of each kind the run recorded."""
+    store = PostgresStore(url)
+    try:
+        return Counter(e.kind for e in store.events(run_id))
+    finally:
+        store.close()
+
+
+def sent(server: BatchServer) -> Counter[str]:
+    """How many times each request was sent to the provider, by its idempotency key."""
+    lines = [line for batch in server.state.inputs.values() for line in batch]
+    return Counter(str(line["custom_id"]).split("-", 1)[1] for line in lines)
+
+
+def test_a_run_s_calls_gather_into_one_batch_across_two_workers(
+    fleet: tuple[Processes, Path],
+) -> None:
+    """Two workers of 2 model slots each, 40 rows of a batch alias: every call frees its slot
+    while it waits, so the rows go out in one or two provider batches (not ten of four);
+    the batch takes longer than the rows' timeout and grace, and no timeout fires; each
+    request is sent once."""
+    procs, workflow = fleet
+    server = BatchServer(BatchServerState(seconds_to_end=5)).start()  # > timeout + grace
+    try:
+        # A batch goes out once it holds every row, or 5 s after its first.
+        write_config(procs.home, server.url, window="5", size=ROWS)
+        began = time.monotonic()
+        run_id = submit(procs.url, workflow, topic="t", home=procs.home)
+        procs.orchestrator("o")
+        for n in range(2):
+            start(procs, server, f"w{n}", ROWS)
+        wait_until(lambda: statuses(procs.url).get("delivered") == 1, 240, "the run delivered")
+        took = time.monotonic() - began
+        created = server.state.created
+        requests = sent(server)
+    finally:
+        server.stop()
+    print(f"{ROWS} rows: {created} provider batch(es), {took:.1f}s")
+    recorded = kinds(procs.url, run_id)
+    assert recorded["task_timed_out"] == 0, recorded
+    assert recorded["task_completed"] == ROWS + 2, recorded
+    assert recorded["task_batch_waited"] == 2 * ROWS, recorded  # in, and out again
+    assert created <= 2, created
+    assert len(requests) == ROWS and set(requests.values()) == {1}, requests
+
+
+def test_a_worker_killed_while_its_calls_wait_leaves_them_to_the_next(
+    fleet: tuple[Processes, Path],
+) -> None:
+    """The worker holding every row is SIGKILLed while their batch is at the provider: once
+    its lease ends the rows go to another worker, whose calls wait for the same batch (none
+    is sent again, no request twice), and no timeout fires meanwhile."""
+    procs, workflow = fleet
+    rows = 8
+    server = BatchServer(BatchServerState(seconds_to_end=12)).start()
+    try:
+        write_config(procs.home, server.url, window="5", size=rows)
+        run_id = submit(procs.url, workflow, topic="t", home=procs.home)
+        procs.orchestrator("o")
+        first = start(procs, server, "first", rows)
+        wait_until(lambda: server.state.created >= 1, 60, "a provider batch sent")
+        time.sleep(0.3)
+        assert kinds(procs.url, run_id)["task_batch_waited"] == rows
+        os.kill(first.pid, signal.SIGKILL)  # type: ignore[attr-defined]
+        start(procs, server, "second", rows)
+        wait_until(lambda: statuses(procs.url).get("delivered") == 1, 120, "the run delivered")
+        created = server.state.created
+        requests = sent(server)
+    finally:
+        server.stop()
+    recorded = kinds(procs.url, run_id)
+    assert recorded["task_timed_out"] == 0, recorded
+    assert recorded["task_completed"] == rows + 2, recorded
+    assert created == 1
+    assert len(requests) == rows and set(requests.values()) == {1}, requests
