@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 from tests.distributed.helpers import Processes, statuses, wait_until
 from tests.providers.batch_server import BatchServer, BatchServerState
@@ -50,17 +52,30 @@ rows:
 
 @pytest.fixture
 def fleet(procs: Processes) -> Iterator[tuple[Processes, Path]]:
-    """The fleet's home holds a batch alias `cheap` (a 1 s window) and the workflow."""
+    """The fleet's home, and the workflow of the rows."""
     procs.home.mkdir(parents=True, exist_ok=True)
     workflow = procs.root / "rows.yaml"
     workflow.write_text(WORKFLOW)
     yield procs, workflow
 
 
-def start(procs: Processes, server: BatchServer, name: str, rows: int) -> object:
-    """A worker with 2 model slots, polling batches every 0.05 s."""
+def start(
+    procs: Processes, server: BatchServer, name: str, rows: int, *extra: str
+) -> subprocess.Popen[bytes]:
+    """A worker with 2 model slots (unless `extra` says `--kinds call`), polling batches
+    every 0.05 s."""
     env = {"TEST_KEY": "k", "INTERLOCK_BATCH_POLL_S": "0.05", "DIST_TASKS_ITEMS": str(rows)}
-    return procs.worker(name, "--concurrency", "model=2", **env)
+    slots = () if "call" in extra else ("--concurrency", "model=2")
+    return procs.worker(name, *slots, *extra, **env)
+
+
+def parked(url: str) -> int:
+    """How many hand-outs say their model call waits in a provider batch."""
+    with psycopg.connect(url) as db:
+        row = db.execute(
+            "SELECT count(*) FROM task_queue WHERE parked_at IS NOT NULL AND unparked_at IS NULL"
+        ).fetchone()
+    return int(row[0]) if row else 0
 
 
 def kinds(url: str, run_id: str) -> Counter[str]:
@@ -127,7 +142,7 @@ def test_a_worker_killed_while_its_calls_wait_leaves_them_to_the_next(
         wait_until(lambda: server.state.created >= 1, 60, "a provider batch sent")
         time.sleep(0.3)
         assert kinds(procs.url, run_id)["task_batch_waited"] == rows
-        os.kill(first.pid, signal.SIGKILL)  # type: ignore[attr-defined]
+        os.kill(first.pid, signal.SIGKILL)
         start(procs, server, "second", rows)
         wait_until(lambda: statuses(procs.url).get("delivered") == 1, 120, "the run delivered")
         created = server.state.created
@@ -139,3 +154,40 @@ def test_a_worker_killed_while_its_calls_wait_leaves_them_to_the_next(
     assert recorded["task_completed"] == rows + 2, recorded
     assert created == 1
     assert len(requests) == rows and set(requests.values()) == {1}, requests
+
+
+def test_an_orchestrator_taking_the_run_over_records_the_waits_it_did_not_see(
+    fleet: tuple[Processes, Path],
+) -> None:
+    """The orchestrator is SIGKILLed once the rows are queued, before any model call runs:
+    the calls go into their batch with nobody driving the run, and the orchestrator that
+    takes the run over reads their waits from the hand-outs: no timeout fires although the
+    batch takes longer than the rows' timeout and grace."""
+    procs, workflow = fleet
+    rows = 8
+    server = BatchServer(BatchServerState(seconds_to_end=15)).start()
+    try:
+        write_config(procs.home, server.url, window="5", size=rows)
+        run_id = submit(procs.url, workflow, topic="t", home=procs.home)
+        first = procs.orchestrator("first")
+        start(procs, server, "planner", rows, "--kinds", "call")
+
+        def queued() -> bool:
+            with psycopg.connect(procs.url) as db:
+                row = db.execute("SELECT count(*) FROM task_queue WHERE kind = 'model'").fetchone()
+            return bool(row and row[0] == rows)
+
+        wait_until(queued, 60, "the rows queued")
+        os.kill(first.pid, signal.SIGKILL)
+        start(procs, server, "models", rows, "--kinds", "model")
+        wait_until(lambda: parked(procs.url) == rows, 60, "every row's call parked")
+        assert kinds(procs.url, run_id)["task_batch_waited"] == 0  # nobody recorded them
+        procs.orchestrator("second")
+        wait_until(lambda: statuses(procs.url).get("delivered") == 1, 120, "the run delivered")
+        created = server.state.created
+    finally:
+        server.stop()
+    recorded = kinds(procs.url, run_id)
+    assert recorded["task_timed_out"] == 0, recorded
+    assert recorded["task_batch_waited"] == 2 * rows, recorded
+    assert created == 1
