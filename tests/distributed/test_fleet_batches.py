@@ -59,14 +59,18 @@ def fleet(procs: Processes) -> Iterator[tuple[Processes, Path]]:
     yield procs, workflow
 
 
-def start(
-    procs: Processes, server: BatchServer, name: str, rows: int, *extra: str
-) -> subprocess.Popen[bytes]:
+def start(procs: Processes, name: str, rows: int, *extra: str) -> subprocess.Popen[bytes]:
     """A worker with 2 model slots (unless `extra` says `--kinds call`), polling batches
-    every 0.05 s."""
-    env = {"TEST_KEY": "k", "INTERLOCK_BATCH_POLL_S": "0.05", "DIST_TASKS_ITEMS": str(rows)}
+    every 0.05 s; its planner plans `rows` rows."""
     slots = () if "call" in extra else ("--concurrency", "model=2")
-    return procs.worker(name, *slots, *extra, **env)
+    return procs.worker(
+        name,
+        *slots,
+        *extra,
+        TEST_KEY="k",
+        INTERLOCK_BATCH_POLL_S="0.05",
+        DIST_TASKS_ITEMS=str(rows),
+    )
 
 
 def parked(url: str) -> int:
@@ -109,7 +113,7 @@ def test_a_run_s_calls_gather_into_one_batch_across_two_workers(
         run_id = submit(procs.url, workflow, topic="t", home=procs.home)
         procs.orchestrator("o")
         for n in range(2):
-            start(procs, server, f"w{n}", ROWS)
+            start(procs, f"w{n}", ROWS)
         wait_until(lambda: statuses(procs.url).get("delivered") == 1, 240, "the run delivered")
         took = time.monotonic() - began
         created = server.state.created
@@ -138,12 +142,12 @@ def test_a_worker_killed_while_its_calls_wait_leaves_them_to_the_next(
         write_config(procs.home, server.url, window="5", size=rows)
         run_id = submit(procs.url, workflow, topic="t", home=procs.home)
         procs.orchestrator("o")
-        first = start(procs, server, "first", rows)
+        first = start(procs, "first", rows)
         wait_until(lambda: server.state.created >= 1, 60, "a provider batch sent")
         time.sleep(0.3)
         assert kinds(procs.url, run_id)["task_batch_waited"] == rows
         os.kill(first.pid, signal.SIGKILL)
-        start(procs, server, "second", rows)
+        start(procs, "second", rows)
         wait_until(lambda: statuses(procs.url).get("delivered") == 1, 120, "the run delivered")
         created = server.state.created
         requests = sent(server)
@@ -170,7 +174,7 @@ def test_an_orchestrator_taking_the_run_over_records_the_waits_it_did_not_see(
         write_config(procs.home, server.url, window="5", size=rows)
         run_id = submit(procs.url, workflow, topic="t", home=procs.home)
         first = procs.orchestrator("first")
-        start(procs, server, "planner", rows, "--kinds", "call")
+        start(procs, "planner", rows, "--kinds", "call")
 
         def queued() -> bool:
             with psycopg.connect(procs.url) as db:
@@ -179,7 +183,7 @@ def test_an_orchestrator_taking_the_run_over_records_the_waits_it_did_not_see(
 
         wait_until(queued, 60, "the rows queued")
         os.kill(first.pid, signal.SIGKILL)
-        start(procs, server, "models", rows, "--kinds", "model")
+        start(procs, "models", rows, "--kinds", "model")
         wait_until(lambda: parked(procs.url) == rows, 60, "every row's call parked")
         assert kinds(procs.url, run_id)["task_batch_waited"] == 0  # nobody recorded them
         procs.orchestrator("second")

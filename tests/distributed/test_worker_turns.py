@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -151,7 +151,7 @@ def _beating_worker(
     recorded: list[Any] = []
     endings: list[str] = []
 
-    def heartbeat_many(claims: list[Claim], ttl: float, worker: str) -> set[int]:
+    def heartbeat_many(claims: Sequence[Claim], ttl: float, worker: str) -> set[int]:
         beats.append(time.monotonic())
         return {claim.id for claim in claims} if not held or held.pop(0) else set()
 
