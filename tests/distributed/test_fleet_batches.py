@@ -11,16 +11,19 @@ import signal
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
-from tests.distributed.helpers import Processes, statuses, wait_until
+import redis
+from tests.distributed.helpers import REDIS, Processes, statuses, wait_until
 from tests.providers.batch_server import BatchServer, BatchServerState
 from tests.providers.test_provider_batch import write_config
 
 from interlock.distributed import submit
+from interlock.distributed.redis_streams import RedisStreams
 from interlock.storage.postgres import PostgresStore
 
 ROWS = 40
@@ -129,25 +132,25 @@ def test_a_run_s_calls_gather_into_one_batch_across_two_workers(
     assert len(requests) == ROWS and set(requests.values()) == {1}, requests
 
 
-def test_a_worker_killed_while_its_calls_wait_leaves_them_to_the_next(
-    fleet: tuple[Processes, Path],
+def killed_while_waiting(
+    procs: Processes, workflow: Path, *transport: str, waiting: Callable[[], None] | None = None
 ) -> None:
-    """The worker holding every row is SIGKILLed while their batch is at the provider: once
-    its lease ends the rows go to another worker, whose calls wait for the same batch (none
-    is sent again, no request twice), and no timeout fires meanwhile."""
-    procs, workflow = fleet
+    """The worker holding every row is SIGKILLed while their batch is at the provider (after
+    `waiting` looked), then another starts (both with `transport`): the run is delivered, no
+    timeout having fired, one provider batch sent, each request in it once."""
     rows = 8
     server = BatchServer(BatchServerState(seconds_to_end=12)).start()
     try:
         write_config(procs.home, server.url, window="5", size=rows)
         run_id = submit(procs.url, workflow, topic="t", home=procs.home)
-        procs.orchestrator("o")
-        first = start(procs, "first", rows)
+        procs.orchestrator("o", *transport)
+        first = start(procs, "first", rows, *transport)
         wait_until(lambda: server.state.created >= 1, 60, "a provider batch sent")
-        time.sleep(0.3)
-        assert kinds(procs.url, run_id)["task_batch_waited"] == rows
+        wait_until(lambda: kinds(procs.url, run_id)["task_batch_waited"] == rows, 10, "waits")
+        if waiting is not None:
+            waiting()
         os.kill(first.pid, signal.SIGKILL)
-        start(procs, "second", rows)
+        start(procs, "second", rows, *transport)
         wait_until(lambda: statuses(procs.url).get("delivered") == 1, 120, "the run delivered")
         created = server.state.created
         requests = sent(server)
@@ -158,6 +161,33 @@ def test_a_worker_killed_while_its_calls_wait_leaves_them_to_the_next(
     assert recorded["task_completed"] == rows + 2, recorded
     assert created == 1
     assert len(requests) == rows and set(requests.values()) == {1}, requests
+
+
+def test_a_worker_killed_while_its_calls_wait_leaves_them_to_the_next(
+    fleet: tuple[Processes, Path],
+) -> None:
+    """Once the killed worker's leases end the rows go to another worker, whose calls wait
+    for the same batch: none is sent again, no request twice, and no timeout fires."""
+    killed_while_waiting(*fleet)
+
+
+def test_with_redis_a_call_waiting_in_a_batch_leaves_no_stream_message_pending(
+    fleet: tuple[Processes, Path],
+) -> None:
+    """With `--redis` a worker acknowledges a hand-out's message as its call enters the wait
+    (other workers would claim it in vain for hours); killed while the calls wait, its
+    entries are queued again and taken from the table by the next worker."""
+    redis.Redis.from_url(REDIS).flushdb()
+    streams = RedisStreams(REDIS)
+
+    def nothing_pending() -> None:
+        info: Any = streams.redis.xpending(streams.stream, streams.group)
+        assert int(info["pending"]) == 0
+
+    try:
+        killed_while_waiting(*fleet, "--redis", REDIS, waiting=nothing_pending)
+    finally:
+        redis.Redis.from_url(REDIS).flushdb()
 
 
 def test_an_orchestrator_taking_the_run_over_records_the_waits_it_did_not_see(

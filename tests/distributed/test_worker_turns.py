@@ -226,3 +226,36 @@ def test_a_lost_hand_out_stops_the_attempt_and_drops_its_result(
         store.close()
     assert len(beats) == 2 and endings == ["cancelled"] and recorded == []
     assert time.monotonic() - started < 2.5
+
+
+def test_the_hand_outs_a_worker_holds_are_renewed_by_one_statement(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """Two long attempts at once: each heartbeat renews both in one statement, not one each
+    (a worker whose calls wait in provider batches may hold thousands)."""
+    store = PostgresStore(pg_url)
+    try:
+        worker, _, recorded, endings = _beating_worker(store, tmp_path, 1.5, [])
+        carried: list[int] = []
+        beat = worker.queue.heartbeat_many
+
+        def counted(claims: Sequence[Claim], ttl: float, name: str) -> set[int]:
+            carried.append(len(claims))
+            return beat(claims, ttl, name)
+
+        worker.queue.heartbeat_many = counted  # type: ignore[method-assign]
+        claims = [
+            Claim(id=n, run_id="r", task_id=f"t{n}", attempt=1, delivery=1, payload={})
+            for n in (1, 2)
+        ]
+        spec: Any = object()
+
+        async def main() -> None:
+            handled = [worker._handle(claim, asyncio.Event(), spec) for claim in claims]
+            await asyncio.wait_for(asyncio.gather(*handled), 10)
+
+        asyncio.run(main())
+    finally:
+        store.close()
+    assert endings == ["finished", "finished"] and len(recorded) == 2
+    assert 5 <= len(carried) <= 8 and set(carried) == {2}, carried
