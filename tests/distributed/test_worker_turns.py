@@ -239,9 +239,9 @@ def test_the_hand_outs_a_worker_holds_are_renewed_by_one_statement(
         carried: list[int] = []
         beat = worker.queue.heartbeat_many
 
-        def counted(claims: Sequence[Claim], ttl: float, name: str) -> set[int]:
+        def counted(claims: Sequence[Claim], ttl: float, worker: str) -> set[int]:
             carried.append(len(claims))
-            return beat(claims, ttl, name)
+            return beat(claims, ttl, worker)
 
         worker.queue.heartbeat_many = counted  # type: ignore[method-assign]
         claims = [
