@@ -133,11 +133,15 @@ def test_a_run_s_calls_gather_into_one_batch_across_two_workers(
 
 
 def killed_while_waiting(
-    procs: Processes, workflow: Path, *transport: str, waiting: Callable[[], None] | None = None
+    procs: Processes,
+    workflow: Path,
+    *transport: str,
+    waiting: Callable[[], None] | None = None,
+    stop: signal.Signals = signal.SIGKILL,
 ) -> None:
-    """The worker holding every row is SIGKILLed while their batch is at the provider (after
-    `waiting` looked), then another starts (both with `transport`): the run is delivered, no
-    timeout having fired, one provider batch sent, each request in it once."""
+    """The worker holding every row is sent `stop` while their batch is at the provider
+    (after `waiting` looked), then another starts (both with `transport`): the run is
+    delivered, no timeout having fired, one provider batch sent, each request in it once."""
     rows = 8
     server = BatchServer(BatchServerState(seconds_to_end=12)).start()
     try:
@@ -149,7 +153,10 @@ def killed_while_waiting(
         wait_until(lambda: kinds(procs.url, run_id)["task_batch_waited"] == rows, 10, "waits")
         if waiting is not None:
             waiting()
-        os.kill(first.pid, signal.SIGKILL)
+        os.kill(first.pid, stop)
+        if stop == signal.SIGTERM:  # it hands the calls back after its grace (5 s)
+            first.wait(30)
+            assert parked(procs.url) == rows  # and their waits stay on the hand-outs
         start(procs, "second", rows, *transport)
         wait_until(lambda: statuses(procs.url).get("delivered") == 1, 120, "the run delivered")
         created = server.state.created
@@ -169,6 +176,15 @@ def test_a_worker_killed_while_its_calls_wait_leaves_them_to_the_next(
     """Once the killed worker's leases end the rows go to another worker, whose calls wait
     for the same batch: none is sent again, no request twice, and no timeout fires."""
     killed_while_waiting(*fleet)
+
+
+def test_a_worker_stopped_while_its_calls_wait_hands_them_back_still_waiting(
+    fleet: tuple[Processes, Path],
+) -> None:
+    """SIGTERM: after its grace the worker hands back the calls still in their batch, whose
+    waits stay recorded (no timeout runs while they are queued again); the next worker waits
+    for the same batch."""
+    killed_while_waiting(*fleet, stop=signal.SIGTERM)
 
 
 def test_with_redis_a_call_waiting_in_a_batch_leaves_no_stream_message_pending(

@@ -494,16 +494,23 @@ class RemoteWorker:
         self._parked.add(claim.id)
         self._busy[claim.kind] -= 1
         wake.set()  # the claiming loop takes another attempt in its place
+        stopped = False
         try:
             await self._park(claim, parked=True)
             with contextlib.suppress(Exception):  # a stream's message: delivered, for all
                 await self.source.parked(claim)  # that a long wait could ask of it
             yield
+        except asyncio.CancelledError:
+            # Stopped (the worker shutting down, the hand-out lost): the call stays in its
+            # batch, and the wait stays on the hand-out for whoever takes it next.
+            stopped = True
+            raise
         finally:
             if claim.id in self._parked:  # its slot back, over the count if need be
                 self._parked.discard(claim.id)
                 self._busy[claim.kind] += 1
-            await self._park(claim, parked=False)
+            if not stopped:
+                await self._park(claim, parked=False)
 
     async def _park(self, claim: Claim, *, parked: bool) -> None:
         """Write the wait (or its end) on the hand-out. Not written (the database away, the
