@@ -432,10 +432,6 @@ class RunDriver:
         item = items[task.item] if items is not None and task.item is not None else None
         text = worker.task
         templated = renders_templates(worker)
-        values = self._template_values(task, item) if templated else {}
-        inputs = dict(self.state.inputs)
-        # The command gets the pipeline's `env` names as well as its own.
-        env = pipeline.env_for(worker.role) if worker.command is not None else []
         sent = sent_back(pipeline, self.state, task)
         reads = self._reads(task)
         if isinstance(reads, Outcome):
@@ -452,7 +448,7 @@ class RunDriver:
             task_id=task.task_id,
             attempt=task.attempt,
             worker=worker,
-            task=text,
+            task=text if templated else with_feedback(text, sent),
             topic=self.state.topic,
             inputs=self.state.inputs,
             item=item,
@@ -467,10 +463,16 @@ class RunDriver:
             budget_tokens_left=left.get("remaining_tokens"),
             tool_decisions=task.tool_decisions,
         )
+        if not templated:  # nothing to render: the spec is final now
+            return functools.partial(_same, spec)
+        values = self._template_values(task, item)
+        inputs = dict(self.state.inputs)
+        # The command gets the pipeline's `env` names as well as its own.
+        env = pipeline.env_for(worker.role) if worker.command is not None else []
 
         def render() -> TaskSpec | Outcome:
             try:
-                rendered, argv = _render_spec(worker, values, inputs) if templated else (text, None)
+                rendered, argv = _render_spec(worker, values, inputs)
             except TemplateProblem as exc:
                 return Outcome(ok=False, error=str(exc), retryable=False)
             ran = (
@@ -580,8 +582,8 @@ def _intact(path: Path, size: int | None, sha256: str) -> bool:
     return size > artifacts.INLINE_LIMIT or artifacts.digest(path)[0] == sha256
 
 
-def _same(outcome: Outcome) -> Outcome:
-    return outcome
+def _same(made: TaskSpec | Outcome) -> TaskSpec | Outcome:
+    return made
 
 
 def renders_templates(worker: Worker) -> bool:

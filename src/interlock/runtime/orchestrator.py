@@ -62,6 +62,7 @@ from interlock.runtime.runfiles import status_writer
 from interlock.runtime.slots import awaiting, slot_key, slot_poll, take_slot
 from interlock.runtime.superseded import mark_superseded
 from interlock.runtime.task_slots import TaskSlots
+from interlock.runtime.wakeup import Wakeup
 from interlock.storage.base import (
     AppendBatch,
     Lease,
@@ -145,7 +146,7 @@ class Orchestrator:
         self.on_tick: Callable[[float], None] | None = None
         self._definitions: dict[str, Definition] = {}
         self.dispatcher: Dispatcher = dispatcher or LocalDispatcher(self.settings.max_concurrency)
-        self._wake: asyncio.Event | None = None
+        self._wake: Wakeup | None = None  # the loop's sleep, while a loop runs
         self._dirty: set[str] = set()  # runs with something new since their last tick
         self._lazy: set[str] = set()  # runs with only task starts to record
         self._timers: list[tuple[float, str]] = []  # (when, run id): engine deadlines
@@ -521,9 +522,9 @@ class Orchestrator:
 
     async def run_until_settled(self, *, stop_when_paused: bool = True) -> None:
         """Drive every taken run until each has ended (or is paused, if asked)."""
-        self._wake = asyncio.Event()
-        self._next_housekeeping = 0.0  # look at commands right away
         self._loop = asyncio.get_running_loop()
+        self._wake = Wakeup(self._loop)
+        self._next_housekeeping = 0.0  # look at commands right away
         self.leases.start()
         try:
             with collector.roomy_collector(self.settings.gc_young):
@@ -540,9 +541,9 @@ class Orchestrator:
 
     async def serve_forever(self, stop: asyncio.Event) -> None:
         """Drive taken runs, including paused ones, until `stop` is set."""
-        self._wake = asyncio.Event()
-        self._next_housekeeping = 0.0
         self._loop = asyncio.get_running_loop()
+        self._wake = Wakeup(self._loop)
+        self._next_housekeeping = 0.0
         self.leases.start()
         try:
             with collector.roomy_collector(self.settings.gc_young):
@@ -643,10 +644,8 @@ class Orchestrator:
         timeout = max(0.0, self._next_housekeeping - now)
         if self._timers:
             timeout = min(timeout, max(0.0, self._timers[0][0] - now))
-        if not self._wake.is_set() and not self._dirty:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(timeout):  # no task of its own, unlike wait_for
-                    await self._wake.wait()
+        if not self._dirty:
+            await self._wake.sleep(timeout)
         self._wake.clear()
 
     def _poll_commands(self) -> None:

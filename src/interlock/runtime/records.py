@@ -70,7 +70,7 @@ def mask_file(path: Path, secrets: Iterable[Secret | None]) -> str:
 def any_left(run_dir: Path) -> bool:
     """Whether any attempt of the run may have left a record: its record folders exist."""
     folder = os.fspath(run_dir)
-    return any(os.path.isdir(os.path.join(folder, sub)) for sub in ("prompts", "logs"))
+    return os.path.isdir(f"{folder}/prompts") or os.path.isdir(f"{folder}/logs")
 
 
 def seal(
