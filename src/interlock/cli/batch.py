@@ -332,7 +332,7 @@ def batches(ctx: Ctx, limit: int, provider: bool) -> None:
             str(counts.get(RowStatus.DELIVERED, 0)),
             str(counts.get(RowStatus.FAILED, 0)),
             str(progress.running),
-            f"${progress.cost_usd:.4f}",
+            f"{'~' if progress.estimated else ''}${progress.cost_usd:.4f}",
         )
     out.print(table)
 

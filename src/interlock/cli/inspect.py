@@ -85,6 +85,8 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
                 "phase": r.summary.phase,
                 "cost_usd": r.summary.cost_usd,
                 "tokens": r.summary.tokens,
+                # Some call's tokens, so the cost, were estimated: the server reported none.
+                "estimated": r.summary.estimated,
                 "created_at": r.created_at,
                 "updated_at": r.summary.updated_at,
                 "driven_by": drivers.get(r.run_id),
@@ -130,7 +132,7 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
             printable(r.pipeline),
             state,
             printable(r.summary.phase or ""),
-            f"${r.summary.cost_usd:.4f}",
+            f"{'~' if r.summary.estimated else ''}${r.summary.cost_usd:.4f}",
             when(r.created_at),
             printable(r.topic[:40]),
         )
@@ -139,6 +141,8 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
         out.print(shown, soft_wrap=not hasattr(shown, "columns"))
     for why in unreadable.values():
         out.print(f"unreadable: {why}")
+    if any(r.summary.estimated for r in records):
+        out.print("~: estimated, a server reported no token counts (four characters a token)")
     if more:
         out.print(
             f"showing the newest {limit} runs; older ones are left out: '--limit {limit * 4}' "

@@ -92,6 +92,7 @@ class RowView:
     cost_usd: float = 0.0  # every try's spend, this one's so far included
     tokens: int = 0
     kept: bool = False  # its ended run's result is recorded on the row
+    estimated: bool = False  # some try's tokens, so its cost, were estimated (no usage reported)
 
     @property
     def status(self) -> RowStatus:
@@ -125,6 +126,7 @@ class BatchProgress:
     tokens: int
     over_budget: bool  # the spend reached the batch's budget: no more rows start
     breach: Breach | None = None  # more rows failed than the batch tolerates: none start
+    estimated: bool = False  # the spend includes a row's estimated cost (no usage reported)
 
     @property
     def done(self) -> int:
@@ -217,6 +219,7 @@ def fold(
         tokens=tokens,
         over_budget=over,
         breach=breach,
+        estimated=any(v.estimated for v in views),
     )
 
 

@@ -279,6 +279,7 @@ class RunDriver:
             tokens=state.tokens,
             warnings=len(state.warnings),
             updated_at=state.updated_at,
+            estimated=state.estimated,
         )
 
     def final_path(self, task: TaskState) -> Path:

@@ -132,6 +132,8 @@ class RunSummary:
     tokens: int = 0
     warnings: int = 0
     updated_at: float = 0.0
+    # Some call's tokens, so the cost, were estimated (the server reported no usage).
+    estimated: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -355,7 +355,7 @@ class SQLBatches:
 
         def retry(db: Any) -> int:
             given = sum(
-                db.execute(q, (v.cost_usd, v.tokens, batch_id, v.number, v.tries)).rowcount
+                db.execute(q, (v.cost_usd, v.tokens, v.estimated, batch_id, v.number, v.tries)).rowcount
                 for v in views
             )
             if given:
@@ -456,7 +456,7 @@ def tolerance_of(text: str | None) -> Tolerance | None:
 
 
 def _view(row: Sequence[Any]) -> RowView:
-    number, state, tries, run_id, spent, used, run_status, cost, tokens, kept = row
+    number, state, tries, run_id, spent, used, run_status, cost, tokens, kept, estimated = row
     return RowView(
         number=int(number),
         state=RowState(state),
@@ -466,12 +466,13 @@ def _view(row: Sequence[Any]) -> RowView:
         cost_usd=float(spent) + float(cost or 0.0),
         tokens=int(used) + int(tokens or 0),
         kept=bool(kept),
+        estimated=bool(estimated),
     )
 
 
 def _row(row: Sequence[Any]) -> BatchRow:
     (number, topic, inputs, state, tries, run_id, started, error, result) = row[:9]
-    spent, used, run_status, cost, tokens = row[9:]
+    spent, used, run_status, cost, tokens, estimated = row[9:]
     view = RowView(
         number=int(number),
         state=RowState(state),
@@ -481,6 +482,7 @@ def _row(row: Sequence[Any]) -> BatchRow:
         cost_usd=float(spent) + float(cost or 0.0),
         tokens=int(used) + int(tokens or 0),
         kept=result is not None,
+        estimated=bool(estimated),
     )
     return BatchRow(
         view=view,

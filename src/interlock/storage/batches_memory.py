@@ -38,6 +38,7 @@ class _Row:
         self.result: dict[str, Any] | None = None
         self.spent_before = 0.0
         self.tokens_before = 0
+        self.estimated_before = False
 
 
 class MemoryBatches:
@@ -126,11 +127,12 @@ class MemoryBatches:
             return [self._view(rows[n]).view for n in sorted(set(numbers)) if n in rows]
 
     def _view(self, row: _Row) -> BatchRow:
-        status, cost, tokens = None, 0.0, 0
+        status, cost, tokens, estimated = None, 0.0, 0, False
         if row.run_id is not None:
             try:
                 summary = self._store.get_run(row.run_id).summary
                 status, cost, tokens = summary.status, summary.cost_usd, summary.tokens
+                estimated = summary.estimated
             except RunNotFound:  # pruned: its receipt keeps its status, not its cost
                 receipt = self._store.pruned_run(row.run_id)
                 status = receipt.status if receipt is not None else None
@@ -143,6 +145,7 @@ class MemoryBatches:
             cost_usd=row.spent_before + cost,
             tokens=row.tokens_before + tokens,
             kept=row.result is not None,
+            estimated=row.estimated_before or estimated,
         )
         return BatchRow(
             view=view,
@@ -199,6 +202,7 @@ class MemoryBatches:
                 row.state, row.tries, row.run_id = RowState.PENDING, row.tries + 1, None
                 row.started_at = row.error = row.result = None
                 row.spent_before, row.tokens_before = view.cost_usd, view.tokens
+                row.estimated_before = view.estimated
                 given += 1
             if given:
                 self._count_change(batch_id)

@@ -55,6 +55,7 @@ def run_from_row(row: Any) -> RunRecord:
         tokens=row[10],
         warnings=row[11],
         updated_at=row[12],
+        estimated=bool(row[17]),
     )
     return RunRecord(
         run_id=row[0],

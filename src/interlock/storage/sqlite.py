@@ -431,7 +431,7 @@ class SQLiteStore:
         if tail is not None and tail.token == lease.token:
             found = _append_tail(db, batch, now, tail, stamped)
         if found is None:
-            summary = (n, s.status, s.phase, s.cost_usd, s.tokens, s.warnings, s.updated_at)
+            summary = (n, s.status, s.phase, s.cost_usd, s.tokens, s.warnings, s.updated_at, s.estimated)
             fence = (lease.run_id, lease.owner, lease.token, now)
             row = db.execute(Q["fence"], summary + fence).fetchone()
             if row is None:
@@ -677,10 +677,10 @@ def _append_tail(
     new_head = head if rows else tail.head
     fence = (lease.run_id, lease.owner, lease.token, now, tail.seq, tail.head)
     if s.status == tail.status and s.cost_usd == tail.cost_usd:
-        same = (last, s.phase, s.tokens, s.warnings, s.updated_at, new_head)
+        same = (last, s.phase, s.tokens, s.warnings, s.updated_at, s.estimated, new_head)
         changed = db.execute(Q["fence_tail_same"], (*same, *fence, s.status, s.cost_usd))
     else:
-        values = (last, s.status, s.phase, s.cost_usd, s.tokens, s.warnings, s.updated_at)
+        values = (last, s.status, s.phase, s.cost_usd, s.tokens, s.warnings, s.updated_at, s.estimated)
         changed = db.execute(Q["fence_tail"], (*values, new_head, *fence))
     if changed.rowcount != 1:
         return None

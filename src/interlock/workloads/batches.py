@@ -184,6 +184,7 @@ def row_record(row: BatchRow, progress: BatchProgress) -> dict[str, Any]:
         "run_id": view.run_id,
         "cost_usd": round(view.cost_usd, 6),
         "tokens": view.tokens,
+        "estimated": view.estimated,  # some try's tokens, so its cost, were estimated
         "values": result.get("values") or {},
         "failure": row.error or result.get("failure"),
     }
@@ -217,6 +218,7 @@ def batch_summary(record: BatchRecord, progress: BatchProgress) -> dict[str, Any
         "waiting": progress.waiting,  # not started (for lack of room, or the budget)
         "cost_usd": round(progress.cost_usd, 6),
         "tokens": progress.tokens,
+        "estimated": progress.estimated,  # the cost includes some row's estimated cost
         "cancelled": record.cancelled_at is not None,
         "settled": progress.settled,
         "tolerate": record.tolerate,  # failed rows allowed: a count, "P%" or None (no limit)
