@@ -485,7 +485,7 @@ class BatchRunner:
             return
         specs = fresh
         try:
-            self.app.orchestrator.create_runs(entries)
+            self.app.orchestrator.create_runs(entries, origin=self._config())
             return
         except StorageError:
             raise
@@ -494,13 +494,19 @@ class BatchRunner:
         for (number, run_id), entry in zip(specs, entries, strict=True):
             self._make_one(number, run_id, entry)
 
+    def _config(self) -> dict[str, Any]:
+        """The rows' runs record which interlock.toml their models use (`status` names it)."""
+        from interlock.runtime.run_config import config_origin
+
+        return config_origin(self.app.orchestrator.models, self.definition)
+
     def _make_one(
         self, number: int, run_id: str, entry: Any, origin: dict[str, Any] | None = None
     ) -> None:
         """Make one row's run (`origin`: further fields of its `run_created`, a variant row's
         source run), or record why it cannot be made."""
         try:
-            self.app.orchestrator.create_runs([entry], origin=origin)
+            self.app.orchestrator.create_runs([entry], origin={**self._config(), **(origin or {})})
         except StorageError:
             raise
         except InterlockError as exc:

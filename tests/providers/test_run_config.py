@@ -1,0 +1,78 @@
+"""`status` names the interlock.toml a run's models were resolved from when it was created
+(recorded with the run), not the one found now, and says when that file changed or is gone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from interlock.cli.main import cli
+
+from .fake_llm_server import FakeServer
+from .project import CONFIG, app_for, make_project, one_worker
+
+
+def test_status_names_the_config_a_run_was_started_with_and_whether_it_changed(
+    tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run started with `--config X` (no other interlock.toml) is reported with X, even
+    without `--config` later, and the file a command finds now is said beside it; once X
+    changes, then goes, status says so; `status --json` gives the same; `verify` passes."""
+    project = make_project(tmp_path, server, monkeypatch)
+    (project / "interlock.toml").unlink()
+    explicit = tmp_path / "elsewhere" / "models.toml"
+    explicit.parent.mkdir()
+    explicit.write_text(CONFIG.format(url=server.url))
+    monkeypatch.setenv("INTERLOCK_CONFIG", "")  # restored after the test: --config sets it
+    monkeypatch.chdir(project)
+    flow = one_worker(project, "      model: gpt\n")
+    home = ["--home", str(project / "home")]
+    started = CliRunner().invoke(
+        cli, [*home, "--config", str(explicit), "run", str(flow), "--topic", "t"]
+    )
+    assert started.exit_code == 0, started.output
+    monkeypatch.delenv("INTERLOCK_CONFIG")
+    run_id = app_for(project).store.list_runs()[0].run_id
+
+    def status() -> str:
+        shown = CliRunner().invoke(cli, [*home, "status", run_id], terminal_width=300)
+        assert shown.exit_code == 0, shown.output
+        return shown.output
+
+    said = status()
+    assert (
+        f"config: {explicit} (named by --config or INTERLOCK_CONFIG) (as the run was started)"
+        in said
+    )
+    assert "config found here now: none found" in said
+    body = json.loads(CliRunner().invoke(cli, [*home, "status", run_id, "--json"]).output)
+    assert body["config"]["explicit"] is True
+    assert [(f["path"], f["state"]) for f in body["config"]["files"]] == [
+        (str(explicit), "unchanged")
+    ]
+    explicit.write_text(CONFIG.format(url=server.url) + "\n# edited\n")
+    assert f"config: {explicit} (named by --config or INTERLOCK_CONFIG) (changed since" in status()
+    explicit.unlink()
+    assert "(gone since the run started)" in status()
+    body = json.loads(CliRunner().invoke(cli, [*home, "status", run_id, "--json"]).output)
+    assert body["config"]["files"][0]["state"] == "gone"
+    verified = CliRunner().invoke(cli, [*home, "verify", run_id])
+    assert verified.exit_code == 0, verified.output
+
+
+def test_a_run_with_its_config_beside_the_workflow_names_only_that_file(
+    tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The usual case: the workflow's own interlock.toml, unchanged, is named once."""
+    project = make_project(tmp_path, server, monkeypatch)
+    monkeypatch.chdir(project)
+    flow = one_worker(project, "      model: gpt\n")
+    state = app_for(project).run(flow, topic="t")
+    shown = CliRunner().invoke(
+        cli, ["--home", str(project / "home"), "status", state.run_id], terminal_width=300
+    )
+    assert f"config: {project / 'interlock.toml'} (as the run was started)" in shown.output
+    assert "config found here now" not in shown.output
