@@ -53,7 +53,8 @@ def test_a_sqlite_ledger_from_before_the_estimated_mark_marks_its_estimated_runs
             (run_id,),
         )
         db.execute(
-            "INSERT INTO events (run_id, seq, at, kind, data) VALUES (?, 1, 1, 'task_completed', ?)",
+            "INSERT INTO events (run_id, seq, at, kind, data)"
+            " VALUES (?, 1, 1, 'task_completed', ?)",
             (run_id, data),
         )
     db.close()
@@ -88,7 +89,8 @@ def test_a_postgres_ledger_from_before_the_estimated_mark_marks_its_estimated_ru
             for run_id, data in OLD_RUNS:
                 db.execute(
                     "INSERT INTO runs (run_id, pipeline, topic, definition_hash, created_at,"
-                    " last_seq, status, updated_at) VALUES (%s, 'p', 't', 'h', 1, 1, 'delivered', 1)",
+                    " last_seq, status, updated_at)"
+                    " VALUES (%s, 'p', 't', 'h', 1, 1, 'delivered', 1)",
                     (run_id,),
                 )
                 db.execute(

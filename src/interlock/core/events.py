@@ -539,9 +539,7 @@ _FIELDS = {
 
 # Optional fields added after version 1 are written only when set, so that interlock
 # versions that predate them still read every record that does not use them.
-_SPARSE = frozenset(
-    {"retry_after", "parent_run", "parent_task", "records", "approval", "config"}
-)
+_SPARSE = frozenset({"retry_after", "parent_run", "parent_task", "records", "approval", "config"})
 
 
 def to_record(event: Event) -> tuple[str, dict[str, Any]]:

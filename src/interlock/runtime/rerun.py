@@ -155,5 +155,7 @@ def create(orchestrator: Orchestrator, prepared: PreparedRerun, run_id: str | No
         "no_cache": prepared.no_cache,
         **config_origin(orchestrator.models, prepared.definition),
     }
-    specs = [(prepared.definition, prepared.topic, prepared.inputs, run_id)]
+    specs: list[tuple[Definition, str, dict[str, Any] | None, str | None]] = [
+        (prepared.definition, prepared.topic, prepared.inputs, run_id)
+    ]
     return orchestrator.create_runs(specs, origin=origin)[0]

@@ -355,7 +355,9 @@ class SQLBatches:
 
         def retry(db: Any) -> int:
             given = sum(
-                db.execute(q, (v.cost_usd, v.tokens, v.estimated, batch_id, v.number, v.tries)).rowcount
+                db.execute(
+                    q, (v.cost_usd, v.tokens, v.estimated, batch_id, v.number, v.tries)
+                ).rowcount
                 for v in views
             )
             if given:

@@ -431,7 +431,16 @@ class SQLiteStore:
         if tail is not None and tail.token == lease.token:
             found = _append_tail(db, batch, now, tail, stamped)
         if found is None:
-            summary = (n, s.status, s.phase, s.cost_usd, s.tokens, s.warnings, s.updated_at, s.estimated)
+            summary = (
+                n,
+                s.status,
+                s.phase,
+                s.cost_usd,
+                s.tokens,
+                s.warnings,
+                s.updated_at,
+                s.estimated,
+            )
             fence = (lease.run_id, lease.owner, lease.token, now)
             row = db.execute(Q["fence"], summary + fence).fetchone()
             if row is None:
@@ -680,7 +689,16 @@ def _append_tail(
         same = (last, s.phase, s.tokens, s.warnings, s.updated_at, s.estimated, new_head)
         changed = db.execute(Q["fence_tail_same"], (*same, *fence, s.status, s.cost_usd))
     else:
-        values = (last, s.status, s.phase, s.cost_usd, s.tokens, s.warnings, s.updated_at, s.estimated)
+        values = (
+            last,
+            s.status,
+            s.phase,
+            s.cost_usd,
+            s.tokens,
+            s.warnings,
+            s.updated_at,
+            s.estimated,
+        )
         changed = db.execute(Q["fence_tail"], (*values, new_head, *fence))
     if changed.rowcount != 1:
         return None
