@@ -74,5 +74,11 @@ def test_a_run_with_its_config_beside_the_workflow_names_only_that_file(
     shown = CliRunner().invoke(
         cli, ["--home", str(project / "home"), "status", state.run_id], terminal_width=300
     )
-    assert f"config: {project / 'interlock.toml'} (as the run was started)" in shown.output
+    assert f"config: {project / 'interlock.toml'}" in shown.output.splitlines()
     assert "config found here now" not in shown.output
+    (project / "interlock.toml").write_text(CONFIG.format(url=server.url) + "\n# edited\n")
+    shown = CliRunner().invoke(
+        cli, ["--home", str(project / "home"), "status", state.run_id], terminal_width=300
+    )
+    changed = f"config: {project / 'interlock.toml'} (changed since the run started)"
+    assert changed in shown.output.splitlines()

@@ -493,8 +493,8 @@ def _config_lines(ctx: Ctx, record: RunRecord, config: dict[str, Any] | None) ->
     if config is None:  # recorded before runs kept their configuration: what is found now
         out.print(now, markup=False, soft_wrap=True)
         return
-    out.print(config_line(config), markup=False, soft_wrap=True)
     started = used_line([Path(f["path"]) for f in config["files"]], config.get("env") or [])
+    out.print(config_line(config, elsewhere=now != started), markup=False, soft_wrap=True)
     if now != started:
         found = now.removeprefix("config: ")
         out.print(

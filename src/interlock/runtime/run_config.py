@@ -55,9 +55,10 @@ def config_report(recorded: dict[str, Any]) -> dict[str, Any]:
     return {**recorded, "files": files}
 
 
-def config_line(report: dict[str, Any]) -> str:
-    """`config: FILE (as the run was started...)`: the files of `config_report`, each said
-    changed or gone when it is, and the environment variables that defined models."""
+def config_line(report: dict[str, Any], *, elsewhere: bool = False) -> str:
+    """`config: FILE`: the files of `config_report`, each said changed or gone when it is,
+    and the environment variables that defined models (`elsewhere`: a command here finds
+    other files now, so the line says these are the run's own)."""
     shown = []
     for index, entry in enumerate(report["files"]):
         name = str(entry["path"])
@@ -74,7 +75,7 @@ def config_line(report: dict[str, Any]) -> str:
             "config: none found when the run started "
             "(every model alias answered with the offline stand-in)"
         )
-    return f"config: {', '.join(shown)} (as the run was started)"
+    return f"config: {', '.join(shown)}" + " (as the run was started)" * elsewhere
 
 
 def recorded_config(store: Store, run_id: str) -> dict[str, Any] | None:
