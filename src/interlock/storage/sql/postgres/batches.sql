@@ -1,7 +1,7 @@
 -- Batches: the queries of `interlock.storage.batches`. A row's run that was pruned keeps its
 -- status (from its receipt in pruned_runs); its cost is no longer known.
 -- Tables: 017_batches.sql, 019_batch_variants.sql, 021_batch_tolerate.sql,
--- 023_batch_changes.sql, 025_estimated.sql.
+-- 023_batch_changes.sql, 026_estimated.sql.
 
 -- name: insert_definition
 INSERT INTO definitions (hash, body) VALUES (%s, %s) ON CONFLICT (hash) DO NOTHING;

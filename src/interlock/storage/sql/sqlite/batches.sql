@@ -1,7 +1,7 @@
 -- Batches: the queries of `interlock.storage.batches`. A row's run that was pruned keeps its
 -- status (from its receipt in pruned_runs); its cost is no longer known.
 -- Tables: 011_batches.sql, 012_batch_variants.sql, 014_batch_tolerate.sql,
--- 016_batch_changes.sql, 017_estimated.sql.
+-- 016_batch_changes.sql, 018_estimated.sql.
 
 -- name: insert_definition
 INSERT OR IGNORE INTO definitions (hash, body) VALUES (?, ?);
