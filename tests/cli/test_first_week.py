@@ -97,3 +97,26 @@ def test_a_message_to_a_finished_run_is_refused_not_said_queued(
     assert "nothing was recorded" in refused.stderr
     events = cli(cli_env, tmp_path, "events", run_id, "--json")
     assert "checked the sources" not in events.stdout
+
+
+def test_check_and_run_name_the_configuration_a_call_workers_models_would_use(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A pipeline of a `call:` worker only names no model alias, yet its function may call
+    models (`ctx.model`): `check` and `run` still say which interlock.toml those calls use,
+    here none, so that a placeholder answer from the offline stand-in is no surprise."""
+    (tmp_path / "agent_mod.py").write_text(
+        "def solve(ctx):\n    return ctx.model('sonnet').complete(ctx.task).text\n"
+    )
+    (tmp_path / "flow.yaml").write_text(
+        "p:\n  phases:\n  - id: a\n    workers:\n"
+        "    - {role: w, call: 'agent_mod:solve', task: hi, final: true}\n"
+    )
+    env = {**cli_env, "PYTHONPATH": f"{tmp_path}:{cli_env.get('PYTHONPATH', '')}"}
+    none = "config: none found (every model alias answers with the offline stand-in)"
+    checked = cli(env, tmp_path, "check", "flow.yaml")
+    assert checked.returncode == 0, checked.stderr
+    assert none in checked.stdout.splitlines(), checked.stdout
+    ran = cli(env, tmp_path, "run", "flow.yaml", "--topic", "t")
+    assert ran.returncode == 0, ran.stderr
+    assert none in ran.stderr.splitlines(), ran.stderr

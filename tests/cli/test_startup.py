@@ -187,6 +187,33 @@ def test_check_loads_no_runtime_driver(cli_env: dict[str, str]) -> None:
         assert loaded(cli_env, "check", path, *extra, heavy=runtime) == [], extra
 
 
+def test_check_of_plain_tasks_loads_no_template_engine_nor_event_loop(
+    cli_env: dict[str, str],
+) -> None:
+    """`interlock check` of pipelines whose tasks are plain text and which have no `call:`
+    worker imports neither jinja2 nor asyncio (nor the runtime's executors); a task with a
+    template still has jinja2 parse it, and a `call:` still has its target resolved."""
+    from tests.cli.test_cli import ROOT
+
+    heavy = ("jinja2", "asyncio", "interlock.runtime.executors")
+    path = str(ROOT / "examples" / "research.json")
+    for extra in ((), ("--cost",)):
+        assert loaded(cli_env, "check", path, *extra, heavy=heavy) == [], extra
+    templated = Path(cli_env["INTERLOCK_HOME"]).parent / "templated.yaml"
+    templated.write_text(
+        "p:\n  phases:\n  - id: a\n    workers:\n    - role: w\n      model: m\n"
+        "      final: true\n      task: 'About {{ topic }}'\n"
+    )
+    assert loaded(cli_env, "check", str(templated), heavy=heavy) == ["jinja2"]
+    called = Path(cli_env["INTERLOCK_HOME"]).parent / "called.yaml"
+    called.write_text(
+        "p:\n  phases:\n  - id: a\n    workers:\n    - role: w\n"
+        "      call: 'json:nothing_here'\n      final: true\n"
+    )
+    found = loaded(cli_env, "check", str(called), heavy=heavy)
+    assert "interlock.runtime.executors" in found
+
+
 BUILDS = """
 import sys
 from lark.parsers import lalr_analysis

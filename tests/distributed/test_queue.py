@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import psycopg
@@ -119,6 +120,43 @@ def test_a_swept_hand_out_is_taken_back_by_its_holder_while_nobody_else_took_it(
     assert queue.get(held.id).state == "claimed" and queue.get(held.id).delivery == 1
     assert queue.finish(held, {"ok": True, "n": 1}, None, worker="cut-off")
     assert queue.get(held.id).result == {"ok": True, "n": 1}
+
+
+def test_one_heartbeat_renews_every_hand_out_held_and_names_those_lost(
+    queue: TaskQueue,
+) -> None:
+    """`heartbeat_many` renews the worker's hand-outs in one statement (also one a sweep
+    queued again while nobody took it) and leaves out one that went to another worker."""
+    for task in ("a", "b", "c"):
+        put(queue, task)
+    held = [take(queue, "w", ttl=0.2) for _ in range(3)]
+    time.sleep(0.4)
+    assert queue.sweep() == 3
+    stolen = take(queue, "other")
+    assert stolen.id == held[0].id
+    assert queue.heartbeat_many(held, 30, "w") == {held[1].id, held[2].id}
+    assert [queue.get(c.id).state for c in held] == ["claimed"] * 3
+    assert queue.sweep() == 0  # renewed for 30 s
+
+
+def test_a_hand_out_says_when_its_call_went_into_a_provider_batch_and_came_back(
+    queue: TaskQueue,
+) -> None:
+    """`park` writes the wait on the current hand-out by the database's clock (and its end,
+    keeping its start); a hand-out no longer current writes nothing."""
+    put(queue, "a")
+    first = take(queue)
+    assert queue.park(first, "w", parked=True)
+    entry = queue.get(first.id)
+    assert entry.parked_at is not None and entry.unparked_at is None
+    assert queue.park(first, "w", parked=False)
+    back = queue.get(first.id)
+    assert back.parked_at == entry.parked_at and (back.unparked_at or 0) >= entry.parked_at
+    stale = replace(first, delivery=first.delivery + 1)
+    assert not queue.park(stale, "w", parked=True)
+    assert queue.watched([first.id]) == {
+        first.id: ("claimed", 1, entry.parked_at, back.unparked_at)
+    }
 
 
 def test_too_many_lost_hand_outs_fail_the_attempt(queue: TaskQueue) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -151,9 +151,9 @@ def _beating_worker(
     recorded: list[Any] = []
     endings: list[str] = []
 
-    def heartbeat(claim: Claim, ttl: float, worker: str | None = None) -> bool:
+    def heartbeat_many(claims: Sequence[Claim], ttl: float, worker: str) -> set[int]:
         beats.append(time.monotonic())
-        return held.pop(0) if held else True
+        return {claim.id for claim in claims} if not held or held.pop(0) else set()
 
     async def execute(spec: Any) -> Outcome:
         try:
@@ -167,7 +167,7 @@ def _beating_worker(
     async def record(ended: _Ended, wake: asyncio.Event) -> None:
         recorded.append(ended.outcome)
 
-    worker.queue.heartbeat = heartbeat  # type: ignore[method-assign]
+    worker.queue.heartbeat_many = heartbeat_many  # type: ignore[method-assign]
     worker._execute = execute  # type: ignore[method-assign]
     worker._recorded = record  # type: ignore[method-assign]
     return worker, beats, recorded, endings
@@ -226,3 +226,36 @@ def test_a_lost_hand_out_stops_the_attempt_and_drops_its_result(
         store.close()
     assert len(beats) == 2 and endings == ["cancelled"] and recorded == []
     assert time.monotonic() - started < 2.5
+
+
+def test_the_hand_outs_a_worker_holds_are_renewed_by_one_statement(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """Two long attempts at once: each heartbeat renews both in one statement, not one each
+    (a worker whose calls wait in provider batches may hold thousands)."""
+    store = PostgresStore(pg_url)
+    try:
+        worker, _, recorded, endings = _beating_worker(store, tmp_path, 1.5, [])
+        carried: list[int] = []
+        beat = worker.queue.heartbeat_many
+
+        def counted(claims: Sequence[Claim], ttl: float, worker: str) -> set[int]:
+            carried.append(len(claims))
+            return beat(claims, ttl, worker)
+
+        worker.queue.heartbeat_many = counted  # type: ignore[method-assign]
+        claims = [
+            Claim(id=n, run_id="r", task_id=f"t{n}", attempt=1, delivery=1, payload={})
+            for n in (1, 2)
+        ]
+        spec: Any = object()
+
+        async def main() -> None:
+            handled = [worker._handle(claim, asyncio.Event(), spec) for claim in claims]
+            await asyncio.wait_for(asyncio.gather(*handled), 10)
+
+        asyncio.run(main())
+    finally:
+        store.close()
+    assert endings == ["finished", "finished"] and len(recorded) == 2
+    assert 5 <= len(carried) <= 8 and set(carried) == {2}, carried

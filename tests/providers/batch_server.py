@@ -4,7 +4,8 @@ OpenAI: ``POST /v1/files`` (multipart, purpose=batch), ``GET /v1/files/{id}/cont
 ``POST /v1/batches``, ``GET /v1/batches`` (newest first, ``after``/``limit``),
 ``GET /v1/batches/{id}``, ``POST /v1/batches/{id}/cancel``. Anthropic: ``POST/GET
 /v1/messages/batches``, ``GET /v1/messages/batches/{id}``, ``.../cancel`` and
-``.../results``. A batch ends after `polls_to_end` retrievals; its answer to each request
+``.../results``. A batch ends after `polls_to_end` retrievals (OpenAI's: and no sooner than
+`seconds_to_end` after it was created, however many processes poll it); its answer to each request
 echoes the request's last message. Faults: `fail` (custom_ids containing it answer with an
 error), `expire` (the batch expires, answering only its first request), `never_end`,
 `partial` (the results file is cut inside its last line), `down` (every request 503s).
@@ -29,6 +30,7 @@ class BatchServerState:
     """What the server holds and how it misbehaves."""
 
     polls_to_end: int = 1
+    seconds_to_end: float = 0.0
     fail: str = ""
     expire: bool = False
     never_end: bool = False
@@ -39,6 +41,7 @@ class BatchServerState:
     files: dict[str, bytes] = field(default_factory=dict)
     batches: dict[str, dict[str, Any]] = field(default_factory=dict)
     polls: dict[str, int] = field(default_factory=dict)
+    made: dict[str, float] = field(default_factory=dict)  # monotonic time of each creation
     inputs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
@@ -155,6 +158,7 @@ class BatchServer:
             "request_counts": {"total": len(lines), "completed": 0, "failed": 0},
         }  # fmt: skip
         self.state.polls[batch_id] = 0
+        self.state.made[batch_id] = time.monotonic()
         return web.json_response(self.state.batches[batch_id])
 
     async def list(self, request: web.Request) -> web.Response:
@@ -174,7 +178,8 @@ class BatchServer:
         if batch["status"] in ("completed", "expired", "cancelled", "failed"):
             return batch
         self.state.polls[batch_id] += 1
-        if self.state.never_end or self.state.polls[batch_id] < self.state.polls_to_end:
+        young = time.monotonic() - self.state.made[batch_id] < self.state.seconds_to_end
+        if self.state.never_end or young or self.state.polls[batch_id] < self.state.polls_to_end:
             batch["status"] = "in_progress"
             return batch
         lines = self.state.inputs[batch_id]

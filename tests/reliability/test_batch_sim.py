@@ -31,11 +31,12 @@ def test_thousands_of_batch_seeds_keep_every_invariant(tmp_path: Path) -> None:
     print(window)
     failures = []
     counts: Counter[str] = Counter()
-    crashes = 0
+    crashes = beyond = 0
     for seed in range(first, first + SEEDS):
         result = simulate_batch(seed, tmp_path)
         counts.update(result.counts)
         crashes += result.crashes
+        beyond += result.beyond_concurrency
         if result.violations:
             failures.append(f"seed {seed}: {result.violations[:3]}")
     print(f"{SEEDS} seeds: rows {dict(counts)}; {crashes} crashes")
@@ -50,6 +51,8 @@ def test_thousands_of_batch_seeds_keep_every_invariant(tmp_path: Path) -> None:
     )
     assert all(counts[s] for s in endings), counts
     assert crashes > SEEDS // 2
+    # Rows waiting in a provider batch let more than --concurrency rows fly in some seeds.
+    assert beyond > SEEDS // 20, beyond
 
 
 def test_the_checks_catch_a_ledger_that_claims_a_started_row_again(
@@ -98,3 +101,21 @@ def test_the_checks_catch_a_driver_that_ignores_the_tolerance(
     broken = [s for s in range(300) if simulate_batch(s).violations]
     assert len(broken) > 5, broken
     assert any("tolerates" in v for s in broken for v in simulate_batch(s).violations)
+
+
+def test_the_checks_catch_a_driver_that_lets_every_parked_row_wait_uncounted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A driver that counts no row waiting in a provider batch against --concurrency (its
+    --batch-waiting forgotten, as if unbounded): the seeds with a small one say so."""
+    import interlock.workloads.batches as batches
+
+    real = batches.next_starts  # type: ignore[attr-defined]
+
+    def unbounded(*args: Any, **kwargs: Any) -> Any:
+        return real(*args, **{**kwargs, "batch_waiting": 10**6})
+
+    monkeypatch.setattr(batches, "next_starts", unbounded)
+    broken = [s for s in range(300) if simulate_batch(s).violations]
+    assert len(broken) > 5, broken
+    assert any("--batch-waiting" in v for s in broken for v in simulate_batch(s).violations)

@@ -130,14 +130,14 @@ def test_the_budget_holds_rows_until_it_is_raised(
     the rows start. The spend is that of every try (here a first try that cost $1)."""
     batch_id = start(app, write_workflow, tmp_path, 3)
     ledger = batch_ledger(app.store)
-    ledger.set_limits(batch_id, 2, 0.5)
+    ledger.set_limits(batch_id, 2, 0.5, 0)
     spent = replace(ledger.rows(batch_id)[0].view, state=RowState.STARTED, cost_usd=1.0)
     ledger.claim_rows(batch_id, [(1, 1, "b-r1")], time.time())
     assert ledger.retry_rows(batch_id, [spent]) == 1  # row 1's first try spent $1
     held = asyncio.run(BatchRunner(app, batch_id, poll=0.05).run())
     assert held.progress.counts == {RowStatus.BUDGET: 3}
     assert executions(tmp_path) == []
-    ledger.set_limits(batch_id, 2, 5.0)
+    ledger.set_limits(batch_id, 2, 5.0, 0)
     done = asyncio.run(BatchRunner(app, batch_id, poll=0.05).run())
     assert done.progress.counts == {RowStatus.DELIVERED: 3}
     assert executions(tmp_path) == [1, 2, 3]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 from tests.storage.test_conformance import TTL, make_run, notes
@@ -136,8 +137,39 @@ def test_results_refusals_and_cancellation(store: Store) -> None:
     assert (rows[1].result, rows[1].error, rows[1].view.status) == (None, "no key", "failed")
     assert rows[2].view.state is RowState.CANCELLED
     assert ledger.get_batch("b1").cancelled_at == T0 + 5
-    ledger.set_limits("b1", 7, 1.5)
-    assert (ledger.get_batch("b1").concurrency, ledger.get_batch("b1").max_cost_usd) == (7, 1.5)
+    assert ledger.get_batch("b1").batch_waiting == 1000  # the default
+    ledger.set_limits("b1", 7, 1.5, 9)
+    record = ledger.get_batch("b1")
+    assert (record.concurrency, record.max_cost_usd, record.batch_waiting) == (7, 1.5, 9)
+
+
+def test_a_row_whose_run_waits_only_in_a_provider_batch_says_so(store: Store) -> None:
+    """A run's summary that says it only waits for provider-batch answers shows its row as
+    `in provider batch` in every read of the rows, through each way an append writes the
+    summary (a status or cost that changes, or not), until it says otherwise."""
+    ledger = batch_ledger(store)
+    ledger.create_batch(replace(new_batch(), batch_waiting=5), ROWS)
+    assert ledger.get_batch("b1").batch_waiting == 5
+    ledger.claim_rows("b1", [(1, 1, "b1-r1"), (2, 1, "b1-r2")], T0)
+    make_run(store, "b1-r1")
+    make_run(store, "b1-r2")
+    lease = store.acquire_lease("b1-r1", "me", TTL, T0)
+
+    def append(parked: bool, cost: float) -> list[RowStatus]:
+        summary = RunSummary(status="running", phase=None, cost_usd=cost, batch_parked=parked)
+        store.append(AppendBatch(lease=lease, events=notes("x"), summary=summary), T0)
+        assert store.get_run("b1-r1").summary.batch_parked is parked
+        seen = [v.status for v in ledger.views("b1")]
+        assert [r.view.status for r in ledger.rows("b1")] == seen
+        assert [v.status for v in ledger.views_of("b1", [1, 2, 3])] == seen
+        return seen
+
+    parked = [RowStatus.BATCHED, RowStatus.RUNNING, RowStatus.WAITING]
+    running = [RowStatus.RUNNING, RowStatus.RUNNING, RowStatus.WAITING]
+    assert append(True, 0.0) == parked
+    assert append(False, 0.0) == running  # status and cost as they were
+    assert append(True, 0.1) == parked  # the cost moved
+    assert fold(ledger.views("b1"), max_cost_usd=None).parked == 1
 
 
 def test_one_driver_at_a_time(opener: Callable[[], Store]) -> None:
@@ -195,7 +227,7 @@ def test_retries_and_cancels_count_a_change_of_the_batch(opener: Callable[[], St
     ledger.claim_rows("b1", [(1, 1, "b1-r1"), (2, 1, "b1-r2")], T0)
     ledger.refuse_row("b1", 1, "b1-r1", "no key")
     ledger.set_results("b1", [(2, "b1-r2", {"values": {}})])
-    ledger.set_limits("b1", 3, None)
+    ledger.set_limits("b1", 3, None, 0)
     assert other.get_batch("b1").changes == 0
     refused = ledger.views("b1")[0]
     assert other.retry_rows("b1", [refused]) == 1

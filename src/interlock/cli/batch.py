@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from interlock.cli.base import COUNT, Ctx, err, handle_errors, out, pass_ctx
+from interlock.cli.base import COUNT, SEQUENCE, Ctx, err, handle_errors, out, pass_ctx
+from interlock.core.batches import DEFAULT_BATCH_WAITING
 from interlock.errors import ExitCode
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from interlock.workloads.batches import Snapshot
 
 BUDGET = click.FloatRange(min=0.0, min_open=True, max=1e12)
+WAITING = SEQUENCE  # rows let wait in provider batches beside --concurrency (0: none)
 
 
 class BatchGroup(click.Group):
@@ -61,6 +63,14 @@ def batch() -> None:
 @click.option("--inputs", "inputs_file", required=True, help="The rows: a .jsonl or .csv file.")
 @click.option("--topic-field", help="The column that is each run's topic (default: 'topic').")
 @click.option("--concurrency", type=COUNT, default=4, show_default=True, help="Runs at once.")
+@click.option(
+    "--batch-waiting",
+    type=WAITING,
+    default=DEFAULT_BATCH_WAITING,
+    show_default=True,
+    help="Rows whose run only waits for provider-batch answers that do not count against "
+    "--concurrency (0: every row in flight counts).",
+)
 @click.option("--batch-id", help="Choose the batch id (default: generated).")
 @click.option("--max-cost-usd", type=BUDGET, help="The batch's budget: no row starts past it.")
 @click.option(
@@ -86,6 +96,7 @@ def start(
     inputs_file: str,
     topic_field: str | None,
     concurrency: int,
+    batch_waiting: int,
     batch_id: str | None,
     max_cost_usd: float | None,
     tolerate: str | None,
@@ -157,6 +168,7 @@ def start(
         now=now,
         variants=variants,
         tolerate=tolerance,
+        batch_waiting=batch_waiting,
     )
     err.print(f"batch {record.batch_id}: {record.rows} row(s) of pipeline {pipeline!r} recorded")
     if variants:
@@ -172,9 +184,21 @@ def start(
 @click.argument("batch_id")
 @click.option("--concurrency", type=COUNT, help="Change how many runs run at once.")
 @click.option("--max-cost-usd", type=BUDGET, help="Change the batch's budget.")
+@click.option(
+    "--batch-waiting",
+    type=WAITING,
+    help="Change how many rows waiting only for provider-batch answers do not count against "
+    "--concurrency.",
+)
 @pass_ctx
 @handle_errors
-def resume(ctx: Ctx, batch_id: str, concurrency: int | None, max_cost_usd: float | None) -> None:
+def resume(
+    ctx: Ctx,
+    batch_id: str,
+    concurrency: int | None,
+    max_cost_usd: float | None,
+    batch_waiting: int | None,
+) -> None:
     """Go on with a batch: rows not started start, runs in flight are driven on, none twice."""
     from interlock.cli.base import install_terminate_handler
     from interlock.storage.batches import batch_ledger
@@ -183,11 +207,12 @@ def resume(ctx: Ctx, batch_id: str, concurrency: int | None, max_cost_usd: float
     app = opened(ctx, batch_id)
     ledger = batch_ledger(app.store)
     record = ledger.get_batch(batch_id)
-    if concurrency is not None or max_cost_usd is not None:
+    if concurrency is not None or max_cost_usd is not None or batch_waiting is not None:
         ledger.set_limits(
             batch_id,
             concurrency or record.concurrency,
             max_cost_usd if max_cost_usd is not None else record.max_cost_usd,
+            record.batch_waiting if batch_waiting is None else batch_waiting,
         )
     sys.exit(drive(app, batch_id))
 

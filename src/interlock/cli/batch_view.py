@@ -41,7 +41,8 @@ def progress_line(progress: BatchProgress, eta: float | None) -> str:
     parts = [
         f"{progress.done}/{progress.rows} done",
         f"{counts.get(RowStatus.DELIVERED, 0)} delivered",
-        f"{progress.running} running",
+        f"{progress.running} running"
+        + (f" ({progress.parked} in provider batch)" if progress.parked else ""),
         f"{counts.get(RowStatus.FAILED, 0)} failed",
         f"{progress.waiting} waiting",
     ]

@@ -86,7 +86,11 @@ def run_gate(
     case, with its own topic and inputs, against its budget."""
     from interlock.core.loader import model_aliases
 
-    calls_models = bool(model_aliases(definition))
+    # A call: function may call models itself (ctx.model): which configuration those use
+    # is said too.
+    calls_models = bool(model_aliases(definition)) or any(
+        w.call for phase in definition.pipeline.phases for w in phase.workers
+    )
     if definition.pipeline.budget is None and not calls_models:
         return
     from interlock.core.quote import TextSizes

@@ -300,7 +300,12 @@ def check(
             out.print(line, soft_wrap=True)
         for line in explored:
             out.print(line, soft_wrap=True)
-    if not quiet and (config.loaded or any(map(model_aliases, workflow.definitions.values()))):
+    calls = any(
+        w.call for d in workflow.definitions.values() for p in d.pipeline.phases for w in p.workers
+    )  # a call: function may call models itself (ctx.model)
+    if not quiet and (
+        config.loaded or calls or any(map(model_aliases, workflow.definitions.values()))
+    ):
         out.print(config.used_line, soft_wrap=True, markup=False)  # which file the models use
 
 
@@ -413,13 +418,13 @@ class _Progress:
 
 def call_problems(name: str, definition: Definition) -> list[str]:
     """`call:` targets that would not resolve when the pipeline runs from the command line."""
-    from interlock.runtime.executors import resolve_call
-
     problems = []
     for phase in definition.pipeline.phases:
         for worker in phase.workers:
             if worker.call is None:
                 continue
+            from interlock.runtime.executors import resolve_call  # only for a `call:` worker
+
             place = f"pipeline {name!r}, phase {phase.id!r}, worker {worker.role!r}: call"
             module, _, attribute = worker.call.partition(":")
             try:

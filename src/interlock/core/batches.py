@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 SHOWN_ROWS = 5  # row numbers named in one problem line; the rest are counted
 MAX_BATCH_ID = 48  # leaves room for "-r<row>-t<try>" within a run id's 81 characters
 RUN_ENDED = ("delivered", "failed", "cancelled")
+# Rows whose run only waits for provider-batch answers that do not count against
+# `--concurrency` (`--batch-waiting`): one provider batch of the default `batch_max`.
+DEFAULT_BATCH_WAITING = 1000
 
 
 class BatchInputError(UsageError):
@@ -53,6 +56,7 @@ class RowStatus(StrEnum):
     WAITING = "waiting"  # not started yet
     STARTING = "starting"  # its run id is recorded and the run is made next (after a crash)
     RUNNING = "running"  # its run is in flight
+    BATCHED = "in provider batch"  # its run is in flight, only waiting for provider-batch answers
     PAUSED = "paused"  # its run waits for a person's approval
     DELIVERED = "delivered"
     FAILED = "failed"  # its run failed, or could not be created
@@ -92,6 +96,7 @@ class RowView:
     cost_usd: float = 0.0  # every try's spend, this one's so far included
     tokens: int = 0
     kept: bool = False  # its ended run's result is recorded on the row
+    parked: bool = False  # its run only waits for provider-batch answers (its summary says)
     estimated: bool = False  # some try's tokens, so its cost, were estimated (no usage reported)
 
     @property
@@ -103,6 +108,8 @@ class RowView:
             return RowStatus.CANCELLED
         if self.state is RowState.REFUSED:
             return RowStatus.FAILED
+        if self.parked and self.run_status == "running":
+            return RowStatus.BATCHED
         return _RUN_STATUS.get(self.run_status or "", RowStatus.STARTING)
 
 
@@ -135,8 +142,20 @@ class BatchProgress:
 
     @property
     def running(self) -> int:
-        """Rows in flight (their run made or about to be)."""
-        return self.counts.get(RowStatus.RUNNING, 0) + self.counts.get(RowStatus.STARTING, 0)
+        """Rows in flight (their run made or about to be), those waiting only for
+        provider-batch answers included."""
+        flying = (RowStatus.RUNNING, RowStatus.STARTING, RowStatus.BATCHED)
+        return sum(self.counts.get(s, 0) for s in flying)
+
+    @property
+    def parked(self) -> int:
+        """Rows in flight whose run only waits for provider-batch answers."""
+        return self.counts.get(RowStatus.BATCHED, 0)
+
+    def counted(self, batch_waiting: int) -> int:
+        """Rows in flight that count against `--concurrency`: all but the first
+        `batch_waiting` of those whose run only waits for provider-batch answers."""
+        return self.running - min(self.parked, max(0, batch_waiting))
 
     @property
     def waiting(self) -> int:
@@ -279,12 +298,15 @@ def next_starts(
     cancelled: bool,
     ready: Collection[int] | None = None,
     tolerate: Tolerance | None = None,
+    batch_waiting: int = 0,
 ) -> Starts:
     """The rows to start now: waiting rows in row order (a batch reads as its file does),
     as many as leave at most `concurrency` runs in flight, none once the batch is cancelled,
     more of its rows failed than `tolerate` allows, or its spend reached its budget.
     `ready`: the rows that may start at all (a variant's rows whose base row has ended);
-    None: every row."""
+    None: every row. Up to `batch_waiting` rows whose run only waits for provider-batch
+    answers count as not in flight, so that more rows' calls gather into the same provider
+    batch; at most `concurrency + batch_waiting` rows are in flight at once."""
     if cancelled:
         return Starts(rows=(), held=Held.CANCELLED)
     progress = fold(views, max_cost_usd=max_cost_usd, tolerate=tolerate)
@@ -296,7 +318,7 @@ def next_starts(
     if progress.over_budget:
         return Starts(rows=(), held=Held.BUDGET)
     startable = waiting if ready is None else [n for n in waiting if n in ready]
-    room = max(0, concurrency - progress.running)
+    room = max(0, concurrency - progress.counted(batch_waiting))
     chosen = tuple(startable[:room])
     if len(chosen) < len(startable):
         held: Held | None = Held.CONCURRENCY

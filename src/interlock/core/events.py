@@ -15,15 +15,43 @@ from typing import Any, ClassVar
 EVENT_VERSION = 1  # bump with an upgrade function in `from_record` when a field changes meaning
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+# Dataclass writes each method it generates as source and compiles it: six for a frozen
+# class. The event types have only their constructor and frozen guards generated; `Event`
+# defines the one `__repr__`, `__eq__` and `__hash__` they share, which behave as dataclass's
+# (the fields in order; equal only to an event of the same type), so loading the event types
+# compiles half as much.
+_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _names(cls: type) -> tuple[str, ...]:
+    names = _NAMES.get(cls)
+    if names is None:
+        names = _NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
+
+
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class Event:
     """Base of all events. `at` is the orchestrator's clock (epoch seconds) when recorded."""
 
     kind: ClassVar[str] = "event"
     at: float
 
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in _names(type(self)))
+        return f"{type(self).__qualname__}({shown})"
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        names = _names(type(self))
+        return tuple(getattr(self, n) for n in names) == tuple(getattr(other, n) for n in names)
+
+    def __hash__(self) -> int:
+        return hash(tuple(getattr(self, n) for n in _names(type(self))))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class RunCreated(Event):
     """A run began, pinned to the definition with this content hash."""
 
@@ -45,7 +73,7 @@ class RunCreated(Event):
     config: dict[str, Any] | None = None
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class SlotAwaited(Event):
     """The run waits for a slot of its concurrency key: `limit` runs of `key` hold them."""
 
@@ -54,7 +82,7 @@ class SlotAwaited(Event):
     limit: int
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class SlotTaken(Event):
     """The run got one of its concurrency key's slots: it may start (see `concurrency`)."""
 
@@ -62,7 +90,7 @@ class SlotTaken(Event):
     key: str  # the key's value for this run
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class TaskSlotAwaited(Event):
     """A task's attempt is ready but waits, before dispatch, for a slot of its worker's
     concurrency key: `limit` attempts of `key` hold them (see `Worker.concurrency`)."""
@@ -75,7 +103,7 @@ class TaskSlotAwaited(Event):
     limit: int
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class TaskSlotTaken(Event):
     """The attempt got a slot of its key: it may be dispatched. It holds the slot until the
     attempt ends (completed, failed, timed out) or the run does."""
@@ -86,7 +114,7 @@ class TaskSlotTaken(Event):
     key: str
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class PhaseStarted(Event):
     """A phase began its `visit`-th run; `items` are the fan-out items when it has for_each."""
 
@@ -96,7 +124,7 @@ class PhaseStarted(Event):
     items: list[Any] | None = None
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class TaskDispatched(Event):
     """A task attempt was recorded as dispatched; only then may anything start it."""
 
@@ -110,7 +138,7 @@ class TaskDispatched(Event):
     model: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class TaskStarted(Event):
     """A worker began the attempt (`worker` names the process or session running it)."""
 
@@ -120,7 +148,7 @@ class TaskStarted(Event):
     worker: str = ""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class TaskCompleted(Event):
     """The attempt's output was committed at `artifact` (relative to the run directory)."""
 
@@ -140,7 +168,7 @@ class TaskCompleted(Event):
     records: dict[str, str] | None = None
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class TaskReused(Event):
     """The attempt was not run: an earlier run's output with the same fingerprint was carried
     over (`via` "rerun": the source run of a rerun; "cache": any earlier run of the store).
@@ -162,7 +190,7 @@ class TaskReused(Event):
     via: str = "rerun"
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class TaskFailed(Event):
     """The attempt failed; `retryable` says whether another attempt of the same model may help."""
 
@@ -181,7 +209,7 @@ class TaskFailed(Event):
     approval: dict[str, Any] | None = None
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class UsageRecorded(Event):
     """What an answered call cost, reported after its attempt stopped counting (the run
     ended, or the attempt was superseded): spent all the same, so recorded all the same."""
@@ -192,7 +220,7 @@ class UsageRecorded(Event):
     usage: dict[str, Any]
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class TaskTimedOut(Event):
     """The attempt ran past its limit (reported by the worker, or seen by the engine)."""
 
@@ -203,7 +231,7 @@ class TaskTimedOut(Event):
     records: dict[str, str] | None = None  # as in `TaskCompleted`
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class TaskBatchWaited(Event):
     """The attempt's model call went into a provider batch (`waiting` true), or its answer
     came back (false): the hours between count in no timeout of the attempt."""
@@ -214,7 +242,7 @@ class TaskBatchWaited(Event):
     waiting: bool
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class RetryScheduled(Event):
     """Attempt `attempt` of the task will be dispatched at `not_before`."""
 
@@ -225,7 +253,7 @@ class RetryScheduled(Event):
     model: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class ItemFailed(Event):
     """Item `item` of a fan-out failed for good (task `task_id` has no attempt left) and its
     phase's `tolerate` still holds: the item is recorded as failed and the phase goes on
@@ -240,7 +268,7 @@ class ItemFailed(Event):
     failed: int = 1
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class PhaseCompleted(Event):
     """Every task of the phase's visit completed."""
 
@@ -249,7 +277,7 @@ class PhaseCompleted(Event):
     visit: int
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class BranchTaken(Event):
     """After `phase`, the run goes to `goto`, chosen by `next` rule `rule` (None: default)."""
 
@@ -261,7 +289,7 @@ class BranchTaken(Event):
     condition: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class Warned(Event):
     """Something a person should know that did not stop the run."""
 
@@ -269,7 +297,7 @@ class Warned(Event):
     message: str
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class Paused(Event):
     """The run waits for a person's approval."""
 
@@ -279,7 +307,7 @@ class Paused(Event):
     reason: str = "pause_after"
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class Approved(Event):
     """A person approved the paused run."""
 
@@ -288,7 +316,7 @@ class Approved(Event):
     by: str = ""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class Rejected(Event):
     """A person sent the paused run back to phase `to` (a new visit) with `feedback`."""
 
@@ -298,7 +326,7 @@ class Rejected(Event):
     by: str = ""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class ToolCallDecided(Event):
     """A person let the tool call `call` of turn `turn` of task `task_id` run (`approved`),
     or refused it, the model then told so with `note`."""
@@ -313,7 +341,7 @@ class ToolCallDecided(Event):
     by: str = ""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class OutputEdited(Event):
     """A person replaced a completed task's output while the run was paused.
 
@@ -333,7 +361,7 @@ class OutputEdited(Event):
     note: str = ""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class WaitStarted(Event):
     """The run waits before phase `phase` starts or after it ends (`core.waits`).
 
@@ -350,7 +378,7 @@ class WaitStarted(Event):
     until: float | None = None
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class SignalReceived(Event):
     """A signal sent to the run (kept until a wait for it takes it, if none does yet).
 
@@ -366,7 +394,7 @@ class SignalReceived(Event):
     sent_at: float | None = None
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class WaitEnded(Event):
     """The wait ended: the signal arrived (`outcome` "signal", with its data), its timeout
     passed ("timeout") or the delay's due time came ("due")."""
@@ -381,7 +409,7 @@ class WaitEnded(Event):
     key: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class ChildUpdated(Event):
     """The child run that attempt `attempt` of a `pipeline` worker's task started changed:
     it was started ("running"), paused for a person ("paused"), waits for a signal or a time
@@ -398,7 +426,7 @@ class ChildUpdated(Event):
     detail: str = ""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class ChildSpent(Event):
     """What the child run of attempt `attempt` has spent so far, all told (its own calls and
     its children's), recorded while it runs so that the parent's budget sees it.
@@ -415,7 +443,7 @@ class ChildSpent(Event):
     tokens: int
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class Resumed(Event):
     """The run went on without a person: the child run that had paused it went on."""
 
@@ -423,7 +451,7 @@ class Resumed(Event):
     reason: str = ""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class MessageNoted(Event):
     """A person's message, kept with the run's history."""
 
@@ -432,7 +460,7 @@ class MessageNoted(Event):
     by: str = ""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class RunCancelled(Event):
     """A person cancelled the run; in-flight tasks are stopped."""
 
@@ -441,7 +469,7 @@ class RunCancelled(Event):
     by: str = ""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class RunFailed(Event):
     """The run cannot go on."""
 
@@ -450,7 +478,7 @@ class RunFailed(Event):
     task_id: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class Delivered(Event):
     """The final worker's output is the run's result."""
 
@@ -459,7 +487,7 @@ class Delivered(Event):
     artifact: str
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class RunImported(Event):
     """The run was added to this store from a bundle (`interlock import`), its history up to
     `chain_head` as exported. A bundle is code (its definition names commands and `call:`
@@ -474,7 +502,7 @@ class RunImported(Event):
     by: str = ""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class BundleTrusted(Event):
     """A person trusted the imported run's definition: it may be driven like any other."""
 
@@ -482,7 +510,7 @@ class BundleTrusted(Event):
     by: str = ""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
 class Archived(Event):
     """The delivered run's directory moved to the archive."""
 

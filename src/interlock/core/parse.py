@@ -10,19 +10,25 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Sequence
+from functools import cache
 from json.decoder import scanstring  # type: ignore[attr-defined]  # not in the stubs
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
-
-from interlock.core.aliases import AliasProblem, check_expanded
+if TYPE_CHECKING:
+    import yaml
 
 MAX_BYTES = 10 * 1024 * 1024  # a 10,000-worker pipeline is about 1 MB
 MAX_DEPTH = 64  # a workflow nests about 8 levels; hostile text nests thousands
 
-# libyaml's parser when the wheel has it (five times faster on large files); the mappings are
-# still built in Python, which is where duplicate keys are caught.
-BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+@cache
+def base_loader() -> type[yaml.SafeLoader]:
+    """libyaml's parser when the wheel has it (five times faster on large files); the mappings
+    are still built in Python, which is where duplicate keys are caught. PyYAML is loaded at
+    the first YAML document, so that a JSON workflow is read without it."""
+    import yaml
+
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class ParseProblem(ValueError):
@@ -52,34 +58,6 @@ def _too_deep(line: int | None) -> ParseProblem:
     )
 
 
-class _Loader(BaseLoader):  # type: ignore[valid-type,misc]
-    """A safe loader that refuses a key given twice in one mapping."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue  # `<<: *base` keys are meant to be overridden
-            if isinstance(key_node, yaml.ScalarNode):
-                key = key_node.value  # text as written: no need to build it twice
-                if key_node.tag == "tag:yaml.org,2002:bool":
-                    raise _boolean_key(key, key_node.start_mark.line + 1)
-            else:
-                key = self.construct_object(key_node, deep=True)
-            line = key_node.start_mark.line + 1
-            try:
-                first = seen.get(key)
-            except TypeError:  # an unhashable key: the base class says so in its own words
-                break
-            if first is not None:
-                raise ParseProblem(
-                    f"line {line}: key {key!r} is given twice in one mapping (first at line "
-                    f"{first}); the second would silently replace the first: remove one"
-                )
-            seen[key] = line
-        return super().construct_mapping(node, deep=deep)  # type: ignore[no-any-return]
-
-
 def _boolean_key(key: str, line: int) -> ParseProblem:
     """A key such as `on:` or `no:`, which YAML 1.1 reads as a boolean, not as a name."""
     return ParseProblem(
@@ -88,8 +66,47 @@ def _boolean_key(key: str, line: int) -> ParseProblem:
     )
 
 
+@cache
+def _loader() -> type[yaml.SafeLoader]:
+    """The loader of workflow documents, made at the first YAML document."""
+    import yaml
+
+    class Loader(base_loader()):  # type: ignore[misc]
+        """A safe loader that refuses a key given twice in one mapping."""
+
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # `<<: *base` keys are meant to be overridden
+                if isinstance(key_node, yaml.ScalarNode):
+                    key = key_node.value  # text as written: no need to build it twice
+                    if key_node.tag == "tag:yaml.org,2002:bool":
+                        raise _boolean_key(key, key_node.start_mark.line + 1)
+                else:
+                    key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: the base class says so in its own words
+                    break
+                if first is not None:
+                    raise ParseProblem(
+                        f"line {line}: key {key!r} is given twice in one mapping (first at line "
+                        f"{first}); the second would silently replace the first: remove one"
+                    )
+                seen[key] = line
+            return super().construct_mapping(node, deep=deep)  # type: ignore[no-any-return]
+
+    return Loader
+
+
 def _parse_yaml(text: str) -> Any:
-    loader = _Loader(text)
+    import yaml
+
+    from interlock.core.aliases import AliasProblem, check_expanded
+
+    loader = _loader()(text)
     try:
         try:
             node = loader.get_single_node()
@@ -101,7 +118,7 @@ def _parse_yaml(text: str) -> Any:
         if depth > MAX_DEPTH:
             raise _too_deep(line)
         try:
-            check_expanded(node, text, BaseLoader)
+            check_expanded(node, text, base_loader())
         except AliasProblem as exc:
             raise ParseProblem(str(exc)) from None
         return loader.construct_document(node)
@@ -127,9 +144,11 @@ def locator(text: str) -> Callable[[Sequence[Any]], int | None]:
     root: list[yaml.Node | None] = []
 
     def line_of(path: Sequence[Any]) -> int | None:
+        import yaml
+
         if not root:
             try:
-                root.append(yaml.compose(text, Loader=BaseLoader))
+                root.append(yaml.compose(text, Loader=base_loader()))
             except (yaml.YAMLError, RecursionError):
                 root.append(None)
         node, line = root[0], None
@@ -177,6 +196,8 @@ def _node_depth(root: yaml.Node) -> tuple[int, int | None]:
 
 
 def _children(node: yaml.Node) -> Iterator[yaml.Node]:
+    import yaml
+
     if isinstance(node, yaml.SequenceNode):
         yield from node.value
     elif isinstance(node, yaml.MappingNode):

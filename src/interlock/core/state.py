@@ -718,6 +718,22 @@ def listed_status(state: RunState) -> str:
     return str(state.status)  # its value: `.value` of an enum is a Python call in 3.11
 
 
+def batch_parked(state: RunState) -> bool:
+    """Whether the run only waits for provider-batch answers: it is running (no wait, slot
+    or child holds it), has tasks in flight, every one of them waits in a provider batch
+    (`task_batch_waited`), and none failed, waits for a retry or for a person. The engine
+    dispatches all it can at once, so such a run has nothing else to do until an answer
+    comes: a batch of rows lets it wait without counting it against `--concurrency`."""
+    if not state.flight or state.failing or state.retrying or state.awaiting:
+        return False
+    tasks = state.tasks
+    # Stops at the first task that does not wait: a run without provider batches costs one
+    # step per append, a wide phase more only while nearly all of it waits.
+    if not all(tasks[t].batch_since is not None for t in state.flight):
+        return False
+    return listed_status(state) == "running"
+
+
 def _apply_task_result(state: RunState, event: ev.Event) -> None:
     task = state.tasks[event.task_id]  # type: ignore[attr-defined]
     if isinstance(event, ev.TaskStarted):

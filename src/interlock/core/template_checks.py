@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from interlock.core.template_guard import MAX_TASK_SIZE, RenderLimits
+from interlock.core.task_size import MAX_TASK_SIZE
 from interlock.core.templates import TemplateProblem, render_task
 from interlock.core.workflow import Pipeline
 
@@ -32,13 +32,15 @@ def limit_problems(where: str, pipeline: Pipeline) -> list[str]:
     for phase in pipeline.phases:
         for worker in phase.workers:
             place = f"{where}, phase {phase.id!r}, worker {worker.role!r}"
-            limits = RenderLimits(size=worker.max_task_size or MAX_TASK_SIZE)
             texts = [("task", worker.task)] + [("command", arg) for arg in worker.command or []]
             texts += [("system", worker.system)] if worker.system else []
             texts += [(f"inputs.{k}", v) for k, v in worker.inputs.items() if isinstance(v, str)]
             for key, text in texts:
                 if "{{" not in text and "{%" not in text:
                     continue
+                from interlock.core.template_guard import RenderLimits  # a template: jinja2
+
+                limits = RenderLimits(size=worker.max_task_size or MAX_TASK_SIZE)
                 try:
                     render_task(text, values, limits)
                 except TemplateProblem as exc:

@@ -25,8 +25,8 @@ from jinja2.exceptions import SecurityError
 from jinja2.runtime import Macro
 from jinja2.sandbox import SandboxedEnvironment
 
-MAX_TASK_SIZE = 1_000_000  # characters of a rendered task, and of any value it builds
-MAX_TASK_SIZE_LIMIT = 100_000_000  # the most a worker's `max_task_size` may allow
+from interlock.core.task_size import MAX_TASK_SIZE
+
 MAX_STEPS = 2_000_000  # loop iterations, calls, filters and operators of one rendering
 MAX_SECONDS = 5.0  # wall-clock time of one rendering, where the runtime gives its clock
 MAX_INT_BITS = 100_000  # an integer a template computes (about 30,000 digits)

@@ -10,18 +10,15 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jinja2 import StrictUndefined, TemplateError, meta
+from interlock.core.task_size import MAX_TASK_SIZE
 
-from interlock.core.template_guard import (
-    MAX_TASK_SIZE,
-    RenderLimits,
-    TemplateLimit,
-    checked_text,
-    make_environment,
-    render_bounded,
-)
+if TYPE_CHECKING:
+    from jinja2 import TemplateError
+    from jinja2.sandbox import SandboxedEnvironment
+
+    from interlock.core.template_guard import RenderLimits
 
 TEMPLATE_NAMES = frozenset(
     {"topic", "inputs", "item", "item_index", "visit", "run_id", "feedback", "signals"}
@@ -36,14 +33,23 @@ def _as_text(value: Any) -> Any:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
+    from interlock.core.template_guard import checked_text
+
     return checked_text(value)
 
 
-# jinja2's sandbox, with what a template builds and how long it runs bounded
-# (`interlock.core.template_guard`).
-_ENV = make_environment(
-    undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True, finalize=_as_text
-)
+@lru_cache(maxsize=1)
+def _environment() -> SandboxedEnvironment:
+    """jinja2's sandbox, with what a template builds and how long it runs bounded
+    (`interlock.core.template_guard`); made at the first template, so that plain tasks never
+    load jinja2."""
+    from jinja2 import StrictUndefined
+
+    from interlock.core.template_guard import make_environment
+
+    return make_environment(
+        undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True, finalize=_as_text
+    )
 
 
 class ItemObject(dict[str, Any]):
@@ -94,10 +100,10 @@ def input_names(source: str) -> set[str]:
 
 @lru_cache(maxsize=4096)
 def _input_names(source: str) -> frozenset[str]:
-    from jinja2 import nodes
+    from jinja2 import TemplateError, nodes
 
     try:
-        tree = _ENV.parse(source)
+        tree = _environment().parse(source)
     except TemplateError as exc:
         raise TemplateProblem(f"template does not parse: {_said(exc)}") from None
     found = set()
@@ -125,8 +131,10 @@ def _is_inputs(node: Any) -> bool:
 
 @lru_cache(maxsize=4096)
 def _names(source: str) -> frozenset[str]:
+    from jinja2 import TemplateError, meta
+
     try:
-        return frozenset(meta.find_undeclared_variables(_ENV.parse(source)))
+        return frozenset(meta.find_undeclared_variables(_environment().parse(source)))
     except TemplateError as exc:
         raise TemplateProblem(f"template does not parse: {_said(exc)}") from None
 
@@ -145,7 +153,7 @@ def render_system(
 
 @lru_cache(maxsize=512)
 def _compiled(source: str) -> Any:
-    return _ENV.from_string(source)
+    return _environment().from_string(source)
 
 
 def render_task(source: str, values: Mapping[str, Any], limits: RenderLimits | None = None) -> str:
@@ -157,6 +165,10 @@ def render_task(source: str, values: Mapping[str, Any], limits: RenderLimits | N
     """
     if "{" not in source:
         return source  # most tasks are plain text: skip the template machinery
+    from jinja2 import TemplateError
+
+    from interlock.core.template_guard import RenderLimits, TemplateLimit, render_bounded
+
     limits = limits or RenderLimits()
     hint = (
         " (max_task_size; set it on the worker to raise it)"

@@ -129,6 +129,8 @@ def validate_pipeline(name: str, pipeline: Pipeline) -> list[str]:
 def _check_metrics(where: str, pipeline: Pipeline, roles: set[str]) -> list[str]:
     """A metric is a name and a CEL expression that reads only extracted values, the topic
     and inputs (what a delivered run's record keeps)."""
+    if not pipeline.metrics:
+        return []
     from interlock.core.metrics import METRIC_ROOTS, metric_name_problem
 
     problems = []

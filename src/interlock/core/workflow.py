@@ -28,7 +28,7 @@ from interlock.core.inputs import TYPES, InputType, convert, kind_of
 from interlock.core.params import RequestSettings
 from interlock.core.schema_patterns import pattern_problem
 from interlock.core.schemas import implied_extract, schema_problem
-from interlock.core.template_guard import MAX_TASK_SIZE_LIMIT
+from interlock.core.task_size import MAX_TASK_SIZE_LIMIT
 from interlock.core.tolerance import Tolerance, parse_tolerance
 from interlock.core.tools import MAX_TURNS_LIMIT, ToolServer
 

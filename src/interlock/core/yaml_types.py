@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from interlock.core.parse import BaseLoader
+from interlock.core.parse import base_loader
 
 _BOOL = "tag:yaml.org,2002:bool"
 _INT = "tag:yaml.org,2002:int"
@@ -23,7 +23,7 @@ def implicit_typing(text: str) -> list[str]:
     true/false, or as a number that does not write back as it was written (`1.10`, `012`,
     `1_000`, `1:30`), in document order; none for text that does not parse."""
     try:
-        root = yaml.compose(text, Loader=BaseLoader)
+        root = yaml.compose(text, Loader=base_loader())
     except (yaml.YAMLError, RecursionError):
         return []
     if root is None:

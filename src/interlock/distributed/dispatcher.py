@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("interlock.distributed")
 T = TypeVar("T")
 OUTAGE_PAUSE = 1.0  # seconds between tries of the queue while the database is down
+# What a worker says of a hand-out whose model call went into a provider batch, or came back.
+PARKING = ("parked", "unparked")
 
 
 class Transport(Protocol):
@@ -289,8 +291,14 @@ class QueueDispatcher:
         wake = self.watcher.watch(entry_id)
         heard: tuple[str, str] | None = (state, "")  # what enqueueing found
         started = False
+        told: list[tuple[float | None, float | None]] = []  # the provider-batch wait reported
         while True:
-            if heard is None or (heard[0] == "claimed" and not heard[1] and not started):
+            entry: Entry | None = None
+            if (
+                heard is None
+                or heard[0] in PARKING
+                or (heard[0] == "claimed" and not heard[1] and not started)
+            ):
                 entry = await _patiently(self.queue.get, entry_id)
                 heard = (entry.state, entry.worker or "")
             state, worker = heard
@@ -298,6 +306,7 @@ class QueueDispatcher:
                 entry, outcome = await self._result(entry_id, tmp)
                 if not started:
                     self._started(orchestrator, driver, fields, entry.worker or "")
+                self._parked(orchestrator, driver, fields, entry, told)  # its end, if unheard
                 return outcome
             if state == "claimed" and not started:
                 started = True
@@ -309,6 +318,8 @@ class QueueDispatcher:
                 _, again = await _patiently(self._enqueue, fields)
                 heard = (again, "")
                 continue
+            if entry is not None and started:
+                self._parked(orchestrator, driver, fields, entry, told)
             wake.clear()
             heard = self.watcher.take(entry_id)
             if heard is None:
@@ -323,6 +334,41 @@ class QueueDispatcher:
         self._begun.add((driver.run_id, task_id, attempt))
         event = ev.TaskStarted(at=orchestrator.clock(), task_id=task_id, attempt=attempt, worker=by)
         orchestrator.report(driver, Report(event=event))
+
+    def _parked(
+        self,
+        orchestrator: Orchestrator,
+        driver: RunDriver,
+        fields: dict[str, Any],
+        entry: Entry,
+        told: list[tuple[float | None, float | None]],
+    ) -> None:
+        """Record in the run's history that the entry's model call went into a provider
+        batch, or came back, as its worker wrote on the entry (`TaskQueue.park`): the
+        attempt's timeout stops meanwhile, for whichever orchestrator drives the run.
+
+        The entry holds the last wait only, by the database's clock; `told` what this
+        waiter reported of it. A wait that began and ended before this orchestrator drove
+        the run and that the history counts already (`batch_waited`) is not counted again;
+        the engine drops a report that changes nothing (`accept_batch_wait`)."""
+        seen = (entry.parked_at, entry.unparked_at)
+        if entry.parked_at is None or (told and told[-1] == seen):
+            return
+        first = not told
+        told[:] = [seen]
+        task_id, attempt = fields["task_id"], fields["attempt"]
+        task = driver.state.tasks.get(task_id)
+        if task is None or task.attempt != attempt:
+            return
+        back = entry.unparked_at
+        waits = []
+        if not (first and back is not None and task.batch_since is None and task.batch_waited):
+            waits.append((entry.parked_at, True))
+        if back is not None:
+            waits.append((max(back, entry.parked_at), False))
+        for at, waiting in waits:
+            event = ev.TaskBatchWaited(at=at, task_id=task_id, attempt=attempt, waiting=waiting)
+            orchestrator.report(driver, Report(event=event))
 
     async def _result(self, entry_id: int, tmp: Path) -> tuple[Entry, Outcome]:
         """The done entry and its outcome. The results of the entries found done together

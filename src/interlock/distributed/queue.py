@@ -83,6 +83,10 @@ class Entry:
     delivery: int
     result: dict[str, Any] | None
     output_sha: str | None
+    # When the hand-out's model call last went into a provider batch, and came back (the
+    # database's clock; None: not parked, or not come back yet). See `TaskQueue.park`.
+    parked_at: float | None = None
+    unparked_at: float | None = None
 
 
 class TaskQueue:
@@ -176,9 +180,15 @@ class TaskQueue:
         return found
 
     def states(self, ids: Sequence[int]) -> dict[int, tuple[str, int]]:
-        """(state, delivery) of many entries in one query (the safety-net poll)."""
+        """(state, delivery) of many entries in one query."""
         rows = self.store.single(lambda db: by_keys(db, Q["states"], ids))
         return {int(r[0]): (str(r[1]), int(r[2])) for r in rows}
+
+    def watched(self, ids: Sequence[int]) -> dict[int, tuple[Any, ...]]:
+        """(state, delivery, parked_at, unparked_at) of many entries in one query (the
+        safety-net poll of orchestrators waiting on them)."""
+        rows = self.store.single(lambda db: by_keys(db, Q["watched"], ids))
+        return {int(r[0]): tuple(r[1:]) for r in rows}
 
     def cancel(self, run_id: str, task_id: str, attempt: int) -> bool:
         """Withdraw an attempt nobody wants any more; a worker running it stops."""
@@ -401,6 +411,27 @@ class TaskQueue:
         args = (Jsonb(journals), claim.id, claim.delivery, worker)
         return bool(self.store.single(lambda db: db.execute(Q["keep_journals"], args).rowcount))
 
+    def heartbeat_many(self, claims: Sequence[Claim], ttl: float, worker: str) -> set[int]:
+        """`heartbeat` for all of `claims` in one statement; the ids of those still held (the
+        others were lost)."""
+        if not claims:
+            return set()
+        args = {
+            "ids": [claim.id for claim in claims],
+            "deliveries": [claim.delivery for claim in claims],
+            "ttl": ttl,
+            "worker": worker,
+        }
+        rows = self.store.single(lambda db: db.execute(Q["heartbeat_many"], args).fetchall())
+        return {int(row[0]) for row in rows}
+
+    def park(self, claim: Claim, worker: str, *, parked: bool) -> bool:
+        """Record on the current hand-out that its model call went into a provider batch
+        (`parked`) or came back, and announce it to the orchestrators waiting on the entry;
+        False when the hand-out is no longer current."""
+        args = {"id": claim.id, "delivery": claim.delivery, "worker": worker, "parked": parked}
+        return self.store.single(lambda db: db.execute(Q["park"], args).fetchone() is not None)
+
     def finish(
         self,
         claim: Claim,
@@ -481,8 +512,18 @@ class TaskQueue:
 
 
 def _entry(row: Sequence[Any]) -> Entry:
-    i, state, worker, delivery, result, sha = row
-    return Entry(id=i, state=state, worker=worker, delivery=delivery, result=result, output_sha=sha)
+    i, state, worker, delivery, result, sha, *parks = row
+    parked_at, unparked_at = parks if parks else (None, None)
+    return Entry(
+        id=i,
+        state=state,
+        worker=worker,
+        delivery=delivery,
+        result=result,
+        output_sha=sha,
+        parked_at=parked_at,
+        unparked_at=unparked_at,
+    )
 
 
 def _claim(entry_id: int, row: Sequence[Any]) -> Claim:

@@ -24,6 +24,11 @@ class ClaimSource(Protocol):
         """The worker is through with `claim` (finished, stale or handed back)."""
         ...
 
+    async def parked(self, claim: Claim) -> None:
+        """`claim`'s model call waits in a provider batch, perhaps for hours: the hand-out
+        stays the worker's (its lease is renewed), and what announced it is done with."""
+        ...
+
     def progress(self, run_id: str, task_id: str, text: str) -> None:
         """A streamed fragment of a running model attempt."""
         ...
@@ -58,6 +63,9 @@ class QueueSource:
 
     async def done(self, claim: Claim) -> None:
         """See `ClaimSource.done`: nothing to tell the queue table."""
+
+    async def parked(self, claim: Claim) -> None:
+        """See `ClaimSource.parked`: nothing to tell the queue table."""
 
     def progress(self, run_id: str, task_id: str, text: str) -> None:
         """See `ClaimSource.progress` (not carried without a stream)."""

@@ -159,19 +159,31 @@ class StreamSource:
         """See `ClaimSource.done`."""
         await asyncio.to_thread(self._acknowledge, claim)
 
+    async def parked(self, claim: Claim) -> None:
+        """See `ClaimSource.parked`: the claim's message is acknowledged now. Left pending
+        for the hours a provider batch takes, it would be reclaimed by every worker again
+        and again (each asking the queue in vain); should this worker die meanwhile, its
+        entry is queued again by a sweep and taken from the table as a straggler."""
+        message = self._messages.pop(claim.id, None)
+        if message is not None:
+            await asyncio.to_thread(self._ack, message)
+
+    def _ack(self, message: str) -> None:
+        try:
+            self.streams.ack(message)
+        except UNAVAILABLE:
+            pass
+        except Exception as exc:
+            if not missing_group(exc):
+                raise
+
     def _acknowledge(self, claim: Claim) -> None:
         """Acknowledge the claim's message unless the entry went back to the queue. A message
         that cannot be acknowledged now (Redis away, or it lost the message) is dropped
         later: its entry is done by then."""
         message = self._messages.pop(claim.id, None)
         if message is not None and self.queue.get(claim.id).state != "queued":
-            try:
-                self.streams.ack(message)
-            except UNAVAILABLE:
-                pass
-            except Exception as exc:
-                if not missing_group(exc):
-                    raise
+            self._ack(message)
 
     def progress(self, run_id: str, task_id: str, text: str) -> None:
         """See `ClaimSource.progress`."""

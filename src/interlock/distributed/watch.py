@@ -1,7 +1,8 @@
 """Waking the coroutines that wait on queue entries.
 
 Notifications (`interlock_task_states`) wake a waiter at once and say what the entry became
-(and which worker holds it), so a waiter usually need not ask the queue; a single batched query
+(and which worker holds it, or that its model call went into a provider batch or came back:
+`parked`, `unparked`), so a waiter usually need not ask the queue; a single batched query
 every `poll` seconds covers notifications lost while the listening connection was down, so
 hundreds of waiting attempts cost one poll query, not hundreds.
 """
@@ -26,7 +27,8 @@ class Watcher:
         self.queue = queue
         self.poll = poll
         self._events: dict[int, asyncio.Event] = {}
-        self._seen: dict[int, tuple[str, int]] = {}
+        # What the last poll read of each entry: (state, delivery, parked_at, unparked_at).
+        self._seen: dict[int, tuple[object, ...]] = {}
         # The latest (state, worker) heard of recent entries, until a waiter takes it.
         self._news: OrderedDict[int, tuple[str, str]] = OrderedDict()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -119,7 +121,7 @@ class Watcher:
             if not ids:
                 continue
             with contextlib.suppress(Exception):  # the next round tries again
-                states = await asyncio.to_thread(self.queue.states, ids)
+                states = await asyncio.to_thread(self.queue.watched, ids)
                 for entry_id, state in states.items():
                     if self._seen.get(entry_id) != state:
                         self._seen[entry_id] = state

@@ -10,6 +10,14 @@ A hand-out that expired while the worker could not reach the database (an outage
 the lease) is still its own until another worker claims it: its next heartbeat or its result
 takes it back, so the attempt does not run twice.
 
+A model call waiting in a provider batch (`batch: true`) holds no slot: the worker records the
+wait on the hand-out (`TaskQueue.park`, which the orchestrator driving the run reads to stop
+the attempt's timeout) and claims another attempt in its place, whose call may gather into the
+same batch. When the answer comes the call takes its slot back at once, even if that puts the
+worker over its count for a moment (it claims nothing more until it is under again): an
+answered call is never held back or dropped. Its lease is renewed meanwhile, with every other
+hand-out the worker holds, by one statement every third of the lease.
+
 On SIGTERM a worker stops claiming, lets running attempts finish for up to `grace` seconds,
 hands the rest back to the queue, and exits.
 """
@@ -26,7 +34,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +46,7 @@ from interlock.distributed.queue import CHANNEL, Claim, Finished, TaskQueue
 from interlock.distributed.sources import ClaimSource, QueueSource
 from interlock.errors import StorageUnavailable
 from interlock.providers import aclose_providers
+from interlock.providers.batch_waits import batch_parking
 from interlock.runtime import collector
 from interlock.runtime.executors import Outcome, TaskSpec, run_call, run_command
 from interlock.runtime.models import ModelRunner
@@ -148,7 +157,13 @@ class RemoteWorker:
         self.gc_young = gc_young  # see `runtime/collector.py`
         self.source = source or QueueSource(self.queue)
         self.running: dict[int, asyncio.Task[None]] = {}
-        self._busy: Counter[str] = Counter()  # attempts in `running`, by kind
+        self._busy: Counter[str] = Counter()  # attempts in `running`, by kind, not parked
+        # Attempts whose model call waits in a provider batch: their slots are free meanwhile.
+        self._parked: set[int] = set()
+        # Hand-outs renewed by the next heartbeat (held past a third of their lease), and the
+        # task sending the heartbeats.
+        self._beating: dict[int, tuple[Claim, asyncio.Task[Outcome], asyncio.Event]] = {}
+        self._beater: asyncio.Task[None] | None = None
         # Slots promised to claim requests under way (not yet in `running`), by kind.
         self._reserved: Counter[str] = Counter()
         # Whether a finished attempt's statement also claims the next ones (the queue table
@@ -203,6 +218,9 @@ class RemoteWorker:
                     waiting.cancel()
         finally:
             await self._drain()
+            if self._beater is not None:
+                self._beater.cancel()
+                await asyncio.gather(self._beater, return_exceptions=True)
             listener.stop()
             await aclose_providers()  # the model clients belong to this event loop
 
@@ -236,9 +254,12 @@ class RemoteWorker:
             self._busy[claim.kind] += 1
 
     def _forget(self, claim: Claim) -> None:
-        """`claim`'s slot is free again."""
+        """`claim`'s slot is free again (a parked attempt's was already)."""
         if self.running.pop(claim.id, None) is not None:
-            self._busy[claim.kind] -= 1
+            if claim.id in self._parked:
+                self._parked.discard(claim.id)
+            else:
+                self._busy[claim.kind] -= 1
 
     async def _quietly(self, awaitable: Any) -> Any:
         """Storage trouble (a dropped connection) is logged and retried on the next round."""
@@ -303,16 +324,23 @@ class RemoteWorker:
             if spec is None:
                 return
             # The journals an attempt appends to are kept in its entry as they grow: if this
-            # worker dies, the next hand-out replays the calls already answered.
-            journal_appends.set(self._journal_keeper(claim, work))
-            execution = asyncio.create_task(self._execute(spec))
+            # worker dies, the next hand-out replays the calls already answered. The
+            # execution's context (copied as it is created) lets its model call park.
+            journals = journal_appends.set(self._journal_keeper(claim, work))
+            parking = batch_parking.set(lambda: self._parking(claim, wake))
+            try:
+                execution = asyncio.create_task(self._execute(spec))
+            finally:
+                batch_parking.reset(parking)
+                journal_appends.reset(journals)
             # Heartbeats begin a third of the lease in: most attempts end before, and then
-            # cost a timer, not a task of their own.
-            beats: list[asyncio.Task[None]] = []
+            # cost a timer, not a statement.
 
             def first_beat() -> None:
                 if not execution.done():
-                    beats.append(asyncio.create_task(self._heartbeat(claim, execution, lost)))
+                    self._beating[claim.id] = (claim, execution, lost)
+                    if self._beater is None or self._beater.done():
+                        self._beater = asyncio.create_task(self._heartbeats())
 
             timer = asyncio.get_running_loop().call_later(self.lease_ttl / 3, first_beat)
             try:
@@ -324,8 +352,7 @@ class RemoteWorker:
                 return
             finally:
                 timer.cancel()
-                for beat in beats:
-                    beat.cancel()
+                self._beating.pop(claim.id, None)
             await self._recorded(_Ended(claim, spec, outcome, work), wake)
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
@@ -403,7 +430,11 @@ class RemoteWorker:
             if self.claim_on_finish and not (stop is not None and stop.is_set()):
                 extra = self.free_by_kind()
                 take.update(extra)
-                take.update(ended.claim.kind for ended in batch)  # their own slots too
+                for kind, count in Counter(ended.claim.kind for ended in batch).items():
+                    # Their own slots too, but for those the worker is over its count by
+                    # (calls that took theirs back from provider batches).
+                    busy = self._busy[kind] + self._reserved[kind]
+                    take[kind] += max(0, count - max(0, busy - self.slots.get(kind, 0)))
             self._reserved.update(extra)
             try:
                 claims, begun = await asyncio.to_thread(self._end, batch, take, list(self.running))
@@ -476,24 +507,59 @@ class RemoteWorker:
 
         return await self.models.run(spec, progress)
 
-    async def _heartbeat(
-        self, claim: Claim, execution: asyncio.Task[Outcome], lost: asyncio.Event
-    ) -> None:
-        """Renew the hand-out every third of its lease while `execution` runs (started a
-        third of the lease in); once lost, stop the execution."""
-        while not execution.done():
+    async def _heartbeats(self) -> None:
+        """Every third of the lease, renew the hand-outs held past a third of theirs, all in
+        one statement (a worker whose calls wait in provider batches may hold thousands);
+        stop the execution of each one found lost."""
+        while self._beating:
+            beating = list(self._beating.values())
             try:
                 held = await asyncio.to_thread(
-                    self.queue.heartbeat, claim, self.lease_ttl, self.name
+                    self.queue.heartbeat_many, [c for c, _, _ in beating], self.lease_ttl, self.name
                 )
             except Exception as exc:  # keep running; the next beat may get through
                 log.log(level_for(exc), "heartbeat failed: %s", exc)
-                held = True
-            if not held:
-                lost.set()
-                execution.cancel()
-                return
+                held = None
+            for claim, execution, lost in beating:
+                if held is None or claim.id in held or execution.done():
+                    continue  # an attempt that ended meanwhile is no longer renewed
+                if self._beating.pop(claim.id, None) is not None:
+                    lost.set()
+                    execution.cancel()
             await asyncio.sleep(self.lease_ttl / 3)
+
+    @contextlib.asynccontextmanager
+    async def _parking(self, claim: Claim, wake: asyncio.Event) -> AsyncIterator[None]:
+        """While the attempt's model call waits in a provider batch: its slot is free for
+        another claim, and its hand-out says so (the orchestrator stops its timeout)."""
+        self._parked.add(claim.id)
+        self._busy[claim.kind] -= 1
+        wake.set()  # the claiming loop takes another attempt in its place
+        stopped = False
+        try:
+            await self._park(claim, parked=True)
+            with contextlib.suppress(Exception):  # a stream's message: delivered, for all
+                await self.source.parked(claim)  # that a long wait could ask of it
+            yield
+        except asyncio.CancelledError:
+            # Stopped (the worker shutting down, the hand-out lost): the call stays in its
+            # batch, and the wait stays on the hand-out for whoever takes it next.
+            stopped = True
+            raise
+        finally:
+            if claim.id in self._parked:  # its slot back, over the count if need be
+                self._parked.discard(claim.id)
+                self._busy[claim.kind] += 1
+            if not stopped:
+                await self._park(claim, parked=False)
+
+    async def _park(self, claim: Claim, *, parked: bool) -> None:
+        """Write the wait (or its end) on the hand-out. Not written (the database away, the
+        hand-out lost) it is only not seen: the call waits, and its result counts, as ever."""
+        try:
+            await asyncio.to_thread(self.queue.park, claim, self.name, parked=parked)
+        except Exception as exc:
+            log.log(level_for(exc), "task %s: batch wait not recorded: %s", claim.task_id, exc)
 
     def _finish(
         self, batch: list[_Ended], take: Mapping[str, int], holding: list[int]

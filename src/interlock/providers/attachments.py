@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from interlock.providers.base import ProviderError
+from interlock.providers.failures import ProviderError
 
 MEDIA_TYPES = {
     ".png": "image/png",

@@ -124,11 +124,26 @@ class Collector:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._kick.wait(), min(wait, self.poll_s))
 
+    def adopt(self, tag: str) -> None:
+        """Drive batch `tag` from here too, unless this collector does already: the call of
+        an attempt started again (its process died, or its fleet worker) waits in a batch
+        sent by another process, perhaps one that is gone, while this collector may be busy
+        with batches of its own (its start adopts only the batches unfinished then)."""
+        if tag in self._driving:
+            return
+        batch = next((b for b in self.store.batches() if b.tag == tag), None)
+        if batch is not None and batch.state in (BatchState.SUBMITTING, BatchState.SUBMITTED):
+            self._drive(batch)
+
     def _open(self, gathered: list[BatchRequest]) -> None:
         batch = ProviderBatch(tag=f"il{uuid.uuid4().hex[:16]}", provider=self.provider,
                               kind=self.kind, alias=self.alias, state=BatchState.SUBMITTING,
                               created_at=self.clock())  # fmt: skip
-        self.store.open_batch(batch, [r.key for r in gathered])
+        if not self.store.open_batch(batch, [r.key for r in gathered]):
+            # Another process sharing the store (a fleet's other worker) put them in a
+            # batch of its own first: this one holds nothing and is never sent.
+            self.store.end_batch(batch.tag, BatchState.CANCELLED, "empty", self.clock())
+            return
         self._drive(batch)
         self.changed.set()
 
@@ -284,6 +299,8 @@ class BatchingProvider:
             body=orjson.dumps(self._inner.batch_body(request)).decode(),
             state=RequestState.GATHERED, created_at=collector.clock(),
             run_id=request.run_id, task_id=request.task_id))  # fmt: skip
+        if record.tag and record.state not in TERMINAL:
+            collector.adopt(record.tag)  # recorded in a batch before: this attempt started again
         listener, told = batch_waits.get(), None
         parking = batch_parking.get()
         parked = (

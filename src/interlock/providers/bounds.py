@@ -18,8 +18,12 @@ names the limit and the key that raises it. An error answer's body is read only 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from interlock.providers.base import ModelResult, ProviderError
+from interlock.providers.failures import ProviderError
+
+if TYPE_CHECKING:
+    from interlock.providers.base import ModelResult
 
 __all__ = [
     "DEFAULT_MAX_ANSWER_BYTES",

@@ -98,7 +98,6 @@ from pathlib import Path
 from stat import S_ISREG
 from typing import Any
 
-from interlock.providers.base import ProviderError
 from interlock.providers.cli_env import allowed_env
 from interlock.providers.config_files import (
     ConfigError,
@@ -116,6 +115,7 @@ from interlock.providers.config_paths import (
     unread_configs,
 )
 from interlock.providers.config_paths import used_line as _used_line
+from interlock.providers.failures import ProviderError
 from interlock.providers.price_tables import price_tables
 from interlock.providers.prices import BATCH, PriceTable, Pricing, tier_of
 from interlock.providers.redaction import Secret

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from interlock.core.params import SETTING_NAMES, RequestSettings
 from interlock.providers.attachments import anthropic_parts, openai_parts
-from interlock.providers.base import ModelRequest, ProviderError, ToolCall, ToolTurn
+from interlock.providers.failures import ProviderError
+
+if TYPE_CHECKING:
+    from interlock.providers.base import ModelRequest, ToolCall, ToolTurn
 
 _COMMON = frozenset({"stop", "max_output_tokens", "timeout", "stream", "extra_body", "headers"})
 SUPPORTED: Mapping[str, frozenset[str]] = {

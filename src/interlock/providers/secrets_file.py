@@ -9,7 +9,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from interlock.providers.base import ProviderError
+from interlock.providers.failures import ProviderError
 
 
 def read_secrets_file(path: Path) -> dict[str, str]:

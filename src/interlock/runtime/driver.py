@@ -32,9 +32,11 @@ from interlock.core.state import (
     RunState,
     TaskState,
     artifact_name,
+    batch_parked,
     listed_status,
 )
-from interlock.core.template_guard import MAX_TASK_SIZE, RenderLimits
+from interlock.core.task_size import MAX_TASK_SIZE
+from interlock.core.template_guard import RenderLimits
 from interlock.core.templates import TemplateProblem, render_system, render_task, template_item
 from interlock.core.validate import read_name
 from interlock.core.waits import signal_values
@@ -279,6 +281,7 @@ class RunDriver:
             tokens=state.tokens,
             warnings=len(state.warnings),
             updated_at=state.updated_at,
+            batch_parked=batch_parked(state),
             estimated=state.estimated,
         )
 

@@ -16,7 +16,9 @@ engine: no row has two runs of one try, every try has at most one run, no row is
 the end each is delivered, failed by its run, cancelled, or unstarted under the budget), no
 run is made once the batch is cancelled, none once the spend reached the budget, none once
 more rows failed than the batch tolerates (and then the batch says it failed, naming them),
-and a row that was delivered stays delivered through everything after.
+a row that was delivered stays delivered through everything after, and no more rows are in
+flight than `--concurrency` plus `--batch-waiting` (the world parks runs in flight at random,
+as runs waiting only for provider-batch answers, which leave room for more rows).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from interlock.core.batches import RowInputs, RowStatus, fold
-from interlock.core.events import Delivered, RunCancelled, RunFailed
+from interlock.core.events import Delivered, RunCancelled, RunFailed, TaskBatchWaited
 from interlock.core.loader import parse_workflow
 from interlock.errors import InterlockError, LeaseHeld, StorageError
 from interlock.storage.base import AppendBatch, NewEvent, RunSummary
@@ -205,6 +207,23 @@ class _World:
             done.append(run_id)
         return done
 
+    def park_some(self) -> None:
+        """A random share of the runs in flight go to wait only for provider-batch answers
+        (their summary says so, as a driver's does), or come back from that wait."""
+        for run_id in sorted(self.store._runs):
+            if run_id in self.ended or self.rng.random() > 0.3:
+                continue
+            parked = self.rng.random() < 0.6
+            lease = self.store.acquire_lease(run_id, "world", 60.0, self.now, take_over_from="?")
+            event = TaskBatchWaited(at=self.now, task_id="w", attempt=1, waiting=parked)
+            summary = RunSummary(
+                status="running", phase=None, updated_at=self.now, batch_parked=parked
+            )
+            self.store.append(
+                AppendBatch(lease=lease, events=[NewEvent(event=event)], summary=summary), self.now
+            )
+            self.store.release_lease(lease)
+
 
 @dataclass(frozen=True, kw_only=True)
 class BatchSimResult:
@@ -215,6 +234,7 @@ class BatchSimResult:
     crashes: int
     drivers: int
     counts: dict[str, int]
+    beyond_concurrency: bool = False  # rows waiting in a provider batch let more rows start
 
 
 def simulate_batch(seed: int, home: Path | None = None) -> BatchSimResult:
@@ -247,6 +267,7 @@ def _play(seed: int, rng: random.Random, home: Path) -> BatchSimResult:
         max_cost_usd=budget,
         now=world.now,
         tolerate=tolerate,
+        batch_waiting=rng.choice([0, 0, 1, 2, 5]),
     )
     ledger = batch_ledger(store)
     check = _Check(ledger, world, budget, tolerate, len(rows))
@@ -277,6 +298,7 @@ def _play(seed: int, rng: random.Random, home: Path) -> BatchSimResult:
                 for run_id in world.end_some(cancelling):
                     for listener in runs.listeners:
                         listener(run_id, 0, None, world.state(run_id))
+                world.park_some()
                 if world.cancelled_at is None and rng.random() < 0.01:
                     ledger.cancel_batch(BATCH, world.now)
                     world.cancelled_at = len(world.made)
@@ -303,7 +325,8 @@ def _play(seed: int, rng: random.Random, home: Path) -> BatchSimResult:
                 continue
         if budget is not None and not calm and rng.random() < 0.3:
             budget += 2.0
-            ledger.set_limits(BATCH, ledger.get_batch(BATCH).concurrency, budget)
+            record = ledger.get_batch(BATCH)
+            ledger.set_limits(BATCH, record.concurrency, budget, record.batch_waiting)
             check.budget = budget
             continue
         break
@@ -313,7 +336,12 @@ def _play(seed: int, rng: random.Random, home: Path) -> BatchSimResult:
     progress = fold(ledger.views(BATCH), max_cost_usd=check.budget, tolerate=tolerate)
     counts = {status.value: n for status, n in sorted(progress.counts.items())}
     return BatchSimResult(
-        seed=seed, violations=check.problems, crashes=crashes, drivers=drivers, counts=counts
+        seed=seed,
+        violations=check.problems,
+        crashes=crashes,
+        drivers=drivers,
+        counts=counts,
+        beyond_concurrency=check.beyond,
     )
 
 
@@ -342,6 +370,7 @@ class _Check:
         self.seen_made = 0
         self.unstarted: set[int] = set()
         self.spend = 0.0
+        self.beyond = False  # more rows than --concurrency flew, some waiting in a provider batch
 
     def violation(self, text: str) -> None:
         if text not in self.problems:
@@ -422,6 +451,20 @@ class _Check:
         for row, tries in live.items():
             if len(tries) > 1:
                 self.violation(f"row {row} has {len(tries)} runs in flight: tries {tries}")
+        # Rows waiting only for provider-batch answers leave room, up to --batch-waiting: no
+        # more than --concurrency + --batch-waiting rows are ever in flight.
+        record = self.ledger.get_batch(BATCH)
+        flying = [
+            row.view.number
+            for row in rows
+            if row.view.state.value == "started" and row.view.run_id not in world.ended
+        ]
+        self.beyond = self.beyond or len(flying) > record.concurrency
+        if len(flying) > record.concurrency + record.batch_waiting:
+            self.violation(
+                f"rows {flying} in flight, past --concurrency {record.concurrency} + "
+                f"--batch-waiting {record.batch_waiting}"
+            )
         for row in rows:
             view = row.view
             kinds = [e.kind for e in world.store.events(view.run_id)] if view.run_id else []

@@ -132,6 +132,9 @@ class RunSummary:
     tokens: int = 0
     warnings: int = 0
     updated_at: float = 0.0
+    # It only waits for provider-batch answers (`core.state.batch_parked`): a batch driver
+    # does not count its row against `--concurrency`.
+    batch_parked: bool = False
     # Some call's tokens, so the cost, were estimated (the server reported no usage).
     estimated: bool = False
 

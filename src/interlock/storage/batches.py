@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from interlock.core.batches import RowState, RowView
+from interlock.core.batches import DEFAULT_BATCH_WAITING, RowState, RowView
 from interlock.core.tolerance import Tolerance
 from interlock.errors import LeaseHeld, UsageError
 from interlock.storage import codec
@@ -53,6 +53,9 @@ class NewBatch:
     experiment: str | None = None  # the experiment's base batch (None: a batch of its own)
     variant: str | None = None  # the variant's name within its experiment (`base`...)
     tolerate: Tolerance | None = None  # failed rows allowed (None: no limit)
+    # Rows whose run only waits for provider-batch answers that do not count against
+    # `concurrency` (`--batch-waiting`).
+    batch_waiting: int = DEFAULT_BATCH_WAITING
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -77,6 +80,7 @@ class BatchRecord:
     # Changes to its rows made by anyone but its driver (retry, cancel): a driver that reads
     # only its rows in flight reads them all again when this moved.
     changes: int = 0
+    batch_waiting: int = DEFAULT_BATCH_WAITING  # see `NewBatch.batch_waiting`
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -159,8 +163,11 @@ class BatchLedger(Protocol):
         batch's `changes` moves."""
         ...
 
-    def set_limits(self, batch_id: str, concurrency: int, max_cost_usd: float | None) -> None:
-        """Change the batch's concurrency and budget (a resume that says new ones)."""
+    def set_limits(
+        self, batch_id: str, concurrency: int, max_cost_usd: float | None, batch_waiting: int
+    ) -> None:
+        """Change the batch's concurrency, budget and rows let wait in provider batches (a
+        resume that says new ones)."""
         ...
 
     def hold_batch(
@@ -270,6 +277,7 @@ class SQLBatches:
                         one.experiment,
                         one.variant,
                         None if one.tolerate is None else str(one.tolerate),
+                        one.batch_waiting,
                     ),
                 )
                 with contextlib.closing(db.cursor()) as cursor:
@@ -379,10 +387,13 @@ class SQLBatches:
         result: int = self._transact(cancel)
         return result
 
-    def set_limits(self, batch_id: str, concurrency: int, max_cost_usd: float | None) -> None:
+    def set_limits(
+        self, batch_id: str, concurrency: int, max_cost_usd: float | None, batch_waiting: int
+    ) -> None:
         """See `BatchLedger.set_limits`."""
         q = self._q["set_limits"]
-        self._transact(lambda db: db.execute(q, (concurrency, max_cost_usd, batch_id)))
+        args = (concurrency, max_cost_usd, batch_waiting, batch_id)
+        self._transact(lambda db: db.execute(q, args))
 
     def hold_batch(
         self,
@@ -447,6 +458,7 @@ def _batch(row: Sequence[Any]) -> BatchRecord:
         variant=None if row[13] is None else str(row[13]),
         tolerate=tolerance_of(row[14]),
         changes=int(row[15]),
+        batch_waiting=int(row[16]),
     )
 
 
@@ -458,7 +470,9 @@ def tolerance_of(text: str | None) -> Tolerance | None:
 
 
 def _view(row: Sequence[Any]) -> RowView:
-    number, state, tries, run_id, spent, used, run_status, cost, tokens, kept, estimated = row
+    number, state, tries, run_id, spent, used, run_status, cost, tokens, kept, parked, estimated = (
+        row
+    )
     return RowView(
         number=int(number),
         state=RowState(state),
@@ -468,13 +482,14 @@ def _view(row: Sequence[Any]) -> RowView:
         cost_usd=float(spent) + float(cost or 0.0),
         tokens=int(used) + int(tokens or 0),
         kept=bool(kept),
+        parked=bool(parked),
         estimated=bool(estimated),
     )
 
 
 def _row(row: Sequence[Any]) -> BatchRow:
     (number, topic, inputs, state, tries, run_id, started, error, result) = row[:9]
-    spent, used, run_status, cost, tokens, estimated = row[9:]
+    spent, used, run_status, cost, tokens, parked, estimated = row[9:]
     view = RowView(
         number=int(number),
         state=RowState(state),
@@ -484,6 +499,7 @@ def _row(row: Sequence[Any]) -> BatchRow:
         cost_usd=float(spent) + float(cost or 0.0),
         tokens=int(used) + int(tokens or 0),
         kept=result is not None,
+        parked=bool(parked),
         estimated=bool(estimated),
     )
     return BatchRow(

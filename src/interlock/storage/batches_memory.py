@@ -86,6 +86,7 @@ class MemoryBatches:
                     experiment=one.experiment,
                     variant=one.variant,
                     tolerate=one.tolerate,
+                    batch_waiting=one.batch_waiting,
                 )
                 self._rows[one.batch_id] = {
                     n: _Row(n, topic, copy.deepcopy(inputs)) for n, topic, inputs in rows
@@ -127,11 +128,12 @@ class MemoryBatches:
             return [self._view(rows[n]).view for n in sorted(set(numbers)) if n in rows]
 
     def _view(self, row: _Row) -> BatchRow:
-        status, cost, tokens, estimated = None, 0.0, 0, False
+        status, cost, tokens, parked, estimated = None, 0.0, 0, False, False
         if row.run_id is not None:
             try:
                 summary = self._store.get_run(row.run_id).summary
                 status, cost, tokens = summary.status, summary.cost_usd, summary.tokens
+                parked = summary.batch_parked
                 estimated = summary.estimated
             except RunNotFound:  # pruned: its receipt keeps its status, not its cost
                 receipt = self._store.pruned_run(row.run_id)
@@ -145,6 +147,7 @@ class MemoryBatches:
             cost_usd=row.spent_before + cost,
             tokens=row.tokens_before + tokens,
             kept=row.result is not None,
+            parked=parked,
             estimated=row.estimated_before or estimated,
         )
         return BatchRow(
@@ -224,12 +227,17 @@ class MemoryBatches:
             self._count_change(batch_id)
             return len(pending)
 
-    def set_limits(self, batch_id: str, concurrency: int, max_cost_usd: float | None) -> None:
+    def set_limits(
+        self, batch_id: str, concurrency: int, max_cost_usd: float | None, batch_waiting: int
+    ) -> None:
         """See `BatchLedger.set_limits`."""
         with self._lock:
             record = self.get_batch(batch_id)
             self._batches[batch_id] = replace(
-                record, concurrency=concurrency, max_cost_usd=max_cost_usd
+                record,
+                concurrency=concurrency,
+                max_cost_usd=max_cost_usd,
+                batch_waiting=batch_waiting,
             )
 
     def hold_batch(

@@ -55,7 +55,8 @@ def run_from_row(row: Any) -> RunRecord:
         tokens=row[10],
         warnings=row[11],
         updated_at=row[12],
-        estimated=bool(row[17]),
+        batch_parked=bool(row[17]),
+        estimated=bool(row[18]),
     )
     return RunRecord(
         run_id=row[0],

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from interlock.core.batches import (
+    DEFAULT_BATCH_WAITING,
     MAX_BATCH_ID,
     RUN_ENDED,
     BatchProgress,
@@ -91,11 +92,14 @@ def record_batch(
     now: float,
     variants: Sequence[tuple[str, Definition]] = (),
     tolerate: Tolerance | None = None,
+    batch_waiting: int = DEFAULT_BATCH_WAITING,
 ) -> BatchRecord:
     """Record the batch and all its rows in one transaction, before any run starts; with
     `variants` (name, definition), an experiment: one batch more per variant, of the same
     rows, named `<batch id>-<name>`, recorded in the same transaction. `tolerate`: how many
-    rows may fail (a count, or "P%" of the rows) before no more start (each variant's own)."""
+    rows may fail (a count, or "P%" of the rows) before no more start (each variant's own).
+    `batch_waiting`: how many rows whose run only waits for provider-batch answers do not
+    count against `concurrency`."""
     ledger = batch_ledger(app.store)
     experiment = check_batch_id(batch_id) if variants else None
 
@@ -115,6 +119,7 @@ def record_batch(
             experiment=experiment,
             variant=variant,
             tolerate=tolerate,
+            batch_waiting=batch_waiting,
         )
 
     base = new(definition, BASE if variants else None)
@@ -215,6 +220,10 @@ def batch_summary(record: BatchRecord, progress: BatchProgress) -> dict[str, Any
         "counts": {k.value: v for k, v in sorted(progress.counts.items())},
         "done": progress.done,  # delivered, failed or cancelled
         "running": progress.running,  # in flight, or about to be
+        # Of those, waiting only for provider-batch answers: up to `batch_waiting` of them do
+        # not count against `concurrency`.
+        "in_provider_batch": progress.parked,
+        "batch_waiting": record.batch_waiting,
         "waiting": progress.waiting,  # not started (for lack of room, or the budget)
         "cost_usd": round(progress.cost_usd, 6),
         "tokens": progress.tokens,
@@ -288,7 +297,10 @@ class BatchRunner:
     def _on_event(self, run_id: str, seq: int, new: NewEvent, state: RunState) -> None:
         if state.status.ended:
             self._results[run_id] = result_of(self.definition, state)
-        if (state.status.ended or state.status.value == "paused") and self._changed is not None:
+        # A run that ended, paused, or whose call went into (or came back from) a provider
+        # batch may leave room for another row: the next turn looks at once.
+        moved = state.status.ended or state.status.value == "paused"
+        if (moved or new.event.kind == "task_batch_waited") and self._changed is not None:
             self._changed.set()
 
     # -- the loop ------------------------------------------------------------------------
@@ -390,6 +402,7 @@ class BatchRunner:
             cancelled=batch.cancelled_at is not None,
             ready=ready,
             tolerate=batch.tolerate,
+            batch_waiting=batch.batch_waiting,
         )
         tries = {n: self.row_map.view(n).tries for n in starts.rows}
         claims = [(n, tries[n], run_id_of(batch.batch_id, n, tries[n])) for n in starts.rows]
@@ -549,7 +562,7 @@ class BatchRunner:
         orchestrator = self.app.orchestrator
         for view in views:
             run_id = view.run_id
-            if view.status is not RowStatus.RUNNING or run_id is None:
+            if view.status not in (RowStatus.RUNNING, RowStatus.BATCHED) or run_id is None:
                 continue
             if run_id in orchestrator.drivers or now - self._tried.get(run_id, -1e9) < TAKE_EVERY:
                 continue

@@ -4,7 +4,7 @@
 // the batch (its id starts with the batch's) reads the batch again, and a slow poll covers
 // rows that start without a run changing.
 
-const ROW_STATUSES = ["waiting", "starting", "running", "paused", "delivered", "failed", "cancelled", "paused: batch budget", "not started: batch failed"];
+const ROW_STATUSES = ["waiting", "starting", "running", "in provider batch", "paused", "delivered", "failed", "cancelled", "paused: batch budget", "not started: batch failed"];
 const SHOWN_ROWS = 500;  // rows drawn at once: a filter narrows a batch of thousands
 
 function epochAgo(epoch) { return epoch ? ago(new Date(epoch * 1000).toISOString()) : ""; }
@@ -130,7 +130,7 @@ function drawBatch(mine) {
   const active = document.activeElement;
   const focus = active && view.contains(active) && active.id ? { id: active.id, range: active.type === "search" ? [active.selectionStart, active.selectionEnd] : null } : null;
   const counts = b.counts;
-  const extra = ["paused", "cancelled", "paused: batch budget", "not started: batch failed"].filter((s) => counts[s]);
+  const extra = ["in provider batch", "paused", "cancelled", "paused: batch budget", "not started: batch failed"].filter((s) => counts[s]);
   const head = h("section", { class: "panel", "aria-labelledby": "batch-title" }, h("div", { class: "head" },
     h("div", { class: "meta" },
       h("h1", { id: "batch-title" }, b.batch_id, " ", statusPill(batchState(b))),

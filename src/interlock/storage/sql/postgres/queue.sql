@@ -176,6 +176,41 @@ UPDATE task_queue
 SET payload = jsonb_set(payload, '{journals}', coalesce(payload -> 'journals', '{}') || %s)
 WHERE id = %s AND delivery = %s AND (state = 'claimed' OR (state = 'queued' AND worker = %s));
 
+-- name: heartbeat_many
+-- `heartbeat` for every hand-out a worker holds, in one statement (a worker whose calls wait
+-- in provider batches may hold thousands); locked in id order, as every statement locking
+-- several entries does. The ids renewed (or taken back) are returned: the others were lost.
+WITH held AS (
+    SELECT t.id FROM task_queue t
+    JOIN unnest(%(ids)b::bigint[], %(deliveries)b::int[]) AS h(id, delivery)
+      ON t.id = h.id AND t.delivery = h.delivery
+    WHERE coalesce(t.state = 'claimed' OR (t.state = 'queued' AND t.worker = %(worker)s), false)
+    ORDER BY t.id
+    FOR UPDATE OF t
+)
+UPDATE task_queue t SET state = 'claimed',
+       lease_expires = extract(epoch FROM clock_timestamp()) + %(ttl)s
+FROM held WHERE t.id = held.id
+RETURNING t.id;
+
+-- name: park
+-- The current hand-out's model call went into a provider batch (%(parked)s true) or came back;
+-- announced to the orchestrators waiting on the entry (see `025_batch_parking.sql`).
+WITH parked AS (
+    UPDATE task_queue SET
+        parked_at = CASE WHEN %(parked)s THEN extract(epoch FROM clock_timestamp())
+                         ELSE parked_at END,
+        unparked_at = CASE WHEN %(parked)s THEN NULL
+                           ELSE extract(epoch FROM clock_timestamp()) END
+    WHERE id = %(id)s AND delivery = %(delivery)s
+      AND (state = 'claimed' OR (state = 'queued' AND worker = %(worker)s))
+    RETURNING id
+)
+SELECT parked.id FROM parked, LATERAL (
+    SELECT pg_notify('interlock_task_states',
+                     parked.id || CASE WHEN %(parked)s THEN ':parked' ELSE ':unparked' END)
+) note;
+
 -- name: finish
 -- Record the result of a current hand-out (see `heartbeat`) and announce it; no row when it
 -- was not current.
@@ -211,17 +246,23 @@ WHERE run_id = %s AND task_id = %s AND attempt = %s AND state IN ('queued', 'cla
 RETURNING id;
 
 -- name: get
-SELECT id, state, worker, delivery, result, output_sha FROM task_queue WHERE id = %s;
+SELECT id, state, worker, delivery, result, output_sha, parked_at, unparked_at
+FROM task_queue WHERE id = %s;
 
 -- name: get_many_with_output
 -- Done entries with their outputs' bodies: the results of a tick's worth of attempts in one
 -- round trip.
-SELECT q.id, q.state, q.worker, q.delivery, q.result, q.output_sha, a.body
+SELECT q.id, q.state, q.worker, q.delivery, q.result, q.output_sha, q.parked_at, q.unparked_at,
+       a.body
 FROM task_queue q LEFT JOIN artifacts a ON a.sha256 = q.output_sha
 WHERE q.id = ANY(%b);
 
 -- name: states
 SELECT id, state, delivery FROM task_queue WHERE id = ANY(%b);
+
+-- name: watched
+-- `states`, with when each entry's call last went into a provider batch and came back.
+SELECT id, state, delivery, parked_at, unparked_at FROM task_queue WHERE id = ANY(%b);
 
 -- name: set_limit
 INSERT INTO queue_limits (scope, max_running) VALUES (%s, %s)

@@ -8,8 +8,9 @@ INSERT OR IGNORE INTO definitions (hash, body) VALUES (?, ?);
 
 -- name: insert_batch
 INSERT INTO batches (batch_id, pipeline, definition_hash, source, inputs_file, concurrency,
-                     max_cost_usd, row_count, created_at, experiment, variant, tolerate)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+                     max_cost_usd, row_count, created_at, experiment, variant, tolerate,
+                     batch_waiting)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: insert_row
 INSERT INTO batch_rows (batch_id, row_no, topic, inputs) VALUES (?, ?, ?, ?);
@@ -17,24 +18,25 @@ INSERT INTO batch_rows (batch_id, row_no, topic, inputs) VALUES (?, ?, ?, ?);
 -- name: get_batch
 SELECT batch_id, pipeline, definition_hash, source, inputs_file, concurrency, max_cost_usd,
        row_count, created_at, cancelled_at, driver, driver_expires, experiment, variant, tolerate,
-       changes
+       changes, batch_waiting
 FROM batches WHERE batch_id = ?;
 
 -- name: list_batches
 SELECT batch_id, pipeline, definition_hash, source, inputs_file, concurrency, max_cost_usd,
        row_count, created_at, cancelled_at, driver, driver_expires, experiment, variant, tolerate,
-       changes
+       changes, batch_waiting
 FROM batches ORDER BY created_at DESC, batch_id DESC LIMIT ?;
 
 -- name: experiment_batches
 SELECT batch_id, pipeline, definition_hash, source, inputs_file, concurrency, max_cost_usd,
        row_count, created_at, cancelled_at, driver, driver_expires, experiment, variant, tolerate,
-       changes
+       changes, batch_waiting
 FROM batches WHERE experiment = ? ORDER BY created_at, batch_id;
 
 -- name: batch_rows
 SELECT b.row_no, b.topic, b.inputs, b.state, b.tries, b.run_id, b.started_at, b.error, b.result,
        b.spent_before, b.tokens_before, coalesce(r.status, p.status), r.cost_usd, r.tokens,
+       coalesce(r.batch_parked, 0),
        b.estimated_before OR coalesce(r.estimated, false)
 FROM batch_rows b LEFT JOIN runs r ON r.run_id = b.run_id
      LEFT JOIN pruned_runs p ON p.run_id = b.run_id
@@ -43,6 +45,7 @@ WHERE b.batch_id = ? ORDER BY b.row_no;
 -- name: batch_views
 SELECT b.row_no, b.state, b.tries, b.run_id, b.spent_before, b.tokens_before,
        coalesce(r.status, p.status), r.cost_usd, r.tokens, b.result IS NOT NULL,
+       coalesce(r.batch_parked, 0),
        b.estimated_before OR coalesce(r.estimated, false)
 FROM batch_rows b LEFT JOIN runs r ON r.run_id = b.run_id
      LEFT JOIN pruned_runs p ON p.run_id = b.run_id
@@ -52,6 +55,7 @@ WHERE b.batch_id = ? ORDER BY b.row_no;
 -- The views of some rows (a JSON array of their numbers on SQLite, an array on PostgreSQL).
 SELECT b.row_no, b.state, b.tries, b.run_id, b.spent_before, b.tokens_before,
        coalesce(r.status, p.status), r.cost_usd, r.tokens, b.result IS NOT NULL,
+       coalesce(r.batch_parked, 0),
        b.estimated_before OR coalesce(r.estimated, false)
 FROM batch_rows b LEFT JOIN runs r ON r.run_id = b.run_id
      LEFT JOIN pruned_runs p ON p.run_id = b.run_id
@@ -83,7 +87,7 @@ UPDATE batches SET cancelled_at = ? WHERE batch_id = ? AND cancelled_at IS NULL;
 UPDATE batch_rows SET state = 'cancelled' WHERE batch_id = ? AND state = 'pending';
 
 -- name: set_limits
-UPDATE batches SET concurrency = ?, max_cost_usd = ? WHERE batch_id = ?;
+UPDATE batches SET concurrency = ?, max_cost_usd = ?, batch_waiting = ? WHERE batch_id = ?;
 
 -- name: hold_batch
 UPDATE batches SET driver = ?, driver_expires = ?

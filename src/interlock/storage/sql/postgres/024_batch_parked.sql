@@ -1,0 +1,5 @@
+-- Rows whose run only waits for provider-batch answers: the run's summary says so (kept
+-- with every append, as its status is), and a batch says how many such rows do not count
+-- against its concurrency.
+ALTER TABLE runs ADD COLUMN batch_parked BOOLEAN NOT NULL DEFAULT false;
+ALTER TABLE batches ADD COLUMN batch_waiting BIGINT NOT NULL DEFAULT 1000;
