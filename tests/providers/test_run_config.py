@@ -82,3 +82,28 @@ def test_a_run_with_its_config_beside_the_workflow_names_only_that_file(
     )
     changed = f"config: {project / 'interlock.toml'} (changed since the run started)"
     assert changed in shown.output.splitlines()
+
+
+def test_a_run_recorded_without_its_config_says_what_is_found_now_and_verifies(
+    tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `run_created` without `config` (as interlock wrote before runs kept it) reads back:
+    `status` says the file found now, `status --json` gives `config: null`, and the run's
+    history verifies."""
+    from interlock.core.loader import load_workflow
+
+    project = make_project(tmp_path, server, monkeypatch)
+    monkeypatch.chdir(project)
+    flow = one_worker(project, "      model: gpt\n")
+    app = app_for(project)
+    definition = load_workflow(flow).get("p")
+    run_id = app.orchestrator.create_run(definition, topic="t")  # records no `config`
+    app.drive(run_id)
+    assert "config" not in app.store.events(run_id, 0, 1)[0].data
+    home = ["--home", str(project / "home")]
+    shown = CliRunner().invoke(cli, [*home, "status", run_id], terminal_width=300)
+    assert f"config: {project / 'interlock.toml'}" in shown.output.splitlines()
+    body = json.loads(CliRunner().invoke(cli, [*home, "status", run_id, "--json"]).output)
+    assert body["config"] is None
+    verified = CliRunner().invoke(cli, [*home, "verify", run_id])
+    assert verified.exit_code == 0, verified.output
