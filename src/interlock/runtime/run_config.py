@@ -17,11 +17,11 @@ if TYPE_CHECKING:
     from interlock.storage.base import Store
 
 
-def config_origin(models: ModelRunner, definition: Definition) -> dict[str, Any]:
-    """The `config` field of a new run's `run_created` (empty when the pipeline calls no
-    model, or when its configuration cannot be read: that refuses the run, or fails its
-    calls, with its own message)."""
-    if not any(w.model for p in definition.pipeline.phases for w in p.workers):
+def config_origin(models: ModelRunner | None, definition: Definition) -> dict[str, Any]:
+    """The `config` field of a new run's `run_created` (empty when there is no model runner
+    or the pipeline calls no model, or when its configuration cannot be read: that refuses
+    the run, or fails its calls, with its own message)."""
+    if models is None or not any(w.model for p in definition.pipeline.phases for w in p.workers):
         return {}
     source = definition.source
     folder = Path(source).parent.absolute() if source and not source.startswith("<") else None
