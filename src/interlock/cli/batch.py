@@ -258,6 +258,8 @@ def status(ctx: Ctx, batch_id: str, as_json: bool, width: int) -> None:
     # costs time, and a row's control characters are taken out here.
     click.echo(status_table(rows, progress, width=width).translate(CONTROL))
     out.print(f"batch {batch_id} ({record.pipeline}): {progress_line(progress, None)}")
+    if progress.estimated:
+        out.print("~: estimated, a server reported no token counts (four characters a token)")
     if progress.breach is not None:
         out.print(failure_line(batch_id, progress.breach.reason), soft_wrap=True)
     if record.experiment is not None:
@@ -357,7 +359,7 @@ def batches(ctx: Ctx, limit: int, provider: bool) -> None:
             str(counts.get(RowStatus.DELIVERED, 0)),
             str(counts.get(RowStatus.FAILED, 0)),
             str(progress.running),
-            f"${progress.cost_usd:.4f}",
+            f"{'~' if progress.estimated else ''}${progress.cost_usd:.4f}",
         )
     out.print(table)
 

@@ -49,7 +49,7 @@ def progress_line(progress: BatchProgress, eta: float | None) -> str:
     for status in (RowStatus.PAUSED, RowStatus.CANCELLED, RowStatus.BUDGET, RowStatus.STOPPED):
         if counts.get(status):
             parts.append(f"{counts[status]} {status.value}")
-    parts.append(f"${progress.cost_usd:.4f}")
+    parts.append(f"{'~' if progress.estimated else ''}${progress.cost_usd:.4f}")
     if not progress.settled:
         parts.append(f"ETA {duration(eta)}")
     return ", ".join(parts)
@@ -107,7 +107,8 @@ class BatchProgressView:
             self._seen[view.number] = status
             # Rows that had ended before this process looked are not said again.
             if before is not None and before != status and status in SAID:
-                out.print(f"row {view.number}: {status} ({view.run_id}, ${view.cost_usd:.4f})")
+                cost = f"{'~' if view.estimated else ''}${view.cost_usd:.4f}"
+                out.print(f"row {view.number}: {status} ({view.run_id}, {cost})")
         line = progress_line(progress, snapshot.eta)
         now = time.monotonic()
         if line != self._said and (now - self._last_line >= PLAIN_EVERY or progress.settled):
@@ -130,7 +131,7 @@ def status_table(rows: list[BatchRow], progress: BatchProgress, *, width: int = 
                 shorten(inputs_text(row.topic, row.inputs), width),
                 view.run_id or "-",
                 row_status(view, progress).value,
-                f"${view.cost_usd:.4f}",
+                f"{'~' if view.estimated else ''}${view.cost_usd:.4f}",
                 shorten(compact(values), width) if values else "",
             )
         )
