@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from interlock import RunStatus
+from interlock.runtime.executors import TaskContext, register
 
 from .fake_llm_server import FakeServer
 from .project import app_for, attempt_usage, make_project, one_worker
@@ -74,3 +75,27 @@ def test_a_workers_params_tier_is_the_price_recorded(
     [usage] = attempt_usage(app, state.run_id)
     assert usage["cost_usd"] == pytest.approx(expected)
     assert state.cost_usd == pytest.approx(expected)
+
+
+def _batched_alias(ctx: TaskContext) -> str:
+    return ctx.model("batched").complete("Say hello.").text
+
+
+register("tiers.batched", _batched_alias)
+
+
+def test_a_call_from_code_to_a_batch_alias_pays_the_standard_price(
+    tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ctx.model` sends a `batch = true` alias's call at once, not through a batch: it is
+    recorded at the standard price, not the batch one."""
+    extra = PRICES + (
+        '[prices."gpt-test".batch]\ninput_price_per_mtok = 1.0\noutput_price_per_mtok = 4.0\n'
+        '[models.batched]\nprovider = "oa"\nmodel = "gpt-test"\nbatch = true\n'
+    )
+    project = make_project(tmp_path, server, monkeypatch, extra=extra)
+    app = app_for(project)
+    state = app.run(one_worker(project, "      call: tiers.batched\n"), "p", topic="t")
+    assert state.status is RunStatus.DELIVERED, state.failure
+    [usage] = attempt_usage(app, state.run_id)
+    assert usage["cost_usd"] == pytest.approx((1000 * 2.0 + 500 * 8.0) / 1e6)
