@@ -99,3 +99,23 @@ def test_a_call_from_code_to_a_batch_alias_pays_the_standard_price(
     assert state.status is RunStatus.DELIVERED, state.failure
     [usage] = attempt_usage(app, state.run_id)
     assert usage["cost_usd"] == pytest.approx((1000 * 2.0 + 500 * 8.0) / 1e6)
+
+
+def test_a_spend_cap_reserves_a_call_at_the_tier_its_params_send(
+    tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call's worst case is reserved against a spend cap at the price of the tier it is
+    sent at: at priority it is over a cap that its standard price fits, and is never sent."""
+    cap = '[limits]\non_cap = "fail"\nmax_cost_usd_per_day = 0.012\n'
+    project = make_project(tmp_path, server, monkeypatch, extra=PRICES + cap)
+    worker = (
+        "      model: tiered\n      params: {{max_output_tokens: 1000{tier}}}\n"
+        "      task: Write about {{{{ topic }}}}\n"
+    )
+    app = app_for(project)
+    flow = one_worker(project, worker.format(tier=", extra_body: {service_tier: priority}"))
+    state = app.run(flow, topic="tiers", inputs={})
+    assert state.status is RunStatus.FAILED
+    assert "spend cap 'daily'" in (state.failure or "") and not server.requests
+    state = app.run(one_worker(project, worker.format(tier="")), topic="tiers", inputs={})
+    assert state.status is RunStatus.DELIVERED, state.failure
