@@ -50,6 +50,24 @@ def test_limits_shows_spend_and_open_reservations(cli_env: dict[str, str], tmp_p
     assert (row["spent_usd"], row["open_reservations"]) == (0.2, 1)
 
 
+def test_limits_shows_spend_below_a_cent(cli_env: dict[str, str], tmp_path: Path) -> None:
+    """A call's spend is a fraction of a cent: 0.0015 spent shows as such, not as 0.00."""
+    home = Path(cli_env["INTERLOCK_HOME"])
+    home.mkdir()
+    (home / "interlock.toml").write_text("[limits]\nmax_cost_usd_per_day = 1\n")
+    limits = parse_limits({"max_cost_usd_per_day": 1}, "interlock.toml")
+    now = time.time()
+    keys = keys_at(limits.caps, now)
+    ledger = SQLiteSpend(home / "ledger.db")
+    ledger.reserve(hold="a", keys=keys, amount_usd=0.01, now=now, expires=now + 600)
+    ledger.settle(hold="a", keys=keys, spent_usd=0.0015)
+    ledger.close()
+    shown = cli(cli_env, tmp_path, "limits")
+    assert shown.returncode == 0, shown.stderr
+    assert "daily: USD 0.0015 spent of 1.00 per day" in shown.stdout
+    assert "USD 0.9985 left" in shown.stdout
+
+
 def test_a_bad_cap_is_refused_naming_the_file_and_the_fix(
     cli_env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -135,3 +135,26 @@ def test_check_cost_counts_a_child_pipeline_once_per_attempt(tmp_path: Path) -> 
     text = " ".join(done.stdout.split())
     assert "parent: at most $0.0198 and 13,800 tokens (worst case" in text
     assert "sub (phase d): up to 6 call(s)" in text
+
+
+def test_the_headline_says_which_call_workers_model_calls_it_leaves_out(tmp_path: Path) -> None:
+    """A `call:` worker's own model calls are not in the amounts: the headline itself says
+    so, naming the worker; a pipeline without one has no such words."""
+    (tmp_path / "interlock.toml").write_text(PRICED)
+    (tmp_path / "agentmod.py").write_text("def solve(ctx):\n    return 'done'\n")
+    flow = tmp_path / "flow.yaml"
+    flow.write_text(
+        "p:\n  phases:\n  - id: a\n    workers:\n    - {role: w, model: m}\n"
+        "    - {role: agent, call: 'agentmod:solve', final: true}\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "interlock", "--home", str(tmp_path / "home"), "check",
+         str(flow), "--cost"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    [headline] = [line for line in done.stdout.splitlines() if line.startswith("  p: ")]
+    assert "at most $0.0033 and 2,300 tokens, not counting the model calls of call: worker " \
+        "'agent' (worst case" in headline  # fmt: skip
+    plain = interlock(tmp_path / "home", "check", str(project(tmp_path, PRICED)), "--cost")
+    assert "not counting" not in plain.stdout

@@ -85,3 +85,41 @@ def test_an_alias_defined_only_in_a_file_not_read_is_an_error_naming_it(tmp_path
     assert config.missing_models(["fast", "other"]) == ["fast"]
     assert config.resolve("other").offline_fallback  # defined nowhere: the stand-in
     assert found_line(flows, None).startswith("config: none found")
+
+
+def test_config_and_the_workflows_file_are_both_read_the_first_winning(tmp_path: Path) -> None:
+    """`--config FILE` and the workflow folder's interlock.toml are both read: an alias
+    only the second defines resolves, one both define is the first's, and the `config:`
+    line names both files and says so."""
+    import os
+    import subprocess
+    import sys
+
+    explicit = tmp_path / "explicit.toml"
+    explicit.write_text(
+        '[models.m]\nprovider = "openai"\nmodel = "gpt-4.1"\nmax_output_tokens = 10\n'
+    )
+    flows = tmp_path / "flows"
+    flows.mkdir()
+    (flows / "interlock.toml").write_text(
+        '[models.m]\nprovider = "openai"\nmodel = "gpt-5"\nmax_output_tokens = 10\n'
+        '[models.n]\nprovider = "openai"\nmodel = "gpt-5"\nmax_output_tokens = 10\n'
+    )
+    flow = flows / "flow.yaml"
+    flow.write_text(
+        "p:\n  phases:\n  - id: a\n    workers:\n    - {role: v, model: n}\n"
+        "    - {role: w, model: m, final: true}\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "interlock", "--home", str(tmp_path / "home"), "--config",
+         str(explicit), "check", str(flow), "--cost"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        env={**os.environ, **env_of(tmp_path)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    text = " ".join((done.stdout + done.stderr).split())
+    assert "price: m (gpt-4.1)" in text and "price: n (gpt-5)" in text
+    assert (
+        f"config: {explicit}, {flows / 'interlock.toml'} (all read; a table two files define "
+        "is the first's)"
+    ) in text

@@ -273,3 +273,35 @@ def test_the_worst_case_quote_prices_long_prompts_at_the_long_context_rates(
     assert terms.rates_for(1_000) == (2.5, 15.0)
     assert terms.rates_for(300_000) == (5.0, 22.5)
     assert terms.rates_for(None) == (5.0, 22.5)  # a prompt of any length
+
+
+def test_the_advice_for_a_batch_alias_without_a_batch_price_works(tmp_path: Path) -> None:
+    """A batch alias whose model has only standard prices is warned about with the
+    `.batch` table to add; adding that table prices it at the batch tier, warning gone."""
+    (tmp_path / "interlock.toml").write_text(
+        '[models.cheap]\nprovider = "anthropic"\nmodel = "claude-test"\nbatch = true\n'
+        '[prices."claude-test"]\ninput_price_per_mtok = 3.0\noutput_price_per_mtok = 15.0\n'
+    )
+    flow = tmp_path / "flow.yaml"
+    flow.write_text(
+        "p:\n  phases:\n  - id: a\n    workers:\n    - {role: w, model: cheap, final: true}\n"
+    )
+
+    def check() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "interlock", "--home", str(tmp_path / "home"), "check",
+             str(flow), "--cost"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    done = check()
+    assert done.returncode == 0, done.stderr
+    said = " ".join(done.stderr.split())
+    assert "no batch price is known" in said and 'Add [prices."claude-test".batch]' in said
+    with (tmp_path / "interlock.toml").open("a") as toml:
+        toml.write('[prices."claude-test".batch]\ninput_price_per_mtok = 1.5\n'
+                   "output_price_per_mtok = 7.5\n")  # fmt: skip
+    done = check()
+    assert done.returncode == 0, done.stderr
+    assert "no batch price is known" not in done.stderr
+    assert "tier batch, USD per million tokens in 1.5, out 7.5" in " ".join(done.stdout.split())

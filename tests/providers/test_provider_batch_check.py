@@ -89,3 +89,34 @@ def test_a_worker_may_opt_out_of_its_alias_batches(tmp_path: Path) -> None:
     the tool loop is no problem."""
     done = check(tmp_path, TOOLS.replace("model: cheap,", "model: cheap, batch: false,"))
     assert "sent in batches" not in done.stderr
+
+
+def test_a_batch_window_past_24_hours_is_a_warning_naming_file_and_line(tmp_path: Path) -> None:
+    """A window longer than a provider batch may take (24 h) is said at `check`, at the
+    line that sets it: the alias's in interlock.toml, the worker's in the workflow file;
+    24 hours is no warning."""
+    config = write_config(tmp_path, "http://127.0.0.1:9", window='"25h"')
+    line = config.read_text().splitlines().index('batch_window = "25h"') + 1
+    (tmp_path / "flow.yaml").write_text(FLOW)
+    done = subprocess.run(
+        [sys.executable, "-m", "interlock", "--home", str(tmp_path / "home"), "check",
+         str(tmp_path / "flow.yaml")],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    said = " ".join(done.stderr.split())
+    assert (
+        f"warning: {config}, line {line}: batch_window of [models.cheap] is 25 h (90000 s), "
+        "longer than a provider batch may take to complete (24 h)"
+    ) in said
+    worker = "    - {role: w, final: true, model: direct, batch: true, batch_window: 1d}\n"
+    done = check(tmp_path, FLOW.replace("    - {role: w, final: true, model: cheap}\n", worker))
+    assert done.returncode == 0, done.stderr
+    assert "longer than a provider batch" not in done.stderr
+    late = worker.replace("1d", "90000")
+    done = check(tmp_path, FLOW.replace("    - {role: w, final: true, model: cheap}\n", late))
+    said = " ".join(done.stderr.split())
+    assert (
+        f"{tmp_path / 'flow.yaml'}, line 6: pipeline 'p', worker 'w': batch_window is 25 h "
+        "(90000 s), longer than a provider batch may take to complete (24 h)"
+    ) in said

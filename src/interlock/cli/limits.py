@@ -51,13 +51,21 @@ def limits(ctx: Ctx, as_json: bool) -> None:
     for one in reports:
         scope = ", ".join(f"{k} {v}" for k, v in one.cap.scope.items()) or "every call"
         out.print(
-            f"  {one.cap.name}: USD {one.spent_usd:.2f} spent of {one.cap.amount_usd:.2f} "
-            f"per {one.cap.window.value} ({scope}); USD {one.held_usd:.2f} held by "
-            f"{one.holds} open reservation(s); USD {one.left_usd:.2f} left; resets "
+            f"  {one.cap.name}: USD {_usd(one.spent_usd)} spent of {_usd(one.cap.amount_usd)} "
+            f"per {one.cap.window.value} ({scope}); USD {_usd(one.held_usd)} held by "
+            f"{one.holds} open reservation(s); USD {_usd(one.left_usd)} left; resets "
             f"{one.resets}",
             soft_wrap=True,
             highlight=False,
         )
+
+
+def _usd(amount: float) -> str:
+    """`amount` in cents, or to the millionth of a dollar when it has less than a cent's
+    worth (a call costs fractions of a cent: 0.0015 spent must not show as 0.00)."""
+    shown = f"{amount:.6f}".rstrip("0")
+    whole, _, fraction = shown.partition(".")
+    return f"{whole}.{fraction:0<2}"
 
 
 COMMANDS = [limits]

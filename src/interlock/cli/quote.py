@@ -140,6 +140,11 @@ def quote_lines(quote: Quote) -> list[str]:
         most = f"cost: no bound; at most {quote.tokens:,} tokens"
     else:
         most = "no bound on cost or tokens"
+    if quote.uncounted:
+        # Said in the headline: a reader of the amount alone must not take it as the whole.
+        roles = ", ".join(repr(role) for role in quote.uncounted)
+        workers = "worker" if len(quote.uncounted) == 1 else "workers"
+        most += f", not counting the model calls of call: {workers} {roles}"
     assumed = (
         f"; topic and each input taken as {ASSUMED_TEXT_TOKENS:,} tokens" if quote.assumed else ""
     )

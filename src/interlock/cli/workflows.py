@@ -197,7 +197,7 @@ def check(
     from interlock.core.parse import locator
     from interlock.core.shell_scripts import shell_warnings
     from interlock.providers import ModelConfig
-    from interlock.providers.batch_checks import batch_problems, batch_warnings
+    from interlock.providers.batch_checks import batch_problems, batch_warnings, window_warnings
     from interlock.providers.checks import (
         settings_problems,
         tier_warnings,
@@ -258,6 +258,7 @@ def check(
         priced += [f"{file}: {w}" for w in condition_warnings(name, definition.pipeline, line_of)]
         priced += tier_warnings(name, definition.pipeline, config)
         priced += batch_warnings(name, definition.pipeline, config)
+        priced += window_warnings(name, definition.pipeline, config, file, line_of)
         if cost or definition.pipeline.budget is not None:
             quotes.append((quote_of(definition, config, report=report), definition))
         # A model without a price under a cost budget leaves the worst case unbounded: the

@@ -139,6 +139,8 @@ class Quote:
     # One line per worker whose spend is not in the amounts: a `call:` function's own model
     # calls (`ctx.model`), which the run's budget holds back one by one as they are made.
     not_quoted: tuple[str, ...] = ()
+    # The roles of those workers (a child pipeline's as "role (in parent role)"), in order.
+    uncounted: tuple[str, ...] = ()
 
     def over_budget(self, budget: Budget | None, *, reasons: bool = True) -> list[str]:
         """What in this quote the budget may not cover, one line each (empty: it covers it).
@@ -221,6 +223,7 @@ class _Bounds:
     usd_unbounded: dict[str, None] = field(default_factory=dict)
     tokens_unbounded: dict[str, None] = field(default_factory=dict)
     not_quoted: dict[str, None] = field(default_factory=dict)
+    uncounted: dict[str, None] = field(default_factory=dict)
 
     def output_limit(self, worker: Worker) -> int | None:
         """The longest output `worker` can write, in tokens (None: no limit)."""
@@ -281,6 +284,7 @@ class _Bounds:
                 f"phase {phase.id!r}, worker {worker.role!r}: the model calls its call: "
                 "function makes (ctx.model), held back one by one by the run's budget"
             ] = None
+            self.uncounted[worker.role] = None
         if worker.model is None:
             return TaskQuote(
                 role=worker.role, phase=phase.id, lanes=lanes, calls=0, prompt_tokens=0,
@@ -357,6 +361,8 @@ class _Bounds:
             self.tokens_unbounded[f"{place}: {line}"] = None
         for line in child.not_quoted:
             self.not_quoted[f"{place}: {line}"] = None
+        for role in child.uncounted:
+            self.uncounted[f"{role} (in {worker.role})"] = None
         calls = sum(t.calls * t.lanes for t in child.tasks)
         prompts = [t.prompt_tokens for t in child.tasks if t.calls]
         known = [p for p in prompts if p is not None]
@@ -441,6 +447,7 @@ def quote(
         complete=complete and all(q.complete for q in (children or {}).values()),
         assumed=sizes.assumed,
         not_quoted=tuple(bounds.not_quoted),
+        uncounted=tuple(bounds.uncounted),
     )
 
 

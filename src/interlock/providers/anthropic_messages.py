@@ -147,8 +147,9 @@ class AnthropicProvider:
         return self._body(request)
 
     def batch_result(self, request: ModelRequest, answer: dict[str, Any]) -> ModelResult:
-        """The result of `request` from its batch's answer, priced at this alias's tier."""
-        return self._result(request, _read_answer(self.name, answer, None), time.perf_counter())
+        """The result of `request` from its batch's answer, priced at the batch price."""
+        read = _read_answer(self.name, answer, None)
+        return self._result(request, read, time.perf_counter(), batch=True)
 
     def _headers(self, request: ModelRequest) -> dict[str, str]:
         headers = {"anthropic-version": self._version, "Idempotency-Key": request.idempotency_key}
@@ -212,9 +213,12 @@ class AnthropicProvider:
         limiter.settle(estimate, stream.input_tokens + stream.output_tokens, request.model)
         return at_limit(self._result(request, stream, started), self._max_tokens(request))
 
-    def _result(self, request: ModelRequest, stream: _Stream, started: float) -> ModelResult:
-        """The call's result from what arrived; a stream stopped part-way counts at least
-        the text received as output."""
+    def _result(
+        self, request: ModelRequest, stream: _Stream, started: float, *, batch: bool = False
+    ) -> ModelResult:
+        """The call's result from what arrived, priced at the tier it was sent at (`batch`:
+        through the provider's batch API); a stream stopped part-way counts at least the
+        text received as output."""
         text = "".join(stream.parts)
         output_tokens = stream.output_tokens
         extra: dict[str, str] = {}
@@ -230,7 +234,7 @@ class AnthropicProvider:
             input_tokens=stream.input_tokens,
             output_tokens=output_tokens,
             latency_s=time.perf_counter() - started,
-            cost_usd=self._resolved.cost_usd(
+            cost_usd=self._resolved.sent_with(request.settings, batch=batch).cost_usd(
                 stream.input_tokens,
                 output_tokens,
                 cache_read_tokens=stream.cache_read_tokens,

@@ -89,6 +89,8 @@ def used_line(loaded: Sequence[Path], env_sources: Sequence[str]) -> str:
     used = [str(p) for p in loaded] + [s for s in env_sources if s != "INTERLOCK_CONFIG"]
     if not used:
         return "config: none found (every model alias answers with the offline stand-in)"
+    if len(loaded) > 1:  # every file is read: say which one a table two of them define is from
+        return f"config: {', '.join(used)} (all read; a table two files define is the first's)"
     return f"config: {', '.join(used)}"
 
 

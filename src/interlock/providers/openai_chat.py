@@ -118,8 +118,9 @@ class OpenAIChatProvider:
         return self._body(request)
 
     def batch_result(self, request: ModelRequest, answer: dict[str, Any]) -> ModelResult:
-        """The result of `request` from its batch's answer, priced at this alias's tier."""
-        return self._result(request, _read_answer(self.name, answer, None), time.perf_counter())
+        """The result of `request` from its batch's answer, priced at the batch price."""
+        read = _read_answer(self.name, answer, None)
+        return self._result(request, read, time.perf_counter(), batch=True)
 
     def _headers(self, request: ModelRequest) -> dict[str, str]:
         headers = {"Idempotency-Key": request.idempotency_key}
@@ -188,8 +189,11 @@ class OpenAIChatProvider:
         limiter.settle(estimate, result.input_tokens + result.output_tokens, request.model)
         return result
 
-    def _result(self, request: ModelRequest, stream: _Stream, started: float) -> ModelResult:
-        """The call's result from what arrived; token counts estimated when not reported."""
+    def _result(
+        self, request: ModelRequest, stream: _Stream, started: float, *, batch: bool = False
+    ) -> ModelResult:
+        """The call's result from what arrived, priced at the tier it was sent at (`batch`:
+        through the provider's batch API); token counts estimated when not reported."""
         text = "".join(stream.parts)
         extra: dict[str, str] = {}
         usage = stream.usage or {}
@@ -210,7 +214,9 @@ class OpenAIChatProvider:
             input_tokens=input_tokens,
             output_tokens=output_tokens,
             latency_s=time.perf_counter() - started,
-            cost_usd=self._resolved.cost_usd(input_tokens, output_tokens, **details),
+            cost_usd=self._resolved.sent_with(request.settings, batch=batch).cost_usd(
+                input_tokens, output_tokens, **details
+            ),
             finish_reason=stream.finish_reason or "stop",
             extra=extra,
             tool_calls=stream.tool_calls(),

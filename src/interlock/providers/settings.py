@@ -301,6 +301,18 @@ class ResolvedModel:
             pricing=pricing,
         )
 
+    def sent_with(self, settings: RequestSettings, *, batch: bool = False) -> ResolvedModel:
+        """This model priced as a call sent with `settings` is: at the batch price when it
+        went through the provider's batch API, else at the service tier its `extra_body`
+        names. A provider object serves an alias, while each worker's `params` may send it
+        at another tier: the call costs what was sent, not what the alias says."""
+        asked = BATCH if self.batch else tier_of(self.settings.extra_body)
+        wanted = BATCH if batch else tier_of(settings.extra_body)
+        if self.pricing is None or wanted == asked:
+            return self
+        mode = (self.batch or BatchMode()) if batch else None
+        return replace(self, settings=settings, batch=mode).priced(self.pricing)
+
     def identity(self) -> dict[str, Any]:
         """What calls to this model are, as stable JSON values: provider, model id and
         request settings. Part of a task's fingerprint; header values are hashed, never

@@ -222,7 +222,9 @@ def worst_case(
         texts += [turn.text, *(c.arguments for c in turn.calls), *(r.content for r in turn.results)]
     prompt = sum(estimate_tokens(t) for t in texts)
     output = request.max_output_tokens or resolved.max_output_tokens or default_output
-    usd = worst_case_usd(input_tokens=prompt, output_tokens=output, rates=resolved.rates(prompt))
+    # Priced at the tier the request is sent at: a worker's params may name another one.
+    sent = resolved.sent_with(request.settings, batch=resolved.batch is not None)
+    usd = worst_case_usd(input_tokens=prompt, output_tokens=output, rates=sent.rates(prompt))
     return usd, prompt, output
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from interlock.core.quote import ModelTerms
 from interlock.core.workflow import Pipeline, Worker
 from interlock.providers.config import ConfigError, ModelConfig
-from interlock.providers.prices import tier_of
+from interlock.providers.prices import BATCH, tier_of
 from interlock.providers.settings import ResolvedModel
 
 
@@ -110,7 +110,8 @@ def _price_entry(model: ResolvedModel) -> dict[str, Any]:
         "alias": model.alias,
         "model": model.model,
         "tier": model.price_tier,
-        "asked_tier": tier_of(model.settings.extra_body),
+        # The tier its calls are sent at: a batch alias's are sent through the batch API.
+        "asked_tier": BATCH if model.batch is not None else tier_of(model.settings.extra_body),
         "source": model.price_source or None,
         "sources": list(model.price_sources),
         "note": model.price_note or None,

@@ -190,6 +190,8 @@ class ModelCalls:
             provider = resolved.provider
             if model.batch is not None:  # a call from code waits for no provider batch
                 model = replace(model, batch=None)
+                if model.pricing is not None:  # and costs the price of the tier it is sent at
+                    model = model.priced(model.pricing)
                 provider = build_provider(model, self.models.config(self.spec.workflow_dir))
         except Exception as exc:  # configuration problems: the message says where
             raise ModelCallError(f"{where}: {exc}", retryable=False) from None
