@@ -29,6 +29,7 @@ def event(run_id: str, seq: int, ident: int, state: str = "running") -> dict[str
         "phase": "p",
         "progress": 0.5,
         "cost_usd": 0.0,
+        "estimated": False,
         "message": "t started",
         "final": state == "delivered",
     }
