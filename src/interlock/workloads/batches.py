@@ -316,7 +316,9 @@ class BatchRunner:
         self.hold()
         stop = asyncio.Event()
         loop = asyncio.create_task(orchestrator.serve_forever(stop))
-        # The rows' spend caps and provider batches are kept in the ledger, as `drive` does.
+        # The rows share their providers' rate limits with every process on the store (a
+        # PostgreSQL one), and keep spend caps and provider batches in the ledger, as `drive`
+        # does.
         shared = limits_shared_for(None, store=self.app.store)
         try:
             with shared:
