@@ -387,3 +387,23 @@ def test_a_misspelt_subcommand_is_named_not_read_as_a_workflow_file(
     )
     assert started.exit_code == 0, started.output
     assert not home.exists()
+
+
+def test_status_says_why_each_failed_row_failed(cli_env: dict[str, str], tmp_path: Path) -> None:
+    """Under each failed row the table says why (the `failure` of `--json`), its control
+    characters escaped and cut to the terminal's width; delivered rows have no such line."""
+    text = FLAKY.replace("FIXED", str(tmp_path / "fixed")).replace(
+        'echo "row $1 broke"', r'printf "row %s \033[31mbroke\n" "$1"'
+    )
+    (tmp_path / "wf.yaml").write_text(text)
+    (tmp_path / "rows.jsonl").write_text("".join(f'{{"n": {n}}}\n' for n in range(1, 4)))
+    interlock(cli_env, tmp_path, "batch", "wf.yaml", "--inputs", "rows.jsonl", "--batch-id", "f")
+    wide = interlock({**cli_env, "COLUMNS": "300"}, tmp_path, "batch", "status", "f").stdout
+    lines = wide.splitlines()
+    under = lines[lines.index(next(line for line in lines if " f-r2 " in line)) + 1]
+    assert under.strip().startswith("why: task writer@1 failed after 1 attempt(s)")
+    assert "row 2 \\x1b[31mbroke" in under and "\x1b" not in wide
+    assert sum("why:" in line for line in lines) == 1  # rows 1 and 3 delivered
+    narrow = interlock({**cli_env, "COLUMNS": "60"}, tmp_path, "batch", "status", "f").stdout
+    why = next(line for line in narrow.splitlines() if "why:" in line)
+    assert len(why) == 60 and why.endswith("…")

@@ -242,7 +242,7 @@ def retry(ctx: Ctx, batch_id: str, failed: bool) -> None:
 @handle_errors
 def status(ctx: Ctx, batch_id: str, as_json: bool, width: int) -> None:
     """A batch's rows: inputs, run, status, cost and the final worker's values."""
-    from interlock.cli.batch_view import progress_line, status_table
+    from interlock.cli.batch_view import progress_line, status_table, terminal_width
     from interlock.core.batches import fold
 
     record, rows = read_batch(ctx, batch_id)
@@ -256,7 +256,8 @@ def status(ctx: Ctx, batch_id: str, as_json: bool, width: int) -> None:
     )
     # Written as it is: the table is aligned already, rich's pass over 10,000 lines only
     # costs time, and a row's control characters are taken out here.
-    click.echo(status_table(rows, progress, width=width).translate(CONTROL))
+    table = status_table(rows, progress, width=width, line_width=terminal_width())
+    click.echo(table.translate(CONTROL))
     out.print(f"batch {batch_id} ({record.pipeline}): {progress_line(progress, None)}")
     if progress.breach is not None:
         out.print(failure_line(batch_id, progress.breach.reason), soft_wrap=True)

@@ -115,15 +115,23 @@ class BatchProgressView:
             self._said, self._last_line = line, now
 
 
-def status_table(rows: list[BatchRow], progress: BatchProgress, *, width: int = 40) -> str:
+def status_table(
+    rows: list[BatchRow], progress: BatchProgress, *, width: int = 40, line_width: int = 100
+) -> str:
     """The per-row table of `interlock batch status`, as aligned text: a rich Table of
-    10,000 rows takes seconds to lay out, this a few milliseconds."""
-    from interlock.core.batches import row_status
+    10,000 rows takes seconds to lay out, this a few milliseconds. Under a row that did not
+    deliver, why (`failure`, as `--json` has it), cut to `line_width`."""
+    from interlock.cli.printable import printable
+    from interlock.core.batches import RowStatus, row_status
 
     lines = [("row", "inputs", "run", "status", "cost", "values")]
+    why: dict[int, str] = {}  # line -> the reason under it
     for row in rows:
         view = row.view
         values = (row.result or {}).get("values") or {}
+        failure = row.error or (row.result or {}).get("failure")
+        if failure and row_status(view, progress) is not RowStatus.DELIVERED:
+            why[len(lines)] = printable(str(failure))
         lines.append(
             (
                 str(view.number),
@@ -136,13 +144,18 @@ def status_table(rows: list[BatchRow], progress: BatchProgress, *, width: int = 
         )
     widths = [max(len(line[i]) for line in lines) for i in range(6)]
     right = (0, 4)  # row numbers and costs line up on their last digit
-    return "\n".join(
-        "  ".join(
-            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
-            for i, cell in enumerate(line)
-        ).rstrip()
-        for line in lines
-    )
+    text: list[str] = []
+    indent = " " * (widths[0] + 2)
+    for n, line in enumerate(lines):
+        text.append(
+            "  ".join(
+                cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+                for i, cell in enumerate(line)
+            ).rstrip()
+        )
+        if n in why:
+            text.append(indent + cut(f"why: {why[n]}", max(20, line_width - len(indent))))
+    return "\n".join(text)
 
 
 def inputs_text(topic: str, inputs: Mapping[str, Any]) -> str:
@@ -156,6 +169,18 @@ def compact(values: Mapping[str, Any]) -> str:
     return ", ".join(
         f"{k}={v if isinstance(v, str | int | float) else json.dumps(v)}" for k, v in values.items()
     )
+
+
+def terminal_width() -> int:
+    """The terminal's columns (`COLUMNS` when set; 100 off a terminal)."""
+    import shutil
+
+    return shutil.get_terminal_size((100, 24)).columns
+
+
+def cut(text: str, width: int) -> str:
+    """`text` (one line already) cut to at most `width` characters."""
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def shorten(text: str, width: int) -> str:
