@@ -407,3 +407,27 @@ def test_status_says_why_each_failed_row_failed(cli_env: dict[str, str], tmp_pat
     narrow = interlock({**cli_env, "COLUMNS": "60"}, tmp_path, "batch", "status", "f").stdout
     why = next(line for line in narrow.splitlines() if "why:" in line)
     assert len(why) == 60 and why.endswith("…")
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "limit"),
+    [
+        ("--concurrency", "9223372036854775807", "1<=x<=10000"),
+        ("--concurrency", "3000000000", "1<=x<=10000"),
+        ("--batch-waiting", "9223372036854775807", "0<=x<=1000000"),
+    ],
+)
+def test_limits_past_their_maximum_are_refused_naming_the_option(
+    cli_env: dict[str, str], tmp_path: Path, option: str, value: str, limit: str
+) -> None:
+    """A --concurrency or --batch-waiting past what a batch allows is a usage error (exit 2)
+    naming the option and its range, at start and at resume, before anything runs."""
+    setup(tmp_path, 2)
+    args = ["batch", "wf.yaml", "--inputs", "articles.csv", "--batch-id", "big"]
+    refused = interlock(cli_env, tmp_path, *args, option, value)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"'{option}'" in refused.stderr and limit in refused.stderr
+    assert not (tmp_path / "count.txt").exists()
+    assert interlock(cli_env, tmp_path, *args).returncode == 0
+    again = interlock(cli_env, tmp_path, "batch", "resume", "big", option, value)
+    assert again.returncode == 2 and f"'{option}'" in again.stderr and limit in again.stderr

@@ -35,6 +35,10 @@ RUN_ENDED = ("delivered", "failed", "cancelled")
 # Rows whose run only waits for provider-batch answers that do not count against
 # `--concurrency` (`--batch-waiting`): one provider batch of the default `batch_max`.
 DEFAULT_BATCH_WAITING = 1000
+# The most runs a batch drives at once, and rows it lets wait in provider batches beside them:
+# well past what one process drives, and within what both ledgers store (PostgreSQL INTEGER).
+MAX_CONCURRENCY = 10_000
+MAX_BATCH_WAITING = 1_000_000
 
 
 class BatchInputError(UsageError):
