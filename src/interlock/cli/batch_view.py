@@ -12,6 +12,7 @@ from interlock.cli.base import err, out, real_console
 if TYPE_CHECKING:
     from rich.live import Live
 
+    from interlock.cli.batch_live import LiveMark
     from interlock.core.batches import BatchProgress
     from interlock.storage.batches import BatchRow
     from interlock.workloads.batches import Snapshot
@@ -33,16 +34,22 @@ def duration(seconds: float | None) -> str:
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
-def progress_line(progress: BatchProgress, eta: float | None) -> str:
-    """done / running / failed / waiting, the spend and the ETA, in one line."""
+def progress_line(
+    progress: BatchProgress, eta: float | None, capped: Mapping[int, str] | None = None
+) -> str:
+    """done / running / failed / waiting, the spend and the ETA, in one line; of the rows
+    running, those whose calls wait on a spend cap (`capped`: row -> what it waits for) are
+    said with the first cap's words, and no ETA is given while every running row waits."""
     from interlock.core.batches import RowStatus
 
     counts = progress.counts
+    held = sorted(set((capped or {}).values()))
     parts = [
         f"{progress.done}/{progress.rows} done",
         f"{counts.get(RowStatus.DELIVERED, 0)} delivered",
         f"{progress.running} running"
-        + (f" ({progress.parked} in provider batch)" if progress.parked else ""),
+        + (f" ({progress.parked} in provider batch)" if progress.parked else "")
+        + (f" ({len(capped or {})} {held[0]})" if held else ""),
         f"{counts.get(RowStatus.FAILED, 0)} failed",
         f"{progress.waiting} waiting",
     ]
@@ -51,7 +58,8 @@ def progress_line(progress: BatchProgress, eta: float | None) -> str:
             parts.append(f"{counts[status]} {status.value}")
     parts.append(f"${progress.cost_usd:.4f}")
     if not progress.settled:
-        parts.append(f"ETA {duration(eta)}")
+        stalled = bool(held) and len(capped or {}) >= progress.running
+        parts.append(f"ETA {duration(None if stalled else eta)}")
     return ", ".join(parts)
 
 
@@ -94,7 +102,7 @@ class BatchProgressView:
         text.append(f"batch {self.batch_id} ({snapshot.batch.pipeline})\n", style="bold")
         text.append("━" * filled, style="green")
         text.append("━" * (BAR - filled), style="dim")
-        text.append(f"\n{progress_line(progress, snapshot.eta)}")
+        text.append(f"\n{progress_line(progress, snapshot.eta, snapshot.capped)}")
         return text
 
     def _plain(self, snapshot: Snapshot) -> None:
@@ -108,7 +116,7 @@ class BatchProgressView:
             # Rows that had ended before this process looked are not said again.
             if before is not None and before != status and status in SAID:
                 out.print(f"row {view.number}: {status} ({view.run_id}, ${view.cost_usd:.4f})")
-        line = progress_line(progress, snapshot.eta)
+        line = progress_line(progress, snapshot.eta, snapshot.capped)
         now = time.monotonic()
         if line != self._said and (now - self._last_line >= PLAIN_EVERY or progress.settled):
             err.print(line)
@@ -116,28 +124,38 @@ class BatchProgressView:
 
 
 def status_table(
-    rows: list[BatchRow], progress: BatchProgress, *, width: int = 40, line_width: int = 100
+    rows: list[BatchRow],
+    progress: BatchProgress,
+    *,
+    width: int = 40,
+    line_width: int = 100,
+    marks: Mapping[int, LiveMark] | None = None,
 ) -> str:
     """The per-row table of `interlock batch status`, as aligned text: a rich Table of
     10,000 rows takes seconds to lay out, this a few milliseconds. Under a row that did not
-    deliver, why (`failure`, as `--json` has it), cut to `line_width`."""
+    deliver, why (`failure`, as `--json` has it), cut to `line_width`; a row in flight with
+    a mark (`batch_live.live_marks`) has its status, and what it waits for, from there."""
     from interlock.cli.printable import printable
     from interlock.core.batches import RowStatus, row_status
 
+    marks = marks or {}
     lines = [("row", "inputs", "run", "status", "cost", "values")]
     why: dict[int, str] = {}  # line -> the reason under it
     for row in rows:
         view = row.view
         values = (row.result or {}).get("values") or {}
         failure = row.error or (row.result or {}).get("failure")
-        if failure and row_status(view, progress) is not RowStatus.DELIVERED:
+        mark = marks.get(view.number)
+        if mark is not None and mark.why:
+            why[len(lines)] = printable(mark.why)
+        elif failure and row_status(view, progress) is not RowStatus.DELIVERED:
             why[len(lines)] = printable(str(failure))
         lines.append(
             (
                 str(view.number),
                 shorten(inputs_text(row.topic, row.inputs), width),
                 view.run_id or "-",
-                row_status(view, progress).value,
+                row_status(view, progress).value if mark is None else mark.status,
                 f"${view.cost_usd:.4f}",
                 shorten(compact(values), width) if values else "",
             )
