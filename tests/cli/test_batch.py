@@ -431,3 +431,30 @@ def test_limits_past_their_maximum_are_refused_naming_the_option(
     assert interlock(cli_env, tmp_path, *args).returncode == 0
     again = interlock(cli_env, tmp_path, "batch", "resume", "big", option, value)
     assert again.returncode == 2 and f"'{option}'" in again.stderr and limit in again.stderr
+
+
+def test_rows_of_a_killed_driver_are_shown_not_driven(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """After kill -9 of the batch's process, `batch status` marks its rows in flight
+    `running (not driven)`, as `interlock runs` marks their runs, and says how to go on."""
+    setup(tmp_path, 4, sleep=10)
+    args = [sys.executable, "-m", "interlock", "batch", "wf.yaml", "--inputs", "articles.csv"]
+    args += ["--batch-id", "d", "--concurrency", "2"]
+    driver = subprocess.Popen(
+        args, env=cli_env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while "2 running" not in interlock(cli_env, tmp_path, "batch", "status", "d").stdout:
+            assert time.monotonic() < deadline and driver.poll() is None
+            time.sleep(0.2)
+    finally:
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait()
+    shown = interlock(cli_env, tmp_path, "batch", "status", "d").stdout
+    assert shown.count("running (not driven)") == 2, shown
+    assert "2 row(s) in flight with no process driving them: 'interlock batch resume d'" in shown
+    assert interlock(cli_env, tmp_path, "runs").stdout.count("(not driven)") == 2
+    body = json.loads(interlock(cli_env, tmp_path, "batch", "status", "d", "--json").stdout)
+    assert [r.get("driven") for r in body["rows"]] == [False, False, None, None]

@@ -253,7 +253,7 @@ def retry(ctx: Ctx, batch_id: str, failed: bool) -> None:
 @handle_errors
 def status(ctx: Ctx, batch_id: str, as_json: bool, width: int) -> None:
     """A batch's rows: inputs, run, status, cost and the final worker's values."""
-    from interlock.cli.batch_live import live_marks
+    from interlock.cli.batch_live import live_marks, undriven_line
     from interlock.cli.batch_view import progress_line, status_table, terminal_width
     from interlock.cli.printable import printable
     from interlock.core.batches import fold
@@ -276,6 +276,8 @@ def status(ctx: Ctx, batch_id: str, as_json: bool, width: int) -> None:
     # costs time, and a row's control characters are taken out here.
     table = status_table(rows, progress, width=width, line_width=terminal_width(), marks=marks)
     click.echo(table.translate(CONTROL))
+    if (undriven := undriven_line(batch_id, marks)) is not None:
+        out.print(undriven, soft_wrap=True, markup=False)
     capped = {n: m.why for n, m in marks.items() if m.why}
     said = progress_line(progress, None, capped)
     out.print(f"batch {batch_id} ({record.pipeline}): {printable(said)}", markup=False)

@@ -55,6 +55,9 @@ def live_marks(
             continue
         owner = driver_of(record)
         if owner is None:
+            if record.summary.status == "running":  # its driver stopped (Ctrl-C, kill -9)
+                status = row_status(row.view, progress).value
+                marks[row.view.number] = LiveMark(status=f"{status} (not driven)", driven=False)
             continue
         found = live_spend_wait(live.live_dir(run_id), owner)
         if found is not None:
@@ -62,3 +65,14 @@ def live_marks(
                 status="waiting: spend cap", why=waiting_text(found["waiting"])
             )
     return marks
+
+
+def undriven_line(batch_id: str, marks: dict[int, LiveMark]) -> str | None:
+    """The line under the table for rows in flight that no live process drives."""
+    undriven = sum(1 for m in marks.values() if not m.driven)
+    if not undriven:
+        return None
+    return (
+        f"{undriven} row(s) in flight with no process driving them: "
+        f"'interlock batch resume {batch_id}' drives them on"
+    )
