@@ -175,6 +175,19 @@ def test_kill_9_then_resume_runs_every_row_once(cli_env: dict[str, str], tmp_pat
             "ragged rows: the header has 2 columns but row(s) 2 (line 3: 1 cells)",
         ),
         ("rows.csv", "", "rows.csv: has no rows"),
+        (
+            "rows.csv",
+            "Topic,n\na,1\n",
+            "row 1: column 'Topic' is no input of pipeline 'summarize' (did you mean 'topic'?)",
+        ),
+        ("rows.csv", "n,LANGUAGE\n1,fr\n", "'LANGUAGE' is no input of pipeline 'summarize' (did"),
+        (
+            "rows.csv",
+            "topic;language;n\na;fr;1\n",
+            "rows.csv: the header (line 1) 'topic;language;n' has no comma but semicolons (;): "
+            "the file is separated by semicolons",
+        ),
+        ("rows.csv", "topic\tn\na\t1\n", "has no comma but tabs: the file is separated by tabs"),
     ],
 )
 def test_bad_input_is_refused_before_anything_is_recorded(
