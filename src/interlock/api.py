@@ -152,11 +152,15 @@ class Interlock:
         no_cache: bool = False,
         files: bool = True,
     ) -> str:
+        from interlock.runtime.run_config import config_origin
+
         if run_id is not None:
             check_run_id(run_id)
-        return self.orchestrator.create_run(
-            definition, topic=topic, inputs=inputs, run_id=run_id, no_cache=no_cache, files=files
-        )
+        orchestrator = self.orchestrator
+        # Which interlock.toml its models use, recorded with the run (`status` names it).
+        origin = {"no_cache": no_cache, **config_origin(orchestrator.models, definition)}
+        specs = [(definition, topic, inputs, run_id)]
+        return orchestrator.create_runs(specs, origin=origin, files=files)[0]
 
     def drive(self, *run_ids: str, stop_when_paused: bool = True) -> RunState:
         """Drive runs (taking their leases if needed) until they end or pause; returns the

@@ -98,6 +98,7 @@ def test_a_csv_batch_is_delivered_shown_and_exported(
         "run_id": "b-r3",
         "cost_usd": 0.0,
         "tokens": 0,
+        "estimated": False,
         "values": {"score": 3.0},
         "failure": None,
     }

@@ -162,7 +162,10 @@ class BatchServer:
         return web.json_response(self.state.batches[batch_id])
 
     async def list(self, request: web.Request) -> web.Response:
-        found = sorted(self.state.batches.values(), key=lambda b: -b["created_at"])
+        found = sorted(  # an Anthropic batch of the same server is not on this list
+            (b for b in self.state.batches.values() if b["id"].startswith("batch_")),
+            key=lambda b: -b["created_at"],
+        )
         after = request.query.get("after")
         if after:
             ids = [b["id"] for b in found]

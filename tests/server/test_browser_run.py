@@ -411,6 +411,12 @@ def test_run_page_marks_costs_a_server_did_not_report_as_estimated(
         expect(table.locator("tfoot")).to_contain_text("~$")
         expect(page.locator("#cost-estimated")).to_contain_text("~: estimated")
         assert page.errors == []  # type: ignore[attr-defined]
+        # The runs list marks the run's cost too, from its listed row (`estimated`).
+        listed = server.http.get("/api/runs").json()
+        assert [r["estimated"] for r in listed if r["run_id"] == run_id] == [True]
+        runs = open_page(browser, f"{server.url}/ui/")
+        expect(runs.locator(f'#runs tr[data-run="{run_id}"] .run-cost')).to_contain_text("~$")
+        assert runs.errors == []  # type: ignore[attr-defined]
     finally:
         fake.state.stopping.set()
         fake.shutdown()

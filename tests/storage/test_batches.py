@@ -34,11 +34,11 @@ def new_batch(batch_id: str = "b1", *, at: float = T0) -> NewBatch:
 ROWS = [(1, "one", {"lang": "fr"}), (2, "two", {"lang": "de"}), (3, "three", {})]
 
 
-def finish(store: Store, run_id: str, status: str, cost: float) -> None:
-    """Register a run and record it ended with `cost` spent."""
+def finish(store: Store, run_id: str, status: str, cost: float, *, estimated: bool = False) -> None:
+    """Register a run and record it ended with `cost` spent (`estimated`: its tokens were)."""
     make_run(store, run_id)
     lease = store.acquire_lease(run_id, "me", TTL, T0)
-    summary = RunSummary(status=status, phase=None, cost_usd=cost, tokens=10)
+    summary = RunSummary(status=status, phase=None, cost_usd=cost, tokens=10, estimated=estimated)
     store.append(AppendBatch(lease=lease, events=notes("x"), summary=summary), T0)
     store.release_lease(Lease(run_id=run_id, owner="me", token=lease.token, expires_at=0))
 
@@ -102,6 +102,26 @@ def test_rows_carry_their_runs_status_and_every_tries_spend(store: Store) -> Non
     )
     assert ledger.claim_rows("b1", [(2, 2, "b1-r2-t2")], T0) == [2]
     assert fold([r.view for r in ledger.rows("b1")], max_cost_usd=0.7).over_budget
+
+
+def test_a_rows_estimated_cost_marks_the_batchs_spend_through_its_retries(store: Store) -> None:
+    """A row whose run's tokens were estimated says so in its views, its rows and the fold;
+    a retry keeps the mark with the failed try's spend, and other rows stay unmarked."""
+    ledger = batch_ledger(store)
+    ledger.create_batch(new_batch(), ROWS)
+    ledger.claim_rows("b1", [(1, 1, "b1-r1"), (2, 1, "b1-r2")], T0)
+    finish(store, "b1-r1", "delivered", 0.25)
+    assert not fold(ledger.views("b1"), max_cost_usd=None).estimated
+    finish(store, "b1-r2", "failed", 0.5, estimated=True)
+    assert [v.estimated for v in ledger.views("b1")] == [False, True, False]
+    assert [r.view.estimated for r in ledger.rows("b1")] == [False, True, False]
+    assert [v.estimated for v in ledger.views_of("b1", [2, 3])] == [True, False]
+    assert fold(ledger.views("b1"), max_cost_usd=None).estimated
+    assert ledger.retry_rows("b1", [ledger.views("b1")[1]]) == 1
+    assert ledger.claim_rows("b1", [(2, 2, "b1-r2-t2")], T0) == [2]
+    finish(store, "b1-r2-t2", "delivered", 0.125)
+    again = ledger.views_of("b1", [2])[0]
+    assert (again.tries, again.cost_usd, again.estimated) == (2, 0.625, True)
 
 
 def test_results_refusals_and_cancellation(store: Store) -> None:

@@ -11,6 +11,7 @@ import pytest
 from interlock.core import events as ev
 from interlock.errors import LeaseHeld, LeaseLost, RunNotFound, StorageError
 from interlock.storage.base import AppendBatch, CacheEntry, Lease, NewEvent, RunSummary, Store
+from interlock.storage.postgres import PostgresStore
 
 T0 = 1000.0
 TTL = 10.0
@@ -190,6 +191,29 @@ def test_summary_follows_every_append(store: Store) -> None:
     summary = store.get_run("r1").summary
     assert (summary.status, summary.phase, summary.cost_usd) == ("paused", "x", 0.5)
     assert (summary.tokens, summary.warnings) == (7, 1)
+    assert summary.estimated is False
+
+
+def test_an_estimated_cost_is_kept_in_the_listing_row(store: Store) -> None:
+    """A summary whose tokens were estimated is listed so, by `get_run`, `list_runs` and
+    `search_runs`, and stays so while later appends (same status and cost) say it again."""
+    from interlock.storage.run_list import RunQuery
+
+    make_run(store, "r1")
+    make_run(store, "r2", at=T0 + 1)
+    lease = store.acquire_lease("r1", "a", TTL, T0)
+    guessed = RunSummary(status="running", phase="x", cost_usd=0.5, tokens=7, estimated=True)
+    store.append(AppendBatch(lease=lease, events=notes("a"), summary=guessed), T0)
+    store.append(AppendBatch(lease=lease, events=notes("b"), summary=guessed), T0)
+    assert store.get_run("r1").summary.estimated is True
+    assert store.get_run("r2").summary.estimated is False
+    listed = {r.run_id: r.summary.estimated for r in store.list_runs()}
+    assert listed == {"r1": True, "r2": False}
+    found = {r.run_id: r.summary.estimated for r in store.search_runs(RunQuery(limit=10))}
+    assert found == {"r1": True, "r2": False}
+    if isinstance(store, PostgresStore):  # a fleet orchestrator takes runs with their rows
+        taken = store.take_leases(["r1", "r2"], "b", TTL, T0 + TTL + 1)
+        assert {record.run_id: record.summary.estimated for _, record, _ in taken} == listed
 
 
 # -- leases and fencing ------------------------------------------------------------------------

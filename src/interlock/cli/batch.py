@@ -281,6 +281,8 @@ def status(ctx: Ctx, batch_id: str, as_json: bool, width: int) -> None:
     capped = {n: m.why for n, m in marks.items() if m.why}
     said = progress_line(progress, None, capped)
     out.print(f"batch {batch_id} ({record.pipeline}): {printable(said)}", markup=False)
+    if progress.estimated:
+        out.print("~: estimated, a server reported no token counts (four characters a token)")
     if progress.breach is not None:
         out.print(failure_line(batch_id, progress.breach.reason), soft_wrap=True)
     if record.experiment is not None:
@@ -380,7 +382,7 @@ def batches(ctx: Ctx, limit: int, provider: bool) -> None:
             str(counts.get(RowStatus.DELIVERED, 0)),
             str(counts.get(RowStatus.FAILED, 0)),
             str(progress.running),
-            f"${progress.cost_usd:.4f}",
+            f"{'~' if progress.estimated else ''}${progress.cost_usd:.4f}",
         )
     out.print(table)
 

@@ -56,7 +56,7 @@ def progress_line(
     for status in (RowStatus.PAUSED, RowStatus.CANCELLED, RowStatus.BUDGET, RowStatus.STOPPED):
         if counts.get(status):
             parts.append(f"{counts[status]} {status.value}")
-    parts.append(f"${progress.cost_usd:.4f}")
+    parts.append(f"{'~' if progress.estimated else ''}${progress.cost_usd:.4f}")
     if not progress.settled:
         stalled = bool(held) and len(capped or {}) >= progress.running
         parts.append(f"ETA {duration(None if stalled else eta)}")
@@ -115,7 +115,8 @@ class BatchProgressView:
             self._seen[view.number] = status
             # Rows that had ended before this process looked are not said again.
             if before is not None and before != status and status in SAID:
-                out.print(f"row {view.number}: {status} ({view.run_id}, ${view.cost_usd:.4f})")
+                cost = f"{'~' if view.estimated else ''}${view.cost_usd:.4f}"
+                out.print(f"row {view.number}: {status} ({view.run_id}, {cost})")
         line = progress_line(progress, snapshot.eta, snapshot.capped)
         now = time.monotonic()
         if line != self._said and (now - self._last_line >= PLAIN_EVERY or progress.settled):
@@ -156,7 +157,7 @@ def status_table(
                 shorten(inputs_text(row.topic, row.inputs), width),
                 view.run_id or "-",
                 row_status(view, progress).value if mark is None else mark.status,
-                f"${view.cost_usd:.4f}",
+                f"{'~' if view.estimated else ''}${view.cost_usd:.4f}",
                 shorten(compact(values), width) if values else "",
             )
         )

@@ -85,6 +85,8 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
                 "phase": r.summary.phase,
                 "cost_usd": r.summary.cost_usd,
                 "tokens": r.summary.tokens,
+                # Some call's tokens, so the cost, were estimated: the server reported none.
+                "estimated": r.summary.estimated,
                 "created_at": r.created_at,
                 "updated_at": r.summary.updated_at,
                 "driven_by": drivers.get(r.run_id),
@@ -130,7 +132,7 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
             printable(r.pipeline),
             state,
             printable(r.summary.phase or ""),
-            f"${r.summary.cost_usd:.4f}",
+            f"{'~' if r.summary.estimated else ''}${r.summary.cost_usd:.4f}",
             when(r.created_at),
             printable(r.topic[:40]),
         )
@@ -139,6 +141,8 @@ def runs(ctx: Ctx, status: str | None, pipeline: str | None, limit: int, as_json
         out.print(shown, soft_wrap=not hasattr(shown, "columns"))
     for why in unreadable.values():
         out.print(f"unreadable: {why}")
+    if any(r.summary.estimated for r in records):
+        out.print("~: estimated, a server reported no token counts (four characters a token)")
     if more:
         out.print(
             f"showing the newest {limit} runs; older ones are left out: '--limit {limit * 4}' "
@@ -292,9 +296,14 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
     from interlock.runtime.family import family_view
 
     family = family_view(ctx.store, view)
+    from interlock.runtime.run_config import config_report, recorded_config
+
+    # Which interlock.toml its models were resolved from when it was created, as it is now.
+    recorded = recorded_config(ctx.store, record.run_id)
+    config = None if recorded is None else config_report(recorded)
     if as_json:
         # Plain json: rich's highlighting takes seconds on a phase of thousands of workers.
-        whole = {**view, "driven_by": driver, **family}
+        whole = {**view, "driven_by": driver, **family, "config": config}
         click.echo(json.dumps(whole, indent=2, ensure_ascii=False))
         return
     from rich.table import Table
@@ -357,14 +366,7 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
         out.print(escape(line), markup=True, soft_wrap=True)
     out.print(totals_line(view))
     if any(w.get("model") for p in view["phases"] for w in p["workers"].values()):
-        # Which interlock.toml its model workers read when the run is driven from here.
-        from pathlib import Path
-
-        from interlock.providers.config_paths import found_line
-
-        source = record.source
-        folder = Path(source).parent if source and not source.startswith("<") else None
-        out.print(found_line(folder, Home.at(ctx.home).root), markup=False, soft_wrap=True)
+        _config_lines(ctx, record, config)
     if view.get("unpriced_models"):
         from interlock.runtime.projection import unpriced_note
 
@@ -473,6 +475,33 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
         out.print(f"[red]{status_word}{colon}[/]{escape(reason)}", markup=True, soft_wrap=True)
     if view["final"]:
         out.print(_final_line(ctx, view), soft_wrap=True, markup=True)
+
+
+def _config_lines(ctx: Ctx, record: RunRecord, config: dict[str, Any] | None) -> None:
+    """The interlock.toml the run's models were resolved from when it was created (said
+    changed or gone when it is); and the one a command here finds now, when it differs,
+    since that is what driving the run from here (`resume`) reads."""
+    from pathlib import Path
+
+    from interlock.providers.config_paths import found_line, used_line
+    from interlock.runtime.home import Home
+    from interlock.runtime.run_config import config_line
+
+    source = record.source
+    folder = Path(source).parent if source and not source.startswith("<") else None
+    now = found_line(folder, Home.at(ctx.home).root)
+    if config is None:  # recorded before runs kept their configuration: what is found now
+        out.print(now, markup=False, soft_wrap=True)
+        return
+    started = used_line([Path(f["path"]) for f in config["files"]], config.get("env") or [])
+    out.print(config_line(config, elsewhere=now != started), markup=False, soft_wrap=True)
+    if now != started:
+        found = now.removeprefix("config: ")
+        out.print(
+            f"config found here now: {found} (what 'interlock resume' from here reads)",
+            markup=False,
+            soft_wrap=True,
+        )
 
 
 def _final_line(ctx: Ctx, view: dict[str, Any]) -> str:

@@ -101,6 +101,7 @@ class RowView:
     tokens: int = 0
     kept: bool = False  # its ended run's result is recorded on the row
     parked: bool = False  # its run only waits for provider-batch answers (its summary says)
+    estimated: bool = False  # some try's tokens, so its cost, were estimated (no usage reported)
 
     @property
     def status(self) -> RowStatus:
@@ -136,6 +137,7 @@ class BatchProgress:
     tokens: int
     over_budget: bool  # the spend reached the batch's budget: no more rows start
     breach: Breach | None = None  # more rows failed than the batch tolerates: none start
+    estimated: bool = False  # the spend includes a row's estimated cost (no usage reported)
 
     @property
     def done(self) -> int:
@@ -240,6 +242,7 @@ def fold(
         tokens=tokens,
         over_budget=over,
         breach=breach,
+        estimated=any(v.estimated for v in views),
     )
 
 

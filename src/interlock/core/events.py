@@ -67,6 +67,10 @@ class RunCreated(Event):
     # A child run (`core.subpipelines`): the run and the task whose output it makes.
     parent_run: str | None = None
     parent_task: str | None = None
+    # Where its models were configured when it was created: `files`, the interlock.toml
+    # files read, first winning, each {path, sha256}, and `explicit`, whether the first was
+    # named by --config or INTERLOCK_CONFIG (`runtime.run_config`). None: not recorded.
+    config: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True, repr=False, eq=False)
@@ -563,7 +567,7 @@ _FIELDS = {
 
 # Optional fields added after version 1 are written only when set, so that interlock
 # versions that predate them still read every record that does not use them.
-_SPARSE = frozenset({"retry_after", "parent_run", "parent_task", "records", "approval"})
+_SPARSE = frozenset({"retry_after", "parent_run", "parent_task", "records", "approval", "config"})
 
 
 def to_record(event: Event) -> tuple[str, dict[str, Any]]:

@@ -222,6 +222,7 @@ class RunState:
     cost_usd: float = 0.0
     tokens: int = 0
     unpriced: tuple[str, ...] = ()  # model aliases called with no known price (sorted)
+    estimated: bool = False  # some call's tokens (so its cost) were estimated, not reported
     events: int = 0
     rerun_of: str | None = None  # the source run whose outputs this run may reuse
     rerun_from: str | None = None  # from this phase on, nothing is reused
@@ -862,7 +863,7 @@ def _charge(state: RunState, task: TaskState, attempt: int, usage: dict[str, Any
     cost = float(usage.get("cost_usd", 0.0))
     tokens = int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))
     if usage.get("estimated"):
-        task.estimated = True
+        task.estimated = state.estimated = True
     if usage.get("unpriced"):
         task.unpriced = True
         # A `call:` worker's calls of several aliases name those without a price.

@@ -108,7 +108,12 @@ from interlock.providers.config_files import (
     tables,
     unknown_top_level,
 )
-from interlock.providers.config_paths import CONFIG_NAME, config_candidates, unread_configs
+from interlock.providers.config_paths import (
+    CONFIG_NAME,
+    config_candidates,
+    file_sha256,
+    unread_configs,
+)
 from interlock.providers.config_paths import used_line as _used_line
 from interlock.providers.failures import ProviderError
 from interlock.providers.price_tables import price_tables
@@ -149,6 +154,8 @@ class ModelConfig:
     prices: Mapping[str, PriceTable] = field(default_factory=dict)  # [prices.<model id>]
     searched: tuple[Path, ...] = ()
     loaded: tuple[Path, ...] = ()
+    # The SHA-256 of each loaded file as it was read (a run records which files it used).
+    digests: tuple[str, ...] = ()
     env_sources: tuple[str, ...] = ()
     # interlock.toml files near the workflow that the order does not read (see `resolve`).
     unread: tuple[Path, ...] = ()
@@ -193,12 +200,14 @@ class ModelConfig:
         secrets_file: Path | None = None
         spend: SpendLimits | None = None
         loaded: list[Path] = []
+        digests: list[str] = []
         for path in paths:
             if not path.is_file():
                 continue
             document = read_toml(path)
             unknown_top_level(document, path)
             loaded.append(path)
+            digests.append(file_sha256(path) or "")
             for name, table in tables(document, "providers", path).items():
                 raw_providers.setdefault(name, (path, table))
             for alias, table in tables(document, "models", path).items():
@@ -223,6 +232,7 @@ class ModelConfig:
             prices=price_tables(raw_prices),
             searched=tuple(paths),
             loaded=tuple(loaded),
+            digests=tuple(digests),
             env_sources=tuple(env_sources),
             secrets_file=secrets_file,
             env=environ,

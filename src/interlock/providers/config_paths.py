@@ -15,6 +15,7 @@ The order, first file winning where two define the same provider or alias:
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -73,6 +74,14 @@ def unread_configs(
             if path not in searched and path.is_file():
                 found[path] = None
     return list(found)
+
+
+def file_sha256(path: Path) -> str | None:
+    """The SHA-256 of a file's bytes; None when it is gone or cannot be read."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def used_line(loaded: Sequence[Path], env_sources: Sequence[str]) -> str:

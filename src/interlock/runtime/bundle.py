@@ -692,6 +692,7 @@ def _summary(state: RunState) -> RunSummary:
         tokens=state.tokens,
         warnings=len(state.warnings),
         updated_at=state.updated_at,
+        estimated=state.estimated,
     )
 
 

@@ -289,7 +289,10 @@ def _ensure_child(
         source = str(driver.workflow_dir / file_part)
     definition = Definition.of(worker.child_name, worker.pipeline_definition, source)
     crash_point("before_child_start")
+    from interlock.runtime.run_config import config_origin
+
     origin: dict[str, Any] = {"parent_run": driver.run_id, "parent_task": task.task_id}
+    origin.update(config_origin(orchestrator.models, definition))  # what `status` names
     try:
         orchestrator.create_runs([(definition, topic, inputs, child_id)], origin=origin)
     except StorageError:

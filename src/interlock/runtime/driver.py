@@ -282,6 +282,7 @@ class RunDriver:
             warnings=len(state.warnings),
             updated_at=state.updated_at,
             batch_parked=batch_parked(state),
+            estimated=state.estimated,
         )
 
     def final_path(self, task: TaskState) -> Path:

@@ -147,12 +147,15 @@ def prepare(store: Store, orchestrator: Orchestrator, request: RerunRequest) -> 
 
 def create(orchestrator: Orchestrator, prepared: PreparedRerun, run_id: str | None) -> str:
     """Record the rerun (holding its lease); `drive` carries it out."""
-    return orchestrator.create_run(
-        prepared.definition,
-        topic=prepared.topic,
-        inputs=prepared.inputs,
-        run_id=run_id,
-        rerun_of=prepared.source,
-        rerun_from=prepared.from_phase,
-        no_cache=prepared.no_cache,
-    )
+    from interlock.runtime.run_config import config_origin
+
+    origin = {
+        "rerun_of": prepared.source,
+        "rerun_from": prepared.from_phase,
+        "no_cache": prepared.no_cache,
+        **config_origin(orchestrator.models, prepared.definition),
+    }
+    specs: list[tuple[Definition, str, dict[str, Any] | None, str | None]] = [
+        (prepared.definition, prepared.topic, prepared.inputs, run_id)
+    ]
+    return orchestrator.create_runs(specs, origin=origin)[0]

@@ -121,6 +121,7 @@ def event_message(
         "phase": state.current.phase if state.current else None,
         "progress": progress(pipeline, state),
         "cost_usd": round(state.cost_usd, 6),
+        "estimated": state.estimated,  # some call's tokens, so the cost, were estimated
         "message": describe(stored),
         "final": is_final(state),
     }
@@ -143,7 +144,7 @@ def event_record(stored: StoredEvent) -> dict[str, Any]:
 # What a list of runs shows of one: its state after the message's event, not the event itself.
 SUMMARY_KEYS = (
     *("run_id", "id", "seq", "at", "kind"),
-    *("state", "waiting", "phase", "progress", "cost_usd", "final"),
+    *("state", "waiting", "phase", "progress", "cost_usd", "estimated", "final"),
 )
 
 

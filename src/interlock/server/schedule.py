@@ -17,6 +17,7 @@ from interlock.core.loader import Definition
 from interlock.errors import InterlockError, RunNotFound, UsageError
 from interlock.runtime.home import check_run_id
 from interlock.runtime.orchestrator import Orchestrator
+from interlock.runtime.run_config import config_origin
 
 log = logging.getLogger("interlock.server")
 
@@ -77,9 +78,9 @@ class Scheduler:
                 pass
             stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(slot))
             try:
-                self.orchestrator.create_run(
-                    definition, topic=f"scheduled run of {stamp}", run_id=run_id
-                )
+                topic = f"scheduled run of {stamp}"
+                origin = config_origin(self.orchestrator.models, definition)
+                self.orchestrator.create_runs([(definition, topic, None, run_id)], origin=origin)
             except InterlockError as exc:  # another server created it first (primary key)
                 log.info("slot %s not started here: %s", run_id, exc, extra={"run_id": run_id})
                 continue

@@ -41,6 +41,7 @@ def run_row(
         "phase": s.phase,
         "cost_usd": round(s.cost_usd, 6),
         "tokens": s.tokens,
+        "estimated": s.estimated,  # some call's tokens, so the cost, were estimated
         "warnings": s.warnings,
         "events": record.last_seq,
         "created_at": iso(record.created_at),

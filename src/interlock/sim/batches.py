@@ -100,6 +100,7 @@ class _Runs:
         self.drivers: dict[str, object] = {}
         self.pinned: Any = _definition()
         self.listeners: list[Callable[..., None]] = []
+        self.models = None  # no model configuration: its runs record none (`run_config`)
 
     def create_runs(self, specs: list[Any], *, origin: Any = None) -> list[str]:
         def make() -> list[str]:

@@ -135,6 +135,8 @@ class RunSummary:
     # It only waits for provider-batch answers (`core.state.batch_parked`): a batch driver
     # does not count its row against `--concurrency`.
     batch_parked: bool = False
+    # Some call's tokens, so the cost, were estimated (the server reported no usage).
+    estimated: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -363,7 +363,9 @@ class SQLBatches:
 
         def retry(db: Any) -> int:
             given = sum(
-                db.execute(q, (v.cost_usd, v.tokens, batch_id, v.number, v.tries)).rowcount
+                db.execute(
+                    q, (v.cost_usd, v.tokens, v.estimated, batch_id, v.number, v.tries)
+                ).rowcount
                 for v in views
             )
             if given:
@@ -468,7 +470,9 @@ def tolerance_of(text: str | None) -> Tolerance | None:
 
 
 def _view(row: Sequence[Any]) -> RowView:
-    number, state, tries, run_id, spent, used, run_status, cost, tokens, kept, parked = row
+    number, state, tries, run_id, spent, used, run_status, cost, tokens, kept, parked, estimated = (
+        row
+    )
     return RowView(
         number=int(number),
         state=RowState(state),
@@ -479,12 +483,13 @@ def _view(row: Sequence[Any]) -> RowView:
         tokens=int(used) + int(tokens or 0),
         kept=bool(kept),
         parked=bool(parked),
+        estimated=bool(estimated),
     )
 
 
 def _row(row: Sequence[Any]) -> BatchRow:
     (number, topic, inputs, state, tries, run_id, started, error, result) = row[:9]
-    spent, used, run_status, cost, tokens, parked = row[9:]
+    spent, used, run_status, cost, tokens, parked, estimated = row[9:]
     view = RowView(
         number=int(number),
         state=RowState(state),
@@ -495,6 +500,7 @@ def _row(row: Sequence[Any]) -> BatchRow:
         tokens=int(used) + int(tokens or 0),
         kept=result is not None,
         parked=bool(parked),
+        estimated=bool(estimated),
     )
     return BatchRow(
         view=view,

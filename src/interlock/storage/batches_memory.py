@@ -38,6 +38,7 @@ class _Row:
         self.result: dict[str, Any] | None = None
         self.spent_before = 0.0
         self.tokens_before = 0
+        self.estimated_before = False
 
 
 class MemoryBatches:
@@ -127,12 +128,13 @@ class MemoryBatches:
             return [self._view(rows[n]).view for n in sorted(set(numbers)) if n in rows]
 
     def _view(self, row: _Row) -> BatchRow:
-        status, cost, tokens, parked = None, 0.0, 0, False
+        status, cost, tokens, parked, estimated = None, 0.0, 0, False, False
         if row.run_id is not None:
             try:
                 summary = self._store.get_run(row.run_id).summary
                 status, cost, tokens = summary.status, summary.cost_usd, summary.tokens
                 parked = summary.batch_parked
+                estimated = summary.estimated
             except RunNotFound:  # pruned: its receipt keeps its status, not its cost
                 receipt = self._store.pruned_run(row.run_id)
                 status = receipt.status if receipt is not None else None
@@ -146,6 +148,7 @@ class MemoryBatches:
             tokens=row.tokens_before + tokens,
             kept=row.result is not None,
             parked=parked,
+            estimated=row.estimated_before or estimated,
         )
         return BatchRow(
             view=view,
@@ -202,6 +205,7 @@ class MemoryBatches:
                 row.state, row.tries, row.run_id = RowState.PENDING, row.tries + 1, None
                 row.started_at = row.error = row.result = None
                 row.spent_before, row.tokens_before = view.cost_usd, view.tokens
+                row.estimated_before = view.estimated
                 given += 1
             if given:
                 self._count_change(batch_id)

@@ -327,7 +327,7 @@ class PostgresStore:
         expires = now + ttl
         return [
             (
-                Lease(run_id=row[0], owner=owner, token=int(row[18]), expires_at=expires),
+                Lease(run_id=row[0], owner=owner, token=int(row[19]), expires_at=expires),
                 run_from_row(row),
                 histories[row[0]],
             )
@@ -720,6 +720,7 @@ def _append_args(batch: AppendBatch, now: float) -> dict[str, Any]:
         "warnings": summary.warnings,
         "updated": summary.updated_at,
         "parked": summary.batch_parked,
+        "estimated": summary.estimated,
         "events": codec.dumps(events),
         "consumed": list(batch.consumed),
         "shas": [sha for sha, _ in batch.artifacts],

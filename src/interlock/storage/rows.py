@@ -56,6 +56,7 @@ def run_from_row(row: Any) -> RunRecord:
         warnings=row[11],
         updated_at=row[12],
         batch_parked=bool(row[17]),
+        estimated=bool(row[18]),
     )
     return RunRecord(
         run_id=row[0],

@@ -432,7 +432,8 @@ class SQLiteStore:
             found = _append_tail(db, batch, now, tail, stamped)
         if found is None:
             parked = int(s.batch_parked)
-            summary = (n, s.status, s.phase, s.cost_usd, s.tokens, s.warnings, s.updated_at, parked)
+            listed = (s.status, s.phase, s.cost_usd, s.tokens, s.warnings, s.updated_at)
+            summary = (n, *listed, parked, s.estimated)
             fence = (lease.run_id, lease.owner, lease.token, now)
             row = db.execute(Q["fence"], summary + fence).fetchone()
             if row is None:
@@ -678,12 +679,13 @@ def _append_tail(
     new_head = head if rows else tail.head
     fence = (lease.run_id, lease.owner, lease.token, now, tail.seq, tail.head)
     if s.status == tail.status and s.cost_usd == tail.cost_usd:
-        same = (last, s.phase, s.tokens, s.warnings, s.updated_at, int(s.batch_parked), new_head)
+        parked = int(s.batch_parked)
+        same = (last, s.phase, s.tokens, s.warnings, s.updated_at, parked, s.estimated, new_head)
         changed = db.execute(Q["fence_tail_same"], (*same, *fence, s.status, s.cost_usd))
     else:
         values = (last, s.status, s.phase, s.cost_usd, s.tokens, s.warnings, s.updated_at)
         parked = int(s.batch_parked)
-        changed = db.execute(Q["fence_tail"], (*values, parked, new_head, *fence))
+        changed = db.execute(Q["fence_tail"], (*values, parked, s.estimated, new_head, *fence))
     if changed.rowcount != 1:
         return None
     if rows:

@@ -189,6 +189,7 @@ def row_record(row: BatchRow, progress: BatchProgress) -> dict[str, Any]:
         "run_id": view.run_id,
         "cost_usd": round(view.cost_usd, 6),
         "tokens": view.tokens,
+        "estimated": view.estimated,  # some try's tokens, so its cost, were estimated
         "values": result.get("values") or {},
         "failure": row.error or result.get("failure"),
     }
@@ -226,6 +227,7 @@ def batch_summary(record: BatchRecord, progress: BatchProgress) -> dict[str, Any
         "waiting": progress.waiting,  # not started (for lack of room, or the budget)
         "cost_usd": round(progress.cost_usd, 6),
         "tokens": progress.tokens,
+        "estimated": progress.estimated,  # the cost includes some row's estimated cost
         "cancelled": record.cancelled_at is not None,
         "settled": progress.settled,
         "tolerate": record.tolerate,  # failed rows allowed: a count, "P%" or None (no limit)
@@ -517,7 +519,7 @@ class BatchRunner:
             return
         specs = fresh
         try:
-            self.app.orchestrator.create_runs(entries)
+            self.app.orchestrator.create_runs(entries, origin=self._config())
             return
         except StorageError:
             raise
@@ -526,13 +528,19 @@ class BatchRunner:
         for (number, run_id), entry in zip(specs, entries, strict=True):
             self._make_one(number, run_id, entry)
 
+    def _config(self) -> dict[str, Any]:
+        """The rows' runs record which interlock.toml their models use (`status` names it)."""
+        from interlock.runtime.run_config import config_origin
+
+        return config_origin(self.app.orchestrator.models, self.definition)
+
     def _make_one(
         self, number: int, run_id: str, entry: Any, origin: dict[str, Any] | None = None
     ) -> None:
         """Make one row's run (`origin`: further fields of its `run_created`, a variant row's
         source run), or record why it cannot be made."""
         try:
-            self.app.orchestrator.create_runs([entry], origin=origin)
+            self.app.orchestrator.create_runs([entry], origin={**self._config(), **(origin or {})})
         except StorageError:
             raise
         except InterlockError as exc:

@@ -62,7 +62,7 @@ async function batchesPage() {
         b.experiment ? h("div", { class: "muted" }, `variant ${b.variant} of `, h("a", { href: `#/compare/${b.experiment}` }, b.experiment)) : null),
       h("td", {}, b.pipeline), h("td", {}, progressBar(b, true)), h("td", { class: "num" }, b.row_count),
       h("td", { class: "num" }, b.counts.delivered || 0), h("td", { class: "num" }, b.counts.failed || 0),
-      h("td", { class: "num" }, b.running), h("td", { class: "num" }, money(b.cost_usd)), h("td", { class: "num muted" }, epochAgo(b.created_at)))));
+      h("td", { class: "num" }, b.running), h("td", { class: "num" }, `${b.estimated && b.cost_usd ? "~" : ""}${money(b.cost_usd)}`), h("td", { class: "num muted" }, epochAgo(b.created_at)))));
   };
   mine.load = debounced(load, () => mine.every);
   await load();
@@ -143,7 +143,7 @@ function drawBatch(mine) {
       h("div", { class: "stats", id: "batch-stats" },
         stat(`${b.done}/${b.row_count}`, "done"), stat(counts.delivered || 0, "delivered"), stat(b.running, "running"),
         stat(counts.failed || 0, "failed"), stat(b.waiting, "waiting"), extra.map((s) => stat(counts[s], s)),
-        stat(money(b.cost_usd), "cost"), stat(b.tokens, "tokens"),
+        stat(`${b.estimated && b.cost_usd ? "~" : ""}${money(b.cost_usd)}`, b.estimated ? "cost (estimated)" : "cost"), stat(b.tokens, "tokens"),
         stat(b.concurrency, "at once"), b.max_cost_usd ? stat(money(b.max_cost_usd), "budget") : null)),
     batchControls(mine)), progressBar(b));
   const notes = [];
@@ -263,7 +263,7 @@ function rowLines(rows) {
       h("td", { class: "num" }, r.row), h("td", {}, statusPill(r.status)),
       h("td", { class: "row-inputs" }, h("div", {}, r.topic), inputs ? h("div", { class: "muted mono" }, inputs) : null),
       h("td", { class: "mono" }, r.run_id ? h("a", { href: `#/runs/${r.run_id}` }, r.run_id) : "–"),
-      h("td", { class: "num" }, r.run_id ? r.try : "–"), h("td", { class: "num" }, money(r.cost_usd)), h("td", { class: "num" }, r.tokens || "–"),
+      h("td", { class: "num" }, r.run_id ? r.try : "–"), h("td", { class: "num" }, `${r.estimated && r.cost_usd ? "~" : ""}${money(r.cost_usd)}`), h("td", { class: "num" }, r.tokens || "–"),
       h("td", { class: "row-values" }, values ? h("div", { class: "mono" }, values) : null, r.failure ? h("div", { class: "bad" }, r.failure.slice(0, 300)) : null));
   });
 }

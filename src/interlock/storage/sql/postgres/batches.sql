@@ -1,7 +1,7 @@
 -- Batches: the queries of `interlock.storage.batches`. A row's run that was pruned keeps its
 -- status (from its receipt in pruned_runs); its cost is no longer known.
 -- Tables: 017_batches.sql, 019_batch_variants.sql, 021_batch_tolerate.sql,
--- 023_batch_changes.sql.
+-- 023_batch_changes.sql, 026_estimated.sql.
 
 -- name: insert_definition
 INSERT INTO definitions (hash, body) VALUES (%s, %s) ON CONFLICT (hash) DO NOTHING;
@@ -36,7 +36,8 @@ FROM batches WHERE experiment = %s ORDER BY created_at, batch_id;
 -- name: batch_rows
 SELECT b.row_no, b.topic, b.inputs, b.state, b.tries, b.run_id, b.started_at, b.error, b.result,
        b.spent_before, b.tokens_before, coalesce(r.status, p.status), r.cost_usd, r.tokens,
-       coalesce(r.batch_parked, false)
+       coalesce(r.batch_parked, false),
+       b.estimated_before OR coalesce(r.estimated, false)
 FROM batch_rows b LEFT JOIN runs r ON r.run_id = b.run_id
      LEFT JOIN pruned_runs p ON p.run_id = b.run_id
 WHERE b.batch_id = %s ORDER BY b.row_no;
@@ -44,7 +45,8 @@ WHERE b.batch_id = %s ORDER BY b.row_no;
 -- name: batch_views
 SELECT b.row_no, b.state, b.tries, b.run_id, b.spent_before, b.tokens_before,
        coalesce(r.status, p.status), r.cost_usd, r.tokens, b.result IS NOT NULL,
-       coalesce(r.batch_parked, false)
+       coalesce(r.batch_parked, false),
+       b.estimated_before OR coalesce(r.estimated, false)
 FROM batch_rows b LEFT JOIN runs r ON r.run_id = b.run_id
      LEFT JOIN pruned_runs p ON p.run_id = b.run_id
 WHERE b.batch_id = %s ORDER BY b.row_no;
@@ -53,7 +55,8 @@ WHERE b.batch_id = %s ORDER BY b.row_no;
 -- The views of some rows (a JSON array of their numbers on SQLite, an array on PostgreSQL).
 SELECT b.row_no, b.state, b.tries, b.run_id, b.spent_before, b.tokens_before,
        coalesce(r.status, p.status), r.cost_usd, r.tokens, b.result IS NOT NULL,
-       coalesce(r.batch_parked, false)
+       coalesce(r.batch_parked, false),
+       b.estimated_before OR coalesce(r.estimated, false)
 FROM batch_rows b LEFT JOIN runs r ON r.run_id = b.run_id
      LEFT JOIN pruned_runs p ON p.run_id = b.run_id
 WHERE b.batch_id = %s AND b.row_no = ANY(%s) ORDER BY b.row_no;
@@ -71,7 +74,7 @@ UPDATE batch_rows SET result = %s WHERE batch_id = %s AND row_no = %s AND run_id
 -- name: retry_row
 UPDATE batch_rows
 SET state = 'pending', tries = tries + 1, run_id = NULL, started_at = NULL, error = NULL,
-    result = NULL, spent_before = %s, tokens_before = %s
+    result = NULL, spent_before = %s, tokens_before = %s, estimated_before = %s
 WHERE batch_id = %s AND row_no = %s AND tries = %s AND state IN ('started', 'refused');
 
 -- name: count_change

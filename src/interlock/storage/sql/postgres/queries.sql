@@ -11,7 +11,7 @@ VALUES (%s, %s, %s, %s, %s, %s, 'running', %s);
 -- name: select_runs
 SELECT run_id, pipeline, topic, definition_hash, source, created_at, last_seq, status, phase,
        cost_usd, tokens, warnings, updated_at, lease_owner, lease_expires, lease_acquired_at,
-       lease_renewed_at, batch_parked
+       lease_renewed_at, batch_parked, estimated
 FROM runs;
 
 -- name: lock_lease
@@ -41,7 +41,7 @@ UPDATE runs SET lease_owner = %(owner)s, lease_token = runs.lease_token + 1,
 FROM free WHERE runs.run_id = free.run_id
 RETURNING runs.run_id, pipeline, topic, definition_hash, source, created_at, last_seq, status,
           phase, cost_usd, tokens, warnings, updated_at, lease_owner, lease_expires,
-          lease_acquired_at, lease_renewed_at, batch_parked, lease_token;
+          lease_acquired_at, lease_renewed_at, batch_parked, estimated, lease_token;
 
 -- name: events_of_runs
 SELECT id, run_id, seq, at, kind, data, rule, why, hash FROM events
@@ -180,6 +180,7 @@ WITH RECURSIVE prior AS (
     UPDATE runs SET last_seq = last_seq + %(n)s, status = %(status)s, phase = %(phase)s,
            cost_usd = %(cost)s, tokens = %(tokens)s, warnings = %(warnings)s,
            updated_at = %(updated)s, batch_parked = %(parked)s,
+           estimated = %(estimated)s,
            chain_head = coalesce((SELECT hash FROM links WHERE ord = %(n)s AND ord > 0),
                                  chain_head)
     WHERE run_id = %(run)s AND lease_owner = %(owner)s AND lease_token = %(token)s

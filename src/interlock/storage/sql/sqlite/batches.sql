@@ -1,7 +1,7 @@
 -- Batches: the queries of `interlock.storage.batches`. A row's run that was pruned keeps its
 -- status (from its receipt in pruned_runs); its cost is no longer known.
 -- Tables: 011_batches.sql, 012_batch_variants.sql, 014_batch_tolerate.sql,
--- 016_batch_changes.sql.
+-- 016_batch_changes.sql, 018_estimated.sql.
 
 -- name: insert_definition
 INSERT OR IGNORE INTO definitions (hash, body) VALUES (?, ?);
@@ -36,7 +36,8 @@ FROM batches WHERE experiment = ? ORDER BY created_at, batch_id;
 -- name: batch_rows
 SELECT b.row_no, b.topic, b.inputs, b.state, b.tries, b.run_id, b.started_at, b.error, b.result,
        b.spent_before, b.tokens_before, coalesce(r.status, p.status), r.cost_usd, r.tokens,
-       coalesce(r.batch_parked, 0)
+       coalesce(r.batch_parked, 0),
+       b.estimated_before OR coalesce(r.estimated, false)
 FROM batch_rows b LEFT JOIN runs r ON r.run_id = b.run_id
      LEFT JOIN pruned_runs p ON p.run_id = b.run_id
 WHERE b.batch_id = ? ORDER BY b.row_no;
@@ -44,7 +45,8 @@ WHERE b.batch_id = ? ORDER BY b.row_no;
 -- name: batch_views
 SELECT b.row_no, b.state, b.tries, b.run_id, b.spent_before, b.tokens_before,
        coalesce(r.status, p.status), r.cost_usd, r.tokens, b.result IS NOT NULL,
-       coalesce(r.batch_parked, 0)
+       coalesce(r.batch_parked, 0),
+       b.estimated_before OR coalesce(r.estimated, false)
 FROM batch_rows b LEFT JOIN runs r ON r.run_id = b.run_id
      LEFT JOIN pruned_runs p ON p.run_id = b.run_id
 WHERE b.batch_id = ? ORDER BY b.row_no;
@@ -53,7 +55,8 @@ WHERE b.batch_id = ? ORDER BY b.row_no;
 -- The views of some rows (a JSON array of their numbers on SQLite, an array on PostgreSQL).
 SELECT b.row_no, b.state, b.tries, b.run_id, b.spent_before, b.tokens_before,
        coalesce(r.status, p.status), r.cost_usd, r.tokens, b.result IS NOT NULL,
-       coalesce(r.batch_parked, 0)
+       coalesce(r.batch_parked, 0),
+       b.estimated_before OR coalesce(r.estimated, false)
 FROM batch_rows b LEFT JOIN runs r ON r.run_id = b.run_id
      LEFT JOIN pruned_runs p ON p.run_id = b.run_id
 WHERE b.batch_id = ? AND b.row_no IN (SELECT value FROM json_each(?)) ORDER BY b.row_no;
@@ -71,7 +74,7 @@ UPDATE batch_rows SET result = ? WHERE batch_id = ? AND row_no = ? AND run_id = 
 -- name: retry_row
 UPDATE batch_rows
 SET state = 'pending', tries = tries + 1, run_id = NULL, started_at = NULL, error = NULL,
-    result = NULL, spent_before = ?, tokens_before = ?
+    result = NULL, spent_before = ?, tokens_before = ?, estimated_before = ?
 WHERE batch_id = ? AND row_no = ? AND tries = ? AND state IN ('started', 'refused');
 
 -- name: count_change

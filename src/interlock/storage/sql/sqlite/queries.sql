@@ -11,7 +11,7 @@ VALUES (?, ?, ?, ?, ?, ?, 'running', ?);
 -- name: get_run
 SELECT run_id, pipeline, topic, definition_hash, source, created_at, last_seq, status, phase,
        cost_usd, tokens, warnings, updated_at, lease_owner, lease_expires, lease_acquired_at,
-       lease_renewed_at, batch_parked
+       lease_renewed_at, batch_parked, estimated
 FROM runs WHERE run_id = ?;
 
 -- name: get_lease
@@ -34,7 +34,7 @@ WHERE run_id = ? AND lease_owner = ? AND lease_token = ?;
 -- The lease fence and the summary in one statement: the run's new last seq, or no row (the
 -- lease expired or was taken over, and nothing changed). Events are numbered up to it.
 UPDATE runs SET last_seq = last_seq + ?, status = ?, phase = ?, cost_usd = ?, tokens = ?,
-       warnings = ?, updated_at = ?, batch_parked = ?
+       warnings = ?, updated_at = ?, batch_parked = ?, estimated = ?
 WHERE run_id = ? AND lease_owner = ? AND lease_token = ? AND lease_expires > ?
 RETURNING last_seq, chain_head;
 
@@ -43,7 +43,7 @@ RETURNING last_seq, chain_head;
 -- and head are set in the same statement (no `set_chain_head`), and the statement changes
 -- nothing (no row) unless the row still ends where the process believes it does.
 UPDATE runs SET last_seq = ?, status = ?, phase = ?, cost_usd = ?, tokens = ?, warnings = ?,
-       updated_at = ?, batch_parked = ?, chain_head = ?
+       updated_at = ?, batch_parked = ?, estimated = ?, chain_head = ?
 WHERE run_id = ? AND lease_owner = ? AND lease_token = ? AND lease_expires > ?
       AND last_seq = ? AND chain_head IS ?;
 
@@ -52,7 +52,7 @@ WHERE run_id = ? AND lease_owner = ? AND lease_token = ? AND lease_expires > ?
 -- indexes that hold them (`runs_by_status`, `runs_by_cost`) are not rewritten; the row must
 -- hold those values already.
 UPDATE runs SET last_seq = ?, phase = ?, tokens = ?, warnings = ?, updated_at = ?,
-       batch_parked = ?, chain_head = ?
+       batch_parked = ?, estimated = ?, chain_head = ?
 WHERE run_id = ? AND lease_owner = ? AND lease_token = ? AND lease_expires > ?
       AND last_seq = ? AND chain_head IS ? AND status = ? AND cost_usd = ?;
 
