@@ -176,6 +176,19 @@ def test_kill_9_then_resume_runs_every_row_once(cli_env: dict[str, str], tmp_pat
             "ragged rows: the header has 2 columns but row(s) 2 (line 3: 1 cells)",
         ),
         ("rows.csv", "", "rows.csv: has no rows"),
+        (
+            "rows.csv",
+            "Topic,n\na,1\n",
+            "row 1: column 'Topic' is no input of pipeline 'summarize' (did you mean 'topic'?)",
+        ),
+        ("rows.csv", "n,LANGUAGE\n1,fr\n", "'LANGUAGE' is no input of pipeline 'summarize' (did"),
+        (
+            "rows.csv",
+            "topic;language;n\na;fr;1\n",
+            "rows.csv: the header (line 1) 'topic;language;n' has no comma but semicolons (;): "
+            "the file is separated by semicolons",
+        ),
+        ("rows.csv", "topic\tn\na\t1\n", "has no comma but tabs: the file is separated by tabs"),
     ],
 )
 def test_bad_input_is_refused_before_anything_is_recorded(
@@ -388,3 +401,74 @@ def test_a_misspelt_subcommand_is_named_not_read_as_a_workflow_file(
     )
     assert started.exit_code == 0, started.output
     assert not home.exists()
+
+
+def test_status_says_why_each_failed_row_failed(cli_env: dict[str, str], tmp_path: Path) -> None:
+    """Under each failed row the table says why (the `failure` of `--json`), its control
+    characters escaped and cut to the terminal's width; delivered rows have no such line."""
+    text = FLAKY.replace("FIXED", str(tmp_path / "fixed")).replace(
+        'echo "row $1 broke"', r'printf "row %s \033[31mbroke\n" "$1"'
+    )
+    (tmp_path / "wf.yaml").write_text(text)
+    (tmp_path / "rows.jsonl").write_text("".join(f'{{"n": {n}}}\n' for n in range(1, 4)))
+    interlock(cli_env, tmp_path, "batch", "wf.yaml", "--inputs", "rows.jsonl", "--batch-id", "f")
+    wide = interlock({**cli_env, "COLUMNS": "300"}, tmp_path, "batch", "status", "f").stdout
+    lines = wide.splitlines()
+    under = lines[lines.index(next(line for line in lines if " f-r2 " in line)) + 1]
+    assert under.strip().startswith("why: task writer@1 failed after 1 attempt(s)")
+    assert "row 2 \\x1b[31mbroke" in under and "\x1b" not in wide
+    assert sum("why:" in line for line in lines) == 1  # rows 1 and 3 delivered
+    narrow = interlock({**cli_env, "COLUMNS": "60"}, tmp_path, "batch", "status", "f").stdout
+    why = next(line for line in narrow.splitlines() if "why:" in line)
+    assert len(why) == 60 and why.endswith("…")
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "limit"),
+    [
+        ("--concurrency", "9223372036854775807", "1<=x<=10000"),
+        ("--concurrency", "3000000000", "1<=x<=10000"),
+        ("--batch-waiting", "9223372036854775807", "0<=x<=1000000"),
+    ],
+)
+def test_limits_past_their_maximum_are_refused_naming_the_option(
+    cli_env: dict[str, str], tmp_path: Path, option: str, value: str, limit: str
+) -> None:
+    """A --concurrency or --batch-waiting past what a batch allows is a usage error (exit 2)
+    naming the option and its range, at start and at resume, before anything runs."""
+    setup(tmp_path, 2)
+    args = ["batch", "wf.yaml", "--inputs", "articles.csv", "--batch-id", "big"]
+    refused = interlock(cli_env, tmp_path, *args, option, value)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"'{option}'" in refused.stderr and limit in refused.stderr
+    assert not (tmp_path / "count.txt").exists()
+    assert interlock(cli_env, tmp_path, *args).returncode == 0
+    again = interlock(cli_env, tmp_path, "batch", "resume", "big", option, value)
+    assert again.returncode == 2 and f"'{option}'" in again.stderr and limit in again.stderr
+
+
+def test_rows_of_a_killed_driver_are_shown_not_driven(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """After kill -9 of the batch's process, `batch status` marks its rows in flight
+    `running (not driven)`, as `interlock runs` marks their runs, and says how to go on."""
+    setup(tmp_path, 4, sleep=10)
+    args = [sys.executable, "-m", "interlock", "batch", "wf.yaml", "--inputs", "articles.csv"]
+    args += ["--batch-id", "d", "--concurrency", "2"]
+    driver = subprocess.Popen(
+        args, env=cli_env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while "2 running" not in interlock(cli_env, tmp_path, "batch", "status", "d").stdout:
+            assert time.monotonic() < deadline and driver.poll() is None
+            time.sleep(0.2)
+    finally:
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait()
+    shown = interlock(cli_env, tmp_path, "batch", "status", "d").stdout
+    assert shown.count("running (not driven)") == 2, shown
+    assert "2 row(s) in flight with no process driving them: 'interlock batch resume d'" in shown
+    assert interlock(cli_env, tmp_path, "runs").stdout.count("(not driven)") == 2
+    body = json.loads(interlock(cli_env, tmp_path, "batch", "status", "d", "--json").stdout)
+    assert [r.get("driven") for r in body["rows"]] == [False, False, None, None]

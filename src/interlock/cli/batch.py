@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from interlock.cli.base import COUNT, SEQUENCE, Ctx, err, handle_errors, out, pass_ctx
-from interlock.core.batches import DEFAULT_BATCH_WAITING
+from interlock.cli.base import COUNT, Ctx, err, handle_errors, out, pass_ctx
+from interlock.core.batches import DEFAULT_BATCH_WAITING, MAX_BATCH_WAITING, MAX_CONCURRENCY
 from interlock.errors import ExitCode
 
 if TYPE_CHECKING:
@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from interlock.workloads.batches import Snapshot
 
 BUDGET = click.FloatRange(min=0.0, min_open=True, max=1e12)
-WAITING = SEQUENCE  # rows let wait in provider batches beside --concurrency (0: none)
+CONCURRENCY = click.IntRange(1, MAX_CONCURRENCY)  # runs of the batch at once
+WAITING = click.IntRange(0, MAX_BATCH_WAITING)  # rows let wait beside --concurrency (0: none)
 
 
 class BatchGroup(click.Group):
@@ -62,14 +63,20 @@ def batch() -> None:
 @click.argument("pipeline", required=False)
 @click.option("--inputs", "inputs_file", required=True, help="The rows: a .jsonl or .csv file.")
 @click.option("--topic-field", help="The column that is each run's topic (default: 'topic').")
-@click.option("--concurrency", type=COUNT, default=4, show_default=True, help="Runs at once.")
+@click.option(
+    "--concurrency",
+    type=CONCURRENCY,
+    default=4,
+    show_default=True,
+    help=f"Runs at once (at most {MAX_CONCURRENCY:,}).",
+)
 @click.option(
     "--batch-waiting",
     type=WAITING,
     default=DEFAULT_BATCH_WAITING,
     show_default=True,
     help="Rows whose run only waits for provider-batch answers that do not count against "
-    "--concurrency (0: every row in flight counts).",
+    f"--concurrency (0: every row in flight counts; at most {MAX_BATCH_WAITING:,}).",
 )
 @click.option("--batch-id", help="Choose the batch id (default: generated).")
 @click.option("--max-cost-usd", type=BUDGET, help="The batch's budget: no row starts past it.")
@@ -182,13 +189,17 @@ def start(
 
 @batch.command()
 @click.argument("batch_id")
-@click.option("--concurrency", type=COUNT, help="Change how many runs run at once.")
+@click.option(
+    "--concurrency",
+    type=CONCURRENCY,
+    help=f"Change how many runs run at once (at most {MAX_CONCURRENCY:,}).",
+)
 @click.option("--max-cost-usd", type=BUDGET, help="Change the batch's budget.")
 @click.option(
     "--batch-waiting",
     type=WAITING,
     help="Change how many rows waiting only for provider-batch answers do not count against "
-    "--concurrency.",
+    f"--concurrency (at most {MAX_BATCH_WAITING:,}).",
 )
 @pass_ctx
 @handle_errors
@@ -242,22 +253,34 @@ def retry(ctx: Ctx, batch_id: str, failed: bool) -> None:
 @handle_errors
 def status(ctx: Ctx, batch_id: str, as_json: bool, width: int) -> None:
     """A batch's rows: inputs, run, status, cost and the final worker's values."""
-    from interlock.cli.batch_view import progress_line, status_table
+    from interlock.cli.batch_live import live_marks, undriven_line
+    from interlock.cli.batch_view import progress_line, status_table, terminal_width
+    from interlock.cli.printable import printable
     from interlock.core.batches import fold
 
     record, rows = read_batch(ctx, batch_id)
-    if as_json:
-        from interlock.workloads.batches import batch_record  # the engine, for JSON alone
-
-        out.print_json(json.dumps(batch_record(record, rows)))
-        return
     progress = fold(
         [r.view for r in rows], max_cost_usd=record.max_cost_usd, tolerate=record.tolerate
     )
+    marks = live_marks(ctx.store, ctx.home, rows, progress)
+    if as_json:
+        from interlock.workloads.batches import batch_record  # the engine, for JSON alone
+
+        body = batch_record(record, rows)
+        for shown in body["rows"]:  # a row in flight not driven, or waiting on a spend cap
+            if (mark := marks.get(shown["row"])) is not None:
+                shown.update(driven=mark.driven, waiting=mark.why)
+        out.print_json(json.dumps(body))
+        return
     # Written as it is: the table is aligned already, rich's pass over 10,000 lines only
     # costs time, and a row's control characters are taken out here.
-    click.echo(status_table(rows, progress, width=width).translate(CONTROL))
-    out.print(f"batch {batch_id} ({record.pipeline}): {progress_line(progress, None)}")
+    table = status_table(rows, progress, width=width, line_width=terminal_width(), marks=marks)
+    click.echo(table.translate(CONTROL))
+    if (undriven := undriven_line(batch_id, marks)) is not None:
+        out.print(undriven, soft_wrap=True, markup=False)
+    capped = {n: m.why for n, m in marks.items() if m.why}
+    said = progress_line(progress, None, capped)
+    out.print(f"batch {batch_id} ({record.pipeline}): {printable(said)}", markup=False)
     if progress.estimated:
         out.print("~: estimated, a server reported no token counts (four characters a token)")
     if progress.breach is not None:

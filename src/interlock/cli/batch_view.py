@@ -12,6 +12,7 @@ from interlock.cli.base import err, out, real_console
 if TYPE_CHECKING:
     from rich.live import Live
 
+    from interlock.cli.batch_live import LiveMark
     from interlock.core.batches import BatchProgress
     from interlock.storage.batches import BatchRow
     from interlock.workloads.batches import Snapshot
@@ -33,16 +34,22 @@ def duration(seconds: float | None) -> str:
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
-def progress_line(progress: BatchProgress, eta: float | None) -> str:
-    """done / running / failed / waiting, the spend and the ETA, in one line."""
+def progress_line(
+    progress: BatchProgress, eta: float | None, capped: Mapping[int, str] | None = None
+) -> str:
+    """done / running / failed / waiting, the spend and the ETA, in one line; of the rows
+    running, those whose calls wait on a spend cap (`capped`: row -> what it waits for) are
+    said with the first cap's words, and no ETA is given while every running row waits."""
     from interlock.core.batches import RowStatus
 
     counts = progress.counts
+    held = sorted(set((capped or {}).values()))
     parts = [
         f"{progress.done}/{progress.rows} done",
         f"{counts.get(RowStatus.DELIVERED, 0)} delivered",
         f"{progress.running} running"
-        + (f" ({progress.parked} in provider batch)" if progress.parked else ""),
+        + (f" ({progress.parked} in provider batch)" if progress.parked else "")
+        + (f" ({len(capped or {})} {held[0]})" if held else ""),
         f"{counts.get(RowStatus.FAILED, 0)} failed",
         f"{progress.waiting} waiting",
     ]
@@ -51,7 +58,8 @@ def progress_line(progress: BatchProgress, eta: float | None) -> str:
             parts.append(f"{counts[status]} {status.value}")
     parts.append(f"{'~' if progress.estimated else ''}${progress.cost_usd:.4f}")
     if not progress.settled:
-        parts.append(f"ETA {duration(eta)}")
+        stalled = bool(held) and len(capped or {}) >= progress.running
+        parts.append(f"ETA {duration(None if stalled else eta)}")
     return ", ".join(parts)
 
 
@@ -94,7 +102,7 @@ class BatchProgressView:
         text.append(f"batch {self.batch_id} ({snapshot.batch.pipeline})\n", style="bold")
         text.append("━" * filled, style="green")
         text.append("━" * (BAR - filled), style="dim")
-        text.append(f"\n{progress_line(progress, snapshot.eta)}")
+        text.append(f"\n{progress_line(progress, snapshot.eta, snapshot.capped)}")
         return text
 
     def _plain(self, snapshot: Snapshot) -> None:
@@ -109,41 +117,64 @@ class BatchProgressView:
             if before is not None and before != status and status in SAID:
                 cost = f"{'~' if view.estimated else ''}${view.cost_usd:.4f}"
                 out.print(f"row {view.number}: {status} ({view.run_id}, {cost})")
-        line = progress_line(progress, snapshot.eta)
+        line = progress_line(progress, snapshot.eta, snapshot.capped)
         now = time.monotonic()
         if line != self._said and (now - self._last_line >= PLAIN_EVERY or progress.settled):
             err.print(line)
             self._said, self._last_line = line, now
 
 
-def status_table(rows: list[BatchRow], progress: BatchProgress, *, width: int = 40) -> str:
+def status_table(
+    rows: list[BatchRow],
+    progress: BatchProgress,
+    *,
+    width: int = 40,
+    line_width: int = 100,
+    marks: Mapping[int, LiveMark] | None = None,
+) -> str:
     """The per-row table of `interlock batch status`, as aligned text: a rich Table of
-    10,000 rows takes seconds to lay out, this a few milliseconds."""
-    from interlock.core.batches import row_status
+    10,000 rows takes seconds to lay out, this a few milliseconds. Under a row that did not
+    deliver, why (`failure`, as `--json` has it), cut to `line_width`; a row in flight with
+    a mark (`batch_live.live_marks`) has its status, and what it waits for, from there."""
+    from interlock.cli.printable import printable
+    from interlock.core.batches import RowStatus, row_status
 
+    marks = marks or {}
     lines = [("row", "inputs", "run", "status", "cost", "values")]
+    why: dict[int, str] = {}  # line -> the reason under it
     for row in rows:
         view = row.view
         values = (row.result or {}).get("values") or {}
+        failure = row.error or (row.result or {}).get("failure")
+        mark = marks.get(view.number)
+        if mark is not None and mark.why:
+            why[len(lines)] = printable(mark.why)
+        elif failure and row_status(view, progress) is not RowStatus.DELIVERED:
+            why[len(lines)] = printable(str(failure))
         lines.append(
             (
                 str(view.number),
                 shorten(inputs_text(row.topic, row.inputs), width),
                 view.run_id or "-",
-                row_status(view, progress).value,
+                row_status(view, progress).value if mark is None else mark.status,
                 f"{'~' if view.estimated else ''}${view.cost_usd:.4f}",
                 shorten(compact(values), width) if values else "",
             )
         )
     widths = [max(len(line[i]) for line in lines) for i in range(6)]
     right = (0, 4)  # row numbers and costs line up on their last digit
-    return "\n".join(
-        "  ".join(
-            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
-            for i, cell in enumerate(line)
-        ).rstrip()
-        for line in lines
-    )
+    text: list[str] = []
+    indent = " " * (widths[0] + 2)
+    for n, line in enumerate(lines):
+        text.append(
+            "  ".join(
+                cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+                for i, cell in enumerate(line)
+            ).rstrip()
+        )
+        if n in why:
+            text.append(indent + cut(f"why: {why[n]}", max(20, line_width - len(indent))))
+    return "\n".join(text)
 
 
 def inputs_text(topic: str, inputs: Mapping[str, Any]) -> str:
@@ -157,6 +188,18 @@ def compact(values: Mapping[str, Any]) -> str:
     return ", ".join(
         f"{k}={v if isinstance(v, str | int | float) else json.dumps(v)}" for k, v in values.items()
     )
+
+
+def terminal_width() -> int:
+    """The terminal's columns (`COLUMNS` when set; 100 off a terminal)."""
+    import shutil
+
+    return shutil.get_terminal_size((100, 24)).columns
+
+
+def cut(text: str, width: int) -> str:
+    """`text` (one line already) cut to at most `width` characters."""
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def shorten(text: str, width: int) -> str:

@@ -35,6 +35,10 @@ RUN_ENDED = ("delivered", "failed", "cancelled")
 # Rows whose run only waits for provider-batch answers that do not count against
 # `--concurrency` (`--batch-waiting`): one provider batch of the default `batch_max`.
 DEFAULT_BATCH_WAITING = 1000
+# The most runs a batch drives at once, and rows it lets wait in provider batches beside them:
+# well past what one process drives, and within what both ledgers store (PostgreSQL INTEGER).
+MAX_CONCURRENCY = 10_000
+MAX_BATCH_WAITING = 1_000_000
 
 
 class BatchInputError(UsageError):
@@ -422,6 +426,15 @@ def _csv_rows(name: str, text: str) -> list[Row]:
     if not lines:
         return []
     header_line, header = lines[0]
+    if len(header) == 1:  # one column whose name holds another separator: not comma-separated
+        for mark, said in ((";", "semicolons (;)"), ("\t", "tabs")):
+            if mark in header[0]:
+                raise BatchInputError(
+                    f"{name}: the header (line {header_line}) {header[0]!r} has no comma but "
+                    f"{said}: the file is separated by {said.split()[0]}, and a .csv file is "
+                    "read with commas; save it comma-separated (a spreadsheet's 'CSV (comma "
+                    "delimited)'), or write the rows as .jsonl"
+                )
     header = [cell.strip() for cell in header]
     blank = [i for i, cell in enumerate(header, start=1) if not cell]
     if blank:
@@ -447,6 +460,12 @@ def _csv_rows(name: str, text: str) -> list[Row]:
             'that holds a comma: "a, b")'
         )
     return rows
+
+
+def _close_indexes(word: str, candidates: list[str]) -> list[int]:
+    """The place in `candidates` of the closest near spelling of `word` (none, or one)."""
+    close = difflib.get_close_matches(word, candidates, n=1)
+    return [candidates.index(close[0])] if close else []
 
 
 def _more(count: int) -> str:
@@ -519,10 +538,15 @@ def check_rows(
         )
     topic_column = topic_field or ("topic" if "topic" in columns else None)
     known = ", ".join(sorted(declared)) or "none"
+    # What a column may have meant: the inputs, and the topic when no column gives it.
+    names = [*declared, *(() if topic_column else ("topic",))]
     for column in columns:
         if column == topic_column or column in declared:
             continue
-        close = difflib.get_close_matches(column, list(declared), n=1)
+        # The same name in other letters ('Topic', 'LANGUAGE') first, then a near spelling.
+        close = [n for n in names if n.casefold() == column.casefold()] or [
+            names[i] for i in _close_indexes(column.casefold(), [n.casefold() for n in names])
+        ]
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         fix = f"rename it to {close[0]!r}" if close else "rename or drop the column"
         text = (

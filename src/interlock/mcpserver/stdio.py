@@ -39,9 +39,14 @@ async def serve_stdio(api: Interlock, pipelines: Pipelines, scopes: list[str] | 
         stopping=lambda: stop,
     )
     server = build(backend)
+    from interlock.runtime.shared_limits import limits_shared_for
+
     loop = asyncio.create_task(api.orchestrator.serve_forever(stop))
+    # The runs it drives share rate limits with every process on the store, as `serve` does.
+    shared = limits_shared_for(None, store=api.store)
     try:
-        await server.run_stdio_async()
+        with shared:
+            await server.run_stdio_async()
     finally:
         stop.set()
         api.orchestrator.wake()

@@ -144,10 +144,10 @@ def share_limits_for(
 
 @contextlib.contextmanager
 def limits_shared_for(store_url: str | None, *, store: object = None) -> Iterator[None]:
-    """While runs on `store_url` are driven in this process, their providers' limits are
-    shared with every process on that store; then they are this process's own again (an
-    object driving runs of one ledger must not leave its buckets to the next). Their spend
-    caps are counted in the ledger (`store`'s, when it has no URL) meanwhile."""
+    """While runs on `store_url` (`store`'s ledger, when it has no URL) are driven in this
+    process, their providers' limits are shared with every process on that store; then they
+    are this process's own again (an object driving runs of one ledger must not leave its
+    buckets to the next). Their spend caps are counted in that ledger meanwhile."""
     from interlock.providers.batch_store import use_batch_store
     from interlock.providers.spend_guard import use_spend_store
 
@@ -156,7 +156,7 @@ def limits_shared_for(store_url: str | None, *, store: object = None) -> Iterato
     batches = open_batches(store_url or ledger_of(store))
     batches_before = use_batch_store(batches)
     try:
-        with _buckets_shared_for(store_url):
+        with _buckets_shared_for(store_url or ledger_of(store)):
             yield
     finally:
         use_spend_store(before)

@@ -18,10 +18,11 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query, Response
 from pydantic import BaseModel, Field
 
+from interlock.core.batches import MAX_CONCURRENCY
 from interlock.server.auth import Principal
 from interlock.server.deps import operator, reader, service
 from interlock.server.service import Service
-from interlock.workloads.commands import MAX_CONCURRENCY, MAX_ROWS
+from interlock.workloads.commands import MAX_ROWS
 
 router = APIRouter(prefix="/api")
 log = logging.getLogger("interlock.server")

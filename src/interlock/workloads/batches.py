@@ -23,8 +23,8 @@ import re
 import time
 import unicodedata
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from interlock.core.batches import (
@@ -250,6 +250,8 @@ class Snapshot:
     rows: tuple[RowView, ...]
     elapsed: float  # seconds since this runner started
     eta: float | None  # seconds to go, at the rate rows ended here (None: no rate yet)
+    # Rows in flight whose run's calls wait on a spend cap: row -> what it waits for.
+    capped: Mapping[int, str] = field(default_factory=dict)
 
 
 class BatchRunner:
@@ -318,7 +320,9 @@ class BatchRunner:
         self.hold()
         stop = asyncio.Event()
         loop = asyncio.create_task(orchestrator.serve_forever(stop))
-        # The rows' spend caps and provider batches are kept in the ledger, as `drive` does.
+        # The rows share their providers' rate limits with every process on the store (a
+        # PostgreSQL one), and keep spend caps and provider batches in the ledger, as `drive`
+        # does.
         shared = limits_shared_for(None, store=self.app.store)
         try:
             with shared:
@@ -434,7 +438,24 @@ class BatchRunner:
             rows=tuple(views),
             elapsed=elapsed,
             eta=progress.eta(elapsed, progress.done - self._done_at_start),
+            capped=self._capped(),
         )
+
+    def _capped(self) -> dict[int, str]:
+        """The rows in flight whose run, driven here, has calls waiting on a spend cap (as
+        the run's status.json says it): row -> what it waits for."""
+        from interlock.runtime.projection import live_spend_waits, spend_waiting_view, waiting_text
+
+        drivers = self.app.orchestrator.drivers
+        capped: dict[int, str] = {}
+        for view in self.row_map.flying:
+            driver = drivers.get(view.run_id) if view.run_id is not None else None
+            if driver is None or not driver.spend_waits:
+                continue
+            waits = live_spend_waits(driver.state, driver.spend_waits)
+            if waits:
+                capped[view.number] = waiting_text(spend_waiting_view(waits))
+        return capped
 
     def _stop_flying(self, views: list[RowView]) -> None:
         """Cancel the runs in flight of a cancelled batch, once each here. `batch cancel`

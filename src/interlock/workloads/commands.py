@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from interlock.core.batches import MAX_CONCURRENCY
 from interlock.errors import UsageError
 
 if TYPE_CHECKING:
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
     from interlock.storage.batches import BatchRecord, BatchRow
 
 MAX_ROWS = 100_000  # rows one start may post
-MAX_CONCURRENCY = 10_000
 FIXED = ("row", "status", "run_id", "try", "cost_usd", "tokens", "topic")  # CSV's first columns
 FORMATS = ("jsonl", "csv")
 

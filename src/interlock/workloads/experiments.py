@@ -66,10 +66,16 @@ class ExperimentRunner:
             for runner in held:
                 runner.ledger.release_batch(runner.batch.batch_id, orchestrator.owner)
             raise
+        from interlock.runtime.shared_limits import limits_shared_for
+
         stop = asyncio.Event()
         loop = asyncio.create_task(orchestrator.serve_forever(stop))
+        # Rate limits shared with every process on the store, spend caps counted in its
+        # ledger, as a batch of its own does.
+        shared = limits_shared_for(None, store=self.app.store)
         try:
-            return list(await asyncio.gather(*(r.feed(loop) for r in self.runners)))
+            with shared:
+                return list(await asyncio.gather(*(r.feed(loop) for r in self.runners)))
         finally:
             stop.set()
             with contextlib.suppress(Exception):
