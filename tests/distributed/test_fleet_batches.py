@@ -145,7 +145,9 @@ def killed_while_waiting(
     rows = 8
     server = BatchServer(BatchServerState(seconds_to_end=12)).start()
     try:
-        write_config(procs.home, server.url, window="5", size=rows)
+        # Sent once all the rows' calls are in (`size`): a window that could end first, as
+        # under load while Redis hands the rows out one at a time, would split the batch.
+        write_config(procs.home, server.url, window="120", size=rows)
         run_id = submit(procs.url, workflow, topic="t", home=procs.home)
         procs.orchestrator("o", *transport)
         first = start(procs, "first", rows, *transport)

@@ -91,6 +91,12 @@ class _DyingLedger:
         return lambda *a, **k: self._fate.around(lambda: method(*a, **k))
 
 
+class _Driven:
+    """A run this driver took: as an orchestrator's driver of it, with no calls waiting."""
+
+    spend_waits: dict[str, Any] = {}  # none: read, never written
+
+
 class _Runs:
     """The orchestrator a driver sees: it makes runs in the memory store (one commit for
     all of a call's, as `create_runs` does) and drives nothing itself."""
@@ -128,7 +134,7 @@ class _Runs:
         return self.pinned
 
     def take(self, run_id: str) -> None:
-        self.fate.around(lambda: self.drivers.setdefault(run_id, True))
+        self.fate.around(lambda: self.drivers.setdefault(run_id, _Driven()))
 
     def wake(self) -> None:
         """Nothing to wake: the world moves the runs."""
