@@ -84,14 +84,10 @@ def run_gate(
 ) -> None:
     """Before a run starts: which configuration its models use (one line), and its worst
     case, with its own topic and inputs, against its budget."""
-    from interlock.core.loader import model_aliases
+    from interlock.core.loader import calls_models
 
-    # A call: function may call models itself (ctx.model): which configuration those use
-    # is said too.
-    calls_models = bool(model_aliases(definition)) or any(
-        w.call for phase in definition.pipeline.phases for w in phase.workers
-    )
-    if definition.pipeline.budget is None and not calls_models:
+    models = calls_models(definition)
+    if definition.pipeline.budget is None and not models:
         return
     from interlock.core.quote import TextSizes
     from interlock.errors import UsageError
@@ -101,7 +97,7 @@ def run_gate(
         config = ModelConfig.for_workflow(Path(file).parent, home)
     except Exception as exc:  # an invalid interlock.toml: its message names the file
         raise UsageError(str(exc)) from None
-    if calls_models:
+    if models:
         err.print(config.used_line, soft_wrap=True, markup=False)
     if definition.pipeline.budget is None:
         return

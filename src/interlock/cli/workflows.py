@@ -193,7 +193,7 @@ def check(
     from interlock.cli.quote import budget_gate, quote_lines, quote_of
     from interlock.core.condition_checks import condition_warnings
     from interlock.core.explore import explore
-    from interlock.core.loader import load_workflow, model_aliases
+    from interlock.core.loader import calls_models, load_workflow, model_aliases
     from interlock.core.parse import locator
     from interlock.core.shell_scripts import shell_warnings
     from interlock.providers import ModelConfig
@@ -301,12 +301,7 @@ def check(
             out.print(line, soft_wrap=True)
         for line in explored:
             out.print(line, soft_wrap=True)
-    calls = any(
-        w.call for d in workflow.definitions.values() for p in d.pipeline.phases for w in p.workers
-    )  # a call: function may call models itself (ctx.model)
-    if not quiet and (
-        config.loaded or calls or any(map(model_aliases, workflow.definitions.values()))
-    ):
+    if not quiet and (config.loaded or any(map(calls_models, workflow.definitions.values()))):
         out.print(config.used_line, soft_wrap=True, markup=False)  # which file the models use
 
 

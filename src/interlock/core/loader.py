@@ -637,3 +637,11 @@ def model_aliases(definition: Definition) -> set[str]:
         for worker in phase.workers
         for alias in ([worker.model] if worker.model else []) + worker.fallback_models
     }
+
+
+def calls_models(definition: Definition) -> bool:
+    """Whether a run of the pipeline may call models: a model worker, or a `call:` function
+    (which may call them itself, through `ctx.model`)."""
+    return bool(model_aliases(definition)) or any(
+        worker.call for phase in definition.pipeline.phases for worker in phase.workers
+    )
