@@ -409,6 +409,7 @@ def test_run_page_marks_costs_a_server_did_not_report_as_estimated(
         expect(stats.locator(".stat").filter(has_text="cost (estimated)")).to_contain_text("~$")
         table = page.get_by_role("table", name="Cost per phase and task")
         expect(table.locator("tfoot")).to_contain_text("~$")
+        expect(table.locator("tfoot")).to_contain_text("~89")  # its tokens, estimated too
         expect(page.locator("#cost-estimated")).to_contain_text("~: estimated")
         assert page.errors == []  # type: ignore[attr-defined]
         # The runs list marks the run's cost too, from its listed row (`estimated`).
@@ -416,6 +417,7 @@ def test_run_page_marks_costs_a_server_did_not_report_as_estimated(
         assert [r["estimated"] for r in listed if r["run_id"] == run_id] == [True]
         runs = open_page(browser, f"{server.url}/ui/")
         expect(runs.locator(f'#runs tr[data-run="{run_id}"] .run-cost')).to_contain_text("~$")
+        expect(runs.locator(f'#runs tr[data-run="{run_id}"]')).to_contain_text("~90")
         assert runs.errors == []  # type: ignore[attr-defined]
     finally:
         fake.state.stopping.set()

@@ -10,7 +10,7 @@ function costView(costs) {
   const used = KINDS.filter(([key]) => costs.run.tokens[key]);
   const shown = used.length ? used : KINDS.slice(0, 2);
   const child = costs.run.child_tokens > 0;
-  const cells = (b) => [h("td", { class: "num" }, b.attempts), ...shown.map(([key]) => h("td", { class: "num" }, b.tokens[key] || "–")),
+  const cells = (b) => [h("td", { class: "num" }, b.attempts), ...shown.map(([key]) => h("td", { class: "num" }, b.tokens[key] ? `${b.estimated ? "~" : ""}${b.tokens[key]}` : "–")),
     ...(child ? [h("td", { class: "num" }, b.child_tokens || "–")] : []),
     h("td", { class: "num" }, b.cost_usd ? `${b.estimated ? "~" : ""}$${b.cost_usd.toFixed(4)}` : "–")];
   // A phase's tasks are listed under it; a wide fan-out starts folded (its button unfolds it).

@@ -140,7 +140,7 @@ async function loadRuns() {
       h("a", { href: `#/runs/${r.run_id}` }, r.run_id),
       r.parent_run && !depth ? h("div", { class: "muted child-of" }, "↳ child of ", h("a", { href: `#/runs/${r.parent_run}` }, r.parent_run)) : null),
     h("td", {}, r.pipeline), h("td", {}, r.topic.length > 60 ? `${r.topic.slice(0, 60)}…` : r.topic),
-    h("td", { class: "run-phase" }, r.phase || "–"), h("td", { class: "num run-events" }, r.events), h("td", { class: "num" }, r.tokens || "–"),
+    h("td", { class: "run-phase" }, r.phase || "–"), h("td", { class: "num run-events" }, r.events), h("td", { class: "num" }, r.tokens ? `${r.estimated ? "~" : ""}${r.tokens}` : "–"),
     h("td", { class: "num run-cost", title: r.estimated ? "estimated: a server reported no token counts" : "" }, `${r.estimated && r.cost_usd ? "~" : ""}${money(r.cost_usd)}`), h("td", { class: "num muted", title: r.created_at }, ago(r.created_at)))));
   for (const row of body.children) {
     const s = page.summaries.get(row.dataset.run);
