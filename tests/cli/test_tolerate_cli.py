@@ -102,4 +102,4 @@ def test_a_rerun_runs_the_failed_items_again_and_reuses_the_completed_ones(
     reused = {e["data"]["task_id"] for e in events if e["kind"] == "task_reused"}
     failed = [e["data"]["task_id"] for e in events if e["kind"] == "item_failed"]
     assert {"writer@1.0", "writer@1.2"} <= reused and not {"writer@1.1", "writer@1.3"} & reused
-    assert failed == ["writer@1.1", "writer@1.3"]
+    assert sorted(failed) == ["writer@1.1", "writer@1.3"]  # each once, in either order
