@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import set_json_dumps, set_json_loads
 from psycopg_pool import ConnectionPool
 
@@ -113,14 +115,17 @@ class PostgresStore:
         """One connection before the pool's: a server that is down, a database that does not
         exist or a refused login is then said at once, in the server's words, instead of
         after the pool's timeout with a warning per try. A server that says it is starting
-        up (or shutting down) is given until `timeout`, as the pool would."""
+        up (or shutting down), and a host name the resolver cannot look up *for now* (a
+        container network's DNS while its containers start), are given until `timeout`, as
+        the pool would."""
         deadline = time.monotonic() + timeout
         while True:
             try:
                 psycopg.connect(self.url, connect_timeout=max(1, int(timeout))).close()
                 return
             except psycopg.Error as exc:
-                if exc.sqlstate == STARTING_UP and time.monotonic() < deadline:
+                passing = exc.sqlstate == STARTING_UP or _lookup_fails_for_now(self.url, exc)
+                if passing and time.monotonic() < deadline:
                     time.sleep(0.25)
                     continue
                 said = " ".join(str(exc).split())
@@ -753,3 +758,26 @@ def _cache(row: Any) -> CacheEntry:
         values=codec.loads(row[6]),
         completed_at=float(row[7]),
     )
+
+
+def _lookup_fails_for_now(url: str, exc: psycopg.Error) -> bool:
+    """Whether `exc` is a host name lookup that failed with "try again" (EAI_AGAIN), not
+    with "no such name": psycopg keeps only the resolver's words, so the lookup is asked
+    again here, and only when psycopg said it could not resolve a host."""
+    if "failed to resolve host" not in str(exc):
+        return False
+    try:
+        hosts = conninfo_to_dict(url).get("host") or ""
+    except psycopg.Error:
+        return False
+    for host in str(hosts).split(","):
+        if not host or host.startswith("/"):
+            continue
+        try:
+            socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+        except socket.gaierror as lookup:
+            if lookup.errno == socket.EAI_AGAIN:
+                return True
+        except OSError:
+            continue
+    return False
