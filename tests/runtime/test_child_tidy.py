@@ -5,31 +5,40 @@ between the commit and the write of its files)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import Any
 
 from interlock.core import events as ev
 from interlock.core.state import RunState, fold
-from interlock.runtime.children import _tidy
+from interlock.runtime.children import ChildPorts, ChildStart, _tidy
 from interlock.runtime.home import Home
-
-if TYPE_CHECKING:
-    from interlock.runtime.orchestrator import Orchestrator
+from interlock.testing import MemoryStore
 
 CHILD = "parent-sub-1"
 
 
-@dataclass
 class Host:
-    """What `_tidy` reads of the orchestrator: its runs, its home, and `take`."""
+    """What `_tidy` uses of the orchestrator's child ports: its runs, its home, and `take`."""
 
-    home: Home
-    drivers: dict[str, object] = field(default_factory=dict)
-    taken: list[str] = field(default_factory=list)
+    def __init__(self, home: Home) -> None:
+        self.home = home
+        self.driven: dict[str, RunState] = {}
+        self.taken: list[str] = []
 
-    def take(self, run_id: str) -> None:
-        self.taken.append(run_id)
+    def ports(self) -> ChildPorts:
+        def create(child: ChildStart, child_id: str, origin: dict[str, Any]) -> None:
+            raise AssertionError("no child is created here")
+
+        return ChildPorts(
+            store=MemoryStore(),
+            home=self.home,
+            clock=lambda: 0.0,
+            lease_ttl=30.0,
+            idle=set(),
+            live_state=self.driven.get,
+            take=self.taken.append,
+            create=create,
+        )
 
 
 def failed_child(*, completed: bool = True) -> RunState:
@@ -75,7 +84,7 @@ def test_a_failed_child_missing_a_recorded_output_is_taken_again(tmp_path: Path)
     """Its commit recorded d1.md, its process died before writing it: taken again, whose
     take rewrites the output from the ledger."""
     orchestrator = host(tmp_path)
-    _tidy(cast("Orchestrator", orchestrator), CHILD, failed_child())
+    _tidy(orchestrator.ports(), CHILD, failed_child())
     assert orchestrator.taken == [CHILD]
 
 
@@ -83,17 +92,17 @@ def test_a_failed_child_with_its_outputs_in_place_is_left_alone(tmp_path: Path) 
     """Every recorded output in its folder (or none recorded): nothing to finish."""
     orchestrator = host(tmp_path)
     (orchestrator.home.live_dir(CHILD) / "d1.md").write_text("ok")
-    _tidy(cast("Orchestrator", orchestrator), CHILD, failed_child())
-    _tidy(cast("Orchestrator", orchestrator), CHILD, failed_child(completed=False))
+    _tidy(orchestrator.ports(), CHILD, failed_child())
+    _tidy(orchestrator.ports(), CHILD, failed_child(completed=False))
     assert orchestrator.taken == []
 
 
 def test_a_child_driven_here_is_finished_by_its_own_driver(tmp_path: Path) -> None:
     """Driven by this orchestrator (or with no folder at all): not taken."""
     orchestrator = host(tmp_path)
-    orchestrator.drivers[CHILD] = object()
-    _tidy(cast("Orchestrator", orchestrator), CHILD, failed_child())
+    orchestrator.driven[CHILD] = failed_child()
+    _tidy(orchestrator.ports(), CHILD, failed_child())
     assert orchestrator.taken == []
     elsewhere = Host(home=Home.at(tmp_path / "other"))
-    _tidy(cast("Orchestrator", elsewhere), CHILD, failed_child())
+    _tidy(elsewhere.ports(), CHILD, failed_child())
     assert elsewhere.taken == []

@@ -129,7 +129,7 @@ def apply(driver: RunDriver, effects: Sequence[fx.Effect], orchestrator: Orchest
                 handle.cancel()
         elif isinstance(effect, fx.StopChildren):
             # A child never outlives its parent's end.
-            driver.children_stopped = orchestrator.cancel_children(driver)
+            driver.children_stopped = orchestrator.children.cancel_children(driver)
         elif isinstance(effect, fx.StopWorkers):
             _stop_workers(driver, effect, orchestrator)
         elif isinstance(effect, fx.Withdraw):

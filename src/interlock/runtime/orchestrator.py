@@ -48,6 +48,7 @@ from interlock.providers.config import UnknownModelError
 from interlock.providers.config_files import ConfigError
 from interlock.runtime import apply, artifacts, collector
 from interlock.runtime.budget_reserve import call_reserve
+from interlock.runtime.child_runs import ChildRuns
 from interlock.runtime.diskfull import DiskFullBackoff, is_enospc, stop_message
 from interlock.runtime.dispatch import Dispatcher, LocalDispatcher
 from interlock.runtime.driver import Report, RunDriver
@@ -171,9 +172,23 @@ class Orchestrator:
             stall_limit=self.settings.stall_limit,
         )
         self._gone: list[tuple[RunDriver, Exception]] = []  # from the keeper's thread
-        self._watched: dict[str, list[asyncio.Event]] = {}  # child runs that parents watch
-        # Child runs paused for a person and driven by no one: their parents may be let go.
-        self.idle_children: set[str] = set()
+        self.children = ChildRuns(
+            store=store,
+            home=home,
+            clock=clock,
+            lease_ttl=ttl,
+            heartbeat=self.settings.heartbeat,
+            owner=self.owner,
+            models=self.models,
+            drivers=self.drivers,
+            take=self.take,
+            create_runs=self.create_runs,
+            report=self.report,
+            touch=self.touch,
+            mark=self._mark,
+            look_now=self.look_now,
+            host=self.dispatcher,
+        )
         self._loop: asyncio.AbstractEventLoop | None = None
         # Ended runs whose files wait to be made durable, and the sync under way (one at a
         # time: runs that end meanwhile are synced together by the next).
@@ -447,7 +462,7 @@ class Orchestrator:
         self.drivers[run_id] = driver
         self._mark(driver)
         if state.parent_run is not None and not state.status.ended:
-            self._take_parent(state.parent_run, run_id)
+            self.children.take_parent(state.parent_run, run_id)
         return driver
 
     def _cancelling(self, run_id: str) -> bool:
@@ -455,21 +470,6 @@ class Orchestrator:
         driven for that: its engine starts nothing, and the cancellation ends it)."""
         waiting = self.store.pending_commands(run_id)
         return any(c.kind == CommandKind.CANCEL.value for c in waiting)
-
-    def _take_parent(self, parent_id: str, child_id: str) -> None:
-        """A child run taken here: drive its parent too (resuming either resumes both); a
-        child whose parent ended (it was cancelled while no one drove the child) is
-        cancelled."""
-        try:
-            record = self.store.get_run(parent_id)
-        except RunNotFound:
-            return
-        if record.summary.status in ENDED_STATUSES:
-            self._cancel_child(child_id, f"its parent run {parent_id} {record.summary.status}")
-            return
-        if parent_id not in self.drivers:
-            with contextlib.suppress(LeaseHeld):  # driven elsewhere: it watches the child
-                self.take(parent_id)
 
     def _reserve(self, driver: RunDriver) -> dict[str, float] | None:
         """What the run's cost budget holds back before each model call (`budget_reserve`)."""
@@ -932,8 +932,7 @@ class Orchestrator:
             raise DiskFull(stop_message(sorted(self.drivers), cause)) from None
 
     def _emit(self, driver: RunDriver, first_seq: int, new: list[NewEvent]) -> None:
-        for event in self._watched.get(driver.run_id, ()):
-            event.set()
+        self.children.recorded(driver.run_id)
         for offset, item in enumerate(new):
             for listener in self.listeners:
                 listener(driver.run_id, first_seq + offset, item, driver.state)
@@ -1003,7 +1002,7 @@ class Orchestrator:
                 and state.status is RunStatus.PAUSED
                 and (
                     not state.flight
-                    or all(self._held_by_idle_child(driver, t) for t in state.in_flight())
+                    or all(self.children.held_by_idle(driver, t) for t in state.in_flight())
                 )
             )
             if self._lets_go(driver) and not driver.reports:
@@ -1022,14 +1021,6 @@ class Orchestrator:
             return False
         self._slot_waiters.discard(driver.run_id)
         return True
-
-    def _held_by_idle_child(self, driver: RunDriver, task: TaskState) -> bool:
-        """A run paused by its child holds only the child's task: it is let go with it."""
-        from interlock.core.subpipelines import child_run_id
-
-        if driver.definition.pipeline.worker(task.role).pipeline is None:
-            return False
-        return child_run_id(driver.run_id, task.task_id, task.attempt) in self.idle_children
 
     def release(self, driver: RunDriver) -> None:
         """Stop driving a run and hand its lease back.
@@ -1095,76 +1086,8 @@ class Orchestrator:
     def start_task(self, driver: RunDriver, task: TaskState) -> asyncio.Task[None]:
         """Start the recorded attempt of `task`; its report arrives at a later tick."""
         if driver.definition.pipeline.worker(task.role).pipeline is not None:
-            from interlock.runtime import children
-
-            return children.start(self, driver, task)  # a child run, driven from here
+            return self.children.start(driver, task)  # a child run, driven from here
         return self.dispatcher.start(self, driver, task)
-
-    def watch_run(self, run_id: str) -> asyncio.Event:
-        """An event set whenever something is recorded for `run_id` (a child run)."""
-        event = asyncio.Event()
-        self._watched.setdefault(run_id, []).append(event)
-        return event
-
-    def unwatch_run(self, run_id: str, event: asyncio.Event) -> None:
-        """Stop setting `event` (from `watch_run`)."""
-        watchers = self._watched.get(run_id, [])
-        if event in watchers:
-            watchers.remove(event)
-        if not watchers:
-            self._watched.pop(run_id, None)
-
-    def cancel_children(self, driver: RunDriver) -> bool:
-        """Ask every child run of an ended run that has not ended to stop (once per run);
-        False when the store was busy: the run is looked at again to finish that."""
-        from interlock.core.subpipelines import child_run_id
-
-        pipeline = driver.definition.pipeline
-        done = True
-        for task in driver.state.tasks.values():
-            if pipeline.worker(task.role).pipeline is None or task.status.value == "completed":
-                continue
-            child_id = child_run_id(driver.run_id, task.task_id, task.attempt)
-            try:
-                self._stop_child(driver, task, child_id)
-            except StorageError as exc:  # a locked database: tried again at the next look
-                log.warning("cannot stop child run: %s", exc, extra={"run_id": child_id})
-                done = False
-        if not done:
-            self._mark(driver)
-        return done
-
-    def _stop_child(self, driver: RunDriver, task: TaskState, child_id: str) -> None:
-        try:
-            record = self.store.get_run(child_id)
-        except RunNotFound:
-            return
-        if task.attempt not in task.charged and task.task_id not in driver.handles:
-            self._settle_child(driver, task)
-        if record.summary.status in ENDED_STATUSES:
-            return
-        reason = f"its parent run {driver.run_id} {driver.state.status.value}"
-        self._cancel_child(child_id, reason)
-        if child_id not in self.drivers:
-            with contextlib.suppress(LeaseHeld):  # its driver elsewhere records it
-                self.take(child_id)  # paused and let go: recorded here
-
-    def _settle_child(self, driver: RunDriver, task: TaskState) -> None:
-        """An ended run taken again whose child's spend is not recorded yet (the process that
-        watched the child died): record it once the child has stopped."""
-        from interlock.runtime import children
-
-        handle = children.settle_spend(self, driver, task)
-        driver.handles[task.task_id] = handle
-        driver.stopping.add(task.task_id)  # not cancelled with the others: it must report
-        handle.add_done_callback(lambda _: self.touch(driver))
-
-    def _cancel_child(self, child_id: str, reason: str) -> None:
-        """Post a cancellation to a child run, unless one is waiting already."""
-        if any(c.kind == "cancel" for c in self.store.pending_commands(child_id)):
-            return
-        self.store.post_command(child_id, "cancel", reason, "interlock", self.clock())
-        self.look_now()
 
     def report(self, driver: RunDriver, report: Report) -> None:
         """Hand a worker's report to the next tick.

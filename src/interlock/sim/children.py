@@ -59,10 +59,7 @@ class ChildHandle:
 
     def _end(self) -> None:
         self.finished = True
-        self.supervision.close()
-        handles: dict[str, Any] = self.supervision.driver.handles
-        if handles.get(self.task_id) is self:
-            del handles[self.task_id]
+        self.supervision.close(self)
         for callback in self._callbacks:
             callback(self)
 
