@@ -113,10 +113,10 @@ def test_a_reused_task_that_also_runs_is_caught(monkeypatch: pytest.MonkeyPatch)
     history calls a reuse: the oracle says so within 200 seeds; that seed passes unpatched."""
     real = apply._claim
 
-    def claim_and_run(run: driver.RunDriver, orchestrator: Any, task_id: str) -> bool:
-        claimed = real(run, orchestrator, task_id)
+    def claim_and_run(run: driver.RunDriver, ports: apply.ApplyPorts, task_id: str) -> bool:
+        claimed = real(run, ports, task_id)
         if claimed:
-            orchestrator.start_task(run, run.state.tasks[task_id])
+            ports.start(run, run.state.tasks[task_id])
         return claimed
 
     monkeypatch.setattr(apply, "_claim", claim_and_run)

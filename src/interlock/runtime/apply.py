@@ -13,26 +13,47 @@ follows, run by run (`apply`).
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from interlock.core.state import RunStatus
+from interlock.core.state import RunStatus, TaskState
 from interlock.engine import effects as fx
 from interlock.engine import inputs as obs
 from interlock.errors import RunFolderTaken
 from interlock.runtime.faults import crash_point
+from interlock.runtime.home import Home
 from interlock.runtime.runfiles import status_writer
 
 if TYPE_CHECKING:
-    from interlock.runtime.driver import RunDriver
-    from interlock.runtime.orchestrator import Orchestrator
+    from interlock.runtime.driver import Report, RunDriver
 
 STATUS_COST_FACTOR = 20  # status.json rewrites take at most about 1/20 of a running run's time
 FINAL_MD = "final.md"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApplyPorts:
+    """What the applier uses of the orchestrator that drives the runs: values and calls,
+    built once per ports."""
+
+    home: Home
+    write_status: bool  # keep status.json current (`Settings.write_status`)
+    clock: Callable[[], float]
+    cost_timer: Callable[[], float]  # measures what a status.json rewrite costs
+    status_interval: Callable[[], float]  # seconds between a running run's rewrites now
+    start: Callable[[RunDriver, TaskState], asyncio.Task[None]]  # a recorded attempt
+    # Ask the run's child runs to stop; False when the store was busy (tried again).
+    stop_children: Callable[[RunDriver], bool]
+    withdraw: Callable[[RunDriver], None]  # take the run's unstarted attempts out of a queue
+    report: Callable[[RunDriver, Report], None]  # hand a report to the run's next tick
+    touch: Callable[[RunDriver], None]  # look at the run again at the next tick
+    wake_at: Callable[[float, RunDriver], None]  # tick the run again at that time
 
 
 def handles(driver: RunDriver) -> obs.Handles:
@@ -109,7 +130,7 @@ def _final_body(driver: RunDriver, effect: fx.PlaceFinal) -> bytes | None:
     return body
 
 
-def apply(driver: RunDriver, effects: Sequence[fx.Effect], orchestrator: Orchestrator) -> None:
+def apply(driver: RunDriver, effects: Sequence[fx.Effect], ports: ApplyPorts) -> None:
     """Carry out `effects` but the files (`stage_files` handed those over), in order."""
     for point in sorted(driver.waits):  # recorded, not yet acted on: resume repairs
         crash_point(point)
@@ -122,56 +143,56 @@ def apply(driver: RunDriver, effects: Sequence[fx.Effect], orchestrator: Orchest
     marked = False
     for effect in effects:
         if isinstance(effect, fx.StartAttempt):
-            _start(driver, effect, orchestrator)
+            _start(driver, effect, ports)
         elif isinstance(effect, fx.CancelAttempt):
             handle = driver.handles.pop(effect.task_id, None)
             if handle is not None:
                 handle.cancel()
         elif isinstance(effect, fx.StopChildren):
             # A child never outlives its parent's end.
-            driver.children_stopped = orchestrator.children.cancel_children(driver)
+            driver.children_stopped = ports.stop_children(driver)
         elif isinstance(effect, fx.StopWorkers):
-            _stop_workers(driver, effect, orchestrator)
+            _stop_workers(driver, effect, ports)
         elif isinstance(effect, fx.Withdraw):
-            orchestrator.dispatcher.withdraw_unstarted(driver)
+            ports.withdraw(driver)
         elif isinstance(effect, (fx.Archive, fx.RefreshStatus)):
             if not marked:
                 driver.acted_mark, marked = state.events, True
             if isinstance(effect, fx.Archive):
-                archive(driver, orchestrator)
-            elif orchestrator.settings.write_status and state.events != driver.status_shows:
-                refresh_status(driver, orchestrator)
+                archive(driver, ports)
+            elif ports.write_status and state.events != driver.status_shows:
+                refresh_status(driver, ports)
     if not marked:
         driver.acted_mark = state.events
 
 
-def _start(driver: RunDriver, effect: fx.StartAttempt, orchestrator: Orchestrator) -> None:
+def _start(driver: RunDriver, effect: fx.StartAttempt, ports: ApplyPorts) -> None:
     """Start a recorded attempt, or carry an earlier output over instead."""
     task = driver.state.tasks[effect.task_id]
     if not effect.child:
-        if effect.may_reuse and _claim(driver, orchestrator, effect.task_id):
+        if effect.may_reuse and _claim(driver, ports, effect.task_id):
             return
         crash_point("before_dispatch")
-    driver.handles[task.task_id] = orchestrator.start_task(driver, task)
+    driver.handles[task.task_id] = ports.start(driver, task)
     driver.handle_attempts[task.task_id] = task.attempt
 
 
-def _claim(driver: RunDriver, orchestrator: Orchestrator, task_id: str) -> bool:
+def _claim(driver: RunDriver, ports: ApplyPorts, task_id: str) -> bool:
     """Carry an earlier output over instead of starting the task, when one matches."""
     if driver.reuser is None:
         return False
-    claim = driver.reuser.claim(driver.state, driver.state.tasks[task_id], orchestrator.clock())
+    claim = driver.reuser.claim(driver.state, driver.state.tasks[task_id], ports.clock())
     if claim is None:
         return False
     from interlock.runtime.driver import Report
 
     crash_point("before_record_reuse")
     driver.reusing.add(task_id)
-    orchestrator.report(driver, Report(event=claim.event, body=claim.body))
+    ports.report(driver, Report(event=claim.event, body=claim.body))
     return True
 
 
-def _stop_workers(driver: RunDriver, effect: fx.StopWorkers, orchestrator: Orchestrator) -> None:
+def _stop_workers(driver: RunDriver, effect: fx.StopWorkers, ports: ApplyPorts) -> None:
     from interlock.runtime.driver import withdraw_batched
 
     if effect.task_ids:
@@ -185,17 +206,17 @@ def _stop_workers(driver: RunDriver, effect: fx.StopWorkers, orchestrator: Orche
         # Stopped, a model call reports what it had cost: the run is looked at again once
         # the task ended, so that the report is recorded before the lease goes.
         driver.stopping.add(task_id)
-        handle.add_done_callback(lambda _: orchestrator.touch(driver))
+        handle.add_done_callback(lambda _: ports.touch(driver))
 
 
-def refresh_status(driver: RunDriver, orchestrator: Orchestrator) -> None:
+def refresh_status(driver: RunDriver, ports: ApplyPorts) -> None:
     """Rewrite status.json for a changed state: at once at a pause or an end, or when
     `status_interval` has passed since the last write; otherwise at that time (the loop
     wakes the run then), so that changes in between cost one write."""
-    now = orchestrator.clock()
+    now = ports.clock()
     # A wide run's status.json costs time to build: it is then rewritten less often, so
     # that the rewrites never take more than a small share of the loop.
-    spacing = max(orchestrator.status_interval(), driver.status_cost * STATUS_COST_FACTOR)
+    spacing = max(ports.status_interval(), driver.status_cost * STATUS_COST_FACTOR)
     due = driver.status_written + spacing
     state = driver.state
     awaiting_archive = state.status is RunStatus.DELIVERED and not state.archived
@@ -207,20 +228,20 @@ def refresh_status(driver: RunDriver, orchestrator: Orchestrator) -> None:
     if (state.status is RunStatus.RUNNING or awaiting_archive) and now < due:
         if driver.status_due is None:
             driver.status_due = due
-            orchestrator.wake_at(due, driver)
+            ports.wake_at(due, driver)
         return
     driver.status_due = None
     if driver.run_dir.is_dir():
-        began = orchestrator.cost_timer()
+        began = ports.cost_timer()
         driver.write_status()
         driver.status_written = now
         driver.status_shows = state.events
-        driver.status_cost = orchestrator.cost_timer() - began
+        driver.status_cost = ports.cost_timer() - began
 
 
-def archive(driver: RunDriver, orchestrator: Orchestrator) -> None:
+def archive(driver: RunDriver, ports: ApplyPorts) -> None:
     """Move the delivered run's folder to the archive (one atomic rename)."""
-    target = orchestrator.home.archive_dir(driver.run_id)
+    target = ports.home.archive_dir(driver.run_id)
     if driver.run_dir == target:
         return
     status_writer().flush(driver.run_dir / "status.json")  # no rewrite across the move

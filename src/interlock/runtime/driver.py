@@ -55,7 +55,6 @@ from interlock.storage.base import CommandRecord, Lease, NewEvent, RunSummary, S
 
 if TYPE_CHECKING:
     from interlock.core.workflow import Worker
-    from interlock.runtime.orchestrator import Orchestrator
 
 log = logging.getLogger("interlock.runtime")
 
@@ -390,7 +389,7 @@ class RunDriver:
             adopted.append(obs.Adopted(event=event, body=body))
         return adopted
 
-    def act(self, orchestrator: Orchestrator, effects: Sequence[fx.Effect] | None = None) -> None:
+    def act(self, ports: apply.ApplyPorts, effects: Sequence[fx.Effect] | None = None) -> None:
         """Carry out what the state calls for (`effects`, planned already when the
         orchestrator wrote the tick's files; else planned and written here); safe to repeat."""
         if effects is None:
@@ -400,7 +399,7 @@ class RunDriver:
                 artifacts.write_files(files)  # before any task that reads them starts
             if delivering:
                 crash_point("after_deliver")
-        apply.apply(self, effects, orchestrator)
+        apply.apply(self, effects, ports)
 
     def write_status(self) -> None:
         """Hand `status.json` to the process's status writer (a projection, written

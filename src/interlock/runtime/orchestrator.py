@@ -189,6 +189,19 @@ class Orchestrator:
             look_now=self.look_now,
             host=self.dispatcher,
         )
+        self.applying = apply.ApplyPorts(
+            home=home,
+            write_status=self.settings.write_status,
+            clock=clock,
+            cost_timer=cost_timer,
+            status_interval=self.status_interval,
+            start=self.start_task,
+            stop_children=self.children.cancel_children,
+            withdraw=lambda driver: self.dispatcher.withdraw_unstarted(driver),
+            report=self.report,
+            touch=self.touch,
+            wake_at=self.wake_at,
+        )
         self._loop: asyncio.AbstractEventLoop | None = None
         # Ended runs whose files wait to be made durable, and the sync under way (one at a
         # time: runs that end meanwhile are synced together by the next).
@@ -268,7 +281,8 @@ class Orchestrator:
                 raise result
             self.drivers[driver.run_id] = driver
             if self.settings.write_status and files:
-                apply.refresh_status(driver, self)  # status.json exists once the run is recorded
+                # status.json exists once the run is recorded
+                apply.refresh_status(driver, self.applying)
             self._emit(driver, 1, new)
             self._mark(driver)  # acted on (tasks started) by the loop
         if self.settings.write_status and files:
@@ -924,7 +938,7 @@ class Orchestrator:
         """`driver.act`; a full disk while writing outputs stops the loop (the ledger holds
         them: resume writes them once there is space)."""
         try:
-            driver.act(self, effects)
+            driver.act(self.applying, effects)
         except OSError as exc:
             if not is_enospc(exc):
                 raise
