@@ -195,17 +195,6 @@ def row_record(row: BatchRow, progress: BatchProgress) -> dict[str, Any]:
     }
 
 
-def batch_record(record: BatchRecord, rows: list[BatchRow]) -> dict[str, Any]:
-    """A batch and its rows as JSON, with its counts and spend."""
-    progress = fold(
-        [r.view for r in rows], max_cost_usd=record.max_cost_usd, tolerate=record.tolerate
-    )
-    return {
-        **batch_summary(record, progress),
-        "rows": [row_record(r, progress) for r in rows],
-    }
-
-
 def batch_summary(record: BatchRecord, progress: BatchProgress) -> dict[str, Any]:
     """A batch's own fields, counts and spend as JSON (a line of `GET /api/batches`)."""
     breach = progress.breach
