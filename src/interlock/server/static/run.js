@@ -136,7 +136,7 @@ function configLine(config) {
   if (!config.files.length) return h("div", { id: "run-config", class: "muted" }, "config: none found when the run started (every model alias answered with the offline stand-in)");
   const states = { changed: " (changed since the run started)", gone: " (gone since the run started)" };
   return h("div", { id: "run-config", class: "muted" }, "config: ", config.files.map((f, i) => h("span", { class: "config-file", title: `${f.path}\nsha256 ${f.sha256}` },
-    i ? ", " : "", h("span", { class: "mono" }, f.path), " ", h("span", { class: "mono sha" }, f.sha256.slice(0, 12)),
+    i ? ", " : "", h("span", { class: "mono" }, f.path), " (sha256 ", h("span", { class: "mono sha" }, f.sha256.slice(0, 12)), ")",
     i === 0 && config.explicit ? " (named by --config or INTERLOCK_CONFIG)" : "", states[f.state] || "")));
 }
 
