@@ -87,7 +87,7 @@ class BatchTools:
         with batch_status."""
         from interlock.core.batches import fold
         from interlock.storage.batches import batch_ledger
-        from interlock.workloads.batches import batch_summary
+        from interlock.workloads.batch_status import batch_summary
         from interlock.workloads.commands import check_start, start_rows
         from interlock.workloads.feeders import feed
 

@@ -52,7 +52,7 @@ async def start_batch(svc: Svc, _: Starter, body: StartBatch) -> dict[str, Any]:
     naming the rows, before anything is recorded), record the batch, and drive it here."""
     from interlock.core.batches import fold
     from interlock.storage.batches import batch_ledger
-    from interlock.workloads.batches import batch_summary
+    from interlock.workloads.batch_status import batch_summary
     from interlock.workloads.commands import start_rows
 
     record = start_rows(
