@@ -101,7 +101,13 @@ def test_a_csv_batch_is_delivered_shown_and_exported(
         "estimated": False,
         "values": {"score": 3.0},
         "failure": None,
+        "shown_status": "delivered",
+        "mark": None,
+        "driven": None,
+        "waiting": None,
+        "why": None,
     }
+    assert (body["undriven"], body["spend_capped"], body["undriven_hint"]) == (0, 0, None)
     assert body["rows"][1]["inputs"] == {"n": 2}  # an empty cell: the input's default applies
     exported = interlock(cli_env, tmp_path, "batch", "export", "b", "-o", "out.csv")
     assert exported.returncode == 0, exported.stderr

@@ -331,9 +331,6 @@ def install_terminate_handler() -> None:
 def driver_of(record: RunRecord) -> str | None:
     """The live orchestrator holding the run's lease (host:pid:nonce), or None: the lease
     was handed back, ran out, or its holder's process on this host is gone."""
-    owner = record.lease_owner
-    if not owner or (record.lease_expires or 0) <= time.time():
-        return None  # an ended or handed-back run: no process to look for (nor its module)
-    from interlock.runtime.processes import holder_is_dead
+    from interlock.runtime.leases import driver_of as live_driver
 
-    return None if holder_is_dead(owner) else owner
+    return live_driver(record, time.time())

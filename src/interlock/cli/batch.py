@@ -253,32 +253,26 @@ def retry(ctx: Ctx, batch_id: str, failed: bool) -> None:
 @handle_errors
 def status(ctx: Ctx, batch_id: str, as_json: bool, width: int) -> None:
     """A batch's rows: inputs, run, status, cost and the final worker's values."""
-    from interlock.cli.batch_live import live_marks, undriven_line
+    import time
+
     from interlock.cli.batch_view import progress_line, status_table, terminal_width
     from interlock.cli.printable import printable
-    from interlock.core.batches import fold
+    from interlock.runtime.home import Home
+    from interlock.workloads.batch_status import batch_status
 
     record, rows = read_batch(ctx, batch_id)
-    progress = fold(
-        [r.view for r in rows], max_cost_usd=record.max_cost_usd, tolerate=record.tolerate
-    )
-    marks = live_marks(ctx.store, ctx.home, rows, progress)
+    shown = batch_status(ctx.store, Home.at(ctx.home).live_dir, record, rows, time.time())
     if as_json:
-        from interlock.workloads.batches import batch_record  # the engine, for JSON alone
-
-        body = batch_record(record, rows)
-        for shown in body["rows"]:  # a row in flight not driven, or waiting on a spend cap
-            if (mark := marks.get(shown["row"])) is not None:
-                shown.update(driven=mark.driven, waiting=mark.why)
-        out.print_json(json.dumps(body))
+        out.print_json(json.dumps(shown.as_json()))
         return
+    progress = shown.progress
     # Written as it is: the table is aligned already, rich's pass over 10,000 lines only
     # costs time, and a row's control characters are taken out here.
-    table = status_table(rows, progress, width=width, line_width=terminal_width(), marks=marks)
+    table = status_table(shown, width=width, line_width=terminal_width())
     click.echo(table.translate(CONTROL))
-    if (undriven := undriven_line(batch_id, marks)) is not None:
+    if (undriven := shown.undriven_line()) is not None:
         out.print(undriven, soft_wrap=True, markup=False)
-    capped = {n: m.why for n, m in marks.items() if m.why}
+    capped = shown.capped
     said = progress_line(progress, None, capped)
     out.print(f"batch {batch_id} ({record.pipeline}): {printable(said)}", markup=False)
     if progress.estimated:

@@ -12,9 +12,8 @@ from interlock.cli.base import err, out, real_console
 if TYPE_CHECKING:
     from rich.live import Live
 
-    from interlock.cli.batch_live import LiveMark
     from interlock.core.batches import BatchProgress
-    from interlock.storage.batches import BatchRow
+    from interlock.workloads.batch_status import BatchStatus
     from interlock.workloads.batches import Snapshot
 
 SAID = ("delivered", "failed", "cancelled", "paused")  # row statuses a line is printed for
@@ -124,39 +123,26 @@ class BatchProgressView:
             self._said, self._last_line = line, now
 
 
-def status_table(
-    rows: list[BatchRow],
-    progress: BatchProgress,
-    *,
-    width: int = 40,
-    line_width: int = 100,
-    marks: Mapping[int, LiveMark] | None = None,
-) -> str:
+def status_table(shown: BatchStatus, *, width: int = 40, line_width: int = 100) -> str:
     """The per-row table of `interlock batch status`, as aligned text: a rich Table of
-    10,000 rows takes seconds to lay out, this a few milliseconds. Under a row that did not
-    deliver, why (`failure`, as `--json` has it), cut to `line_width`; a row in flight with
-    a mark (`batch_live.live_marks`) has its status, and what it waits for, from there."""
+    10,000 rows takes seconds to lay out, this a few milliseconds. A row in flight with a
+    mark has its status from it; under a row, why it stands there (`BatchStatus.why`: what
+    it waits for, or why it did not deliver), cut to `line_width`."""
     from interlock.cli.printable import printable
-    from interlock.core.batches import RowStatus, row_status
 
-    marks = marks or {}
     lines = [("row", "inputs", "run", "status", "cost", "values")]
     why: dict[int, str] = {}  # line -> the reason under it
-    for row in rows:
+    for row in shown.rows:
         view = row.view
         values = (row.result or {}).get("values") or {}
-        failure = row.error or (row.result or {}).get("failure")
-        mark = marks.get(view.number)
-        if mark is not None and mark.why:
-            why[len(lines)] = printable(mark.why)
-        elif failure and row_status(view, progress) is not RowStatus.DELIVERED:
-            why[len(lines)] = printable(str(failure))
+        if (reason := shown.why(row)) is not None:
+            why[len(lines)] = printable(reason)
         lines.append(
             (
                 str(view.number),
                 shorten(inputs_text(row.topic, row.inputs), width),
                 view.run_id or "-",
-                row_status(view, progress).value if mark is None else mark.status,
+                shown.shown_status(row),
                 f"{'~' if view.estimated else ''}${view.cost_usd:.4f}",
                 shorten(compact(values), width) if values else "",
             )

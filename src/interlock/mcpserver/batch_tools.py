@@ -51,12 +51,14 @@ class BatchTools:
         """A batch's counts and spend, and its rows (inputs, status, try, run id, cost,
         tokens, extracted values, failure): those of `status` (delivered, failed, running,
         waiting, paused, cancelled) when given, `limit` of them (at most 1000) from
-        `offset`. `rows_matching` counts them all."""
-        from interlock.workloads.batches import batch_record
-        from interlock.workloads.commands import read_batch
+        `offset`. `rows_matching` counts them all. A row in flight says what it is doing:
+        `shown_status` `running (not driven)` (no live process drives its run: `undriven`
+        counts them, `undriven_hint` says how to go on) or `waiting: spend cap` (`waiting`
+        names the cap), and `why` is the line under it (what it waits for, or its failure)."""
+        from interlock.workloads.batch_status import read_status
 
         def read() -> Result:
-            found = batch_record(*read_batch(self.api.store, batch_id, lambda: self.api))
+            found = read_status(self.api, batch_id, time.time()).as_json()
             rows = [r for r in found["rows"] if status is None or r["status"] == status]
             start = max(0, offset)
             shown = rows[start : start + max(1, min(limit, MAX_SHOWN))]
@@ -85,7 +87,7 @@ class BatchTools:
         with batch_status."""
         from interlock.core.batches import fold
         from interlock.storage.batches import batch_ledger
-        from interlock.workloads.batches import batch_summary
+        from interlock.workloads.batch_status import batch_summary
         from interlock.workloads.commands import check_start, start_rows
         from interlock.workloads.feeders import feed
 

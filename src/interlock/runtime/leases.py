@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Generic, Protocol, TypeVar
 
 from interlock.errors import DiskFull, LeaseHeld, LeaseLost, StorageError
-from interlock.storage.base import Lease, Store
+from interlock.storage.base import Lease, RunRecord, Store
 from interlock.storage.outage import level_for
 
 log = logging.getLogger("interlock.runtime")
@@ -270,3 +270,14 @@ def _snapshot(holders: Mapping[str, H]) -> list[H]:
             return list(holders.values())
         except RuntimeError:  # "dictionary changed size during iteration": look again
             continue
+
+
+def driver_of(record: RunRecord, now: float) -> str | None:
+    """The live orchestrator holding the run's lease (host:pid:nonce), or None: the lease
+    was handed back, ran out by `now`, or its holder's process on this host is gone."""
+    owner = record.lease_owner
+    if not owner or (record.lease_expires or 0) <= now:
+        return None  # an ended or handed-back run: no process to look for (nor its module)
+    from interlock.runtime.processes import holder_is_dead
+
+    return None if holder_is_dead(owner) else owner

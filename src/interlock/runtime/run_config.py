@@ -55,6 +55,26 @@ def config_report(recorded: dict[str, Any]) -> dict[str, Any]:
     return {**recorded, "files": files}
 
 
+def config_view(recorded: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The recorded configuration as the API and the dashboard show it: each file's path
+    and SHA-256, and whether the first was named by --config or INTERLOCK_CONFIG (None: a
+    run recorded none). Only those: the environment variables that defined models are left
+    out, so that a reader of the API learns nothing of where a deployment keeps its
+    settings but the files' names."""
+    if recorded is None:
+        return None
+    files = [
+        {"path": str(entry.get("path")), "sha256": str(entry.get("sha256"))}
+        for entry in recorded.get("files") or []
+    ]
+    return {"files": files, "explicit": bool(recorded.get("explicit"))}
+
+
+def with_states(view: dict[str, Any]) -> dict[str, Any]:
+    """`config_view`'s files, each with its state now (`config_report`'s `state`)."""
+    return {**view, "files": config_report(view)["files"]}
+
+
 def config_line(report: dict[str, Any], *, elsewhere: bool = False) -> str:
     """`config: FILE`: the files of `config_report`, each said changed or gone when it is,
     and the environment variables that defined models (`elsewhere`: a command here finds

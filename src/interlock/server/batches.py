@@ -52,7 +52,7 @@ async def start_batch(svc: Svc, _: Starter, body: StartBatch) -> dict[str, Any]:
     naming the rows, before anything is recorded), record the batch, and drive it here."""
     from interlock.core.batches import fold
     from interlock.storage.batches import batch_ledger
-    from interlock.workloads.batches import batch_summary
+    from interlock.workloads.batch_status import batch_summary
     from interlock.workloads.commands import start_rows
 
     record = start_rows(
@@ -124,13 +124,14 @@ async def list_batches(
 
 @router.get("/batches/{batch_id}")
 async def batch_status(svc: Svc, _: Reader, batch_id: str) -> dict[str, Any]:
-    """A batch and every row: inputs, status, try, run id, cost, tokens, extracted values."""
+    """A batch and every row: inputs, status, try, run id, cost, tokens, extracted values,
+    and what its rows in flight are doing (not driven, waiting on a spend cap) with the line
+    under each row (`why`), as `interlock batch status` shows them."""
 
     def read() -> dict[str, Any]:
-        from interlock.workloads.batches import batch_record
-        from interlock.workloads.commands import read_batch
+        from interlock.workloads.batch_status import read_status
 
-        return batch_record(*read_batch(svc.store, batch_id, lambda: svc.api))
+        return read_status(svc.api, batch_id, time.time()).as_json()
 
     return await svc.reads.off_loop(read)
 

@@ -17,6 +17,7 @@ from interlock.runtime.projection import (
     with_batch_waits,
     with_spend_wait,
 )
+from interlock.runtime.run_config import config_view, recorded_config, with_states
 from interlock.server.messages import progress
 from interlock.storage.base import RunRecord
 
@@ -108,6 +109,9 @@ def detail_of_state(
     view["phase"] = state.current.phase if state.current else None
     view["last_seq"] = record.last_seq
     view["pause_reason"] = state.pause_reason
+    # The interlock.toml files its models were resolved from when it was created (paths and
+    # hashes only: `config_view`); each file's state now is added by `with_family`.
+    view["config"] = config_view(recorded_config(api.store, run_id))
     if state.unpriced:  # what the cost shown leaves out, and the fix
         view["unpriced_note"] = unpriced_note(list(state.unpriced))
     return view
@@ -121,6 +125,8 @@ def with_family(
     parent (what the run page draws its links and "paused in child" note from)."""
     view = dict(base)
     view["driven_by"] = record.lease_owner
+    if base.get("config") is not None:
+        view["config"] = with_states(base["config"])
     # A wait of the running attempts is no event: the driving orchestrator's status.json
     # has it.
     at = time.time()

@@ -39,11 +39,10 @@ from interlock.core.batches import (
     RowView,
     fold,
     next_starts,
-    row_status,
     run_id_of,
 )
 from interlock.core.experiments import BASE, variant_batch_id
-from interlock.core.tolerance import Tolerance, allowed_failures
+from interlock.core.tolerance import Tolerance
 from interlock.errors import InterlockError, LeaseHeld, StorageError, UsageError
 from interlock.storage.batches import BatchLedger, BatchRecord, BatchRow, NewBatch, batch_ledger
 from interlock.workloads.batch_rows import RowMap
@@ -174,71 +173,6 @@ def row_results(app: Interlock, definition: Definition, rows: list[BatchRow]) ->
                 row = replace(row, result=result_of(definition, app.state(view.run_id)))
         filled.append(row)
     return filled
-
-
-def row_record(row: BatchRow, progress: BatchProgress) -> dict[str, Any]:
-    """One row as JSON (`batch status --json`, export, `GET /api/batches/ID`)."""
-    view = row.view
-    result = row.result or {}
-    return {
-        "row": view.number,
-        "topic": row.topic,
-        "inputs": row.inputs,
-        "status": row_status(view, progress).value,
-        "try": view.tries,
-        "run_id": view.run_id,
-        "cost_usd": round(view.cost_usd, 6),
-        "tokens": view.tokens,
-        "estimated": view.estimated,  # some try's tokens, so its cost, were estimated
-        "values": result.get("values") or {},
-        "failure": row.error or result.get("failure"),
-    }
-
-
-def batch_record(record: BatchRecord, rows: list[BatchRow]) -> dict[str, Any]:
-    """A batch and its rows as JSON, with its counts and spend."""
-    progress = fold(
-        [r.view for r in rows], max_cost_usd=record.max_cost_usd, tolerate=record.tolerate
-    )
-    return {
-        **batch_summary(record, progress),
-        "rows": [row_record(r, progress) for r in rows],
-    }
-
-
-def batch_summary(record: BatchRecord, progress: BatchProgress) -> dict[str, Any]:
-    """A batch's own fields, counts and spend as JSON (a line of `GET /api/batches`)."""
-    breach = progress.breach
-    return {
-        "batch_id": record.batch_id,
-        "pipeline": record.pipeline,
-        "inputs_file": record.inputs_file,
-        "created_at": record.created_at,
-        "concurrency": record.concurrency,
-        "max_cost_usd": record.max_cost_usd,
-        "row_count": record.rows,
-        "counts": {k.value: v for k, v in sorted(progress.counts.items())},
-        "done": progress.done,  # delivered, failed or cancelled
-        "running": progress.running,  # in flight, or about to be
-        # Of those, waiting only for provider-batch answers: up to `batch_waiting` of them do
-        # not count against `concurrency`.
-        "in_provider_batch": progress.parked,
-        "batch_waiting": record.batch_waiting,
-        "waiting": progress.waiting,  # not started (for lack of room, or the budget)
-        "cost_usd": round(progress.cost_usd, 6),
-        "tokens": progress.tokens,
-        "estimated": progress.estimated,  # the cost includes some row's estimated cost
-        "cancelled": record.cancelled_at is not None,
-        "settled": progress.settled,
-        "tolerate": record.tolerate,  # failed rows allowed: a count, "P%" or None (no limit)
-        "allowed_failures": (
-            None if record.tolerate is None else allowed_failures(record.tolerate, record.rows)
-        ),
-        "failed": breach is not None,  # more rows failed than it tolerates: none start
-        "failure": None if breach is None else f"batch {record.batch_id} failed: {breach.reason}",
-        "experiment": record.experiment,  # its experiment's id (None: a batch of its own)
-        "variant": record.variant,
-    }
 
 
 @dataclass(frozen=True, kw_only=True)

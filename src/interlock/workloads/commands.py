@@ -57,7 +57,7 @@ def batch_summaries(store: Store, limit: int) -> list[dict[str, Any]]:
     """Batches, newest first, each with its counts by row status and its spend."""
     from interlock.core.batches import fold
     from interlock.storage.batches import batch_ledger
-    from interlock.workloads.batches import batch_summary
+    from interlock.workloads.batch_status import batch_summary
 
     ledger = batch_ledger(store)
     return [
@@ -212,7 +212,8 @@ def export_records(
     """Every row as `batch export` writes it: inputs, status, try, the text of its final.md,
     extracted values, metrics (when the pipeline declares `metrics:`), cost, tokens, run."""
     from interlock.core.batches import fold
-    from interlock.workloads.batches import batch_definition, row_record
+    from interlock.workloads.batch_status import row_record
+    from interlock.workloads.batches import batch_definition
     from interlock.workloads.experiments import outcomes
 
     progress = fold(

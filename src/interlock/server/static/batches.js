@@ -149,6 +149,8 @@ function drawBatch(mine) {
   const notes = [];
   if (b.failure) notes.push(h("div", { class: "warn", id: "batch-failure" }, `${b.failure}. Retry failed runs the failed rows again and goes on.`));
   if (counts["paused: batch budget"]) notes.push(h("div", { class: "warn" }, `The batch's spend reached its budget (${money(b.max_cost_usd)}): ${counts["paused: batch budget"]} row(s) not started. 'interlock batch resume ${b.batch_id} --max-cost-usd X' raises it.`));
+  if (b.undriven) notes.push(h("div", { class: "warn", id: "batch-undriven" }, `${b.undriven_hint}: or Resume here.`));
+  if (b.spend_capped) notes.push(h("div", { class: "warn", id: "batch-spend-capped" }, `${b.spend_capped} row(s) in flight wait on a spend cap: their calls go on once it resets or is raised (the rows below say which cap).`));
   if (counts.paused) notes.push(h("div", { class: "warn" }, `${counts.paused} row(s) wait for approval: open their runs below (status paused).`));
   view.replaceChildren(...[
     h("nav", { class: "toolbar crumbs", "aria-label": "Breadcrumb" }, h("a", { href: "#/batches" }, "← Batches")),
@@ -214,7 +216,7 @@ async function saveExport(batchId, kind) {
 }
 
 function rowText(r) {
-  return [r.row, r.topic, r.run_id || "", r.status, r.failure || "", JSON.stringify(r.inputs), JSON.stringify(r.values)].join(" ").toLowerCase();
+  return [r.row, r.topic, r.run_id || "", r.status, r.shown_status || "", r.why || "", JSON.stringify(r.inputs), JSON.stringify(r.values)].join(" ").toLowerCase();
 }
 
 function compactValues(values) {
@@ -260,10 +262,10 @@ function rowLines(rows) {
     const inputs = Object.entries(r.inputs).map(([k, v]) => `${k}=${v}`).join(", ");
     const values = compactValues(r.values);
     return h("tr", { "data-row": r.row, class: r.run_id ? "link" : "", onclick: (e) => { if (r.run_id && e.target.tagName !== "A") location.hash = `#/runs/${r.run_id}`; } },
-      h("td", { class: "num" }, r.row), h("td", {}, statusPill(r.status)),
+      h("td", { class: "num" }, r.row), h("td", {}, statusPill(r.status), r.mark ? h("div", { class: `row-mark mark-${r.mark}` }, r.shown_status) : null),
       h("td", { class: "row-inputs" }, h("div", {}, r.topic), inputs ? h("div", { class: "muted mono" }, inputs) : null),
       h("td", { class: "mono" }, r.run_id ? h("a", { href: `#/runs/${r.run_id}` }, r.run_id) : "–"),
       h("td", { class: "num" }, r.run_id ? r.try : "–"), h("td", { class: "num" }, `${r.estimated && r.cost_usd ? "~" : ""}${money(r.cost_usd)}`), h("td", { class: "num" }, r.tokens || "–"),
-      h("td", { class: "row-values" }, values ? h("div", { class: "mono" }, values) : null, r.failure ? h("div", { class: "bad" }, r.failure.slice(0, 300)) : null));
+      h("td", { class: "row-values" }, values ? h("div", { class: "mono" }, values) : null, r.why ? h("div", { class: r.mark ? "why" : "bad" }, r.why.slice(0, 300)) : null));
   });
 }

@@ -82,6 +82,7 @@ function drawRun() {
       h("div", { class: "mono muted" }, run.run_id),
       h("div", {}, run.topic),
       inputsView(run.inputs),
+      configLine(run.config),
       h("div", { class: "stats" },
         stat(`${Math.round(run.progress * 100)}%`, "progress"), stat(run.phase || "–", "phase"),
         stat(`${run.estimated && run.cost_usd ? "~" : ""}${run.unpriced_note ? `${run.cost_usd ? money(run.cost_usd) : "$0"} + unpriced` : money(run.cost_usd)}`, run.estimated ? "cost (estimated)" : "cost"),
@@ -126,6 +127,17 @@ function drawRun() {
     const again = focus.seq ? view.querySelector(`[data-seq="${focus.seq}"]`) : focus.id ? document.getElementById(focus.id) : null;
     if (again) { again.focus(); if (focus.range && again.setSelectionRange) again.setSelectionRange(...focus.range); }
   }
+}
+
+// The interlock.toml files the run's models were resolved from when it was created: each
+// file's path and the start of its SHA-256, said changed or gone when it is now.
+function configLine(config) {
+  if (!config) return null;
+  if (!config.files.length) return h("div", { id: "run-config", class: "muted" }, "config: none found when the run started (every model alias answered with the offline stand-in)");
+  const states = { changed: " (changed since the run started)", gone: " (gone since the run started)" };
+  return h("div", { id: "run-config", class: "muted" }, "config: ", config.files.map((f, i) => h("span", { class: "config-file", title: `${f.path}\nsha256 ${f.sha256}` },
+    i ? ", " : "", h("span", { class: "mono" }, f.path), " (sha256 ", h("span", { class: "mono sha" }, f.sha256.slice(0, 12)), ")",
+    i === 0 && config.explicit ? " (named by --config or INTERLOCK_CONFIG)" : "", states[f.state] || "")));
 }
 
 function stat(value, label) { return h("div", { class: "stat" }, h("b", {}, value), h("span", {}, label)); }
