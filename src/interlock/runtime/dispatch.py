@@ -25,7 +25,8 @@ from interlock.providers.spend_guard import CapWait, cap_waits
 from interlock.runtime import artifacts, records
 from interlock.runtime.diskfull import is_enospc
 from interlock.runtime.driver import Report, RunDriver, renders_templates
-from interlock.runtime.executors import Outcome, TaskSpec, run_call, run_command
+from interlock.runtime.execution import LocalExecutor, going_on
+from interlock.runtime.executors import Outcome, TaskSpec
 from interlock.runtime.fair import FairGate, Place
 from interlock.runtime.faults import crash_point
 from interlock.runtime.task_slots import store_key
@@ -101,6 +102,16 @@ class LocalDispatcher:
                     if spec.worker.kind == "command":  # a call makes its folder if it needs it
                         prepare_output(tmp)
                     outcome = await execute(orchestrator, driver.run_id, spec, place)
+                if outcome.stopped:  # cancelled mid-answer: what the call cost is recorded
+                    failed = ev.TaskFailed(
+                        at=clock(),
+                        task_id=task_id,
+                        attempt=attempt,
+                        error=outcome.error,
+                        usage=outcome.usage,
+                    )
+                    orchestrator.report(driver, Report(event=failed))
+                    going_on(outcome)
                 if outcome.ok and outcome.body is None and not outcome.durable and large(tmp):
                     await asyncio.to_thread(artifacts.fsync_file, tmp)
                 report = await off_loop_report(driver, task, attempt, outcome, tmp, clock())
@@ -116,18 +127,8 @@ class LocalDispatcher:
                         orchestrator.models.secrets(driver.workflow_dir),
                     )
                 orchestrator.report(driver, with_records(report, kept))
-        except asyncio.CancelledError as stopped:
+        except asyncio.CancelledError:
             artifacts.discard(tmp)
-            spent = getattr(stopped, "usage", None)  # a model call stopped after it was answered
-            if spent:
-                failed = ev.TaskFailed(
-                    at=clock(),
-                    task_id=task_id,
-                    attempt=attempt,
-                    error="stopped: the run ended while the model was answering",
-                    usage=spent,
-                )
-                orchestrator.report(driver, Report(event=failed))
             raise
         except Exception as exc:  # a bug in a worker adapter must not stop the loop
             if isinstance(exc, OSError) and is_enospc(exc):
@@ -175,11 +176,9 @@ async def execute(
     """Run one attempt with the executor its worker kind calls for; `place`, the attempt's
     place among the process's running tasks, is lent out while its call waits in a
     provider batch (`batch_parking`)."""
-    kind = spec.worker.kind
-    if kind == "command":
-        return await asyncio.to_thread(orchestrator.models.masked, spec, await run_command(spec))
-    if kind == "call":
-        return orchestrator.models.masked(spec, await run_call(spec, orchestrator.models))
+    executor = LocalExecutor(orchestrator.models)
+    if spec.worker.kind in ("command", "call"):
+        return await executor.run(spec)
 
     def progress(text: str) -> None:
         orchestrator.progress(run_id, spec.task_id, text)
@@ -217,9 +216,7 @@ async def execute(
     batched = batch_waits.set(shown(lambda d: d.batch_waits))
     parking = batch_parking.set(parked)
     try:
-        return await orchestrator.models.run(
-            spec, progress if orchestrator.progress_listeners else None
-        )
+        return await executor.run(spec, progress if orchestrator.progress_listeners else None)
     finally:
         batch_parking.reset(parking)
         batch_waits.reset(batched)
