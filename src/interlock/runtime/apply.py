@@ -133,7 +133,7 @@ def apply(driver: RunDriver, effects: Sequence[fx.Effect], orchestrator: Orchest
         elif isinstance(effect, fx.StopWorkers):
             _stop_workers(driver, effect, orchestrator)
         elif isinstance(effect, fx.Withdraw):
-            orchestrator.dispatcher.withdraw_unstarted(driver)
+            _withdraw(driver, orchestrator)
         elif isinstance(effect, (fx.Archive, fx.RefreshStatus)):
             if not marked:
                 driver.acted_mark, marked = state.events, True
@@ -154,6 +154,15 @@ def _start(driver: RunDriver, effect: fx.StartAttempt, orchestrator: Orchestrato
         crash_point("before_dispatch")
     driver.handles[task.task_id] = orchestrator.start_task(driver, task)
     driver.handle_attempts[task.task_id] = task.attempt
+
+
+def _withdraw(driver: RunDriver, orchestrator: Orchestrator) -> None:
+    from interlock.runtime.dispatch import WholeDispatcher
+
+    if isinstance(orchestrator.dispatcher, WholeDispatcher):
+        orchestrator.dispatcher.withdraw_unstarted(driver)
+    else:
+        orchestrator.dispatcher.withdraw(driver.run_id)
 
 
 def _claim(driver: RunDriver, orchestrator: Orchestrator, task_id: str) -> bool:

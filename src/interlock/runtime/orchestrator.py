@@ -47,10 +47,12 @@ from interlock.errors import (
 from interlock.providers.config import UnknownModelError
 from interlock.providers.config_files import ConfigError
 from interlock.runtime import apply, artifacts, collector
+from interlock.runtime.attempts import attempt_of
 from interlock.runtime.budget_reserve import call_reserve
 from interlock.runtime.diskfull import DiskFullBackoff, is_enospc, stop_message
-from interlock.runtime.dispatch import Dispatcher, LocalDispatcher
+from interlock.runtime.dispatch import Dispatcher, LocalDispatcher, WholeDispatcher
 from interlock.runtime.driver import Report, RunDriver
+from interlock.runtime.execution import LocalExecutor
 from interlock.runtime.faults import crash_point
 from interlock.runtime.home import Home
 from interlock.runtime.leases import LeaseKeeper
@@ -145,7 +147,9 @@ class Orchestrator:
         # Told the seconds each tick took, when set (a server's tick histogram).
         self.on_tick: Callable[[float], None] | None = None
         self._definitions: dict[str, Definition] = {}
-        self.dispatcher: Dispatcher = dispatcher or LocalDispatcher(self.settings.max_concurrency)
+        self.dispatcher: Dispatcher | WholeDispatcher = dispatcher or LocalDispatcher(
+            self.settings.max_concurrency, LocalExecutor(self.models)
+        )
         self._wake: Wakeup | None = None  # the loop's sleep, while a loop runs
         self._dirty: set[str] = set()  # runs with something new since their last tick
         self._lazy: set[str] = set()  # runs with only task starts to record
@@ -1098,7 +1102,9 @@ class Orchestrator:
             from interlock.runtime import children
 
             return children.start(self, driver, task)  # a child run, driven from here
-        return self.dispatcher.start(self, driver, task)
+        if isinstance(self.dispatcher, WholeDispatcher):
+            return self.dispatcher.start(self, driver, task)
+        return self.dispatcher.submit(attempt_of(self, driver, task))
 
     def watch_run(self, run_id: str) -> asyncio.Event:
         """An event set whenever something is recorded for `run_id` (a child run)."""
