@@ -87,8 +87,17 @@ class QueueDispatcher:
         """See `Dispatcher.submit`."""
         loop = asyncio.get_running_loop()
         handle = loop.create_task(self._run(attempt), name=attempt.task_id)
+        key = (attempt.task_id, attempt.attempt)
         running = self._running.setdefault(attempt.run_id, {})
-        running[attempt.task_id, attempt.attempt] = (attempt, handle)
+        running[key] = (attempt, handle)
+
+        def forget(_: asyncio.Task[None]) -> None:  # even cancelled before it began
+            if running.get(key, (None, None))[1] is handle:
+                del running[key]
+                if not running and self._running.get(attempt.run_id) is running:
+                    del self._running[attempt.run_id]
+
+        handle.add_done_callback(forget)
         return handle
 
     def withdraw(self, run_id: str) -> None:
@@ -161,11 +170,6 @@ class QueueDispatcher:
         finally:
             self._begun.discard(key)
             self._withdrawn.discard(key)
-            running = self._running.get(run_id, {})
-            if running.get((task_id, number), (None, None))[1] is asyncio.current_task():
-                del running[task_id, number]
-                if not running:
-                    self._running.pop(run_id, None)
             if entry_id is not None:
                 self.watcher.unwatch(entry_id)
                 self._unannounced.discard(entry_id)

@@ -125,7 +125,7 @@ class Orchestrator:
         settings: Settings | None = None,
         clock: Callable[[], float] = time.time,
         owner: str | None = None,
-        dispatcher: Dispatcher | None = None,
+        dispatcher: Dispatcher | WholeDispatcher | None = None,
         cost_timer: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.store = store
