@@ -17,7 +17,7 @@ import interlock.core.decide as decide
 import interlock.core.review as review
 import interlock.engine.machine as machine
 import interlock.runtime.apply as apply
-import interlock.runtime.dispatch as dispatch
+import interlock.runtime.attempts as attempts
 import interlock.runtime.driver as driver
 import interlock.runtime.projection as projection
 from interlock.core import events as ev
@@ -136,7 +136,7 @@ def test_a_retry_past_max_attempts_after_an_edit_is_caught(
     def never_after_an_edit(pipeline: Any, state: Any) -> Any:
         return None if state.edits else real(pipeline, state)
 
-    for module in (decide, machine, dispatch, projection):  # everywhere the engine uses it
+    for module in (decide, machine, attempts, projection):  # everywhere the engine uses it
         monkeypatch.setattr(module, "given_up", never_after_an_edit)
     result = _first_failing(range(200))
     assert result is not None, "a retry past max_attempts after an edit went unseen"

@@ -1,9 +1,9 @@
 """`QueueDispatcher`: recorded attempts go to the shared queue; remote workers run them.
 
-`start` enqueues the attempt (idempotently: a resumed or taken-over run enqueues the same
+`submit` enqueues the attempt (idempotently: a resumed or taken-over run enqueues the same
 entry again and simply waits on it) and returns an asyncio task that waits for the result,
 puts the output where `LocalDispatcher` would (the run's `.tmp/<task>.<attempt>.part`), and
-reports it through `Orchestrator.report` like any local attempt.
+reports it through the attempt's own `report` like any local attempt.
 
 Cancelling that task withdraws the queue entry when the run no longer wants the attempt (the
 run ended, the attempt was superseded). When the orchestrator merely lets go of the run (shut
@@ -17,29 +17,25 @@ import asyncio
 import contextlib
 import logging
 import time
-import weakref
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from interlock.core import events as ev
-from interlock.core.state import TaskState
 from interlock.distributed.artifacts import ArtifactStore, PostgresArtifacts
 from interlock.distributed.payload import keep_journals, keep_records, scopes, to_payload
 from interlock.distributed.queue import Entry, TaskQueue
 from interlock.distributed.watch import Watcher
 from interlock.errors import StorageUnavailable
 from interlock.runtime import artifacts as files
-from interlock.runtime.dispatch import off_loop_report, outcome_report
-from interlock.runtime.driver import Report, RunDriver
+from interlock.runtime.dispatch import Attempt, attempt_report, off_loop_report
+from interlock.runtime.driver import Report
 from interlock.runtime.executors import Outcome, TaskSpec
-
-if TYPE_CHECKING:
-    from interlock.runtime.orchestrator import Orchestrator
 
 log = logging.getLogger("interlock.distributed")
 T = TypeVar("T")
 OUTAGE_PAUSE = 1.0  # seconds between tries of the queue while the database is down
+TAKES_KEPT = 4096  # runs whose take this dispatcher remembers having fetched the outputs of
 # What a worker says of a hand-out whose model call went into a provider batch, or came back.
 PARKING = ("parked", "unparked")
 
@@ -79,30 +75,39 @@ class QueueDispatcher:
         # Done entries whose results are fetched with the next batch, and the task fetching.
         self._done: list[tuple[int, Path, asyncio.Future[tuple[Entry, Outcome]]]] = []
         self._fetcher: asyncio.Task[None] | None = None
-        self._materialised: weakref.WeakValueDictionary[str, RunDriver] = (
-            weakref.WeakValueDictionary()
-        )
+        # The take (lease token) of each run whose outputs were fetched here, the latest last.
+        self._materialised: dict[str, int] = {}
+        # The attempts submitted and not ended, by run: what `withdraw` looks through.
+        self._running: dict[str, dict[tuple[str, int], tuple[Attempt, asyncio.Task[None]]]] = {}
         # Attempts a worker has begun (run, task, attempt), and those withdrawn before any did.
         self._begun: set[tuple[str, str, int]] = set()
         self._withdrawn: set[tuple[str, str, int]] = set()
 
-    def start(
-        self, orchestrator: Orchestrator, driver: RunDriver, task: TaskState
-    ) -> asyncio.Task[None]:
-        """See `Dispatcher.start`."""
-        coroutine = self._run(orchestrator, driver, task.task_id, task.attempt)
-        return asyncio.get_running_loop().create_task(coroutine, name=task.task_id)
+    def submit(self, attempt: Attempt) -> asyncio.Task[None]:
+        """See `Dispatcher.submit`."""
+        loop = asyncio.get_running_loop()
+        handle = loop.create_task(self._run(attempt), name=attempt.task_id)
+        key = (attempt.task_id, attempt.attempt)
+        running = self._running.setdefault(attempt.run_id, {})
+        running[key] = (attempt, handle)
 
-    def withdraw_unstarted(self, driver: RunDriver) -> None:
-        """See `Dispatcher.withdraw_unstarted`: the attempts still queued are taken out of
-        the queue, so that no worker begins them while the run waits for those it runs."""
-        for task_id, handle in list(driver.handles.items()):
-            task = driver.state.tasks.get(task_id)
-            if task is None or task.started_at is not None:
+        def forget(_: asyncio.Task[None]) -> None:  # even cancelled before it began
+            if running.get(key, (None, None))[1] is handle:
+                del running[key]
+                if not running and self._running.get(attempt.run_id) is running:
+                    del self._running[attempt.run_id]
+
+        handle.add_done_callback(forget)
+        return handle
+
+    def withdraw(self, run_id: str) -> None:
+        """See `Dispatcher.withdraw`: the attempts still queued are taken out of the queue,
+        so that no worker begins them while the run waits for those it runs. (A child run
+        is driven from the orchestrator, never submitted: it is cancelled with the run.)"""
+        for attempt, handle in list(self._running.get(run_id, {}).values()):
+            if attempt.begun():
                 continue
-            if driver.definition.pipeline.worker(task.role).pipeline is not None:
-                continue  # a child run, driven from here: cancelled with the run, as before
-            key = (driver.run_id, task_id, task.attempt)
+            key = (run_id, attempt.task_id, attempt.attempt)
             if key in self._begun or key in self._withdrawn:
                 continue
             self._withdrawn.add(key)
@@ -112,30 +117,29 @@ class QueueDispatcher:
         """Stop listening for queue notifications."""
         self.watcher.close()
 
-    async def _run(
-        self, orchestrator: Orchestrator, driver: RunDriver, task_id: str, attempt: int
-    ) -> None:
-        tmp = driver.run_dir.joinpath(".tmp", f"{task_id}.{attempt}.part")
-        clock = orchestrator.clock
+    async def _run(self, attempt: Attempt) -> None:
+        run_id, task_id, number, tmp = attempt.run_id, attempt.task_id, attempt.attempt, attempt.tmp
+        clock, key = attempt.clock, (attempt.run_id, attempt.task_id, attempt.attempt)
         entry_id: int | None = None
         try:
-            task = driver.state.tasks[task_id]
             files.discard(tmp)  # a leftover of an interrupted try (a large output lands here)
-            if self._materialised.get(driver.run_id) is not driver:
+            if self._materialised.get(run_id) != attempt.take:
                 # Once per taken run: what it commits from then on is written here.
-                await asyncio.to_thread(self._materialise, driver)
-                self._materialised[driver.run_id] = driver
-            spec = driver.task_spec(task, tmp)
+                await asyncio.to_thread(self._materialise, attempt)
+                self._materialised.pop(run_id, None)
+                self._materialised[run_id] = attempt.take
+                while len(self._materialised) > TAKES_KEPT:  # the longest ago goes
+                    del self._materialised[next(iter(self._materialised))]
+            spec = attempt.prepare(tmp)()
             if isinstance(spec, Outcome):  # it cannot run anywhere: report it here
-                orchestrator.report(
-                    driver, outcome_report(driver, task, attempt, spec, tmp, clock())
-                )
+                report = attempt_report(attempt.worker, task_id, number, spec, tmp, clock())
+                attempt.report(report)
                 return
-            pipeline = driver.definition.name
+            pipeline = attempt.pipeline
             fields: dict[str, Any] = {
-                "run_id": driver.run_id,
+                "run_id": run_id,
                 "task_id": task_id,
-                "attempt": attempt,
+                "attempt": number,
                 "kind": spec.worker.kind,
                 "tags": spec.worker.tags,
                 "scopes": scopes(pipeline, spec.worker, spec.model),
@@ -143,38 +147,33 @@ class QueueDispatcher:
             }
             queued, state = await self._submit(spec, pipeline, fields)
             entry_id = queued
-            outcome = await self._wait(orchestrator, driver, queued, state, fields, tmp)
-            report = await off_loop_report(driver, task, attempt, outcome, tmp, clock())
-            orchestrator.report(driver, report)
+            outcome = await self._wait(attempt, queued, state, fields, tmp)
+            attempt.report(await off_loop_report(attempt, outcome, clock()))
         except asyncio.CancelledError:
             files.discard(tmp)
-            withdrawn = (driver.run_id, task_id, attempt) in self._withdrawn
-            if withdrawn or not _still_wanted(driver, task_id, attempt):
+            if key in self._withdrawn or attempt.current() is None:
                 with contextlib.suppress(Exception):
-                    self.queue.cancel(driver.run_id, task_id, attempt)
+                    self.queue.cancel(run_id, task_id, number)
             raise
         except Exception as exc:  # a queue or storage failure fails the attempt, not the loop
-            log.exception(
-                "task %s could not be dispatched", task_id, extra={"run_id": driver.run_id}
-            )
+            log.exception("task %s could not be dispatched", task_id, extra={"run_id": run_id})
             if entry_id is not None:  # the failed attempt's entry must not wait for ever
                 with contextlib.suppress(Exception):
-                    await asyncio.to_thread(self.queue.cancel, driver.run_id, task_id, attempt)
+                    await asyncio.to_thread(self.queue.cancel, run_id, task_id, number)
             failed = ev.TaskFailed(
                 at=clock(),
                 task_id=task_id,
-                attempt=attempt,
+                attempt=number,
                 error=f"dispatch error: {type(exc).__name__}: {exc}",
             )
-            orchestrator.report(driver, Report(event=failed))
+            attempt.report(Report(event=failed))
         finally:
-            self._begun.discard((driver.run_id, task_id, attempt))
-            self._withdrawn.discard((driver.run_id, task_id, attempt))
+            self._begun.discard(key)
+            self._withdrawn.discard(key)
             if entry_id is not None:
                 self.watcher.unwatch(entry_id)
                 self._unannounced.discard(entry_id)
-            if driver.handles.get(task_id) is asyncio.current_task():
-                del driver.handles[task_id]
+            attempt.ended()
 
     async def _submit(
         self, spec: TaskSpec, pipeline: str, fields: dict[str, Any]
@@ -275,8 +274,7 @@ class QueueDispatcher:
 
     async def _wait(
         self,
-        orchestrator: Orchestrator,
-        driver: RunDriver,
+        attempt: Attempt,
         entry_id: int,
         state: str,
         fields: dict[str, Any],
@@ -305,12 +303,12 @@ class QueueDispatcher:
             if state == "done":
                 entry, outcome = await self._result(entry_id, tmp)
                 if not started:
-                    self._started(orchestrator, driver, fields, entry.worker or "")
-                self._parked(orchestrator, driver, fields, entry, told)  # its end, if unheard
+                    self._started(attempt, entry.worker or "")
+                self._parked(attempt, entry, told)  # its end, if unheard
                 return outcome
             if state == "claimed" and not started:
                 started = True
-                self._started(orchestrator, driver, fields, worker)
+                self._started(attempt, worker)
             elif state == "queued" and entry_id in self._unannounced:
                 await asyncio.to_thread(self._announce, entry_id)
             elif state == "cancelled":
@@ -319,7 +317,7 @@ class QueueDispatcher:
                 heard = (again, "")
                 continue
             if entry is not None and started:
-                self._parked(orchestrator, driver, fields, entry, told)
+                self._parked(attempt, entry, told)
             wake.clear()
             heard = self.watcher.take(entry_id)
             if heard is None:
@@ -327,21 +325,14 @@ class QueueDispatcher:
                     await asyncio.wait_for(wake.wait(), self.poll)
                 heard = self.watcher.take(entry_id)
 
-    def _started(
-        self, orchestrator: Orchestrator, driver: RunDriver, fields: dict[str, Any], by: str
-    ) -> None:
-        task_id, attempt = fields["task_id"], fields["attempt"]
-        self._begun.add((driver.run_id, task_id, attempt))
-        event = ev.TaskStarted(at=orchestrator.clock(), task_id=task_id, attempt=attempt, worker=by)
-        orchestrator.report(driver, Report(event=event))
+    def _started(self, attempt: Attempt, by: str) -> None:
+        task_id, number = attempt.task_id, attempt.attempt
+        self._begun.add((attempt.run_id, task_id, number))
+        event = ev.TaskStarted(at=attempt.clock(), task_id=task_id, attempt=number, worker=by)
+        attempt.report(Report(event=event))
 
     def _parked(
-        self,
-        orchestrator: Orchestrator,
-        driver: RunDriver,
-        fields: dict[str, Any],
-        entry: Entry,
-        told: list[tuple[float | None, float | None]],
+        self, attempt: Attempt, entry: Entry, told: list[tuple[float | None, float | None]]
     ) -> None:
         """Record in the run's history that the entry's model call went into a provider
         batch, or came back, as its worker wrote on the entry (`TaskQueue.park`): the
@@ -356,9 +347,9 @@ class QueueDispatcher:
             return
         first = not told
         told[:] = [seen]
-        task_id, attempt = fields["task_id"], fields["attempt"]
-        task = driver.state.tasks.get(task_id)
-        if task is None or task.attempt != attempt:
+        task_id, number = attempt.task_id, attempt.attempt
+        task = attempt.current()
+        if task is None:
             return
         back = entry.unparked_at
         waits = []
@@ -367,8 +358,8 @@ class QueueDispatcher:
         if back is not None:
             waits.append((max(back, entry.parked_at), False))
         for at, waiting in waits:
-            event = ev.TaskBatchWaited(at=at, task_id=task_id, attempt=attempt, waiting=waiting)
-            orchestrator.report(driver, Report(event=event))
+            event = ev.TaskBatchWaited(at=at, task_id=task_id, attempt=number, waiting=waiting)
+            attempt.report(Report(event=event))
 
     async def _result(self, entry_id: int, tmp: Path) -> tuple[Entry, Outcome]:
         """The done entry and its outcome. The results of the entries found done together
@@ -449,29 +440,18 @@ class QueueDispatcher:
         )
         return entry, outcome
 
-    def _materialise(self, driver: RunDriver) -> None:
+    def _materialise(self, attempt: Attempt) -> None:
         """Outputs committed by an orchestrator on another machine: fetch the ones missing
         here, so this run directory has every file the next attempts read."""
-        for task in driver.state.tasks.values():
-            if task.artifact and task.sha256 and not (driver.run_dir / task.artifact).exists():
+        for artifact, sha256 in attempt.outputs():
+            if not (attempt.run_dir / artifact).exists():
                 with contextlib.suppress(KeyError):
-                    data = self.artifacts.get(task.sha256)
-                    files.write_atomic(driver.run_dir / task.artifact, data)
+                    files.write_atomic(attempt.run_dir / artifact, self.artifacts.get(sha256))
 
 
 def _seconds(value: Any) -> float | None:
     """A wait from a worker's result (None when absent or not a number)."""
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _still_wanted(driver: RunDriver, task_id: str, attempt: int) -> bool:
-    task = driver.state.tasks.get(task_id)
-    return (
-        not driver.state.status.ended
-        and task is not None
-        and task.attempt == attempt
-        and task.status.in_flight
-    )
 
 
 async def _patiently(call: Callable[..., T], *args: Any) -> T:

@@ -48,7 +48,8 @@ from interlock.errors import StorageUnavailable
 from interlock.providers import aclose_providers
 from interlock.providers.batch_waits import batch_parking
 from interlock.runtime import collector
-from interlock.runtime.executors import Outcome, TaskSpec, run_call, run_command
+from interlock.runtime.execution import Executor, LocalExecutor, going_on
+from interlock.runtime.executors import Outcome, TaskSpec
 from interlock.runtime.models import ModelRunner
 from interlock.runtime.sealed_lines import journal_appends
 from interlock.storage.outage import level_for
@@ -154,6 +155,7 @@ class RemoteWorker:
         self.lease_ttl, self.poll, self.grace = lease_ttl, poll, grace
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="interlock-worker-"))
         self.models = models or ModelRunner()
+        self.executor: Executor = LocalExecutor(self.models)
         self.gc_young = gc_young  # see `runtime/collector.py`
         self.source = source or QueueSource(self.queue)
         self.running: dict[int, asyncio.Task[None]] = {}
@@ -496,16 +498,12 @@ class RemoteWorker:
         return self.workdir / f"{claim.id}.{claim.delivery}"
 
     async def _execute(self, spec: TaskSpec) -> Outcome:
-        kind = spec.worker.kind
-        if kind == "command":
-            return await asyncio.to_thread(self.models.masked, spec, await run_command(spec))
-        if kind == "call":
-            return self.models.masked(spec, await run_call(spec, self.models))
-
         def progress(text: str) -> None:
             self.source.progress(spec.run_id, spec.task_id, text)
 
-        return await self.models.run(spec, progress)
+        # Stopped mid-answer, the hand-out is lost or handed back: its cost goes unrecorded
+        # here, like any work of a cancelled hand-out.
+        return going_on(await self.executor.run(spec, progress))
 
     async def _heartbeats(self) -> None:
         """Every third of the lease, renew the hand-outs held past a third of theirs, all in

@@ -117,7 +117,6 @@ class CallStopped(asyncio.CancelledError):
     def __init__(self, answered: ModelResult) -> None:
         super().__init__("the call was stopped while the model was answering")
         self.answered = answered
-        self.usage: dict[str, object] | None = None  # what the runner makes of it
 
 
 class ProviderTimeout(ProviderError):

@@ -1,9 +1,11 @@
 """Dispatchers: how a recorded task attempt gets run.
 
-The orchestrator only ever calls `Dispatcher.start` for an attempt it has already recorded as
-dispatched, and learns the outcome from a `Report` handed back through
-`Orchestrator.report`. `LocalDispatcher` runs tasks in this process; a queue-backed
-dispatcher hands them to worker processes on other machines through the same two calls.
+The orchestrator only ever submits an attempt it has already recorded as dispatched, as an
+`Attempt`: a frozen request holding what the attempt is and the callables through which the
+dispatcher reads what it needs of the run and reports back (never the orchestrator or the
+run's driver themselves). `LocalDispatcher` runs attempts in this process through an
+`Executor`; a queue-backed dispatcher hands them to worker processes on other machines
+through the same two calls, `submit` and `withdraw`.
 """
 
 from __future__ import annotations
@@ -13,31 +15,84 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from interlock.core import events as ev
-from interlock.core.decide import given_up
 from interlock.core.extract import ExtractionError, extract_values
 from interlock.core.state import TaskState
+from interlock.core.workflow import Worker
 from interlock.providers.batch_waits import BatchWait, batch_parking, batch_waits
 from interlock.providers.spend_guard import CapWait, cap_waits
 from interlock.runtime import artifacts, records
 from interlock.runtime.diskfull import is_enospc
 from interlock.runtime.driver import Report, RunDriver, renders_templates
-from interlock.runtime.executors import Outcome, TaskSpec, run_call, run_command
+from interlock.runtime.execution import Executor, going_on
+from interlock.runtime.executors import Outcome, TaskSpec
 from interlock.runtime.fair import FairGate, Place
 from interlock.runtime.faults import crash_point
-from interlock.runtime.task_slots import store_key
 
 if TYPE_CHECKING:
     from interlock.runtime.orchestrator import Orchestrator
 
 log = logging.getLogger("interlock.runtime")
 
+Wait = CapWait | BatchWait
+
+
+@dataclass(frozen=True, kw_only=True)
+class Attempt:
+    """One recorded attempt, as a dispatcher is given it."""
+
+    run_id: str
+    task_id: str
+    attempt: int
+    worker: Worker  # its kind, tags, `extract` rules and templates
+    pipeline: str  # the run's pipeline (its definition's name)
+    lane: str  # the concurrency lane it waits for a place in ("": no concurrency key)
+    run_dir: Path
+    workflow_dir: Path | None  # the workflow file's folder, whose configuration masks records
+    runner: str  # who runs it here, named by its start (the orchestrator's owner)
+    begun: Callable[[], bool]  # whether its run has its start recorded (or lost the task)
+    # Reads what the attempt's spec needs of its run now, and gives back what renders it
+    # from that copy, in a thread if need be (`RunDriver.prepare_spec`): its output at the
+    # path given.
+    prepare: Callable[[Path], Callable[[], TaskSpec | Outcome]]
+    report: Callable[[Report], None]  # hands a report to the run's next tick
+    tell: Callable[[Report], None]  # the same, to whoever drives the run now (or no one)
+    show_wait: Callable[[str, Wait | None], None]  # a "spend" or "batch" wait, or its end
+    progress: Callable[[str], None] | None  # told what a model streams (None: no one asks)
+    clock: Callable[[], float]
+    starts: Callable[[], bool]  # whether the run still starts attempts
+    current: Callable[[], TaskState | None]  # its task, while the run wants this attempt
+    outputs: Callable[[], list[tuple[str, str]]]  # (file, SHA-256) of the committed outputs
+    take: int  # the same for every attempt of one take of the run (its lease's token)
+    ended: Callable[[], None]  # told from the attempt's own task as it ends
+
+    @property
+    def tmp(self) -> Path:
+        """Where its output is written before it is committed."""
+        return self.run_dir.joinpath(".tmp", f"{self.task_id}.{self.attempt}.part")
+
 
 class Dispatcher(Protocol):
     """Runs recorded attempts and reports how they ended."""
+
+    def submit(self, attempt: Attempt) -> asyncio.Task[None]:
+        """Begin the attempt; cancelling the returned task must stop it."""
+        ...
+
+    def withdraw(self, run_id: str) -> None:
+        """The run starts nothing more (it fails once its running attempts end): withdraw
+        the attempts it handed out that no worker has begun."""
+        ...
+
+
+@runtime_checkable
+class WholeDispatcher(Protocol):
+    """The older contract, handed the orchestrator and the run's driver whole: what the
+    simulator's dispatcher still implements. A dispatcher has `submit` or this."""
 
     def start(
         self, orchestrator: Orchestrator, driver: RunDriver, task: TaskState
@@ -46,52 +101,43 @@ class Dispatcher(Protocol):
         ...
 
     def withdraw_unstarted(self, driver: RunDriver) -> None:
-        """The run starts nothing more (it fails once its running attempts end): withdraw
-        the attempts it handed out that no worker has begun."""
+        """See `Dispatcher.withdraw`."""
         ...
 
 
 class LocalDispatcher:
-    """Runs tasks as asyncio tasks of this process, at most `limit` at once; when more wait,
-    round-robin between task concurrency keys (`interlock.runtime.fair`)."""
+    """Runs tasks as asyncio tasks of this process through `executor`, at most `limit` at
+    once; when more wait, round-robin between task concurrency keys
+    (`interlock.runtime.fair`)."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, executor: Executor) -> None:
         self._slots = FairGate(limit)
+        self.executor = executor
 
-    def start(
-        self, orchestrator: Orchestrator, driver: RunDriver, task: TaskState
-    ) -> asyncio.Task[None]:
-        """See `Dispatcher.start`."""
-        coroutine = self._run(orchestrator, driver, task.task_id, task.attempt)
-        return asyncio.get_running_loop().create_task(coroutine, name=task.task_id)
+    def submit(self, attempt: Attempt) -> asyncio.Task[None]:
+        """See `Dispatcher.submit`."""
+        coroutine = self._run(attempt)
+        return asyncio.get_running_loop().create_task(coroutine, name=attempt.task_id)
 
-    def withdraw_unstarted(self, driver: RunDriver) -> None:
-        """See `Dispatcher.withdraw_unstarted`: nothing to do, an attempt here looks whether
-        its run still starts anything when its slot comes, before it begins."""
+    def withdraw(self, run_id: str) -> None:
+        """See `Dispatcher.withdraw`: nothing to do, an attempt here looks whether its run
+        still starts anything when its slot comes, before it begins."""
 
-    async def _run(
-        self, orchestrator: Orchestrator, driver: RunDriver, task_id: str, attempt: int
-    ) -> None:
-        tmp = driver.run_dir.joinpath(".tmp", f"{task_id}.{attempt}.part")
-        clock = orchestrator.clock
-        state, held = driver.state, driver.state.task_slots.get(task_id)
-        lane = (
-            "" if held is None else store_key(state.pipeline, state.tasks[task_id].role, held.key)
-        )
+    async def _run(self, attempt: Attempt) -> None:
+        task_id, number, tmp, clock = attempt.task_id, attempt.attempt, attempt.tmp, attempt.clock
         try:
-            async with self._slots.turn(lane) as place:
-                if given_up(driver.definition.pipeline, driver.state) is not None:
+            async with self._slots.turn(attempt.lane) as place:
+                if not attempt.starts():
                     return  # the run fails once its running attempts end: not started now
-                task = driver.state.tasks[task_id]
                 started = ev.TaskStarted(
-                    at=clock(), task_id=task_id, attempt=attempt, worker=orchestrator.owner
+                    at=clock(), task_id=task_id, attempt=number, worker=attempt.runner
                 )
-                orchestrator.report(driver, Report(event=started))
+                attempt.report(Report(event=started))
                 crash_point("after_dispatch")
                 # Templates render in a thread (within their limits: `render_limits`), from
                 # a copy of what they read, while the loop serves every other run.
-                render = driver.prepare_spec(task, tmp)
-                if renders_templates(driver.definition.pipeline.worker(task.role)):
+                render = attempt.prepare(tmp)
+                if renders_templates(attempt.worker):
                     spec = await asyncio.to_thread(render)
                 else:
                     spec = render()
@@ -100,49 +146,48 @@ class LocalDispatcher:
                 else:
                     if spec.worker.kind == "command":  # a call makes its folder if it needs it
                         prepare_output(tmp)
-                    outcome = await execute(orchestrator, driver.run_id, spec, place)
+                    outcome = await execute(self.executor, attempt, spec, place)
+                if outcome.stopped:  # cancelled mid-answer: what the call cost is recorded
+                    failed = ev.TaskFailed(
+                        at=clock(),
+                        task_id=task_id,
+                        attempt=number,
+                        error=outcome.error,
+                        usage=outcome.usage,
+                    )
+                    attempt.report(Report(event=failed))
+                    going_on(outcome)
                 if outcome.ok and outcome.body is None and not outcome.durable and large(tmp):
                     await asyncio.to_thread(artifacts.fsync_file, tmp)
-                report = await off_loop_report(driver, task, attempt, outcome, tmp, clock())
+                report = await off_loop_report(attempt, outcome, clock())
                 # Most attempts leave no record: two `stat`s on the loop say so, and only an
                 # attempt that left some hands its masking to a thread.
                 kept = None
-                if records.any_left(driver.run_dir):
+                if records.any_left(attempt.run_dir):
                     kept = await asyncio.to_thread(
                         records.seal,
-                        driver.run_dir,
+                        attempt.run_dir,
                         task_id,
-                        attempt,
-                        orchestrator.models.secrets(driver.workflow_dir),
+                        number,
+                        self.executor.secrets(attempt.workflow_dir),
                     )
-                orchestrator.report(driver, with_records(report, kept))
-        except asyncio.CancelledError as stopped:
+                attempt.report(with_records(report, kept))
+        except asyncio.CancelledError:
             artifacts.discard(tmp)
-            spent = getattr(stopped, "usage", None)  # a model call stopped after it was answered
-            if spent:
-                failed = ev.TaskFailed(
-                    at=clock(),
-                    task_id=task_id,
-                    attempt=attempt,
-                    error="stopped: the run ended while the model was answering",
-                    usage=spent,
-                )
-                orchestrator.report(driver, Report(event=failed))
             raise
         except Exception as exc:  # a bug in a worker adapter must not stop the loop
             if isinstance(exc, OSError) and is_enospc(exc):
                 # Not a bug: the ledger's own writes meet the same full disk and stop the
                 # run resumably, saying so.
                 error = f"disk full: {exc.strerror} (ENOSPC)"
-                log.error("task %s: %s", task_id, error, extra={"run_id": driver.run_id})
+                log.error("task %s: %s", task_id, error, extra={"run_id": attempt.run_id})
             else:
                 error = f"internal error: {type(exc).__name__}: {exc}"
-                log.exception("task %s crashed", task_id, extra={"run_id": driver.run_id})
-            failed = ev.TaskFailed(at=clock(), task_id=task_id, attempt=attempt, error=error)
-            orchestrator.report(driver, Report(event=failed))
+                log.exception("task %s crashed", task_id, extra={"run_id": attempt.run_id})
+            failed = ev.TaskFailed(at=clock(), task_id=task_id, attempt=number, error=error)
+            attempt.report(Report(event=failed))
         finally:
-            if driver.handles.get(task_id) is asyncio.current_task():
-                del driver.handles[task_id]
+            attempt.ended()
 
 
 def with_records(report: Report, kept: dict[str, str] | None) -> Report:
@@ -170,86 +215,70 @@ def large(path: Path) -> bool:
 
 
 async def execute(
-    orchestrator: Orchestrator, run_id: str, spec: TaskSpec, place: Place | None = None
+    executor: Executor, attempt: Attempt, spec: TaskSpec, place: Place | None = None
 ) -> Outcome:
-    """Run one attempt with the executor its worker kind calls for; `place`, the attempt's
-    place among the process's running tasks, is lent out while its call waits in a
-    provider batch (`batch_parking`)."""
-    kind = spec.worker.kind
-    if kind == "command":
-        return await asyncio.to_thread(orchestrator.models.masked, spec, await run_command(spec))
-    if kind == "call":
-        return orchestrator.models.masked(spec, await run_call(spec, orchestrator.models))
+    """Run one attempt through `executor`; `place`, the attempt's place among the process's
+    running tasks, is lent out while its call waits in a provider batch (`batch_parking`)."""
+    if spec.worker.kind in ("command", "call"):
+        return await executor.run(spec)
 
-    def progress(text: str) -> None:
-        orchestrator.progress(run_id, spec.task_id, text)
-
-    def shown(waits: Callable[[RunDriver], dict[str, dict[str, Any]]]) -> Callable[..., None]:
-        def tell(wait: CapWait | BatchWait | None) -> None:
-            # A wait is no event (it ends by itself, and is polled): it shows in status.json,
-            # which every reader of a live run (`runs`, `status`, the API) looks at.
-            driver = orchestrator.drivers.get(run_id)
-            if driver is None:
-                return
-            if wait is None:
-                waits(driver).pop(spec.task_id, None)
-            else:
-                waits(driver)[spec.task_id] = wait.to_json()
-            if orchestrator.settings.write_status and driver.run_dir.is_dir():
-                driver.write_status()
-
-        return tell
+    def shown(kind: str) -> Callable[[Wait | None], None]:
+        # A wait is no event (it ends by itself, and is polled): it shows in status.json,
+        # which every reader of a live run (`runs`, `status`, the API) looks at.
+        return lambda wait: attempt.show_wait(kind, wait)
 
     @contextlib.asynccontextmanager
     async def parked() -> AsyncIterator[None]:
         # Recorded, so that the timeout stops for the wait whoever drives the run next; the
         # place goes to other tasks meanwhile, which may gather into the same batch.
-        tell_batch(orchestrator, run_id, spec, waiting=True)
+        tell_batch(attempt, waiting=True)
         if place is None:
             yield
         else:
             async with place.lent():
                 yield
-        tell_batch(orchestrator, run_id, spec, waiting=False)  # its own work goes on
+        tell_batch(attempt, waiting=False)  # its own work goes on
 
     # This task's context only: each call tells of its own.
-    told = cap_waits.set(shown(lambda d: d.spend_waits))
-    batched = batch_waits.set(shown(lambda d: d.batch_waits))
+    told = cap_waits.set(shown("spend"))
+    batched = batch_waits.set(shown("batch"))
     parking = batch_parking.set(parked)
     try:
-        return await orchestrator.models.run(
-            spec, progress if orchestrator.progress_listeners else None
-        )
+        return await executor.run(spec, attempt.progress)
     finally:
         batch_parking.reset(parking)
         batch_waits.reset(batched)
         cap_waits.reset(told)
 
 
-def tell_batch(orchestrator: Orchestrator, run_id: str, spec: TaskSpec, *, waiting: bool) -> None:
+def tell_batch(attempt: Attempt, *, waiting: bool) -> None:
     """Report that the attempt's model call went into a provider batch, or came back."""
-    driver = orchestrator.drivers.get(run_id)
-    if driver is None:
-        return
     event = ev.TaskBatchWaited(
-        at=orchestrator.clock(), task_id=spec.task_id, attempt=spec.attempt, waiting=waiting
+        at=attempt.clock(), task_id=attempt.task_id, attempt=attempt.attempt, waiting=waiting
     )
-    orchestrator.report(driver, Report(event=event))
+    attempt.tell(Report(event=event))
 
 
-async def off_loop_report(
-    driver: RunDriver, task: TaskState, attempt: int, outcome: Outcome, tmp: Path, now: float
-) -> Report:
-    """`outcome_report`, in a thread when the worker's `extract` rules read the output: an
+async def off_loop_report(attempt: Attempt, outcome: Outcome, now: float) -> Report:
+    """`attempt_report`, in a thread when the worker's `extract` rules read the output: an
     output of any size is read, parsed and matched away from the event loop, which keeps
     serving every other run (and the API) meanwhile."""
-    if outcome.ok and driver.definition.pipeline.worker(task.role).extract:
-        return await asyncio.to_thread(outcome_report, driver, task, attempt, outcome, tmp, now)
-    return outcome_report(driver, task, attempt, outcome, tmp, now)
+    worker, task_id, number, tmp = attempt.worker, attempt.task_id, attempt.attempt, attempt.tmp
+    if outcome.ok and worker.extract:
+        return await asyncio.to_thread(attempt_report, worker, task_id, number, outcome, tmp, now)
+    return attempt_report(worker, task_id, number, outcome, tmp, now)
 
 
 def outcome_report(
     driver: RunDriver, task: TaskState, attempt: int, outcome: Outcome, tmp: Path, now: float
+) -> Report:
+    """`attempt_report` for the attempt `attempt` of `task` of the run `driver` drives."""
+    worker = driver.definition.pipeline.worker(task.role)
+    return attempt_report(worker, task.task_id, attempt, outcome, tmp, now)
+
+
+def attempt_report(
+    worker: Worker, task_id: str, attempt: int, outcome: Outcome, tmp: Path, now: float
 ) -> Report:
     """Turn an executor's outcome into the report the next tick records.
 
@@ -257,7 +286,6 @@ def outcome_report(
     an output whose values cannot be extracted fails the attempt and is never adopted.
     """
     if outcome.ok:
-        worker = driver.definition.pipeline.worker(task.role)
         body = outcome.body
         try:
             if body is None and not tmp.exists():
@@ -270,7 +298,7 @@ def outcome_report(
             artifacts.discard(tmp)
             failed = ev.TaskFailed(
                 at=now,
-                task_id=task.task_id,
+                task_id=task_id,
                 attempt=attempt,
                 error=f"output rejected: {exc}",
                 usage=outcome.usage,
@@ -278,7 +306,7 @@ def outcome_report(
             return Report(event=failed)
         done = ev.TaskCompleted(
             at=now,
-            task_id=task.task_id,
+            task_id=task_id,
             attempt=attempt,
             artifact="",
             sha256="",
@@ -289,13 +317,11 @@ def outcome_report(
         return Report(event=done, tmp=None if body is not None else tmp, body=body)
     artifacts.discard(tmp)
     if outcome.timed_out:
-        timed_out = ev.TaskTimedOut(
-            at=now, task_id=task.task_id, attempt=attempt, detail=outcome.error
-        )
+        timed_out = ev.TaskTimedOut(at=now, task_id=task_id, attempt=attempt, detail=outcome.error)
         return Report(event=timed_out)
     failed = ev.TaskFailed(
         at=now,
-        task_id=task.task_id,
+        task_id=task_id,
         attempt=attempt,
         error=outcome.error[-4000:],
         retryable=outcome.retryable,

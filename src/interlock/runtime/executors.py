@@ -86,6 +86,17 @@ class Outcome:
     # completion and written into the run directory once that is recorded.
     body: bytes | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # Cancelled (its run ended) while its model was answering: `usage` is what the call had
+    # cost by then. Whoever awaited the attempt records that and goes on cancelled.
+    stopped: bool = False
+
+
+STOPPED = "stopped: the run ended while the model was answering"
+
+
+def stopped_outcome(usage: dict[str, Any]) -> Outcome:
+    """The outcome of an attempt cancelled after its model call had begun to cost."""
+    return Outcome(ok=False, error=STOPPED, usage=usage, stopped=True)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -386,7 +397,8 @@ def _last_line(path: Path, limit: int = 4000) -> str:
 
 async def run_call(spec: TaskSpec, models: ModelRunner | None = None) -> Outcome:
     """Run a `call:` worker: coroutines on the loop, plain functions in a thread. What its
-    `ctx.model` calls spent is the outcome's usage, failed or not."""
+    `ctx.model` calls spent is the outcome's usage, failed or not, and stopped too (a
+    `stopped` outcome instead of the cancellation, when they spent anything)."""
     assert spec.worker.call is not None
     try:
         function = resolve_call(spec.worker.call)
@@ -395,10 +407,10 @@ async def run_call(spec: TaskSpec, models: ModelRunner | None = None) -> Outcome
     context = TaskContext(spec=spec, models=models, loop=asyncio.get_running_loop())
     try:
         outcome = await _call(function, context)
-    except asyncio.CancelledError as stopped:
+    except asyncio.CancelledError:
         usage = await _settled(context)
-        if usage and not getattr(stopped, "usage", None):
-            stopped.usage = usage  # type: ignore[attr-defined]  # the dispatcher records it
+        if usage:
+            return stopped_outcome(usage)
         raise
     usage = await _settled(context)
     return outcome if usage is None else dataclasses.replace(outcome, usage=usage)

@@ -51,7 +51,7 @@ from interlock.providers.schema_output import (
 from interlock.providers.settings import recorded_settings
 from interlock.providers.verdict import judge
 from interlock.runtime.artifacts import write_record
-from interlock.runtime.executors import Outcome, TaskSpec, keep_output
+from interlock.runtime.executors import Outcome, TaskSpec, keep_output, stopped_outcome
 from interlock.runtime.tool_runs import complete_with_tools
 
 ProgressCallback = Callable[[str], None]
@@ -133,7 +133,10 @@ class ModelRunner:
         return Resolved(provider=build_provider(model, config), model=model)
 
     async def run(self, spec: TaskSpec, progress: ProgressCallback | None) -> Outcome:
-        """One model call; the text goes to the temporary output only when complete."""
+        """One model call; the text goes to the temporary output only when complete.
+
+        Cancelled once the server had begun answering, it returns a `stopped` outcome with
+        what the call cost instead of raising; cancelled before, it raises."""
         alias = spec.model or spec.worker.model or ""
         try:
             resolved = self.resolve(alias, spec.workflow_dir)
@@ -267,16 +270,13 @@ class ModelRunner:
                     progress(rest)
         except CallStopped as stopped:
             # Stopped while the server was answering (the run ended): that much was spent.
-            stopped.usage = usage_of(stopped.answered, alias, model)
-            raise
-        except asyncio.CancelledError as stopped:
+            return stopped_outcome(usage_of(stopped.answered, alias, model))
+        except asyncio.CancelledError:
             if not received:
                 raise
             # A provider that does not say what arrived: count the text it streamed.
             answered = estimated_result(model, system, prompt, "".join(received))
-            spent = CallStopped(answered)
-            spent.usage = usage_of(answered, alias, model)
-            raise spent from stopped
+            return stopped_outcome(usage_of(answered, alias, model))
         except ProviderError as exc:
             return self._failed(spec, exc, alias, model)
         except Exception as exc:  # a library's own error: a failed attempt, never a crash
