@@ -192,7 +192,8 @@ def test_check_of_plain_tasks_loads_no_template_engine_nor_event_loop(
 ) -> None:
     """`interlock check` of pipelines whose tasks are plain text and which have no `call:`
     worker imports neither jinja2 nor asyncio (nor the runtime's executors); a task with a
-    template beyond bare names still has jinja2 parse it, and a `call:` still has its target resolved."""
+    template beyond bare names still has jinja2 parse it, and a `call:` still has its target
+    resolved."""
     from tests.cli.test_cli import ROOT
 
     heavy = ("jinja2", "asyncio", "interlock.runtime.executors")

@@ -250,6 +250,12 @@ def test_check_refuses_a_bare_name_template_past_a_small_size_limit(tmp_path: Pa
         "  phases:\n    - id: a\n      workers:\n        - role: w\n          final: true\n"
         "          command: [echo, hi]\n          task: 'Into {{ language }}.'\n"
     )
+    from interlock.core.template_checks import _far_below
+
+    values = {"language": "x" * 60}
+    assert not _far_below("Into {{ language }}.", values, 50)  # rendered by jinja2: refused
+    assert _far_below("Into {{ language }}.", values, 200)  # not rendered: passes
+    assert not _far_below("Into {{ language }}.", values, 140)  # more than half: rendered
     flow.write_text(worker + "          max_task_size: 50\n")
     with pytest.raises(WorkflowError) as raised:
         load_workflow(flow)
