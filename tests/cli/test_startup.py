@@ -192,7 +192,8 @@ def test_check_of_plain_tasks_loads_no_template_engine_nor_event_loop(
 ) -> None:
     """`interlock check` of pipelines whose tasks are plain text and which have no `call:`
     worker imports neither jinja2 nor asyncio (nor the runtime's executors); a task with a
-    template still has jinja2 parse it, and a `call:` still has its target resolved."""
+    template beyond bare names still has jinja2 parse it, and a `call:` still has its target
+    resolved."""
     from tests.cli.test_cli import ROOT
 
     heavy = ("jinja2", "asyncio", "interlock.runtime.executors")
@@ -202,7 +203,7 @@ def test_check_of_plain_tasks_loads_no_template_engine_nor_event_loop(
     templated = Path(cli_env["INTERLOCK_HOME"]).parent / "templated.yaml"
     templated.write_text(
         "p:\n  phases:\n  - id: a\n    workers:\n    - role: w\n      model: m\n"
-        "      final: true\n      task: 'About {{ topic }}'\n"
+        "      final: true\n      task: 'About {{ topic | title }}'\n"
     )
     assert loaded(cli_env, "check", str(templated), heavy=heavy) == ["jinja2"]
     called = Path(cli_env["INTERLOCK_HOME"]).parent / "called.yaml"
@@ -279,3 +280,39 @@ def test_listing_top_level_runs_loads_no_event_types(cli_env: dict[str, str]) ->
     for example in ("research.json", "fanout.yaml", "translate.yaml"):
         path = str(ROOT / "examples" / example)
         assert loaded(cli_env, "check", path, heavy=unused) == [], example
+
+
+def test_check_loads_cel_evaluator_and_template_engine_only_when_needed(
+    cli_env: dict[str, str],
+) -> None:
+    """`interlock check` of the README's examples loads no jinja2 (their templates are bare
+    names) and no CEL evaluator (celpy and the pendulum and dateutil it loads): conditions
+    are parsed by lark, and only a file with `if:` loads lark. A template with a filter still
+    has jinja2 read it, and a condition that does not parse still gets CEL's message."""
+    from tests.cli.test_cli import ROOT, cli
+
+    heavy = ("jinja2", "celpy", "pendulum", "dateutil", "lark")
+    for example, found in (
+        ("research.json", []),
+        ("fanout.yaml", []),
+        ("taste.yaml", ["lark"]),
+        ("translate.yaml", ["lark"]),
+        ("translate-plain.yaml", ["lark"]),
+    ):
+        path = str(ROOT / "examples" / example)
+        assert loaded(cli_env, "check", path, heavy=heavy) == found, example
+    assert loaded(cli_env, "check", str(ROOT / "examples" / "taste.yaml"), "--cost",
+                  heavy=heavy) == ["lark"]  # fmt: skip
+    folder = Path(cli_env["INTERLOCK_HOME"]).parent
+    filtered = folder / "filtered.yaml"
+    filtered.write_text(
+        "p:\n  phases:\n  - id: a\n    workers:\n    - role: w\n      model: m\n"
+        "      final: true\n      task: 'About {{ topic | upper }}'\n"
+    )
+    assert loaded(cli_env, "check", str(filtered), heavy=heavy) == ["jinja2"]
+    broken = folder / "broken.yaml"
+    broken.write_text(LOOPED.replace("visits.review < 1", "visits.review <"))
+    assert loaded(cli_env, "check", str(broken), heavy=("celpy",)) == ["celpy"]
+    done = cli(cli_env, "check", str(broken))
+    assert done.returncode != 0
+    assert "expression 'visits.review <' does not parse at" in done.stdout + done.stderr

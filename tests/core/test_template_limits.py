@@ -203,3 +203,63 @@ def test_check_refuses_a_huge_range_at_its_line(tmp_path: Path) -> None:
     assert "more than 2,000,000 steps" in said
     flow.write_text(head + '          task: "{% for i in range(200000) %}{% endfor %}x"\n')
     assert load_workflow(flow).definitions
+
+
+def test_templates_of_bare_names_read_as_jinja2_reads_them() -> None:
+    """A template of text and `{{ name }}` / `{{ name + N }}` tags, which `check` reads
+    without jinja2, gives the names jinja2 finds; anything else (a filter, a brace in the
+    text, a keyword, a literal, whitespace control) is left to jinja2."""
+    from jinja2 import Environment, meta
+
+    from interlock.core.templates import placeholders, template_names
+
+    simple = [
+        "Translate {{ topic }} into {{ language }}.",
+        "Section '{{ item }}' (number {{ item_index + 1 }}) about {{topic}}",
+        "{{ a }}{{b}}{{  c  +  12 }} % # ] )",
+        "plain text",
+    ]
+    for source in simple:
+        assert placeholders(source) is not None, source
+        found = meta.find_undeclared_variables(Environment().parse(source))
+        assert template_names(source) == found, source
+    others = [
+        "{{ topic | upper }}",
+        "{{ topic }} {json}",
+        "{{{ topic }}}",
+        "{{ true }}",
+        "{{ not }}",
+        "{{- topic -}}",
+        "{{ inputs.language }}",
+        "{% if topic %}x{% endif %}",
+        "{# note #}{{ topic }}",
+        "{{ n + 01 }}",
+    ]
+    for source in others:
+        assert placeholders(source) is None, source
+    assert template_names("{{ inputs.language }} {{ topic }}") == {"inputs", "topic"}
+
+
+def test_check_refuses_a_bare_name_template_past_a_small_size_limit(tmp_path: Path) -> None:
+    """A template of bare names whose stand-in values make it longer than the worker's
+    `max_task_size` is refused by `check` as any other template is; half the limit or less
+    is not rendered at all and passes."""
+    flow = tmp_path / "flow.yaml"
+    worker = (
+        "p:\n  inputs:\n    language: {default: '" + "x" * 60 + "'}\n"
+        "  phases:\n    - id: a\n      workers:\n        - role: w\n          final: true\n"
+        "          command: [echo, hi]\n          task: 'Into {{ language }}.'\n"
+    )
+    from interlock.core.template_checks import _far_below
+
+    values = {"language": "x" * 60}
+    assert not _far_below("Into {{ language }}.", values, 50)  # rendered by jinja2: refused
+    assert _far_below("Into {{ language }}.", values, 200)  # not rendered: passes
+    assert not _far_below("Into {{ language }}.", values, 140)  # more than half: rendered
+    flow.write_text(worker + "          max_task_size: 50\n")
+    with pytest.raises(WorkflowError) as raised:
+        load_workflow(flow)
+    assert "key 'task': task template passes a limit" in str(raised.value)
+    assert "(the worker's max_task_size)" in str(raised.value)
+    flow.write_text(worker + "          max_task_size: 200\n")
+    assert load_workflow(flow).definitions

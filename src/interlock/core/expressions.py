@@ -4,9 +4,11 @@ CEL (the Common Expression Language) is side-effect free and terminates, which i
 control plane needs: a condition can read values but never act. The values it reads come
 from model output, so they are converted to CEL data and never parsed as code.
 
-CEL's implementation (celpy, with lark and pendulum: about 50 ms to import) is imported by
-the first expression compiled, so that a pipeline without conditions never loads it; every
-function that evaluates has compiled first.
+CEL's grammar is parsed by lark alone, loaded by the first expression compiled, so that a
+pipeline without conditions never loads it. CEL's evaluator (celpy, which loads pendulum and
+dateutil for its time types: most of a tenth of a second) is loaded by the first expression
+evaluated, or by a parse error (celpy words its message): `check` reads conditions' trees and
+names, and evaluates none.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any
 
 from interlock.core import reads
@@ -34,12 +36,17 @@ class ExpressionError(ValueError):
 
 @dataclass(frozen=True)
 class Compiled:
-    """A compiled condition and the top-level names it reads."""
+    """A parsed condition and the top-level names it reads; its program (celpy's runner) is
+    made when it is first evaluated."""
 
     source: str
     names: frozenset[str]
-    program: Any
     tree: Any = None  # the parse tree, for saying in words what the condition reads
+
+    @cached_property
+    def program(self) -> Any:
+        """celpy's runner of the tree (loads celpy)."""
+        return _environment().program(self.tree)
 
 
 def _where(source: str, error: Exception) -> str:
@@ -63,64 +70,78 @@ PARSER_CACHE: Callable[[], str | None] | None = None
 
 @lru_cache(maxsize=1)
 def _environment() -> Any:
-    # Building CEL's parser (its LALR tables) takes a sixth of a second: only pipelines with
-    # conditions pay for it, once per process, or once per machine with PARSER_CACHE.
+    # Every evaluation counts its steps and the values it builds (`expression_limits`).
     import celpy
+    from celpy.celparser import CELParser
 
     from interlock.core.expression_limits import runner_class
 
-    path = PARSER_CACHE() if PARSER_CACHE is not None else None
-    if path is not None:
-        _cached_parser(path)
-
-    # Every evaluation counts its steps and the values it builds (`expression_limits`).
+    if CELParser.CEL_PARSER is None:
+        CELParser.CEL_PARSER = _parser()  # the one `compile_expression` parses with
     return celpy.Environment(runner_class=runner_class())
 
 
-def _cached_parser(path: str) -> None:
-    """Give celpy its parser loaded from `path`, built and written there when the file is
-    missing or was made by another grammar or lark (lark checks a digest of both, and builds
-    anew from a file it cannot read)."""
+@lru_cache(maxsize=1)
+def _parser() -> Any:
+    """CEL's parser, as celpy makes it (`CELParser.__init__`) but without loading celpy: lark
+    and celpy's grammar file. Building its LALR tables takes a sixth of a second: only
+    pipelines with conditions pay for it, once per process, or once per machine with
+    PARSER_CACHE (lark checks a digest of the grammar, its options and lark's version, and
+    builds anew from a file it cannot read)."""
+    import importlib.util
     import re
     from pathlib import Path
 
-    import celpy
     import lark
-    from celpy.celparser import CELParser
 
-    if CELParser.CEL_PARSER is not None:
-        return
-    grammar = Path(celpy.__file__).parent / "cel.lark"
-    # The options of celpy's own parser (`CELParser.__init__`), and the cache.
-    CELParser.CEL_PARSER = lark.Lark(
+    spec = importlib.util.find_spec("celpy")  # finds the package without running it
+    if spec is None or spec.origin is None:
+        raise ImportError("CEL's implementation (the cel-python package) is not installed")
+    grammar = Path(spec.origin).parent / "cel.lark"
+    path = PARSER_CACHE() if PARSER_CACHE is not None else None
+    return lark.Lark(
         grammar.read_text(),
         parser="lalr",
         start="expr",
         debug=True,
         g_regex_flags=re.M,
-        lexer_callbacks={"IDENT": CELParser.ambiguous_literals},
+        lexer_callbacks={"IDENT": _ambiguous_literals},
         propagate_positions=True,
         maybe_placeholders=False,
         priority="invert",
         tree_class=lark.Tree,
-        cache=path,
+        **({"cache": path} if path is not None else {}),
     )
+
+
+def _ambiguous_literals(token: Any) -> Any:
+    """`true` and `false` lexed as identifiers are literals (celpy's
+    `CELParser.ambiguous_literals`)."""
+    from lark import Token
+
+    if token.value in ("true", "false"):
+        return Token("BOOL_LIT", token.value)
+    return token
 
 
 # Sized for the largest pipelines: a check of 4,000 conditions parses each once, not per path.
 @lru_cache(maxsize=4096)
 def compile_expression(source: str) -> Compiled:
     """Parse `source` once; raise ExpressionError with CEL's own pointer on a syntax error."""
-    from celpy import celparser
+    from lark.exceptions import LexError, ParseError, UnexpectedInput
 
-    env = _environment()
     try:
-        tree = env.compile(source)
-    except celparser.CELParseError as exc:
-        where = _where(source, exc)
-        raise ExpressionError(f"expression {source!r} does not parse{where}") from None
-    names = _free_names(tree)
-    return Compiled(source=source, names=names, program=env.program(tree), tree=tree)
+        tree = _parser().parse(source)
+    except (UnexpectedInput, LexError, ParseError):
+        # What celpy's parser catches; its error says where, in the words users see.
+        from celpy import celparser
+
+        try:
+            tree = _environment().compile(source)
+        except celparser.CELParseError as exc:
+            where = _where(source, exc)
+            raise ExpressionError(f"expression {source!r} does not parse{where}") from None
+    return Compiled(source=source, names=_free_names(tree), tree=tree)
 
 
 def read_values(source: str, context: Mapping[str, Any]) -> list[str]:

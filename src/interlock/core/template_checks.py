@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from interlock.core.task_size import MAX_TASK_SIZE
-from interlock.core.templates import TemplateProblem, render_task
+from interlock.core.templates import TemplateProblem, placeholders, render_task
 from interlock.core.workflow import Pipeline
 
 _LIMIT = "task template passes a limit"
@@ -38,12 +38,38 @@ def limit_problems(where: str, pipeline: Pipeline) -> list[str]:
             for key, text in texts:
                 if "{{" not in text and "{%" not in text:
                     continue
+                size = worker.max_task_size or MAX_TASK_SIZE
+                if _far_below(text, values, size):
+                    continue
                 from interlock.core.template_guard import RenderLimits  # a template: jinja2
 
-                limits = RenderLimits(size=worker.max_task_size or MAX_TASK_SIZE)
+                limits = RenderLimits(size=size)
                 try:
                     render_task(text, values, limits)
                 except TemplateProblem as exc:
                     if str(exc).startswith(_LIMIT):
                         problems.append(f"{place}: key {key!r}: {exc}")
     return problems
+
+
+def _far_below(text: str, values: dict[str, Any], size: int) -> bool:
+    """True when `text` is a template of bare names (`templates.placeholders`) whose
+    rendering with `values` is at most half of `size` long and takes a few steps: no limit
+    can be passed, and jinja2 need not render it. A name without a value, or one whose value
+    is a list or mapping (weighed as it is written out), is left to jinja2."""
+    tags = placeholders(text)
+    if tags is None or len(tags) > 100:
+        return False
+    total = len(text)
+    for name, added in tags:
+        if name not in values:
+            return False
+        value = values[name]
+        if added is not None:
+            if not isinstance(value, int) or isinstance(value, bool):
+                return False
+            value += added
+        if not isinstance(value, (str, int, float, bool)) and value is not None:
+            return False
+        total += len(str(value))
+    return total <= size // 2

@@ -8,6 +8,8 @@ inert data.
 from __future__ import annotations
 
 import json
+import keyword
+import re
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -84,10 +86,34 @@ def template_names(source: str) -> set[str]:
     """The top-level names a template reads (raises TemplateProblem on a syntax error)."""
     if not any(mark in source for mark in _SYNTAX):
         return set()  # plain text: thousands of workers check without parsing a template
+    tags = placeholders(source)
+    if tags is not None:
+        return {name for name, _ in tags}
     return set(_names(source))
 
 
 _SYNTAX = ("{{", "{%", "{#")  # what starts jinja2 syntax; a lone "{" is text
+
+# `{{ name }}` or `{{ name + 1 }}`, with spaces or without: what most tasks' templates hold.
+_PLACEHOLDER = re.compile(r"\{\{ *([A-Za-z_][A-Za-z0-9_]*)(?: *\+ *(0|[1-9][0-9]{0,8}))? *\}\}")
+_CONSTANTS = frozenset({"true", "false", "none"})  # jinja2's literals besides Python's
+
+
+def placeholders(source: str) -> list[tuple[str, int | None]] | None:
+    """The tags of a template that is text and `{{ name }}` or `{{ name + N }}` tags alone,
+    as (name, N or None), which jinja2 parses to the same names and never fails to parse;
+    None for any other template (a brace left in its text, a keyword, a filter), which
+    jinja2 reads. Checking the common template this way does not load jinja2."""
+    tags = []
+    for match in _PLACEHOLDER.finditer(source):
+        name, added = match.groups()
+        if keyword.iskeyword(name) or name in _CONSTANTS:
+            return None
+        tags.append((name, None if added is None else int(added)))
+    rest = _PLACEHOLDER.sub("", source)
+    if "{" in rest or "}" in rest:
+        return None
+    return tags
 
 
 def input_names(source: str) -> set[str]:
@@ -95,6 +121,8 @@ def input_names(source: str) -> set[str]:
     TemplateProblem on a syntax error), so that a misspelt one is found before a run."""
     if "inputs" not in source or not any(mark in source for mark in _SYNTAX):
         return set()
+    if placeholders(source) is not None:
+        return set()  # bare names: no `inputs.NAME` among them
     return set(_input_names(source))
 
 
