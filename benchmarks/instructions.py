@@ -25,7 +25,9 @@ Needs `valgrind` (Debian: `apt-get install valgrind`); each count takes a minute
 the top `--top` functions, the event loop's and every thread's (pool workers, the status
 writer, the lease keeper). Times are wall-clock and include waits (`epoll`, `acquire`, a
 queue's `get`: idle, not work); calls per run are exact, and a run costs about 2,000
-instructions per call, so the calls column is the one to compare.
+instructions per call, so the calls column is the one to compare. With `--calls` the
+profiler's clock counts calls instead of time: a function's cumulative figure is then the
+calls made under it per run, exact and the same whatever the load.
 """
 
 from __future__ import annotations
@@ -118,7 +120,16 @@ def count(mode: str, runs: int, src: str | None) -> int:
     return int(found.group(1))
 
 
-def profiled_drive(mode: str, runs: int, out: str) -> None:
+def _profiler(calls: bool) -> cProfile.Profile:
+    """A profiler on the wall clock, or with `calls` on a clock that moves by one at each call
+    and each return the profiler sees (its own: one per thread): a function's cumulative
+    figure is then the calls made under it, plus a half for its own, the same on every run."""
+    if calls:
+        return cProfile.Profile(itertools.count().__next__, 0.5)
+    return cProfile.Profile()
+
+
+def profiled_drive(mode: str, runs: int, out: str, calls: bool = False) -> None:
     """`drive` under cProfile, the threads it starts included; the stats go to `out`."""
     sys.path.insert(0, str(HERE))
     import run  # noqa: F401 - imported before profiling, as the counts leave imports out
@@ -127,7 +138,7 @@ def profiled_drive(mode: str, runs: int, out: str) -> None:
     thread_run = threading.Thread.run
 
     def profiled_run(self: threading.Thread) -> None:
-        profile = cProfile.Profile()
+        profile = _profiler(calls)
         profiles.append(profile)
         profile.enable()
         try:
@@ -136,7 +147,7 @@ def profiled_drive(mode: str, runs: int, out: str) -> None:
             profile.disable()
 
     threading.Thread.run = profiled_run  # type: ignore[method-assign]
-    main_profile = cProfile.Profile()
+    main_profile = _profiler(calls)
     main_profile.enable()
     drive(mode, runs)
     main_profile.disable()
@@ -146,8 +157,9 @@ def profiled_drive(mode: str, runs: int, out: str) -> None:
     stats.dump_stats(out)
 
 
-def profile(mode: str, runs: int, src: str | None, top: int) -> None:
-    """Print the per-run profile of `mode`: `runs` runs less `BASE_RUNS`, per run."""
+def profile(mode: str, runs: int, src: str | None, top: int, calls: bool = False) -> None:
+    """Print the per-run profile of `mode`: `runs` runs less `BASE_RUNS`, per run (with
+    `calls`, the self and cumulative columns count calls instead of microseconds)."""
     env = dict(os.environ, PYTHONHASHSEED="0")
     if src:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
@@ -157,6 +169,7 @@ def profile(mode: str, runs: int, src: str | None, top: int) -> None:
         for count_ in (runs, BASE_RUNS):
             out = f"{scratch}/{count_}.prof"
             command = [sys.executable, __file__, "--drive", mode, "--runs", str(count_)]
+            command += ["--calls"] if calls else []
             done = subprocess.run(
                 [*command, "--profile-out", out], env=env, capture_output=True, text=True
             )
@@ -169,14 +182,15 @@ def profile(mode: str, runs: int, src: str | None, top: int) -> None:
     for key, (_, calls, own, total, _) in more.items():
         _, calls0, own0, total0, _ = base.get(key, (0, 0, 0.0, 0.0, None))
         rows.append(((calls - calls0) / extra, (own - own0) / extra, (total - total0) / extra, key))
+    unit, scale = ("calls", 1.0) if calls else ("microseconds", 1e6)
     print(
         f"{mode}: {sum(r[0] for r in rows):,.0f} calls per run "
-        f"({runs} runs less {BASE_RUNS}; times in microseconds per run)"
+        f"({runs} runs less {BASE_RUNS}; times in {unit} per run)"
     )
     for title, column in (("self time", 1), ("cumulative time", 2), ("calls", 0)):
         print(f"\n  by {title}:\n  {'calls':>8} {'self':>9} {'cumul.':>9}  function")
-        for calls, own, total, key in sorted(rows, key=lambda r: -r[column])[:top]:
-            print(f"  {calls:8.1f} {own * 1e6:9.1f} {total * 1e6:9.1f}  {_where(key)}")
+        for made, own, total, key in sorted(rows, key=lambda r: -r[column])[:top]:
+            print(f"  {made:8.1f} {own * scale:9.1f} {total * scale:9.1f}  {_where(key)}")
     print(flush=True)
 
 
@@ -206,12 +220,17 @@ def main() -> None:
         "--profile", action="store_true", help="print the per-run cProfile instead of counting"
     )
     parser.add_argument("--top", type=int, default=25, help="functions shown per --profile list")
+    parser.add_argument(
+        "--calls",
+        action="store_true",
+        help="with --profile: count calls (cumulative: the calls made under each function)",
+    )
     parser.add_argument("--drive", help=argparse.SUPPRESS)
     parser.add_argument("--profile-out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.drive:
         if args.profile_out:
-            profiled_drive(args.drive, args.runs, args.profile_out)
+            profiled_drive(args.drive, args.runs, args.profile_out, args.calls)
         else:
             drive(args.drive, args.runs)
         return
@@ -219,7 +238,7 @@ def main() -> None:
         raise SystemExit(f"--runs must be more than {BASE_RUNS}")
     if args.profile:
         for mode in args.modes.split(","):
-            profile(mode, args.runs, args.src, args.top)
+            profile(mode, args.runs, args.src, args.top, args.calls)
         return
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")

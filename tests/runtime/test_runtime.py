@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
 import sys
 import threading
 import time
@@ -489,9 +490,9 @@ def test_a_delivered_run_s_status_json_waits_for_its_archive_unless_that_is_late
     sync, shown = artifacts.sync_files, []
     began: list[float] = []
 
-    def failing_for_a_while(paths: list[Path]) -> None:
+    def failing_for_a_while(paths: list[str | os.PathLike[str]]) -> None:
         began.append(began[0] if began else time.monotonic())
-        run_dir = paths[0].parent
+        run_dir = Path(paths[0]).parent
         view = json.loads((run_dir / "status.json").read_text())
         shown.append((time.monotonic() - began[0], view["result_delivered"]))
         if time.monotonic() - began[0] < 1.5:
@@ -519,10 +520,10 @@ def _record_syncs_and_commits(app: Interlock, monkeypatch: pytest.MonkeyPatch) -
     sync, append, release = artifacts.sync_files, app.store.append_many, app.store.release_leases
     let_go = app.orchestrator.release
 
-    def synced(paths: list[Path]) -> None:
+    def synced(paths: list[str | os.PathLike[str]]) -> None:
         time.sleep(0.2)
         sync(paths)
-        seen.append(("sync", {p.name for p in paths}))
+        seen.append(("sync", {Path(p).name for p in paths}))
 
     def going(driver: Any) -> None:
         seen.append(("let go", driver.durable()))

@@ -501,170 +501,211 @@ def apply(state: RunState, event: ev.Event) -> None:
     """Fold one event into `state` (the only mutation of run state anywhere)."""
     state.events += 1
     state.updated_at = event.at
-    if isinstance(event, ev.TaskDispatched):
-        task = state.tasks.get(event.task_id)
-        if task is None:
-            task = TaskState(
-                task_id=event.task_id,
-                phase=event.phase,
-                role=event.role,
-                visit=event.visit,
-                item=event.item,
-                attempt=event.attempt,
-                status=TASK_DISPATCHED,
-                model=event.model,
-                dispatched_at=event.at,
-                dispatch_mark=state.events,
-                first_mark=state.events,
-                order=len(state.tasks),
-            )
-            state.tasks[event.task_id] = task
-            state.flight[event.task_id] = None
-            if state.current is not None and state.current.phase == event.phase:
-                state.current.task_ids.append(event.task_id)
-        else:
-            if task.status is TASK_COMPLETED:
-                task.revising = True  # a completed task dispatched again: an edit's re-run
-                task.reruns += 1
-                current = state.current
-                if current is not None and (current.phase, current.visit) == (
-                    task.phase,
-                    task.visit,
-                ):
-                    # What was approved is being made again (an input it read was edited):
-                    # a phase with pause_after waits for a person once more when it is done.
-                    current.approved = False
-            state.flight.pop(event.task_id, None)  # dispatched again: last in dispatch order
-            _set_status(state, task, TASK_DISPATCHED)
-            task.attempt, task.model = event.attempt, event.model
-            task.dispatched_at, task.started_at, task.not_before = event.at, None, None
-            task.batch_since, task.batch_waited = None, 0.0
-            task.dispatch_mark = state.events
-        _track_start(state, task)
-    elif isinstance(event, (ev.TaskStarted, ev.TaskCompleted, ev.TaskFailed, ev.TaskTimedOut)):
-        _apply_task_result(state, event)
-    elif isinstance(event, ev.TaskReused):
-        _apply_reuse(state, event)
-    elif isinstance(event, ev.UsageRecorded):
-        _charge(state, state.tasks[event.task_id], event.attempt, event.usage)
-    elif isinstance(event, ev.TaskBatchWaited):
-        _batch_waited(state, event)
-    elif isinstance(event, ev.RetryScheduled):
-        task = state.tasks[event.task_id]
-        if task.status is TASK_AWAITING:
-            task.held += 1  # the loop goes on after a decided call: no retry
-            task.held_attempts = (*task.held_attempts, task.attempt)
-        _set_status(state, task, TASK_RETRY_WAIT)
-        task.not_before, task.attempt, task.model = event.not_before, event.attempt, event.model
-    elif isinstance(event, ev.PhaseStarted):
-        state.visits[event.phase] = event.visit
-        if state.reject_to == event.phase:
-            state.rejected_visit = (event.phase, event.visit)
-        state.reject_to = None
-        state.waiting = None  # a wait belongs to one visit (a rejection may leave one behind)
-        state.current = PhaseVisit(
-            phase=event.phase, visit=event.visit, items=event.items, started_at=event.at
-        )
-        state.phase_status[event.phase] = "running"
-        state.failed_items.pop(event.phase, None)  # the latest visit's failed items only
-    elif isinstance(event, ev.ItemFailed):
-        task = state.tasks[event.task_id]
-        _set_status(state, task, TASK_ITEM_FAILED)
-        _drop_lane_slots(state, event.visit, event.item)
-        current = state.current
-        if current is not None and (current.phase, current.visit) == (event.phase, event.visit):
-            current.failed_items.setdefault(event.item, event.error)
-            current.failed_tasks += 1
-            items = current.items or []
-            value = items[event.item] if 0 <= event.item < len(items) else None
-            _, by_item = state.failed_items.setdefault(event.phase, (event.visit, {}))
-            by_item.setdefault(
-                event.item,
-                {"index": event.item, "item": value, "task": event.task_id, "error": event.error},
-            )
-    elif isinstance(event, ev.PhaseCompleted):
-        if state.current is not None:
-            state.current.completed = True
-        state.phase_status[event.phase] = "completed"
-    elif isinstance(event, ev.Paused):
-        state.status, state.pause_reason = RUN_PAUSED, event.reason
-        if state.current is not None and event.reason == "pause_after":
-            state.current.paused = True
-        if event.reason == "budget":
-            state.budget_waived = True  # approving a budget pause lets the run spend on
-    elif isinstance(event, ev.Approved):
-        state.approvals += 1
-        state.status = RUN_RUNNING
-        if state.current is not None and state.pause_reason == "pause_after":
-            state.current.approved = True
-        state.pause_reason = None
-    elif isinstance(event, (ev.Rejected, ev.OutputEdited)):
-        _apply_review(state, event)
-    elif isinstance(event, ev.ToolCallDecided):
-        _tool_call_decided(state, event)
-    elif isinstance(event, (ev.WaitStarted, ev.SignalReceived, ev.WaitEnded)):
-        _apply_wait(state, event)
-    elif isinstance(event, ev.SlotTaken):
-        state.slot, state.slot_awaited = event.key, None
-    elif isinstance(event, ev.SlotAwaited):
-        state.slot_awaited = event
-    elif isinstance(event, ev.TaskSlotAwaited):
-        state.task_slot_waits[event.task_id] = event
-    elif isinstance(event, ev.TaskSlotTaken):
-        state.task_slot_waits.pop(event.task_id, None)
-        state.task_slots[event.task_id] = event
-    elif isinstance(event, ev.ChildUpdated):
-        owner = state.tasks.get(event.task_id)
-        spent = (0.0, 0) if owner is None else owner.child_spend.get(event.attempt, (0.0, 0))
-        state.children[event.task_id] = Child(
-            run=event.child_run,
+    # One look-up by the event's type instead of a chain of isinstance tests, which cost a
+    # run's fold about eight tests per event (a RunCreated 30).
+    fold_in = _FOLDS.get(type(event)) or _fold_of(type(event))
+    fold_in(state, event)
+
+
+def _dispatched(state: RunState, event: ev.TaskDispatched) -> None:
+    task = state.tasks.get(event.task_id)
+    if task is None:
+        task = TaskState(
+            task_id=event.task_id,
+            phase=event.phase,
+            role=event.role,
+            visit=event.visit,
+            item=event.item,
             attempt=event.attempt,
-            status=event.status,
-            detail=event.detail,
-            cost_usd=spent[0],
-            tokens=spent[1],
+            status=TASK_DISPATCHED,
+            model=event.model,
+            dispatched_at=event.at,
+            dispatch_mark=state.events,
+            first_mark=state.events,
+            order=len(state.tasks),
         )
-    elif isinstance(event, ev.ChildSpent):
-        _child_spent(state, event)
-    elif isinstance(event, ev.Resumed):
-        state.status, state.pause_reason = RUN_RUNNING, None
-    elif isinstance(event, ev.BranchTaken):
-        pass  # the PhaseStarted that follows carries the new position
-    elif isinstance(event, ev.Warned):
-        state.warnings.append(event.message)
-    elif isinstance(event, ev.RunCreated):
-        state.run_id, state.pipeline, state.topic = event.run_id, event.pipeline, event.topic
-        state.definition_hash, state.inputs = event.definition_hash, dict(event.inputs)
-        state.created_at = event.at
-        state.rerun_of, state.rerun_from = event.rerun_of, event.rerun_from
-        state.no_cache = event.no_cache
-        state.parent_run, state.parent_task = event.parent_run, event.parent_task
-    elif isinstance(event, ev.Delivered):
-        state.status, state.delivered = RUN_DELIVERED, event.artifact
-        state.task_slot_waits.clear()
-        state.task_slots.clear()
-    elif isinstance(event, ev.Archived):
-        state.archived = True
-    elif isinstance(event, ev.RunImported):
-        state.inert, state.imported = not event.trusted, True
-        done = frozenset(
-            t for t, task in state.tasks.items() if task.status is TaskStatus.COMPLETED
+        state.tasks[event.task_id] = task
+        state.flight[event.task_id] = None
+        if state.current is not None and state.current.phase == event.phase:
+            state.current.task_ids.append(event.task_id)
+    else:
+        if task.status is TASK_COMPLETED:
+            task.revising = True  # a completed task dispatched again: an edit's re-run
+            task.reruns += 1
+            current = state.current
+            if current is not None and (current.phase, current.visit) == (
+                task.phase,
+                task.visit,
+            ):
+                # What was approved is being made again (an input it read was edited):
+                # a phase with pause_after waits for a person once more when it is done.
+                current.approved = False
+        state.flight.pop(event.task_id, None)  # dispatched again: last in dispatch order
+        _set_status(state, task, TASK_DISPATCHED)
+        task.attempt, task.model = event.attempt, event.model
+        task.dispatched_at, task.started_at, task.not_before = event.at, None, None
+        task.batch_since, task.batch_waited = None, 0.0
+        task.dispatch_mark = state.events
+    _track_start(state, task)
+
+
+def _usage_recorded(state: RunState, event: ev.UsageRecorded) -> None:
+    _charge(state, state.tasks[event.task_id], event.attempt, event.usage)
+
+
+def _retry_scheduled(state: RunState, event: ev.RetryScheduled) -> None:
+    task = state.tasks[event.task_id]
+    if task.status is TASK_AWAITING:
+        task.held += 1  # the loop goes on after a decided call: no retry
+        task.held_attempts = (*task.held_attempts, task.attempt)
+    _set_status(state, task, TASK_RETRY_WAIT)
+    task.not_before, task.attempt, task.model = event.not_before, event.attempt, event.model
+
+
+def _phase_started(state: RunState, event: ev.PhaseStarted) -> None:
+    state.visits[event.phase] = event.visit
+    if state.reject_to == event.phase:
+        state.rejected_visit = (event.phase, event.visit)
+    state.reject_to = None
+    state.waiting = None  # a wait belongs to one visit (a rejection may leave one behind)
+    state.current = PhaseVisit(
+        phase=event.phase, visit=event.visit, items=event.items, started_at=event.at
+    )
+    state.phase_status[event.phase] = "running"
+    state.failed_items.pop(event.phase, None)  # the latest visit's failed items only
+
+
+def _item_failed(state: RunState, event: ev.ItemFailed) -> None:
+    task = state.tasks[event.task_id]
+    _set_status(state, task, TASK_ITEM_FAILED)
+    _drop_lane_slots(state, event.visit, event.item)
+    current = state.current
+    if current is not None and (current.phase, current.visit) == (event.phase, event.visit):
+        current.failed_items.setdefault(event.item, event.error)
+        current.failed_tasks += 1
+        items = current.items or []
+        value = items[event.item] if 0 <= event.item < len(items) else None
+        _, by_item = state.failed_items.setdefault(event.phase, (event.visit, {}))
+        by_item.setdefault(
+            event.item,
+            {"index": event.item, "item": value, "task": event.task_id, "error": event.error},
         )
-        state.imported_spend = (state.cost_usd, state.tokens, done)
-    elif isinstance(event, ev.BundleTrusted):
-        state.inert = False
-    elif isinstance(event, (ev.RunFailed, ev.RunCancelled)):
-        failed = isinstance(event, ev.RunFailed)
-        state.status = RUN_FAILED if failed else RUN_CANCELLED
-        state.failure = event.reason if failed else (event.reason or "cancelled")
-        for task_id in [*state.flight, *state.retrying, *state.awaiting]:
-            _set_status(state, state.tasks[task_id], TASK_ABANDONED)
-        state.tool_waits.clear()
-        state.waiting = None
-        state.task_slot_waits.clear()  # an ended run holds no slot and waits for none
-        state.task_slots.clear()
-        if state.current is not None and not state.current.completed:
-            state.phase_status[state.current.phase] = "failed" if failed else "cancelled"
+
+
+def _phase_completed(state: RunState, event: ev.PhaseCompleted) -> None:
+    if state.current is not None:
+        state.current.completed = True
+    state.phase_status[event.phase] = "completed"
+
+
+def _paused(state: RunState, event: ev.Paused) -> None:
+    state.status, state.pause_reason = RUN_PAUSED, event.reason
+    if state.current is not None and event.reason == "pause_after":
+        state.current.paused = True
+    if event.reason == "budget":
+        state.budget_waived = True  # approving a budget pause lets the run spend on
+
+
+def _approved(state: RunState, event: ev.Approved) -> None:
+    state.approvals += 1
+    state.status = RUN_RUNNING
+    if state.current is not None and state.pause_reason == "pause_after":
+        state.current.approved = True
+    state.pause_reason = None
+
+
+def _slot_taken(state: RunState, event: ev.SlotTaken) -> None:
+    state.slot, state.slot_awaited = event.key, None
+
+
+def _slot_awaited(state: RunState, event: ev.SlotAwaited) -> None:
+    state.slot_awaited = event
+
+
+def _task_slot_awaited(state: RunState, event: ev.TaskSlotAwaited) -> None:
+    state.task_slot_waits[event.task_id] = event
+
+
+def _task_slot_taken(state: RunState, event: ev.TaskSlotTaken) -> None:
+    state.task_slot_waits.pop(event.task_id, None)
+    state.task_slots[event.task_id] = event
+
+
+def _child_updated(state: RunState, event: ev.ChildUpdated) -> None:
+    owner = state.tasks.get(event.task_id)
+    spent = (0.0, 0) if owner is None else owner.child_spend.get(event.attempt, (0.0, 0))
+    state.children[event.task_id] = Child(
+        run=event.child_run,
+        attempt=event.attempt,
+        status=event.status,
+        detail=event.detail,
+        cost_usd=spent[0],
+        tokens=spent[1],
+    )
+
+
+def _resumed(state: RunState, event: ev.Resumed) -> None:
+    state.status, state.pause_reason = RUN_RUNNING, None
+
+
+def _nothing(state: RunState, event: ev.Event) -> None:
+    """An event the state does not keep (a BranchTaken: the PhaseStarted that follows
+    carries the new position; a note)."""
+
+
+def _warned(state: RunState, event: ev.Warned) -> None:
+    state.warnings.append(event.message)
+
+
+def _run_created(state: RunState, event: ev.RunCreated) -> None:
+    state.run_id, state.pipeline, state.topic = event.run_id, event.pipeline, event.topic
+    state.definition_hash, state.inputs = event.definition_hash, dict(event.inputs)
+    state.created_at = event.at
+    state.rerun_of, state.rerun_from = event.rerun_of, event.rerun_from
+    state.no_cache = event.no_cache
+    state.parent_run, state.parent_task = event.parent_run, event.parent_task
+
+
+def _delivered(state: RunState, event: ev.Delivered) -> None:
+    state.status, state.delivered = RUN_DELIVERED, event.artifact
+    state.task_slot_waits.clear()
+    state.task_slots.clear()
+
+
+def _archived(state: RunState, event: ev.Archived) -> None:
+    state.archived = True
+
+
+def _run_imported(state: RunState, event: ev.RunImported) -> None:
+    state.inert, state.imported = not event.trusted, True
+    done = frozenset(t for t, task in state.tasks.items() if task.status is TaskStatus.COMPLETED)
+    state.imported_spend = (state.cost_usd, state.tokens, done)
+
+
+def _bundle_trusted(state: RunState, event: ev.BundleTrusted) -> None:
+    state.inert = False
+
+
+def _run_ended(state: RunState, event: ev.RunFailed | ev.RunCancelled) -> None:
+    failed = isinstance(event, ev.RunFailed)
+    state.status = RUN_FAILED if failed else RUN_CANCELLED
+    state.failure = event.reason if failed else (event.reason or "cancelled")
+    for task_id in [*state.flight, *state.retrying, *state.awaiting]:
+        _set_status(state, state.tasks[task_id], TASK_ABANDONED)
+    state.tool_waits.clear()
+    state.waiting = None
+    state.task_slot_waits.clear()  # an ended run holds no slot and waits for none
+    state.task_slots.clear()
+    if state.current is not None and not state.current.completed:
+        state.phase_status[state.current.phase] = "failed" if failed else "cancelled"
+
+
+def _fold_of(cls: type) -> Callable[[RunState, Any], None]:
+    """How an event type not in `_FOLDS` itself is folded: as its nearest base that is."""
+    for base in cls.__mro__[1:]:
+        if base in _FOLDS:
+            return _FOLDS[base]
+    return _nothing
 
 
 def _apply_wait(state: RunState, event: ev.WaitStarted | ev.SignalReceived | ev.WaitEnded) -> None:
@@ -904,3 +945,44 @@ def _child_spent(state: RunState, event: ev.ChildSpent) -> None:
         state.children[event.task_id] = dataclasses.replace(
             child, cost_usd=event.cost_usd, tokens=event.tokens
         )
+
+
+# How each event type is folded (`apply`); a type left out changes nothing but the count.
+_FOLDS: dict[type, Callable[[RunState, Any], None]] = {
+    ev.TaskDispatched: _dispatched,
+    ev.TaskStarted: _apply_task_result,
+    ev.TaskCompleted: _apply_task_result,
+    ev.TaskFailed: _apply_task_result,
+    ev.TaskTimedOut: _apply_task_result,
+    ev.TaskReused: _apply_reuse,
+    ev.UsageRecorded: _usage_recorded,
+    ev.TaskBatchWaited: _batch_waited,
+    ev.RetryScheduled: _retry_scheduled,
+    ev.PhaseStarted: _phase_started,
+    ev.ItemFailed: _item_failed,
+    ev.PhaseCompleted: _phase_completed,
+    ev.Paused: _paused,
+    ev.Approved: _approved,
+    ev.Rejected: _apply_review,
+    ev.OutputEdited: _apply_review,
+    ev.ToolCallDecided: _tool_call_decided,
+    ev.WaitStarted: _apply_wait,
+    ev.SignalReceived: _apply_wait,
+    ev.WaitEnded: _apply_wait,
+    ev.SlotTaken: _slot_taken,
+    ev.SlotAwaited: _slot_awaited,
+    ev.TaskSlotAwaited: _task_slot_awaited,
+    ev.TaskSlotTaken: _task_slot_taken,
+    ev.ChildUpdated: _child_updated,
+    ev.ChildSpent: _child_spent,
+    ev.Resumed: _resumed,
+    ev.BranchTaken: _nothing,
+    ev.Warned: _warned,
+    ev.RunCreated: _run_created,
+    ev.Delivered: _delivered,
+    ev.Archived: _archived,
+    ev.RunImported: _run_imported,
+    ev.BundleTrusted: _bundle_trusted,
+    ev.RunFailed: _run_ended,
+    ev.RunCancelled: _run_ended,
+}

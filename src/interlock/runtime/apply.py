@@ -19,13 +19,13 @@ import hashlib
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from interlock.core.state import RunStatus, TaskState
 from interlock.engine import effects as fx
 from interlock.engine import inputs as obs
 from interlock.errors import RunFolderTaken
+from interlock.runtime.artifacts import StrPath
 from interlock.runtime.faults import crash_point
 from interlock.runtime.home import Home
 from interlock.runtime.runfiles import status_writer
@@ -81,7 +81,7 @@ def plan(driver: RunDriver) -> list[fx.Effect]:
 
 def stage_files(
     driver: RunDriver, effects: Sequence[fx.Effect]
-) -> tuple[list[tuple[Path, bytes]], bool]:
+) -> tuple[list[tuple[StrPath, bytes]], bool]:
     """The files of `effects` (outputs, and final.md), handed over to be written before
     anything else; (files, whether final.md is among them)."""
     if driver.writes and driver.placing_reused:
@@ -89,8 +89,11 @@ def stage_files(
         driver.placing_reused = False
     if driver.writes and driver.reviewed == "edit":
         crash_point("after_record_edit")  # recorded, not yet written: resume repairs
-    files = [
-        (driver.run_dir / e.artifact, e.body) for e in effects if isinstance(e, fx.WriteOutput)
+    # Joined as text: a `Path` join parses the name again, and the files' writer and the
+    # sync only hand the paths to the system.
+    folder = os.fspath(driver.run_dir)
+    files: list[tuple[StrPath, bytes]] = [
+        (f"{folder}/{e.artifact}", e.body) for e in effects if isinstance(e, fx.WriteOutput)
     ]
     driver.writes = []
     delivering = False
@@ -99,7 +102,7 @@ def stage_files(
             body = _final_body(driver, effect)
             if body is not None:
                 crash_point("before_deliver")
-                files.append((driver.run_dir / FINAL_MD, body))
+                files.append((f"{folder}/{FINAL_MD}", body))
                 delivering = True
     return files, delivering
 
@@ -115,7 +118,7 @@ def _final_body(driver: RunDriver, effect: fx.PlaceFinal) -> bytes | None:
     is written before anything else happens, or the loop stops and a resume, with a driver
     of its own, looks again.
     """
-    if (driver.run_dir / FINAL_MD).exists():
+    if os.path.exists(f"{os.fspath(driver.run_dir)}/{FINAL_MD}"):
         driver.final_md_placed = True
         return None
     body = effect.body

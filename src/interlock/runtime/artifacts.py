@@ -6,10 +6,12 @@ import contextlib
 import functools
 import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeAlias, TypeVar
+
+StrPath: TypeAlias = "str | os.PathLike[str]"
 
 
 def fsync_dir(path: Path) -> None:
@@ -54,7 +56,7 @@ def write_record(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
-def write_files(files: list[tuple[Path, bytes]], *, durable: bool = True) -> None:
+def write_files(files: Sequence[tuple[StrPath, bytes]], *, durable: bool = True) -> None:
     """Write several files atomically: every body is written to a temporary file, then
     renamed into place, so that a file never appears at its path short or empty after a
     crash of the process. A path given twice (an output written, then edited, within one
@@ -82,15 +84,21 @@ def write_files(files: list[tuple[Path, bytes]], *, durable: bool = True) -> Non
         staged = [pair for part in _spread(_stage_all, _slices(files)) for pair in part]
     for tmp, path in staged:
         os.replace(tmp, path)
-    _spread(_fsync_present, _slices(list({path.parent for _, path in staged})))
+    _spread(_fsync_present, _slices(_folders(path for _, path in staged)))
 
 
-def sync_files(paths: list[Path]) -> None:
+def sync_files(paths: Sequence[StrPath]) -> None:
     """Make files written without `durable` (and their renames) durable: each file is
     fsynced, then each folder, the fsyncs of a batch at once. A file no longer there (moved
     aside since) is passed over."""
     _spread(_fsync_present, _slices(list(dict.fromkeys(paths))))
-    _spread(_fsync_present, _slices(list({path.parent for path in paths})))
+    _spread(_fsync_present, _slices(_folders(paths)))
+
+
+def _folders(paths: Iterable[StrPath]) -> list[str]:
+    """The folders holding `paths`, each once, in the order first met. As strings: a `Path`'s
+    `parent` and its hash each parse the path again, several times a file's own write."""
+    return list(dict.fromkeys(os.path.dirname(os.fspath(path)) or "." for path in paths))
 
 
 # Threads that fsync at once. A journaling file system commits the fsyncs that wait together
@@ -120,11 +128,11 @@ def _spread(job: Callable[[list[_T]], _R], parts: list[list[_T]]) -> list[_R]:
     return [first, *(future.result() for future in futures)]
 
 
-def _stage_all(part: list[tuple[Path, bytes]]) -> list[tuple[Path, Path]]:
+def _stage_all(part: list[tuple[StrPath, bytes]]) -> list[tuple[str, StrPath]]:
     return [_stage(path, data) for path, data in part]
 
 
-def _fsync_present(part: list[Path]) -> None:
+def _fsync_present(part: Sequence[StrPath]) -> None:
     """fsync each file or folder of `part` that exists."""
     for path in part:
         try:
@@ -138,16 +146,18 @@ def _fsync_present(part: list[Path]) -> None:
 
 
 def _stage(
-    path: Path, data: bytes, *, durable: bool = True, make_folder: bool = True
-) -> tuple[Path, Path]:
+    path: StrPath, data: bytes, *, durable: bool = True, make_folder: bool = True
+) -> tuple[str, StrPath]:
     """Write `data` beside `path`, fsynced when `durable`: (temporary path, final path)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    # `.NAME.PID.tmp` in the same folder, built from the text (`with_name` parses it again).
+    folder, sep, name = os.fspath(path).rpartition("/")
+    tmp = f"{folder}{sep}.{name}.{os.getpid()}.tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     except FileNotFoundError:  # the folder is usually there: only then pay for a mkdir
         if not make_folder:
             raise
-        path.parent.mkdir(parents=True, exist_ok=True)
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)

@@ -115,7 +115,7 @@ class RunDriver:
     final_md_placed: bool = False  # final.md was found in place or handed over for writing
     # Outputs written from the ledger without an fsync (see `Orchestrator._write_outputs`),
     # made durable once the run ends, before it is archived or let go.
-    unsynced: list[Path] = field(default_factory=list)
+    unsynced: list[artifacts.StrPath] = field(default_factory=list)
     syncing: bool = False  # a sync of the run's files is under way
     synced_mark: int = -1  # the number of events the state held when the last sync began
     # Fingerprints every completion and carries earlier outputs over (reruns, the cache).
@@ -231,18 +231,15 @@ class RunDriver:
         new = []
         for r in made:
             event = r.event
-            if isinstance(event, ev.SignalReceived):
-                self.waits.add("after_record_signal")
-            elif isinstance(event, ev.WaitStarted):
-                self.waits.add("after_record_wait")
-            elif isinstance(event, ev.WaitEnded):
-                self.waits.add("after_end_wait")
-            elif isinstance(event, ev.OutputEdited):
-                self.reviewed = "edit"
-            elif isinstance(event, ev.Rejected):
-                self.reviewed = "reject"
-            elif isinstance(event, ev.TaskReused):
+            mark = _MARKED.get(type(event))  # most events mark nothing: one look-up for them
+            if mark is None:
+                pass
+            elif mark == "reviewed":
+                self.reviewed = "edit" if isinstance(event, ev.OutputEdited) else "reject"
+            elif mark == "placing_reused":
                 self.placing_reused = True
+            else:
+                self.waits.add(mark)
             new.append(
                 NewEvent(event=event, rule=None if r.rule is None else str(r.rule), why=r.why)
             )
@@ -580,6 +577,18 @@ def _intact(path: Path, size: int | None, sha256: str) -> bool:
     if not path.is_file() or path.stat().st_size != size:
         return False
     return size > artifacts.INLINE_LIMIT or artifacts.digest(path)[0] == sha256
+
+
+# What `_recorded` notes of an event, by its type: the crash point a signal or wait event
+# waits for once acted on, a review just recorded, a reused output to place.
+_MARKED: dict[type, str] = {
+    ev.SignalReceived: "after_record_signal",
+    ev.WaitStarted: "after_record_wait",
+    ev.WaitEnded: "after_end_wait",
+    ev.OutputEdited: "reviewed",
+    ev.Rejected: "reviewed",
+    ev.TaskReused: "placing_reused",
+}
 
 
 def _same(made: TaskSpec | Outcome) -> TaskSpec | Outcome:

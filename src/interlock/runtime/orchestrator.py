@@ -879,7 +879,7 @@ class Orchestrator:
         running.add_done_callback(done)
 
     def _synced(
-        self, batch: list[tuple[RunDriver, int, list[Path]]], error: OSError | None
+        self, batch: list[tuple[RunDriver, int, list[artifacts.StrPath]]], error: OSError | None
     ) -> None:
         """A sync ended: its runs go on (to their archive, or to be let go), or, if it
         failed, try again later; the next sync starts if runs wait for it."""
@@ -1249,7 +1249,7 @@ def _drop_empty(folders: list[Path]) -> None:
             folder.rmdir()
 
 
-def _sync(paths: list[Path]) -> OSError | None:
+def _sync(paths: list[artifacts.StrPath]) -> OSError | None:
     """`artifacts.sync_files`, returning its error instead of raising it."""
     try:
         artifacts.sync_files(paths)
