@@ -30,8 +30,8 @@ class Forgetting:
     """For each phase, what of the history a run there can still read.
 
     `live`: the roles whose values it or a phase it can reach may read before they are written
-    again (a superset: every identifier in their definitions); a phase without `for_each`
-    writes its workers' values before its rules read them, so the rules' reads of its own
+    again (a superset: every identifier in their definitions); a phase (but a fan-out that
+    tolerates failed items) writes its workers' values before its rules read them, so the rules' reads of its own
     roles never reach further back. `edges`: where each phase's rules can send a run, with the
     rule's `max_visits`, and the phase after it. A run's visit counts matter only for the
     phases it can still come to (`again`), whose counts the rules' `max_visits` read; the
@@ -141,7 +141,10 @@ class Forgetting:
             if (before[phase.id] | after[phase.id]) & _WHOLE:
                 return None
             own = frozenset(w.role for w in phase.workers)
-            kills[phase.id] = own if phase.for_each is None else frozenset()
+            # Every lane of a fan-out that tolerates no failure completes before its rules
+            # run (its list has an item at least: `max_items` is 1 or more).
+            fans = phase.for_each
+            kills[phase.id] = own if fans is None or fans.tolerate is None else frozenset()
         # What each phase can reach (a bit per phase), and the names read from there on before
         # a phase writes them: one pass from the last phase settles a pipeline without loops;
         # loops take a few.
