@@ -271,7 +271,10 @@ def test_a_problem_only_a_third_visit_reaches_is_found(monkeypatch: pytest.Monke
                 "workers": [worker("wc")],
                 "next": [{"goto": "b", "max_visits": 3}, {"if": "ghost.ok", "goto": "e"}],
             },
-            {"id": "d", "workers": [worker("ghost", extract={"ok": {"json": "ok", "type": "bool"}})]},
+            {
+                "id": "d",
+                "workers": [worker("ghost", extract={"ok": {"json": "ok", "type": "bool"}})],
+            },
             {"id": "e", "workers": [worker("z", final=True)]},
         ]
     }
@@ -287,7 +290,10 @@ def back_pipelines(draw: st.DrawFn) -> dict[str, Any]:
     phases: list[dict[str, Any]] = []
     for index in range(count):
         extract = {"ok": {"json": "ok", "type": "bool"}, "xs": {"json": "xs", "type": "list"}}
-        phase: dict[str, Any] = {"id": f"p{index}", "workers": [worker(f"r{index}", extract=extract)]}
+        phase: dict[str, Any] = {
+            "id": f"p{index}",
+            "workers": [worker(f"r{index}", extract=extract)],
+        }
         if 0 < index < count - 1 and draw(st.booleans()):
             phase["for_each"] = {"items": "r0.xs", "concurrency": 2}
         if index < count - 1 and draw(st.integers(0, 3)) == 0:

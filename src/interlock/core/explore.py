@@ -707,7 +707,7 @@ def _signature(state: RunState, forgetting: Forgetting | None = None) -> Hashabl
     if state.status.ended:
         return ("ended", state.status.value, state.archived)
     current = state.current
-    position = None
+    position: tuple[Any, ...] | None = None
     if current is not None:
         items = None if current.items is None else len(current.items)
         position = (
@@ -726,7 +726,7 @@ def _signature(state: RunState, forgetting: Forgetting | None = None) -> Hashabl
     assert isinstance(state.visits, Digested) and isinstance(state.values, Digested)
     visits: Hashable = state.visits.digest
     values: Hashable = state.values.digest  # which roles have values (not the placeholders)
-    tasks = tuple(
+    tasks: tuple[tuple[Any, ...], ...] = tuple(
         sorted(
             (t.task_id, "completed")
             if t.status is TaskStatus.COMPLETED
@@ -738,10 +738,8 @@ def _signature(state: RunState, forgetting: Forgetting | None = None) -> Hashabl
         # Of the visit counts, only those of phases a run can still come to (which rules'
         # `max_visits` read); the rest are the way taken. Of the values, only those a phase
         # from here on may read.
-        if not forgetting.loops:
-            visits = None  # no phase comes back: no rule reads a count
-        else:
-            visits = forgetting.counts(current.phase, state.visits)
+        # No phase comes back (no loops): no rule reads a count.
+        visits = forgetting.counts(current.phase, state.visits) if forgetting.loops else None
         values = tuple(sorted(r for r in forgetting.live[current.phase] if r in state.values))
         # The visit's number names its tasks and files, and no rule reads it but through the
         # counts above; a completed task of an earlier visit is never read again.
@@ -773,7 +771,7 @@ def _signature(state: RunState, forgetting: Forgetting | None = None) -> Hashabl
     )
 
 
-def _task_key(task: TaskState, phase: str, visit: int) -> Hashable:
+def _task_key(task: TaskState, phase: str, visit: int) -> tuple[Any, ...]:
     """A task in a state's key: of the current visit by its role and item, else by its id."""
     current = task.phase == phase and task.visit == visit
     name = f"{task.role}#{'' if task.item is None else task.item}" if current else task.task_id

@@ -11,7 +11,6 @@ exactly (a longest path over the steps) although each state is explored once.
 from __future__ import annotations
 
 import re
-from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,13 +30,13 @@ class Forgetting:
 
     `live`: the roles whose values it or a phase it can reach may read before they are written
     again (a superset: every identifier in their definitions); a phase (but a fan-out that
-    tolerates failed items) writes its workers' values before its rules read them, so the rules' reads of its own
-    roles never reach further back. `edges`: where each phase's rules can send a run, with the
-    rule's `max_visits`, and the phase after it. A run's visit counts matter only for the
-    phases it can still come to (`again`), whose counts the rules' `max_visits` read; the
-    counts of the others are only the way taken. A pipeline without loops keeps no visit count
-    at all, so a chain of n optional phases has n positions, not 2**n histories; with loops, a
-    loop left behind, or one whose bound is used up, forgets its counts.
+    tolerates failed items) writes its workers' values before its rules read them, so the rules'
+    reads of its own roles never reach further back. `edges`: where each phase's rules can send
+    a run, with the rule's `max_visits`, and the phase after it. A run's visit counts matter
+    only for the phases it can still come to (`again`), whose counts the rules' `max_visits`
+    read; the counts of the others are only the way taken. A pipeline without loops keeps no
+    visit count at all, so a chain of n optional phases has n positions, not 2**n histories;
+    with loops, a loop left behind, or one whose bound is used up, forgets its counts.
 
     When every rule that goes back has a `max_visits` (every loop is bounded), a count is only
     ever compared with the bounds of the rules that go to its phase: it is kept up to the
@@ -167,8 +166,7 @@ class Forgetting:
         }
         loops = any(reach[at] >> n & 1 for n, at in enumerate(ids))
         bounded = {
-            p.id: tuple(r.goto for r in p.next if r.max_visits is not None)
-            for p in pipeline.phases
+            p.id: tuple(r.goto for r in p.next if r.max_visits is not None) for p in pipeline.phases
         }
         return cls(live, edges, loops, caps, frozenset(exact), bounded, dominates and loops)
 
