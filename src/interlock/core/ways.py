@@ -39,8 +39,8 @@ class Forgetting:
     with loops, a loop left behind, or one whose bound is used up, forgets its counts.
 
     When every rule that goes back has a `max_visits` (every loop is bounded), a count is only
-    ever compared with the bounds of the rules that go to its phase: it is kept up to the
-    largest of them (`caps`), and a run with lower counts can do all that one with higher
+    ever compared with the bounds of the rules that go to its phase, up to the largest of
+    them (`caps`), and a run with lower counts can do all that one with higher
     counts can (a rule its bound shuts is taken as a condition that does not hold, which is
     explored too), so the search keeps only the run with the lowest counts (`dominates`).
     A rule without a condition (`exact`) is taken whenever its bound lets it: the counts of
@@ -69,14 +69,11 @@ class Forgetting:
         return found
 
     def counts(self, phase: str, visits: Mapping[str, int]) -> Visits:
-        """The visit counts a run at `phase` can still read, each kept up to its cap."""
+        """The visit counts a run at `phase` can still read. Whole, not up to the caps: a
+        state must never share a key with one that follows it after more visits, or a way
+        would go round for ever in `Ways`."""
         again = self.again(phase, visits)
-        if not self.dominates:
-            return tuple(sorted((p, n) for p, n in visits.items() if p in again))
-        caps = self.caps
-        return tuple(
-            sorted((p, min(n, caps[p])) for p, n in visits.items() if p in again and p in caps)
-        )
+        return tuple(sorted((p, n) for p, n in visits.items() if p in again))
 
     def read_counts(self, phase: str, visits: Mapping[str, int]) -> dict[str, int]:
         """The counts (each up to its cap) that the bounds of rules a run at `phase` can
