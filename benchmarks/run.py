@@ -558,7 +558,11 @@ def check_shape(name: str, length: int) -> dict[str, Any]:
     `fan_out` (each fans out over the first worker's list and may skip the next), `pauses`
     (each pauses for a person and may skip the next), `loops` (each runs again while its
     value says not ok, at most 3 times), `loops_back` (each sends the run back to the one
-    before while its value says not ok, `max_visits: 2`)."""
+    before while its value says not ok, `max_visits: 2`), `back_two` (the same, two phases
+    back), `back_skip` (back to the one before, or on to the one after the next),
+    `back_fan_out` (loops back in phases that fan out over the first worker's list),
+    `back_pauses` (loops back in phases that pause for a person), `back_always` (every
+    third phase always sends the run back two phases, `max_visits: 2`, no condition)."""
     phases: list[dict[str, Any]] = [
         {"id": f"p{n}", "workers": [{"role": f"w{n}", "call": "bench_noop"}]} for n in range(length)
     ]
@@ -582,26 +586,54 @@ def check_shape(name: str, length: int) -> dict[str, Any]:
             phase["next"] = [{"if": f"!w{n}.ok", "goto": f"p{n}", "max_visits": 3}]
         elif name == "loops_back" and 0 < n < length - 1:
             phase["next"] = [{"if": f"!w{n}.ok", "goto": f"p{n - 1}", "max_visits": 2}]
+        elif name == "back_two" and 1 < n < length - 1:
+            phase["next"] = [{"if": f"!w{n}.ok", "goto": f"p{n - 2}", "max_visits": 2}]
+        elif name == "back_skip" and 0 < n < length - 1:
+            phase["next"] = [{"if": f"!w{n}.ok", "goto": f"p{n - 1}", "max_visits": 2}, *skip]
+        elif name == "back_fan_out" and 0 < n < length - 1:
+            phase["for_each"] = {"items": "w0.xs", "concurrency": 2}
+            phase["next"] = [{"if": f"!w{n}.ok", "goto": f"p{n - 1}", "max_visits": 2}]
+        elif name == "back_pauses" and 0 < n < length - 1:
+            phase["pause_after"] = True
+            phase["next"] = [{"if": f"!w{n}.ok", "goto": f"p{n - 1}", "max_visits": 2}]
+        elif name == "back_always" and n % 3 == 2 and n < length - 1:
+            phase["next"] = [{"goto": f"p{n - 2}", "max_visits": 2}]
     phases[-1]["workers"][0]["final"] = True
     return {name: {"phases": phases}}
 
 
-CHECK_SHAPES = ("optional", "diamond", "reads_first", "fan_out", "pauses", "loops", "loops_back")
-# Loops back are still about cubic in their number: measured at this length.
-BACK_PHASES = 20
+CHECK_SHAPES = (
+    "optional",
+    "diamond",
+    "reads_first",
+    "fan_out",
+    "pauses",
+    "loops",
+    "loops_back",
+    "back_two",
+    "back_skip",
+    "back_fan_out",
+    "back_pauses",
+    "back_always",
+)
+# Loops back combined with skips forward are still exponential in their length: each set of
+# phases skipped behind a run is a different set of loops it can still take (see README).
+SHORTER = {"back_skip": 20}
 
 
 def check_shapes(length: int) -> list[dict[str, Any]]:
     """`interlock check`'s exploring of pipelines of `length` phases of each shape of ways
     (`check_shape`). Exploring used to be exponential in the number of optional phases
     (2,585 states for 16, 17,712 and 19 s of CPU for 20), and in the number of loops: it
-    forgets what no later phase reads and the visit counts of loops left behind, so each
-    shape costs states linear in its length."""
+    forgets what no later phase reads and the visit counts of loops left behind, and keeps
+    one state where a run with fewer visits can do all that one with more can, so each shape
+    costs states linear in its length (loops back were about cubic: 37,647 states and 32 s
+    of CPU at 60 phases)."""
     from interlock.core.explore import explore
 
     rows = []
     for name in CHECK_SHAPES:
-        phases = min(length, BACK_PHASES) if name == "loops_back" else length
+        phases = min(length, SHORTER.get(name, length))
         text = json.dumps(check_shape(name, phases))
         definition = parse_workflow(text, json_only=True).get(name)
         cpu = time.process_time()

@@ -239,7 +239,8 @@ def test_retries_fallbacks_fan_out_and_pauses_are_explored() -> None:
     assert report.problems == []
     assert report.complete and report.delivered
     assert report.phases_reached == {"plan", "write", "review", "out"}
-    assert report.states > 30
+    # The second visit of `write` is stood for by the first (it can do no more than that).
+    assert report.states > 20
     reduced = explore(pipeline, name="p")
     assert reduced.problems == [] and reduced.complete and reduced.delivered
     assert reduced.phases_reached == report.phases_reached

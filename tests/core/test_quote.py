@@ -35,7 +35,7 @@ def quoted(pipeline: Pipeline, terms: dict[str, ModelTerms] | None = None, **ove
         pipeline,
         terms=table,
         sizes=over.get("sizes", SIZES),
-        visit_counts=report.visit_counts,
+        visit_counts=report.ways,
         complete=report.complete,
     )
 

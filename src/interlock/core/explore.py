@@ -50,7 +50,7 @@ from interlock.core.state import (
 from interlock.core.subpipelines import MAX_DEPTH
 from interlock.core.tolerance import Tolerance, allowed_failures
 from interlock.core.trial import Digested, SharedWrite, fork, track
-from interlock.core.ways import Forgetting, Ways
+from interlock.core.ways import Forgetting, Guards, Ways
 from interlock.core.workflow import Extract, Pipeline, Worker
 
 PLACEHOLDER_ITEMS = 2  # a fan-out list long enough to show lanes and the concurrency cap
@@ -72,8 +72,9 @@ class ExploreReport:
     phases_reached: frozenset[str]
     delivered: bool = False  # some path delivers a result
     unexplored: int = 0  # states found but not explored when `max_states` stopped the search
-    # Each distinct count of visits per phase some state reached: what a run can have done,
-    # path by path (the cost quote weighs them).
+    # Each distinct count of visits per phase some state kept reached: what a run can have
+    # done, path by path. A state stood for by one of fewer visits is not kept, so the cost
+    # quote weighs `ways`, which has them all.
     visit_counts: frozenset[tuple[tuple[str, int], ...]] = frozenset()
     paused: bool = False  # some path pauses the run (for a person, or a signal or a time)
     # The worst case of each `pipeline` worker's child (role -> the child's report).
@@ -157,6 +158,8 @@ class _Search:
     seen: dict[Hashable, int] = field(default_factory=dict)  # signature -> id in `ways`
     ways: Ways = field(default_factory=Ways)
     forgetting: Forgetting | None = None
+    # Position (the key without the counts) -> the kept states there: (id, `read_counts`).
+    kept: dict[Hashable, list[tuple[int, Mapping[str, int]]]] = field(default_factory=dict)
     frontier: deque[_Node] = field(default_factory=deque)
     problems: dict[str, None] = field(default_factory=dict)  # ordered and without repeats
     reached: set[str] = field(default_factory=set)
@@ -190,21 +193,42 @@ class _Search:
         self.reached.update(written)
         signature = _signature(state, self.forgetting)
         known = self.seen.get(signature)
-        if known is None and len(self.seen) >= self.max_states:
-            self.complete = False
-            self.overflow += 1
-            return
         if parent is not None:
             before = parent.state.visits
             grown = ((p, state.visits[p] - before.get(p, 0)) for p in written)
             added = tuple(sorted((p, n) for p, n in grown if n))
         else:
             added = tuple(sorted(state.visits.items()))
-        if known is not None:
-            self.ways.add_step(parent.id if parent else 0, known, added)
+        forgetting = self.forgetting
+        dominated = forgetting is not None and forgetting.dominates
+        guards = _guards(self.pipeline, parent, decisions) if dominated else ()
+        counts: dict[str, int] = {}
+        if known is None and dominated and state.current is not None:
+            assert forgetting is not None
+            counts = forgetting.read_counts(state.current.phase, state.visits)
+            assert isinstance(signature, tuple)
+            for kept, kept_visits in self.kept.get((signature[:7], signature[8:]), ()):
+                offset = forgetting.offset(kept_visits, counts)
+                if offset is not None:
+                    self.ways.add_step(parent.id if parent else 0, kept, added, guards, offset)
+                    return
+        if known is None and len(self.seen) >= self.max_states:
+            self.complete = False
+            self.overflow += 1
             return
-        node.id = self.ways.add_state()
-        self.ways.add_step(parent.id if parent else 0, node.id, added)
+        if known is not None:
+            self.ways.add_step(parent.id if parent else 0, known, added, guards)
+            return
+        if dominated:
+            place = None if state.current is None else (state.current.phase, state.visits)
+            node.id = self.ways.add_state(place)
+        else:
+            node.id = self.ways.add_state()
+        self.ways.add_step(parent.id if parent else 0, node.id, added, guards)
+        if dominated and state.current is not None:
+            assert isinstance(signature, tuple)
+            position = (signature[:7], signature[8:])
+            self.kept.setdefault(position, []).append((node.id, state.visits))
         self.seen[signature] = node.id
         self.visit_counts.add(tuple(sorted(state.visits.items())))
         if self.progress is not None and len(self.seen) % PROGRESS_EVERY == 0:
@@ -263,6 +287,9 @@ def explore(
     search.kinds = {w.role: _kind(w) for p in pipeline.phases for w in p.workers}
     search.visit_limit = _visit_limit(pipeline)
     search.forgetting = Forgetting.of(pipeline)
+    if search.forgetting is not None:
+        search.ways.caps = search.forgetting.caps
+        search.ways.forgetting = search.forgetting
     child_reports = _explore_children(search, max_states, reduce, depth)
     for phase in pipeline.phases:
         for worker in phase.workers:
@@ -375,6 +402,23 @@ def stuck_reason(pipeline: Pipeline, state: RunState, now: float) -> str | None:
         f"{where}: a run can get stuck here: nothing is running, nothing is scheduled and no "
         "rule applies"
     )
+
+
+def _guards(pipeline: Pipeline, parent: _Node | None, decisions: list[Decision]) -> Guards:
+    """How many visits below its bound each bounded rule a step took was (`Ways`)."""
+    visits: Mapping[str, int] = parent.state.visits if parent is not None else {}
+    since: dict[str, int] = {}  # counts the step has changed so far
+    guards: list[tuple[str, int]] = []
+    for decision in decisions:
+        event = decision.event
+        if isinstance(event, ev.PhaseStarted):
+            since[event.phase] = event.visit
+        elif isinstance(event, ev.BranchTaken) and event.rule is not None:
+            rule = pipeline.phase(event.phase).next[event.rule - 1]
+            if rule.max_visits is not None:
+                count = since.get(rule.goto, visits.get(rule.goto, 0))
+                guards.append((rule.goto, rule.max_visits - count))
+    return tuple(guards)
 
 
 def _settle_all(
@@ -663,7 +707,7 @@ def _signature(state: RunState, forgetting: Forgetting | None = None) -> Hashabl
     if state.status.ended:
         return ("ended", state.status.value, state.archived)
     current = state.current
-    position = None
+    position: tuple[Any, ...] | None = None
     if current is not None:
         items = None if current.items is None else len(current.items)
         position = (
@@ -682,17 +726,7 @@ def _signature(state: RunState, forgetting: Forgetting | None = None) -> Hashabl
     assert isinstance(state.visits, Digested) and isinstance(state.values, Digested)
     visits: Hashable = state.visits.digest
     values: Hashable = state.values.digest  # which roles have values (not the placeholders)
-    if forgetting is not None and current is not None:
-        # Of the visit counts, only those of phases a run can still come to (which rules'
-        # `max_visits` read); the rest are the way taken. Of the values, only those a phase
-        # from here on may read.
-        if not forgetting.loops:
-            visits = None  # no phase comes back: no rule reads a count
-        else:
-            again = forgetting.again(current.phase, state.visits)
-            visits = tuple(sorted((p, n) for p, n in state.visits.items() if p in again))
-        values = tuple(sorted(r for r in forgetting.live[current.phase] if r in state.values))
-    tasks = tuple(
+    tasks: tuple[tuple[Any, ...], ...] = tuple(
         sorted(
             (t.task_id, "completed")
             if t.status is TaskStatus.COMPLETED
@@ -700,6 +734,25 @@ def _signature(state: RunState, forgetting: Forgetting | None = None) -> Hashabl
             for t in state.tasks.values()
         )
     )
+    if forgetting is not None and current is not None:
+        # Of the visit counts, only those of phases a run can still come to (which rules'
+        # `max_visits` read); the rest are the way taken. Of the values, only those a phase
+        # from here on may read.
+        # No phase comes back (no loops): no rule reads a count.
+        visits = forgetting.counts(current.phase, state.visits) if forgetting.loops else None
+        values = tuple(sorted(r for r in forgetting.live[current.phase] if r in state.values))
+        # The visit's number names its tasks and files, and no rule reads it but through the
+        # counts above; a completed task of an earlier visit is never read again.
+        assert position is not None
+        position = (current.phase, *position[2:])
+        tasks = tuple(
+            sorted(
+                _task_key(t, current.phase, current.visit)
+                for t in state.tasks.values()
+                if t.status is not TaskStatus.COMPLETED
+                or (t.phase == current.phase and t.visit == current.visit)
+            )
+        )
     return (
         state.status.value,
         state.slot is not None,
@@ -716,3 +769,12 @@ def _signature(state: RunState, forgetting: Forgetting | None = None) -> Hashabl
         tuple(sorted((k, v is None) for k, v in state.signals.items())),
         tuple(sorted((k, c.attempt, c.status) for k, c in state.children.items())),
     )
+
+
+def _task_key(task: TaskState, phase: str, visit: int) -> tuple[Any, ...]:
+    """A task in a state's key: of the current visit by its role and item, else by its id."""
+    current = task.phase == phase and task.visit == visit
+    name = f"{task.role}#{'' if task.item is None else task.item}" if current else task.task_id
+    if task.status is TaskStatus.COMPLETED:
+        return (name, "completed")
+    return (name, task.attempt, task.status.value, task.model, task.held)
