@@ -82,7 +82,7 @@ def attempt_of(
         current=lambda: None,
         outputs=list,
         take=1,
-        ended=lambda: ended.append("w"),
+        ended=lambda handle: ended.append("w"),
     )
 
 

@@ -173,7 +173,7 @@ class QueueDispatcher:
             if entry_id is not None:
                 self.watcher.unwatch(entry_id)
                 self._unannounced.discard(entry_id)
-            attempt.ended()
+            attempt.ended(asyncio.current_task())
 
     async def _submit(
         self, spec: TaskSpec, pipeline: str, fields: dict[str, Any]

@@ -4,7 +4,6 @@ dispatcher may read and call, so that neither is handed over whole."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -66,8 +65,8 @@ def attempt_of(orchestrator: Orchestrator, driver: RunDriver, task: TaskState) -
         found = driver.state.tasks.get(task_id)
         return found is None or found.started_at is not None
 
-    def ended() -> None:
-        if driver.handles.get(task_id) is asyncio.current_task():
+    def ended(handle: object) -> None:
+        if driver.handles.get(task_id) is handle:
             del driver.handles[task_id]
 
     return Attempt(

@@ -17,7 +17,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 from interlock.core import events as ev
 from interlock.core.extract import ExtractionError, extract_values
@@ -27,14 +27,11 @@ from interlock.providers.batch_waits import BatchWait, batch_parking, batch_wait
 from interlock.providers.spend_guard import CapWait, cap_waits
 from interlock.runtime import artifacts, records
 from interlock.runtime.diskfull import is_enospc
-from interlock.runtime.driver import Report, RunDriver, renders_templates
+from interlock.runtime.driver import Report, renders_templates
 from interlock.runtime.execution import Executor, going_on
 from interlock.runtime.executors import Outcome, TaskSpec
 from interlock.runtime.fair import FairGate, Place
 from interlock.runtime.faults import crash_point
-
-if TYPE_CHECKING:
-    from interlock.runtime.orchestrator import Orchestrator
 
 log = logging.getLogger("interlock.runtime")
 
@@ -68,7 +65,9 @@ class Attempt:
     current: Callable[[], TaskState | None]  # its task, while the run wants this attempt
     outputs: Callable[[], list[tuple[str, str]]]  # (file, SHA-256) of the committed outputs
     take: int  # the same for every attempt of one take of the run (its lease's token)
-    ended: Callable[[], None]  # told from the attempt's own task as it ends
+    # Told as the attempt ends, with the handle `submit` gave back for it: the run forgets
+    # that handle (and not a later attempt's of the same task).
+    ended: Callable[[object], None]
 
     @property
     def tmp(self) -> Path:
@@ -86,22 +85,6 @@ class Dispatcher(Protocol):
     def withdraw(self, run_id: str) -> None:
         """The run starts nothing more (it fails once its running attempts end): withdraw
         the attempts it handed out that no worker has begun."""
-        ...
-
-
-@runtime_checkable
-class WholeDispatcher(Protocol):
-    """The older contract, handed the orchestrator and the run's driver whole: what the
-    simulator's dispatcher still implements. A dispatcher has `submit` or this."""
-
-    def start(
-        self, orchestrator: Orchestrator, driver: RunDriver, task: TaskState
-    ) -> asyncio.Task[None]:
-        """Begin the attempt; cancelling the returned task must stop it."""
-        ...
-
-    def withdraw_unstarted(self, driver: RunDriver) -> None:
-        """See `Dispatcher.withdraw`."""
         ...
 
 
@@ -187,7 +170,7 @@ class LocalDispatcher:
             failed = ev.TaskFailed(at=clock(), task_id=task_id, attempt=number, error=error)
             attempt.report(Report(event=failed))
         finally:
-            attempt.ended()
+            attempt.ended(asyncio.current_task())
 
 
 def with_records(report: Report, kept: dict[str, str] | None) -> Report:
@@ -267,14 +250,6 @@ async def off_loop_report(attempt: Attempt, outcome: Outcome, now: float) -> Rep
     if outcome.ok and worker.extract:
         return await asyncio.to_thread(attempt_report, worker, task_id, number, outcome, tmp, now)
     return attempt_report(worker, task_id, number, outcome, tmp, now)
-
-
-def outcome_report(
-    driver: RunDriver, task: TaskState, attempt: int, outcome: Outcome, tmp: Path, now: float
-) -> Report:
-    """`attempt_report` for the attempt `attempt` of `task` of the run `driver` drives."""
-    worker = driver.definition.pipeline.worker(task.role)
-    return attempt_report(worker, task.task_id, attempt, outcome, tmp, now)
 
 
 def attempt_report(

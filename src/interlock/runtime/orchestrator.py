@@ -51,7 +51,7 @@ from interlock.runtime.attempts import attempt_of
 from interlock.runtime.budget_reserve import call_reserve
 from interlock.runtime.child_runs import ChildRuns
 from interlock.runtime.diskfull import DiskFullBackoff, is_enospc, stop_message
-from interlock.runtime.dispatch import Dispatcher, LocalDispatcher, WholeDispatcher
+from interlock.runtime.dispatch import Dispatcher, LocalDispatcher
 from interlock.runtime.driver import Report, RunDriver
 from interlock.runtime.execution import LocalExecutor
 from interlock.runtime.faults import crash_point
@@ -126,7 +126,7 @@ class Orchestrator:
         settings: Settings | None = None,
         clock: Callable[[], float] = time.time,
         owner: str | None = None,
-        dispatcher: Dispatcher | WholeDispatcher | None = None,
+        dispatcher: Dispatcher | None = None,
         cost_timer: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.store = store
@@ -148,7 +148,7 @@ class Orchestrator:
         # Told the seconds each tick took, when set (a server's tick histogram).
         self.on_tick: Callable[[float], None] | None = None
         self._definitions: dict[str, Definition] = {}
-        self.dispatcher: Dispatcher | WholeDispatcher = dispatcher or LocalDispatcher(
+        self.dispatcher: Dispatcher = dispatcher or LocalDispatcher(
             self.settings.max_concurrency, LocalExecutor(self.models)
         )
         self._wake: Wakeup | None = None  # the loop's sleep, while a loop runs
@@ -1103,17 +1103,12 @@ class Orchestrator:
 
     def _withdraw(self, driver: RunDriver) -> None:
         """Take the run's attempts that no worker has begun out of the dispatcher's queue."""
-        if isinstance(self.dispatcher, WholeDispatcher):
-            self.dispatcher.withdraw_unstarted(driver)
-        else:
-            self.dispatcher.withdraw(driver.run_id)
+        self.dispatcher.withdraw(driver.run_id)
 
     def start_task(self, driver: RunDriver, task: TaskState) -> asyncio.Task[None]:
         """Start the recorded attempt of `task`; its report arrives at a later tick."""
         if driver.definition.pipeline.worker(task.role).pipeline is not None:
             return self.children.start(driver, task)  # a child run, driven from here
-        if isinstance(self.dispatcher, WholeDispatcher):
-            return self.dispatcher.start(self, driver, task)
         return self.dispatcher.submit(attempt_of(self, driver, task))
 
     def report(self, driver: RunDriver, report: Report) -> None:

@@ -2,7 +2,7 @@
 
 Outcomes are drawn from the seed and delivered through the real `Orchestrator.report` at
 simulated times. Completions write a real temporary output and go through the runtime's own
-`outcome_report`, so extraction and the atomic commit are the real code.
+`attempt_report`, so extraction and the atomic commit are the real code.
 """
 
 from __future__ import annotations
@@ -21,10 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from interlock.core import events as ev
-from interlock.core.state import TaskState
 from interlock.core.workflow import Worker
 from interlock.runtime.children import Supervision
-from interlock.runtime.dispatch import outcome_report
+from interlock.runtime.dispatch import Attempt, attempt_report
 from interlock.runtime.driver import Report, RunDriver
 from interlock.runtime.executors import Outcome
 from interlock.sim.buggify import Buggify
@@ -132,28 +131,29 @@ class SimDispatcher:
         """See `runtime.children.ChildHost`: the world steps it in its loop."""
         return cast("asyncio.Task[None]", self.children.host(supervision))
 
-    def withdraw_unstarted(self, driver: RunDriver) -> None:
-        """See `Dispatcher.withdraw_unstarted`: a simulated start already scheduled happens
-        (what a queue's worker that claimed the attempt meanwhile would do)."""
+    def withdraw(self, run_id: str) -> None:
+        """See `Dispatcher.withdraw`: a simulated start already scheduled happens (what a
+        queue's worker that claimed the attempt meanwhile would do)."""
 
-    def start(
-        self, orchestrator: Orchestrator, driver: RunDriver, task: TaskState
-    ) -> asyncio.Task[None]:
-        """See `Dispatcher.start`: schedule the attempt's start and its outcome."""
-        handle = SimHandle(task.task_id, task.attempt)
-        self.handles.append(handle)
-        self.executions[(driver.run_id, task.task_id, task.attempt)] += 1
-        self.starts[(driver.run_id, task.task_id, task.attempt, orchestrator.owner)] += 1
-        worker = driver.definition.pipeline.worker(task.role)
-        read = read_inputs(driver.run_dir, worker)  # what a worker sees when it starts
-        now = self.clock()
-        started = ev.TaskStarted(
-            at=now, task_id=task.task_id, attempt=task.attempt, worker=orchestrator.owner
+    def submit(self, attempt: Attempt) -> asyncio.Task[None]:
+        """See `Dispatcher.submit`: schedule the attempt's start and its outcome."""
+        run_id, task_id, number, worker = (
+            attempt.run_id,
+            attempt.task_id,
+            attempt.attempt,
+            attempt.worker,
         )
+        handle = SimHandle(task_id, number)
+        self.handles.append(handle)
+        self.executions[(run_id, task_id, number)] += 1
+        self.starts[(run_id, task_id, number, attempt.runner)] += 1
+        read = read_inputs(attempt.run_dir, worker)  # what a worker sees when it starts
+        now = self.clock()
+        started = ev.TaskStarted(at=now, task_id=task_id, attempt=number, worker=attempt.runner)
 
         def report_start() -> None:
             if handle.live:
-                orchestrator.report(driver, Report(event=started))
+                attempt.report(Report(event=started))
 
         waits = self.queue.wait(worker)
         if waits is None:
@@ -167,64 +167,52 @@ class SimDispatcher:
             duration = deadline + self.rng.uniform(0.5, 20)
         else:
             duration = self.rng.uniform(0.1, min(worker.timeout * 0.8, 20.0))
-        self.scheduler.at(
-            begins + duration,
-            lambda: self._finish(orchestrator, driver, task.task_id, handle, read),
-        )
+        self.scheduler.at(begins + duration, lambda: self._finish(attempt, handle, read))
         return cast("asyncio.Task[None]", handle)
 
-    def _finish(
-        self,
-        orchestrator: Orchestrator,
-        driver: RunDriver,
-        task_id: str,
-        handle: SimHandle,
-        read: dict[str, str],
-    ) -> None:
+    def _finish(self, attempt: Attempt, handle: SimHandle, read: dict[str, str]) -> None:
         if not handle.live:
             return
         handle.finished = True
-        if driver.handles.get(task_id) is cast(Any, handle):
-            del driver.handles[task_id]  # as the real dispatcher does when its task ends
+        attempt.ended(handle)  # as the real dispatcher does when its task ends
+        run_id, task_id, number = attempt.run_id, attempt.task_id, attempt.attempt
         now = self.clock()
         report: Report
         if self.buggify("worker_fail", 0.3):
             event: ev.TaskFailed = ev.TaskFailed(
-                at=now, task_id=task_id, attempt=handle.attempt, error="simulated failure"
+                at=now, task_id=task_id, attempt=number, error="simulated failure"
             )
             report = Report(event=event)
         elif self.buggify("worker_fail_permanent", 0.1):
             event = ev.TaskFailed(
                 at=now,
                 task_id=task_id,
-                attempt=handle.attempt,
+                attempt=number,
                 error="simulated permanent failure",
                 retryable=False,
             )
             report = Report(event=event)
         else:
-            task = driver.state.tasks[task_id]
-            worker = driver.definition.pipeline.worker(task.role)
-            content = self._output(worker, read)
-            usage = simulated_usage(driver.run_id, task_id, handle.attempt)
-            if zlib.crc32(f"{driver.run_id}/{task_id}".encode()) % 2:
+            content = self._output(attempt.worker, read)
+            usage = simulated_usage(run_id, task_id, number)
+            if zlib.crc32(f"{run_id}/{task_id}".encode()) % 2:
                 # Half the workers hand their output over in memory, as `call:` workers do:
                 # it is recorded with the completion and written into the run afterwards.
                 outcome = Outcome(ok=True, body=content.encode(), usage=usage)
-                tmp = driver.run_dir / ".tmp" / "unused"
+                tmp = attempt.run_dir / ".tmp" / "unused"
             else:
                 outcome = Outcome(ok=True, usage=usage)
-                tmp = self._write_tmp(driver.run_dir, task_id, handle.attempt, content)
-            report = outcome_report(driver, task, handle.attempt, outcome, tmp, now)
+                tmp = self._write_tmp(attempt.run_dir, task_id, number, content)
+            report = attempt_report(attempt.worker, task_id, number, outcome, tmp, now)
             if isinstance(report.event, ev.TaskCompleted):
-                self.sent.append(SentReport(driver.run_id, report.event, content))
+                self.sent.append(SentReport(run_id, report.event, content))
         if not isinstance(report.event, ev.TaskCompleted):
             assert not isinstance(
                 report.event,
                 (ev.TaskStarted, ev.TaskReused, ev.ChildUpdated, ev.ChildSpent, ev.TaskBatchWaited),
             )
-            self.sent.append(SentReport(driver.run_id, report.event, None))
-        orchestrator.report(driver, report)
+            self.sent.append(SentReport(run_id, report.event, None))
+        attempt.report(report)
 
     def _output(self, worker: Worker, read: dict[str, str]) -> str:
         """A worker's output: JSON holding a value for each of its `extract` rules, and the
