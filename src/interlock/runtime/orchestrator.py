@@ -328,7 +328,7 @@ class Orchestrator:
             state=fold([n.event for n in first]),
             lease=lease,
             run_dir=self.home.live_dir(run_id),
-            source=definition.source,
+            source=recorded_source(definition.source),
         )
         driver.checked_adoption = True  # nothing can be on disk for a run not yet created
         self._attach_reuser(driver)
@@ -350,7 +350,7 @@ class Orchestrator:
             topic=topic,
             definition_hash=definition.hash,
             definition=definition.canonical,
-            source=definition.source,
+            source=recorded_source(definition.source),
             created_at=now,
         )
         batch = AppendBatch(
@@ -1258,3 +1258,12 @@ def _sync_thread() -> concurrent.futures.ThreadPoolExecutor:
     """The thread that makes ended runs' files durable (its fsyncs spread over the writers'
     pool)."""
     return concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="interlock-sync")
+
+
+def recorded_source(source: str) -> str:
+    """The workflow file a run records: absolute, so that `{workflow_dir}`, its config and a
+    rerun find the same folder whichever folder the run is resumed or rerun from. A source
+    that is no file path (a bundle's `<bundle NAME>`) is kept as it is."""
+    if not source or source.startswith("<"):
+        return source
+    return os.path.abspath(source)
