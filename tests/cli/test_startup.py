@@ -327,8 +327,10 @@ finally:
     from interlock.core import params, tools, workflow
     from interlock.providers import settings
     models = [getattr(m, n) for m in (params, tools, workflow, settings) for n in dir(m)]
-    built = {{m.__name__ for m in models if isinstance(m, type) and issubclass(m, workflow.BaseModel)
-             and m.__module__.startswith("interlock.") and m.__dict__.get("__pydantic_complete__")}}
+    built = {{m.__name__ for m in models
+             if isinstance(m, type) and issubclass(m, workflow.BaseModel)
+             and m.__module__.startswith("interlock.")
+             and m.__dict__.get("__pydantic_complete__")}}
     print("BUILT", *sorted(built), file=sys.stderr)
 """
 
