@@ -316,3 +316,39 @@ def test_check_loads_cel_evaluator_and_template_engine_only_when_needed(
     done = cli(cli_env, "check", str(broken))
     assert done.returncode != 0
     assert "expression 'visits.review <' does not parse at" in done.stdout + done.stderr
+
+
+BUILT_PROBE = """
+import sys
+from interlock.cli.main import cli
+try:
+    cli({args!r}, standalone_mode=False)
+finally:
+    from interlock.core import params, tools, workflow
+    from interlock.providers import settings
+    models = [getattr(m, n) for m in (params, tools, workflow, settings) for n in dir(m)]
+    built = {{m.__name__ for m in models
+             if isinstance(m, type) and issubclass(m, workflow.BaseModel)
+             and m.__module__.startswith("interlock.")
+             and m.__dict__.get("__pydantic_complete__")}}
+    print("BUILT", *sorted(built), file=sys.stderr)
+"""
+
+
+def test_check_builds_only_the_validators_it_uses(cli_env: dict[str, str]) -> None:
+    """`interlock check` of the README's examples builds the validator of a pipeline (which
+    holds its workers', phases' and tools' schemas) once, and of the whole file, but no
+    worker's or phase's of their own, no tool server's and no `[models]` table's: those are
+    built at their first use."""
+    from tests.cli.test_cli import ROOT
+
+    for example in ("research.json", "fanout.yaml", "taste.yaml", "translate.yaml"):
+        path = str(ROOT / "examples" / example)
+        result = subprocess.run(
+            [sys.executable, "-c", BUILT_PROBE.format(args=["check", path])],
+            env=cli_env, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        line = next(x for x in result.stderr.splitlines() if x.startswith("BUILT"))
+        built = set(line.split()[1:])
+        assert "Pipeline" in built and "WorkflowFile" in built, example
+        assert not built & {"Worker", "Phase", "ToolServer", "ModelEntry"}, (example, built)

@@ -21,7 +21,8 @@ MAX_TURNS_LIMIT = 100
 class ToolServer(BaseModel):
     """One MCP server a model worker may call tools of."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Built at its first use: reading a workflow file validates it inside the pipeline's.
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     mcp: list[str] | None = None  # argv of a stdio server
     url: str | None = None  # a streamable HTTP server's endpoint

@@ -56,7 +56,10 @@ def check_safe_name(value: str, what: str) -> str:
 
 class _Model(BaseModel):
     # Unknown keys are almost always typos ("timout"), so they are errors, not ignored.
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # Each model's validator is built at its first use: a pipeline's, built below, holds the
+    # schema of every model in it, and reading a file validates nothing else (a worker's
+    # or a phase's own is built by a run, once per process).
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, defer_build=True)
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
@@ -766,8 +769,7 @@ class Pipeline(_Model):
         return next(w for p in self.phases for w in p.workers if w.final)
 
 
-Worker.model_rebuild()
-Phase.model_rebuild()
+# Built now, once: the file's validator below reuses it (the models in it stay unbuilt).
 Pipeline.model_rebuild()
 
 

@@ -125,7 +125,8 @@ class ModelEntry(RequestSettings):
     """One `[models.<alias>]` table: where the model is, what it costs, and the request
     settings of every call to it (`interlock.core.params.RequestSettings`)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Built at its first use: only an interlock.toml with [models] tables needs it.
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     provider: str
     model: str | None = None  # defaults to the alias itself
