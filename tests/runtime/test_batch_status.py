@@ -63,3 +63,35 @@ def test_rows_in_flight_are_marked_by_who_holds_their_runs(
     ]
     assert [r["why"] for r in body["rows"]] == [None, None, None]
     assert (body["undriven"], body["spend_capped"]) == (1, 0)
+
+
+def test_rows_waiting_in_a_batch_no_process_drives_say_how_to_go_on(
+    app: Interlock, write_workflow: WriteWorkflow, tmp_path: Path
+) -> None:
+    """The batch's driver was killed after its rows in flight were taken over and delivered
+    (by a server on the same ledger): the rows left wait with nothing to start them. The
+    status says so with the resume command, and stops saying it while a driver holds the
+    batch, or once the batch is cancelled."""
+    path = write_workflow(WORKFLOW.replace("COUNT", str(tmp_path / "count.txt")))
+    definition = load_workflow(path).get("p")
+    given = [RowInputs(number=n, topic=f"t{n}", inputs={"n": n}) for n in (1, 2, 3)]
+    now = time.time()
+    record = record_batch(
+        app, definition, given, batch_id="b", inputs_file="rows.csv", concurrency=2,
+        max_cost_usd=None, now=now,
+    )  # fmt: skip
+    ledger = batch_ledger(app.store)
+    ledger.hold_batch("b", gone_holder(), 30, now - 60)  # its lease ran out 30 s ago
+
+    shown = batch_status(app.store, app.home.live_dir, ledger.get_batch("b"), ledger.rows("b"), now)
+    assert shown.stalled and shown.undriven == 0
+    assert shown.undriven_line() == (
+        "3 row(s) waiting to start and no process drives the batch: "
+        "'interlock batch resume b' starts them"
+    )
+    assert shown.as_json()["stalled"] is True
+
+    ledger.hold_batch("b", "this-host:1:live", 30, now, take_over_from=ledger.get_batch("b").driver)
+    held = batch_status(app.store, app.home.live_dir, ledger.get_batch("b"), ledger.rows("b"), now)
+    assert not held.stalled and held.undriven_line() is None
+    assert record.batch_id == "b"

@@ -66,6 +66,9 @@ class BatchStatus:
     # Row number -> whether a live process drives its run, for the rows in flight whose run
     # is running (a waiting run needs no process until its wait ends).
     driven: Mapping[int, bool]
+    # Rows wait to start and no live process drives the batch (its driver was killed, or
+    # stopped with Ctrl-C): nothing starts them until the batch is resumed.
+    stalled: bool = False
 
     @property
     def undriven(self) -> int:
@@ -78,13 +81,20 @@ class BatchStatus:
         return {n: m.why for n, m in sorted(self.marks.items()) if m.why}
 
     def undriven_line(self) -> str | None:
-        """What to do about the rows in flight that no live process drives (None: none)."""
-        if not self.undriven:
-            return None
-        return (
-            f"{self.undriven} row(s) in flight with no process driving them: "
-            f"'interlock batch resume {self.record.batch_id}' drives them on"
-        )
+        """What to do about the rows that no live process drives: rows in flight, or rows
+        waiting to start in a batch nothing drives (None: none)."""
+        resume = f"'interlock batch resume {self.record.batch_id}'"
+        if self.undriven:
+            return (
+                f"{self.undriven} row(s) in flight with no process driving them: "
+                f"{resume} drives them on"
+            )
+        if self.stalled:
+            return (
+                f"{self.progress.waiting} row(s) waiting to start and no process drives the "
+                f"batch: {resume} starts them"
+            )
+        return None
 
     def shown_status(self, row: BatchRow) -> str:
         """The row's status cell: its mark's, or its own status."""
@@ -127,6 +137,7 @@ class BatchStatus:
         return {
             **batch_summary(self.record, self.progress),
             "undriven": self.undriven,
+            "stalled": self.stalled,
             "spend_capped": len(self.capped),
             "undriven_hint": self.undriven_line(),
             "rows": [self.row_json(r) for r in self.rows],
@@ -202,8 +213,24 @@ def batch_status(
     )
     marks, driven = _marks(store, live_dir, rows, progress, now)
     return BatchStatus(
-        record=record, rows=tuple(rows), progress=progress, marks=marks, driven=driven
+        record=record,
+        rows=tuple(rows),
+        progress=progress,
+        marks=marks,
+        driven=driven,
+        stalled=_stalled(record, progress, now),
     )
+
+
+def _stalled(record: BatchRecord, progress: BatchProgress, now: float) -> bool:
+    """Whether rows wait to start that only a driver of the batch would start, and none
+    holds it. A cancelled batch, one over its budget or past its failures starts no more
+    rows anyway (its own lines say so)."""
+    if not progress.waiting or record.cancelled_at is not None:
+        return False
+    if progress.over_budget or progress.breach is not None:
+        return False
+    return record.driver is None or (record.driver_expires or 0.0) <= now
 
 
 def read_status(app: Interlock, batch_id: str, now: float) -> BatchStatus:

@@ -149,7 +149,7 @@ function drawBatch(mine) {
   const notes = [];
   if (b.failure) notes.push(h("div", { class: "warn", id: "batch-failure" }, `${b.failure}. Retry failed runs the failed rows again and goes on.`));
   if (counts["paused: batch budget"]) notes.push(h("div", { class: "warn" }, `The batch's spend reached its budget (${money(b.max_cost_usd)}): ${counts["paused: batch budget"]} row(s) not started. 'interlock batch resume ${b.batch_id} --max-cost-usd X' raises it.`));
-  if (b.undriven) notes.push(h("div", { class: "warn", id: "batch-undriven" }, `${b.undriven_hint}: or Resume here.`));
+  if (b.undriven || b.stalled) notes.push(h("div", { class: "warn", id: "batch-undriven" }, `${b.undriven_hint}: or Resume here.`));
   if (b.spend_capped) notes.push(h("div", { class: "warn", id: "batch-spend-capped" }, `${b.spend_capped} row(s) in flight wait on a spend cap: their calls go on once it resets or is raised (the rows below say which cap).`));
   if (counts.paused) notes.push(h("div", { class: "warn" }, `${counts.paused} row(s) wait for approval: open their runs below (status paused).`));
   view.replaceChildren(...[
