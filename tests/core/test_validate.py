@@ -461,9 +461,8 @@ def test_unknown_name_in_template() -> None:
     data["t"]["phases"][0]["workers"][0]["task"] = "Translate {{ topic }} into {{ language }}"
     assert one_problem(data) == (
         "pipeline 't', phase 'translate', worker 'translator': key 'task' uses {{ language }}, "
-        "which is not defined; available: failed_items, feedback, inputs, item, item_index, "
-        "run_id, signals, topic, visit "
-        "(declare it under 'inputs')"
+        "which is not defined; available: failed_items, feedback, inputs, run_id, signals, "
+        "topic, visit (declare it under 'inputs')"
     )
     data["t"]["inputs"] = {"language": "French"}
     assert build_workflow(data)
@@ -495,8 +494,9 @@ def test_item_outside_for_each() -> None:
     data = translate()
     data["t"]["phases"][0]["workers"][0]["task"] = "Translate {{ item }}"
     assert one_problem(data) == (
-        "pipeline 't', phase 'translate', worker 'translator': key 'task' uses 'item' outside "
-        "a for_each phase"
+        "pipeline 't', phase 'translate', worker 'translator': key 'task' uses {{ item }} "
+        "outside a for_each phase: it is set only in a phase that fans out (give phase "
+        "'translate' a 'for_each', or take it out)"
     )
 
 
@@ -793,3 +793,20 @@ def test_a_template_reading_an_undeclared_input_by_name_is_refused() -> None:
     assert "uses inputs.langauge" in one_problem(data)
     worker["task"] = "Polish it into {{ inputs.language }} ({{ inputs['language'] }})."
     assert build_workflow(data)
+
+
+def test_item_index_outside_a_for_each_is_named_and_not_offered() -> None:
+    """`{{ item_index + 1 }}` in a phase that does not fan out: the problem names the name
+    used and the fix, and a misspelled name's list of what is available leaves out the
+    names such a phase does not have."""
+    data = translate()
+    data["t"]["phases"][0]["workers"][0]["task"] = "Part {{ item_index + 1 }}"
+    problem = one_problem(data)
+    assert "uses {{ item_index }} outside a for_each phase" in problem, problem
+    assert "give phase 'translate' a 'for_each'" in problem, problem
+    data = translate()
+    data["t"]["phases"][0]["workers"][0]["task"] = "About {{ topc }}"
+    problem = one_problem(data)
+    assert "did you mean 'topic'" in problem or "'topic'" in problem, problem
+    available = problem.split("available: ", 1)[1]
+    assert "item" not in available.split(" (")[0].split(", "), problem

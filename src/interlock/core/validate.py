@@ -497,6 +497,9 @@ def input_problems(pipeline: Pipeline, expression: str) -> list[str]:
     return problems
 
 
+_ITEM_NAMES = frozenset({"item", "item_index"})  # set only in a phase that fans out
+
+
 def _check_templates(where: str, pipeline: Pipeline) -> list[str]:
     problems = []
     allowed = TEMPLATE_NAMES | set(pipeline.inputs)
@@ -520,11 +523,12 @@ def _check_templates(where: str, pipeline: Pipeline) -> list[str]:
                 except TemplateProblem as exc:
                     problems.append(f"{place}: key {key!r}: {exc}")
                     continue
+                here = allowed if phase.for_each is not None else allowed - _ITEM_NAMES
                 for unknown in sorted(names - allowed):
                     problems.append(
                         f"{place}: key {key!r} uses {{{{ {unknown} }}}}, which is not defined"
-                        f"{_suggest(unknown, sorted(allowed))}; available: "
-                        f"{', '.join(sorted(allowed))} (declare it under 'inputs')"
+                        f"{_suggest(unknown, sorted(here))}; available: "
+                        f"{', '.join(sorted(here))} (declare it under 'inputs')"
                     )
                 declared = sorted(pipeline.inputs)
                 for name in sorted(input_names(text) - set(declared)):
@@ -534,8 +538,14 @@ def _check_templates(where: str, pipeline: Pipeline) -> list[str]:
                         f"{', '.join(declared) or 'none'} (declare it under the pipeline's "
                         "'inputs')"
                     )
-                if phase.for_each is None and names & {"item", "item_index"}:
-                    problems.append(f"{place}: key {key!r} uses 'item' outside a for_each phase")
+                if phase.for_each is None and (used := sorted(names & _ITEM_NAMES)):
+                    shown = " and ".join(f"{{{{ {name} }}}}" for name in used)
+                    they = ("it is", "it") if len(used) == 1 else ("they are", "them")
+                    problems.append(
+                        f"{place}: key {key!r} uses {shown} outside a for_each phase: "
+                        f"{they[0]} set only in a phase that fans out (give phase "
+                        f"{phase.id!r} a 'for_each', or take {they[1]} out)"
+                    )
     return problems
 
 
