@@ -171,3 +171,27 @@ def test_a_fan_out_item_kept_as_json_text_reads_as_its_object() -> None:
     assert template_item("plain") == "plain" and template_item("{not json") == "{not json"
     with pytest.raises(TemplateProblem):
         render_task("{{ item.customer }}", {"item": "{not json"})
+
+
+@pytest.mark.parametrize(
+    ("source", "hint"),
+    [
+        ("(reviewer.score < 8.0", "(1 `(` not closed)"),
+        ("reviewer.ok and writer.ok", "CEL writes `&&`, `||` and `!` for `and`, `or` and `not`"),
+        ("reviewer.score = 8", "compare with `==`; a single `=` is not an operator"),
+        ("{{ reviewer.score }} < 8", "a condition is not a template"),
+    ],
+)
+def test_a_condition_that_does_not_parse_says_the_likely_fix(source: str, hint: str) -> None:
+    """Besides where CEL stopped, the words and signs of other languages that explain it."""
+    with pytest.raises(ExpressionError) as info:
+        compile_expression(source)
+    assert f"expression {source!r} does not parse at character" in str(info.value)
+    assert hint in str(info.value), str(info.value)
+
+
+def test_words_inside_quotes_give_no_hint() -> None:
+    """`and` or `=` in a quoted text is text: a condition failing elsewhere gets no hint."""
+    with pytest.raises(ExpressionError) as info:
+        compile_expression("reviewer.verdict == 'this and = that' <")
+    assert "(" not in str(info.value).split("does not parse", 1)[1], str(info.value)

@@ -14,6 +14,7 @@ names, and evaluates none.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
@@ -62,6 +63,23 @@ def _where(source: str, error: Exception) -> str:
     return f" at character {at + 1}, at {shown}"
 
 
+def _syntax_hint(source: str) -> str:
+    """The likely fix of a condition that does not parse, when its text shows one: words
+    and signs of other languages, a brace of a template, brackets that do not pair."""
+    words = re.sub(r"'[^']*'|\"[^\"]*\"", "''", source)  # quoted text says nothing
+    hints = []
+    if "{{" in words or "{%" in words:
+        hints.append("a condition is not a template: write `reviewer.score < 8`, not `{{ ... }}`")
+    if re.search(r"\b(and|or|not)\b", words):
+        hints.append("CEL writes `&&`, `||` and `!` for `and`, `or` and `not`")
+    if re.search(r"(?<![=!<>])=(?!=)", words):
+        hints.append("compare with `==`; a single `=` is not an operator")
+    opened = words.count("(") - words.count(")")
+    if opened:
+        hints.append(f"{abs(opened)} {'`(` not closed' if opened > 0 else '`)` never opened'}")
+    return f" ({'; '.join(hints)})" if hints else ""
+
+
 # Where CEL's parse tables are kept between processes: set by the command line to a function
 # that makes the folder and names the file (None, or a None from it: built in each process).
 # The engine does no I/O of its own: lark reads and writes that one file.
@@ -89,7 +107,6 @@ def _parser() -> Any:
     PARSER_CACHE (lark checks a digest of the grammar, its options and lark's version, and
     builds anew from a file it cannot read)."""
     import importlib.util
-    import re
     from pathlib import Path
 
     import lark
@@ -140,7 +157,8 @@ def compile_expression(source: str) -> Compiled:
             tree = _environment().compile(source)
         except celparser.CELParseError as exc:
             where = _where(source, exc)
-            raise ExpressionError(f"expression {source!r} does not parse{where}") from None
+            hint = _syntax_hint(source)
+            raise ExpressionError(f"expression {source!r} does not parse{where}{hint}") from None
     return Compiled(source=source, names=_free_names(tree), tree=tree)
 
 
