@@ -145,6 +145,25 @@ def health(stack: Stack) -> bool:
         return False
 
 
+def submit_when_named(stack: Stack, seconds: float = 180) -> str:
+    """`interlock submit` in the orchestrate container, tried again while the container
+    network's resolver cannot name `postgres` yet (podman's DNS answers "try again" for a
+    while as the stack's containers start and restart)."""
+    cmd = [stack.compose, "-p", stack.project, "-f", str(DEPLOY / "compose.yaml"), "exec", "-T"]
+    cmd += ["orchestrate", "interlock", "submit", "/workflows/hello.yaml", "hello"]
+    cmd += ["--topic", "waves"]
+    deadline = time.monotonic() + seconds
+    while True:
+        done = subprocess.run(
+            cmd, env=stack.env, capture_output=True, text=True, timeout=300, check=False
+        )
+        if done.returncode == 0:
+            return done.stdout.strip()
+        lookup = "Temporary failure in name resolution" in done.stderr
+        assert lookup and time.monotonic() < deadline, f"submit: {done.returncode}\n{done.stderr}"
+        time.sleep(2)
+
+
 def test_the_stack_delivers_runs_over_both_workers(stack: Stack) -> None:
     """Runs started over the API and with `interlock submit` are delivered by the stack."""
     # The image: interlock runs as a user of its own, and the image stays small.
@@ -172,9 +191,7 @@ def test_the_stack_delivers_runs_over_both_workers(stack: Stack) -> None:
     stack.token = stack.exec("serve", "interlock", "serve", "--issue-token", "read,operate")
     served = stack.api("POST", "/api/runs", {"pipeline": "hello", "topic": "tides"})
     assert isinstance(served, dict)
-    submitted = stack.exec(
-        "orchestrate", "interlock", "submit", "/workflows/hello.yaml", "hello", "--topic", "waves"
-    ).splitlines()[-1]
+    submitted = submit_when_named(stack).splitlines()[-1]
     runs = {served["run_id"]: "tides", submitted: "waves"}
 
     def status(run_id: str) -> str:

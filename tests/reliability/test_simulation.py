@@ -227,9 +227,9 @@ def test_the_invariants_catch_a_budget_waived_by_any_approval(tmp_path: Path) ->
     shutil.copytree(source_root, package, ignore=shutil.ignore_patterns("__pycache__"))
     state = package / "core" / "state.py"
     text = state.read_text()
-    anchor = "        state.approvals += 1\n"
+    anchor = "    state.approvals += 1\n"
     assert anchor in text
-    state.write_text(text.replace(anchor, anchor + "        state.budget_waived = True\n"))
+    state.write_text(text.replace(anchor, anchor + "    state.budget_waived = True\n"))
     check = (
         "from interlock.sim import simulate\n"
         "bad = [s for s in range(40) if simulate(s, pipeline='combined').violations]\n"
