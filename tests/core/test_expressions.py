@@ -195,3 +195,49 @@ def test_words_inside_quotes_give_no_hint() -> None:
     with pytest.raises(ExpressionError) as info:
         compile_expression("reviewer.verdict == 'this and = that' <")
     assert "(" not in str(info.value).split("does not parse", 1)[1], str(info.value)
+
+
+NESTED = {
+    "brackets": lambda k: "(" * k + "w.score" + ")" * k + " < 8",
+    "negations": lambda k: "!" * k + "true",
+    "fields": lambda k: "w" + ".a" * k + " == 1",
+    "sums": lambda k: " + ".join(["1"] * k) + " > 0",
+    "lists": lambda k: "[" * k + "1" + "]" * k + " == []",
+    "calls": lambda k: "size(" * k + "'x'" + ")" * k + " > 0",
+}
+
+
+@pytest.mark.parametrize("family", sorted(NESTED))
+def test_a_condition_nested_past_the_limit_is_refused_and_any_accepted_one_evaluates(
+    family: str,
+) -> None:
+    """The walks over a condition recurse per level: one nested thousands deep is refused
+    with the fix (the text shortened), not a RecursionError that takes `check` down, and
+    the deepest one accepted still evaluates with room left on the stack."""
+    make = NESTED[family]
+    with pytest.raises(ExpressionError, match="nests too deeply") as raised:
+        compile_expression(make(3000))
+    assert len(str(raised.value)) < 400
+    low, high = 1, 3000  # accepted, refused: the deepest accepted lies between
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if _accepted(make(middle)) else (low, middle)
+    deepest = low
+
+    def deep_in_the_stack(frames: int) -> Any:
+        if frames:
+            return deep_in_the_stack(frames - 1)
+        return evaluate(make(deepest), {"w": {"score": 3, "a": {}}})
+
+    try:
+        deep_in_the_stack(300)
+    except ExpressionError as exc:
+        assert "recursion" not in str(exc)
+
+
+def _accepted(source: str) -> bool:
+    try:
+        compile_expression(source)
+    except ExpressionError:
+        return False
+    return True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 
 import pytest
@@ -263,3 +264,25 @@ def test_check_refuses_a_bare_name_template_past_a_small_size_limit(tmp_path: Pa
     assert "(the worker's max_task_size)" in str(raised.value)
     flow.write_text(worker + "          max_task_size: 200\n")
     assert load_workflow(flow).definitions
+
+
+@pytest.mark.parametrize(
+    "source", ["{" * 3000, "{{ (" * 2000 + "x", "{{ a + " * 2000, "{{ [" * 1500]
+)
+def test_a_template_nested_past_what_jinja2_reads_is_a_problem_not_a_crash(
+    tmp_path: Path, source: str
+) -> None:
+    """jinja2's parser recurses per level of brackets: a task of a few thousand `{` or `(`
+    is refused with the fix, at `check` (its line named) and when a task renders, instead of
+    taking the process down with a RecursionError."""
+    from interlock.core.templates import input_names, template_names
+
+    for read in (template_names, input_names, lambda s: render_task(s, {"a": 1})):
+        with pytest.raises(TemplateProblem, match="nest too deeply") as raised:
+            read(source + " inputs")
+        assert "{% raw %}" in str(raised.value)
+    flow = tmp_path / "flow.json"
+    worker = {"role": "w", "final": True, "command": ["echo", "hi"], "task": source}
+    flow.write_text(json.dumps({"p": {"phases": [{"id": "a", "workers": [worker]}]}}))
+    with pytest.raises(WorkflowError, match="key 'task': template does not parse: its brackets"):
+        load_workflow(flow)

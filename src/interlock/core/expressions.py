@@ -159,7 +159,40 @@ def compile_expression(source: str) -> Compiled:
             where = _where(source, exc)
             hint = _syntax_hint(source)
             raise ExpressionError(f"expression {source!r} does not parse{where}{hint}") from None
+        except RecursionError:
+            raise ExpressionError(_too_deep(source)) from None
+    if _depth(tree) > MAX_DEPTH:
+        raise ExpressionError(_too_deep(source))
     return Compiled(source=source, names=_free_names(tree), tree=tree)
+
+
+# Levels of the parsed expression: the walks over it (its names, its evaluation, what it
+# read) recurse per level, so a deeper one would pass Python's recursion limit. About 23
+# brackets within brackets, 120 terms added up or a chain of 115 fields (`a.b.c...`): no
+# condition comes near, and evaluating the deepest accepted one leaves room on the stack.
+MAX_DEPTH = 250
+
+
+def _depth(tree: Tree[Any]) -> int:
+    """The levels of a parse tree, counted without recursion."""
+    from lark import Tree
+
+    deepest, pending = 0, [(tree, 1)]
+    while pending:
+        node, level = pending.pop()
+        deepest = max(deepest, level)
+        if isinstance(node, Tree):
+            pending.extend((child, level + 1) for child in node.children)
+    return deepest
+
+
+def _too_deep(source: str) -> str:
+    shown = source if len(source) <= 80 else f"{source[:60]}...{source[-15:]}"
+    return (
+        f"expression {shown!r} nests too deeply (at most {MAX_DEPTH} levels once parsed: "
+        "about 23 brackets within brackets); write it with fewer levels, or compute the "
+        "value in the worker's output and compare that"
+    )
 
 
 def read_values(source: str, context: Mapping[str, Any]) -> list[str]:

@@ -128,12 +128,9 @@ def input_names(source: str) -> set[str]:
 
 @lru_cache(maxsize=4096)
 def _input_names(source: str) -> frozenset[str]:
-    from jinja2 import TemplateError, nodes
+    from jinja2 import nodes
 
-    try:
-        tree = _environment().parse(source)
-    except TemplateError as exc:
-        raise TemplateProblem(f"template does not parse: {_said(exc)}") from None
+    tree = _parsed(source)
     found = set()
     for node in tree.find_all((nodes.Getattr, nodes.Getitem)):
         if isinstance(node, nodes.Getattr) and _is_inputs(node.node):
@@ -159,12 +156,29 @@ def _is_inputs(node: Any) -> bool:
 
 @lru_cache(maxsize=4096)
 def _names(source: str) -> frozenset[str]:
-    from jinja2 import TemplateError, meta
+    from jinja2 import meta
+
+    return frozenset(meta.find_undeclared_variables(_parsed(source)))
+
+
+_TOO_DEEP = (
+    "template does not parse: its brackets, braces or parentheses nest too deeply "
+    "(jinja2 reads about a hundred levels); write the text without so many, or escape it "
+    "as {% raw %}...{% endraw %}"
+)
+
+
+def _parsed(source: str) -> Any:
+    """jinja2's tree of a template (raises TemplateProblem when it does not parse, or nests
+    deeper than jinja2's parser, which recurses per level, can read)."""
+    from jinja2 import TemplateError
 
     try:
-        return frozenset(meta.find_undeclared_variables(_environment().parse(source)))
+        return _environment().parse(source)
     except TemplateError as exc:
         raise TemplateProblem(f"template does not parse: {_said(exc)}") from None
+    except RecursionError:
+        raise TemplateProblem(_TOO_DEEP) from None
 
 
 def render_system(
@@ -204,7 +218,13 @@ def render_task(source: str, values: Mapping[str, Any], limits: RenderLimits | N
         else " (the worker's max_task_size)"
     )
     try:
-        return render_bounded(_compiled(source), dict(values), limits, hint)
+        compiled = _compiled(source)
+    except TemplateError as exc:
+        raise TemplateProblem(f"task template does not parse: {_said(exc)}") from None
+    except RecursionError:
+        raise TemplateProblem(_TOO_DEEP.replace("template", "task template", 1)) from None
+    try:
+        return render_bounded(compiled, dict(values), limits, hint)
     except TemplateLimit as exc:
         raise TemplateProblem(f"task template passes a limit: {exc}") from None
     except TemplateError as exc:

@@ -150,7 +150,7 @@ class RedisStreams:
     def follow_progress(self, callback: ProgressCallback) -> threading.Thread:
         """Call `callback` for every progress fragment, from a background thread that
         outlives Redis outages (it subscribes again when Redis is back)."""
-        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call, unused-ignore]
         away = threading.Event()
         resumed = threading.Event()
 
