@@ -14,8 +14,8 @@ from tests.runtime.test_batches import WORKFLOW
 
 from interlock import Interlock
 from interlock.core.batches import RowInputs
-from interlock.core.loader import load_workflow
-from interlock.storage.batches import batch_ledger
+from interlock.core.loader import Definition, load_workflow
+from interlock.storage.batches import BatchRecord, batch_ledger
 from interlock.workloads.batch_status import Mark, batch_status
 from interlock.workloads.batches import record_batch
 
@@ -27,13 +27,10 @@ def gone_holder() -> str:
     return f"{socket.gethostname()}:{done.pid}:gone"
 
 
-def test_rows_in_flight_are_marked_by_who_holds_their_runs(
+def three_rows(
     app: Interlock, write_workflow: WriteWorkflow, tmp_path: Path
-) -> None:
-    """Of three rows, one whose run's lease is held by a process that exited is `running
-    (not driven)` (mark `not_driven`, `driven` false, counted in `undriven` with the resume
-    line), one whose run this process holds is `running` and driven, and one not started
-    is neither; each row's JSON says so."""
+) -> tuple[Definition, BatchRecord, float]:
+    """Batch `b` of three rows (topics t1-t3, two at once), recorded and not started."""
     path = write_workflow(WORKFLOW.replace("COUNT", str(tmp_path / "count.txt")))
     definition = load_workflow(path).get("p")
     given = [RowInputs(number=n, topic=f"t{n}", inputs={"n": n}) for n in (1, 2, 3)]
@@ -42,6 +39,17 @@ def test_rows_in_flight_are_marked_by_who_holds_their_runs(
         app, definition, given, batch_id="b", inputs_file="rows.csv", concurrency=2,
         max_cost_usd=None, now=now,
     )  # fmt: skip
+    return definition, record, now
+
+
+def test_rows_in_flight_are_marked_by_who_holds_their_runs(
+    app: Interlock, write_workflow: WriteWorkflow, tmp_path: Path
+) -> None:
+    """Of three rows, one whose run's lease is held by a process that exited is `running
+    (not driven)` (mark `not_driven`, `driven` false, counted in `undriven` with the resume
+    line), one whose run this process holds is `running` and driven, and one not started
+    is neither; each row's JSON says so."""
+    definition, record, now = three_rows(app, write_workflow, tmp_path)
     ledger = batch_ledger(app.store)
     assert ledger.claim_rows("b", [(1, 1, "b-r1"), (2, 1, "b-r2")], now) == [1, 2]
     for n in (1, 2):  # recorded and leased by this process, not driven yet
@@ -72,14 +80,7 @@ def test_rows_waiting_in_a_batch_no_process_drives_say_how_to_go_on(
     (by a server on the same ledger): the rows left wait with nothing to start them. The
     status says so with the resume command, and stops saying it while a driver holds the
     batch, or once the batch is cancelled."""
-    path = write_workflow(WORKFLOW.replace("COUNT", str(tmp_path / "count.txt")))
-    definition = load_workflow(path).get("p")
-    given = [RowInputs(number=n, topic=f"t{n}", inputs={"n": n}) for n in (1, 2, 3)]
-    now = time.time()
-    record = record_batch(
-        app, definition, given, batch_id="b", inputs_file="rows.csv", concurrency=2,
-        max_cost_usd=None, now=now,
-    )  # fmt: skip
+    _, record, now = three_rows(app, write_workflow, tmp_path)
     ledger = batch_ledger(app.store)
     ledger.hold_batch("b", gone_holder(), 30, now - 60)  # its lease ran out 30 s ago
 
