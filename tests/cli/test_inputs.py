@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from interlock import Interlock
 from interlock.core.events import RunCreated
 
@@ -175,3 +177,27 @@ def test_a_branch_not_taken_is_skipped_once_the_run_ends(
     assert phases["big"]["workers"]["b"]["status"] == "skipped"
     shown = interlock(cli_env, tmp_path, "status", run_id).stdout
     assert "skipped" in shown and "pending" not in shown
+
+
+def test_an_empty_topic_is_refused_before_anything_is_recorded(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`--topic ""` (or spaces) would send tasks that read `{{ topic }}` nothing to work on:
+    `run` and `submit` refuse it with exit 2 and the fix, and the API refuses it too."""
+    (tmp_path / "flow.yaml").write_text(BRANCHING)
+    for command in ("run", "submit"):
+        for topic in ("", "   "):
+            result = interlock(cli_env, tmp_path, command, "flow.yaml", "p", "-t", topic)
+            assert result.returncode == 2, (command, topic, result.stderr)
+            assert "pipeline 'p': the topic is empty; give what the run is about" in result.stderr
+    assert interlock(cli_env, tmp_path, "runs").stdout.startswith("no runs yet")
+    from interlock.core.loader import load_workflow
+    from interlock.errors import UsageError
+
+    app = Interlock(home=tmp_path / "api")
+    try:
+        definition = load_workflow(tmp_path / "flow.yaml").get("p")
+        with pytest.raises(UsageError, match="the topic is empty"):
+            app.start(definition, topic="\n")
+    finally:
+        app.close()

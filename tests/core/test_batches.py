@@ -161,6 +161,18 @@ def test_a_topic_past_the_size_limit_refuses_its_row() -> None:
     assert "row 1: the topic" in message
 
 
+def test_an_empty_topic_cell_refuses_its_row() -> None:
+    """A row whose topic column is empty (a blank CSV cell, spaces, a JSON null) is refused
+    with the fix, not run as "row N of FILE" with that text sent to the model; without a
+    topic column, rows are still named "row N of FILE"."""
+    message = problem("d.csv", "topic,text\nA,a\n,b\n  ,c\n")
+    assert message.startswith("d.csv: 2 of 3 row(s) cannot run pipeline 'p'"), message
+    assert "rows 2, 3: its 'topic' cell, the run's topic, is empty: fill it in" in message
+    jsonl = problem("d.jsonl", '{"title": null, "text": "x"}\n', topic_field="title")
+    assert "row 1: its 'title' cell, the run's topic, is empty" in jsonl
+    assert checked("d.csv", "text\na\n") == [(1, "row 1 of d.csv", {"text": "a"})]
+
+
 def test_further_checks_refuse_their_rows() -> None:
     """A problem `also` finds in a row's resolved inputs refuses that row, with the others."""
 

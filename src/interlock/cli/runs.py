@@ -44,7 +44,7 @@ def run(
     """Start a run of PIPELINE from FILE and drive it in the foreground."""
     ctx.check_ahead()
     from interlock.cli.quote import refuse_unrunnable_calls, run_gate
-    from interlock.core.inputs import check_size, resolve_inputs
+    from interlock.core.inputs import check_topic, resolve_inputs
     from interlock.core.loader import load_workflow
     from interlock.runtime.home import Home
     from interlock.runtime.models import ModelRunner
@@ -58,7 +58,7 @@ def run(
     if pipeline is not None:
         # Refused inputs are said before the ledger is opened, which would create one.
         definition = workflow.get(pipeline)
-        check_size(definition.name, "the topic", topic)
+        check_topic(definition.name, topic)
         resolve_inputs(definition.name, definition.pipeline.inputs, given)
         refuse_broken_config(ModelRunner(Home.at(ctx.home).root), definition)
     app = ctx.app
@@ -81,7 +81,7 @@ def run(
 @handle_errors
 def submit(ctx: Ctx, file: str, pipeline: str | None, topic: str, inputs: tuple[str, ...]) -> None:
     """Record a run and leave it to whoever drives runs (a server or `interlock orchestrate`)."""
-    from interlock.core.inputs import check_size, resolve_inputs
+    from interlock.core.inputs import check_topic, resolve_inputs
     from interlock.core.loader import load_workflow
     from interlock.runtime.home import Home
     from interlock.runtime.models import ModelRunner
@@ -93,7 +93,7 @@ def submit(ctx: Ctx, file: str, pipeline: str | None, topic: str, inputs: tuple[
         pipeline = next(iter(workflow.definitions))
     if pipeline is not None:  # refused before the ledger is opened, which would create one
         definition = workflow.get(pipeline)
-        check_size(definition.name, "the topic", topic)
+        check_topic(definition.name, topic)
         resolve_inputs(definition.name, definition.pipeline.inputs, given)
         refuse_broken_config(ModelRunner(Home.at(ctx.home).root), definition)
     app = ctx.app

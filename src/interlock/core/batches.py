@@ -505,8 +505,9 @@ def check_rows(
     """Each row as a run's topic and inputs, or every problem at once.
 
     The topic comes from the column `topic_field` (default: a `topic` column when there is
-    one, else "row N of FILE"); every other column must be a declared input. An empty CSV
-    cell or a JSON null is an input not given (its default applies).
+    one, else "row N of FILE"), and a row whose cell there is empty is refused; every other
+    column must be a declared input. An empty CSV cell or a JSON null is an input not given
+    (its default applies).
 
     `also(topic, inputs)` gives further problems of a row, its inputs resolved (defaults
     applied): what would refuse its run when it is made (a `not_before` no time can be).
@@ -574,6 +575,13 @@ def check_rows(
                 )
                 scalar = False
         if not scalar:
+            continue
+        if topic_column is not None and not _text(topic_value or "").strip():
+            problems.add(
+                f"its {topic_column!r} cell, the run's topic, is empty: fill it in (tasks "
+                "that read {{ topic }} would send the model nothing)",
+                row.number,
+            )
             continue
         topic = _text(topic_value) if _given(topic_value) else f"row {row.number} of {name}"
         try:

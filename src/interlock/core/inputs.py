@@ -139,6 +139,17 @@ def resolve_inputs(
     return values
 
 
+def check_topic(pipeline: str, topic: str) -> None:
+    """Raise UsageError for a topic that is empty (or only spaces) or past MAX_VALUE_SIZE:
+    tasks that read `{{ topic }}` would send the model nothing to work on."""
+    if not topic.strip():
+        raise UsageError(
+            f"pipeline {pipeline!r}: the topic is empty; give what the run is about, "
+            'e.g. --topic "solar sails"'
+        )
+    check_size(pipeline, "the topic", topic)
+
+
 def check_size(pipeline: str, what: str, value: object) -> None:
     """Raise UsageError when a given value (the topic, an input) is past MAX_VALUE_SIZE:
     every template that reads it would carry it, and every event that records it."""

@@ -26,7 +26,7 @@ from typing import Any
 
 from interlock.core import events as ev
 from interlock.core.decide import next_wake, waits_for_slot
-from interlock.core.inputs import check_size
+from interlock.core.inputs import check_topic
 from interlock.core.inputs import resolve_inputs as resolve_declared
 from interlock.core.loader import Definition, model_aliases
 from interlock.core.observe import CommandKind
@@ -265,7 +265,7 @@ class Orchestrator:
                 refuse_existing(self.store, run_id)
                 if files:
                     self.home.refuse_taken(run_id)
-            check_size(definition.name, "the topic", topic)
+            check_topic(definition.name, topic)
             given = resolve_inputs(definition, inputs or {})
             slot_key(definition, topic, given)  # a key that cannot be computed refuses the run
             refuse_start_times(definition, topic, given)
