@@ -154,3 +154,38 @@ def test_a_waiting_run_past_its_time_without_an_orchestrator_is_not_driven(
     # listed among the running ones.
     assert "not driven yet" not in status and "no orchestrator holds this run" in status
     assert "running run(s)" not in shown and "1 run(s) that should be going on" in shown
+
+
+NARROW = f"""
+p:
+  phases:
+    - id: gather-the-sources
+      workers:
+        - {{role: researcher-of-primary-sources, command: ['{PY}', '-c', 'print(1)']}}
+        - {{role: fact-checker, command: ['{PY}', '-c', 'print(2)']}}
+    - id: write
+      workers:
+        - {{role: writer, final: true, command: ['{PY}', '-c', 'print(3)']}}
+"""
+
+
+def test_status_never_cuts_a_phase_a_worker_or_a_status_on_a_narrow_terminal(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """At 100 columns the workers are a table; at 80 and at 40, too narrow for its columns,
+    a line per worker: in every width each phase, worker, status word and cost is printed
+    whole (none cut to `researc…` or `complet…`), and no line is wider than the terminal."""
+    ran = cli(cli_env, "run", _flow(tmp_path, NARROW), "p", "--topic", "t")
+    run_id = next(line.split()[1] for line in ran.stderr.splitlines() if line.startswith("run "))
+    words = [
+        "gather-the-sources", "researcher-of-primary-sources", "fact-checker", "write",
+        "writer", "completed", "$0.0000",
+    ]  # fmt: skip
+    for columns in (100, 80, 40):
+        shown = on_terminal(cli_env, columns, "status", run_id)
+        assert "…" not in shown, (columns, shown)
+        for word in words:
+            assert re.search(rf"(^|\s){re.escape(word)}(\s|$)", shown, re.M), (columns, word)
+        long = [line for line in shown.splitlines() if len(line) > columns and "/" not in line]
+        assert not long, (columns, long)
+        assert ("phase gather-the-sources" in shown) is (columns < 100), (columns, shown)

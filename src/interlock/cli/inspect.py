@@ -325,9 +325,8 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
         run_status,
         f"  topic: {printable(view['topic'])}",
     )
-    table = Table(box=None, padding=(0, 2))
-    for column in ("phase", "worker", "status", "attempt", "visit", "cost", "output"):
-        table.add_column(column)
+    rows: list[tuple[Any, ...]] = []
+    words: dict[str, int] = {"phase": 5, "worker": 6, "status": 6, "cost": 4}
     # Roles with an attempt waiting for a task slot: "pending" alone would not say why.
     slot_waits = {
         task_id.partition("@")[0]: wait["key"]
@@ -345,23 +344,37 @@ def status(ctx: Ctx, run_id: str, as_json: bool) -> None:
                 state.append(f" ({w['spend_wait']})")
             if w.get("provider_batch"):
                 state.append(f" ({w['provider_batch']})")
-            table.add_row(
-                phase["id"] if index == 0 else "",
-                role,
-                state,
-                str(w.get("attempt", "")),
-                str(w.get("visit", "")),
-                task_cost(w),
-                printable(w.get("output") or ""),
+            cost = task_cost(w)
+            for column, word in [
+                ("phase", phase["id"]), ("worker", role), ("status", w["status"]),
+                ("cost", cost.partition(" ")[0]),
+            ]:  # fmt: skip
+                words[column] = max(words[column], len(word))
+            rows.append(
+                (
+                    phase["id"] if index == 0 else "",
+                    role,
+                    state,
+                    str(w.get("attempt", "")),
+                    str(w.get("visit", "")),
+                    cost,
+                    printable(w.get("output") or ""),
+                )
             )
         if rest:
             count = sum(rest.values())
-            table.add_row(
-                "" if shown else phase["id"],
-                f"{count} more" if shown else f"{count} workers",
-                ", ".join(f"{count} {state}" for state, count in sorted(rest.items())),
+            rows.append(
+                (
+                    "" if shown else phase["id"],
+                    f"{count} more" if shown else f"{count} workers",
+                    ", ".join(f"{count} {state}" for state, count in sorted(rest.items())),
+                )
             )
-    out.print(table)
+    if out.width >= _table_width(rows, words):
+        out.print(_workers_table(rows, words))
+    else:  # too narrow for the columns: a line per worker, which wraps whole
+        for line in _workers_lines(rows):
+            out.print(line)
     for line in item_lines(view):
         out.print(escape(line), markup=True, soft_wrap=True)
     out.print(totals_line(view))
@@ -594,6 +607,57 @@ def _shown_workers(
         else:
             rest[status] = rest.get(status, 0) + 1
     return shown, rest
+
+
+def _table_width(rows: list[tuple[Any, ...]], words: dict[str, int]) -> int:
+    """The columns the table of workers needs: the phase, worker, status and cost words
+    whole, the attempt and visit headers, and a dozen characters of output names."""
+    named = max((len(row[6]) for row in rows if len(row) > 6), default=0)
+    return sum(min(width, 40) for width in words.values()) + 7 + 5 + min(named, 12) + 6
+
+
+def _workers_lines(rows: list[tuple[Any, ...]]) -> list[Any]:
+    """The table of workers as lines, for a terminal too narrow for its columns: each
+    phase on a line of its own, then each worker's cells under it, labelled."""
+    from rich.text import Text
+
+    lines: list[Any] = []
+    for row in rows:
+        phase, worker, state, *rest = row
+        if phase:
+            lines.append(Text(f"phase {phase}", style="bold"))
+        line = Text("  ").append(worker).append("  ").append(state)
+        if rest:
+            attempt, visit, cost, output = rest
+            if attempt:  # no-break spaces: a label stays with its number
+                line.append(f"  attempt\u00a0{attempt}")
+            if visit:
+                line.append(f"  visit\u00a0{visit}")
+            line.append(f"  {cost}")
+            if output:
+                line.append(f"  {output}")
+        lines.append(line)
+    return lines
+
+
+def _workers_table(rows: list[tuple[Any, ...]], words: dict[str, int]) -> Any:
+    """The table of workers: on a narrow terminal a phase, a worker, a status word and a
+    cost's dollars are never cut (each column is as wide as its longest, up to 40); what a
+    status or a cost says after its first word, and output names, wrap."""
+    from rich.table import Table
+
+    table = Table(box=None, padding=(0, 1), pad_edge=False)
+    for column in ("phase", "worker", "status", "attempt", "visit", "cost", "output"):
+        width = min(words[column], 40) if column in words else None
+        table.add_column(
+            column,
+            min_width=width,
+            no_wrap=column in ("phase", "worker", "attempt", "visit"),
+            overflow="fold",
+        )
+    for row in rows:
+        table.add_row(*row)
+    return table
 
 
 def task_cost(worker: dict[str, Any]) -> str:
