@@ -113,12 +113,21 @@ def run_gate(
 
 
 def refuse_unrunnable_calls(file: str, name: str, definition: Definition) -> None:
-    """Before a run starts here: a `call:` target that does not import fails its task when
-    the phase is reached, after what came before was paid for. Said now, `check`'s way."""
+    """Before a run starts here: a `call:` target that does not import, or a script beside
+    the workflow that a command runs and that is not there, fails its task when the phase is
+    reached, after what came before was paid for. Said now, `check`'s way (which warns of
+    the script only: the file may be put there before a run)."""
     from interlock.cli.workflows import call_problems
+    from interlock.core.parse import locator
     from interlock.errors import UsageError
+    from interlock.runtime.code_checks import missing_code
 
     problems = call_problems(name, definition)
+    try:
+        line_of = locator(Path(file).read_text(encoding="utf-8-sig", errors="replace"))
+    except OSError:  # read a moment ago; gone now: no lines to name
+        line_of = lambda path: None  # noqa: E731
+    problems += missing_code(name, definition.pipeline, Path(file).parent, line_of)
     if problems:
         listed = "\n".join(f"  - {problem}" for problem in problems)
         raise UsageError(f"{file}: nothing was recorded:\n{listed}")
