@@ -242,6 +242,32 @@ def test_a_batch_id_is_used_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert "interlock batch resume same" in again.output
 
 
+def test_a_column_that_is_no_input_is_refused_or_ignored_on_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dataset's `id` and `notes` columns are refused with the fix that names
+    --ignore-column; with it (repeated), the rows run without them."""
+    setup(tmp_path, 0)
+    (tmp_path / "rows.csv").write_text("id,topic,n,notes\n17,A,1,keep\n18,B,2,\n")
+    monkeypatch.chdir(tmp_path)
+    base = ["--home", str(tmp_path / "home"), "batch", "wf.yaml", "--inputs", "rows.csv"]
+    refused = CliRunner().invoke(cli, base)
+    assert refused.exit_code == 2, refused.output
+    assert "pass --ignore-column id to leave it out" in " ".join(refused.output.split())
+    assert not (tmp_path / "home").exists()
+    ran = CliRunner().invoke(
+        cli, [*base, "--ignore-column", "id", "--ignore-column", "notes", "--batch-id", "b"]
+    )
+    assert ran.exit_code == 0, ran.output
+    assert "2/2 done" in ran.output and "2 delivered" in ran.output
+    app = Interlock(tmp_path / "home")
+    try:
+        inputs = [sorted(app.state(f"b-r{n}").inputs) for n in (1, 2)]
+    finally:
+        app.close()
+    assert inputs == [["language", "n"], ["language", "n"]]  # no id, no notes
+
+
 def test_cancel_stops_a_running_batch(cli_env: dict[str, str], tmp_path: Path) -> None:
     """`batch cancel` from another process: the runs in flight are cancelled by the process
     driving the batch, rows not started are marked cancelled, and the batch exits 1."""

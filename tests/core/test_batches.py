@@ -173,6 +173,33 @@ def test_an_empty_topic_cell_refuses_its_row() -> None:
     assert checked("d.csv", "text\na\n") == [(1, "row 1 of d.csv", {"text": "a"})]
 
 
+def test_ignored_columns_are_left_out_and_the_refusal_says_how() -> None:
+    """A column that is no input (an id, notes) is refused with both fixes: rename or drop
+    it, or `--ignore-column` it (and, with no topic column, `--topic-field` it); ignored, it
+    is left out of every row. An ignored column the file lacks, or one that is also the
+    topic field, is refused."""
+    text = "id,title,text\n7,A,a\n8,B,b\n"
+    said = problem("d.csv", text)
+    assert "column 'id' is no input of pipeline 'p'" in said
+    assert "rename or drop the column, or pass --ignore-column id to leave it out" in said
+    assert "(or --topic-field title to make it the runs' topic)" in said
+    rows = check_rows(
+        "d.csv", "p", DECLARED, parse_rows("d.csv", text), topic_field="title", ignored=["id"]
+    )
+    assert [(r.topic, r.inputs) for r in rows] == [("A", {"text": "a"}), ("B", {"text": "b"})]
+    with pytest.raises(BatchInputError, match="--ignore-column 'notes' names no column"):
+        check_rows("d.csv", "p", DECLARED, parse_rows("d.csv", text), topic_field=None,
+                   ignored=["notes"])  # fmt: skip
+    with pytest.raises(BatchInputError, match="both --topic-field and --ignore-column"):
+        check_rows("d.csv", "p", DECLARED, parse_rows("d.csv", text), topic_field="title",
+                   ignored=["title"])  # fmt: skip
+    ignored_topic = check_rows(
+        "d.csv", "p", DECLARED, parse_rows("d.csv", "topic,text\nA,a\n"), topic_field=None,
+        ignored=["topic"],
+    )  # fmt: skip
+    assert [r.topic for r in ignored_topic] == ["row 1 of d.csv"]
+
+
 def test_further_checks_refuse_their_rows() -> None:
     """A problem `also` finds in a row's resolved inputs refuses that row, with the others."""
 

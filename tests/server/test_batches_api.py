@@ -76,7 +76,13 @@ def test_a_batch_posted_is_driven_by_the_server(make_server: ServerFactory, tmp_
     bad = server.http.post("/api/batches", json={"pipeline": "echo", "rows": [{"n": 1}, [2]]})
     assert bad.status_code == 400, bad.text
     assert "row 2: is a JSON list, not an object" in bad.json()["error"]["message"]
+    with_id = {"pipeline": "echo", "rows": [{"n": 1, "id": "a7"}], "batch_id": "ids"}
+    refused = server.http.post("/api/batches", json=with_id)
+    assert refused.status_code == 400, refused.text
+    assert "pass --ignore-column id" in refused.json()["error"]["message"]
     assert server.http.get("/api/batches").json() == []
+    ignored = server.http.post("/api/batches", json={**with_id, "ignore_columns": ["id"]})
+    assert ignored.status_code == 201, ignored.text
     rows = [{"topic": f"t{n}", "n": n} for n in range(1, 6)]
     body = {"pipeline": "echo", "rows": rows, "concurrency": 2, "batch_id": "api"}
     started = server.http.post("/api/batches", json=body)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +65,13 @@ def batch() -> None:
 @click.option("--inputs", "inputs_file", required=True, help="The rows: a .jsonl or .csv file.")
 @click.option("--topic-field", help="The column that is each run's topic (default: 'topic').")
 @click.option(
+    "--ignore-column",
+    "ignore_columns",
+    multiple=True,
+    metavar="NAME",
+    help="A column that is no input (an id, notes) to leave out of every row; repeatable.",
+)
+@click.option(
     "--concurrency",
     type=CONCURRENCY,
     default=4,
@@ -102,6 +110,7 @@ def start(
     pipeline: str | None,
     inputs_file: str,
     topic_field: str | None,
+    ignore_columns: tuple[str, ...],
     concurrency: int,
     batch_waiting: int,
     batch_id: str | None,
@@ -140,10 +149,12 @@ def start(
             "more); without one, 'interlock batch' runs a plain batch"
         )
     definition = workflow.get(pipeline)
-    rows = read_rows(inputs_file, definition, topic_field)
+    rows = read_rows(inputs_file, definition, topic_field, ignore_columns)
     from interlock.cli.batch_variants import load_variants, print_plan, variant_ids
 
-    variants = load_variants(file, definition, variant_specs, inputs_file, topic_field)
+    variants = load_variants(
+        file, definition, variant_specs, inputs_file, topic_field, ignore_columns
+    )
     if batch_id is not None:
         for one in variant_ids(batch_id, variants):
             check_batch_id(one)
@@ -389,7 +400,12 @@ def batches(ctx: Ctx, limit: int, provider: bool) -> None:
 CONTROL = dict.fromkeys([*range(0x0A), *range(0x0B, 0x20), *range(0x7F, 0xA0)])
 
 
-def read_rows(inputs_file: str, definition: Definition, topic_field: str | None) -> list[RowInputs]:
+def read_rows(
+    inputs_file: str,
+    definition: Definition,
+    topic_field: str | None,
+    ignore_columns: Sequence[str] = (),
+) -> list[RowInputs]:
     """The rows of `inputs_file`, checked against the pipeline, or an error that names the
     file, the rows and the fix (exit 2) before anything is recorded."""
     from interlock.core.batches import BatchInputError, check_rows, parse_rows
@@ -418,6 +434,7 @@ def read_rows(inputs_file: str, definition: Definition, topic_field: str | None)
         parsed,
         topic_field=topic_field,
         also=lambda topic, inputs: start_time_problems(pipeline, topic, inputs),
+        ignored=ignore_columns,
     )
 
 

@@ -4,6 +4,7 @@ the plan of what each variant's rows run and reuse."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from interlock.errors import UsageError
@@ -23,6 +24,7 @@ def load_variants(
     specs: tuple[str, ...],
     inputs_file: str,
     topic_field: str | None,
+    ignore_columns: Sequence[str] = (),
 ) -> list[tuple[str, Definition]]:
     """Each `NAME=FILE` as (name, the definition of the base's pipeline in FILE), checked:
     a good name given once, a file that loads, the same pipeline with the same declared
@@ -53,7 +55,7 @@ def load_variants(
                 f"{names}); a variant runs the same pipeline as {file}: name it {base.name!r}"
             )
         _same_inputs(file, base, name, path, definition)
-        read_rows(inputs_file, definition, topic_field)  # the rows valid for it too
+        read_rows(inputs_file, definition, topic_field, ignore_columns)  # valid for it too
         found.append((name, definition))
     return found
 

@@ -501,6 +501,7 @@ def check_rows(
     *,
     topic_field: str | None,
     also: Callable[[str, dict[str, Any]], list[str]] | None = None,
+    ignored: Collection[str] = (),
 ) -> list[RowInputs]:
     """Each row as a run's topic and inputs, or every problem at once.
 
@@ -508,6 +509,8 @@ def check_rows(
     one, else "row N of FILE"), and a row whose cell there is empty is refused; every other
     column must be a declared input. An empty CSV cell or a JSON null is an input not given
     (its default applies).
+
+    Columns in `ignored` (`--ignore-column`: an id, notes) are left out of every row.
 
     `also(topic, inputs)` gives further problems of a row, its inputs resolved (defaults
     applied): what would refuse its run when it is made (a `not_before` no time can be).
@@ -537,12 +540,24 @@ def check_rows(
             f"{name}: --topic-field {topic_field!r} names no column of the file; its columns "
             f"are {', '.join(columns) or 'none'}"
         )
-    topic_column = topic_field or ("topic" if "topic" in columns else None)
+    if topic_field is not None and topic_field in ignored:
+        raise BatchInputError(
+            f"{name}: column {topic_field!r} is both --topic-field and --ignore-column; keep one"
+        )
+    topic_column = topic_field or (
+        "topic" if "topic" in columns and "topic" not in ignored else None
+    )
     known = ", ".join(sorted(declared)) or "none"
     # What a column may have meant: the inputs, and the topic when no column gives it.
     names = [*declared, *(() if topic_column else ("topic",))]
+    unknown_ignored = [c for c in ignored if c not in columns]
+    if unknown_ignored:
+        raise BatchInputError(
+            f"{name}: --ignore-column {unknown_ignored[0]!r} names no column of the file; its "
+            f"columns are {', '.join(columns) or 'none'}"
+        )
     for column in columns:
-        if column == topic_column or column in declared:
+        if column == topic_column or column in declared or column in ignored:
             continue
         # The same name in other letters ('Topic', 'LANGUAGE') first, then a near spelling.
         close = [n for n in names if n.casefold() == column.casefold()] or [
@@ -550,6 +565,9 @@ def check_rows(
         ]
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         fix = f"rename it to {close[0]!r}" if close else "rename or drop the column"
+        fix += f", or pass --ignore-column {column} to leave it out"
+        if topic_column is None and not close:
+            fix += f" (or --topic-field {column} to make it the runs' topic)"
         text = (
             f"column {column!r} is no input of pipeline {pipeline!r}{hint}; declared inputs: "
             f"{known}; {fix}"

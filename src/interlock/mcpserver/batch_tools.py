@@ -76,11 +76,13 @@ class BatchTools:
         max_cost_usd: float | None = None,
         batch_id: str | None = None,
         tolerate: int | str | None = None,
+        ignore_columns: list[str] | None = None,
         *,
         ctx: Context,
     ) -> Result:
         """Start a batch: one run of `pipeline` per row (an object of input -> value; the
-        `topic` field, or `topic_field`, is its run's topic), `concurrency` at a time, no row
+        `topic` field, or `topic_field`, is its run's topic; fields in `ignore_columns` are
+        left out), `concurrency` at a time, no row
         started once the spend reaches `max_cost_usd`, nor once more rows failed than
         `tolerate` allows (a count, or a percentage such as "10%"; the batch is then failed).
         Every row is checked first: a bad row refuses the whole batch, naming it. Follow it
@@ -103,6 +105,7 @@ class BatchTools:
             batch_id=batch_id,
             now=time.time(),
             tolerate=tolerate,
+            ignore_columns=ignore_columns or (),
         )
         feed(self.api, record.batch_id, self.backend.stop())
         progress = fold(batch_ledger(self.api.store).views(record.batch_id), max_cost_usd=None)

@@ -39,6 +39,10 @@ class StartBatch(BaseModel):
     pipeline: str = Field(min_length=1, max_length=200)
     rows: list[Any] = Field(min_length=1, max_length=MAX_ROWS)
     topic_field: str | None = Field(default=None, min_length=1, max_length=200)
+    # Fields left out of every row (an id, notes), as --ignore-column.
+    ignore_columns: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(
+        default_factory=list, max_length=1000
+    )
     concurrency: int = Field(default=4, ge=1, le=MAX_CONCURRENCY)
     max_cost_usd: float | None = Field(default=None, gt=0, le=1e12)
     batch_id: str | None = Field(default=None, min_length=1, max_length=48)
@@ -66,6 +70,7 @@ async def start_batch(svc: Svc, _: Starter, body: StartBatch) -> dict[str, Any]:
         batch_id=body.batch_id,
         now=time.time(),
         tolerate=body.tolerate,
+        ignore_columns=body.ignore_columns,
     )
     feed(svc, record.batch_id)
     progress = fold(batch_ledger(svc.store).views(record.batch_id), max_cost_usd=None)

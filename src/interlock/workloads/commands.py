@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -90,11 +90,13 @@ def start_rows(
     batch_id: str | None,
     now: float,
     tolerate: object = None,
+    ignore_columns: Sequence[str] = (),
 ) -> BatchRecord:
     """Check rows posted as JSON (each an object of input -> value) against the pipeline's
     inputs, then record the batch (the API's and the MCP tool's start; `source` names where
     the rows came from). A bad row refuses the whole batch, naming the rows, before anything
-    is recorded. `tolerate`: failed rows allowed, as posted (a count, or "P%" of the rows).
+    is recorded. `tolerate`: failed rows allowed, as posted (a count, or "P%" of the rows);
+    `ignore_columns`: fields left out of every row (an id, notes).
 
     Raises:
         BatchInputError: a row cannot run the pipeline, or `tolerate` is not a tolerance.
@@ -114,6 +116,7 @@ def start_rows(
         rows,
         topic_field=topic_field,
         also=lambda topic, inputs: start_time_problems(pipeline, topic, inputs),
+        ignored=ignore_columns,
     )
     return record_batch(
         app,
