@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from interlock.core.batches import RowInputs
     from interlock.core.loader import Definition
     from interlock.storage.batches import BatchRecord, BatchRow
+    from interlock.workloads.batch_status import BatchStatus
     from interlock.workloads.batches import Snapshot
 
 BUDGET = click.FloatRange(min=0.0, min_open=True, max=1e12)
@@ -255,13 +256,14 @@ def status(ctx: Ctx, batch_id: str, as_json: bool, width: int) -> None:
     """A batch's rows: inputs, run, status, cost and the final worker's values."""
     import time
 
-    from interlock.cli.batch_view import progress_line, status_table, terminal_width
+    from interlock.cli.batch_view import budget_line, progress_line, status_table, terminal_width
     from interlock.cli.printable import printable
     from interlock.runtime.home import Home
     from interlock.workloads.batch_status import batch_status
 
     record, rows = read_batch(ctx, batch_id)
     shown = batch_status(ctx.store, Home.at(ctx.home).live_dir, record, rows, time.time())
+    shown = held_by_budget(ctx, shown)
     if as_json:
         out.print_json(json.dumps(shown.as_json()))
         return
@@ -279,6 +281,8 @@ def status(ctx: Ctx, batch_id: str, as_json: bool, width: int) -> None:
         out.print("~: estimated, a server reported no token counts (four characters a token)")
     if progress.breach is not None:
         out.print(failure_line(batch_id, progress.breach.reason), soft_wrap=True)
+    if (budget := budget_line(batch_id, progress)) is not None:
+        out.print(budget, soft_wrap=True, markup=False)
     if record.experiment is not None:
         out.print(
             f"variant {record.variant} of experiment {record.experiment}: "
@@ -368,6 +372,10 @@ def batches(ctx: Ctx, limit: int, provider: bool) -> None:
         variant = f" [{record.variant}]" if record.experiment is not None else ""
         state = " (cancelled)" if record.cancelled_at else ""
         state += " (failed: past tolerance)" if progress.breach is not None else ""
+        if progress.overspent:
+            state += " (over budget)"
+        elif progress.over_budget and progress.waiting and not record.cancelled_at:
+            state += " (paused: budget)"
         table.add_row(
             record.batch_id + variant + state,
             record.pipeline,
@@ -445,6 +453,26 @@ def read_batch(ctx: Ctx, batch_id: str) -> tuple[BatchRecord, list[BatchRow]]:
     return commands.read_batch(ctx.store, batch_id, lambda: ctx.app)
 
 
+def held_by_budget(ctx: Ctx, shown: BatchStatus) -> BatchStatus:
+    """The status with its rows not started folded against the batch's budget as its driver
+    folds them: held back once the next row's worst case would pass what is left (read
+    only when rows wait under a budget that their spend has not reached)."""
+    from dataclasses import replace
+
+    from interlock.core.batches import RowStatus, fold
+    from interlock.workloads.batches import row_worst_usd
+
+    record, progress = shown.record, shown.progress
+    if record.max_cost_usd is None or progress.over_budget or record.cancelled_at is not None:
+        return shown
+    if not progress.counts.get(RowStatus.WAITING):
+        return shown
+    worst = row_worst_usd(ctx.app, record, list(shown.rows))
+    views = [r.view for r in shown.rows]
+    held = fold(views, max_cost_usd=record.max_cost_usd, tolerate=record.tolerate, worst_usd=worst)
+    return replace(shown, progress=held, stalled=shown.stalled and not held.over_budget)
+
+
 def opened(ctx: Ctx, batch_id: str) -> Interlock:
     """The API object for a command about an existing batch (no ledger: not found)."""
     from interlock.storage.batches import BatchNotFound, not_found_message
@@ -488,7 +516,7 @@ def drive(app: Interlock, batch_id: str) -> int:
     delivered, 1 a row failed or was cancelled, 3 rows wait (an approval, the budget)."""
     import asyncio
 
-    from interlock.cli.batch_view import BatchProgressView, progress_line
+    from interlock.cli.batch_view import BatchProgressView, budget_line, progress_line
     from interlock.workloads.batches import BatchRunner
     from interlock.workloads.experiments import experiment_of
 
@@ -509,7 +537,12 @@ def drive(app: Interlock, batch_id: str) -> int:
     if progress.breach is not None:
         err.print(failure_line(batch_id, progress.breach.reason), soft_wrap=True)
         return int(ExitCode.RUN_FAILED)
-    return exit_code(batch_id, progress.counts, tolerated=snapshot.batch.tolerate is not None)
+    return exit_code(
+        batch_id,
+        progress.counts,
+        tolerated=snapshot.batch.tolerate is not None,
+        budget=budget_line(batch_id, progress),
+    )
 
 
 def drive_experiment(app: Interlock, batch_ids: list[str]) -> int:
@@ -554,10 +587,13 @@ def failure_line(batch_id: str, reason: str) -> str:
     )
 
 
-def exit_code(batch_id: str, counts: Any, *, tolerated: bool = False) -> int:
+def exit_code(
+    batch_id: str, counts: Any, *, tolerated: bool = False, budget: str | None = None
+) -> int:
     """How a driven batch ended: 0 every row delivered (or, `tolerated`, the failed rows
     within the batch's tolerance), 1 a row failed or was cancelled, 3 rows wait (an
-    approval, the budget)."""
+    approval, the budget). `budget`: what the batch's budget did (`budget_line`), said
+    whatever the code."""
     from interlock.core.batches import RowStatus
 
     if tolerated and counts.get(RowStatus.FAILED):
@@ -567,6 +603,8 @@ def exit_code(batch_id: str, counts: Any, *, tolerated: bool = False) -> int:
             soft_wrap=True,
         )
         counts = {k: v for k, v in counts.items() if k is not RowStatus.FAILED}
+    if budget is not None:
+        err.print(budget, soft_wrap=True)
     if counts.get(RowStatus.FAILED) or counts.get(RowStatus.CANCELLED):
         if counts.get(RowStatus.FAILED):
             err.print(
@@ -576,11 +614,12 @@ def exit_code(batch_id: str, counts: Any, *, tolerated: bool = False) -> int:
             )
         return int(ExitCode.RUN_FAILED)
     if counts.get(RowStatus.BUDGET):
-        err.print(
-            f"the batch's spend reached its budget: 'interlock batch resume {batch_id} "
-            "--max-cost-usd X' raises it",
-            soft_wrap=True,
-        )
+        if budget is None:
+            err.print(
+                f"rows not started wait for the batch's budget: 'interlock batch resume "
+                f"{batch_id} --max-cost-usd X' raises it",
+                soft_wrap=True,
+            )
         return int(ExitCode.PAUSED)
     if counts.get(RowStatus.PAUSED):
         err.print(
