@@ -18,7 +18,7 @@ import click
 
 from interlock.cli.base import COUNT, Ctx, err, handle_errors, out, pass_ctx
 from interlock.core.batches import DEFAULT_BATCH_WAITING, MAX_BATCH_WAITING, MAX_CONCURRENCY
-from interlock.errors import ExitCode
+from interlock.errors import ExitCode, UsageError
 
 if TYPE_CHECKING:
     from interlock.api import Interlock
@@ -219,6 +219,7 @@ def resume(
     app = opened(ctx, batch_id)
     ledger = batch_ledger(app.store)
     record = ledger.get_batch(batch_id)
+    refuse_cancelled(record, f"interlock batch resume {batch_id}")
     if concurrency is not None or max_cost_usd is not None or batch_waiting is not None:
         ledger.set_limits(
             batch_id,
@@ -231,18 +232,39 @@ def resume(
 
 @batch.command()
 @click.argument("batch_id")
-@click.option("--failed", is_flag=True, required=True, help="Give every failed row a new run.")
+@click.option("--failed", is_flag=True, help="Give every failed row a new run.")
+@click.option(
+    "--cancelled",
+    is_flag=True,
+    help="Undo a cancel: rows cancelled before they started wait again, rows whose run was "
+    "cancelled get a new run.",
+)
 @pass_ctx
 @handle_errors
-def retry(ctx: Ctx, batch_id: str, failed: bool) -> None:
-    """Give failed rows their next try (a new run each), then drive the batch."""
+def retry(ctx: Ctx, batch_id: str, failed: bool, cancelled: bool) -> None:
+    """Give failed (--failed) or cancelled (--cancelled) rows their next try, then drive the
+    batch."""
     from interlock.cli.base import install_terminate_handler
-    from interlock.workloads.commands import retry_failed
+    from interlock.storage.batches import batch_ledger
+    from interlock.workloads.commands import retry_cancelled, retry_failed
 
+    if not failed and not cancelled:
+        raise UsageError(
+            f"'interlock batch retry {batch_id}' needs --failed (the failed rows) or "
+            "--cancelled (the rows of a cancelled batch), or both"
+        )
     install_terminate_handler()
     app = opened(ctx, batch_id)
-    given = retry_failed(app.store, batch_id)
-    err.print(f"batch {batch_id}: {given} failed row(s) given a new try")
+    if cancelled:
+        given = retry_cancelled(app.store, batch_id)
+        err.print(f"batch {batch_id}: {given} cancelled row(s) given their runs again")
+    else:
+        refuse_cancelled(
+            batch_ledger(app.store).get_batch(batch_id), f"interlock batch retry {batch_id} --failed"
+        )
+    if failed:
+        given = retry_failed(app.store, batch_id)
+        err.print(f"batch {batch_id}: {given} failed row(s) given a new try")
     sys.exit(drive(app, batch_id))
 
 
@@ -304,6 +326,12 @@ def cancel(ctx: Ctx, batch_id: str) -> None:
 
     app = opened(ctx, batch_id)
     done = cancel_batch(app, batch_id, time.time())
+    if done.finished:
+        out.print(
+            f"batch {batch_id} has finished (every row ended): nothing to cancel, nothing "
+            "recorded"
+        )
+        return
     if done.undriven:  # nobody drives them: their cancellation is recorded here
         asyncio.run(app.drive_async(*done.undriven))
     out.print(
@@ -451,6 +479,18 @@ def read_batch(ctx: Ctx, batch_id: str) -> tuple[BatchRecord, list[BatchRow]]:
     if ctx.missing_ledger() is not None:
         raise BatchNotFound(not_found_message(batch_id))
     return commands.read_batch(ctx.store, batch_id, lambda: ctx.app)
+
+
+def refuse_cancelled(record: BatchRecord, command: str) -> None:
+    """A command that would go on with a cancelled batch says why it does not, and how to.
+
+    Raises:
+        BatchCancelled: the batch was cancelled (exit 2).
+    """
+    from interlock.workloads.commands import BatchCancelled, cancelled_message
+
+    if record.cancelled_at is not None:
+        raise BatchCancelled(cancelled_message(record, command))
 
 
 def held_by_budget(ctx: Ctx, shown: BatchStatus) -> BatchStatus:
@@ -606,6 +646,12 @@ def exit_code(
     if budget is not None:
         err.print(budget, soft_wrap=True)
     if counts.get(RowStatus.FAILED) or counts.get(RowStatus.CANCELLED):
+        if counts.get(RowStatus.CANCELLED) and not counts.get(RowStatus.FAILED):
+            err.print(
+                f"{counts[RowStatus.CANCELLED]} row(s) cancelled: 'interlock batch retry "
+                f"{batch_id} --cancelled' gives them their runs again",
+                soft_wrap=True,
+            )
         if counts.get(RowStatus.FAILED):
             err.print(
                 f"'interlock batch status {batch_id}' shows why; "
