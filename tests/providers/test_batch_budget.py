@@ -83,7 +83,7 @@ def test_ten_rows_at_once_spend_within_a_budget_of_a_few_calls(
     said = driven.stdout + driven.stderr
     assert driven.returncode == 3, said
     assert "rows not started wait for the batch's budget: row 4's worst case" in said
-    assert f"'interlock batch resume b --max-cost-usd X' raises it" in said
+    assert "'interlock batch resume b --max-cost-usd X' raises it" in said
     body = json.loads(_interlock(env, tmp_path, "batch", "status", "b", "--json").stdout)
     assert body["cost_usd"] <= budget
     assert body["counts"] == {"delivered": 3, "paused: batch budget": 7}

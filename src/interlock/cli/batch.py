@@ -260,7 +260,8 @@ def retry(ctx: Ctx, batch_id: str, failed: bool, cancelled: bool) -> None:
         err.print(f"batch {batch_id}: {given} cancelled row(s) given their runs again")
     else:
         refuse_cancelled(
-            batch_ledger(app.store).get_batch(batch_id), f"interlock batch retry {batch_id} --failed"
+            batch_ledger(app.store).get_batch(batch_id),
+            f"interlock batch retry {batch_id} --failed",
         )
     if failed:
         given = retry_failed(app.store, batch_id)
@@ -328,8 +329,7 @@ def cancel(ctx: Ctx, batch_id: str) -> None:
     done = cancel_batch(app, batch_id, time.time())
     if done.finished:
         out.print(
-            f"batch {batch_id} has finished (every row ended): nothing to cancel, nothing "
-            "recorded"
+            f"batch {batch_id} has finished (every row ended): nothing to cancel, nothing recorded"
         )
         return
     if done.undriven:  # nobody drives them: their cancellation is recorded here

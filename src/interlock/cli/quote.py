@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from interlock.providers import ModelConfig
 
 
-
 class OverBudget(InterlockError):
     """The worst case of a run is over its pipeline's budget, and `--strict` was given."""
 

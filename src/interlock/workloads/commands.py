@@ -236,7 +236,9 @@ def cancel_batch(app: Interlock, batch_id: str, now: float, by: str | None = Non
     if record.experiment == batch_id:
         group = [b.batch_id for b in ledger.experiment_batches(batch_id)]
     if record.cancelled_at is None and all(_ended(ledger.views(b)) for b in group):
-        return Cancelled(batch_ids=tuple(group), unstarted=0, stopped=(), undriven=(), finished=True)
+        return Cancelled(
+            batch_ids=tuple(group), unstarted=0, stopped=(), undriven=(), finished=True
+        )
     unstarted = sum(ledger.cancel_batch(b, now) for b in group)
     flying = [
         r.view.run_id
