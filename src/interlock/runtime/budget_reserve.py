@@ -14,7 +14,7 @@ quotes a run with that row's topic and inputs (`run_quote`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -69,20 +69,66 @@ def row_quotes(
 ) -> dict[int, Quote]:
     """row -> the worst case of its run, with its own topic and inputs (explored once; rows
     of the same text sizes quoted once)."""
-    from interlock.core.explore import explore
+    quotes = RowQuotes(definition, config, rows)
+    return {row.number: quotes.quote(row.number) for row in rows}
 
-    report = explore(definition, max_states=RUN_MAX_STATES)
-    pipeline = definition.pipeline
-    defaults = {k: v.default for k, v in pipeline.inputs.items() if v.default is not None}
-    memo: dict[tuple[int, tuple[tuple[str, int], ...]], Quote] = {}
-    quotes: dict[int, Quote] = {}
-    for row in rows:
-        sizes = TextSizes.of_run(row.topic, {**defaults, **row.inputs})
+
+class RowQuotes:
+    """The worst case of each row's run, quoted when first asked for (a driver needs only
+    its rows in flight and the next to start: a batch of 10,000 rows is not quoted whole at
+    each start), the pipeline explored once and rows of the same text sizes quoted once."""
+
+    def __init__(
+        self, definition: Definition, config: ModelConfig, rows: Sequence[RowInputs]
+    ) -> None:
+        self._definition = definition
+        self._config = config
+        self._rows = {row.number: row for row in rows}
+        self._report: ExploreReport | None = None
+        self._memo: dict[tuple[int, tuple[tuple[str, int], ...]], Quote] = {}
+        pipeline = definition.pipeline
+        self._defaults = {k: v.default for k, v in pipeline.inputs.items() if v.default is not None}
+
+    def quote(self, number: int) -> Quote:
+        """The worst case of row `number`'s run (KeyError: no such row)."""
+        from interlock.core.explore import explore
+
+        row = self._rows[number]
+        sizes = TextSizes.of_run(row.topic, {**self._defaults, **row.inputs})
         key = (sizes.topic, tuple(sorted(sizes.inputs.items())))
-        if key not in memo:
-            memo[key] = run_quote(definition, config, sizes, report)
-        quotes[row.number] = memo[key]
-    return quotes
+        if key not in self._memo:
+            if self._report is None:
+                self._report = explore(self._definition, max_states=RUN_MAX_STATES)
+            self._memo[key] = run_quote(self._definition, self._config, sizes, self._report)
+        return self._memo[key]
+
+
+class RowWorstCases(Mapping[int, float]):
+    """row -> the most its run can cost, for the rows whose worst case is known (see
+    `row_worst_cases`), each quoted when first looked up."""
+
+    def __init__(self, quotes: RowQuotes | None, numbers: Sequence[int]) -> None:
+        self._quotes = quotes
+        self._numbers = tuple(numbers)
+        self._known: dict[int, float | None] = {}
+
+    def __getitem__(self, number: int) -> float:
+        if number not in self._known:
+            if self._quotes is None or number not in self._numbers:
+                raise KeyError(number)
+            q = self._quotes.quote(number)
+            bounded = q.usd is not None and q.complete and not q.not_quoted
+            self._known[number] = q.usd if bounded else None
+        found = self._known[number]
+        if found is None:
+            raise KeyError(number)
+        return found
+
+    def __iter__(self) -> Iterator[int]:
+        return (n for n in self._numbers if n in self)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def row_worst_cases(
@@ -90,20 +136,17 @@ def row_worst_cases(
     definition: Definition,
     workflow_dir: Path | None,
     rows: Sequence[RowInputs],
-) -> dict[int, float]:
+) -> RowWorstCases:
     """row -> the most its run can cost, for the rows whose worst case is known (a model
     with no price or output limit, tools, a `call:` worker's own calls, or exploring stopped
     early leave a row out: the batch's budget then checks its recorded spend only). Empty
     when the configuration cannot be read (a run refused for that is never driven)."""
+    numbers = [row.number for row in rows]
     try:
         config = models.config(workflow_dir)
     except ConfigError:
-        return {}
-    return {
-        number: q.usd
-        for number, q in row_quotes(definition, config, rows).items()
-        if q.usd is not None and q.complete and not q.not_quoted
-    }
+        return RowWorstCases(None, numbers)
+    return RowWorstCases(RowQuotes(definition, config, rows), numbers)
 
 
 def call_reserve(

@@ -181,7 +181,7 @@ def row_worst_usd(
     record: BatchRecord,
     rows: Sequence[BatchRow],
     definition: Definition | None = None,
-) -> dict[int, float]:
+) -> Mapping[int, float]:
     """row -> the most its run can cost (its quote with its own topic and inputs, the
     models as its batch's workflow folder configures them), for the rows whose worst case
     is known: what the batch's budget holds back while each row runs."""
@@ -232,7 +232,7 @@ class BatchRunner:
         self._stopped: set[str] = set()  # runs of a cancelled batch this runner cancelled
         self._rows: dict[int, BatchRow] = {}  # row -> its topic and inputs, read when first needed
         # row -> the most its run can cost, quoted when the batch first has a budget here.
-        self._worst: dict[int, float] | None = None
+        self._worst: Mapping[int, float] | None = None
         self._started = clock()
         self._done_at_start: int | None = None
         self._held_until = 0.0
@@ -400,7 +400,7 @@ class BatchRunner:
             capped=self._capped(),
         )
 
-    def worst_usd(self) -> dict[int, float] | None:
+    def worst_usd(self) -> Mapping[int, float] | None:
         """row -> the most its run can cost, for a batch with a budget (None without one):
         the budget holds each row's back while it runs (see `core.batches.next_starts`).
         Quoted once, as `interlock batch` quotes the rows before it records them."""
