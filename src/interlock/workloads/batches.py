@@ -190,8 +190,11 @@ def row_worst_usd(
     definition = definition or batch_definition(app, record)
     source = record.source
     folder = Path(source).parent if source and not source.startswith("<") else None
+    models = app.orchestrator.models
+    if models is None:  # a stand-in orchestrator with no model configuration (the simulator)
+        return {}
     inputs = [RowInputs(number=r.view.number, topic=r.topic, inputs=dict(r.inputs)) for r in rows]
-    return row_worst_cases(app.orchestrator.models, definition, folder, inputs)
+    return row_worst_cases(models, definition, folder, inputs)
 
 
 @dataclass(frozen=True, kw_only=True)
