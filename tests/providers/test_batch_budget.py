@@ -149,3 +149,22 @@ def test_a_run_paused_by_its_budget_says_the_next_call_would_pass_what_is_left(
     shown = _interlock(env, tmp_path, "status", "p").stdout
     assert "paused on its budget: its spend reached it, or its next call's worst case" in shown
     assert "budget is spent" not in shown
+
+
+def test_a_budget_under_one_rows_worst_case_starts_nothing_and_says_so_first(
+    tmp_path: Path, server: FakeServer
+) -> None:
+    """A budget of half a row's worst case: the quote printed before the batch is recorded
+    says no row like the dearest can start under it, no call is made, and the batch waits
+    on the budget (exit 3), instead of every row starting and spending past it."""
+    env = _project(tmp_path, server)
+    worst = _row_worst_case(env, tmp_path)
+    driven = _interlock(
+        env, tmp_path, "batch", "wf.yaml", "--inputs", "rows.csv", "--batch-id", "b",
+        "--concurrency", "10", "--max-cost-usd", str(worst / 2),
+    )  # fmt: skip
+    said = driven.stdout + driven.stderr
+    assert driven.returncode == 3, said
+    assert "more than --max-cost-usd: rows like it cannot start under this budget" in said
+    assert "row 1's worst case" in said
+    assert server.state.requests == []

@@ -545,10 +545,19 @@ def quote_batch(
             stream.print(line, soft_wrap=True)
     if max_cost_usd is not None and (quoted.usd is None or quoted.usd > max_cost_usd):
         err.print(
-            f"note: the worst case is over --max-cost-usd (${max_cost_usd:,.4f}): rows not "
-            "started when the batch's spend reaches it stay unstarted ('paused: batch budget')",
+            f"note: the worst case is over --max-cost-usd (${max_cost_usd:,.4f}): a row starts "
+            "only while its worst case fits in what is left of it; the others wait ('paused: "
+            "batch budget')",
             soft_wrap=True,
         )
+        dearest = quoted.dearest.usd if quoted.dearest is not None else None
+        if dearest is not None and dearest > max_cost_usd:
+            err.print(
+                f"note: the dearest row (row {quoted.dearest_row}) may cost up to "
+                f"${dearest:,.4f} alone, more than --max-cost-usd: rows like it cannot start "
+                "under this budget",
+                soft_wrap=True,
+            )
 
 
 def drive(app: Interlock, batch_id: str) -> int:
