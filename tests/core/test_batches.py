@@ -311,3 +311,33 @@ def test_a_bad_tolerance_is_refused_with_the_fix(given: object, says: str) -> No
     assert caught.value.message.startswith(says) and caught.value.exit_code == 2
     assert "nothing was recorded" in caught.value.message
     assert [batch_tolerance(v, "t") for v in ("3", 3, "2.5%", None)] == [3, 3, "2.5%", None]
+
+
+def test_a_row_starts_only_while_its_worst_case_fits_what_the_budget_leaves() -> None:
+    """With each row's worst case known, rows start in order while their worst cases fit in
+    the budget less the spend and what the rows in flight may still spend (a row in flight
+    holds its worst case less what it spent); the first that does not fit is named, with
+    what is left, and holds back the rows after it."""
+    worst = {n: 0.3 for n in range(1, 7)}
+    fresh = [view(n) for n in range(1, 7)]
+    starts = next_starts(fresh, concurrency=10, max_cost_usd=1.0, cancelled=False, worst_usd=worst)
+    assert (starts.rows, starts.held) == ((1, 2, 3), Held.BUDGET)
+    assert starts.budget is not None and starts.budget.row == 4
+    assert starts.budget.reason == (
+        "row 4's worst case ($0.3000) would pass what is left of the budget ($0.1000 of $1.0000)"
+    )
+    # Row 1 ended having spent 0.1; row 2 runs having spent 0.1 (it may spend 0.2 more).
+    views = [view(1, RowState.STARTED, "delivered", 0.1), view(2, RowState.STARTED, "running", 0.1)]
+    views += [view(n) for n in range(3, 7)]
+    starts = next_starts(views, concurrency=10, max_cost_usd=1.0, cancelled=False, worst_usd=worst)
+    assert starts.rows == (3, 4)  # 1.0 - 0.2 spent - 0.2 held leaves 0.6: two rows' worst cases
+    # Nothing in flight and the next row does not fit: the rows wait on the budget, settled.
+    ended = [view(1, RowState.STARTED, "delivered", 0.8), view(2)]
+    progress = fold(ended, max_cost_usd=1.0, worst_usd=worst)
+    assert progress.over_budget and progress.settled and not progress.overspent
+    assert progress.counts == {RowStatus.DELIVERED: 1, RowStatus.BUDGET: 1}
+    # A row whose worst case is not known starts while the spend is under the budget, as
+    # before; a spend past the budget is flagged.
+    assert next_starts([view(1)], concurrency=1, max_cost_usd=1.0, cancelled=False,
+                       worst_usd={}).rows == (1,)  # fmt: skip
+    assert fold([view(1, RowState.STARTED, "delivered", 1.5)], max_cost_usd=1.0).overspent

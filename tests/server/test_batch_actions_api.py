@@ -131,6 +131,7 @@ def test_cancel_stops_a_batch_the_server_drives(make_server: ServerFactory, tmp_
     assert cancelled.status_code == 200, cancelled.text
     assert cancelled.json() == {
         "batch_id": "cx", "batch_ids": ["cx"], "unstarted": 3, "stopped": ["cx-r1"],
+        "finished": False,
     }  # fmt: skip
     shown = settled(server.http, "cx", timeout=15)  # well before the row's 20 s sleep ends
     assert shown["cancelled"] is True and shown["counts"] == {"cancelled": 4}

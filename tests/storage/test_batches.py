@@ -314,3 +314,29 @@ def test_a_batchs_tolerance_is_kept_and_stops_it_past_that(opener: Callable[[], 
     assert progress.settled and progress.counts[RowStatus.STOPPED] == 1
     held = next_starts(views, concurrency=2, max_cost_usd=None, cancelled=False, tolerate=1)
     assert (held.rows, held.held) == ((), Held.FAILED)
+
+
+def test_a_cancel_is_undone_rows_not_started_waiting_and_stopped_ones_on_their_next_try(
+    store: Store,
+) -> None:
+    """`reopen_batch` takes the batch's cancel back in one step: a row cancelled before it
+    started waits again at its try, a row whose run was cancelled gets its next try with its
+    spend kept, a delivered row is left alone, and the batch's `changes` moves."""
+    ledger = batch_ledger(store)
+    ledger.create_batch(new_batch(), ROWS)
+    ledger.claim_rows("b1", [(1, 1, "b1-r1"), (2, 1, "b1-r2")], T0)
+    finish(store, "b1-r1", "delivered", 0.25)
+    finish(store, "b1-r2", "cancelled", 0.5)
+    assert ledger.cancel_batch("b1", T0) == 1
+    before = ledger.get_batch("b1").changes
+    stopped = ledger.views("b1")[1]
+    assert ledger.reopen_batch("b1", [stopped]) == 2
+    record = ledger.get_batch("b1")
+    assert (record.cancelled_at, record.changes) == (None, before + 1)
+    views = ledger.views("b1")
+    assert [(v.state, v.tries) for v in views] == [
+        (RowState.STARTED, 1),
+        (RowState.PENDING, 2),
+        (RowState.PENDING, 1),
+    ]
+    assert views[1].cost_usd == 0.5

@@ -19,13 +19,14 @@ import click
 
 from interlock.cli.base import COUNT, Ctx, err, handle_errors, out, pass_ctx
 from interlock.core.batches import DEFAULT_BATCH_WAITING, MAX_BATCH_WAITING, MAX_CONCURRENCY
-from interlock.errors import ExitCode
+from interlock.errors import ExitCode, UsageError
 
 if TYPE_CHECKING:
     from interlock.api import Interlock
     from interlock.core.batches import RowInputs
     from interlock.core.loader import Definition
     from interlock.storage.batches import BatchRecord, BatchRow
+    from interlock.workloads.batch_status import BatchStatus
     from interlock.workloads.batches import Snapshot
 
 BUDGET = click.FloatRange(min=0.0, min_open=True, max=1e12)
@@ -229,6 +230,7 @@ def resume(
     app = opened(ctx, batch_id)
     ledger = batch_ledger(app.store)
     record = ledger.get_batch(batch_id)
+    refuse_cancelled(record, f"interlock batch resume {batch_id}")
     if concurrency is not None or max_cost_usd is not None or batch_waiting is not None:
         ledger.set_limits(
             batch_id,
@@ -241,18 +243,40 @@ def resume(
 
 @batch.command()
 @click.argument("batch_id")
-@click.option("--failed", is_flag=True, required=True, help="Give every failed row a new run.")
+@click.option("--failed", is_flag=True, help="Give every failed row a new run.")
+@click.option(
+    "--cancelled",
+    is_flag=True,
+    help="Undo a cancel: rows cancelled before they started wait again, rows whose run was "
+    "cancelled get a new run.",
+)
 @pass_ctx
 @handle_errors
-def retry(ctx: Ctx, batch_id: str, failed: bool) -> None:
-    """Give failed rows their next try (a new run each), then drive the batch."""
+def retry(ctx: Ctx, batch_id: str, failed: bool, cancelled: bool) -> None:
+    """Give failed (--failed) or cancelled (--cancelled) rows their next try, then drive the
+    batch."""
     from interlock.cli.base import install_terminate_handler
-    from interlock.workloads.commands import retry_failed
+    from interlock.storage.batches import batch_ledger
+    from interlock.workloads.commands import retry_cancelled, retry_failed
 
+    if not failed and not cancelled:
+        raise UsageError(
+            f"'interlock batch retry {batch_id}' needs --failed (the failed rows) or "
+            "--cancelled (the rows of a cancelled batch), or both"
+        )
     install_terminate_handler()
     app = opened(ctx, batch_id)
-    given = retry_failed(app.store, batch_id)
-    err.print(f"batch {batch_id}: {given} failed row(s) given a new try")
+    if cancelled:
+        given = retry_cancelled(app.store, batch_id)
+        err.print(f"batch {batch_id}: {given} cancelled row(s) given their runs again")
+    else:
+        refuse_cancelled(
+            batch_ledger(app.store).get_batch(batch_id),
+            f"interlock batch retry {batch_id} --failed",
+        )
+    if failed:
+        given = retry_failed(app.store, batch_id)
+        err.print(f"batch {batch_id}: {given} failed row(s) given a new try")
     sys.exit(drive(app, batch_id))
 
 
@@ -266,13 +290,14 @@ def status(ctx: Ctx, batch_id: str, as_json: bool, width: int) -> None:
     """A batch's rows: inputs, run, status, cost and the final worker's values."""
     import time
 
-    from interlock.cli.batch_view import progress_line, status_table, terminal_width
+    from interlock.cli.batch_view import budget_line, progress_line, status_table, terminal_width
     from interlock.cli.printable import printable
     from interlock.runtime.home import Home
     from interlock.workloads.batch_status import batch_status
 
     record, rows = read_batch(ctx, batch_id)
     shown = batch_status(ctx.store, Home.at(ctx.home).live_dir, record, rows, time.time())
+    shown = held_by_budget(ctx, shown)
     if as_json:
         out.print_json(json.dumps(shown.as_json()))
         return
@@ -290,6 +315,8 @@ def status(ctx: Ctx, batch_id: str, as_json: bool, width: int) -> None:
         out.print("~: estimated, a server reported no token counts (four characters a token)")
     if progress.breach is not None:
         out.print(failure_line(batch_id, progress.breach.reason), soft_wrap=True)
+    if (budget := budget_line(batch_id, progress)) is not None:
+        out.print(budget, soft_wrap=True, markup=False)
     if record.experiment is not None:
         out.print(
             f"variant {record.variant} of experiment {record.experiment}: "
@@ -311,6 +338,11 @@ def cancel(ctx: Ctx, batch_id: str) -> None:
 
     app = opened(ctx, batch_id)
     done = cancel_batch(app, batch_id, time.time())
+    if done.finished:
+        out.print(
+            f"batch {batch_id} has finished (every row ended): nothing to cancel, nothing recorded"
+        )
+        return
     if done.undriven:  # nobody drives them: their cancellation is recorded here
         asyncio.run(app.drive_async(*done.undriven))
     out.print(
@@ -379,6 +411,10 @@ def batches(ctx: Ctx, limit: int, provider: bool) -> None:
         variant = f" [{record.variant}]" if record.experiment is not None else ""
         state = " (cancelled)" if record.cancelled_at else ""
         state += " (failed: past tolerance)" if progress.breach is not None else ""
+        if progress.overspent:
+            state += " (over budget)"
+        elif progress.over_budget and progress.waiting and not record.cancelled_at:
+            state += " (paused: budget)"
         table.add_row(
             record.batch_id + variant + state,
             record.pipeline,
@@ -462,6 +498,38 @@ def read_batch(ctx: Ctx, batch_id: str) -> tuple[BatchRecord, list[BatchRow]]:
     return commands.read_batch(ctx.store, batch_id, lambda: ctx.app)
 
 
+def refuse_cancelled(record: BatchRecord, command: str) -> None:
+    """A command that would go on with a cancelled batch says why it does not, and how to.
+
+    Raises:
+        BatchCancelled: the batch was cancelled (exit 2).
+    """
+    from interlock.workloads.commands import BatchCancelled, cancelled_message
+
+    if record.cancelled_at is not None:
+        raise BatchCancelled(cancelled_message(record, command))
+
+
+def held_by_budget(ctx: Ctx, shown: BatchStatus) -> BatchStatus:
+    """The status with its rows not started folded against the batch's budget as its driver
+    folds them: held back once the next row's worst case would pass what is left (read
+    only when rows wait under a budget that their spend has not reached)."""
+    from dataclasses import replace
+
+    from interlock.core.batches import RowStatus, fold
+    from interlock.workloads.batches import row_worst_usd
+
+    record, progress = shown.record, shown.progress
+    if record.max_cost_usd is None or progress.over_budget or record.cancelled_at is not None:
+        return shown
+    if not progress.counts.get(RowStatus.WAITING):
+        return shown
+    worst = row_worst_usd(ctx.app, record, list(shown.rows))
+    views = [r.view for r in shown.rows]
+    held = fold(views, max_cost_usd=record.max_cost_usd, tolerate=record.tolerate, worst_usd=worst)
+    return replace(shown, progress=held, stalled=shown.stalled and not held.over_budget)
+
+
 def opened(ctx: Ctx, batch_id: str) -> Interlock:
     """The API object for a command about an existing batch (no ledger: not found)."""
     from interlock.storage.batches import BatchNotFound, not_found_message
@@ -494,10 +562,19 @@ def quote_batch(
             stream.print(line, soft_wrap=True)
     if max_cost_usd is not None and (quoted.usd is None or quoted.usd > max_cost_usd):
         err.print(
-            f"note: the worst case is over --max-cost-usd (${max_cost_usd:,.4f}): rows not "
-            "started when the batch's spend reaches it stay unstarted ('paused: batch budget')",
+            f"note: the worst case is over --max-cost-usd (${max_cost_usd:,.4f}): a row starts "
+            "only while its worst case fits in what is left of it; the others wait ('paused: "
+            "batch budget')",
             soft_wrap=True,
         )
+        dearest = quoted.dearest.usd if quoted.dearest is not None else None
+        if dearest is not None and dearest > max_cost_usd:
+            err.print(
+                f"note: the dearest row (row {quoted.dearest_row}) may cost up to "
+                f"${dearest:,.4f} alone, more than --max-cost-usd: rows like it cannot start "
+                "under this budget",
+                soft_wrap=True,
+            )
 
 
 def drive(app: Interlock, batch_id: str) -> int:
@@ -505,7 +582,7 @@ def drive(app: Interlock, batch_id: str) -> int:
     delivered, 1 a row failed or was cancelled, 3 rows wait (an approval, the budget)."""
     import asyncio
 
-    from interlock.cli.batch_view import BatchProgressView, progress_line
+    from interlock.cli.batch_view import BatchProgressView, budget_line, progress_line
     from interlock.workloads.batches import BatchRunner
     from interlock.workloads.experiments import experiment_of
 
@@ -526,7 +603,12 @@ def drive(app: Interlock, batch_id: str) -> int:
     if progress.breach is not None:
         err.print(failure_line(batch_id, progress.breach.reason), soft_wrap=True)
         return int(ExitCode.RUN_FAILED)
-    return exit_code(batch_id, progress.counts, tolerated=snapshot.batch.tolerate is not None)
+    return exit_code(
+        batch_id,
+        progress.counts,
+        tolerated=snapshot.batch.tolerate is not None,
+        budget=budget_line(batch_id, progress),
+    )
 
 
 def drive_experiment(app: Interlock, batch_ids: list[str]) -> int:
@@ -571,10 +653,13 @@ def failure_line(batch_id: str, reason: str) -> str:
     )
 
 
-def exit_code(batch_id: str, counts: Any, *, tolerated: bool = False) -> int:
+def exit_code(
+    batch_id: str, counts: Any, *, tolerated: bool = False, budget: str | None = None
+) -> int:
     """How a driven batch ended: 0 every row delivered (or, `tolerated`, the failed rows
     within the batch's tolerance), 1 a row failed or was cancelled, 3 rows wait (an
-    approval, the budget)."""
+    approval, the budget). `budget`: what the batch's budget did (`budget_line`), said
+    whatever the code."""
     from interlock.core.batches import RowStatus
 
     if tolerated and counts.get(RowStatus.FAILED):
@@ -584,7 +669,15 @@ def exit_code(batch_id: str, counts: Any, *, tolerated: bool = False) -> int:
             soft_wrap=True,
         )
         counts = {k: v for k, v in counts.items() if k is not RowStatus.FAILED}
+    if budget is not None:
+        err.print(budget, soft_wrap=True)
     if counts.get(RowStatus.FAILED) or counts.get(RowStatus.CANCELLED):
+        if counts.get(RowStatus.CANCELLED) and not counts.get(RowStatus.FAILED):
+            err.print(
+                f"{counts[RowStatus.CANCELLED]} row(s) cancelled: 'interlock batch retry "
+                f"{batch_id} --cancelled' gives them their runs again",
+                soft_wrap=True,
+            )
         if counts.get(RowStatus.FAILED):
             err.print(
                 f"'interlock batch status {batch_id}' shows why; "
@@ -593,11 +686,12 @@ def exit_code(batch_id: str, counts: Any, *, tolerated: bool = False) -> int:
             )
         return int(ExitCode.RUN_FAILED)
     if counts.get(RowStatus.BUDGET):
-        err.print(
-            f"the batch's spend reached its budget: 'interlock batch resume {batch_id} "
-            "--max-cost-usd X' raises it",
-            soft_wrap=True,
-        )
+        if budget is None:
+            err.print(
+                f"rows not started wait for the batch's budget: 'interlock batch resume "
+                f"{batch_id} --max-cost-usd X' raises it",
+                soft_wrap=True,
+            )
         return int(ExitCode.PAUSED)
     if counts.get(RowStatus.PAUSED):
         err.print(

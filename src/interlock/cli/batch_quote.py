@@ -37,29 +37,20 @@ class BatchQuote:
 
 def batch_quote(file: str, definition: Definition, rows: list[RowInputs], home: Path) -> BatchQuote:
     """Each row's worst case (explored once; rows of the same text sizes quoted once)."""
-    from interlock.cli.quote import RUN_MAX_STATES, quote_of
-    from interlock.core.explore import explore
-    from interlock.core.quote import TextSizes
     from interlock.errors import UsageError
     from interlock.providers import ModelConfig
+    from interlock.runtime.budget_reserve import row_quotes
 
     try:
         config = ModelConfig.for_workflow(Path(file).parent, home)
     except Exception as exc:  # an invalid interlock.toml: its message names the file
         raise UsageError(str(exc)) from None
-    report = explore(definition, max_states=RUN_MAX_STATES)
-    pipeline = definition.pipeline
-    defaults = {k: v.default for k, v in pipeline.inputs.items() if v.default is not None}
-    memo: dict[tuple[int, tuple[tuple[str, int], ...]], Quote] = {}
+    quotes = row_quotes(definition, config, rows)
     usd: float | None = 0.0
     tokens: int | None = 0
     dearest: tuple[float, int, Quote] | None = None
     for row in rows:
-        sizes = TextSizes.of_run(row.topic, {**defaults, **row.inputs})
-        key = (sizes.topic, tuple(sorted(sizes.inputs.items())))
-        quote = memo.get(key)
-        if quote is None:
-            quote = memo[key] = quote_of(definition, config, sizes, report)
+        quote = quotes[row.number]
         usd = None if usd is None or quote.usd is None else usd + quote.usd
         tokens = None if tokens is None or quote.tokens is None else tokens + quote.tokens
         if dearest is None or (quote.usd or 0.0) > dearest[0]:
@@ -69,5 +60,5 @@ def batch_quote(file: str, definition: Definition, rows: list[RowInputs], home: 
         tokens=tokens,
         dearest=dearest[2] if dearest else None,
         dearest_row=dearest[1] if dearest else None,
-        complete=report.complete,
+        complete=all(q.complete for q in quotes.values()),
     )

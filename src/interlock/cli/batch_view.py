@@ -38,28 +38,58 @@ def progress_line(
 ) -> str:
     """done / running / failed / waiting, the spend and the ETA, in one line; of the rows
     running, those whose calls wait on a spend cap (`capped`: row -> what it waits for) are
-    said with the first cap's words, and no ETA is given while every running row waits."""
+    said with the first cap's words, and no ETA is given while every running row waits.
+    Each row is counted once: `done` are the rows whose run ran to its end (delivered or
+    failed), `waiting` those not started that may still start; cancelled rows and rows
+    held back (by the budget, by failures past --tolerate) are counted apart."""
     from interlock.core.batches import RowStatus
 
     counts = progress.counts
     held = sorted(set((capped or {}).values()))
     parts = [
-        f"{progress.done}/{progress.rows} done",
+        f"{progress.ran}/{progress.rows} done",
         f"{counts.get(RowStatus.DELIVERED, 0)} delivered",
         f"{progress.running} running"
         + (f" ({progress.parked} in provider batch)" if progress.parked else "")
         + (f" ({len(capped or {})} {held[0]})" if held else ""),
         f"{counts.get(RowStatus.FAILED, 0)} failed",
-        f"{progress.waiting} waiting",
+        f"{counts.get(RowStatus.WAITING, 0)} waiting",
     ]
     for status in (RowStatus.PAUSED, RowStatus.CANCELLED, RowStatus.BUDGET, RowStatus.STOPPED):
         if counts.get(status):
             parts.append(f"{counts[status]} {status.value}")
-    parts.append(f"{'~' if progress.estimated else ''}${progress.cost_usd:.4f}")
+    spent = f"{'~' if progress.estimated else ''}${progress.cost_usd:.4f}"
+    if progress.max_cost_usd is not None:
+        spent += f" of ${progress.max_cost_usd:.4f}" + (" (over)" if progress.overspent else "")
+    parts.append(spent)
     if not progress.settled:
         stalled = bool(held) and len(capped or {}) >= progress.running
         parts.append(f"ETA {duration(None if stalled else eta)}")
     return ", ".join(parts)
+
+
+def budget_line(batch_id: str, progress: BatchProgress) -> str | None:
+    """What the batch's budget does to it, and the way on (None: nothing): it went over
+    (a row's worst case was not known), its spend reached it, or the next row's worst case
+    would pass what is left of it."""
+    budget = progress.max_cost_usd
+    if budget is None:
+        return None
+    raise_it = f"'interlock batch resume {batch_id} --max-cost-usd X' raises it"
+    if progress.overspent:
+        return (
+            f"batch {batch_id} went over its budget: it spent ${progress.cost_usd:.4f} of "
+            f"${budget:.4f} (a row whose worst case is not known, such as one calling a model "
+            "without a price or an output limit, is held to the recorded spend only)"
+        )
+    if not progress.over_budget or not progress.waiting:
+        return None
+    if progress.budget is not None:
+        return f"rows not started wait for the batch's budget: {progress.budget.reason}; {raise_it}"
+    return (
+        f"rows not started wait for the batch's budget: its spend (${progress.cost_usd:.4f}) "
+        f"reached it (${budget:.4f}); {raise_it}"
+    )
 
 
 class BatchProgressView:

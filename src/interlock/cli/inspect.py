@@ -539,7 +539,13 @@ def _paused_line(run_id: str, phase: str | None, reason: str | None) -> str:
     """Why a paused run waits for a person, and the commands that answer it."""
     why = {
         "pause_after": f"after phase {phase!r} (pause_after)",
-        "budget": "its budget is spent (approving lets it spend on)",
+        # Said as it may be: the spend reached the budget, or the next call's worst case
+        # does not fit what is left (the engine pauses before that call: `explain` has it).
+        "budget": (
+            f"on its budget: its spend reached it, or its next call's worst case would pass "
+            f"what is left of it ('interlock explain {run_id}' says which; approving lets it "
+            "spend on)"
+        ),
         "tool": "for a tool call that waits for a decision",
     }.get(reason or "", f"({reason})" if reason else "")
     answers = f"interlock approve {run_id}"

@@ -15,8 +15,6 @@ if TYPE_CHECKING:
     from interlock.core.quote import Quote, TextSizes
     from interlock.providers import ModelConfig
 
-RUN_MAX_STATES = 100_000  # as `check`: a run's quote covers what `check` covers
-
 
 class OverBudget(InterlockError):
     """The worst case of a run is over its pipeline's budget, and `--strict` was given."""
@@ -31,30 +29,9 @@ def quote_of(
     report: ExploreReport | None = None,
 ) -> Quote:
     """The worst case of `definition` (exploring it unless `report` is given)."""
-    from interlock.core.explore import explore
-    from interlock.core.loader import Definition
-    from interlock.core.quote import TextSizes, quote
-    from interlock.core.subpipelines import children
-    from interlock.providers.terms import model_terms
+    from interlock.runtime.budget_reserve import run_quote
 
-    pipeline = definition.pipeline
-    if report is None:
-        report = explore(definition, max_states=RUN_MAX_STATES)
-    child_quotes = {
-        worker.role: quote_of(
-            Definition.of(worker.child_name, child), config, None, report.children.get(worker.role)
-        )
-        for worker, child in children(pipeline)
-    }
-    return quote(
-        definition.name,
-        pipeline,
-        terms=model_terms(pipeline, config),
-        sizes=sizes or TextSizes.assumed_for(pipeline),
-        visit_counts=report.ways,
-        complete=report.complete,
-        children=child_quotes,
-    )
+    return run_quote(definition, config, sizes, report)
 
 
 def budget_gate(

@@ -65,7 +65,9 @@ class RowStatus(StrEnum):
     DELIVERED = "delivered"
     FAILED = "failed"  # its run failed, or could not be created
     CANCELLED = "cancelled"  # its run was cancelled, or the batch before the row started
-    BUDGET = "paused: batch budget"  # not started: the batch's spend reached --max-cost-usd
+    # Not started: the batch's spend reached --max-cost-usd, or the next row's worst case
+    # would pass what is left of it (see `BudgetHold`).
+    BUDGET = "paused: batch budget"
     STOPPED = "not started: batch failed"  # not started: more rows failed than --tolerate allows
 
 
@@ -135,14 +137,27 @@ class BatchProgress:
     rows: int
     cost_usd: float
     tokens: int
-    over_budget: bool  # the spend reached the batch's budget: no more rows start
+    over_budget: bool  # the budget holds back the rows not started (reached, or `budget`)
     breach: Breach | None = None  # more rows failed than the batch tolerates: none start
     estimated: bool = False  # the spend includes a row's estimated cost (no usage reported)
+    budget: BudgetHold | None = None  # the next row's worst case does not fit what is left
+    max_cost_usd: float | None = None  # the batch's budget (None: none)
+
+    @property
+    def overspent(self) -> bool:
+        """The spend passed the budget (a row's worst case was not known: no price, no
+        output limit, tools, or the budget was set after rows had started)."""
+        return self.max_cost_usd is not None and self.cost_usd > self.max_cost_usd + _EPSILON
 
     @property
     def done(self) -> int:
         """Rows whose run ended (delivered, failed or cancelled)."""
         return sum(self.counts.get(s, 0) for s in (RowStatus.DELIVERED, *_STOPPED))
+
+    @property
+    def ran(self) -> int:
+        """Rows that ran to their end: delivered or failed (not cancelled)."""
+        return sum(self.counts.get(s, 0) for s in (RowStatus.DELIVERED, RowStatus.FAILED))
 
     @property
     def running(self) -> int:
@@ -186,6 +201,66 @@ class BatchProgress:
 
 
 _STOPPED = (RowStatus.FAILED, RowStatus.CANCELLED)
+_EPSILON = 1e-9  # dollars: sums of float costs that equal the budget are within it
+
+
+@dataclass(frozen=True, kw_only=True)
+class BudgetHold:
+    """The batch's budget holds back a row: the most its run can cost would pass what is
+    left once the spend and the worst cases still held for the rows in flight are taken
+    from the budget (a run's `budget:` holds back each call's worst case the same way)."""
+
+    row: int  # the next row that would start
+    worst_usd: float  # the most its run can cost (its worst-case quote)
+    left_usd: float  # the budget less the spend and what rows in flight may still spend
+    max_cost_usd: float
+
+    @property
+    def reason(self) -> str:
+        """`row 3's worst case ($0.0450) would pass what is left of the budget ($0.0210 of
+        $0.0300)`."""
+        return (
+            f"row {self.row}'s worst case (${self.worst_usd:.4f}) would pass what is left of "
+            f"the budget (${max(0.0, self.left_usd):.4f} of ${self.max_cost_usd:.4f})"
+        )
+
+
+def held_usd(views: Sequence[RowView], worst_usd: Mapping[int, float]) -> float:
+    """What the rows in flight may still spend: each one's worst case, less what its run
+    spent so far (a later try's row holds its whole worst case: its cost counts the tries
+    before too). A row whose worst case is not known holds nothing."""
+    total = 0.0
+    for view in views:
+        if view.state is not RowState.STARTED or view.run_status in RUN_ENDED:
+            continue
+        worst = worst_usd.get(view.number)
+        if worst is not None:
+            total += max(0.0, worst - view.cost_usd) if view.tries == 1 else worst
+    return total
+
+
+def _budget_room(
+    rows: Sequence[int],
+    views: Sequence[RowView],
+    *,
+    max_cost_usd: float,
+    worst_usd: Mapping[int, float],
+    spent: float,
+) -> tuple[tuple[int, ...], BudgetHold | None]:
+    """Of `rows` (in row order), those whose worst cases fit, one after another, in what is
+    left of the budget, and what holds back the first that does not. A row whose worst case
+    is not known starts as before: while the spend is under the budget."""
+    left = max_cost_usd - spent - held_usd(views, worst_usd)
+    fit: list[int] = []
+    for number in rows:
+        worst = worst_usd.get(number)
+        if worst is not None and worst > left + _EPSILON:
+            return tuple(fit), BudgetHold(
+                row=number, worst_usd=worst, left_usd=left, max_cost_usd=max_cost_usd
+            )
+        left -= worst or 0.0
+        fit.append(number)
+    return tuple(fit), None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -219,14 +294,28 @@ def breach_of(views: Sequence[RowView], tolerate: Tolerance | None) -> Breach | 
 
 
 def fold(
-    views: Sequence[RowView], *, max_cost_usd: float | None, tolerate: Tolerance | None = None
+    views: Sequence[RowView],
+    *,
+    max_cost_usd: float | None,
+    tolerate: Tolerance | None = None,
+    worst_usd: Mapping[int, float] | None = None,
 ) -> BatchProgress:
     """The batch's status from its rows: waiting rows become `STOPPED` once more rows
     failed than `tolerate` allows, else `BUDGET` once the spend of all rows' runs reached
-    `max_cost_usd` (finished rows are never touched by either)."""
+    `max_cost_usd`, or (with `worst_usd`, row -> the most its run can cost) once the first
+    waiting row's worst case would pass what is left of it (finished rows are never touched
+    by either)."""
     cost = sum(v.cost_usd for v in views)
     tokens = sum(v.tokens for v in views)
     over = max_cost_usd is not None and cost >= max_cost_usd
+    hold = None
+    if max_cost_usd is not None and worst_usd is not None and not over:
+        first = [min((v.number for v in views if v.status is RowStatus.WAITING), default=0)]
+        if first[0]:
+            _, hold = _budget_room(
+                first, views, max_cost_usd=max_cost_usd, worst_usd=worst_usd, spent=cost
+            )
+        over = hold is not None
     breach = breach_of(views, tolerate)
     held = RowStatus.STOPPED if breach is not None else RowStatus.BUDGET if over else None
     counts: dict[RowStatus, int] = {}
@@ -243,6 +332,8 @@ def fold(
         over_budget=over,
         breach=breach,
         estimated=any(v.estimated for v in views),
+        budget=hold,
+        max_cost_usd=max_cost_usd,
     )
 
 
@@ -280,7 +371,7 @@ class Held(StrEnum):
 
     NOTHING_LEFT = "nothing_left"  # every row started
     CONCURRENCY = "concurrency"  # --concurrency runs are in flight
-    BUDGET = "budget"  # the spend reached --max-cost-usd
+    BUDGET = "budget"  # the spend reached --max-cost-usd, or the next row's worst case passes it
     CANCELLED = "cancelled"  # the batch was cancelled
     FAILED = "failed"  # more rows failed than --tolerate allows
     BASE = "base"  # a variant's rows wait for the base rows they reuse to end
@@ -292,6 +383,7 @@ class Starts:
 
     rows: tuple[int, ...]
     held: Held | None
+    budget: BudgetHold | None = None  # held by the budget: the row it holds back, and why
 
 
 def next_starts(
@@ -303,6 +395,7 @@ def next_starts(
     ready: Collection[int] | None = None,
     tolerate: Tolerance | None = None,
     batch_waiting: int = 0,
+    worst_usd: Mapping[int, float] | None = None,
 ) -> Starts:
     """The rows to start now: waiting rows in row order (a batch reads as its file does),
     as many as leave at most `concurrency` runs in flight, none once the batch is cancelled,
@@ -310,20 +403,30 @@ def next_starts(
     `ready`: the rows that may start at all (a variant's rows whose base row has ended);
     None: every row. Up to `batch_waiting` rows whose run only waits for provider-batch
     answers count as not in flight, so that more rows' calls gather into the same provider
-    batch; at most `concurrency + batch_waiting` rows are in flight at once."""
+    batch; at most `concurrency + batch_waiting` rows are in flight at once.
+    `worst_usd` (row -> the most its run can cost): a row starts only while its worst case
+    fits in the budget less the spend and the worst cases still held for the rows in flight
+    (`BudgetHold`), so that the spend stays within the budget."""
     if cancelled:
         return Starts(rows=(), held=Held.CANCELLED)
-    progress = fold(views, max_cost_usd=max_cost_usd, tolerate=tolerate)
+    progress = fold(views, max_cost_usd=max_cost_usd, tolerate=tolerate, worst_usd=worst_usd)
     waiting = sorted(v.number for v in views if v.status is RowStatus.WAITING)
     if not waiting:
         return Starts(rows=(), held=Held.NOTHING_LEFT)
     if progress.breach is not None:
         return Starts(rows=(), held=Held.FAILED)
     if progress.over_budget:
-        return Starts(rows=(), held=Held.BUDGET)
+        return Starts(rows=(), held=Held.BUDGET, budget=progress.budget)
     startable = waiting if ready is None else [n for n in waiting if n in ready]
     room = max(0, concurrency - progress.counted(batch_waiting))
     chosen = tuple(startable[:room])
+    budget = None
+    if max_cost_usd is not None and worst_usd is not None:
+        chosen, budget = _budget_room(
+            chosen, views, max_cost_usd=max_cost_usd, worst_usd=worst_usd, spent=progress.cost_usd
+        )
+    if budget is not None:
+        return Starts(rows=chosen, held=Held.BUDGET, budget=budget)
     if len(chosen) < len(startable):
         held: Held | None = Held.CONCURRENCY
     elif len(chosen) < len(waiting):

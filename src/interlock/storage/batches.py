@@ -163,6 +163,13 @@ class BatchLedger(Protocol):
         batch's `changes` moves."""
         ...
 
+    def reopen_batch(self, batch_id: str, views: Sequence[RowView]) -> int:
+        """Undo a cancel, in one transaction: the batch is no longer cancelled, its rows
+        cancelled before they started wait again (the same try), and the rows `views` whose
+        run was cancelled get their next try (as `retry_rows`); how many rows. The batch's
+        `changes` moves."""
+        ...
+
     def set_limits(
         self, batch_id: str, concurrency: int, max_cost_usd: float | None, batch_waiting: int
     ) -> None:
@@ -359,20 +366,39 @@ class SQLBatches:
 
     def retry_rows(self, batch_id: str, views: Sequence[RowView]) -> int:
         """See `BatchLedger.retry_rows`."""
-        q = self._q["retry_row"]
 
         def retry(db: Any) -> int:
-            given = sum(
+            given = self._retry(db, batch_id, views)
+            if given:
+                db.execute(self._q["count_change"], (batch_id,))
+            return given
+
+        result: int = self._transact(retry)
+        return result
+
+    def _retry(self, db: Any, batch_id: str, views: Sequence[RowView]) -> int:
+        q = self._q["retry_row"]
+        return int(
+            sum(
                 db.execute(
                     q, (v.cost_usd, v.tokens, v.estimated, batch_id, v.number, v.tries)
                 ).rowcount
                 for v in views
             )
-            if given:
-                db.execute(self._q["count_change"], (batch_id,))
-            return int(given)
+        )
 
-        result: int = self._transact(retry)
+    def reopen_batch(self, batch_id: str, views: Sequence[RowView]) -> int:
+        """See `BatchLedger.reopen_batch`."""
+        q = self._q
+
+        def reopen(db: Any) -> int:
+            db.execute(q["reopen_batch"], (batch_id,))
+            waiting = int(db.execute(q["reopen_rows"], (batch_id,)).rowcount)
+            given = waiting + self._retry(db, batch_id, views)
+            db.execute(q["count_change"], (batch_id,))
+            return given
+
+        result: int = self._transact(reopen)
         return result
 
     def cancel_batch(self, batch_id: str, now: float) -> int:

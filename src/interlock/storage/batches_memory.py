@@ -194,22 +194,38 @@ class MemoryBatches:
 
     def retry_rows(self, batch_id: str, views: Sequence[RowView]) -> int:
         """See `BatchLedger.retry_rows`."""
-        given = 0
         with self._lock:
-            rows = self._rows.get(batch_id, {})
-            for view in views:
-                row = rows.get(view.number)
-                movable = (RowState.STARTED, RowState.REFUSED)
-                if row is None or row.tries != view.tries or row.state not in movable:
-                    continue
-                row.state, row.tries, row.run_id = RowState.PENDING, row.tries + 1, None
-                row.started_at = row.error = row.result = None
-                row.spent_before, row.tokens_before = view.cost_usd, view.tokens
-                row.estimated_before = view.estimated
-                given += 1
+            given = self._retry(batch_id, views)
             if given:
                 self._count_change(batch_id)
         return given
+
+    def _retry(self, batch_id: str, views: Sequence[RowView]) -> int:
+        given = 0
+        rows = self._rows.get(batch_id, {})
+        for view in views:
+            row = rows.get(view.number)
+            movable = (RowState.STARTED, RowState.REFUSED)
+            if row is None or row.tries != view.tries or row.state not in movable:
+                continue
+            row.state, row.tries, row.run_id = RowState.PENDING, row.tries + 1, None
+            row.started_at = row.error = row.result = None
+            row.spent_before, row.tokens_before = view.cost_usd, view.tokens
+            row.estimated_before = view.estimated
+            given += 1
+        return given
+
+    def reopen_batch(self, batch_id: str, views: Sequence[RowView]) -> int:
+        """See `BatchLedger.reopen_batch`."""
+        with self._lock:
+            record = self.get_batch(batch_id)
+            self._batches[batch_id] = replace(record, cancelled_at=None)
+            cancelled = [r for r in self._rows[batch_id].values() if r.state is RowState.CANCELLED]
+            for row in cancelled:
+                row.state = RowState.PENDING
+            given = len(cancelled) + self._retry(batch_id, views)
+            self._count_change(batch_id)
+            return given
 
     def _count_change(self, batch_id: str) -> None:
         record = self._batches[batch_id]

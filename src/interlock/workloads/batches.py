@@ -25,6 +25,7 @@ import unicodedata
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from interlock.core.batches import (
@@ -175,6 +176,27 @@ def row_results(app: Interlock, definition: Definition, rows: list[BatchRow]) ->
     return filled
 
 
+def row_worst_usd(
+    app: Interlock,
+    record: BatchRecord,
+    rows: Sequence[BatchRow],
+    definition: Definition | None = None,
+) -> Mapping[int, float]:
+    """row -> the most its run can cost (its quote with its own topic and inputs, the
+    models as its batch's workflow folder configures them), for the rows whose worst case
+    is known: what the batch's budget holds back while each row runs."""
+    from interlock.runtime.budget_reserve import row_worst_cases
+
+    definition = definition or batch_definition(app, record)
+    source = record.source
+    folder = Path(source).parent if source and not source.startswith("<") else None
+    models = app.orchestrator.models
+    if models is None:  # a stand-in orchestrator with no model configuration (the simulator)
+        return {}
+    inputs = [RowInputs(number=r.view.number, topic=r.topic, inputs=dict(r.inputs)) for r in rows]
+    return row_worst_cases(models, definition, folder, inputs)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Snapshot:
     """What a progress display shows after a turn of the runner."""
@@ -212,6 +234,8 @@ class BatchRunner:
         self._tried: dict[str, float] = {}  # run id -> when this runner last tried to take it
         self._stopped: set[str] = set()  # runs of a cancelled batch this runner cancelled
         self._rows: dict[int, BatchRow] = {}  # row -> its topic and inputs, read when first needed
+        # row -> the most its run can cost, quoted when the batch first has a budget here.
+        self._worst: Mapping[int, float] | None = None
         self._started = clock()
         self._done_at_start: int | None = None
         self._held_until = 0.0
@@ -333,6 +357,7 @@ class BatchRunner:
         self._keep_results(self.row_map.flying)
         self._take_orphans(self.row_map.flying, now)
         ready, base_settled = self._base_ready()
+        worst = self.worst_usd()
         starts = next_starts(
             views,
             concurrency=batch.concurrency,
@@ -341,6 +366,7 @@ class BatchRunner:
             ready=ready,
             tolerate=batch.tolerate,
             batch_waiting=batch.batch_waiting,
+            worst_usd=worst,
         )
         tries = {n: self.row_map.view(n).tries for n in starts.rows}
         claims = [(n, tries[n], run_id_of(batch.batch_id, n, tries[n])) for n in starts.rows]
@@ -361,7 +387,9 @@ class BatchRunner:
             self.row_map.reread([n for n, _ in specs] + [n for n, _, _ in claims])
         if batch.cancelled_at is not None:
             self._stop_flying(self.row_map.flying)
-        progress = fold(views, max_cost_usd=batch.max_cost_usd, tolerate=batch.tolerate)
+        progress = fold(
+            views, max_cost_usd=batch.max_cost_usd, tolerate=batch.tolerate, worst_usd=worst
+        )
         self.blocked = base_settled and progress.running == 0 and starts.held is Held.BASE
         elapsed = max(0.0, now - self._started)
         if self._done_at_start is None:
@@ -374,6 +402,17 @@ class BatchRunner:
             eta=progress.eta(elapsed, progress.done - self._done_at_start),
             capped=self._capped(),
         )
+
+    def worst_usd(self) -> Mapping[int, float] | None:
+        """row -> the most its run can cost, for a batch with a budget (None without one):
+        the budget holds each row's back while it runs (see `core.batches.next_starts`).
+        Quoted once, as `interlock batch` quotes the rows before it records them."""
+        if self.batch.max_cost_usd is None:
+            return None
+        if self._worst is None:
+            rows = list((self._rows or self._read_rows()).values())
+            self._worst = row_worst_usd(self.app, self.batch, rows, self.definition)
+        return self._worst
 
     def _capped(self) -> dict[int, str]:
         """The rows in flight whose run, driven here, has calls waiting on a spend cap (as
@@ -425,8 +464,12 @@ class BatchRunner:
     def _row(self, number: int) -> BatchRow:
         """A row's topic and inputs (read once: they never change)."""
         if number not in self._rows:
-            self._rows = {r.view.number: r for r in self.ledger.rows(self.batch.batch_id)}
+            self._read_rows()
         return self._rows[number]
+
+    def _read_rows(self) -> dict[int, BatchRow]:
+        self._rows = {r.view.number: r for r in self.ledger.rows(self.batch.batch_id)}
+        return self._rows
 
     def _make(self, specs: list[tuple[int, str]]) -> None:
         """Make the runs of claimed rows (number, run id), in one transaction; when that is

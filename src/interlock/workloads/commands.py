@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,7 @@ from interlock.errors import UsageError
 
 if TYPE_CHECKING:
     from interlock.api import Interlock
+    from interlock.core.batches import RowView
     from interlock.core.loader import Definition
     from interlock.runtime.home import Home
     from interlock.storage.base import Store
@@ -147,6 +149,55 @@ def retry_failed(store: Store, batch_id: str) -> int:
     return ledger.retry_rows(batch_id, failing)
 
 
+def retry_cancelled(store: Store, batch_id: str) -> int:
+    """Undo the cancel of a batch (an experiment's id: every variant's): its rows cancelled
+    before they started wait again, and each row whose run was cancelled gets its next try
+    (a new run, made by whoever drives the batch next); how many rows.
+
+    Raises:
+        BatchNotFound: no batch has that id.
+        UsageError: the batch was not cancelled (nothing to undo).
+    """
+    from interlock.core.batches import RowStatus
+    from interlock.storage.batches import batch_ledger
+
+    ledger = batch_ledger(store)
+    record = ledger.get_batch(batch_id)
+    if record.cancelled_at is None:
+        raise UsageError(
+            f"batch {batch_id} was not cancelled: --cancelled gives a cancelled batch's rows "
+            f"their runs again; 'interlock batch resume {batch_id}' goes on with this one"
+        )
+    group = [batch_id]
+    if record.experiment == batch_id:
+        group = [b.batch_id for b in ledger.experiment_batches(batch_id)]
+    given = 0
+    for one in group:
+        stopped = [
+            r.view
+            for r in ledger.rows(one)
+            if r.view.status is RowStatus.CANCELLED and r.view.run_id is not None
+        ]
+        given += ledger.reopen_batch(one, stopped)
+    return given
+
+
+def cancelled_message(record: BatchRecord, command: str) -> str:
+    """Why `command` (resume, retry --failed) does not go on with a cancelled batch, and
+    what does."""
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(record.cancelled_at or 0.0))
+    return (
+        f"batch {record.batch_id} was cancelled ({when}): '{command}' does not start its rows "
+        f"again. 'interlock batch retry {record.batch_id} --cancelled' gives its cancelled rows "
+        "their runs again and goes on; a new batch ('interlock batch FILE PIPELINE --inputs "
+        "FILE') runs every row afresh"
+    )
+
+
+class BatchCancelled(UsageError):
+    """A command that would go on with a batch that was cancelled (exit 2, wrong state)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Cancelled:
     """What cancelling a batch did."""
@@ -155,6 +206,8 @@ class Cancelled:
     unstarted: int  # rows marked cancelled before they started
     stopped: tuple[str, ...]  # runs in flight asked to cancel
     undriven: tuple[str, ...]  # of those, the runs no live process drives: the caller drives them
+    # Every row had ended: nothing was cancelled, nothing recorded (the batch is not marked).
+    finished: bool = False
 
     def as_json(self) -> dict[str, Any]:
         """The answer of the API and the MCP tool."""
@@ -162,12 +215,14 @@ class Cancelled:
             "batch_ids": list(self.batch_ids),
             "unstarted": self.unstarted,
             "stopped": list(self.stopped),
+            "finished": self.finished,
         }
 
 
 def cancel_batch(app: Interlock, batch_id: str, now: float, by: str | None = None) -> Cancelled:
     """Cancel a batch: rows not started are marked cancelled, runs in flight are asked to
-    cancel (an experiment's id: every variant's).
+    cancel (an experiment's id: every variant's). A batch whose every row has ended is left
+    as it is (`finished`): there is nothing to cancel.
 
     Raises:
         BatchNotFound: no batch has that id.
@@ -183,6 +238,10 @@ def cancel_batch(app: Interlock, batch_id: str, now: float, by: str | None = Non
     group = [batch_id]
     if record.experiment == batch_id:
         group = [b.batch_id for b in ledger.experiment_batches(batch_id)]
+    if record.cancelled_at is None and all(_ended(ledger.views(b)) for b in group):
+        return Cancelled(
+            batch_ids=tuple(group), unstarted=0, stopped=(), undriven=(), finished=True
+        )
     unstarted = sum(ledger.cancel_batch(b, now) for b in group)
     flying = [
         r.view.run_id
@@ -207,6 +266,14 @@ def cancel_batch(app: Interlock, batch_id: str, now: float, by: str | None = Non
         stopped=tuple(stopped),
         undriven=tuple(undriven),
     )
+
+
+def _ended(views: list[RowView]) -> bool:
+    """Every row's run ended (delivered, failed or cancelled): nothing waits or runs."""
+    from interlock.core.batches import RowStatus
+
+    ended = (RowStatus.DELIVERED, RowStatus.FAILED, RowStatus.CANCELLED)
+    return all(v.status in ended for v in views)
 
 
 def export_records(

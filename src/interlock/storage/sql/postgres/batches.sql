@@ -86,6 +86,12 @@ UPDATE batches SET cancelled_at = %s WHERE batch_id = %s AND cancelled_at IS NUL
 -- name: cancel_rows
 UPDATE batch_rows SET state = 'cancelled' WHERE batch_id = %s AND state = 'pending';
 
+-- name: reopen_batch
+UPDATE batches SET cancelled_at = NULL WHERE batch_id = %s;
+
+-- name: reopen_rows
+UPDATE batch_rows SET state = 'pending' WHERE batch_id = %s AND state = 'cancelled';
+
 -- name: set_limits
 UPDATE batches SET concurrency = %s, max_cost_usd = %s, batch_waiting = %s WHERE batch_id = %s;
 

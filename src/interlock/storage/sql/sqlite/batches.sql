@@ -86,6 +86,12 @@ UPDATE batches SET cancelled_at = ? WHERE batch_id = ? AND cancelled_at IS NULL;
 -- name: cancel_rows
 UPDATE batch_rows SET state = 'cancelled' WHERE batch_id = ? AND state = 'pending';
 
+-- name: reopen_batch
+UPDATE batches SET cancelled_at = NULL WHERE batch_id = ?;
+
+-- name: reopen_rows
+UPDATE batch_rows SET state = 'pending' WHERE batch_id = ? AND state = 'cancelled';
+
 -- name: set_limits
 UPDATE batches SET concurrency = ?, max_cost_usd = ?, batch_waiting = ? WHERE batch_id = ?;
 
