@@ -194,6 +194,9 @@ class Ways:
     # and an offset on another phase changes none of its ways.
     places: list[tuple[str, Mapping[str, int]] | None] = field(default_factory=lambda: [None])
     forgetting: Forgetting | None = None
+    # Some state stands for runs of different visit counts, with the lowest of each (the
+    # explorer widened it): its ways are more than any of those runs can take.
+    widened: bool = False
 
     def add_state(self, place: tuple[str, Mapping[str, int]] | None = None) -> int:
         self.steps.append([])
