@@ -5,9 +5,6 @@ and the quote is never below the dearest way a run takes."""
 
 from __future__ import annotations
 
-import json
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +14,6 @@ from hypothesis import strategies as st
 from interlock.core import explore as explore_module
 from interlock.core import ways as ways_module
 from interlock.core.explore import MAY, MAY_SEEN, ExploreReport, explore
-from interlock.core.loader import parse_workflow
 from interlock.core.quote import _dearest
 from interlock.core.ways import Forgetting
 from interlock.core.workflow import Pipeline
@@ -25,9 +21,6 @@ from interlock.errors import WorkflowError
 
 from .runs import pipeline_of, worker
 from .test_explore_forgetting import back_pipelines, costs
-
-sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
-from run import check_shape  # type: ignore[import-not-found]  # noqa: E402
 
 
 def plain(problem: str) -> str:
@@ -115,9 +108,19 @@ def test_the_flow_bound_is_never_under_the_dearest_way(data: dict[str, Any]) -> 
 
 
 def shape(name: str, length: int) -> Pipeline:
-    """The benchmark's pipeline of `length` phases of shape `name` (`check_shape`)."""
-    text = json.dumps(check_shape(name, length))
-    return parse_workflow(text, json_only=True).get(name).pipeline
+    """`length` phases of one worker as the benchmark's `check_shape` builds them: each but
+    the first and last sends the run back to the one before while its value says not ok
+    (`max_visits: 2`), and with `back_skip` may also skip the next one."""
+    flag = {"ok": {"json": "ok", "type": "bool"}}
+    data: list[dict[str, Any]] = []
+    for n in range(length):
+        data.append({"id": f"p{n}", "workers": [worker(f"w{n}", extract=flag)]})
+        if 0 < n < length - 1:
+            data[-1]["next"] = [{"if": f"!w{n}.ok", "goto": f"p{n - 1}", "max_visits": 2}]
+            if name == "back_skip" and n + 2 < length:
+                data[-1]["next"].append({"if": f"w{n}.ok", "goto": f"p{n + 2}"})
+    data[-1]["workers"][0]["final"] = True
+    return pipeline_of({"phases": data})
 
 
 @pytest.mark.parametrize("length", [6, 7, 8])

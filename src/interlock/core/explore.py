@@ -215,8 +215,8 @@ class _Search:
         state = node.state
         assert isinstance(state.visits, Digested) and isinstance(state.values, Digested)
         written = state.visits.written  # since the parent, whose own were looked at before
-        for phase in written:
-            self.reached.setdefault(phase, set()).add(came)
+        for name in written:
+            self.reached.setdefault(name, set()).add(came)
         if state.status is RunStatus.DELIVERED:
             self.delivered.add(came)
         signature = _signature(state, self.forgetting)
@@ -348,7 +348,9 @@ class _Search:
         prefix, pipeline = self.prefix, self.pipeline
         for phase in pipeline.phases:
             if phase.id not in self.reached:
-                problems.append(f"{prefix}phase {phase.id!r}: no path reaches it, so it can never run")
+                problems.append(
+                    f"{prefix}phase {phase.id!r}: no path reaches it, so it can never run"
+                )
             elif not sure(self.reached[phase.id]):
                 problems.append(
                     f"{prefix}phase {phase.id!r}: no path reaches it, so it can never run{MAY_SEEN}"
