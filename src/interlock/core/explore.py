@@ -20,6 +20,15 @@ interchangeable (symmetry): the first of each kind lives every life; then all un
 complete in one step. A phase of 10,000 alike workers then costs a handful of states, and the
 same problems are found as by the full search (`reduce=False`), which tests compare.
 
+Where every loop back is bounded, a run that has fewer visits of each phase than another at
+the same place can do all it can, and stands for it (`Forgetting.dominates`). Runs that
+skipped different phases behind them are not so ordered, and a chain of loops back mixed with
+skips forward has one per set of phases skipped: past `WIDEN_AT` of them at one place, the
+next is kept with the lowest count of each phase among them (`_Search.widen`), a run that can
+do all each of them can and more. The search is then an over-approximation there: a problem
+seen only on ways through a widened state, or a phase reached only there, says it may not be
+so (`MAY`, `MAY_SEEN`), and the quote of such a search is a bound (`Ways.exact`).
+
 Each trial is a lean fork (`interlock.core.trial`): it keeps only what the table reads and
 shares the history until it writes to it, so a phase costs the same late in a pipeline of
 thousands of phases as early in a short one.
@@ -241,10 +250,12 @@ class _Search:
                     self.ways.add_step(came, kept, added, guards, offset)
                     return
             wider = self.widen(state, counts, others) if len(others) >= WIDEN_AT else None
-            if wider is not None:
-                state = node.state = wider
-                signature, widened = _signature(state, forgetting), True
-                known = self.seen.get(signature)
+            wider_signature = None if wider is None else _signature(wider, forgetting)
+            # A widened run already kept is left alone: a step into it would not say which
+            # visits it forgot, and a way could come round to it with more for ever.
+            if wider is not None and wider_signature not in self.seen:
+                state, signature, widened = wider, wider_signature, True
+                node.state = wider
         if known is None and len(self.seen) >= self.max_states:
             self.complete = False
             self.overflow += 1
