@@ -133,6 +133,8 @@ def quote_lines(quote: Quote) -> list[str]:
     lines = [f"  {quote.pipeline}: {most} (worst case{assumed})"]
     if not quote.complete:
         lines.append("      not a bound: exploring stopped early (raise --max-states)")
+    elif not quote.exact:
+        lines.append("      a bound: the dearest run may cost less (too many ways back to weigh)")
     if quote.usd_path:
         path = ", ".join(f"{phase} x{count}" for phase, count in quote.usd_path)
         lines.append(f"      dearest path: {path}")

@@ -20,6 +20,15 @@ interchangeable (symmetry): the first of each kind lives every life; then all un
 complete in one step. A phase of 10,000 alike workers then costs a handful of states, and the
 same problems are found as by the full search (`reduce=False`), which tests compare.
 
+Where every loop back is bounded, a run that has fewer visits of each phase than another at
+the same place can do all it can, and stands for it (`Forgetting.dominates`). Runs that
+skipped different phases behind them are not so ordered, and a chain of loops back mixed with
+skips forward has one per set of phases skipped: past `WIDEN_AT` of them at one place, the
+next is kept with the lowest count of each phase among them (`_Search.widen`), a run that can
+do all each of them can and more. The search is then an over-approximation there: a problem
+seen only on ways through a widened state, or a phase reached only there, says it may not be
+so (`MAY`, `MAY_SEEN`), and the quote of such a search is a bound (`Ways.exact`).
+
 Each trial is a lean fork (`interlock.core.trial`): it keeps only what the table reads and
 shares the history until it writes to it, so a phase costs the same late in a pipeline of
 thousands of phases as early in a short one.
@@ -58,6 +67,20 @@ PLACEHOLDER_ITEMS = 2  # a fan-out list long enough to show lanes and the concur
 MAX_TOLERANCE_ITEMS = 64
 _REPORTS_PER_TASK = ("complete", "fail", "fatal", "timeout")
 PROGRESS_EVERY = 1000  # states between two calls of the `progress` callback
+# More runs than this kept at one position, none able to do all another can: the next one
+# is widened (`_Search.widen`). Small pipelines never get near it; a chain of loops back
+# mixed with skips forward does, and without it keeps a state per set of phases skipped.
+WIDEN_AT = 12
+# What a problem seen only through widened states says of itself.
+MAY = (
+    " (maybe: check saw this only where it merged runs with different visit counts at one "
+    "place, which lets them do more than each could)"
+)
+# What a problem says when only widened states' ways were seen to avoid it.
+MAY_SEEN = (
+    " (maybe: check saw otherwise only where it merged runs with different visit counts at "
+    "one place, which lets them do more than each could)"
+)
 Progress = Callable[[int, int], None]
 """Told (states explored, states waiting) every `PROGRESS_EVERY` states of a long search."""
 
@@ -85,6 +108,10 @@ class ExploreReport:
     # The steps between the states explored, with the visits each added: what the cost quote
     # weighs, way by way (`visit_counts` holds only the states' own counts).
     ways: Ways = field(default_factory=Ways)
+    # States that stand for several runs with different visit counts (their lowest each):
+    # with any, what the search saw is more than the runs can do, and a problem seen only
+    # through such states says it may not happen.
+    widened: int = 0
 
     def not_covered(self, phases: Sequence[str]) -> str:
         """What a search stopped by `max_states` did not cover, in words (empty when complete)."""
@@ -161,27 +188,34 @@ class _Search:
     # Position (the key without the counts) -> the kept states there: (id, `read_counts`).
     kept: dict[Hashable, list[tuple[int, Mapping[str, int]]]] = field(default_factory=dict)
     frontier: deque[_Node] = field(default_factory=deque)
-    problems: dict[str, None] = field(default_factory=dict)  # ordered and without repeats
-    reached: set[str] = field(default_factory=set)
-    delivered: bool = False
+    # Each problem (ordered, without repeats) -> the states on whose ways it was seen: with
+    # widened states, it is certain only if one of those is reached without passing one.
+    problems: dict[str, set[int]] = field(default_factory=dict)
+    reached: dict[str, set[int]] = field(default_factory=dict)  # phase -> states it came from
+    delivered: set[int] = field(default_factory=set)  # states a delivering step came from
     complete: bool = True
-    used: set[str] = field(default_factory=set)  # signals read after a wait took them
+    # Signal -> the states whose steps read it after a wait took it.
+    used: dict[str, set[int]] = field(default_factory=dict)
+    at: int = 0  # the state being explored
+    widened: set[int] = field(default_factory=set)  # states standing for several runs
     visit_counts: set[tuple[tuple[str, int], ...]] = field(default_factory=set)
     tolerated: set[str] = field(default_factory=set)  # phases where an item failed, tolerated
     past_tolerance: set[str] = field(default_factory=set)  # phases a run failed past it
 
-    def problem(self, text: str) -> None:
-        self.problems[f"{self.prefix}{text}"] = None
+    def problem(self, text: str, at: int = 0) -> None:
+        """Note a problem seen on the ways through state `at` (0: the new run's)."""
+        self.problems.setdefault(f"{self.prefix}{text}", set()).add(at)
 
     def add(self, node: _Node, decisions: list[Decision], parent: _Node | None) -> None:
         """Record a settled state and the step to it, and queue it when it is new and may go
         on (`parent`: the state it came from, None for the new run's first)."""
+        came = parent.id if parent else 0
         for decision in decisions:
             failing = isinstance(decision.event, ev.RunFailed)
             if decision.rule is RuleName.BRANCH_ERROR or (
                 decision.rule is RuleName.WAIT_TIMEOUT and failing
             ):
-                self.problem(f"a run can fail on a path where {decision.why}")
+                self.problem(f"a run can fail on a path where {decision.why}", came)
             if decision.rule is RuleName.TOLERATE:
                 assert isinstance(decision.event, ev.ItemFailed)
                 self.tolerated.add(decision.event.phase)
@@ -190,7 +224,10 @@ class _Search:
         state = node.state
         assert isinstance(state.visits, Digested) and isinstance(state.values, Digested)
         written = state.visits.written  # since the parent, whose own were looked at before
-        self.reached.update(written)
+        for name in written:
+            self.reached.setdefault(name, set()).add(came)
+        if state.status is RunStatus.DELIVERED:
+            self.delivered.add(came)
         signature = _signature(state, self.forgetting)
         known = self.seen.get(signature)
         if parent is not None:
@@ -202,39 +239,48 @@ class _Search:
         forgetting = self.forgetting
         dominated = forgetting is not None and forgetting.dominates
         guards = _guards(self.pipeline, parent, decisions) if dominated else ()
-        counts: dict[str, int] = {}
+        widened = False
         if known is None and dominated and state.current is not None:
-            assert forgetting is not None
+            assert forgetting is not None and isinstance(signature, tuple)
             counts = forgetting.read_counts(state.current.phase, state.visits)
-            assert isinstance(signature, tuple)
-            for kept, kept_visits in self.kept.get((signature[:7], signature[8:]), ()):
+            others = self.kept.get((signature[:7], signature[8:]), [])
+            for kept, kept_visits in others:
                 offset = forgetting.offset(kept_visits, counts)
                 if offset is not None:
-                    self.ways.add_step(parent.id if parent else 0, kept, added, guards, offset)
+                    self.ways.add_step(came, kept, added, guards, offset)
                     return
+            wider = self.widen(state, counts, others) if len(others) >= WIDEN_AT else None
+            wider_signature = None if wider is None else _signature(wider, forgetting)
+            # A widened run already kept is left alone: a step into it would not say which
+            # visits it forgot, and a way could come round to it with more for ever.
+            if wider is not None and wider_signature not in self.seen:
+                state, signature, widened = wider, wider_signature, True
+                node.state = wider
         if known is None and len(self.seen) >= self.max_states:
             self.complete = False
             self.overflow += 1
             return
         if known is not None:
-            self.ways.add_step(parent.id if parent else 0, known, added, guards)
+            self.ways.add_step(came, known, added, guards)
             return
         if dominated:
             place = None if state.current is None else (state.current.phase, state.visits)
             node.id = self.ways.add_state(place)
         else:
             node.id = self.ways.add_state()
-        self.ways.add_step(parent.id if parent else 0, node.id, added, guards)
+        self.ways.add_step(came, node.id, added, guards)
         if dominated and state.current is not None:
             assert isinstance(signature, tuple)
             position = (signature[:7], signature[8:])
             self.kept.setdefault(position, []).append((node.id, state.visits))
         self.seen[signature] = node.id
-        self.visit_counts.add(tuple(sorted(state.visits.items())))
+        if widened:
+            self.widened.add(node.id)
+            self.ways.widened = True
+        else:  # a widened state's counts are no run's
+            self.visit_counts.add(tuple(sorted(state.visits.items())))
         if self.progress is not None and len(self.seen) % PROGRESS_EVERY == 0:
             self.progress(len(self.seen), len(self.frontier))
-        if state.status is RunStatus.DELIVERED:
-            self.delivered = True
         if state.status is RunStatus.PAUSED or state.waiting is not None:
             self.paused = True
         if state.status.ended:
@@ -244,14 +290,94 @@ class _Search:
         if phase is not None:
             self.problem(
                 f"phase {phase!r}: a path visits it more than {limit} times; a loop through "
-                "it is not ended by any max_visits"
+                "it is not ended by any max_visits",
+                node.id,
             )
             return
         why = stuck_reason(self.pipeline, state, node.clock)
         if why is not None:
-            self.problem(why)
+            self.problem(why, node.id)
             return
         self.frontier.append(node)
+
+    def widen(
+        self,
+        state: RunState,
+        counts: Mapping[str, int],
+        others: Sequence[tuple[int, Mapping[str, int]]],
+    ) -> RunState | None:
+        """A run like `state` whose counts are the lowest of its own and of each run kept at
+        its position, so it can do all that each of them can: one state where a chain of
+        loops back and skips forward would keep one per set of phases skipped (no other
+        stands for it, the caller found). Counts read by a rule without a condition, and
+        the current phase's (which names the current visit's tasks), are kept as they are,
+        and so are the counts of a run with children (their records are named by visits).
+        None when no count is lower."""
+        forgetting = self.forgetting
+        assert forgetting is not None and state.current is not None
+        if state.children:
+            return None
+        caps, fixed = forgetting.caps, forgetting.exact | {state.current.phase}
+        lowest = dict(counts)
+        for _, visits in others:
+            theirs = {p: min(visits.get(p, 0), caps[p]) for p in counts}
+            if all(theirs[p] == counts[p] for p in counts if p in fixed):
+                for p, n in theirs.items():
+                    lowest[p] = min(lowest[p], n)
+        lower = {p: n for p, n in lowest.items() if n < counts[p]}
+        if not lower:
+            return None
+        wider = fork(state, ("visits",))
+        for p, n in sorted(lower.items()):
+            wider.visits[p] = n
+        return wider
+
+    def certain(self) -> set[int]:
+        """The states some run reaches: those a way from the new run reaches without passing
+        a widened state (all of them when none was widened)."""
+        steps, widened = self.ways.steps, self.widened
+        found, todo = {0}, [0]
+        while todo:
+            for child, *_ in steps[todo.pop()]:
+                if child not in found and child not in widened:
+                    found.add(child)
+                    todo.append(child)
+        return found
+
+    def findings(self) -> tuple[list[str], set[str], bool]:
+        """The problems, the phases reached and whether some path delivers. A problem seen
+        only through widened states says it may not happen, and so does one that only a
+        widened state's ways hide (a phase, a delivery or a signal's read seen only there)."""
+        certain = self.certain() if self.widened else None
+
+        def sure(ids: set[int]) -> bool:
+            return certain is None or not ids.isdisjoint(certain)
+
+        problems = [text if sure(at) else text + MAY for text, at in self.problems.items()]
+        if not self.complete:
+            return problems, set(self.reached), bool(self.delivered)
+        prefix, pipeline = self.prefix, self.pipeline
+        for phase in pipeline.phases:
+            if phase.id not in self.reached:
+                problems.append(
+                    f"{prefix}phase {phase.id!r}: no path reaches it, so it can never run"
+                )
+            elif not sure(self.reached[phase.id]):
+                problems.append(
+                    f"{prefix}phase {phase.id!r}: no path reaches it, so it can never run{MAY_SEEN}"
+                )
+        last = pipeline.phases[-1].id
+        if not self.delivered:
+            problems.append(f"{prefix}phase {last!r}: no path delivers a result")
+        elif not sure(self.delivered):
+            problems.append(f"{prefix}phase {last!r}: no path delivers a result{MAY_SEEN}")
+        every = unread_signal_data(pipeline, set(self.used))
+        problems += [f"{prefix}{problem}" for problem in every]
+        sure_used = {signal for signal, at in self.used.items() if sure(at)}
+        for problem in unread_signal_data(pipeline, sure_used):
+            if problem not in every:
+                problems.append(f"{prefix}{problem}{MAY_SEEN}")
+        return problems, set(self.reached), bool(self.delivered)
 
 
 def explore(
@@ -315,27 +441,22 @@ def explore(
     moves = _reduced_moves if reduce else _moves
     while search.frontier and search.complete:
         node = search.frontier.popleft()
+        search.at = node.id
         for events, clock in moves(search, node):
             for settled, decisions in _settle_all(search, node.state, events, clock):
                 search.add(_Node(settled, clock), decisions, node)
-    if search.complete:
-        for phase in pipeline.phases:
-            if phase.id not in search.reached:
-                search.problem(f"phase {phase.id!r}: no path reaches it, so it can never run")
-        if not search.delivered:
-            search.problem(f"phase {pipeline.phases[-1].id!r}: no path delivers a result")
-        for problem in unread_signal_data(pipeline, search.used):
-            search.problem(problem)
+    problems, reached, delivered = search.findings()
     return ExploreReport(
-        problems=list(search.problems),
+        problems=problems,
         states=len(search.seen),
         complete=search.complete,
-        phases_reached=frozenset(search.reached),
-        delivered=search.delivered,
+        phases_reached=frozenset(reached),
+        delivered=delivered,
         unexplored=len(search.frontier) + search.overflow,
         visit_counts=frozenset(search.visit_counts),
         ways=search.ways,
         paused=search.paused,
+        widened=len(search.widened),
         children=child_reports,
         tolerance={
             p.id: (p.id in search.tolerated, p.id in search.past_tolerance)
@@ -437,7 +558,9 @@ def _settle_all(
             continue
         except Exception as exc:  # a hand-built pipeline can break the engine; report, go on
             where = f"phase {state.current.phase!r}" if state.current else "the start"
-            search.problem(f"{where}: the engine cannot go on: {type(exc).__name__}: {exc}")
+            search.problem(
+                f"{where}: the engine cannot go on: {type(exc).__name__}: {exc}", search.at
+            )
             continue
         if trial.signals:
             _note_signal_reads(search, trial, decisions, conditions)
@@ -457,7 +580,8 @@ def _note_signal_reads(
             phase = search.pipeline.phase(decision.event.phase)
             texts += [phase.not_before or ""]
     for text in texts:
-        search.used |= signals_read(text) & state.signals.keys()
+        for signal in signals_read(text) & state.signals.keys():
+            search.used.setdefault(signal, set()).add(search.at)
 
 
 def _settle_one(

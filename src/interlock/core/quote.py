@@ -135,6 +135,10 @@ class Quote:
     usd_unbounded: tuple[str, ...] = ()  # one line per worker: why, and how to bound it
     tokens_unbounded: tuple[str, ...] = ()
     complete: bool = True  # False: exploring stopped early, so this is not a bound
+    # False: the amounts are a bound that the dearest run may cost less than (loops back with
+    # too many runs to weigh one by one: `interlock.core.flow_bound`), and the path is the
+    # bound's visits, which perhaps no run makes.
+    exact: bool = True
     assumed: bool = False  # topic and inputs were assumed, not measured
     # One line per worker whose spend is not in the amounts: a `call:` function's own model
     # calls (`ctx.model`), which the run's budget holds back one by one as they are made.
@@ -188,6 +192,7 @@ class Quote:
             "not_quoted": list(self.not_quoted),
             "dearest_path": dict(self.usd_path),
             "complete": self.complete,
+            "exact": self.exact,
             "assumed_text_tokens": self.assumed,
             "tasks": [
                 {
@@ -445,6 +450,8 @@ def quote(
         usd_unbounded=tuple(bounds.usd_unbounded) if usd_most is None else (),
         tokens_unbounded=tuple(bounds.tokens_unbounded) if tokens_most is None else (),
         complete=complete and all(q.complete for q in (children or {}).values()),
+        exact=(not isinstance(visit_counts, Ways) or visit_counts.exact)
+        and all(q.exact for q in (children or {}).values()),
         assumed=sizes.assumed,
         not_quoted=tuple(bounds.not_quoted),
         uncounted=tuple(bounds.uncounted),

@@ -15,9 +15,13 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from interlock.core.flow_bound import flow_bound
 from interlock.core.workflow import Pipeline
 
 Visits = tuple[tuple[str, int], ...]  # (phase, visits), sorted
+# More runs than this of the states weighed one by one (`Ways.dearest` over loops back), or
+# a search that widened states: the quote is the flow bound instead (`core.flow_bound`).
+MAX_PAIRS = 5_000
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ROLE = re.compile(r"\brole='[^']*'")  # a worker's own name, which is no read of a value
 # Names through which a condition can read every role's values or every visit count.
@@ -194,6 +198,17 @@ class Ways:
     # and an offset on another phase changes none of its ways.
     places: list[tuple[str, Mapping[str, int]] | None] = field(default_factory=lambda: [None])
     forgetting: Forgetting | None = None
+    # Some state stands for runs of different visit counts, with the lowest of each (the
+    # explorer widened it): its ways are more than any of those runs can take.
+    widened: bool = False
+    # `dearest` gave the flow bound: more than `MAX_PAIRS` runs to weigh, or widened states.
+    bounded: bool = False
+
+    @property
+    def exact(self) -> bool:
+        """Whether `dearest` gave the dearest way a run takes, not only a bound on it (known
+        once `dearest` has run)."""
+        return not (self.widened or self.bounded)
 
     def add_state(self, place: tuple[str, Mapping[str, int]] | None = None) -> int:
         self.steps.append([])
@@ -209,8 +224,17 @@ class Ways:
     def dearest(self, per_visit: Mapping[str, float | int | None]) -> tuple[float | None, Visits]:
         """The largest total of `per_visit` over a way from the new run, and that way's visits
         (None: a reachable phase has no bound); equal totals: the way of more visits."""
-        if self.offsets:
-            return self._dearest_offset(per_visit)
+        if self.offsets and not self.widened:
+            weighed = self._dearest_offset(per_visit)
+            if weighed is not None:
+                return weighed
+        if self.offsets or self.widened:
+            # Too many runs to weigh, or states that stand for runs of other counts (whose
+            # ways are more than theirs): a bound from the rules alone.
+            self.bounded = True
+            assert self.forgetting is not None
+            reached = {p for steps in self.steps for _, added, _, _ in steps for p, _ in added}
+            return flow_bound(self.forgetting.edges, per_visit, reached)
         best: dict[int, tuple[float, int]] = {0: (0.0, 0)}
         came: dict[int, tuple[int, Visits]] = {}
         changed = True
@@ -236,12 +260,13 @@ class Ways:
 
     def _dearest_offset(
         self, per_visit: Mapping[str, float | int | None]
-    ) -> tuple[float | None, Visits]:
+    ) -> tuple[float | None, Visits] | None:
         """`dearest` over (state, offset) pairs: each is a run the search saw, its counts
         those of the state plus the offset; a step whose guards the offset reaches is not
         taken. The pairs a way can reach are listed first, then relaxed in the order a
         depth-first walk finishes them, reversed (a topological order, but for cycles that
-        add no visit), until nothing improves: usually one pass."""
+        add no visit), until nothing improves: usually one pass. None when there are more
+        than `MAX_PAIRS` pairs."""
         Pair = tuple[int, Visits]
         start: Pair = (0, ())
         edges: dict[Pair, list[tuple[Pair, Visits]]] = {}
@@ -251,6 +276,8 @@ class Ways:
             if key in edges:
                 continue
             edges[key] = out = []
+            if len(edges) > MAX_PAIRS:
+                return None
             node, offset = key
             more = dict(offset)
             for child, added, guards, link in self.steps[node]:
