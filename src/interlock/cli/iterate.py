@@ -99,7 +99,7 @@ def rerun(
         out.print(f"{plan.reused} task(s) reused, {run_count} to run (nothing was called)")
         return
     # The same checks and notes as the plan's, before anything is recorded or paid for.
-    prepared = app.prepare_rerun(run_id, **changes)  # type: ignore[arg-type]
+    prepared = app.prepare_rerun(run_id, **changes)
     for note in prepared.notes:
         err.print(f"note: {note}", soft_wrap=True, markup=False)
     install_terminate_handler()

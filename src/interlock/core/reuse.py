@@ -112,10 +112,10 @@ def changed_verdict(
         )
     before = f"it ran {', '.join(left)} before"
     if gone:
+        after = f" ({before})" if left else ""
         said.append(
             f"{'a file it runs' if len(gone) == 1 else 'files it runs'}: {', '.join(gone)}, "
-            f"which {'is' if len(gone) == 1 else 'are'} not there now: the task would fail"
-            + f" ({before})" * bool(left)
+            f"which {'is' if len(gone) == 1 else 'are'} not there now: the task would fail{after}"
         )
     elif left:
         said.append(f"the files it runs: {before}, which it no longer names")

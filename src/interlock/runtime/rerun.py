@@ -136,10 +136,11 @@ def prepare(store: Store, orchestrator: Orchestrator, request: RerunRequest) -> 
     kept = {k: v for k, v in state.inputs.items() if k in declared}
     dropped = sorted(k for k in state.inputs if k not in declared)
     if dropped:
+        one = len(dropped) == 1
         notes += (
-            f"pipeline {definition.name!r} does not declare {'input' if len(dropped) == 1 else 'inputs'} "
+            f"pipeline {definition.name!r} does not declare {'input' if one else 'inputs'} "
             f"{', '.join(dropped)} of run {source}: the rerun runs without "
-            f"{'it' if len(dropped) == 1 else 'them'}",
+            f"{'it' if one else 'them'}",
         )
     # Checked here too, so that --dry-run refuses what the rerun itself would.
     inputs = resolve_inputs(definition.name, declared, {**kept, **(request.inputs or {})})
