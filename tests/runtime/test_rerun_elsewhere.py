@@ -1,6 +1,6 @@
 """Reruns with a workflow file from elsewhere, against a local model server that counts calls:
 the wrong file is refused before anything is paid, the source run's interlock.toml is read,
-and the plan names the code file that is missing, as the rerun does."""
+and the plan names the code file that is missing, as the rerun's refusal does."""
 
 from __future__ import annotations
 
@@ -203,3 +203,8 @@ def test_the_plan_names_the_script_that_is_missing_not_the_one_the_source_ran(
     expected = [n for n in prepared.notes if str(missing) in n]
     assert expected and expected[0].startswith("worker 'reviewer' runs ")
     assert expected[0] in plan.notes
+    runs = len(app.store.list_runs())
+    with pytest.raises(UsageError) as refused:  # it would fail there: nothing is recorded
+        app.rerun(first.run_id, workflow=copy)
+    assert expected[0] in refused.value.message and "nothing was recorded" in refused.value.message
+    assert len(app.store.list_runs()) == runs

@@ -54,6 +54,7 @@ class PreparedRerun:
     no_cache: bool = False
     notes: tuple[str, ...] = ()  # what the person asking should know (a plan shows them)
     config_line: str | None = None  # `config: FILE`, the models' (None: the pipeline calls none)
+    missing: tuple[str, ...] = ()  # code files it would run that are not there (also in notes)
 
 
 def edited_since(record: RunRecord) -> str | None:
@@ -145,7 +146,8 @@ def prepare(store: Store, orchestrator: Orchestrator, request: RerunRequest) -> 
     # Checked here too, so that --dry-run refuses what the rerun itself would.
     inputs = resolve_inputs(definition.name, declared, {**kept, **(request.inputs or {})})
     config = choose_config(store, orchestrator.models, source, definition)
-    notes += config.notes + missing_code_notes(definition)
+    missing = missing_code_notes(definition)
+    notes += config.notes + missing
     return PreparedRerun(
         source=source,
         source_state=state,
@@ -156,6 +158,7 @@ def prepare(store: Store, orchestrator: Orchestrator, request: RerunRequest) -> 
         no_cache=request.no_cache,
         notes=notes,
         config_line=config.line,
+        missing=missing,
     )
 
 
@@ -178,8 +181,20 @@ def missing_code_notes(definition: Definition) -> tuple[str, ...]:
 
 
 def create(orchestrator: Orchestrator, prepared: PreparedRerun, run_id: str | None) -> str:
-    """Record the rerun (holding its lease); `drive` carries it out."""
+    """Record the rerun (holding its lease); `drive` carries it out.
+
+    Raises:
+        UsageError: a script a command runs is not there (the plan lists the same): its
+            task would fail after the tasks before it were paid for.
+    """
     from interlock.runtime.run_config import config_origin
+
+    if prepared.missing:
+        listed = "\n".join(f"  - {problem}" for problem in prepared.missing)
+        raise UsageError(
+            f"{prepared.definition.source or prepared.definition.name}: nothing was "
+            f"recorded:\n{listed}"
+        )
 
     origin = {
         "rerun_of": prepared.source,

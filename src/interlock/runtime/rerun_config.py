@@ -73,12 +73,16 @@ def choose_config(
             " (give --config FILE to choose the file)"
         )
         return ConfigChoice(line=found.used_line, notes=(note,))
+    finds = (
+        f"{definition.source or 'its folder'} alone would find {_files(found.used_line)}"
+        if found.loaded
+        else f"from {definition.source or 'its folder'} no interlock.toml is found"
+    )
     pinned = _load(there, source)
     models.pin(folder, pinned)
     note = (
         f"this rerun resolves its models with {_files(pinned.used_line)}, as run {source} did; "
-        f"{definition.source or 'its folder'} alone would find {_files(found.used_line)} "
-        "(give --config FILE to choose another)"
+        f"{finds} (give --config FILE to choose another)"
     )
     gone = [p for p in paths if p not in there]
     if gone:
