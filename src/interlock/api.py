@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from interlock.core.loader import Definition, Workflow
     from interlock.runtime.models import ModelRunner
     from interlock.runtime.orchestrator import Orchestrator, Settings
+    from interlock.runtime.rerun import PreparedRerun
     from interlock.runtime.rerun_plan import Plan
 
 ENDED = ("delivered", "failed", "cancelled")
@@ -234,7 +235,22 @@ class Interlock:
             definition=definition,
             trust_bundle=trust_bundle,
         )
-        prepared = rerun.prepare(self.store, self.orchestrator, request)
+        return self.start_rerun(rerun.prepare(self.store, self.orchestrator, request), run_id)
+
+    def prepare_rerun(self, source: str, **changes: Any) -> PreparedRerun:
+        """Check a rerun as `rerun` does, recording nothing: its notes (an input dropped, a
+        file missing, the configuration it reads) can be shown before `start_rerun`."""
+        from interlock.runtime import rerun
+
+        request = rerun.RerunRequest(source=self.resolve(source), **changes)
+        return rerun.prepare(self.store, self.orchestrator, request)
+
+    def start_rerun(self, prepared: PreparedRerun, run_id: str | None = None) -> str:
+        """Record a rerun `prepare_rerun` checked; `drive` carries it out."""
+        from interlock.runtime import rerun
+
+        if run_id is not None:
+            check_run_id(run_id)
         return rerun.create(self.orchestrator, prepared, run_id)
 
     def plan_rerun(

@@ -491,5 +491,5 @@ demo:
     [task] = app.plan_rerun(third.run_id).tasks
     assert not task.reuse
     assert task.why == (
-        f"runs: changed a file it ran ({script}), which is not there now: the task would fail"
+        f"runs: changed a file it runs: {script}, which is not there now: the task would fail"
     )

@@ -99,7 +99,7 @@ def print_plan(
 ) -> None:
     """Per variant, the tasks a row runs and reuses, and the calls over all rows."""
     from interlock.core.experiments import UNKNOWN_UP_FRONT
-    from interlock.workloads.experiments import plans
+    from interlock.workloads.experiments import earlier_reuse, plans
 
     found = plans(models, base, variants)
     width = max(len(p.variant) for p in found)
@@ -115,3 +115,4 @@ def print_plan(
             soft_wrap=True,
         )
     stream.print(f"  calls in all: {total} (each task {UNKNOWN_UP_FRONT})", soft_wrap=True)
+    stream.print(f"  {earlier_reuse(base)}", soft_wrap=True)

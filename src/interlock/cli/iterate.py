@@ -28,7 +28,11 @@ from interlock.errors import UsageError
 @click.argument("run_id")
 @click.option("--from", "from_phase", metavar="PHASE", help="Run this phase and all after it.")
 @click.option("--workflow", "-w", type=click.Path(dir_okay=False), help="An edited workflow file.")
-@click.option("--pipeline", help="The pipeline of --workflow (default: the source run's).")
+@click.option(
+    "--pipeline",
+    help="The pipeline of --workflow to run (default: the source run's; a file without it "
+    "is refused).",
+)
 @click.option("--topic", "-t", help="A new topic (default: the source run's).")
 @click.option("--input", "-i", "inputs", multiple=True, help="Change an input, KEY=VALUE.")
 @click.option("--run-id", "new_run_id", help="Choose the new run's id (default: generated).")
@@ -89,18 +93,20 @@ def rerun(
             )
         for note in plan.notes:
             out.print(f"[cyan]note:[/] {escape(note)}", markup=True)
+        if plan.config_line is not None:
+            out.print(plan.config_line, soft_wrap=True, markup=False)
         run_count = len(plan.tasks) - plan.reused
         out.print(f"{plan.reused} task(s) reused, {run_count} to run (nothing was called)")
         return
-    if workflow is None:
-        from interlock.runtime.rerun import edited_since
-
-        edited = edited_since(app.store.get_run(app.resolve(run_id)))
-        if edited:
-            err.print(f"note: {edited}", soft_wrap=True)
+    # The same checks and notes as the plan's, before anything is recorded or paid for.
+    prepared = app.prepare_rerun(run_id, **changes)
+    for note in prepared.notes:
+        err.print(f"note: {note}", soft_wrap=True, markup=False)
     install_terminate_handler()
-    new = app.rerun(run_id, run_id=new_run_id, **changes)  # type: ignore[arg-type]
+    new = app.start_rerun(prepared, new_run_id)
     err.print(f"run {new} (rerun of {app.state(new).rerun_of})")
+    if prepared.config_line is not None:
+        err.print(prepared.config_line, soft_wrap=True, markup=False)
     sys.exit(drive_in_foreground(app, new, since=0))  # a new run: show it from its first event
 
 

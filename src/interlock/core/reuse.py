@@ -45,9 +45,11 @@ def judge(
     *,
     source_run: str,
     candidate_parts: dict[str, str] | None = None,
+    missing: frozenset[str] = frozenset(),
 ) -> ReuseVerdict:
     """Judge one task of a rerun against `candidate`, the source run's task with its id
-    (`candidate_parts`: the per-part hashes recorded with it, to say what changed)."""
+    (`candidate_parts`: the per-part hashes recorded with it, to say what changed;
+    `missing`: the files the worker would run that are not there now)."""
     if task.attempt > 1:
         return ReuseVerdict(
             reuse=False, reason=ReuseReason.RETRY, why="a retry runs: it was not reused before"
@@ -81,7 +83,7 @@ def judge(
             ),
         )
     if candidate.fingerprint != current.digest:
-        return changed_verdict(current, candidate_parts)
+        return changed_verdict(current, candidate_parts, missing)
     return ReuseVerdict(
         reuse=True,
         reason=ReuseReason.MATCH,
@@ -89,23 +91,34 @@ def judge(
     )
 
 
-def changed_verdict(current: Fingerprint, parts: dict[str, str] | None) -> ReuseVerdict:
+def changed_verdict(
+    current: Fingerprint, parts: dict[str, str] | None, missing: frozenset[str] = frozenset()
+) -> ReuseVerdict:
     """A verdict to run, naming the parts of the fingerprint that changed (and, for the
-    worker, which file it runs changed, when that is known)."""
+    worker, which file it runs changed, when that is known; `missing`: the files it would
+    run that are not there now, named as such)."""
     changed = current.changed(parts)
     files = changed_files(current.parts, parts) if "worker" in changed else []
-    gone = [f for f in files if FILE_PART + f not in current.parts]  # unreadable now
-    edited = [f for f in files if f not in gone]
+    # A file of the source's that the worker no longer reads: not there now, or no longer
+    # named (the command names another path, as a workflow copied to another folder does).
+    dropped = [f for f in files if FILE_PART + f not in current.parts]
+    gone = sorted(missing) if "worker" in changed else []
+    left = [f for f in dropped if f not in missing]
+    edited = [f for f in files if f not in dropped]
     said = []
     if edited:
         said.append(
             f"{'a file it runs' if len(edited) == 1 else 'files it runs'}: {', '.join(edited)}"
         )
+    before = f"it ran {', '.join(left)} before"
     if gone:
+        after = f" ({before})" if left else ""
         said.append(
-            f"{'a file it ran' if len(gone) == 1 else 'files it ran'} ({', '.join(gone)}), "
-            f"which {'is' if len(gone) == 1 else 'are'} not there now: the task would fail"
+            f"{'a file it runs' if len(gone) == 1 else 'files it runs'}: {', '.join(gone)}, "
+            f"which {'is' if len(gone) == 1 else 'are'} not there now: the task would fail{after}"
         )
+    elif left:
+        said.append(f"the files it runs: {before}, which it no longer names")
     named = ["; ".join(said) if p == "worker" and said else PART_WORDS[p] for p in changed]
     words = "; ".join(named) or "the fingerprint recipe"
     return ReuseVerdict(

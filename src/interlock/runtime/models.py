@@ -94,6 +94,14 @@ class ModelRunner:
             self._configs[workflow_dir] = ModelConfig.for_workflow(workflow_dir, self.home)
         return self._configs[workflow_dir]
 
+    def pin(self, workflow_dir: Path | None, config: ModelConfig) -> None:
+        """Resolve the workflows of `workflow_dir` with `config` from now on in this process
+        (a rerun reads the files its source run recorded: `rerun_config`)."""
+        if self._fixed is not None:
+            return
+        self._configs[workflow_dir] = config
+        self._models = {k: v for k, v in self._models.items() if k[0] != workflow_dir}
+
     def secrets(self, workflow_dir: Path | None) -> list[Secret]:
         """Every key the configuration of `workflow_dir` can reach (none when it cannot be
         read: text is then masked by the shapes of credentials alone)."""

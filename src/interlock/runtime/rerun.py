@@ -16,6 +16,7 @@ from interlock.core.loader import Definition, load_workflow
 from interlock.core.state import RunState
 from interlock.errors import RunInert, UsageError
 from interlock.runtime.orchestrator import Orchestrator
+from interlock.runtime.rerun_config import choose_config
 from interlock.storage.base import RunRecord, Store, fold_history
 
 
@@ -52,6 +53,8 @@ class PreparedRerun:
     from_phase: str | None
     no_cache: bool = False
     notes: tuple[str, ...] = ()  # what the person asking should know (a plan shows them)
+    config_line: str | None = None  # `config: FILE`, the models' (None: the pipeline calls none)
+    missing: tuple[str, ...] = ()  # code files it would run that are not there (also in notes)
 
 
 def edited_since(record: RunRecord) -> str | None:
@@ -101,13 +104,14 @@ def prepare(store: Store, orchestrator: Orchestrator, request: RerunRequest) -> 
         loaded = load_workflow(request.workflow)
         name = request.pipeline or record.pipeline
         if request.pipeline is None and name not in loaded.definitions:
-            if len(loaded.definitions) != 1:
-                names = ", ".join(sorted(loaded.definitions))
-                raise UsageError(
-                    f"{loaded.source}: has no pipeline {name!r} (the source run's); "
-                    f"name the one to run ({names})"
-                )
-            name = next(iter(loaded.definitions))
+            # Never another pipeline than the source's unasked, even the file's only one: it
+            # would be paid for as a "rerun" that shares nothing with its source.
+            names = ", ".join(sorted(loaded.definitions))
+            raise UsageError(
+                f"{loaded.source}: has no pipeline {name!r}, the one run {source} ran "
+                f"(its pipelines: {names}); nothing was recorded. Give the file that defines "
+                f"{name!r}, or --pipeline NAME to run another pipeline on purpose"
+            )
         definition = loaded.get(name)
     else:
         if state.inert and not request.trust_bundle:
@@ -131,8 +135,19 @@ def prepare(store: Store, orchestrator: Orchestrator, request: RerunRequest) -> 
         )
     declared = definition.pipeline.inputs
     kept = {k: v for k, v in state.inputs.items() if k in declared}
+    dropped = sorted(k for k in state.inputs if k not in declared)
+    if dropped:
+        one = len(dropped) == 1
+        notes += (
+            f"pipeline {definition.name!r} does not declare {'input' if one else 'inputs'} "
+            f"{', '.join(dropped)} of run {source}: the rerun runs without "
+            f"{'it' if one else 'them'}",
+        )
     # Checked here too, so that --dry-run refuses what the rerun itself would.
     inputs = resolve_inputs(definition.name, declared, {**kept, **(request.inputs or {})})
+    config = choose_config(store, orchestrator.models, source, definition)
+    missing = missing_code_notes(definition)
+    notes += config.notes + missing
     return PreparedRerun(
         source=source,
         source_state=state,
@@ -142,12 +157,44 @@ def prepare(store: Store, orchestrator: Orchestrator, request: RerunRequest) -> 
         from_phase=request.from_phase,
         no_cache=request.no_cache,
         notes=notes,
+        config_line=config.line,
+        missing=missing,
     )
 
 
+def missing_code_notes(definition: Definition) -> tuple[str, ...]:
+    """A note per code file a command worker of the rerun would run that is not there (the
+    same check the reuse verdicts make, `reuse.missing_code`): its task would fail."""
+    from interlock.runtime.orchestrator import driver_dir
+    from interlock.runtime.reuse import missing_code
+
+    folder = driver_dir(definition.source)
+    notes = []
+    for phase in definition.pipeline.phases:
+        for worker in phase.workers:
+            for path in missing_code(worker, folder):
+                notes.append(
+                    f"worker {worker.role!r} runs {path}, which is not there: its task would "
+                    f"fail (copy the file there, or fix the path in {definition.source})"
+                )
+    return tuple(notes)
+
+
 def create(orchestrator: Orchestrator, prepared: PreparedRerun, run_id: str | None) -> str:
-    """Record the rerun (holding its lease); `drive` carries it out."""
+    """Record the rerun (holding its lease); `drive` carries it out.
+
+    Raises:
+        UsageError: a script a command runs is not there (the plan lists the same): its
+            task would fail after the tasks before it were paid for.
+    """
     from interlock.runtime.run_config import config_origin
+
+    if prepared.missing:
+        listed = "\n".join(f"  - {problem}" for problem in prepared.missing)
+        raise UsageError(
+            f"{prepared.definition.source or prepared.definition.name}: nothing was "
+            f"recorded:\n{listed}"
+        )
 
     origin = {
         "rerun_of": prepared.source,

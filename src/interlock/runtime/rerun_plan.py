@@ -54,6 +54,7 @@ class Plan:
     source: str
     tasks: list[PlannedTask]
     notes: list[str]
+    config_line: str | None = None  # `config: FILE`, what its models resolve with
 
     @property
     def reused(self) -> int:
@@ -68,6 +69,7 @@ class Plan:
             "run": len(self.tasks) - self.reused,
             "tasks": [t.as_dict() for t in self.tasks],
             "notes": self.notes,
+            "config": self.config_line,
         }
 
 
@@ -153,7 +155,12 @@ def plan(prepared: PreparedRerun, reuser: Reuser, source: SourceRun, now: float)
         # A branch that needed a value no run has produced yet is not a failure of the
         # rerun, only the end of what a plan can tell: its note says so already.
         notes.append(f"the plan ends failed: {state.failure}")
-    return Plan(source=source.run_id, tasks=tasks, notes=[*prepared.notes, *notes])
+    return Plan(
+        source=source.run_id,
+        tasks=tasks,
+        notes=[*prepared.notes, *notes],
+        config_line=prepared.config_line,
+    )
 
 
 def _end_wait(pipeline: Pipeline, state: RunState, source: SourceRun) -> str:

@@ -91,14 +91,7 @@ def code_files(worker: Worker, workflow_dir: Path | None) -> dict[str, str]:
     or a program on the PATH is left out (too large, or not the user's), and so is a file
     that cannot be read now (the attempt says so when it runs)."""
     hashes: dict[str, str] = {}
-    folder = str(workflow_dir) if workflow_dir is not None else None
-    argv = [
-        arg.replace("{workflow_dir}", folder) if folder is not None else arg
-        for arg in worker.command or []
-    ]
-    for index, arg in enumerate(argv):
-        if "{" in arg or not Path(arg).is_absolute() or not is_code(argv, index, workflow_dir):
-            continue
+    for arg in _code_args(worker, workflow_dir):
         digest = file_hash(Path(arg))
         if digest is not None:
             hashes[arg] = digest
@@ -108,6 +101,28 @@ def code_files(worker: Worker, workflow_dir: Path | None) -> dict[str, str]:
         if digest is not None:
             hashes[f"call:{worker.call}"] = digest
     return hashes
+
+
+def missing_code(worker: Worker, workflow_dir: Path | None) -> list[str]:
+    """The code files a command worker's command line names (as `code_files` finds them)
+    that are not there: its task would fail. A rerun's plan and the rerun itself say so
+    from this one check."""
+    return [arg for arg in _code_args(worker, workflow_dir) if not Path(arg).exists()]
+
+
+def _code_args(worker: Worker, workflow_dir: Path | None) -> list[str]:
+    """The absolute paths in a command line that are code it runs (`is_code`), with
+    `{workflow_dir}` filled in."""
+    folder = str(workflow_dir) if workflow_dir is not None else None
+    argv = [
+        arg.replace("{workflow_dir}", folder) if folder is not None else arg
+        for arg in worker.command or []
+    ]
+    return [
+        arg
+        for index, arg in enumerate(argv)
+        if "{" not in arg and Path(arg).is_absolute() and is_code(argv, index, workflow_dir)
+    ]
 
 
 # Programs whose first argument that is not an option is the script they run (unless an
@@ -373,6 +388,7 @@ class Reuser:
         source = self.source
         assert source is not None
         candidate = source.state.tasks.get(task.task_id)
+        worker = self.definition.pipeline.worker(task.role)
         verdict = judge(
             state,
             task,
@@ -380,6 +396,7 @@ class Reuser:
             candidate,
             source_run=source.run_id,
             candidate_parts=source.parts.get(task.task_id),
+            missing=frozenset(missing_code(worker, self.workflow_dir)),
         )
         self.verdicts[task.task_id] = verdict
         if not verdict.reuse or candidate is None:

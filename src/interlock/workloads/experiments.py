@@ -119,6 +119,27 @@ def plans(
     return found
 
 
+def earlier_reuse(base: Definition) -> str:
+    """What the base variant's rows may take from earlier runs (a batch of the same rows run
+    before): only the outputs of workers with `cache:`, matched by fingerprint. A variant's
+    rows reuse from their base rows; the base rows themselves are fresh runs."""
+    cached = [
+        w.role
+        for phase in base.pipeline.phases
+        for w in phase.workers
+        if base.pipeline.cache_for(w.role) is not None
+    ]
+    if not cached:
+        return (
+            "base rows run afresh: nothing is reused from earlier runs or batches of these "
+            "rows (give a worker 'cache: true' to reuse its earlier outputs)"
+        )
+    return (
+        f"base rows run afresh, except what workers with 'cache:' made before for the same "
+        f"fingerprint (an earlier batch of these rows): {', '.join(cached)}"
+    )
+
+
 def outcomes(definition: Definition, rows: list[BatchRow]) -> list[RowOutcome]:
     """Each row as compare reads it, its metrics computed from its run's recorded values
     with `definition`'s `metrics:` (a row kept before every worker's values were: its final
