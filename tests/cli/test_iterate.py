@@ -182,7 +182,7 @@ fails:
     - id: ask
       workers:
         - role: slow
-          command: ["sh", "-c", "sleep 3; echo kept > {output}"]
+          command: ["sh", "-c", "while [ ! -e GATE ]; do sleep 0.05; done; echo kept > {output}"]
         - role: broken
           command: ["sh", "-c", "sleep 0.3; echo boom >&2; exit 1"]
     - id: end
@@ -203,13 +203,15 @@ def test_a_failing_run_waits_for_its_running_tasks_and_says_so(
     import time
 
     flow = tmp_path / "fails.yaml"
-    flow.write_text(FAILING)
+    gate = tmp_path / "gate"  # `slow` runs until the test has seen the run failing
+    flow.write_text(FAILING.replace("GATE", str(gate)))
     running = subprocess.Popen(
         [sys.executable, "-m", "interlock", "run", str(flow), "fails", "-t", "x"],
         env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     line = ""
-    for _ in range(100):
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
         time.sleep(0.1)
         listed = cli(cli_env, "runs", "--json")
         runs = json.loads(listed.stdout or "[]")
@@ -218,6 +220,7 @@ def test_a_failing_run_waits_for_its_running_tasks_and_says_so(
             line = next((x for x in shown.stdout.splitlines() if x.startswith("failing:")), "")
             if line:
                 break
+    gate.touch()
     run_id = runs[0]["run_id"]
     assert line == (
         "failing: task broken@1 failed for good; the run fails once slow@1 has ended, so that "
@@ -229,7 +232,10 @@ def test_a_failing_run_waits_for_its_running_tasks_and_says_so(
     view = json.loads(status.stdout)
     assert view["status"] == "failed" and view["failing"] is None
     assert view["phases"][0]["workers"]["slow"]["status"] == "completed"
-    flow.write_text(FAILING.replace("echo boom >&2; exit 1", "echo fine > {output}"))
+    fixed = FAILING.replace("GATE", str(gate)).replace(
+        "echo boom >&2; exit 1", "echo fine > {output}"
+    )
+    flow.write_text(fixed)
     rerun = cli(cli_env, "rerun", run_id, "--workflow", str(flow))
     assert rerun.returncode == 0, rerun.stderr
     assert "1 reused" in rerun.stderr

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 FLOW = """
 p:
   phases:
@@ -108,6 +110,31 @@ def test_a_deleted_ledger_is_said_by_runs_and_doctor_without_recovery_commands(
     assert "put the ledger back from a copy" in checked.stdout
     assert ".recover" not in checked.stdout and "user_version" not in checked.stdout
     assert not list(home.glob("ledger.db*"))
+
+
+def test_a_ledger_made_between_the_two_looks_is_not_taken_for_a_lost_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`interlock runs` while another process starts the first run: the ledger is not there
+    at the first look, and the run's folder is by the second (that process made the ledger
+    between them, then the folder). The ledger is looked for again, so the reader goes on
+    instead of saying it was deleted; with no ledger still, it is said lost."""
+    from interlock.storage import sqlite as ledger_module
+
+    home = tmp_path / "home"
+    (home / "runs" / "r-1").mkdir(parents=True)
+    ledger = home / "ledger.db"
+    real = ledger_module.holds_runs
+
+    def made_meanwhile(state_dir: Path) -> bool:
+        ledger.touch()  # the other process's ledger, made before its run folder
+        return real(state_dir)
+
+    monkeypatch.setattr(ledger_module, "holds_runs", made_meanwhile)
+    assert not ledger_module.ledger_lost(ledger, home)
+    ledger.unlink()
+    monkeypatch.setattr(ledger_module, "holds_runs", real)
+    assert ledger_module.ledger_lost(ledger, home)
 
 
 def test_a_damaged_ledger_is_reported_and_its_recovery_steps_work(tmp_path: Path) -> None:

@@ -183,10 +183,12 @@ class Ctx:
         path = Path(url.removeprefix("sqlite://")) if url else state_dir / "ledger.db"
         if path.exists():
             return None
-        from interlock.storage.sqlite import holds_runs, lost_ledger
+        from interlock.storage.sqlite import ledger_lost, lost_ledger
 
-        if holds_runs(state_dir):
+        if ledger_lost(path, state_dir):
             raise StorageError(lost_ledger(path, state_dir))
+        if path.exists():  # made by a process starting the first run, since the look above
+            return None
         return path
 
     def reader(self, run_id: str) -> Interlock:

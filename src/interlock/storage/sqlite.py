@@ -68,7 +68,7 @@ class SQLiteStore:
         # append of the run by the same lease sets its seq and chain head in the fence
         # (`_append_tail`). Only a hint: the statement checks it against the row.
         self._tails: dict[str, _Tail] = {}
-        if not self.path.exists() and holds_runs(self.state_dir):
+        if ledger_lost(self.path, self.state_dir):
             raise StorageError(lost_ledger(self.path, self.state_dir))
         try:
             self._db = sqlite3.connect(
@@ -134,6 +134,9 @@ class SQLiteStore:
             fix = f"{code}; check the disk and the file's permissions, and run `interlock doctor`"
         return StorageError(f"{self.path}: ledger error: {text} ({fix})")
 
+    def _tables(self) -> int:
+        return int(self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0])
+
     def _check_identity(self) -> None:
         app_id = self._db.execute("PRAGMA application_id").fetchone()[0]
         tables = self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
@@ -142,7 +145,8 @@ class SQLiteStore:
                 f"{self.path}: this SQLite file is not an interlock ledger (it holds other "
                 "tables); point --home at another directory"
             )
-        if not tables and holds_runs(self.state_dir):
+        if not tables and holds_runs(self.state_dir) and not self._tables():
+            # (counted again: a process starting the first run makes them before its folder)
             empty = self.path.stat().st_size == 0
             raise StorageError(
                 self._beside_runs("is empty (0 bytes)" if empty else "holds no ledger tables")
@@ -737,6 +741,13 @@ def lost_ledger(path: Path, state_dir: Path) -> str:
         "one. Put a copy of it back (`interlock doctor` says what the state directory "
         "holds); to start afresh, move runs/ and archive/ away or use another --home"
     )
+
+
+def ledger_lost(path: Path, state_dir: Path) -> bool:
+    """Whether the ledger file is gone from beside the runs it held. A process creating its
+    first run makes the ledger before any run folder: a folder seen before the file
+    appeared (between the two looks) is that run's, so the file is looked for again after."""
+    return not path.exists() and holds_runs(state_dir) and not path.exists()
 
 
 def holds_runs(state_dir: Path) -> bool:
