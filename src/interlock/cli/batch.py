@@ -488,10 +488,12 @@ def drive(app: Interlock, batch_id: str) -> int:
     delivered, 1 a row failed or was cancelled, 3 rows wait (an approval, the budget)."""
     import asyncio
 
+    from interlock.cli.base import outlive_closed_output
     from interlock.cli.batch_view import BatchProgressView, progress_line
     from interlock.workloads.batches import BatchRunner
     from interlock.workloads.experiments import experiment_of
 
+    outlive_closed_output()  # `| head -1` stops the output, not the rows
     group = experiment_of(app, batch_id)
     if len(group) > 1:
         return drive_experiment(app, [b.batch_id for b in group])
