@@ -281,9 +281,12 @@ def handle_errors(function: F) -> F:
 
 
 def _where(exc: InterlockError) -> str:
-    """The message, with the ledger searched named when a run was not found in it: a person
-    in the wrong directory sees why (the API's own message names no path)."""
-    if not isinstance(exc, RunNotFound) or "no ledger at" in exc.message:
+    """The message, with the ledger searched named when a run or a batch was not found in
+    it: a person in the wrong directory sees why (the API's own message names no path)."""
+    from interlock.storage.batches import BatchNotFound
+
+    batch = isinstance(exc, BatchNotFound)
+    if not (batch or isinstance(exc, RunNotFound)) or "no ledger at" in exc.message:
         return exc.message
     current = click.get_current_context(silent=True)
     ctx = current.find_object(Ctx) if current is not None else None
@@ -292,10 +295,18 @@ def _where(exc: InterlockError) -> str:
     from interlock.runtime.home import Home
 
     place = ctx.store_url or str(Home.at(ctx.home).root / "ledger.db")
-    message = exc.message.removesuffix(" (see 'interlock runs')")
+    if not batch:
+        message = exc.message.removesuffix(" (see 'interlock runs')")
+        return (
+            f"{message} in {place} (runs started elsewhere need --home or --store; "
+            "see 'interlock runs')"
+        )
+    message = exc.message.removesuffix(" (see 'interlock batches')")
+    where = f"in {place}" if ctx.store_url or Path(place).exists() else f"(no ledger at {place})"
     return (
-        f"{message} in {place} (runs started elsewhere need --home or --store; "
-        "see 'interlock runs')"
+        f"{message} {where}; a batch started elsewhere needs --home DIR or --store URL, given "
+        "before the command ('interlock --home DIR batch status ID'); 'interlock batches' "
+        "lists this ledger's"
     )
 
 

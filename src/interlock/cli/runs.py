@@ -50,9 +50,12 @@ def run(
     from interlock.runtime.models import ModelRunner
     from interlock.runtime.orchestrator import refuse_broken_config
 
+    from interlock.cli.workflows import say_typing_warnings
+
     install_terminate_handler()
     given = parse_inputs(inputs)
     workflow = load_workflow(file)
+    say_typing_warnings(file)  # `country: NO` is false: said before the run is recorded
     if pipeline is None and len(workflow.definitions) == 1:
         pipeline = next(iter(workflow.definitions))
     if pipeline is not None:
@@ -87,8 +90,11 @@ def submit(ctx: Ctx, file: str, pipeline: str | None, topic: str, inputs: tuple[
     from interlock.runtime.models import ModelRunner
     from interlock.runtime.orchestrator import refuse_broken_config
 
+    from interlock.cli.workflows import say_typing_warnings
+
     given = parse_inputs(inputs)
     workflow = load_workflow(file)
+    say_typing_warnings(file)  # `country: NO` is false: said before the run is recorded
     if pipeline is None and len(workflow.definitions) == 1:
         pipeline = next(iter(workflow.definitions))
     if pipeline is not None:  # refused before the ledger is opened, which would create one
