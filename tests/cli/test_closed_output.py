@@ -11,7 +11,6 @@ import threading
 import time
 from pathlib import Path
 
-
 from interlock import Interlock
 from interlock.core.batches import RowInputs
 from interlock.core.loader import load_workflow

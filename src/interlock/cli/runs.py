@@ -44,13 +44,12 @@ def run(
     """Start a run of PIPELINE from FILE and drive it in the foreground."""
     ctx.check_ahead()
     from interlock.cli.quote import refuse_unrunnable_calls, run_gate
+    from interlock.cli.workflows import say_typing_warnings
     from interlock.core.inputs import check_size, resolve_inputs
     from interlock.core.loader import load_workflow
     from interlock.runtime.home import Home
     from interlock.runtime.models import ModelRunner
     from interlock.runtime.orchestrator import refuse_broken_config
-
-    from interlock.cli.workflows import say_typing_warnings
 
     install_terminate_handler()
     given = parse_inputs(inputs)
@@ -84,13 +83,12 @@ def run(
 @handle_errors
 def submit(ctx: Ctx, file: str, pipeline: str | None, topic: str, inputs: tuple[str, ...]) -> None:
     """Record a run and leave it to whoever drives runs (a server or `interlock orchestrate`)."""
+    from interlock.cli.workflows import say_typing_warnings
     from interlock.core.inputs import check_size, resolve_inputs
     from interlock.core.loader import load_workflow
     from interlock.runtime.home import Home
     from interlock.runtime.models import ModelRunner
     from interlock.runtime.orchestrator import refuse_broken_config
-
-    from interlock.cli.workflows import say_typing_warnings
 
     given = parse_inputs(inputs)
     workflow = load_workflow(file)

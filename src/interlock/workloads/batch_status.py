@@ -261,7 +261,7 @@ def _config_of(store: Store, run_id: str) -> dict[str, Any] | None:
 def _unconfigured(config: dict[str, Any] | None) -> bool:
     """A run's recorded configuration names no file and no variable (an empty one: its
     pipeline calls no model)."""
-    return bool(config) and not config.get("files") and not config.get("env")
+    return config is not None and bool(config) and not config.get("files") and not config.get("env")
 
 
 def _stalled(record: BatchRecord, progress: BatchProgress, now: float) -> bool:
