@@ -2,7 +2,10 @@
 
 Errors print one line (or one block for an invalid workflow) and exit with the code of
 `interlock.errors.ExitCode`; a traceback appears only with `--debug`. A reader that closes
-the pipe (`interlock events RUN | head`) ends the command quietly with 141, as git does.
+the pipe (`interlock events RUN | head`) ends a reading command quietly with 141, as git
+does; a command that drives runs (`run`, `batch`, `resume`) goes on to its end with its
+stdout discarded instead (`outlive_closed_output`): closing the output stops the output,
+not the work.
 
 This module is imported by every command, so it imports little: `rich` and the runtime are
 loaded when a command first prints or opens the state directory, which keeps `--help` fast.
@@ -43,14 +46,48 @@ SEQUENCE = click.IntRange(0, LARGEST)  # an event's number in its run (0: from t
 PORT = click.IntRange(0, 65535)
 
 
+class _ClosedOutput:
+    """Whether this command outlives a closed stdout, and whether it said so yet."""
+
+    outlived = False  # set by a command that drives runs: the work goes on without stdout
+    said = False  # the one line on stderr that says the output is discarded
+
+
+def outlive_closed_output() -> None:
+    """For a command that drives runs: from now on, a reader closing stdout (`| head -1`)
+    stops the output, not the work. The runs go on to their end, what they would print is
+    discarded (stderr is still used) and the command exits with its usual code; stopping
+    them would leave rows and tasks in flight that nothing drives."""
+    _ClosedOutput.outlived = True
+
+
 def pipe_closed() -> None:
-    """The reader of stdout went away: end quietly with the conventional status (141).
+    """The reader of stdout went away: end quietly with the conventional status (141), or,
+    in a command that outlives it, go on with stdout discarded.
 
     stdout is pointed at /dev/null first, so that flushing it at exit cannot fail again.
     """
+    discard_stdout()
+    if not _ClosedOutput.outlived:
+        sys.exit(int(ExitCode.PIPE_CLOSED))
+    if not _ClosedOutput.said:
+        _ClosedOutput.said = True
+        err.print("output closed: the work goes on to its end; its output is discarded")
+
+
+def end_on_closed_pipe() -> None:
+    """A write to the closed stdout escaped to the command itself: it cannot go on, so it
+    ends with 141 whatever the command (stdout discarded first)."""
+    discard_stdout()
+    sys.exit(int(ExitCode.PIPE_CLOSED))
+
+
+def discard_stdout() -> None:
+    """Point stdout at /dev/null: what is written to it from now on, and what its buffer
+    still holds, goes nowhere instead of failing again."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
-    sys.exit(int(ExitCode.PIPE_CLOSED))
+    os.close(devnull)
 
 
 class _LazyConsole:
@@ -229,7 +266,7 @@ def handle_errors(function: F) -> F:
             err.print("interrupted")
             sys.exit(int(ExitCode.INTERRUPTED))
         except BrokenPipeError:
-            pipe_closed()
+            end_on_closed_pipe()
         except (click.exceptions.Exit, click.ClickException, SystemExit):
             raise
         except Exception as exc:
@@ -246,9 +283,12 @@ def handle_errors(function: F) -> F:
 
 
 def _where(exc: InterlockError) -> str:
-    """The message, with the ledger searched named when a run was not found in it: a person
-    in the wrong directory sees why (the API's own message names no path)."""
-    if not isinstance(exc, RunNotFound) or "no ledger at" in exc.message:
+    """The message, with the ledger searched named when a run or a batch was not found in
+    it: a person in the wrong directory sees why (the API's own message names no path)."""
+    from interlock.storage.batches import BatchNotFound
+
+    batch = isinstance(exc, BatchNotFound)
+    if not (batch or isinstance(exc, RunNotFound)) or "no ledger at" in exc.message:
         return exc.message
     current = click.get_current_context(silent=True)
     ctx = current.find_object(Ctx) if current is not None else None
@@ -257,10 +297,18 @@ def _where(exc: InterlockError) -> str:
     from interlock.runtime.home import Home
 
     place = ctx.store_url or str(Home.at(ctx.home).root / "ledger.db")
-    message = exc.message.removesuffix(" (see 'interlock runs')")
+    if not batch:
+        message = exc.message.removesuffix(" (see 'interlock runs')")
+        return (
+            f"{message} in {place} (runs started elsewhere need --home or --store; "
+            "see 'interlock runs')"
+        )
+    message = exc.message.removesuffix(" (see 'interlock batches')")
+    where = f"in {place}" if ctx.store_url or Path(place).exists() else f"(no ledger at {place})"
     return (
-        f"{message} in {place} (runs started elsewhere need --home or --store; "
-        "see 'interlock runs')"
+        f"{message} {where}; a batch started elsewhere needs --home DIR or --store URL, given "
+        "before the command ('interlock --home DIR batch status ID'); 'interlock batches' "
+        "lists this ledger's"
     )
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from interlock.cli.base import COUNT, Ctx, err, handle_errors, out, pass_ctx
+from interlock.cli.base import COUNT, Ctx, err, escape, handle_errors, out, pass_ctx
 from interlock.core.batches import DEFAULT_BATCH_WAITING, MAX_BATCH_WAITING, MAX_CONCURRENCY
 from interlock.errors import ExitCode, UsageError
 
@@ -156,6 +156,10 @@ def start(
     variants = load_variants(
         file, definition, variant_specs, inputs_file, topic_field, ignore_columns
     )
+    from interlock.cli.workflows import say_typing_warnings
+
+    # `country: NO` is false: said before anything is recorded, for each file read.
+    say_typing_warnings(file, *(d.source for _, d in variants if d.source))
     if batch_id is not None:
         for one in variant_ids(batch_id, variants):
             check_batch_id(one)
@@ -164,6 +168,7 @@ def start(
     for each in (definition, *(d for _, d in variants)):
         refuse_broken_config(models, each)
         refuse_unrunnable_calls(each.source or file, pipeline, each)
+    say_config(file, [definition, *(d for _, d in variants)], Home.at(ctx.home).root)
     quote_batch(file, definition, rows, Home.at(ctx.home).root, max_cost_usd, full=dry_run)
     if variants:
         print_plan(models, definition, variants, len(rows), stream=out if dry_run else err)
@@ -317,6 +322,8 @@ def status(ctx: Ctx, batch_id: str, as_json: bool, width: int) -> None:
         out.print(failure_line(batch_id, progress.breach.reason), soft_wrap=True)
     if (budget := budget_line(batch_id, progress)) is not None:
         out.print(budget, soft_wrap=True, markup=False)
+    for warning in shown.warnings:
+        err.print(f"[bold red]warning:[/] {escape(warning)}", markup=True, soft_wrap=True)
     if record.experiment is not None:
         out.print(
             f"variant {record.variant} of experiment {record.experiment}: "
@@ -539,6 +546,48 @@ def opened(ctx: Ctx, batch_id: str) -> Interlock:
     return ctx.app
 
 
+def say_config(file: str, definitions: list[Definition], home: Path) -> None:
+    """Before the rows start: which configuration their models use (the line `run` prints),
+    and, loudly, the aliases that no configuration defines, so that every row would answer
+    with the offline stand-in's placeholder text (at $0, delivered, exit 0: nothing else
+    would tell)."""
+    from interlock.core.loader import calls_models, model_aliases
+    from interlock.errors import UsageError
+    from interlock.providers import ModelConfig
+
+    said: dict[str, None] = {}  # each line once: variants beside the base share a folder
+    offline: dict[str, None] = {}
+    for definition in definitions:
+        if not calls_models(definition):
+            continue
+        folder = Path(definition.source or file).parent
+        try:
+            config = ModelConfig.for_workflow(folder, home)
+        except Exception as exc:  # an invalid interlock.toml: its message names the file
+            raise UsageError(str(exc)) from None
+        said[config.used_line] = None
+        for alias in sorted(model_aliases(definition)):
+            try:
+                resolved = config.resolve(alias)
+            except Exception:  # undefined where a configuration exists: refused elsewhere
+                continue
+            if resolved.offline_fallback:
+                offline[alias] = None
+    for line in said:
+        err.print(line, soft_wrap=True, markup=False)
+    if offline:
+        aliases = ", ".join(repr(a) for a in offline)
+        err.print(
+            f"[bold red]warning:[/] no model is configured: {escape(aliases)} will answer every "
+            "row with the offline stand-in (placeholder text, $0), and metrics, export and "
+            "'interlock compare' would score that. Put interlock.toml beside "
+            f"{escape(file)} or in the current folder, or pass --config FILE "
+            "('interlock check FILE' says which file it reads)",
+            markup=True,
+            soft_wrap=True,
+        )
+
+
 def quote_batch(
     file: str,
     definition: Definition,
@@ -582,10 +631,12 @@ def drive(app: Interlock, batch_id: str) -> int:
     delivered, 1 a row failed or was cancelled, 3 rows wait (an approval, the budget)."""
     import asyncio
 
+    from interlock.cli.base import outlive_closed_output
     from interlock.cli.batch_view import BatchProgressView, budget_line, progress_line
     from interlock.workloads.batches import BatchRunner
     from interlock.workloads.experiments import experiment_of
 
+    outlive_closed_output()  # `| head -1` stops the output, not the rows
     group = experiment_of(app, batch_id)
     if len(group) > 1:
         return drive_experiment(app, [b.batch_id for b in group])

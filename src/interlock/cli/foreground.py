@@ -2,7 +2,8 @@
 
 SIGTERM (what systemd, Docker and Kubernetes send) is handled like Ctrl-C: the tasks are
 stopped (their process groups killed), the lease is handed back, and the command exits 130
-with the command that resumes the run.
+with the command that resumes the run. A reader closing stdout (`| head -1`) does not stop
+the run: it goes on to its end with its output discarded (`base.outlive_closed_output`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,13 @@ import asyncio
 import signal
 from typing import TYPE_CHECKING
 
-from interlock.cli.base import driver_of, err, out, terminate_as_interrupt
+from interlock.cli.base import (
+    driver_of,
+    err,
+    out,
+    outlive_closed_output,
+    terminate_as_interrupt,
+)
 from interlock.errors import ExitCode, InterlockError
 
 if TYPE_CHECKING:
@@ -30,6 +37,7 @@ def drive_in_foreground(app: Interlock, run_id: str, *, since: int | None = None
 
     orchestrator = app.orchestrator
     driver = orchestrator.drivers.get(run_id) or orchestrator.take(run_id)
+    outlive_closed_output()
     paths = LogPaths(app.home)
     try:
         with LiveProgress(out, driver.definition, run_id, paths=paths) as progress:
@@ -54,9 +62,8 @@ def drive_in_foreground(app: Interlock, run_id: str, *, since: int | None = None
     except KeyboardInterrupt:
         err.print(f"interrupted: the run is resumable with 'interlock resume {run_id}'")
         return int(ExitCode.INTERRUPTED)
-    except SystemExit as exc:
-        if exc.code == ExitCode.PIPE_CLOSED:
-            err.print(f"output closed: the run is resumable with 'interlock resume {run_id}'")
+    except BrokenPipeError:  # a write to the closed stdout that bypassed the console
+        err.print(f"output closed: the run is resumable with 'interlock resume {run_id}'")
         raise
     return report_end(app, run_id)
 

@@ -44,6 +44,7 @@ def run(
     """Start a run of PIPELINE from FILE and drive it in the foreground."""
     ctx.check_ahead()
     from interlock.cli.quote import refuse_unrunnable_calls, run_gate
+    from interlock.cli.workflows import say_typing_warnings
     from interlock.core.inputs import check_topic, resolve_inputs
     from interlock.core.loader import load_workflow
     from interlock.runtime.home import Home
@@ -53,6 +54,7 @@ def run(
     install_terminate_handler()
     given = parse_inputs(inputs)
     workflow = load_workflow(file)
+    say_typing_warnings(file)  # `country: NO` is false: said before the run is recorded
     if pipeline is None and len(workflow.definitions) == 1:
         pipeline = next(iter(workflow.definitions))
     if pipeline is not None:
@@ -81,6 +83,7 @@ def run(
 @handle_errors
 def submit(ctx: Ctx, file: str, pipeline: str | None, topic: str, inputs: tuple[str, ...]) -> None:
     """Record a run and leave it to whoever drives runs (a server or `interlock orchestrate`)."""
+    from interlock.cli.workflows import say_typing_warnings
     from interlock.core.inputs import check_topic, resolve_inputs
     from interlock.core.loader import load_workflow
     from interlock.runtime.home import Home
@@ -89,6 +92,7 @@ def submit(ctx: Ctx, file: str, pipeline: str | None, topic: str, inputs: tuple[
 
     given = parse_inputs(inputs)
     workflow = load_workflow(file)
+    say_typing_warnings(file)  # `country: NO` is false: said before the run is recorded
     if pipeline is None and len(workflow.definitions) == 1:
         pipeline = next(iter(workflow.definitions))
     if pipeline is not None:  # refused before the ledger is opened, which would create one

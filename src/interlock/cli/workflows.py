@@ -208,6 +208,11 @@ def check(
     from interlock.runtime.code_checks import missing_code
     from interlock.runtime.home import Home
 
+    if as_json and not cost:  # the JSON is the quote's: without --cost it was text
+        raise click.UsageError(
+            "--json prints the quote of --cost as JSON: give 'interlock check FILE --cost "
+            "--json' (without --json, check prints its findings as text)"
+        )
     workflow = load_workflow(file)
     text = Path(file).read_text(encoding="utf-8-sig", errors="replace")
     line_of = locator(text)
@@ -215,10 +220,7 @@ def check(
     warnings: list[str] = []
     # Tool server commands not found.
     priced: list[str] = []
-    if Path(file).suffix.lower() != ".json":  # JSON has no implicit types
-        from interlock.core.yaml_types import implicit_typing
-
-        priced += [f"{file}: {w}" for w in implicit_typing(text)]
+    priced += typing_warnings(file, text)
     quotes = []
     explored: list[str] = []  # what exploring showed of each fan-out's tolerance
     try:
@@ -303,6 +305,30 @@ def check(
             out.print(line, soft_wrap=True)
     if not quiet and (config.loaded or any(map(calls_models, workflow.definitions.values()))):
         out.print(config.used_line, soft_wrap=True, markup=False)  # which file the models use
+
+
+def typing_warnings(file: str, text: str | None = None) -> list[str]:
+    """`file: line N: ...` for each value YAML reads as other than it was written
+    (`country: NO` is false): `check` says them among its warnings, and `run`, `batch` and
+    `submit` before they record anything (`say_typing_warnings`). JSON has no implicit
+    types."""
+    if Path(file).suffix.lower() == ".json":
+        return []
+    from interlock.core.yaml_types import implicit_typing
+
+    if text is None:
+        try:
+            text = Path(file).read_text(encoding="utf-8-sig", errors="replace")
+        except OSError:  # read already by the loader; gone since: nothing to say
+            return []
+    return [f"{file}: {w}" for w in implicit_typing(text)]
+
+
+def say_typing_warnings(*files: str) -> None:
+    """Print `typing_warnings` of each file once, on stderr, as `check` prints them."""
+    for file in dict.fromkeys(files):
+        for warning in typing_warnings(file):
+            err.print(f"warning: {printable(warning)}", soft_wrap=True)
 
 
 def _tolerance_lines(name: str, tolerance: dict[str, tuple[bool, bool]]) -> list[str]:

@@ -7,7 +7,9 @@ is marked beyond it when its run's lease says more: a run that no live process d
 daily or team spend cap is `waiting: spend cap` (as the status.json of the orchestrator
 driving it says). Under each row is why it stands there (`why`): what it waits for, or why
 it did not deliver. One look at the ledger per row in flight (at most `--concurrency` +
-`--batch-waiting` of them), none for the rest.
+`--batch-waiting` of them), none for the rest; and the first event of the first and of the
+last row's run, which says whether the models had a configuration (`warnings`: rows that ran
+on the offline stand-in produced placeholder text, which metrics and `compare` would score).
 """
 
 from __future__ import annotations
@@ -69,6 +71,9 @@ class BatchStatus:
     # Rows wait to start and no live process drives the batch (its driver was killed, or
     # stopped with Ctrl-C): nothing starts them until the batch is resumed.
     stalled: bool = False
+    # What a reader of the rows must know before trusting their outputs: rows that ran on
+    # the offline stand-in (`offline_warning`).
+    warnings: tuple[str, ...] = ()
 
     @property
     def undriven(self) -> int:
@@ -140,6 +145,7 @@ class BatchStatus:
             "stalled": self.stalled,
             "spend_capped": len(self.capped),
             "undriven_hint": self.undriven_line(),
+            "warnings": list(self.warnings),
             "rows": [self.row_json(r) for r in self.rows],
         }
 
@@ -219,7 +225,43 @@ def batch_status(
         marks=marks,
         driven=driven,
         stalled=_stalled(record, progress, now),
+        warnings=tuple(w for w in [offline_warning(store, rows)] if w is not None),
     )
+
+
+def offline_warning(store: Store, rows: list[BatchRow]) -> str | None:
+    """Said when the first or the last row that has a run ran with no model configuration
+    at all: every model alias answered with the offline stand-in. Two rows are looked at,
+    not every row, for a batch of 10,000: its rows start in the process that started or
+    resumed it, and the first and the last started row stand for both."""
+    started = [r for r in rows if r.view.run_id is not None]
+    looked = {id(r): r for r in (started[:1] + started[-1:])}.values()
+    offline = [r for r in looked if _unconfigured(_config_of(store, str(r.view.run_id)))]
+    if not offline:
+        return None
+    which = ", ".join(f"row {r.view.number} ({r.view.run_id})" for r in offline)
+    return (
+        f"rows ran on the offline stand-in: no interlock.toml or model variable was found "
+        f"when their runs started ({which}), so their outputs are placeholder text, and "
+        "metrics, export and 'interlock compare' score that; configure the models in "
+        "interlock.toml (or pass --config FILE) and run the batch again"
+    )
+
+
+def _config_of(store: Store, run_id: str) -> dict[str, Any] | None:
+    """The configuration a row's run recorded (None: its run is pruned or not made yet)."""
+    from interlock.runtime.run_config import recorded_config
+
+    try:
+        return recorded_config(store, run_id)
+    except InterlockError:
+        return None
+
+
+def _unconfigured(config: dict[str, Any] | None) -> bool:
+    """A run's recorded configuration names no file and no variable (an empty one: its
+    pipeline calls no model)."""
+    return config is not None and bool(config) and not config.get("files") and not config.get("env")
 
 
 def _stalled(record: BatchRecord, progress: BatchProgress, now: float) -> bool:
