@@ -33,8 +33,6 @@ NOT_FOR_HELP = (*HEAVY, "rich", "sqlite3", "interlock.core.events", "interlock.s
 
 PROBE = """
 import sys
-
-import pytest
 from interlock.cli.main import cli
 try:
     cli({args!r}, standalone_mode=False)
@@ -221,8 +219,6 @@ def test_check_of_plain_tasks_loads_no_template_engine_nor_event_loop(
 
 BUILDS = """
 import sys
-
-import pytest
 from lark.parsers import lalr_analysis
 
 built = []
@@ -235,11 +231,11 @@ def counted(self):
 
 
 lalr_analysis.LALR_Analyzer.compute_lalr = counted
-from interlock.cli.main import cli, main
+from interlock.cli.main import main
 
 sys.argv = ["interlock", *{args!r}]
 try:
-    {call}
+    main()
 finally:
     print("BUILT", len(built), file=sys.stderr)
 """
@@ -326,8 +322,6 @@ def test_check_loads_cel_evaluator_and_template_engine_only_when_needed(
 
 BUILT_PROBE = """
 import sys
-
-import pytest
 from interlock.cli.main import cli
 try:
     cli({args!r}, standalone_mode=False)
@@ -410,8 +404,6 @@ def test_a_plain_line_prints_as_rich_prints_it(
 COLLECTOR = """
 import gc
 import sys
-
-import pytest
 
 from interlock.cli.main import cli, main
 
