@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import interlock.cli
 from interlock.cli.main import COMMAND_MODULES
 
@@ -352,3 +354,90 @@ def test_check_builds_only_the_validators_it_uses(cli_env: dict[str, str]) -> No
         built = set(line.split()[1:])
         assert "Pipeline" in built and "WorkflowFile" in built, example
         assert not built & {"Worker", "Phase", "ToolServer", "ModelEntry"}, (example, built)
+
+
+def test_check_prints_its_plain_lines_without_rich(cli_env: dict[str, str]) -> None:
+    """`interlock check` of the README's examples (with their cost quote too) prints its
+    lines without loading rich; a line that rich would change (an emoji code) still goes
+    through rich, and comes out as rich prints it."""
+    from tests.cli.test_cli import ROOT, cli
+
+    for example, *extra in (
+        ("research.json",),
+        ("fanout.yaml",),
+        ("taste.yaml",),
+        ("taste.yaml", "--cost"),
+        ("translate.yaml",),
+        ("translate-plain.yaml",),
+    ):
+        path = str(ROOT / "examples" / example)
+        assert loaded(cli_env, "check", path, *extra, heavy=("rich",)) == [], example
+    emoji = Path(cli_env["INTERLOCK_HOME"]).parent / "emoji.yaml"
+    emoji.write_text(
+        "p:\n  description: 'a :smile: today'\n  phases:\n  - id: a\n    workers:\n"
+        "    - role: w\n      model: m\n      final: true\n"
+    )
+    assert loaded(cli_env, "check", str(emoji), heavy=("rich",)) == ["rich"]
+    shown = cli(cli_env, "check", str(emoji)).stdout
+    assert "p: a \N{SMILING FACE WITH OPEN MOUTH AND SMILING EYES} today" in shown, shown
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["plain", "a: b: c", "", "two\nlines", "x :smile: y", "tab\there", "[bold]b[/bold]", "é 漢"],
+)
+def test_a_plain_line_prints_as_rich_prints_it(
+    text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A line the lazy console writes itself comes out byte for byte as rich's Console
+    writes it, with soft wrap asked for or by default off a terminal, on stdout and stderr."""
+    from interlock.cli.base import _LazyConsole
+
+    for stderr in (False, True):
+        for options in ({"soft_wrap": True}, {}, {"soft_wrap": True, "markup": False}):
+            _LazyConsole(stderr=stderr).print(text, **options)
+            fast = capsys.readouterr()
+            _LazyConsole(stderr=stderr).real().print(text, **options)
+            assert capsys.readouterr() == fast, (text, stderr, options)
+
+
+COLLECTOR = """
+import gc
+import sys
+
+from interlock.cli.main import cli, main
+
+sys.argv = ["interlock", *{args!r}]
+try:
+    {call}
+finally:
+    print("THRESHOLDS", *gc.get_threshold(), file=sys.stderr)
+"""
+
+
+def test_brief_commands_skip_full_collections_and_the_one_at_exit(
+    cli_env: dict[str, str],
+) -> None:
+    """`interlock check`, `runs` and `status`, run as commands, raise the collector's
+    thresholds (their start-up's objects live to the end: full collections find nothing)
+    and skip the collection at exit; a run keeps CPython's own, and a program calling
+    `cli` keeps its own."""
+    from tests.cli.test_cli import RESEARCH, ROOT, cli, run_id_of
+
+    from interlock.cli.main import BRIEF_THRESHOLDS
+
+    def thresholds(*args: str, call: str = "main()") -> tuple[int, ...]:
+        done = subprocess.run(
+            [sys.executable, "-c", COLLECTOR.format(args=list(args), call=call)],
+            env=cli_env, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        line = next(x for x in done.stderr.splitlines() if x.startswith("THRESHOLDS"))
+        return tuple(int(n) for n in line.split()[1:])
+
+    run_id = run_id_of(cli(cli_env, "run", RESEARCH, "research", "--topic", "x"))
+    for args in (["check", str(ROOT / "examples" / "translate.yaml")], ["runs"],
+                 ["status", run_id]):  # fmt: skip
+        assert thresholds(*args) == BRIEF_THRESHOLDS, args
+    assert thresholds("pipelines", RESEARCH) == (700, 10, 10)
+    in_process = "cli(sys.argv[1:], standalone_mode=False)"
+    assert thresholds("check", RESEARCH, call=in_process) == (700, 10, 10)

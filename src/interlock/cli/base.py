@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import os
+import re
 import signal
 import sys
 import time
@@ -90,6 +91,12 @@ def discard_stdout() -> None:
     os.close(devnull)
 
 
+# What rich would change in a line of plain text: a control character but the newline (it
+# expands tabs and drops some controls) or two colons with no space between (`:smile:`, an
+# emoji code).
+_UNPLAIN = re.compile(r"[\x00-\x09\x0b-\x1f\x7f]|:\S*:")
+
+
 class _LazyConsole:
     """A rich Console made on first use (importing rich costs a tenth of a second).
 
@@ -128,6 +135,33 @@ class _LazyConsole:
         if self._console is None:
             self._console = self._make()
         return self._console
+
+    def print(self, *objects: Any, **options: Any) -> None:
+        """Console.print; a line of plain text is written as rich would write it, without
+        loading rich (most of a tenth of a second of `check`)."""
+        if self._console is None and len(objects) == 1 and self._plain(objects[0], options):
+            stream = sys.stderr if self._stderr else sys.stdout
+            try:
+                stream.write(f"{objects[0]}\n")
+                stream.flush()
+            except BrokenPipeError:
+                pipe_closed()
+            except UnicodeEncodeError:  # rich's message says what to set
+                self.real().print(*objects, **options)
+            return
+        self.real().print(*objects, **options)
+
+    def _plain(self, text: object, options: dict[str, Any]) -> bool:
+        """Whether rich would print `text` unchanged: a str with no markup asked for and no
+        wrapping (soft wrap, asked for or off a terminal), nothing `_UNPLAIN` finds."""
+        if type(text) is not str or not options.keys() <= {"soft_wrap", "markup"}:
+            return False
+        if options.get("markup") or _UNPLAIN.search(text):
+            return False
+        soft_wrap = options.get("soft_wrap")
+        if soft_wrap is None:  # the console's own default, as `_make` sets it
+            soft_wrap = not (sys.stderr if self._stderr else sys.stdout).isatty()
+        return bool(soft_wrap)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.real(), name)
