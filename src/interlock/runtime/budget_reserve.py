@@ -23,12 +23,12 @@ from interlock.core.quote import Quote, TextSizes, call_worst_cases, quote
 from interlock.core.state import RunState
 from interlock.providers.config_files import ConfigError
 from interlock.providers.terms import model_terms
-from interlock.runtime.models import ModelRunner
 
 if TYPE_CHECKING:
     from interlock.core.batches import RowInputs
     from interlock.core.explore import ExploreReport
     from interlock.providers import ModelConfig
+    from interlock.runtime.models import ModelRunner
 
 RUN_MAX_STATES = 100_000  # as `check`: a run's quote covers what `check` covers
 
