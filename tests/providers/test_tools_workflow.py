@@ -77,7 +77,7 @@ def test_without_the_mcp_library_tools_fail_naming_the_extra(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An environment without the `mcp` package gets the pip command of the extra, from
-    `interlock check` as well."""
+    `interlock check` as well, and `run` refuses before anything is paid."""
     real_import = builtins.__import__
 
     def refuse(name: str, *args: Any, **kwargs: Any) -> Any:
@@ -88,7 +88,8 @@ def test_without_the_mcp_library_tools_fail_naming_the_extra(
     monkeypatch.delitem(sys.modules, "mcp", raising=False)
     monkeypatch.setattr(builtins, "__import__", refuse)
     assert mcp_tools.sdk_missing() == (
-        "tools need the MCP client library, which is not installed: pip install 'interlock[mcp]'"
+        "tools need the MCP client library, which is not installed: pip install "
+        "'interlock[mcp]' (in a clone of the repository: pip install -e '.[mcp]')"
     )
     flow = tmp_path / "flow.yaml"
     flow.write_text(HEAD + "      model: m\n      tools: [{mcp: [srv]}]\n")
@@ -97,6 +98,13 @@ def test_without_the_mcp_library_tools_fail_naming_the_extra(
     assert result.exit_code == 2
     assert "worker 'w': tools need the MCP client library" in result.output
     assert "pip install 'interlock[mcp]'" in result.output
+    home = str(tmp_path / "home")
+    for args in (["run", str(flow), "p", "--topic", "t"],):
+        refused = CliRunner().invoke(cli, ["--home", home, *args])
+        assert refused.exit_code == 2, refused.output  # before any call is paid
+        assert "nothing was recorded" in refused.output
+        assert "worker 'w': tools need the MCP client library" in refused.output
+    assert not (tmp_path / "home" / "runs").exists()
 
 
 def test_check_refuses_tools_on_an_agent_command_model(

@@ -303,6 +303,17 @@ def handle_errors(function: F) -> F:
             end_on_closed_pipe()
         except (click.exceptions.Exit, click.ClickException, SystemExit):
             raise
+        except ModuleNotFoundError as exc:
+            extra = EXTRAS.get((exc.name or "").partition(".")[0])
+            if debug or extra is None:
+                raise
+            err.print(
+                f"error: {exc.name} is not installed: this needs interlock's optional "
+                f"{extra!r} extra: pip install 'interlock[{extra}]' (in a clone of the "
+                f"repository: pip install -e '.[{extra}]')",
+                soft_wrap=True,
+            )
+            sys.exit(int(ExitCode.MISSING_EXTRA))
         except Exception as exc:
             if debug:
                 raise
@@ -314,6 +325,26 @@ def handle_errors(function: F) -> F:
             sys.exit(int(ExitCode.INTERNAL))
 
     return wrapper  # type: ignore[return-value]
+
+
+# The top-level modules of the optional extras (pyproject's optional-dependencies): a
+# command that imports one that is missing says which extra to install, not an internal error.
+EXTRAS = {
+    "psycopg": "postgres",
+    "psycopg_pool": "postgres",
+    "redis": "redis",
+    "cryptography": "sign",
+    "fastapi": "server",
+    "fastapi_offline": "server",
+    "uvicorn": "server",
+    "jwt": "server",
+    "prometheus_client": "server",
+    "croniter": "server",
+    "websockets": "server",
+    "httpx": "server",
+    "mcp": "mcp",
+    "opentelemetry": "otel",
+}
 
 
 def _where(exc: InterlockError) -> str:

@@ -90,10 +90,10 @@ def run_gate(
 
 
 def refuse_unrunnable_calls(file: str, name: str, definition: Definition) -> None:
-    """Before a run starts here: a `call:` target that does not import, or a script beside
-    the workflow that a command runs and that is not there, fails its task when the phase is
-    reached, after what came before was paid for. Said now, `check`'s way (which warns of
-    the script only: the file may be put there before a run)."""
+    """Before a run starts here: a `call:` target that does not import, a script beside the
+    workflow that a command runs and that is not there, or `tools:` without the MCP library,
+    fails its task when the phase is reached, after what came before was paid for. Said now,
+    `check`'s way (which warns of the script only: the file may be put there before a run)."""
     from interlock.cli.workflows import call_problems
     from interlock.core.parse import locator
     from interlock.errors import UsageError
@@ -105,9 +105,25 @@ def refuse_unrunnable_calls(file: str, name: str, definition: Definition) -> Non
     except OSError:  # read a moment ago; gone now: no lines to name
         line_of = lambda path: None  # noqa: E731
     problems += missing_code(name, definition.pipeline, Path(file).parent, line_of)
+    problems += tools_unrunnable(name, definition)
     if problems:
         listed = "\n".join(f"  - {problem}" for problem in problems)
         raise UsageError(f"{file}: nothing was recorded:\n{listed}")
+
+
+def tools_unrunnable(name: str, definition: Definition) -> list[str]:
+    """Workers with `tools:` when the MCP library is not installed: their tasks would fail
+    after what came before them was paid for."""
+    pipeline = definition.pipeline
+    workers = [(p, w) for p in pipeline.phases for w in p.workers if w.tools]
+    if not workers:
+        return []  # the MCP library takes most of a second to import: only for tools
+    from interlock.providers.mcp_tools import sdk_missing
+
+    missing = sdk_missing()
+    if missing is None:
+        return []
+    return [f"pipeline {name!r}, phase {p.id!r}, worker {w.role!r}: {missing}" for p, w in workers]
 
 
 def quote_lines(quote: Quote) -> list[str]:

@@ -31,7 +31,9 @@ if TYPE_CHECKING:
     from mcp import Client
     from mcp_types import RequestParamsMeta
 
-INSTALL_HINT = "pip install 'interlock[mcp]'"
+INSTALL_HINT = (
+    "pip install 'interlock[mcp]' (in a clone of the repository: pip install -e '.[mcp]')"
+)
 _STDERR_TAIL = 600  # characters of a server's stderr quoted when it fails
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 KEY_META = "interlock/idempotency-key"

@@ -49,7 +49,8 @@ def serve(config: ServerConfig, *, log_level: str = "warning") -> None:
         from interlock.server.app import build_app
     except ImportError as exc:
         raise MissingExtra(
-            f"the server needs an extra: pip install 'interlock[server]' ({exc})"
+            f"the server needs an extra: pip install 'interlock[server]' (in a clone of "
+            f"the repository: pip install -e '.[server]'); {exc}"
         ) from None
 
     sock = bind(config.host, config.port)  # a port in use is said before anything starts
