@@ -10,6 +10,7 @@ import pkgutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -393,8 +394,9 @@ def test_a_plain_line_prints_as_rich_prints_it(
     writes it, with soft wrap asked for or by default off a terminal, on stdout and stderr."""
     from interlock.cli.base import _LazyConsole
 
+    choices: list[dict[str, Any]] = [{"soft_wrap": True}, {}, {"soft_wrap": True, "markup": False}]
     for stderr in (False, True):
-        for options in ({"soft_wrap": True}, {}, {"soft_wrap": True, "markup": False}):
+        for options in choices:
             _LazyConsole(stderr=stderr).print(text, **options)
             fast = capsys.readouterr()
             _LazyConsole(stderr=stderr).real().print(text, **options)

@@ -336,8 +336,18 @@ def test_a_row_starts_only_while_its_worst_case_fits_what_the_budget_leaves() ->
     progress = fold(ended, max_cost_usd=1.0, worst_usd=worst)
     assert progress.over_budget and progress.settled and not progress.overspent
     assert progress.counts == {RowStatus.DELIVERED: 1, RowStatus.BUDGET: 1}
-    # A row whose worst case is not known starts while the spend is under the budget, as
-    # before; a spend past the budget is flagged.
-    assert next_starts([view(1)], concurrency=1, max_cost_usd=1.0, cancelled=False,
-                       worst_usd={}).rows == (1,)  # fmt: skip
+    # A row whose worst case is not known starts while the spend is under the budget and no
+    # other such row is in flight (one at a time, in row order); a spend past the budget is
+    # flagged.
+    unknown = [view(n) for n in range(1, 5)]
+    assert next_starts(unknown, concurrency=4, max_cost_usd=1.0, cancelled=False,
+                       worst_usd={3: 0.1}).rows == (1,)  # fmt: skip
+    unknown[0] = view(1, RowState.STARTED, "running", 0.2)
+    assert next_starts(unknown, concurrency=4, max_cost_usd=1.0, cancelled=False,
+                       worst_usd={3: 0.1}).rows == ()  # fmt: skip
+    unknown[0] = view(1, RowState.STARTED, "delivered", 0.2)
+    assert next_starts(unknown, concurrency=4, max_cost_usd=1.0, cancelled=False,
+                       worst_usd={2: 0.1}).rows == (2, 3)  # fmt: skip
+    assert next_starts(unknown, concurrency=4, max_cost_usd=None, cancelled=False,
+                       worst_usd={}).rows == (2, 3, 4)  # fmt: skip
     assert fold([view(1, RowState.STARTED, "delivered", 1.5)], max_cost_usd=1.0).overspent

@@ -51,8 +51,10 @@ def test_thousands_of_batch_seeds_keep_every_invariant(tmp_path: Path) -> None:
     )
     assert all(counts[s] for s in endings), counts
     assert crashes > SEEDS // 2
-    # Rows waiting in a provider batch let more than --concurrency rows fly in some seeds.
-    assert beyond > SEEDS // 20, beyond
+    # Rows waiting in a provider batch let more than --concurrency rows fly in some seeds
+    # (not under a budget: the simulated rows' cost is not known, so those start one at a
+    # time).
+    assert beyond > SEEDS // 25, beyond
 
 
 def test_the_checks_catch_a_ledger_that_claims_a_started_row_again(

@@ -609,7 +609,16 @@ def quote_batch(
 
         for line in quote_lines(quoted.dearest):
             stream.print(line, soft_wrap=True)
-    if max_cost_usd is not None and (quoted.usd is None or quoted.usd > max_cost_usd):
+    if max_cost_usd is not None and quoted.usd is None:
+        err.print(
+            f"note: the worst case has no bound (see 'interlock check --cost'), so under "
+            f"--max-cost-usd (${max_cost_usd:,.4f}) rows whose worst case is not known start "
+            "one at a time while the spend is under it, and the budget can be passed by what "
+            "one such row costs; bound it (a price, max_output_tokens, context_tokens) to hold "
+            "each row's worst case",
+            soft_wrap=True,
+        )
+    elif max_cost_usd is not None and quoted.usd is not None and quoted.usd > max_cost_usd:
         err.print(
             f"note: the worst case is over --max-cost-usd (${max_cost_usd:,.4f}): a row starts "
             "only while its worst case fits in what is left of it; the others wait ('paused: "

@@ -79,8 +79,9 @@ def budget_line(batch_id: str, progress: BatchProgress) -> str | None:
     if progress.overspent:
         return (
             f"batch {batch_id} went over its budget: it spent ${progress.cost_usd:.4f} of "
-            f"${budget:.4f} (a row whose worst case is not known, such as one calling a model "
-            "without a price or an output limit, is held to the recorded spend only)"
+            f"${budget:.4f} (a row whose worst case is not known, one with no bound in `check "
+            "--cost`: a model without a price or an output limit, or a prompt with no bound "
+            "(set context_tokens), starts one at a time, held to the recorded spend only)"
         )
     if not progress.over_budget or not progress.waiting:
         return None

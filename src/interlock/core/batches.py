@@ -249,12 +249,23 @@ def _budget_room(
 ) -> tuple[tuple[int, ...], BudgetHold | None]:
     """Of `rows` (in row order), those whose worst cases fit, one after another, in what is
     left of the budget, and what holds back the first that does not. A row whose worst case
-    is not known starts as before: while the spend is under the budget."""
+    is not known (no bound on a prompt, a model without a price) starts while the spend is
+    under the budget and no other such row is in flight: the budget is passed by at most
+    what one such run costs, not by one for each row the concurrency allows."""
     left = max_cost_usd - spent - held_usd(views, worst_usd)
+    unbounded = any(
+        v.number not in worst_usd
+        for v in views
+        if v.state is RowState.STARTED and v.run_status not in RUN_ENDED
+    )
     fit: list[int] = []
     for number in rows:
         worst = worst_usd.get(number)
-        if worst is not None and worst > left + _EPSILON:
+        if worst is None:
+            if unbounded:
+                break  # after the row of unknown cost in flight, in row order
+            unbounded = True
+        elif worst > left + _EPSILON:
             return tuple(fit), BudgetHold(
                 row=number, worst_usd=worst, left_usd=left, max_cost_usd=max_cost_usd
             )
