@@ -179,9 +179,9 @@ def profile(mode: str, runs: int, src: str | None, top: int, calls: bool = False
     more, base = found
     extra = runs - BASE_RUNS
     rows = []
-    for key, (_, calls, own, total, _) in more.items():
-        _, calls0, own0, total0, _ = base.get(key, (0, 0, 0.0, 0.0, None))
-        rows.append(((calls - calls0) / extra, (own - own0) / extra, (total - total0) / extra, key))
+    for key, (_, made, own, total, _) in more.items():
+        _, made0, own0, total0, _ = base.get(key, (0, 0, 0.0, 0.0, None))
+        rows.append(((made - made0) / extra, (own - own0) / extra, (total - total0) / extra, key))
     unit, scale = ("calls", 1.0) if calls else ("microseconds", 1e6)
     print(
         f"{mode}: {sum(r[0] for r in rows):,.0f} calls per run "

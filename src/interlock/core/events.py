@@ -9,6 +9,8 @@ with the rule that produced it.
 from __future__ import annotations
 
 import dataclasses
+import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -572,13 +574,38 @@ _SPARSE = frozenset({"retry_after", "parent_run", "parent_task", "records", "app
 
 def to_record(event: Event) -> tuple[str, dict[str, Any]]:
     """(kind, data) ready for JSON; `data` holds `v`, the record version."""
-    data = {
-        name: value
-        for name in _FIELDS[event.kind]
-        if (value := getattr(event, name)) is not None or name not in _SPARSE
-    }
-    data["v"] = EVENT_VERSION
-    return event.kind, data
+    encode = _RECORDERS.get(event.kind)
+    if encode is None:
+        encode = _RECORDERS[event.kind] = _recorder(event.kind)
+    return encode(event)
+
+
+_RECORDERS: dict[str, Callable[[Event], tuple[str, dict[str, Any]]]] = {}
+
+
+def _recorder(kind: str) -> Callable[[Event], tuple[str, dict[str, Any]]]:
+    """The function that writes an event of `kind` as its record: its fields in order, as
+    one dict display and plain attribute reads, each sparse one only when set.
+
+    Every event appended is encoded, so this is written out per kind, as `dataclasses` writes
+    constructors, the first time a kind is encoded: a comprehension over the field names with
+    `getattr` costs three times as much per event.
+    """
+    names = _FIELDS[kind]  # a KeyError for a kind that is not an event type, as before
+    # The fields before the first sparse one in a dict display, the rest one by one: the
+    # record's keys stay in the order of the fields.
+    leading = list(itertools.takewhile(lambda name: name not in _SPARSE, names))
+    lines = ["def record(event):"]
+    lines.append("    data = {" + ", ".join(f"{n!r}: event.{n}" for n in leading) + "}")
+    for name in names[len(leading) :]:
+        if name in _SPARSE:
+            lines.append(f"    if (value := event.{name}) is not None: data[{name!r}] = value")
+        else:
+            lines.append(f"    data[{name!r}] = event.{name}")
+    lines += [f"    data['v'] = {EVENT_VERSION!r}", f"    return {kind!r}, data"]
+    namespace: dict[str, Any] = {}
+    exec("\n".join(lines), namespace)  # the text is built above from field names alone
+    return namespace["record"]  # type: ignore[no-any-return]
 
 
 def from_record(kind: str, data: dict[str, Any]) -> Event:

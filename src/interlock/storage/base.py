@@ -14,7 +14,7 @@ Guarantees every backend gives:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -29,6 +29,22 @@ if TYPE_CHECKING:
     from interlock.core.state import RunState
 
 
+# `interlock.core.events.to_record`, imported at the first event encoded rather than in each
+# call: an import statement in a function costs about 7,000 instructions each time it runs,
+# even of a module already loaded, and every event appended is encoded here (the event types
+# are not imported with this module: see above).
+_to_record: Callable[[Event], tuple[str, dict[str, Any]]] | None = None
+
+
+def _record_of(event: Event) -> tuple[str, dict[str, Any]]:
+    global _to_record
+    if _to_record is None:
+        from interlock.core.events import to_record
+
+        _to_record = to_record
+    return _to_record(event)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class NewEvent:
     """An event to append, with the rule that decided it (None for observations)."""
@@ -39,16 +55,12 @@ class NewEvent:
 
     def record(self) -> tuple[str, str]:
         """(kind, JSON data) as stored."""
-        from interlock.core.events import to_record
-
-        kind, data = to_record(self.event)
+        kind, data = _record_of(self.event)
         return kind, codec.dumps(data)
 
     def stamped(self) -> tuple[str, str, str]:
         """(kind, JSON data, content digest): the record and what its chain link covers."""
-        from interlock.core.events import to_record
-
-        kind, data = to_record(self.event)
+        kind, data = _record_of(self.event)
         text = codec.dumps(data)
         # Digested as it reads back (not as built), so that what is hashed is what is stored:
         # `digest_record` proves the two the same before it takes the values as built.

@@ -181,19 +181,21 @@ def digest_record(
         direct = orjson.dumps(body, default=codec.plain_value, option=_DIRECT_OPTIONS)
     except (orjson.JSONEncodeError, TypeError):
         return digest_text(at, kind, text, rule, why)
-    if b"+" in direct or _integral_float(direct):
+    # `find`, not `in`: `bytes in bytes` first tries the needle as an integer, and the
+    # TypeError it raises and clears costs more than the search.
+    if direct.find(b"+") != -1 or _integral_float(direct):
         return digest_text(at, kind, text, rule, why)
     return hashlib.sha256(direct).hexdigest()
 
 
 def _integral_float(text: bytes) -> bool:
     """Whether `text` holds ".0" before a delimiter: an integral float as orjson writes one
-    below 1e16 (or those bytes in a string). Split at "." rather than searched for ".0,"
-    and the like: one pass over the bytes instead of three."""
-    for piece in text.split(b".")[1:]:
-        if piece[:1] == b"0" and piece[1:2] in (b",", b"}", b"]"):
-            return True
-    return False
+    below 1e16 (or those bytes in a string). A pattern with a literal start is searched for
+    that literal first: a third of the instructions of splitting the text at every "."."""
+    return _INTEGRAL_FLOAT(text) is not None
+
+
+_INTEGRAL_FLOAT = re.compile(rb"\.0[,}\]]").search
 
 
 def digest(at: float, kind: str, data: dict[str, Any], rule: str | None, why: str | None) -> str:
