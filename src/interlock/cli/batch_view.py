@@ -146,7 +146,8 @@ class BatchProgressView:
             # Rows that had ended before this process looked are not said again.
             if before is not None and before != status and status in SAID:
                 cost = f"{'~' if view.estimated else ''}${view.cost_usd:.4f}"
-                out.print(f"row {view.number}: {status} ({view.run_id}, {cost})")
+                run = f"{view.run_id}, " if view.run_id else ""  # a row never started: no run
+                out.print(f"row {view.number}: {status} ({run}{cost})")
         line = progress_line(progress, snapshot.eta, snapshot.capped)
         now = time.monotonic()
         if line != self._said and (now - self._last_line >= PLAIN_EVERY or progress.settled):
