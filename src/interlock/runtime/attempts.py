@@ -14,6 +14,7 @@ from interlock.runtime.dispatch import Attempt, Wait
 from interlock.runtime.driver import Report
 from interlock.runtime.executors import Outcome, TaskSpec
 from interlock.runtime.task_slots import store_key
+from interlock.runtime.task_specs import prepare_spec
 
 if TYPE_CHECKING:
     from interlock.runtime.driver import RunDriver
@@ -28,7 +29,15 @@ def attempt_of(orchestrator: Orchestrator, driver: RunDriver, task: TaskState) -
     lane = "" if held is None else store_key(driver.state.pipeline, task.role, held.key)
 
     def prepare(tmp: Path) -> Callable[[], TaskSpec | Outcome]:
-        return driver.prepare_spec(driver.state.tasks[task_id], tmp)
+        state = driver.state
+        return prepare_spec(
+            pipeline,
+            state,
+            state.tasks[task_id],
+            tmp,
+            run_dir=driver.run_dir,
+            workflow_dir=driver.workflow_dir,
+        )
 
     def tell(report: Report) -> None:
         now = orchestrator.drivers.get(run_id)  # a run taken again has a driver anew

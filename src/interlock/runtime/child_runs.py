@@ -22,6 +22,7 @@ from interlock.runtime.children import ChildHost, ChildPorts, ChildRequest, Chil
 from interlock.runtime.driver import Report, RunDriver
 from interlock.runtime.home import Home
 from interlock.runtime.models import ModelRunner
+from interlock.runtime.task_specs import child_request
 from interlock.storage.base import ENDED_STATUSES, Store
 
 log = logging.getLogger("interlock.runtime")
@@ -255,9 +256,10 @@ def child_start(driver: RunDriver, task_id: str) -> ChildStart | str:
     """The child run the current attempt of `task_id` creates (its `task` and `inputs`
     rendered from the parent's state now), or why it cannot be."""
     task = driver.state.tasks[task_id]
-    worker = driver.definition.pipeline.worker(task.role)
+    pipeline = driver.definition.pipeline
+    worker = pipeline.worker(task.role)
     assert worker.pipeline is not None and worker.pipeline_definition is not None
-    rendered = driver.child_request(task)
+    rendered = child_request(pipeline, driver.state, task)
     if isinstance(rendered, str):
         return rendered
     topic, inputs = rendered
