@@ -20,21 +20,18 @@ from pathlib import Path
 from typing import Any
 
 from interlock.core import events as ev
-from interlock.core.extract import ExtractionError, extract_values
 from interlock.core.loader import Definition
 from interlock.core.observe import CommandKind
 from interlock.core.state import (
     RunState,
-    TaskState,
-    artifact_name,
     batch_parked,
     listed_status,
 )
 from interlock.engine import Recorded, RunMachine
 from interlock.engine import effects as fx
 from interlock.engine import inputs as obs
-from interlock.runtime import apply, artifacts
-from interlock.runtime.edits import REVIEW_KINDS, keep_hand_edit, pending_edits
+from interlock.runtime import apply, artifacts, run_outputs
+from interlock.runtime.edits import REVIEW_KINDS
 from interlock.runtime.faults import crash_point
 from interlock.runtime.projection import status_view
 from interlock.runtime.reuse import Reuser
@@ -183,7 +180,9 @@ class RunDriver:
                 fresh = attempt not in finished and self.machine.accepts(self.state, event)
                 if isinstance(event, ev.TaskCompleted) and fresh:
                     finished.add(attempt)
-                    event, body = self._commit_output(event, report.tmp)
+                    event, body = run_outputs.commit_output(
+                        self.definition.pipeline, self.state, self.run_dir, event, report.tmp
+                    )
                     committed = True
                     inputs.append(obs.Reported(event=event, body=body, on_disk=True))
                     continue
@@ -267,109 +266,29 @@ class RunDriver:
             estimated=state.estimated,
         )
 
-    def final_path(self, task: TaskState) -> Path:
-        """Where a task's output is committed."""
-        worker = self.definition.pipeline.worker(task.role)
-        return self.run_dir / artifact_name(worker.output_name, task.visit, task.item)
-
-    def _commit_output(
-        self, event: ev.TaskCompleted, tmp: Path
-    ) -> tuple[ev.TaskCompleted, bytes | None]:
-        """Rename the output into place; the completion to record, and the body to store
-        with it (small outputs)."""
-        task = self.state.tasks[event.task_id]
-        final = self.final_path(task)
-        crash_point("before_commit_output")
-        sha, size, body = artifacts.commit(tmp, final)
-        crash_point("after_commit_output")
-        committed = ev.TaskCompleted(
-            at=event.at,
-            task_id=event.task_id,
-            attempt=event.attempt,
-            artifact=final.name,
-            sha256=sha,
-            size=size,
-            values=event.values,
-            usage=event.usage,
-            records=event.records,
-        )
-        return committed, body
-
     def keep_recorded_outputs(self) -> None:
         """After a commit that may have failed: keep for writing only the in-memory outputs
         whose completions the ledger really holds."""
-        recorded = {(t.artifact, t.sha256) for t in self.state.tasks.values() if t.artifact}
-        self.writes = [w for w in self.writes if (w.artifact, w.sha256) in recorded]
+        self.writes = run_outputs.recorded_writes(self.state, self.writes)
 
     def restore_outputs(self, store: Store) -> None:
-        """Rewrite committed outputs that are missing or damaged (after a crash or a power
-        loss) from the bodies the ledger stored with their completions."""
+        """Rewrite committed outputs that are missing or damaged (`run_outputs`)."""
         self.writes.clear()
-        pending: set[str] | None = None  # asked for once, and only when a file differs
-        for task in self.state.tasks.values():
-            if task.artifact is None or task.sha256 is None:
-                continue
-            path = self.run_dir / task.artifact
-            if _intact(path, task.size, task.sha256):
-                continue
-            if pending is None:
-                pending = pending_edits(store, self.run_id)
-            body = store.artifact(task.sha256)
-            if body is None and self.reuser is not None:
-                body = self.reuser.recover(task)  # carried over from a run's folder
-            if body is not None:
-                keep_hand_edit(self.state, path, task.size, task.sha256, body, pending)
-                artifacts.write_atomic(path, body)
-        if self.state.delivered is not None:
-            final_md, delivered = self.run_dir / "final.md", self.run_dir / self.state.delivered
-            both = final_md.is_file() and delivered.is_file()
-            if both and final_md.stat().st_size != delivered.stat().st_size:
-                final_md.unlink()  # cut short by a crash: `act` writes it again
-                self.final_md_placed = False
+        if run_outputs.restore_outputs(store, self.state, self.run_dir, self.reuser):
+            self.final_md_placed = False
 
     def _adopt(self, now: float) -> list[obs.Input]:
         """Outputs committed while no orchestrator was recording (it died in between); and
         the attempts a worker began unrecorded (see `begun_attempts`): the step records
         each start, then each output after the start it implies."""
         begun, self.begun = self.begun, set()
-        flight = self.state.in_flight()
         adopted: list[obs.Input] = [
             obs.Begun(task_id=t.task_id, attempt=t.attempt)
-            for t in flight
+            for t in self.state.in_flight()
             if (t.task_id, t.attempt) in begun
         ]
-        for task in flight:
-            final = self.final_path(task)
-            if task.task_id in self.handles or final.is_symlink() or not final.is_file():
-                continue  # a symlink was not committed by us and may point outside the run
-            if final.stat().st_size == 0:
-                # Not a commit of ours (those are durable before they appear): what a power
-                # loss can leave of a file renamed unsynced. The task runs again.
-                continue
-            worker = self.definition.pipeline.worker(task.role)
-            try:
-                values = extract_values(worker.extract, final.read_text(encoding="utf-8"))
-            except (ExtractionError, UnicodeDecodeError):
-                continue  # only outputs that passed extraction are ever committed
-            sha, size = artifacts.digest(final)
-            if sha == task.sha256:
-                continue  # the output it had before an edit's re-run: not a new result
-            body = None
-            if size <= artifacts.INLINE_LIMIT:
-                body = final.read_bytes()
-            else:
-                artifacts.fsync_file(final)
-            event = ev.TaskCompleted(
-                at=now,
-                task_id=task.task_id,
-                attempt=task.attempt,
-                artifact=final.name,
-                sha256=sha,
-                size=size,
-                values=values,
-                adopted=True,
-            )
-            adopted.append(obs.Adopted(event=event, body=body))
+        pipeline = self.definition.pipeline
+        adopted += run_outputs.adopted(pipeline, self.state, self.run_dir, self.handles, now)
         return adopted
 
     def act(self, ports: apply.ApplyPorts, effects: Sequence[fx.Effect] | None = None) -> None:
@@ -407,13 +326,6 @@ def _folder_of(source: str, cwd: str) -> Path:
     """The absolute folder of a workflow file (the runs of one file share it: paths are
     built once)."""
     return Path(cwd, source).parent
-
-
-def _intact(path: Path, size: int | None, sha256: str) -> bool:
-    """Whether a committed output is on disk as recorded (large ones: by size alone)."""
-    if not path.is_file() or path.stat().st_size != size:
-        return False
-    return size > artifacts.INLINE_LIMIT or artifacts.digest(path)[0] == sha256
 
 
 # What `_recorded` notes of an event, by its type: the crash point a signal or wait event
