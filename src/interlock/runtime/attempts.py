@@ -75,8 +75,8 @@ def attempt_of(orchestrator: Orchestrator, driver: RunDriver, task: TaskState) -
         return found is None or found.started_at is not None
 
     def ended(handle: object) -> None:
-        if driver.handles.get(task_id) is handle:
-            del driver.handles[task_id]
+        if driver.workers.handles.get(task_id) is handle:
+            del driver.workers.handles[task_id]
 
     return Attempt(
         run_id=run_id,

@@ -155,8 +155,8 @@ class ChildRuns:
             return None
 
         def ended(handle: object) -> None:
-            if driver.handles.get(task_id) is handle:
-                del driver.handles[task_id]
+            if driver.workers.handles.get(task_id) is handle:
+                del driver.workers.handles[task_id]
 
         return ChildRequest(
             parent_run=run_id,
@@ -225,7 +225,7 @@ class ChildRuns:
             record = self.ports.store.get_run(child_id)
         except RunNotFound:
             return
-        if task.attempt not in task.charged and task.task_id not in driver.handles:
+        if task.attempt not in task.charged and task.task_id not in driver.workers.handles:
             self._settle_child(driver, task)
         if record.summary.status in ENDED_STATUSES:
             return
@@ -239,8 +239,8 @@ class ChildRuns:
         """An ended run taken again whose child's spend is not recorded yet (the process that
         watched the child died): record it once the child has stopped."""
         handle = self.settle_spend(driver, task)
-        driver.handles[task.task_id] = handle
-        driver.stopping.add(task.task_id)  # not cancelled with the others: it must report
+        driver.workers.handles[task.task_id] = handle
+        driver.workers.stopping.add(task.task_id)  # not cancelled with the others: it must report
         handle.add_done_callback(lambda _: self._touch(driver))
 
     def cancel(self, child_id: str, reason: str) -> None:

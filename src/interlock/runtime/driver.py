@@ -10,7 +10,6 @@ resume.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import os
@@ -30,13 +29,12 @@ from interlock.core.state import (
 from interlock.engine import Recorded, RunMachine
 from interlock.engine import effects as fx
 from interlock.engine import inputs as obs
-from interlock.runtime import apply, artifacts, run_outputs
+from interlock.runtime import apply, artifacts, run_outputs, status_file
+from interlock.runtime.artifacts import StrPath
 from interlock.runtime.edits import REVIEW_KINDS
 from interlock.runtime.faults import crash_point
-from interlock.runtime.projection import status_view
 from interlock.runtime.reuse import Reuser
-from interlock.runtime.runfiles import status_writer
-from interlock.storage import codec
+from interlock.runtime.status_file import StatusMarks
 from interlock.storage.base import CommandRecord, Lease, NewEvent, RunSummary, Store
 
 log = logging.getLogger("interlock.runtime")
@@ -69,33 +67,26 @@ class RunDriver:
     state: RunState
     lease: Lease
     run_dir: Path
-    handles: dict[str, asyncio.Task[None]] = field(default_factory=dict)
-    handle_attempts: dict[str, int] = field(default_factory=dict)  # the attempt each runs
+    workers: apply.Workers = field(default_factory=apply.Workers)  # what runs for it now
     reports: list[Report] = field(default_factory=list)
-    stopping: set[str] = field(default_factory=set)  # tasks cancelled because the run ended
     # The reports the last `observe` turned into events, handed back by `reobserve` when
     # their commit failed: a worker's finished work is recorded later, never redone.
     observed_reports: list[Report] = field(default_factory=list)
     commands: list[CommandRecord] = field(default_factory=list)
     source: str = ""  # the workflow file the run was started from (may be gone)
-    status_written: float = 0.0  # when status.json was last written
-    status_shows: int = -1  # the number of events the written status.json reflects
-    status_due: float | None = None  # when a coalesced rewrite is scheduled
-    status_cost: float = 0.0  # seconds the last status.json write took
+    status: StatusMarks = field(default_factory=StatusMarks)
     spend_waits: dict[str, dict[str, Any]] = field(default_factory=dict)  # task: its cap wait
     batch_waits: dict[str, dict[str, Any]] = field(default_factory=dict)  # task: its batch
     checked_adoption: bool = False
     # Attempts a worker began before this driver took the run (see `begun_attempts`): each
     # gets its start recorded, if the orchestrator that began it did not record one.
     begun: set[tuple[str, int]] = field(default_factory=set)
-    acted_mark: int = 0  # the number of events the state held when `act` last ran (0: never)
     dirty: bool = True
     # Bodies the last step stores with its events in the ledger (SHA-256, bytes).
     stored: list[tuple[str, bytes]] = field(default_factory=list)
     # Outputs held in memory, written into the run directory once their completion is
     # recorded (a crash before that loses nothing: the ledger holds them).
     writes: list[fx.WriteOutput] = field(default_factory=list)
-    final_md_placed: bool = False  # final.md was found in place or handed over for writing
     # Outputs written from the ledger without an fsync (see `Orchestrator._write_outputs`),
     # made durable once the run ends, before it is archived or let go.
     unsynced: list[artifacts.StrPath] = field(default_factory=list)
@@ -103,12 +94,11 @@ class RunDriver:
     synced_mark: int = -1  # the number of events the state held when the last sync began
     # Fingerprints every completion and carries earlier outputs over (reruns, the cache).
     reuser: Reuser | None = None
-    reusing: set[str] = field(default_factory=set)  # tasks whose reuse awaits recording
-    placing_reused: bool = False  # a reused output waits in `writes`
-    reviewed: str | None = None  # "edit" or "reject" just recorded, not yet acted on
-    waits: set[str] = field(default_factory=set)  # signal/wait events recorded, not acted on
-    children_stopped: bool = False  # the children of the ended run were asked to stop
+    unacted: apply.Unacted = field(default_factory=apply.Unacted)  # crash points to pass
     machine: RunMachine = field(init=False, repr=False)  # the run's step (`interlock.engine`)
+    # What the applier calls of the loop for this run (bound by the orchestrator that
+    # takes it, once it has its `reuser`).
+    ports: apply.RunPorts = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.machine = RunMachine(self.definition.pipeline, stamp=self._stamp)
@@ -161,7 +151,7 @@ class RunDriver:
         for report in self.reports:
             event = report.event
             if isinstance(event, ev.TaskReused):
-                self.reusing.discard(event.task_id)
+                self.workers.claiming.discard(event.task_id)
                 assert report.body is not None
                 stored = event.size <= artifacts.INLINE_LIMIT
                 inputs.append(obs.Reused(event=event, body=report.body, stored=stored))
@@ -220,11 +210,11 @@ class RunDriver:
             if mark is None:
                 pass
             elif mark == "reviewed":
-                self.reviewed = "edit" if isinstance(event, ev.OutputEdited) else "reject"
+                self.unacted.reviewed = "edit" if isinstance(event, ev.OutputEdited) else "reject"
             elif mark == "placing_reused":
-                self.placing_reused = True
+                self.unacted.placing_reused = True
             else:
-                self.waits.add(mark)
+                self.unacted.waits.add(mark)
             new.append(
                 NewEvent(event=event, rule=None if r.rule is None else str(r.rule), why=r.why)
             )
@@ -275,7 +265,7 @@ class RunDriver:
         """Rewrite committed outputs that are missing or damaged (`run_outputs`)."""
         self.writes.clear()
         if run_outputs.restore_outputs(store, self.state, self.run_dir, self.reuser):
-            self.final_md_placed = False
+            self.workers.final_placed = False
 
     def _adopt(self, now: float) -> list[obs.Input]:
         """Outputs committed while no orchestrator was recording (it died in between); and
@@ -288,37 +278,50 @@ class RunDriver:
             if (t.task_id, t.attempt) in begun
         ]
         pipeline = self.definition.pipeline
-        adopted += run_outputs.adopted(pipeline, self.state, self.run_dir, self.handles, now)
+        adopted += run_outputs.adopted(
+            pipeline, self.state, self.run_dir, self.workers.handles, now
+        )
         return adopted
 
-    def act(self, ports: apply.ApplyPorts, effects: Sequence[fx.Effect] | None = None) -> None:
+    def plan(self) -> list[fx.Effect]:
+        """The effects the run's state calls for now (`apply.plan`)."""
+        return apply.plan(self.machine, self.state, self.workers, self.writes)
+
+    def stage(self, effects: Sequence[fx.Effect]) -> tuple[list[tuple[StrPath, bytes]], bool]:
+        """The files of `effects`, handed over to be written (`apply.stage_files`): the
+        outputs waiting for it are no longer held."""
+        writes, self.writes = self.writes, []
+        return apply.stage_files(self.run_dir, writes, effects, self.workers, self.unacted)
+
+    def act(self, effects: Sequence[fx.Effect] | None = None) -> None:
         """Carry out what the state calls for (`effects`, planned already when the
         orchestrator wrote the tick's files; else planned and written here); safe to repeat."""
         if effects is None:
-            effects = apply.plan(self)
-            files, delivering = apply.stage_files(self, effects)
+            effects = self.plan()
+            files, delivering = self.stage(effects)
             if files:
                 artifacts.write_files(files)  # before any task that reads them starts
             if delivering:
                 crash_point("after_deliver")
-        apply.apply(self, effects, ports)
+        self.run_dir = apply.apply(
+            self.state, self.run_dir, effects, self.workers, self.unacted, self.status, self.ports
+        )
 
-    def write_status(self) -> None:
-        """Hand `status.json` to the process's status writer (a projection, written
-        atomically by a thread of its own, no fsync: see `runtime/runfiles.py`).
+    def refresh_status(self) -> None:
+        """Rewrite status.json now, or schedule its rewrite (`status_file.refresh_status`)."""
+        apply.refresh(self.status, self.state, self.run_dir, self.ports)
 
-        One line of compact JSON: the C encoder writes it several times faster than an
-        indented one; `interlock status RUN --json` shows it indented.
-        """
-        view = status_view(
+    def write_status(self, run_dir: Path | None = None) -> None:
+        """Hand `status.json` to the process's status writer (`status_file.write_status`),
+        into `run_dir` (the run's folder unless given)."""
+        status_file.write_status(
             self.definition.pipeline,
             self.state,
-            self.run_dir.name,
+            self.run_dir if run_dir is None else run_dir,
+            self.lease.owner,
             spend_waits=self.spend_waits,
             batch_waits=self.batch_waits,
         )
-        view["orchestrator"] = self.lease.owner  # who keeps this copy current
-        status_writer().put(self.run_dir / "status.json", codec.dumpb(view))
 
 
 @functools.lru_cache(maxsize=64)

@@ -193,19 +193,6 @@ class Orchestrator:
             look_now=self.look_now,
             host=self.dispatcher,
         )
-        self.applying = apply.ApplyPorts(
-            home=home,
-            write_status=self.settings.write_status,
-            clock=clock,
-            cost_timer=cost_timer,
-            status_interval=self.status_interval,
-            start=self.start_task,
-            stop_children=self.children.cancel_children,
-            withdraw=self._withdraw,
-            report=self.report,
-            touch=self.touch,
-            wake_at=self.wake_at,
-        )
         self._loop: asyncio.AbstractEventLoop | None = None
         # Ended runs whose files wait to be made durable, and the sync under way (one at a
         # time: runs that end meanwhile are synced together by the next).
@@ -286,7 +273,7 @@ class Orchestrator:
             self.drivers[driver.run_id] = driver
             if self.settings.write_status and files:
                 # status.json exists once the run is recorded
-                apply.refresh_status(driver, self.applying)
+                driver.refresh_status()
             self._emit(driver, 1, new)
             self._mark(driver)  # acted on (tasks started) by the loop
         if self.settings.write_status and files:
@@ -333,6 +320,7 @@ class Orchestrator:
         driver.checked_adoption = True  # nothing can be on disk for a run not yet created
         self._attach_reuser(driver)
         driver.machine.reserve = self._reserve(driver)
+        driver.ports = self._ports(driver)
         try:
             if files:
                 make_dir(driver.run_dir)
@@ -476,6 +464,7 @@ class Orchestrator:
         reap(driver.run_dir, run_id)  # workers a dead orchestrator left: before any restart
         self._attach_reuser(driver)
         driver.machine.reserve = self._reserve(driver)
+        driver.ports = self._ports(driver)
         driver.restore_outputs(self.store)
         self.drivers[run_id] = driver
         self._mark(driver)
@@ -509,6 +498,26 @@ class Orchestrator:
         if source is not None and not driver.state.status.ended:
             reuser.source = SourceRun.load(self.store, self.home, source)
         driver.reuser = reuser
+
+    def _ports(self, driver: RunDriver) -> apply.RunPorts:
+        """What the applier calls of this orchestrator for `driver`'s run."""
+        reuser = driver.reuser
+        return apply.RunPorts(
+            run_id=driver.run_id,
+            archive_dir=self.home.archive_dir(driver.run_id),
+            keep_status=self.settings.write_status,
+            clock=self.clock,
+            cost_timer=self.cost_timer,
+            status_interval=self.status_interval,
+            start=functools.partial(self.start_task, driver),
+            reuse=None if reuser is None else reuser.claim,
+            report=functools.partial(self.report, driver),
+            stop_children=functools.partial(self.children.cancel_children, driver),
+            withdraw=lambda: self.dispatcher.withdraw(driver.run_id),
+            touch=functools.partial(self.touch, driver),
+            wake_at=lambda when: self.wake_at(when, driver),
+            write_status=driver.write_status,
+        )
 
     def _abandon_unstarted(self, record: RunRecord, lease: Lease, now: float) -> None:
         """A run registered by an older release without its first event never started:
@@ -828,8 +837,8 @@ class Orchestrator:
         is let go, or archived, only once its files are durable (`_sync_ended`)."""
         staged = []
         for driver in drivers:
-            effects = apply.plan(driver)
-            staged.append((driver, effects, *apply.stage_files(driver, effects)))
+            effects = driver.plan()
+            staged.append((driver, effects, *driver.stage(effects)))
         files = [item for _, _, pending, _ in staged for item in pending]
         if files:
             try:
@@ -942,7 +951,7 @@ class Orchestrator:
         """`driver.act`; a full disk while writing outputs stops the loop (the ledger holds
         them: resume writes them once there is space)."""
         try:
-            driver.act(self.applying, effects)
+            driver.act(effects)
         except OSError as exc:
             if not is_enospc(exc):
                 raise
@@ -959,7 +968,7 @@ class Orchestrator:
         """After a failed or ambiguous commit: rebuild from what is really stored."""
         driver.state = fold([s.event for s in self.store.events(driver.run_id)])
         self.task_slots.reloaded(driver.run_id)
-        driver.acted_mark = 0  # a state rebuilt: every task in flight is looked at again
+        driver.workers.acted_mark = 0  # a state rebuilt: every task in flight is looked at again
         driver.stored = []
         driver.keep_recorded_outputs()
         driver.reobserve()
@@ -968,7 +977,7 @@ class Orchestrator:
 
     def _drop(self, driver: RunDriver, error: Exception) -> None:
         log.warning("%s", error, extra={"run_id": driver.run_id, "action": "lease_lost"})
-        for handle in driver.handles.values():
+        for handle in driver.workers.handles.values():
             handle.cancel()
         self.drivers.pop(driver.run_id, None)
         if self.settings.write_status:
@@ -1028,7 +1037,7 @@ class Orchestrator:
                 continue
             if driver.dirty or driver.reports or not (finished or paused):
                 continue
-            if paused or all(handle.done() for handle in driver.handles.values()):
+            if paused or all(handle.done() for handle in driver.workers.handles.values()):
                 self.release(driver)
 
     def _lets_go(self, driver: RunDriver) -> bool:
@@ -1047,7 +1056,7 @@ class Orchestrator:
         orchestrators there is nothing left to do for it), together with others: with the
         next commit, at the next heartbeat, or at shutdown, whichever comes first.
         """
-        for handle in driver.handles.values():
+        for handle in driver.workers.handles.values():
             handle.cancel()
         self.drivers.pop(driver.run_id, None)
         if awaits_archive(driver.state):
@@ -1091,7 +1100,7 @@ class Orchestrator:
         run is archived first (its delivery is done only then)."""
         await self._finish_syncs()
         self._archive_delivered()
-        handles = [h for d in self.drivers.values() for h in d.handles.values()]
+        handles = [h for d in self.drivers.values() for h in d.workers.handles.values()]
         for driver in list(self.drivers.values()):
             self.release(driver)
         self.flush_releases()
@@ -1100,10 +1109,6 @@ class Orchestrator:
                 await handle
 
     # -- tasks --------------------------------------------------------------------------------
-
-    def _withdraw(self, driver: RunDriver) -> None:
-        """Take the run's attempts that no worker has begun out of the dispatcher's queue."""
-        self.dispatcher.withdraw(driver.run_id)
 
     def start_task(self, driver: RunDriver, task: TaskState) -> asyncio.Task[None]:
         """Start the recorded attempt of `task`; its report arrives at a later tick."""
