@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import hashlib
+import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -30,13 +31,15 @@ from interlock.engine import inputs as obs
 from interlock.errors import RunFolderTaken
 from interlock.runtime.artifacts import StrPath
 from interlock.runtime.faults import crash_point
+from interlock.runtime.reports import Report
 from interlock.runtime.run_outputs import FINAL_MD
 from interlock.runtime.runfiles import status_writer
 from interlock.runtime.status_file import StatusMarks, refresh_status
 
 if TYPE_CHECKING:
-    from interlock.runtime.driver import Report
     from interlock.runtime.reuse import Claim
+
+log = logging.getLogger("interlock.runtime")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -232,8 +235,6 @@ def _claim(state: RunState, workers: Workers, ports: RunPorts, task_id: str) -> 
     claim = ports.reuse(state, state.tasks[task_id], ports.clock())
     if claim is None:
         return False
-    from interlock.runtime.driver import Report
-
     crash_point("before_record_reuse")
     workers.claiming.add(task_id)
     ports.report(Report(event=claim.event, body=claim.body))
@@ -241,8 +242,6 @@ def _claim(state: RunState, workers: Workers, ports: RunPorts, task_id: str) -> 
 
 
 def _stop_workers(effect: fx.StopWorkers, workers: Workers, ports: RunPorts) -> None:
-    from interlock.runtime.driver import withdraw_batched
-
     if effect.task_ids:
         withdraw_batched(ports.run_id)  # before its calls are stopped (see there)
     touch = ports.touch
@@ -297,3 +296,28 @@ def archive(run_dir: Path, ports: RunPorts) -> Path:
             "archives it"
         ) from None
     return target
+
+
+def withdraw_batched(run_id: str) -> None:
+    """Withdraw an ended run's model calls waiting in provider batches (``batch = true``),
+    before its running attempts are stopped: a stopped call whose request was withdrawn
+    cancels its provider batch once nothing else waits in it. A call stopped for another
+    reason (this process shutting down) stays in its batch for the attempt started again."""
+    from interlock.providers.batch_provider import withdraw_run
+    from interlock.providers.batch_store import batch_store
+
+    try:
+        withdrawn = withdraw_run(batch_store(), run_id)
+    except Exception as exc:  # the ledger's batch tables unreachable: the batch ends by itself
+        log.warning(
+            "could not withdraw the run's calls from provider batches: %s",
+            exc,
+            extra={"run_id": run_id, "action": "provider_batch_withdraw_failed"},
+        )
+        return
+    if withdrawn:
+        log.info(
+            "withdrew %d call(s) from provider batches",
+            withdrawn,
+            extra={"run_id": run_id, "action": "provider_batch_withdrawn"},
+        )

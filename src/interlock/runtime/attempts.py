@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 from interlock.core.decide import given_up
 from interlock.core.state import TaskState
 from interlock.runtime.dispatch import Attempt, Wait
-from interlock.runtime.driver import Report
 from interlock.runtime.executors import Outcome, TaskSpec
+from interlock.runtime.reports import Report
 from interlock.runtime.task_slots import store_key
 from interlock.runtime.task_specs import prepare_spec
 

@@ -19,9 +19,10 @@ from interlock.core.state import RunState, TaskState
 from interlock.core.subpipelines import child_run_id
 from interlock.errors import LeaseHeld, RunNotFound, StorageError
 from interlock.runtime.children import ChildHost, ChildPorts, ChildRequest, ChildStart, Supervision
-from interlock.runtime.driver import Report, RunDriver
+from interlock.runtime.driver import RunDriver
 from interlock.runtime.home import Home
 from interlock.runtime.models import ModelRunner
+from interlock.runtime.reports import Report
 from interlock.runtime.task_specs import child_request
 from interlock.storage.base import ENDED_STATUSES, Store
 

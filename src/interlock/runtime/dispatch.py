@@ -27,11 +27,11 @@ from interlock.providers.batch_waits import BatchWait, batch_parking, batch_wait
 from interlock.providers.spend_guard import CapWait, cap_waits
 from interlock.runtime import artifacts, records
 from interlock.runtime.diskfull import is_enospc
-from interlock.runtime.driver import Report
 from interlock.runtime.execution import Executor, going_on
 from interlock.runtime.executors import Outcome, TaskSpec
 from interlock.runtime.fair import FairGate, Place
 from interlock.runtime.faults import crash_point
+from interlock.runtime.reports import Report
 from interlock.runtime.task_specs import renders_templates
 
 log = logging.getLogger("interlock.runtime")

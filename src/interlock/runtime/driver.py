@@ -33,30 +33,12 @@ from interlock.runtime import apply, artifacts, run_outputs, status_file
 from interlock.runtime.artifacts import StrPath
 from interlock.runtime.edits import REVIEW_KINDS
 from interlock.runtime.faults import crash_point
+from interlock.runtime.reports import Report
 from interlock.runtime.reuse import Reuser
 from interlock.runtime.status_file import StatusMarks
 from interlock.storage.base import CommandRecord, Lease, NewEvent, RunSummary, Store
 
 log = logging.getLogger("interlock.runtime")
-
-
-@dataclass
-class Report:
-    """A worker's report waiting for the next tick, with its output: a temporary file, or
-    a small body held in memory."""
-
-    event: (
-        ev.TaskStarted
-        | ev.TaskCompleted
-        | ev.TaskFailed
-        | ev.TaskTimedOut
-        | ev.TaskReused
-        | ev.ChildUpdated
-        | ev.ChildSpent
-        | ev.TaskBatchWaited
-    )
-    tmp: Path | None = None
-    body: bytes | None = None
 
 
 @dataclass
@@ -341,28 +323,3 @@ _MARKED: dict[type, str] = {
     ev.Rejected: "reviewed",
     ev.TaskReused: "placing_reused",
 }
-
-
-def withdraw_batched(run_id: str) -> None:
-    """Withdraw an ended run's model calls waiting in provider batches (``batch = true``),
-    before its running attempts are stopped: a stopped call whose request was withdrawn
-    cancels its provider batch once nothing else waits in it. A call stopped for another
-    reason (this process shutting down) stays in its batch for the attempt started again."""
-    from interlock.providers.batch_provider import withdraw_run
-    from interlock.providers.batch_store import batch_store
-
-    try:
-        withdrawn = withdraw_run(batch_store(), run_id)
-    except Exception as exc:  # the ledger's batch tables unreachable: the batch ends by itself
-        log.warning(
-            "could not withdraw the run's calls from provider batches: %s",
-            exc,
-            extra={"run_id": run_id, "action": "provider_batch_withdraw_failed"},
-        )
-        return
-    if withdrawn:
-        log.info(
-            "withdrew %d call(s) from provider batches",
-            withdrawn,
-            extra={"run_id": run_id, "action": "provider_batch_withdrawn"},
-        )

@@ -52,7 +52,7 @@ from interlock.runtime.budget_reserve import call_reserve
 from interlock.runtime.child_runs import ChildRuns
 from interlock.runtime.diskfull import DiskFullBackoff, is_enospc, stop_message
 from interlock.runtime.dispatch import Dispatcher, LocalDispatcher
-from interlock.runtime.driver import Report, RunDriver
+from interlock.runtime.driver import RunDriver
 from interlock.runtime.execution import LocalExecutor
 from interlock.runtime.faults import crash_point
 from interlock.runtime.home import Home
@@ -60,6 +60,7 @@ from interlock.runtime.leases import LeaseKeeper
 from interlock.runtime.models import ModelRunner, unpriced
 from interlock.runtime.processes import begun_attempts, reap
 from interlock.runtime.processes import holder_is_dead as holder_is_dead
+from interlock.runtime.reports import Report
 from interlock.runtime.reuse import Reuser, SourceRun, WorkerMemo
 from interlock.runtime.runfiles import status_writer
 from interlock.runtime.slots import awaiting, slot_key, slot_poll, take_slot
