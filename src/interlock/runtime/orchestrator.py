@@ -14,10 +14,8 @@ import functools
 import heapq
 import logging
 import os
-import re
 import socket
 import time
-import unicodedata
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,8 +25,7 @@ from typing import Any
 from interlock.core import events as ev
 from interlock.core.decide import next_wake, waits_for_slot
 from interlock.core.inputs import check_size
-from interlock.core.inputs import resolve_inputs as resolve_declared
-from interlock.core.loader import Definition, model_aliases
+from interlock.core.loader import Definition
 from interlock.core.observe import CommandKind
 from interlock.core.state import RunState, RunStatus, TaskState, fold
 from interlock.engine.effects import Effect
@@ -38,14 +35,9 @@ from interlock.errors import (
     InterlockError,
     LeaseHeld,
     LeaseLost,
-    RunExists,
     RunInert,
-    RunNotFound,
     StorageError,
-    UsageError,
 )
-from interlock.providers.config import UnknownModelError
-from interlock.providers.config_files import ConfigError
 from interlock.runtime import apply, artifacts, collector
 from interlock.runtime.attempts import attempt_of
 from interlock.runtime.budget_reserve import call_reserve
@@ -57,7 +49,18 @@ from interlock.runtime.execution import LocalExecutor
 from interlock.runtime.faults import crash_point
 from interlock.runtime.home import Home
 from interlock.runtime.leases import LeaseKeeper
-from interlock.runtime.models import ModelRunner, unpriced
+from interlock.runtime.models import ModelRunner
+from interlock.runtime.new_runs import (
+    drop_empty,
+    make_dir,
+    model_warnings,
+    new_run_id,
+    recorded_source,
+    refuse_broken_config,
+    refuse_existing,
+    refuse_start_times,
+    resolve_inputs,
+)
 from interlock.runtime.processes import begun_attempts, reap
 from interlock.runtime.processes import holder_is_dead as holder_is_dead
 from interlock.runtime.reports import Report
@@ -262,14 +265,14 @@ class Orchestrator:
         try:
             results = self.store.append_many([batch for _, _, batch in prepared], now)
         except DiskFull as exc:
-            _drop_empty([driver.run_dir for driver, _, _ in prepared])
+            drop_empty([driver.run_dir for driver, _, _ in prepared])
             raise DiskFull(f"{exc.message}: the run was not recorded; start it again") from None
         except BaseException:  # a locked or damaged ledger: no run, so no folder either
-            _drop_empty([driver.run_dir for driver, _, _ in prepared])
+            drop_empty([driver.run_dir for driver, _, _ in prepared])
             raise
         for (driver, new, _), result in zip(prepared, results, strict=True):
             if isinstance(result, Exception):
-                _drop_empty([driver.run_dir])
+                drop_empty([driver.run_dir])
                 raise result
             self.drivers[driver.run_id] = driver
             if self.settings.write_status and files:
@@ -356,66 +359,15 @@ class Orchestrator:
     def _model_warnings(
         self, definition: Definition, *, refuse_missing_keys: bool = True
     ) -> list[str]:
-        """A warning for each model alias only the offline stand-in answers (once per hash).
-
-        Raises:
-            UsageError: an alias the configuration does not define, or whose provider's key
-                is not set, when this process runs the tasks itself: the run would be
-                recorded only to fail at its first call to it.
-                A fleet's workers read their own configuration, so there it is left to them.
-        """
+        """`new_runs.model_warnings`, once per definition hash."""
         local = isinstance(self.dispatcher, LocalDispatcher)
-        if refuse_missing_keys and local:
-            # The first call to such a model would fail after the phases before it were paid
-            # for. A fallback's key is needed only if its model fails: not refused.
-            called = {w.model for p in definition.pipeline.phases for w in p.workers if w.model}
-            # An interlock.toml that does not parse, or whose table for the alias is invalid,
-            # fails every call the same way: refused too.
-            missing: dict[str, None] = {}  # each message once (one bad file, many aliases)
-            for alias in sorted(called):
-                try:
-                    self.models.resolve(alias, driver_dir(definition.source))
-                except ConfigError as exc:
-                    missing[str(exc)] = None
-                except Exception:  # said below, or when the task runs
-                    continue
-            if missing:
-                raise UsageError(
-                    f"{definition.source or definition.name}: nothing was recorded: "
-                    + "\n".join(missing)
-                )
-        if definition.hash not in self._warnings:
-            messages = []
-            unknown: list[str] = []
-            budget = definition.pipeline.budget
-            capped = budget is not None and budget.max_cost_usd is not None
-            for alias in sorted(model_aliases(definition)):
-                try:
-                    resolved = self.models.resolve(alias, driver_dir(definition.source))
-                except UnknownModelError as exc:
-                    unknown.append(str(exc))
-                    continue
-                except Exception:  # other problems (a fallback's missing key) fail its task
-                    continue
-                if resolved.offline_fallback:
-                    messages.append(
-                        f"model {alias!r} has no provider configured: using the offline "
-                        "provider (placeholder text). Configure it in interlock.toml."
-                    )
-                elif capped and unpriced(resolved.model):
-                    messages.append(
-                        f"the budget's max_cost_usd cannot see the calls to model {alias!r}: "
-                        "no price is known for it, so they count $0; set "
-                        f"input_price_per_mtok and output_price_per_mtok in [models.{alias}] "
-                        "of interlock.toml"
-                    )
-            if unknown and local:
-                raise UsageError(
-                    f"{definition.source or definition.name}: nothing was recorded: "
-                    + "\n".join(unknown)
-                )
-            self._warnings[definition.hash] = messages
-        return self._warnings[definition.hash]
+        return model_warnings(
+            self.models,
+            definition,
+            local=local,
+            refuse_missing_keys=refuse_missing_keys,
+            known=self._warnings,
+        )
 
     def take(self, run_id: str, *, wait: bool = False) -> RunDriver:
         """Take over an existing run: acquire its lease and fold its history."""
@@ -1147,28 +1099,6 @@ def awaits_archive(state: RunState) -> bool:
     return state.status is RunStatus.DELIVERED and not state.archived
 
 
-def make_dir(path: Path) -> None:
-    """`mkdir -p` that costs one system call when the parent exists (the usual case)."""
-    try:
-        os.mkdir(path)
-    except FileNotFoundError:
-        path.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:
-        pass
-
-
-def refuse_broken_config(models: ModelRunner, definition: Definition) -> None:
-    """See `Orchestrator.refuse_broken_config`; callable before any ledger is open."""
-    if not model_aliases(definition):
-        return
-    try:
-        models.config(driver_dir(definition.source))
-    except ConfigError as exc:
-        raise UsageError(
-            f"{definition.source or definition.name}: nothing was recorded: {exc}"
-        ) from None
-
-
 def inert_message(run_id: str, status: str) -> str:
     """Why an imported run is not driven, and the ways on from its `status`."""
     return (
@@ -1192,64 +1122,6 @@ def imported_next(run_id: str, status: str, *, trusted: bool) -> str:
     return f"Run it as imported: interlock trust {run_id}, then {step}"
 
 
-def driver_dir(source: str) -> Path | None:
-    """The directory of a workflow file, where its `interlock.toml` may sit."""
-    return Path(source).parent.absolute() if source and not source.startswith("<") else None
-
-
-def refuse_existing(store: Store, run_id: str) -> None:
-    """Raise RunExists, with the commands that apply to that run, when the id is taken."""
-    try:
-        record = store.get_run(run_id)
-    except RunNotFound:
-        return
-    status = record.summary.status
-    commands = [f"'interlock status {run_id}'"]
-    if status == "paused":
-        commands.append(f"'interlock approve {run_id}'")
-    if status in ("running", "waiting", "paused"):
-        commands.append(f"'interlock resume {run_id}'")
-    raise RunExists(
-        f"run {run_id!r} already exists ({status}); to look at it or go on with it: "
-        f"{', '.join(commands)}; for a new run give another --run-id (or none, for a fresh id)"
-    )
-
-
-def new_run_id(pipeline: str, now: float) -> str:
-    """A sortable, readable id: pipeline, UTC time, and randomness against collisions.
-
-    Any pipeline name gives a valid id: accents are dropped ("Café" -> "cafe"), other
-    non-ASCII letters and punctuation become dashes, and a name with nothing left is "run".
-    """
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))
-    plain = unicodedata.normalize("NFKD", pipeline).encode("ascii", "ignore").decode().lower()
-    slug = "".join(c if c.isalnum() else "-" for c in plain)
-    slug = re.sub("-+", "-", slug).strip("-")[:24].strip("-") or "run"
-    return f"{slug}-{stamp}-{uuid.uuid4().hex[:12]}"  # 48 random bits: no clash at scale
-
-
-def refuse_start_times(definition: Definition, topic: str, given: dict[str, Any]) -> None:
-    """Refuse (UsageError) a run whose inputs make a `not_before` a time past 9999."""
-    from interlock.core.waits import start_time_problems
-
-    problems = start_time_problems(definition.pipeline, topic, given)
-    if problems:
-        raise UsageError(f"pipeline {definition.name!r}: {problems[0]}; nothing was recorded")
-
-
-def resolve_inputs(definition: Definition, given: dict[str, Any]) -> dict[str, Any]:
-    """Declared inputs, given ones converted to their type, defaults applied; see
-    `interlock.core.inputs.resolve_inputs`."""
-    return resolve_declared(definition.name, definition.pipeline.inputs, given)
-
-
-def _drop_empty(folders: list[Path]) -> None:
-    """Remove the folders made for runs that were not recorded (only while still empty)."""
-    for folder in folders:
-        with contextlib.suppress(OSError):
-            folder.rmdir()
-
-
 def _sync(paths: list[artifacts.StrPath]) -> OSError | None:
     """`artifacts.sync_files`, returning its error instead of raising it."""
     try:
@@ -1264,12 +1136,3 @@ def _sync_thread() -> concurrent.futures.ThreadPoolExecutor:
     """The thread that makes ended runs' files durable (its fsyncs spread over the writers'
     pool)."""
     return concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="interlock-sync")
-
-
-def recorded_source(source: str) -> str:
-    """The workflow file a run records: absolute, so that `{workflow_dir}`, its config and a
-    rerun find the same folder whichever folder the run is resumed or rerun from. A source
-    that is no file path (a bundle's `<bundle NAME>`) is kept as it is."""
-    if not source or source.startswith("<"):
-        return source
-    return os.path.abspath(source)
