@@ -152,7 +152,7 @@ def _final_body(run_dir: Path, effect: fx.PlaceFinal, workers: Workers) -> bytes
 
     Written with the outputs, and like them made durable before the run is archived (an
     archived run is never resumed, so a final.md that a power loss emptied would stay empty;
-    see `Orchestrator._sync_ended`). Once it is in place or handed over, later steps of the
+    see `runtime/ended_syncs.py`). Once it is in place or handed over, later steps of the
     ended run do not ask for it again (`final_placed`): the batch it was handed over with
     is written before anything else happens, or the loop stops and a resume, with a driver
     of its own, looks again.

@@ -8,7 +8,6 @@ only then act (dispatch, deliver, archive). Nothing is started before it is reco
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import functools
 import heapq
@@ -45,6 +44,7 @@ from interlock.runtime.child_runs import ChildRuns
 from interlock.runtime.diskfull import DiskFullBackoff, is_enospc, stop_message
 from interlock.runtime.dispatch import Dispatcher, LocalDispatcher
 from interlock.runtime.driver import RunDriver
+from interlock.runtime.ended_syncs import EndedSyncs
 from interlock.runtime.execution import LocalExecutor
 from interlock.runtime.faults import crash_point
 from interlock.runtime.home import Home
@@ -198,10 +198,15 @@ class Orchestrator:
             host=self.dispatcher,
         )
         self._loop: asyncio.AbstractEventLoop | None = None
-        # Ended runs whose files wait to be made durable, and the sync under way (one at a
-        # time: runs that end meanwhile are synced together by the next).
-        self._sync_due: dict[str, RunDriver] = {}
-        self._sync_running: concurrent.futures.Future[OSError | None] | None = None
+        self.syncs = EndedSyncs(
+            clock=clock,
+            heartbeat=self.settings.heartbeat,
+            loop=lambda: self._loop if self._wake is not None else None,
+            current=lambda driver: self.drivers.get(driver.run_id) is driver,
+            mark=self._mark,
+            wake_at=self.wake_at,
+            wake=self.wake,
+        )
 
     # -- taking runs ----------------------------------------------------------------------
 
@@ -565,7 +570,7 @@ class Orchestrator:
             if driver is not None:
                 self._mark(driver)
         ticked = self._tick(now)
-        self._sync_ended(ticked)
+        self.syncs.ended(ticked)
         self._retire(ticked, stop_when_paused)
 
     @property
@@ -787,7 +792,7 @@ class Orchestrator:
         disk: their bodies are durable in the ledger already. A crash of the process leaves
         them whole; a power loss can leave them short, and a resume, the only way back into
         a run that was not let go, rewrites them from the ledger (`restore_outputs`). A run
-        is let go, or archived, only once its files are durable (`_sync_ended`)."""
+        is let go, or archived, only once its files are durable (`EndedSyncs`)."""
         staged = []
         for driver in drivers:
             effects = driver.plan()
@@ -807,83 +812,9 @@ class Orchestrator:
                 crash_point("after_deliver")
         return [(driver, effects) for driver, effects, _, _ in staged]
 
-    def _sync_ended(self, drivers: list[RunDriver]) -> None:
-        """Make the files of runs that ended durable, in a thread of its own: a delivered
-        run is archived, and an ended one let go, only after that (see `RunDriver.durable`).
-        One sync runs at a time; runs that end meanwhile go together into the next, whose
-        fsyncs the file system commits together."""
-        for driver in drivers:
-            state = driver.state
-            if not state.status.ended or state.archived or driver.syncing:
-                continue
-            if not driver.durable():
-                self._sync_due[driver.run_id] = driver
-            elif state.status is RunStatus.DELIVERED:
-                self._mark(driver)  # durable without a sync (written by `act`): archive it
-        if self._sync_running is not None or not self._sync_due:
-            return
-        batch = [(d, d.state.events, d.unsynced) for d in self._sync_due.values()]
-        self._sync_due = {}
-        for driver, _, _ in batch:
-            driver.syncing, driver.unsynced = True, []
-        paths = [path for _, _, files in batch for path in files]
-        loop = self._loop if self._wake is not None else None
-        if loop is None or not paths:  # stepped by a simulation, or nothing to wait for
-            self._synced(batch, _sync(paths))
-            return
-        running = _sync_thread().submit(_sync, paths)
-        self._sync_running = running
-
-        def done(_: object) -> None:
-            with contextlib.suppress(RuntimeError):  # the loop has just closed
-                loop.call_soon_threadsafe(self._synced, batch, running.result())
-
-        running.add_done_callback(done)
-
-    def _synced(
-        self, batch: list[tuple[RunDriver, int, list[artifacts.StrPath]]], error: OSError | None
-    ) -> None:
-        """A sync ended: its runs go on (to their archive, or to be let go), or, if it
-        failed, try again later; the next sync starts if runs wait for it."""
-        self._sync_running = None
-        now = self.clock()
-        for driver, mark, files in batch:
-            driver.syncing = False
-            if error is not None:
-                driver.unsynced[:0] = files
-                self.wake_at(now + self.settings.heartbeat, driver)  # not at once
-                continue
-            driver.synced_mark = mark
-            if self.drivers.get(driver.run_id) is driver:
-                self._mark(driver)
-        if error is not None:
-            log.error(
-                "cannot make the files of %d ended run(s) durable (tried again in %gs): %s",
-                len(batch),
-                self.settings.heartbeat,
-                error,
-                extra={"action": "sync_failed"},
-            )
-        self.wake()
-        if self._sync_due:
-            self._sync_ended([])
-
-    async def _finish_syncs(self) -> None:
-        """Before the loop lets its runs go: the sync under way ends, and runs that ended
-        since are synced (their leases are released as they are let go)."""
-        if self._sync_running is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wrap_future(self._sync_running)
-            await asyncio.sleep(0)  # its callback runs
-        ended = [d for d in self.drivers.values() if d.state.status.ended and not d.durable()]
-        paths = [path for driver in ended for path in driver.unsynced]
-        if ended and await asyncio.to_thread(_sync, paths) is None:
-            for driver in ended:
-                driver.unsynced, driver.synced_mark = [], driver.state.events
-
     def _archive_delivered(self) -> None:
         """Before the loop lets its runs go: archive the runs that were delivered and whose
-        files are now durable (`_finish_syncs`), in one last tick of those runs alone (no
+        files are now durable (`EndedSyncs.finish`), in one last tick of those runs alone (no
         other run is decided on, so nothing new starts). One that cannot be archived now is
         handed back unfinished (`release`)."""
         due = {d.run_id for d in self.drivers.values() if awaits_archive(d.state) and d.durable()}
@@ -1051,7 +982,7 @@ class Orchestrator:
     async def shutdown(self) -> None:
         """Stop every task (killing process groups) and release every lease; a delivered
         run is archived first (its delivery is done only then)."""
-        await self._finish_syncs()
+        await self.syncs.finish(self.drivers.values())  # a live view: read after the wait
         self._archive_delivered()
         handles = [h for d in self.drivers.values() for h in d.workers.handles.values()]
         for driver in list(self.drivers.values()):
@@ -1120,19 +1051,3 @@ def imported_next(run_id: str, status: str, *, trusted: bool) -> str:
     if trusted:
         return f"Go on with it: {step}"
     return f"Run it as imported: interlock trust {run_id}, then {step}"
-
-
-def _sync(paths: list[artifacts.StrPath]) -> OSError | None:
-    """`artifacts.sync_files`, returning its error instead of raising it."""
-    try:
-        artifacts.sync_files(paths)
-    except OSError as exc:
-        return exc
-    return None
-
-
-@functools.cache
-def _sync_thread() -> concurrent.futures.ThreadPoolExecutor:
-    """The thread that makes ended runs' files durable (its fsyncs spread over the writers'
-    pool)."""
-    return concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="interlock-sync")
