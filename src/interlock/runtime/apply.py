@@ -211,7 +211,16 @@ def apply(
             if isinstance(effect, fx.Archive):
                 run_dir = archive(run_dir, ports)
             elif ports.keep_status and state.events != status.shows:
-                refresh(status, state, run_dir, ports)
+                refresh_status(
+                    status,
+                    state,
+                    run_dir,
+                    now=ports.clock(),
+                    interval=ports.status_interval(),
+                    cost_timer=ports.cost_timer,
+                    wake_at=ports.wake_at,
+                    write=ports.write_status,
+                )
     if not marked:
         workers.acted_mark = state.events
     return run_dir

@@ -142,6 +142,9 @@ class Orchestrator:
         # (and so when the loop wakes): a simulation passes its own clock, so that the
         # machine's speed or load never reaches a simulated history.
         self.cost_timer = cost_timer
+        # The applier keeps the clocks the orchestrator was built with (`_ports`): `clock`
+        # and `cost_timer` may be swapped afterwards for the loop alone (benchmarks do).
+        self._applier_clocks = (clock, cost_timer)
         self.owner = owner or new_owner()
         self.drivers: dict[str, RunDriver] = {}
         # Imported runs found inert (`RunImported`), with the last seq seen: not taken up
@@ -460,12 +463,13 @@ class Orchestrator:
     def _ports(self, driver: RunDriver) -> apply.RunPorts:
         """What the applier calls of this orchestrator for `driver`'s run."""
         reuser = driver.reuser
+        clock, cost_timer = self._applier_clocks
         return apply.RunPorts(
             run_id=driver.run_id,
             archive_dir=self.home.archive_dir(driver.run_id),
             keep_status=self.settings.write_status,
-            clock=self.clock,
-            cost_timer=self.cost_timer,
+            clock=clock,
+            cost_timer=cost_timer,
             status_interval=self.status_interval,
             start=functools.partial(self.start_task, driver),
             reuse=None if reuser is None else reuser.claim,
