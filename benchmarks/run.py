@@ -206,7 +206,7 @@ def scale(runs: int) -> dict[str, Any]:
             count = min(1000, runs - chunk)
             orchestrator.create_runs([(WAIT_DEFINITION, "scale", None, None)] * count)
         driving = asyncio.create_task(orchestrator.run_until_settled())
-        while sum(len(d.handles) for d in orchestrator.drivers.values()) < runs:
+        while sum(len(d.workers.handles) for d in orchestrator.drivers.values()) < runs:
             await asyncio.sleep(0.05)
         in_flight_s = time.perf_counter() - started
         rss_in_flight = peak_rss_mib()
@@ -274,7 +274,7 @@ app = Interlock({home!r}, settings=Settings(max_concurrency=100000))
 async def go():
     app.orchestrator.create_runs([(bench.WAIT_DEFINITION, "recovery", None, None)] * {runs})
     task = asyncio.create_task(app.orchestrator.run_until_settled())
-    while sum(len(d.handles) for d in app.orchestrator.drivers.values()) < {runs}:
+    while sum(len(d.workers.handles) for d in app.orchestrator.drivers.values()) < {runs}:
         await asyncio.sleep(0.05)
     print("ready", flush=True)
     await task
@@ -303,7 +303,7 @@ def recovery(runs: int) -> dict[str, Any]:
         for record in app.store.list_runs(status="running", limit=runs * 2):
             orchestrator.take(record.run_id)
         driving = asyncio.create_task(orchestrator.run_until_settled())
-        while sum(len(d.handles) for d in orchestrator.drivers.values()) < runs:
+        while sum(len(d.workers.handles) for d in orchestrator.drivers.values()) < runs:
             await asyncio.sleep(0.01)
         elapsed = time.perf_counter() - started
         release_event().set()

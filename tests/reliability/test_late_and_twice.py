@@ -15,9 +15,9 @@ import psutil
 from interlock import Interlock, register
 from interlock.core import events as ev
 from interlock.errors import UsageError
-from interlock.runtime.driver import Report
 from interlock.runtime.executors import TaskContext
 from interlock.runtime.orchestrator import Settings
+from interlock.runtime.reports import Report
 
 from .helpers import definition, history_problems, kinds
 

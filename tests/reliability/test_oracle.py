@@ -18,9 +18,9 @@ import interlock.core.review as review
 import interlock.engine.machine as machine
 import interlock.runtime.apply as apply
 import interlock.runtime.attempts as attempts
-import interlock.runtime.driver as driver
 import interlock.runtime.projection as projection
 from interlock.core import events as ev
+from interlock.core.state import RunState
 from interlock.core.workflow import Pipeline
 from interlock.sim import SimResult, simulate
 from interlock.sim.oracle import Oracle
@@ -113,10 +113,12 @@ def test_a_reused_task_that_also_runs_is_caught(monkeypatch: pytest.MonkeyPatch)
     history calls a reuse: the oracle says so within 200 seeds; that seed passes unpatched."""
     real = apply._claim
 
-    def claim_and_run(run: driver.RunDriver, ports: apply.ApplyPorts, task_id: str) -> bool:
-        claimed = real(run, ports, task_id)
+    def claim_and_run(
+        state: RunState, workers: apply.Workers, ports: apply.RunPorts, task_id: str
+    ) -> bool:
+        claimed = real(state, workers, ports, task_id)
         if claimed:
-            ports.start(run, run.state.tasks[task_id])
+            ports.start(state.tasks[task_id])
         return claimed
 
     monkeypatch.setattr(apply, "_claim", claim_and_run)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-import interlock.runtime.driver
+import interlock.runtime.status_file
 from interlock.sim import simulate
 
 # Seed 60 ("pause", status.json kept current) once changed its history when a status.json
@@ -25,13 +25,13 @@ def test_a_slow_host_does_not_change_a_seeds_history(monkeypatch: pytest.MonkeyP
     """Every status.json rewrite taking 60 ms of wall time leaves the seed's history as it is
     on a fast host: what the host's speed spaces out is measured on the simulated clock."""
     fast = simulate(SEED)
-    real = interlock.runtime.driver.status_view  # type: ignore[attr-defined]  # the name it calls
+    real = interlock.runtime.status_file.status_view  # type: ignore[attr-defined]  # the name it calls
 
     def slow_view(*args: Any, **kwargs: Any) -> Any:
         time.sleep(0.06)  # a host stalled in the middle of the rewrite
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(interlock.runtime.driver, "status_view", slow_view)
+    monkeypatch.setattr(interlock.runtime.status_file, "status_view", slow_view)
     slow = simulate(SEED)
     assert slow.summary() == fast.summary()
     assert fast.digest

@@ -13,8 +13,8 @@ from interlock.core.state import RunState, fold
 from interlock.core.subpipelines import child_run_id
 from interlock.core.workflow import Pipeline
 from interlock.runtime.children import ChildPorts, ChildRequest, ChildStart, Supervision
-from interlock.runtime.driver import Report
 from interlock.runtime.home import Home
+from interlock.runtime.reports import Report
 from interlock.testing import MemoryStore
 
 CHILD = child_run_id("parent", "sub@1", 1)

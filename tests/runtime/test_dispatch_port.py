@@ -14,10 +14,10 @@ import pytest
 from interlock.core import events as ev
 from interlock.core.workflow import Worker
 from interlock.runtime.dispatch import Attempt, LocalDispatcher
-from interlock.runtime.driver import Report
 from interlock.runtime.execution import LocalExecutor
 from interlock.runtime.executors import STOPPED, Outcome, TaskContext, TaskSpec, register
 from interlock.runtime.models import ModelRunner
+from interlock.runtime.reports import Report
 
 BEGAN: list[asyncio.Event] = []  # set by a function once it waits to be cancelled
 

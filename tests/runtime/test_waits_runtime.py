@@ -78,7 +78,7 @@ def test_a_waiting_run_holds_nothing_and_wakes_when_the_signal_is_posted(
             while app.store.get_run(run_id).summary.status != "waiting":
                 await asyncio.sleep(0.02)
             driver = app.orchestrator.drivers[run_id]
-            assert driver.state.in_flight() == [] and driver.handles == {}
+            assert driver.state.in_flight() == [] and driver.workers.handles == {}
             view = app.status(run_id)
             assert view["status"] == "waiting" and view["waiting"]["signal"] == "payment"
             seen["sent"] = time.monotonic()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 from playwright.sync_api import Browser, expect
 from tests.server.browsing import browser, open_page
@@ -30,7 +31,7 @@ def test_run_page_shows_a_task_waiting_in_a_provider_batch(
     try:
         orchestrator = server.service.orchestrator
         deadline = time.monotonic() + 10
-        while "drafter@1" not in getattr(orchestrator.drivers.get(run_id), "handles", {}):
+        while "drafter@1" not in _handles(orchestrator.drivers.get(run_id)):
             assert time.monotonic() < deadline, "the drafter never started"
             time.sleep(0.02)
         driver = orchestrator.drivers[run_id]
@@ -62,3 +63,8 @@ def test_run_page_shows_a_task_waiting_in_a_provider_batch(
         assert page.errors == []  # type: ignore[attr-defined]
     finally:
         HOLD.set()
+
+
+def _handles(driver: Any) -> Any:
+    """The tasks the run's driver runs now (none before it is taken)."""
+    return {} if driver is None else driver.workers.handles

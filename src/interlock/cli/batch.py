@@ -134,7 +134,7 @@ def start(
     from interlock.core.loader import load_workflow
     from interlock.runtime.home import Home
     from interlock.runtime.models import ModelRunner
-    from interlock.runtime.orchestrator import refuse_broken_config
+    from interlock.runtime.new_runs import refuse_broken_config
     from interlock.workloads.batches import check_batch_id, new_batch_id, record_batch
 
     tolerance = batch_tolerance(tolerate, "--tolerate")

@@ -49,7 +49,7 @@ def run(
     from interlock.core.loader import load_workflow
     from interlock.runtime.home import Home
     from interlock.runtime.models import ModelRunner
-    from interlock.runtime.orchestrator import refuse_broken_config
+    from interlock.runtime.new_runs import refuse_broken_config
 
     install_terminate_handler()
     given = parse_inputs(inputs)
@@ -88,7 +88,7 @@ def submit(ctx: Ctx, file: str, pipeline: str | None, topic: str, inputs: tuple[
     from interlock.core.loader import load_workflow
     from interlock.runtime.home import Home
     from interlock.runtime.models import ModelRunner
-    from interlock.runtime.orchestrator import refuse_broken_config
+    from interlock.runtime.new_runs import refuse_broken_config
 
     given = parse_inputs(inputs)
     workflow = load_workflow(file)

@@ -29,8 +29,8 @@ from interlock.distributed.watch import Watcher
 from interlock.errors import StorageUnavailable
 from interlock.runtime import artifacts as files
 from interlock.runtime.dispatch import Attempt, attempt_report, off_loop_report
-from interlock.runtime.driver import Report
 from interlock.runtime.executors import Outcome, TaskSpec
+from interlock.runtime.reports import Report
 
 log = logging.getLogger("interlock.distributed")
 T = TypeVar("T")

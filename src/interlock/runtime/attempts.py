@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING
 from interlock.core.decide import given_up
 from interlock.core.state import TaskState
 from interlock.runtime.dispatch import Attempt, Wait
-from interlock.runtime.driver import Report
 from interlock.runtime.executors import Outcome, TaskSpec
+from interlock.runtime.reports import Report
 from interlock.runtime.task_slots import store_key
+from interlock.runtime.task_specs import prepare_spec
 
 if TYPE_CHECKING:
     from interlock.runtime.driver import RunDriver
@@ -28,7 +29,15 @@ def attempt_of(orchestrator: Orchestrator, driver: RunDriver, task: TaskState) -
     lane = "" if held is None else store_key(driver.state.pipeline, task.role, held.key)
 
     def prepare(tmp: Path) -> Callable[[], TaskSpec | Outcome]:
-        return driver.prepare_spec(driver.state.tasks[task_id], tmp)
+        state = driver.state
+        return prepare_spec(
+            pipeline,
+            state,
+            state.tasks[task_id],
+            tmp,
+            run_dir=driver.run_dir,
+            workflow_dir=driver.workflow_dir,
+        )
 
     def tell(report: Report) -> None:
         now = orchestrator.drivers.get(run_id)  # a run taken again has a driver anew
@@ -66,8 +75,8 @@ def attempt_of(orchestrator: Orchestrator, driver: RunDriver, task: TaskState) -
         return found is None or found.started_at is not None
 
     def ended(handle: object) -> None:
-        if driver.handles.get(task_id) is handle:
-            del driver.handles[task_id]
+        if driver.workers.handles.get(task_id) is handle:
+            del driver.workers.handles[task_id]
 
     return Attempt(
         run_id=run_id,

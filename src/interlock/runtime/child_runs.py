@@ -19,9 +19,11 @@ from interlock.core.state import RunState, TaskState
 from interlock.core.subpipelines import child_run_id
 from interlock.errors import LeaseHeld, RunNotFound, StorageError
 from interlock.runtime.children import ChildHost, ChildPorts, ChildRequest, ChildStart, Supervision
-from interlock.runtime.driver import Report, RunDriver
+from interlock.runtime.driver import RunDriver
 from interlock.runtime.home import Home
 from interlock.runtime.models import ModelRunner
+from interlock.runtime.reports import Report
+from interlock.runtime.task_specs import child_request
 from interlock.storage.base import ENDED_STATUSES, Store
 
 log = logging.getLogger("interlock.runtime")
@@ -154,8 +156,8 @@ class ChildRuns:
             return None
 
         def ended(handle: object) -> None:
-            if driver.handles.get(task_id) is handle:
-                del driver.handles[task_id]
+            if driver.workers.handles.get(task_id) is handle:
+                del driver.workers.handles[task_id]
 
         return ChildRequest(
             parent_run=run_id,
@@ -224,7 +226,7 @@ class ChildRuns:
             record = self.ports.store.get_run(child_id)
         except RunNotFound:
             return
-        if task.attempt not in task.charged and task.task_id not in driver.handles:
+        if task.attempt not in task.charged and task.task_id not in driver.workers.handles:
             self._settle_child(driver, task)
         if record.summary.status in ENDED_STATUSES:
             return
@@ -238,8 +240,8 @@ class ChildRuns:
         """An ended run taken again whose child's spend is not recorded yet (the process that
         watched the child died): record it once the child has stopped."""
         handle = self.settle_spend(driver, task)
-        driver.handles[task.task_id] = handle
-        driver.stopping.add(task.task_id)  # not cancelled with the others: it must report
+        driver.workers.handles[task.task_id] = handle
+        driver.workers.stopping.add(task.task_id)  # not cancelled with the others: it must report
         handle.add_done_callback(lambda _: self._touch(driver))
 
     def cancel(self, child_id: str, reason: str) -> None:
@@ -255,9 +257,10 @@ def child_start(driver: RunDriver, task_id: str) -> ChildStart | str:
     """The child run the current attempt of `task_id` creates (its `task` and `inputs`
     rendered from the parent's state now), or why it cannot be."""
     task = driver.state.tasks[task_id]
-    worker = driver.definition.pipeline.worker(task.role)
+    pipeline = driver.definition.pipeline
+    worker = pipeline.worker(task.role)
     assert worker.pipeline is not None and worker.pipeline_definition is not None
-    rendered = driver.child_request(task)
+    rendered = child_request(pipeline, driver.state, task)
     if isinstance(rendered, str):
         return rendered
     topic, inputs = rendered

@@ -24,9 +24,9 @@ from interlock.core.loader import Definition
 from interlock.core.state import RunState, RunStatus, fold, listed_status
 from interlock.core.subpipelines import child_run_id
 from interlock.errors import InterlockError, LeaseHeld, RunNotFound, StorageError
-from interlock.runtime.driver import Report
 from interlock.runtime.faults import crash_point
 from interlock.runtime.home import Home
+from interlock.runtime.reports import Report
 from interlock.storage.base import Store
 
 log = logging.getLogger("interlock.runtime")

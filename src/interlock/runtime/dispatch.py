@@ -27,11 +27,12 @@ from interlock.providers.batch_waits import BatchWait, batch_parking, batch_wait
 from interlock.providers.spend_guard import CapWait, cap_waits
 from interlock.runtime import artifacts, records
 from interlock.runtime.diskfull import is_enospc
-from interlock.runtime.driver import Report, renders_templates
 from interlock.runtime.execution import Executor, going_on
 from interlock.runtime.executors import Outcome, TaskSpec
 from interlock.runtime.fair import FairGate, Place
 from interlock.runtime.faults import crash_point
+from interlock.runtime.reports import Report
+from interlock.runtime.task_specs import renders_templates
 
 log = logging.getLogger("interlock.runtime")
 
@@ -53,7 +54,7 @@ class Attempt:
     runner: str  # who runs it here, named by its start (the orchestrator's owner)
     begun: Callable[[], bool]  # whether its run has its start recorded (or lost the task)
     # Reads what the attempt's spec needs of its run now, and gives back what renders it
-    # from that copy, in a thread if need be (`RunDriver.prepare_spec`): its output at the
+    # from that copy, in a thread if need be (`task_specs.prepare_spec`): its output at the
     # path given.
     prepare: Callable[[Path], Callable[[], TaskSpec | Outcome]]
     report: Callable[[Report], None]  # hands a report to the run's next tick

@@ -10,72 +10,35 @@ resume.
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import functools
-import hashlib
 import logging
 import os
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from interlock.core import events as ev
-from interlock.core.decide import budget_values, failed_item_values
-from interlock.core.extract import ExtractionError, extract_values
 from interlock.core.loader import Definition
 from interlock.core.observe import CommandKind
-from interlock.core.review import sent_back, with_feedback
 from interlock.core.state import (
     RunState,
-    TaskState,
-    artifact_name,
     batch_parked,
     listed_status,
 )
-from interlock.core.task_size import MAX_TASK_SIZE
-from interlock.core.template_guard import RenderLimits
-from interlock.core.templates import TemplateProblem, render_system, render_task, template_item
-from interlock.core.validate import read_name
-from interlock.core.waits import signal_values
 from interlock.engine import Recorded, RunMachine
 from interlock.engine import effects as fx
 from interlock.engine import inputs as obs
-from interlock.runtime import apply, artifacts
-from interlock.runtime.edits import REVIEW_KINDS, keep_hand_edit, pending_edits
-from interlock.runtime.executors import Outcome, TaskSpec, escape_braces
+from interlock.runtime import apply, artifacts, run_outputs, status_file
+from interlock.runtime.artifacts import StrPath
+from interlock.runtime.edits import REVIEW_KINDS
 from interlock.runtime.faults import crash_point
-from interlock.runtime.projection import status_view
+from interlock.runtime.reports import Report
 from interlock.runtime.reuse import Reuser
-from interlock.runtime.runfiles import status_writer
-from interlock.storage import codec
+from interlock.runtime.status_file import StatusMarks
 from interlock.storage.base import CommandRecord, Lease, NewEvent, RunSummary, Store
 
-if TYPE_CHECKING:
-    from interlock.core.workflow import Worker
-
 log = logging.getLogger("interlock.runtime")
-
-
-@dataclass
-class Report:
-    """A worker's report waiting for the next tick, with its output: a temporary file, or
-    a small body held in memory."""
-
-    event: (
-        ev.TaskStarted
-        | ev.TaskCompleted
-        | ev.TaskFailed
-        | ev.TaskTimedOut
-        | ev.TaskReused
-        | ev.ChildUpdated
-        | ev.ChildSpent
-        | ev.TaskBatchWaited
-    )
-    tmp: Path | None = None
-    body: bytes | None = None
 
 
 @dataclass
@@ -86,33 +49,26 @@ class RunDriver:
     state: RunState
     lease: Lease
     run_dir: Path
-    handles: dict[str, asyncio.Task[None]] = field(default_factory=dict)
-    handle_attempts: dict[str, int] = field(default_factory=dict)  # the attempt each runs
+    workers: apply.Workers = field(default_factory=apply.Workers)  # what runs for it now
     reports: list[Report] = field(default_factory=list)
-    stopping: set[str] = field(default_factory=set)  # tasks cancelled because the run ended
     # The reports the last `observe` turned into events, handed back by `reobserve` when
     # their commit failed: a worker's finished work is recorded later, never redone.
     observed_reports: list[Report] = field(default_factory=list)
     commands: list[CommandRecord] = field(default_factory=list)
     source: str = ""  # the workflow file the run was started from (may be gone)
-    status_written: float = 0.0  # when status.json was last written
-    status_shows: int = -1  # the number of events the written status.json reflects
-    status_due: float | None = None  # when a coalesced rewrite is scheduled
-    status_cost: float = 0.0  # seconds the last status.json write took
+    status: StatusMarks = field(default_factory=StatusMarks)
     spend_waits: dict[str, dict[str, Any]] = field(default_factory=dict)  # task: its cap wait
     batch_waits: dict[str, dict[str, Any]] = field(default_factory=dict)  # task: its batch
     checked_adoption: bool = False
     # Attempts a worker began before this driver took the run (see `begun_attempts`): each
     # gets its start recorded, if the orchestrator that began it did not record one.
     begun: set[tuple[str, int]] = field(default_factory=set)
-    acted_mark: int = 0  # the number of events the state held when `act` last ran (0: never)
     dirty: bool = True
     # Bodies the last step stores with its events in the ledger (SHA-256, bytes).
     stored: list[tuple[str, bytes]] = field(default_factory=list)
     # Outputs held in memory, written into the run directory once their completion is
     # recorded (a crash before that loses nothing: the ledger holds them).
     writes: list[fx.WriteOutput] = field(default_factory=list)
-    final_md_placed: bool = False  # final.md was found in place or handed over for writing
     # Outputs written from the ledger without an fsync (see `Orchestrator._write_outputs`),
     # made durable once the run ends, before it is archived or let go.
     unsynced: list[artifacts.StrPath] = field(default_factory=list)
@@ -120,12 +76,11 @@ class RunDriver:
     synced_mark: int = -1  # the number of events the state held when the last sync began
     # Fingerprints every completion and carries earlier outputs over (reruns, the cache).
     reuser: Reuser | None = None
-    reusing: set[str] = field(default_factory=set)  # tasks whose reuse awaits recording
-    placing_reused: bool = False  # a reused output waits in `writes`
-    reviewed: str | None = None  # "edit" or "reject" just recorded, not yet acted on
-    waits: set[str] = field(default_factory=set)  # signal/wait events recorded, not acted on
-    children_stopped: bool = False  # the children of the ended run were asked to stop
+    unacted: apply.Unacted = field(default_factory=apply.Unacted)  # crash points to pass
     machine: RunMachine = field(init=False, repr=False)  # the run's step (`interlock.engine`)
+    # What the applier calls of the loop for this run (bound by the orchestrator that
+    # takes it, once it has its `reuser`).
+    ports: apply.RunPorts = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.machine = RunMachine(self.definition.pipeline, stamp=self._stamp)
@@ -178,7 +133,7 @@ class RunDriver:
         for report in self.reports:
             event = report.event
             if isinstance(event, ev.TaskReused):
-                self.reusing.discard(event.task_id)
+                self.workers.claiming.discard(event.task_id)
                 assert report.body is not None
                 stored = event.size <= artifacts.INLINE_LIMIT
                 inputs.append(obs.Reused(event=event, body=report.body, stored=stored))
@@ -197,7 +152,9 @@ class RunDriver:
                 fresh = attempt not in finished and self.machine.accepts(self.state, event)
                 if isinstance(event, ev.TaskCompleted) and fresh:
                     finished.add(attempt)
-                    event, body = self._commit_output(event, report.tmp)
+                    event, body = run_outputs.commit_output(
+                        self.definition.pipeline, self.state, self.run_dir, event, report.tmp
+                    )
                     committed = True
                     inputs.append(obs.Reported(event=event, body=body, on_disk=True))
                     continue
@@ -235,11 +192,11 @@ class RunDriver:
             if mark is None:
                 pass
             elif mark == "reviewed":
-                self.reviewed = "edit" if isinstance(event, ev.OutputEdited) else "reject"
+                self.unacted.reviewed = "edit" if isinstance(event, ev.OutputEdited) else "reject"
             elif mark == "placing_reused":
-                self.placing_reused = True
+                self.unacted.placing_reused = True
             else:
-                self.waits.add(mark)
+                self.unacted.waits.add(mark)
             new.append(
                 NewEvent(event=event, rule=None if r.rule is None else str(r.rule), why=r.why)
             )
@@ -281,288 +238,72 @@ class RunDriver:
             estimated=state.estimated,
         )
 
-    def final_path(self, task: TaskState) -> Path:
-        """Where a task's output is committed."""
-        worker = self.definition.pipeline.worker(task.role)
-        return self.run_dir / artifact_name(worker.output_name, task.visit, task.item)
-
-    def _commit_output(
-        self, event: ev.TaskCompleted, tmp: Path
-    ) -> tuple[ev.TaskCompleted, bytes | None]:
-        """Rename the output into place; the completion to record, and the body to store
-        with it (small outputs)."""
-        task = self.state.tasks[event.task_id]
-        final = self.final_path(task)
-        crash_point("before_commit_output")
-        sha, size, body = artifacts.commit(tmp, final)
-        crash_point("after_commit_output")
-        committed = ev.TaskCompleted(
-            at=event.at,
-            task_id=event.task_id,
-            attempt=event.attempt,
-            artifact=final.name,
-            sha256=sha,
-            size=size,
-            values=event.values,
-            usage=event.usage,
-            records=event.records,
-        )
-        return committed, body
-
     def keep_recorded_outputs(self) -> None:
         """After a commit that may have failed: keep for writing only the in-memory outputs
         whose completions the ledger really holds."""
-        recorded = {(t.artifact, t.sha256) for t in self.state.tasks.values() if t.artifact}
-        self.writes = [w for w in self.writes if (w.artifact, w.sha256) in recorded]
+        self.writes = run_outputs.recorded_writes(self.state, self.writes)
 
     def restore_outputs(self, store: Store) -> None:
-        """Rewrite committed outputs that are missing or damaged (after a crash or a power
-        loss) from the bodies the ledger stored with their completions."""
+        """Rewrite committed outputs that are missing or damaged (`run_outputs`)."""
         self.writes.clear()
-        pending: set[str] | None = None  # asked for once, and only when a file differs
-        for task in self.state.tasks.values():
-            if task.artifact is None or task.sha256 is None:
-                continue
-            path = self.run_dir / task.artifact
-            if _intact(path, task.size, task.sha256):
-                continue
-            if pending is None:
-                pending = pending_edits(store, self.run_id)
-            body = store.artifact(task.sha256)
-            if body is None and self.reuser is not None:
-                body = self.reuser.recover(task)  # carried over from a run's folder
-            if body is not None:
-                keep_hand_edit(self.state, path, task.size, task.sha256, body, pending)
-                artifacts.write_atomic(path, body)
-        if self.state.delivered is not None:
-            final_md, delivered = self.run_dir / "final.md", self.run_dir / self.state.delivered
-            both = final_md.is_file() and delivered.is_file()
-            if both and final_md.stat().st_size != delivered.stat().st_size:
-                final_md.unlink()  # cut short by a crash: `act` writes it again
-                self.final_md_placed = False
+        if run_outputs.restore_outputs(store, self.state, self.run_dir, self.reuser):
+            self.workers.final_placed = False
 
     def _adopt(self, now: float) -> list[obs.Input]:
         """Outputs committed while no orchestrator was recording (it died in between); and
         the attempts a worker began unrecorded (see `begun_attempts`): the step records
         each start, then each output after the start it implies."""
         begun, self.begun = self.begun, set()
-        flight = self.state.in_flight()
         adopted: list[obs.Input] = [
             obs.Begun(task_id=t.task_id, attempt=t.attempt)
-            for t in flight
+            for t in self.state.in_flight()
             if (t.task_id, t.attempt) in begun
         ]
-        for task in flight:
-            final = self.final_path(task)
-            if task.task_id in self.handles or final.is_symlink() or not final.is_file():
-                continue  # a symlink was not committed by us and may point outside the run
-            if final.stat().st_size == 0:
-                # Not a commit of ours (those are durable before they appear): what a power
-                # loss can leave of a file renamed unsynced. The task runs again.
-                continue
-            worker = self.definition.pipeline.worker(task.role)
-            try:
-                values = extract_values(worker.extract, final.read_text(encoding="utf-8"))
-            except (ExtractionError, UnicodeDecodeError):
-                continue  # only outputs that passed extraction are ever committed
-            sha, size = artifacts.digest(final)
-            if sha == task.sha256:
-                continue  # the output it had before an edit's re-run: not a new result
-            body = None
-            if size <= artifacts.INLINE_LIMIT:
-                body = final.read_bytes()
-            else:
-                artifacts.fsync_file(final)
-            event = ev.TaskCompleted(
-                at=now,
-                task_id=task.task_id,
-                attempt=task.attempt,
-                artifact=final.name,
-                sha256=sha,
-                size=size,
-                values=values,
-                adopted=True,
-            )
-            adopted.append(obs.Adopted(event=event, body=body))
+        pipeline = self.definition.pipeline
+        adopted += run_outputs.adopted(
+            pipeline, self.state, self.run_dir, self.workers.handles, now
+        )
         return adopted
 
-    def act(self, ports: apply.ApplyPorts, effects: Sequence[fx.Effect] | None = None) -> None:
+    def plan(self) -> list[fx.Effect]:
+        """The effects the run's state calls for now (`apply.plan`)."""
+        return apply.plan(self.machine, self.state, self.workers, self.writes)
+
+    def stage(self, effects: Sequence[fx.Effect]) -> tuple[list[tuple[StrPath, bytes]], bool]:
+        """The files of `effects`, handed over to be written (`apply.stage_files`): the
+        outputs waiting for it are no longer held."""
+        writes, self.writes = self.writes, []
+        return apply.stage_files(self.run_dir, writes, effects, self.workers, self.unacted)
+
+    def act(self, effects: Sequence[fx.Effect] | None = None) -> None:
         """Carry out what the state calls for (`effects`, planned already when the
         orchestrator wrote the tick's files; else planned and written here); safe to repeat."""
         if effects is None:
-            effects = apply.plan(self)
-            files, delivering = apply.stage_files(self, effects)
+            effects = self.plan()
+            files, delivering = self.stage(effects)
             if files:
                 artifacts.write_files(files)  # before any task that reads them starts
             if delivering:
                 crash_point("after_deliver")
-        apply.apply(self, effects, ports)
+        self.run_dir = apply.apply(
+            self.state, self.run_dir, effects, self.workers, self.unacted, self.status, self.ports
+        )
 
-    def write_status(self) -> None:
-        """Hand `status.json` to the process's status writer (a projection, written
-        atomically by a thread of its own, no fsync: see `runtime/runfiles.py`).
+    def refresh_status(self) -> None:
+        """Rewrite status.json now, or schedule its rewrite (`status_file.refresh_status`)."""
+        apply.refresh(self.status, self.state, self.run_dir, self.ports)
 
-        One line of compact JSON: the C encoder writes it several times faster than an
-        indented one; `interlock status RUN --json` shows it indented.
-        """
-        view = status_view(
+    def write_status(self, run_dir: Path | None = None) -> None:
+        """Hand `status.json` to the process's status writer (`status_file.write_status`),
+        into `run_dir` (the run's folder unless given)."""
+        status_file.write_status(
             self.definition.pipeline,
             self.state,
-            self.run_dir.name,
+            self.run_dir if run_dir is None else run_dir,
+            self.lease.owner,
             spend_waits=self.spend_waits,
             batch_waits=self.batch_waits,
         )
-        view["orchestrator"] = self.lease.owner  # who keeps this copy current
-        status_writer().put(self.run_dir / "status.json", codec.dumpb(view))
-
-    def task_spec(self, task: TaskState, tmp: Path) -> TaskSpec | Outcome:
-        """What the worker of `task` receives, or why it cannot run."""
-        return self.prepare_spec(task, tmp)()
-
-    def prepare_spec(self, task: TaskState, tmp: Path) -> Callable[[], TaskSpec | Outcome]:
-        """`task_spec` in two halves: what it reads of the run is read now, and the function
-        returned renders the templates from that copy alone, so that it may run in a thread
-        while the loop goes on changing the run's state."""
-        pipeline = self.definition.pipeline
-        worker = pipeline.worker(task.role)
-        items = self.state.current.items if self.state.current else None
-        item = items[task.item] if items is not None and task.item is not None else None
-        text = worker.task
-        templated = renders_templates(worker)
-        sent = sent_back(pipeline, self.state, task)
-        reads = self._reads(task)
-        if isinstance(reads, Outcome):
-            return functools.partial(_same, reads)
-        if sent is not None and sent.previous is not None:
-            reads.append((sent.shown_as, self.run_dir / sent.previous))
-        key = hashlib.sha256(f"{self.run_id}/{task.task_id}/{task.attempt}".encode()).hexdigest()
-        # A `call:` worker's model calls are held to what the budget has left (none once a
-        # person let the run go past it).
-        held = worker.call is not None and not self.state.budget_waived
-        left = budget_values(self.state, pipeline) if held else {}
-        spec = TaskSpec(
-            run_id=self.run_id,
-            task_id=task.task_id,
-            attempt=task.attempt,
-            worker=worker,
-            task=text if templated else with_feedback(text, sent),
-            topic=self.state.topic,
-            inputs=self.state.inputs,
-            item=item,
-            reads=reads,
-            output=tmp,
-            run_dir=self.run_dir,
-            model=task.model,
-            workflow_dir=self.workflow_dir,
-            idempotency_key=key[:32],
-            pipeline=self.state.pipeline,
-            budget_usd_left=left.get("remaining_usd"),
-            budget_tokens_left=left.get("remaining_tokens"),
-            tool_decisions=task.tool_decisions,
-        )
-        if not templated:  # nothing to render: the spec is final now
-            return functools.partial(_same, spec)
-        values = self._template_values(task, item)
-        inputs = dict(self.state.inputs)
-        # The command gets the pipeline's `env` names as well as its own.
-        env = pipeline.env_for(worker.role) if worker.command is not None else []
-
-        def render() -> TaskSpec | Outcome:
-            try:
-                rendered, argv = _render_spec(worker, values, inputs)
-            except TemplateProblem as exc:
-                return Outcome(ok=False, error=str(exc), retryable=False)
-            ran = (
-                worker if argv is None else worker.model_copy(update={"command": argv, "env": env})
-            )
-            if worker.system is not None and "{" in worker.system:
-                try:
-                    system = render_system(worker.system, values, render_limits(worker))
-                except TemplateProblem as exc:
-                    return Outcome(ok=False, error=str(exc), retryable=False)
-                ran = ran.model_copy(update={"system": system})
-            return dataclasses.replace(spec, task=with_feedback(rendered, sent), worker=ran)
-
-        return render
-
-    def _template_values(self, task: TaskState, item: Any) -> dict[str, Any]:
-        """What a task's templates may use."""
-        return {
-            **self.state.inputs,
-            "topic": self.state.topic,
-            "inputs": self.state.inputs,
-            "item": template_item(item),
-            "item_index": task.item,
-            "visit": task.visit,
-            "run_id": self.run_id,
-            "feedback": self.state.feedback,
-            "signals": signal_values(self.definition.pipeline, self.state),
-            "failed_items": failed_item_values(self.state, self.definition.pipeline),
-        }
-
-    def child_request(self, task: TaskState) -> tuple[str, dict[str, Any]] | str:
-        """The topic and inputs of the child run a `pipeline` task starts (its `task` and
-        `inputs` rendered), or why they cannot be rendered."""
-        worker = self.definition.pipeline.worker(task.role)
-        items = self.state.current.items if self.state.current else None
-        item = items[task.item] if items is not None and task.item is not None else None
-        values = self._template_values(task, item)
-        try:
-            limits = render_limits(worker)
-            topic = render_task(worker.task, values, limits) if worker.task else self.state.topic
-            inputs = {
-                key: render_task(value, values, limits) if isinstance(value, str) else value
-                for key, value in worker.inputs.items()
-            }
-        except TemplateProblem as exc:
-            return str(exc)
-        return topic, inputs
-
-    def _reads(self, task: TaskState) -> list[tuple[str, Path]] | Outcome:
-        pipeline = self.definition.pipeline
-        worker = pipeline.worker(task.role)
-        writers = pipeline.writers
-        reads = []
-        for entry in worker.reads:
-            name, optional = read_name(entry)
-            role = writers[name]
-            visit_outputs = self.state.outputs.get(role)
-            files: list[str] = []
-            if visit_outputs is not None:
-                by_item = visit_outputs[1]
-                same_lane = pipeline.phase_of(role).id == task.phase and task.item is not None
-                if same_lane:
-                    files = [by_item[task.item]] if task.item in by_item else []
-                else:
-                    files = [
-                        by_item[k] for k in sorted(by_item, key=lambda k: -1 if k is None else k)
-                    ]
-            if not files and not optional:
-                return Outcome(ok=False, error=self._unwritten(name, role), retryable=False)
-            reads += [(name, self.run_dir / f) for f in files]
-        return reads
-
-    def _unwritten(self, name: str, role: str) -> str:
-        """Why a required input has no file, and the fix."""
-        phase = self.definition.pipeline.phase_of(role)
-        optional = f"mark the read optional ('{name}?') to go on without it"
-        if not self.state.visits.get(phase.id):
-            return (
-                f"input {name!r} has not been written: phase {phase.id!r} has not run; {optional}"
-            )
-        failed = self.state.failed_items.get(phase.id, (0, {}))[1]
-        if phase.for_each is not None and failed:  # its latest visit's every item failed
-            return (
-                f"input {name!r} has not been written: every item of phase {phase.id!r} failed "
-                f"({len(failed)} of {len(failed)} items), within its tolerate "
-                f"{phase.for_each.tolerate}, so {role!r} wrote none; {optional}"
-            )
-        if phase.for_each is not None:
-            return (
-                f"input {name!r} has not been written: phase {phase.id!r} fans out over "
-                f"{phase.for_each.items}, which held no items, so {role!r} ran for none; {optional}"
-            )
-        return f"input {name!r} has not been written"
 
 
 @functools.lru_cache(maxsize=64)
@@ -570,13 +311,6 @@ def _folder_of(source: str, cwd: str) -> Path:
     """The absolute folder of a workflow file (the runs of one file share it: paths are
     built once)."""
     return Path(cwd, source).parent
-
-
-def _intact(path: Path, size: int | None, sha256: str) -> bool:
-    """Whether a committed output is on disk as recorded (large ones: by size alone)."""
-    if not path.is_file() or path.stat().st_size != size:
-        return False
-    return size > artifacts.INLINE_LIMIT or artifacts.digest(path)[0] == sha256
 
 
 # What `_recorded` notes of an event, by its type: the crash point a signal or wait event
@@ -589,62 +323,3 @@ _MARKED: dict[type, str] = {
     ev.Rejected: "reviewed",
     ev.TaskReused: "placing_reused",
 }
-
-
-def _same(made: TaskSpec | Outcome) -> TaskSpec | Outcome:
-    return made
-
-
-def renders_templates(worker: Worker) -> bool:
-    """Whether a worker's task, system prompt or command has templates to render (most
-    tasks are plain text, rendered by nothing)."""
-    return "{" in worker.task or "{" in (worker.system or "") or worker.command is not None
-
-
-def render_limits(worker: Worker) -> RenderLimits:
-    """The bounds of rendering a worker's templates: its `max_task_size`, and wall-clock time
-    besides the steps counted."""
-    size = worker.max_task_size or MAX_TASK_SIZE
-    return RenderLimits(size=size, clock=time.monotonic)
-
-
-def _render_spec(
-    worker: Worker, values: dict[str, Any], inputs: dict[str, Any]
-) -> tuple[str, list[str] | None]:
-    """A worker's task text and command rendered (raises TemplateProblem)."""
-    limits = render_limits(worker)
-    text = render_task(worker.task, values, limits)
-    if worker.command is None:
-        return text, None
-    # Values rendered into an argument keep their braces literal, so that a topic or an
-    # extracted item can never turn into a placeholder such as {output}.
-    literal = {k: escape_braces(v) if isinstance(v, str) else v for k, v in values.items()}
-    literal["inputs"] = {
-        k: escape_braces(v) if isinstance(v, str) else v for k, v in inputs.items()
-    }
-    return text, [render_task(arg, literal, limits) for arg in worker.command]
-
-
-def withdraw_batched(run_id: str) -> None:
-    """Withdraw an ended run's model calls waiting in provider batches (``batch = true``),
-    before its running attempts are stopped: a stopped call whose request was withdrawn
-    cancels its provider batch once nothing else waits in it. A call stopped for another
-    reason (this process shutting down) stays in its batch for the attempt started again."""
-    from interlock.providers.batch_provider import withdraw_run
-    from interlock.providers.batch_store import batch_store
-
-    try:
-        withdrawn = withdraw_run(batch_store(), run_id)
-    except Exception as exc:  # the ledger's batch tables unreachable: the batch ends by itself
-        log.warning(
-            "could not withdraw the run's calls from provider batches: %s",
-            exc,
-            extra={"run_id": run_id, "action": "provider_batch_withdraw_failed"},
-        )
-        return
-    if withdrawn:
-        log.info(
-            "withdrew %d call(s) from provider batches",
-            withdrawn,
-            extra={"run_id": run_id, "action": "provider_batch_withdrawn"},
-        )

@@ -8,16 +8,13 @@ only then act (dispatch, deliver, archive). Nothing is started before it is reco
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import functools
 import heapq
 import logging
 import os
-import re
 import socket
 import time
-import unicodedata
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,8 +24,7 @@ from typing import Any
 from interlock.core import events as ev
 from interlock.core.decide import next_wake, waits_for_slot
 from interlock.core.inputs import check_topic
-from interlock.core.inputs import resolve_inputs as resolve_declared
-from interlock.core.loader import Definition, model_aliases
+from interlock.core.loader import Definition
 from interlock.core.observe import CommandKind
 from interlock.core.state import RunState, RunStatus, TaskState, fold
 from interlock.engine.effects import Effect
@@ -38,28 +34,36 @@ from interlock.errors import (
     InterlockError,
     LeaseHeld,
     LeaseLost,
-    RunExists,
     RunInert,
-    RunNotFound,
     StorageError,
-    UsageError,
 )
-from interlock.providers.config import UnknownModelError
-from interlock.providers.config_files import ConfigError
 from interlock.runtime import apply, artifacts, collector
 from interlock.runtime.attempts import attempt_of
 from interlock.runtime.budget_reserve import call_reserve
 from interlock.runtime.child_runs import ChildRuns
 from interlock.runtime.diskfull import DiskFullBackoff, is_enospc, stop_message
 from interlock.runtime.dispatch import Dispatcher, LocalDispatcher
-from interlock.runtime.driver import Report, RunDriver
+from interlock.runtime.driver import RunDriver
+from interlock.runtime.ended_syncs import EndedSyncs
 from interlock.runtime.execution import LocalExecutor
 from interlock.runtime.faults import crash_point
 from interlock.runtime.home import Home
 from interlock.runtime.leases import LeaseKeeper
-from interlock.runtime.models import ModelRunner, unpriced
+from interlock.runtime.models import ModelRunner
+from interlock.runtime.new_runs import (
+    drop_empty,
+    make_dir,
+    model_warnings,
+    new_run_id,
+    recorded_source,
+    refuse_broken_config,
+    refuse_existing,
+    refuse_start_times,
+    resolve_inputs,
+)
 from interlock.runtime.processes import begun_attempts, reap
 from interlock.runtime.processes import holder_is_dead as holder_is_dead
+from interlock.runtime.reports import Report
 from interlock.runtime.reuse import Reuser, SourceRun, WorkerMemo
 from interlock.runtime.runfiles import status_writer
 from interlock.runtime.slots import awaiting, slot_key, slot_poll, take_slot
@@ -138,6 +142,9 @@ class Orchestrator:
         # (and so when the loop wakes): a simulation passes its own clock, so that the
         # machine's speed or load never reaches a simulated history.
         self.cost_timer = cost_timer
+        # The applier keeps the clocks the orchestrator was built with (`_ports`): `clock`
+        # and `cost_timer` may be swapped afterwards for the loop alone (benchmarks do).
+        self._applier_clocks = (clock, cost_timer)
         self.owner = owner or new_owner()
         self.drivers: dict[str, RunDriver] = {}
         # Imported runs found inert (`RunImported`), with the last seq seen: not taken up
@@ -193,24 +200,16 @@ class Orchestrator:
             look_now=self.look_now,
             host=self.dispatcher,
         )
-        self.applying = apply.ApplyPorts(
-            home=home,
-            write_status=self.settings.write_status,
-            clock=clock,
-            cost_timer=cost_timer,
-            status_interval=self.status_interval,
-            start=self.start_task,
-            stop_children=self.children.cancel_children,
-            withdraw=self._withdraw,
-            report=self.report,
-            touch=self.touch,
-            wake_at=self.wake_at,
-        )
         self._loop: asyncio.AbstractEventLoop | None = None
-        # Ended runs whose files wait to be made durable, and the sync under way (one at a
-        # time: runs that end meanwhile are synced together by the next).
-        self._sync_due: dict[str, RunDriver] = {}
-        self._sync_running: concurrent.futures.Future[OSError | None] | None = None
+        self.syncs = EndedSyncs(
+            clock=clock,
+            heartbeat=self.settings.heartbeat,
+            loop=lambda: self._loop if self._wake is not None else None,
+            current=lambda driver: self.drivers.get(driver.run_id) is driver,
+            mark=self._mark,
+            wake_at=self.wake_at,
+            wake=self.wake,
+        )
 
     # -- taking runs ----------------------------------------------------------------------
 
@@ -274,19 +273,19 @@ class Orchestrator:
         try:
             results = self.store.append_many([batch for _, _, batch in prepared], now)
         except DiskFull as exc:
-            _drop_empty([driver.run_dir for driver, _, _ in prepared])
+            drop_empty([driver.run_dir for driver, _, _ in prepared])
             raise DiskFull(f"{exc.message}: the run was not recorded; start it again") from None
         except BaseException:  # a locked or damaged ledger: no run, so no folder either
-            _drop_empty([driver.run_dir for driver, _, _ in prepared])
+            drop_empty([driver.run_dir for driver, _, _ in prepared])
             raise
         for (driver, new, _), result in zip(prepared, results, strict=True):
             if isinstance(result, Exception):
-                _drop_empty([driver.run_dir])
+                drop_empty([driver.run_dir])
                 raise result
             self.drivers[driver.run_id] = driver
             if self.settings.write_status and files:
                 # status.json exists once the run is recorded
-                apply.refresh_status(driver, self.applying)
+                driver.refresh_status()
             self._emit(driver, 1, new)
             self._mark(driver)  # acted on (tasks started) by the loop
         if self.settings.write_status and files:
@@ -333,6 +332,7 @@ class Orchestrator:
         driver.checked_adoption = True  # nothing can be on disk for a run not yet created
         self._attach_reuser(driver)
         driver.machine.reserve = self._reserve(driver)
+        driver.ports = self._ports(driver)
         try:
             if files:
                 make_dir(driver.run_dir)
@@ -367,66 +367,15 @@ class Orchestrator:
     def _model_warnings(
         self, definition: Definition, *, refuse_missing_keys: bool = True
     ) -> list[str]:
-        """A warning for each model alias only the offline stand-in answers (once per hash).
-
-        Raises:
-            UsageError: an alias the configuration does not define, or whose provider's key
-                is not set, when this process runs the tasks itself: the run would be
-                recorded only to fail at its first call to it.
-                A fleet's workers read their own configuration, so there it is left to them.
-        """
+        """`new_runs.model_warnings`, once per definition hash."""
         local = isinstance(self.dispatcher, LocalDispatcher)
-        if refuse_missing_keys and local:
-            # The first call to such a model would fail after the phases before it were paid
-            # for. A fallback's key is needed only if its model fails: not refused.
-            called = {w.model for p in definition.pipeline.phases for w in p.workers if w.model}
-            # An interlock.toml that does not parse, or whose table for the alias is invalid,
-            # fails every call the same way: refused too.
-            missing: dict[str, None] = {}  # each message once (one bad file, many aliases)
-            for alias in sorted(called):
-                try:
-                    self.models.resolve(alias, driver_dir(definition.source))
-                except ConfigError as exc:
-                    missing[str(exc)] = None
-                except Exception:  # said below, or when the task runs
-                    continue
-            if missing:
-                raise UsageError(
-                    f"{definition.source or definition.name}: nothing was recorded: "
-                    + "\n".join(missing)
-                )
-        if definition.hash not in self._warnings:
-            messages = []
-            unknown: list[str] = []
-            budget = definition.pipeline.budget
-            capped = budget is not None and budget.max_cost_usd is not None
-            for alias in sorted(model_aliases(definition)):
-                try:
-                    resolved = self.models.resolve(alias, driver_dir(definition.source))
-                except UnknownModelError as exc:
-                    unknown.append(str(exc))
-                    continue
-                except Exception:  # other problems (a fallback's missing key) fail its task
-                    continue
-                if resolved.offline_fallback:
-                    messages.append(
-                        f"model {alias!r} has no provider configured: using the offline "
-                        "provider (placeholder text). Configure it in interlock.toml."
-                    )
-                elif capped and unpriced(resolved.model):
-                    messages.append(
-                        f"the budget's max_cost_usd cannot see the calls to model {alias!r}: "
-                        "no price is known for it, so they count $0; set "
-                        f"input_price_per_mtok and output_price_per_mtok in [models.{alias}] "
-                        "of interlock.toml"
-                    )
-            if unknown and local:
-                raise UsageError(
-                    f"{definition.source or definition.name}: nothing was recorded: "
-                    + "\n".join(unknown)
-                )
-            self._warnings[definition.hash] = messages
-        return self._warnings[definition.hash]
+        return model_warnings(
+            self.models,
+            definition,
+            local=local,
+            refuse_missing_keys=refuse_missing_keys,
+            known=self._warnings,
+        )
 
     def take(self, run_id: str, *, wait: bool = False) -> RunDriver:
         """Take over an existing run: acquire its lease and fold its history."""
@@ -476,6 +425,7 @@ class Orchestrator:
         reap(driver.run_dir, run_id)  # workers a dead orchestrator left: before any restart
         self._attach_reuser(driver)
         driver.machine.reserve = self._reserve(driver)
+        driver.ports = self._ports(driver)
         driver.restore_outputs(self.store)
         self.drivers[run_id] = driver
         self._mark(driver)
@@ -509,6 +459,27 @@ class Orchestrator:
         if source is not None and not driver.state.status.ended:
             reuser.source = SourceRun.load(self.store, self.home, source)
         driver.reuser = reuser
+
+    def _ports(self, driver: RunDriver) -> apply.RunPorts:
+        """What the applier calls of this orchestrator for `driver`'s run."""
+        reuser = driver.reuser
+        clock, cost_timer = self._applier_clocks
+        return apply.RunPorts(
+            run_id=driver.run_id,
+            archive_dir=self.home.archive_dir(driver.run_id),
+            keep_status=self.settings.write_status,
+            clock=clock,
+            cost_timer=cost_timer,
+            status_interval=self.status_interval,
+            start=functools.partial(self.start_task, driver),
+            reuse=None if reuser is None else reuser.claim,
+            report=functools.partial(self.report, driver),
+            stop_children=functools.partial(self.children.cancel_children, driver),
+            withdraw=lambda: self.dispatcher.withdraw(driver.run_id),
+            touch=functools.partial(self.touch, driver),
+            wake_at=lambda when: self.wake_at(when, driver),
+            write_status=driver.write_status,
+        )
 
     def _abandon_unstarted(self, record: RunRecord, lease: Lease, now: float) -> None:
         """A run registered by an older release without its first event never started:
@@ -603,7 +574,7 @@ class Orchestrator:
             if driver is not None:
                 self._mark(driver)
         ticked = self._tick(now)
-        self._sync_ended(ticked)
+        self.syncs.ended(ticked)
         self._retire(ticked, stop_when_paused)
 
     @property
@@ -825,11 +796,11 @@ class Orchestrator:
         disk: their bodies are durable in the ledger already. A crash of the process leaves
         them whole; a power loss can leave them short, and a resume, the only way back into
         a run that was not let go, rewrites them from the ledger (`restore_outputs`). A run
-        is let go, or archived, only once its files are durable (`_sync_ended`)."""
+        is let go, or archived, only once its files are durable (`EndedSyncs`)."""
         staged = []
         for driver in drivers:
-            effects = apply.plan(driver)
-            staged.append((driver, effects, *apply.stage_files(driver, effects)))
+            effects = driver.plan()
+            staged.append((driver, effects, *driver.stage(effects)))
         files = [item for _, _, pending, _ in staged for item in pending]
         if files:
             try:
@@ -845,83 +816,9 @@ class Orchestrator:
                 crash_point("after_deliver")
         return [(driver, effects) for driver, effects, _, _ in staged]
 
-    def _sync_ended(self, drivers: list[RunDriver]) -> None:
-        """Make the files of runs that ended durable, in a thread of its own: a delivered
-        run is archived, and an ended one let go, only after that (see `RunDriver.durable`).
-        One sync runs at a time; runs that end meanwhile go together into the next, whose
-        fsyncs the file system commits together."""
-        for driver in drivers:
-            state = driver.state
-            if not state.status.ended or state.archived or driver.syncing:
-                continue
-            if not driver.durable():
-                self._sync_due[driver.run_id] = driver
-            elif state.status is RunStatus.DELIVERED:
-                self._mark(driver)  # durable without a sync (written by `act`): archive it
-        if self._sync_running is not None or not self._sync_due:
-            return
-        batch = [(d, d.state.events, d.unsynced) for d in self._sync_due.values()]
-        self._sync_due = {}
-        for driver, _, _ in batch:
-            driver.syncing, driver.unsynced = True, []
-        paths = [path for _, _, files in batch for path in files]
-        loop = self._loop if self._wake is not None else None
-        if loop is None or not paths:  # stepped by a simulation, or nothing to wait for
-            self._synced(batch, _sync(paths))
-            return
-        running = _sync_thread().submit(_sync, paths)
-        self._sync_running = running
-
-        def done(_: object) -> None:
-            with contextlib.suppress(RuntimeError):  # the loop has just closed
-                loop.call_soon_threadsafe(self._synced, batch, running.result())
-
-        running.add_done_callback(done)
-
-    def _synced(
-        self, batch: list[tuple[RunDriver, int, list[artifacts.StrPath]]], error: OSError | None
-    ) -> None:
-        """A sync ended: its runs go on (to their archive, or to be let go), or, if it
-        failed, try again later; the next sync starts if runs wait for it."""
-        self._sync_running = None
-        now = self.clock()
-        for driver, mark, files in batch:
-            driver.syncing = False
-            if error is not None:
-                driver.unsynced[:0] = files
-                self.wake_at(now + self.settings.heartbeat, driver)  # not at once
-                continue
-            driver.synced_mark = mark
-            if self.drivers.get(driver.run_id) is driver:
-                self._mark(driver)
-        if error is not None:
-            log.error(
-                "cannot make the files of %d ended run(s) durable (tried again in %gs): %s",
-                len(batch),
-                self.settings.heartbeat,
-                error,
-                extra={"action": "sync_failed"},
-            )
-        self.wake()
-        if self._sync_due:
-            self._sync_ended([])
-
-    async def _finish_syncs(self) -> None:
-        """Before the loop lets its runs go: the sync under way ends, and runs that ended
-        since are synced (their leases are released as they are let go)."""
-        if self._sync_running is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wrap_future(self._sync_running)
-            await asyncio.sleep(0)  # its callback runs
-        ended = [d for d in self.drivers.values() if d.state.status.ended and not d.durable()]
-        paths = [path for driver in ended for path in driver.unsynced]
-        if ended and await asyncio.to_thread(_sync, paths) is None:
-            for driver in ended:
-                driver.unsynced, driver.synced_mark = [], driver.state.events
-
     def _archive_delivered(self) -> None:
         """Before the loop lets its runs go: archive the runs that were delivered and whose
-        files are now durable (`_finish_syncs`), in one last tick of those runs alone (no
+        files are now durable (`EndedSyncs.finish`), in one last tick of those runs alone (no
         other run is decided on, so nothing new starts). One that cannot be archived now is
         handed back unfinished (`release`)."""
         due = {d.run_id for d in self.drivers.values() if awaits_archive(d.state) and d.durable()}
@@ -942,7 +839,7 @@ class Orchestrator:
         """`driver.act`; a full disk while writing outputs stops the loop (the ledger holds
         them: resume writes them once there is space)."""
         try:
-            driver.act(self.applying, effects)
+            driver.act(effects)
         except OSError as exc:
             if not is_enospc(exc):
                 raise
@@ -959,7 +856,7 @@ class Orchestrator:
         """After a failed or ambiguous commit: rebuild from what is really stored."""
         driver.state = fold([s.event for s in self.store.events(driver.run_id)])
         self.task_slots.reloaded(driver.run_id)
-        driver.acted_mark = 0  # a state rebuilt: every task in flight is looked at again
+        driver.workers.acted_mark = 0  # a state rebuilt: every task in flight is looked at again
         driver.stored = []
         driver.keep_recorded_outputs()
         driver.reobserve()
@@ -968,7 +865,7 @@ class Orchestrator:
 
     def _drop(self, driver: RunDriver, error: Exception) -> None:
         log.warning("%s", error, extra={"run_id": driver.run_id, "action": "lease_lost"})
-        for handle in driver.handles.values():
+        for handle in driver.workers.handles.values():
             handle.cancel()
         self.drivers.pop(driver.run_id, None)
         if self.settings.write_status:
@@ -1028,7 +925,7 @@ class Orchestrator:
                 continue
             if driver.dirty or driver.reports or not (finished or paused):
                 continue
-            if paused or all(handle.done() for handle in driver.handles.values()):
+            if paused or all(handle.done() for handle in driver.workers.handles.values()):
                 self.release(driver)
 
     def _lets_go(self, driver: RunDriver) -> bool:
@@ -1047,7 +944,7 @@ class Orchestrator:
         orchestrators there is nothing left to do for it), together with others: with the
         next commit, at the next heartbeat, or at shutdown, whichever comes first.
         """
-        for handle in driver.handles.values():
+        for handle in driver.workers.handles.values():
             handle.cancel()
         self.drivers.pop(driver.run_id, None)
         if awaits_archive(driver.state):
@@ -1089,9 +986,9 @@ class Orchestrator:
     async def shutdown(self) -> None:
         """Stop every task (killing process groups) and release every lease; a delivered
         run is archived first (its delivery is done only then)."""
-        await self._finish_syncs()
+        await self.syncs.finish(self.drivers.values())  # a live view: read after the wait
         self._archive_delivered()
-        handles = [h for d in self.drivers.values() for h in d.handles.values()]
+        handles = [h for d in self.drivers.values() for h in d.workers.handles.values()]
         for driver in list(self.drivers.values()):
             self.release(driver)
         self.flush_releases()
@@ -1100,10 +997,6 @@ class Orchestrator:
                 await handle
 
     # -- tasks --------------------------------------------------------------------------------
-
-    def _withdraw(self, driver: RunDriver) -> None:
-        """Take the run's attempts that no worker has begun out of the dispatcher's queue."""
-        self.dispatcher.withdraw(driver.run_id)
 
     def start_task(self, driver: RunDriver, task: TaskState) -> asyncio.Task[None]:
         """Start the recorded attempt of `task`; its report arrives at a later tick."""
@@ -1141,28 +1034,6 @@ def awaits_archive(state: RunState) -> bool:
     return state.status is RunStatus.DELIVERED and not state.archived
 
 
-def make_dir(path: Path) -> None:
-    """`mkdir -p` that costs one system call when the parent exists (the usual case)."""
-    try:
-        os.mkdir(path)
-    except FileNotFoundError:
-        path.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:
-        pass
-
-
-def refuse_broken_config(models: ModelRunner, definition: Definition) -> None:
-    """See `Orchestrator.refuse_broken_config`; callable before any ledger is open."""
-    if not model_aliases(definition):
-        return
-    try:
-        models.config(driver_dir(definition.source))
-    except ConfigError as exc:
-        raise UsageError(
-            f"{definition.source or definition.name}: nothing was recorded: {exc}"
-        ) from None
-
-
 def inert_message(run_id: str, status: str) -> str:
     """Why an imported run is not driven, and the ways on from its `status`."""
     return (
@@ -1184,86 +1055,3 @@ def imported_next(run_id: str, status: str, *, trusted: bool) -> str:
     if trusted:
         return f"Go on with it: {step}"
     return f"Run it as imported: interlock trust {run_id}, then {step}"
-
-
-def driver_dir(source: str) -> Path | None:
-    """The directory of a workflow file, where its `interlock.toml` may sit."""
-    return Path(source).parent.absolute() if source and not source.startswith("<") else None
-
-
-def refuse_existing(store: Store, run_id: str) -> None:
-    """Raise RunExists, with the commands that apply to that run, when the id is taken."""
-    try:
-        record = store.get_run(run_id)
-    except RunNotFound:
-        return
-    status = record.summary.status
-    commands = [f"'interlock status {run_id}'"]
-    if status == "paused":
-        commands.append(f"'interlock approve {run_id}'")
-    if status in ("running", "waiting", "paused"):
-        commands.append(f"'interlock resume {run_id}'")
-    raise RunExists(
-        f"run {run_id!r} already exists ({status}); to look at it or go on with it: "
-        f"{', '.join(commands)}; for a new run give another --run-id (or none, for a fresh id)"
-    )
-
-
-def new_run_id(pipeline: str, now: float) -> str:
-    """A sortable, readable id: pipeline, UTC time, and randomness against collisions.
-
-    Any pipeline name gives a valid id: accents are dropped ("Café" -> "cafe"), other
-    non-ASCII letters and punctuation become dashes, and a name with nothing left is "run".
-    """
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))
-    plain = unicodedata.normalize("NFKD", pipeline).encode("ascii", "ignore").decode().lower()
-    slug = "".join(c if c.isalnum() else "-" for c in plain)
-    slug = re.sub("-+", "-", slug).strip("-")[:24].strip("-") or "run"
-    return f"{slug}-{stamp}-{uuid.uuid4().hex[:12]}"  # 48 random bits: no clash at scale
-
-
-def refuse_start_times(definition: Definition, topic: str, given: dict[str, Any]) -> None:
-    """Refuse (UsageError) a run whose inputs make a `not_before` a time past 9999."""
-    from interlock.core.waits import start_time_problems
-
-    problems = start_time_problems(definition.pipeline, topic, given)
-    if problems:
-        raise UsageError(f"pipeline {definition.name!r}: {problems[0]}; nothing was recorded")
-
-
-def resolve_inputs(definition: Definition, given: dict[str, Any]) -> dict[str, Any]:
-    """Declared inputs, given ones converted to their type, defaults applied; see
-    `interlock.core.inputs.resolve_inputs`."""
-    return resolve_declared(definition.name, definition.pipeline.inputs, given)
-
-
-def _drop_empty(folders: list[Path]) -> None:
-    """Remove the folders made for runs that were not recorded (only while still empty)."""
-    for folder in folders:
-        with contextlib.suppress(OSError):
-            folder.rmdir()
-
-
-def _sync(paths: list[artifacts.StrPath]) -> OSError | None:
-    """`artifacts.sync_files`, returning its error instead of raising it."""
-    try:
-        artifacts.sync_files(paths)
-    except OSError as exc:
-        return exc
-    return None
-
-
-@functools.cache
-def _sync_thread() -> concurrent.futures.ThreadPoolExecutor:
-    """The thread that makes ended runs' files durable (its fsyncs spread over the writers'
-    pool)."""
-    return concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="interlock-sync")
-
-
-def recorded_source(source: str) -> str:
-    """The workflow file a run records: absolute, so that `{workflow_dir}`, its config and a
-    rerun find the same folder whichever folder the run is resumed or rerun from. A source
-    that is no file path (a bundle's `<bundle NAME>`) is kept as it is."""
-    if not source or source.startswith("<"):
-        return source
-    return os.path.abspath(source)

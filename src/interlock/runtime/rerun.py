@@ -165,7 +165,7 @@ def prepare(store: Store, orchestrator: Orchestrator, request: RerunRequest) -> 
 def missing_code_notes(definition: Definition) -> tuple[str, ...]:
     """A note per code file a command worker of the rerun would run that is not there (the
     same check the reuse verdicts make, `reuse.missing_code`): its task would fail."""
-    from interlock.runtime.orchestrator import driver_dir
+    from interlock.runtime.new_runs import driver_dir
     from interlock.runtime.reuse import missing_code
 
     folder = driver_dir(definition.source)

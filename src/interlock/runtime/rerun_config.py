@@ -43,7 +43,7 @@ def choose_config(
         UsageError: a recorded file no longer loads.
     """
     from interlock.core.loader import model_aliases
-    from interlock.runtime.orchestrator import driver_dir
+    from interlock.runtime.new_runs import driver_dir
     from interlock.runtime.run_config import recorded_config
 
     if not model_aliases(definition):

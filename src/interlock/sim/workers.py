@@ -24,8 +24,9 @@ from interlock.core import events as ev
 from interlock.core.workflow import Worker
 from interlock.runtime.children import Supervision
 from interlock.runtime.dispatch import Attempt, attempt_report
-from interlock.runtime.driver import Report, RunDriver
+from interlock.runtime.driver import RunDriver
 from interlock.runtime.executors import Outcome
+from interlock.runtime.reports import Report
 from interlock.sim.buggify import Buggify
 from interlock.sim.children import ChildHosting
 from interlock.sim.clock import SimClock

@@ -326,7 +326,7 @@ class Simulation:
         if driver.state.status.ended:
             return
         for task in driver.state.in_flight():
-            handle: Any = driver.handles.get(task.task_id)
+            handle: Any = driver.workers.handles.get(task.task_id)
             live = handle is not None and handle.live and handle.attempt == task.attempt
             if not live and not driver.reports:
                 self.result.violations.append(
