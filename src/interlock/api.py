@@ -235,18 +235,19 @@ class Interlock:
             definition=definition,
             trust_bundle=trust_bundle,
         )
-        return self.start_rerun(rerun.prepare(self.store, self.orchestrator, request), run_id)
+        return self._start_rerun(rerun.prepare(self.store, self.orchestrator, request), run_id)
 
-    def prepare_rerun(self, source: str, **changes: Any) -> PreparedRerun:
+    def _prepare_rerun(self, source: str, **changes: Any) -> PreparedRerun:
         """Check a rerun as `rerun` does, recording nothing: its notes (an input dropped, a
-        file missing, the configuration it reads) can be shown before `start_rerun`."""
+        file missing, the configuration it reads) can be shown before `_start_rerun` (the
+        command line's two steps; not part of the public API)."""
         from interlock.runtime import rerun
 
         request = rerun.RerunRequest(source=self.resolve(source), **changes)
         return rerun.prepare(self.store, self.orchestrator, request)
 
-    def start_rerun(self, prepared: PreparedRerun, run_id: str | None = None) -> str:
-        """Record a rerun `prepare_rerun` checked; `drive` carries it out."""
+    def _start_rerun(self, prepared: PreparedRerun, run_id: str | None = None) -> str:
+        """Record a rerun `_prepare_rerun` checked; `drive` carries it out."""
         from interlock.runtime import rerun
 
         if run_id is not None:

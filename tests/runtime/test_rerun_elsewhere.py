@@ -118,7 +118,7 @@ def test_another_pipeline_on_purpose_names_the_inputs_it_drops(
 ) -> None:
     """With --pipeline research the rerun runs, and says that `language` is left out."""
     first = app.run(project / "translate.json", "translate", topic="bees")
-    prepared = app.prepare_rerun(
+    prepared = app._prepare_rerun(
         first.run_id, workflow=project / "research.json", pipeline="research"
     )
     assert any("does not declare input language" in note for note in prepared.notes)
@@ -143,9 +143,9 @@ def test_a_rerun_from_another_folder_reads_the_source_runs_config(
     assert plan.config_line == f"config: {toml}"
     assert any(f"as run {first.run_id} did" in note for note in plan.notes), plan.notes
     assert [t.reuse for t in plan.tasks] == [False] and len(server.requests) == 1
-    prepared = app.prepare_rerun(first.run_id, workflow=copy)
+    prepared = app._prepare_rerun(first.run_id, workflow=copy)
     assert prepared.config_line == f"config: {toml}"
-    state = app.drive(app.start_rerun(prepared))
+    state = app.drive(app._start_rerun(prepared))
     assert state.status is RunStatus.DELIVERED
     assert len(server.requests) == 2 and "Be brief." in json.dumps(server.requests[-1].body)
     from interlock.runtime.run_config import recorded_config
@@ -199,7 +199,7 @@ def test_the_plan_names_the_script_that_is_missing_not_the_one_the_source_ran(
     assert f"{missing}, which is not there now" in task.why, task.why
     assert f"it ran {script} before" in task.why
     plan = app.plan_rerun(first.run_id, workflow=copy)
-    prepared = app.prepare_rerun(first.run_id, workflow=copy)
+    prepared = app._prepare_rerun(first.run_id, workflow=copy)
     expected = [n for n in prepared.notes if str(missing) in n]
     assert expected and expected[0].startswith("worker 'reviewer' runs ")
     assert expected[0] in plan.notes

@@ -344,17 +344,22 @@ def test_run_page_says_a_failing_run_waits_for_its_running_tasks(
 ) -> None:
     """A task failed for good while a sibling runs: the run page says the run fails once the
     sibling has ended and why, then shows the failure with the sibling's output kept."""
-    server = make_server(workflows=[write_workflow(tmp_path, FAILING)])
+    gate = tmp_path / "gate"  # `slow` runs until the page has shown the run failing
+    server = make_server(workflows=[write_workflow(tmp_path, FAILING.replace("GATE", str(gate)))])
     run_id = server.start_run("fails", "t")
-    for _ in range(100):
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
         if server.http.get(f"/api/runs/{run_id}").json().get("failing"):
             break
         time.sleep(0.05)
     page = open_page(browser, f"{server.url}/ui/#/runs/{run_id}")
     note = page.locator("#failing")
-    expect(note).to_contain_text("Failing: task broken@1 failed for good")
-    expect(note).to_contain_text("once slow@1 has ended, so that what was paid for is kept")
-    page.screenshot(path=str(SHOTS / "failing.png"))
+    try:
+        expect(note).to_contain_text("Failing: task broken@1 failed for good")
+        expect(note).to_contain_text("once slow@1 has ended, so that what was paid for is kept")
+        page.screenshot(path=str(SHOTS / "failing.png"))
+    finally:
+        gate.touch()
     server.wait_status(run_id, "failed")
     expect(note).to_be_hidden()
     expect(page.locator(".warn.failure")).to_contain_text("Failed: task broken@1")

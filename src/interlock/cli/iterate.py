@@ -99,11 +99,11 @@ def rerun(
         out.print(f"{plan.reused} task(s) reused, {run_count} to run (nothing was called)")
         return
     # The same checks and notes as the plan's, before anything is recorded or paid for.
-    prepared = app.prepare_rerun(run_id, **changes)
+    prepared = app._prepare_rerun(run_id, **changes)
     for note in prepared.notes:
         err.print(f"note: {note}", soft_wrap=True, markup=False)
     install_terminate_handler()
-    new = app.start_rerun(prepared, new_run_id)
+    new = app._start_rerun(prepared, new_run_id)
     err.print(f"run {new} (rerun of {app.state(new).rerun_of})")
     if prepared.config_line is not None:
         err.print(prepared.config_line, soft_wrap=True, markup=False)
