@@ -84,6 +84,9 @@ def test_check_names_the_worker_without_an_output_limit(tmp_path: Path) -> None:
         "no bound: phase 'a', worker 'w': model 'm' has no output limit: set "
         "max_output_tokens in [models.m] or in the worker's params"
     ) in text
+    assert "dearest path" not in text  # the way to the first unbounded call is no dearest
+    bounded = interlock(tmp_path / "home", "check", str(project(tmp_path, PRICED)), "--cost")
+    assert "dearest path: a x1" in bounded.stdout
 
 
 def test_over_budget_warns_at_check_and_fails_under_strict(tmp_path: Path) -> None:

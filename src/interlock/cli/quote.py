@@ -151,7 +151,7 @@ def quote_lines(quote: Quote) -> list[str]:
         lines.append("      not a bound: exploring stopped early (raise --max-states)")
     elif not quote.exact:
         lines.append("      a bound: the dearest run may cost less (too many ways back to weigh)")
-    if quote.usd_path:
+    if quote.usd_path and quote.usd is not None:  # with no bound, no path is the dearest
         path = ", ".join(f"{phase} x{count}" for phase, count in quote.usd_path)
         lines.append(f"      dearest path: {path}")
     for task in quote.tasks:
